@@ -1,0 +1,220 @@
+package fsm
+
+import (
+	"fmt"
+	"math/bits"
+	"time"
+)
+
+// Task is a task's state as folded from its events. It is a value: Fold
+// returns a new one and never changes its argument's data in place.
+type Task struct {
+	ID      string
+	State   State
+	Version uint64 // sequence number of the last event folded
+
+	Spec      *Spec
+	CreatedAt int64 // Unix ns of task-created
+	UpdatedAt int64 // Unix ns of the last event
+
+	Nonce    string    // the spawn nonce, from spawn-intent
+	Executor *Identity // from executor-up (or reattached)
+	TaskPID  int       // from launched
+	Exit     *ExitStatus
+
+	// Target is the terminal state reaping leads to, set by the event that
+	// entered reaping (or went straight to a terminal state).
+	Target State
+	// Reason is the last failure reason recorded.
+	Reason string
+	// StopSignal and StopGrace come from stop-requested.
+	StopSignal int
+	StopGrace  time.Duration
+}
+
+// targetOf is the terminal state an event that leaves a live state aims at.
+func targetOf(ev EventType) State {
+	switch ev {
+	case EventTaskExited:
+		return StateExited
+	case EventStopRequested:
+		return StateStopped
+	case EventExecutorLost:
+		return StateLost
+	case EventSpawnFailed, EventLaunchFailed, EventFault, EventConfigRejected:
+		return StateFailed
+	}
+	return StateNone
+}
+
+// Next returns the state event e leads to from s, or a *TransitionError.
+// It reads only the compiled table: it is the store's legality check and
+// replay's hot path.
+func (t *Table) Next(s State, e Event) (State, error) {
+	if s == StateNone {
+		if e.Type == EventCreated {
+			return StateCreated, nil
+		}
+		return StateNone, &TransitionError{From: s, Event: e.Type}
+	}
+	if s >= numStates || !e.Type.Valid() {
+		return StateNone, &TransitionError{From: s, Event: e.Type}
+	}
+	m := t.next[s][e.Type]
+	switch {
+	case m == 0:
+		return StateNone, &TransitionError{From: s, Event: e.Type}
+	case bits.OnesCount16(m) == 1:
+		to := State(bits.TrailingZeros16(m))
+		if e.Type == EventExecutorReaped && e.Target != to {
+			return StateNone, &TransitionError{From: s, Event: e.Type, To: e.Target}
+		}
+		return to, nil
+	case e.Target < numStates && m&(1<<e.Target) != 0:
+		return e.Target, nil
+	default:
+		return StateNone, &TransitionError{From: s, Event: e.Type, To: e.Target}
+	}
+}
+
+// Fold applies one event to a task and returns the new task. It checks the
+// event's payload, its sequence number (when set) and its legality; it
+// performs no effect.
+func (t *Table) Fold(task Task, e Event) (Task, error) {
+	if err := e.Validate(); err != nil {
+		return task, fmt.Errorf("task %q seq %d: %w", task.ID, task.Version+1, err)
+	}
+	if e.Seq != 0 && e.Seq != task.Version+1 {
+		return task, fmt.Errorf("%w: task %q: event %s has seq %d, expected %d",
+			ErrInvalidEvent, task.ID, e.Type, e.Seq, task.Version+1)
+	}
+	to, err := t.Next(task.State, e)
+	if err != nil {
+		if te, ok := err.(*TransitionError); ok {
+			te.Task = task.ID
+		}
+		return task, err
+	}
+	switch e.Type {
+	case EventCreated:
+		spec := *e.Spec
+		task.Spec = &spec
+		task.CreatedAt = e.Time
+	case EventSpawnIntent:
+		task.Nonce = e.Nonce
+	case EventExecutorUp:
+		if e.Executor.Nonce != "" && e.Executor.Nonce != task.Nonce {
+			return task, fmt.Errorf("%w: task %q: executor nonce %q does not match the spawn intent's %q",
+				ErrInvalidEvent, task.ID, e.Executor.Nonce, task.Nonce)
+		}
+		id := *e.Executor
+		task.Executor = &id
+	case EventReattached:
+		if e.Executor != nil {
+			id := *e.Executor
+			task.Executor = &id
+		}
+	case EventLaunched:
+		task.TaskPID = e.TaskPID
+	case EventStopRequested:
+		task.StopSignal, task.StopGrace = e.Signal, e.Grace
+	case EventExecutorReaped:
+		if task.Target != StateNone && e.Target != task.Target {
+			return task, &TransitionError{Task: task.ID, From: task.State, Event: e.Type, To: e.Target}
+		}
+	}
+	if e.Exit != nil {
+		x := *e.Exit
+		task.Exit = &x
+	}
+	if e.Reason != "" {
+		task.Reason = e.Reason
+	}
+	if task.Target == StateNone {
+		task.Target = targetOf(e.Type)
+	}
+	task.State = to
+	task.Version++
+	task.UpdatedAt = e.Time
+	return task, nil
+}
+
+// FoldAll folds events in order, stopping at the first error.
+func (t *Table) FoldAll(task Task, events ...Event) (Task, error) {
+	for _, e := range events {
+		var err error
+		if task, err = t.Fold(task, e); err != nil {
+			return task, err
+		}
+	}
+	return task, nil
+}
+
+// Step validates input against the task and returns the events to persist
+// (input with its sequence number set) and the effects they demand once
+// persisted. It changes nothing: the caller persists the events, folds
+// them, then performs the effects (see the package documentation).
+//
+// A stop requested of a task already reaping or terminal is not an error:
+// Step returns no events and no effects, so stopping is idempotent.
+func (t *Table) Step(task Task, input Event) ([]Event, []Effect, error) {
+	if input.Type == EventStopRequested && (task.State == StateReaping || task.State.Terminal()) {
+		return nil, nil, nil
+	}
+	input.Seq = task.Version + 1
+	next, err := t.Fold(task, input)
+	if err != nil {
+		return nil, nil, err
+	}
+	var effects []Effect
+	if next.State != task.State || input.Type == EventKillFailed || input.Type == EventReattached {
+		effects = t.Pending(next)
+	}
+	return []Event{input}, effects, nil
+}
+
+// Pending returns the effects still owed by a task in its current state: a
+// pure function of the folded state, so recovery knows what may be
+// unfinished without running anything.
+func (t *Table) Pending(task Task) []Effect {
+	owed := t.owed[task.State]
+	if len(owed) == 0 {
+		return nil
+	}
+	out := make([]Effect, 0, len(owed))
+	for _, typ := range owed {
+		out = append(out, effectFor(typ, task))
+	}
+	return out
+}
+
+func effectFor(typ EffectType, task Task) Effect {
+	e := Effect{Type: typ, Executor: task.Executor, TaskPID: task.TaskPID, Nonce: task.Nonce}
+	switch typ {
+	case EffectLaunchTask:
+		e.Spec = task.Spec
+	case EffectKillExecutor:
+		e.Target = task.Target
+		if task.Target == StateStopped {
+			e.Signal, e.Grace = task.StopSignal, task.StopGrace
+		}
+	}
+	return e
+}
+
+// Package-level shorthands for the Lifecycle table.
+
+// Step is Lifecycle.Step.
+func Step(task Task, input Event) ([]Event, []Effect, error) { return Lifecycle.Step(task, input) }
+
+// Fold is Lifecycle.Fold.
+func Fold(task Task, e Event) (Task, error) { return Lifecycle.Fold(task, e) }
+
+// FoldAll is Lifecycle.FoldAll.
+func FoldAll(task Task, events ...Event) (Task, error) { return Lifecycle.FoldAll(task, events...) }
+
+// Pending is Lifecycle.Pending.
+func Pending(task Task) []Effect { return Lifecycle.Pending(task) }
+
+// Next is Lifecycle.Next.
+func Next(s State, e Event) (State, error) { return Lifecycle.Next(s, e) }
