@@ -165,15 +165,19 @@ type Event struct {
 	// by the caller (fsm has no clock).
 	Time int64
 
-	Spec     *Spec       // task-created
-	Nonce    string      // spawn-intent
-	Executor *Identity   // executor-up, reattached
-	TaskPID  int         // launched
-	Exit     *ExitStatus // task-exited; executor-reaped when collected
-	Signal   int         // stop-requested
-	Grace    time.Duration
-	Reason   string // config-rejected, spawn-failed, launch-failed, executor-lost, fault, kill-failed
-	Target   State  // executor-reaped: the terminal state reached
+	Spec     *Spec     // task-created
+	Nonce    string    // spawn-intent
+	Executor *Identity // executor-up, reattached
+	TaskPID  int       // launched
+	// TaskStart is the task's start time (clock ticks since boot, from
+	// /proc/PID/stat) so that the task group can be killed by proven
+	// identity even if its executor is gone.
+	TaskStart uint64      // launched
+	Exit      *ExitStatus // task-exited; executor-reaped when collected
+	Signal    int         // stop-requested
+	Grace     time.Duration
+	Reason    string // config-rejected, spawn-failed, launch-failed, executor-lost, fault, kill-failed
+	Target    State  // executor-reaped: the terminal state reached
 }
 
 // Validate checks that the event carries what its type requires.

@@ -20,7 +20,9 @@ type Task struct {
 	Nonce    string    // the spawn nonce, from spawn-intent
 	Executor *Identity // from executor-up (or reattached)
 	TaskPID  int       // from launched
-	Exit     *ExitStatus
+	// TaskStart is the task's start time in clock ticks, from launched.
+	TaskStart uint64
+	Exit      *ExitStatus
 
 	// Target is the terminal state reaping leads to, set by the event that
 	// entered reaping (or went straight to a terminal state).
@@ -115,7 +117,7 @@ func (t *Table) Fold(task Task, e Event) (Task, error) {
 			task.Executor = &id
 		}
 	case EventLaunched:
-		task.TaskPID = e.TaskPID
+		task.TaskPID, task.TaskStart = e.TaskPID, e.TaskStart
 	case EventStopRequested:
 		task.StopSignal, task.StopGrace = e.Signal, e.Grace
 	case EventExecutorReaped:
@@ -189,7 +191,7 @@ func (t *Table) Pending(task Task) []Effect {
 }
 
 func effectFor(typ EffectType, task Task) Effect {
-	e := Effect{Type: typ, Executor: task.Executor, TaskPID: task.TaskPID, Nonce: task.Nonce}
+	e := Effect{Type: typ, Executor: task.Executor, TaskPID: task.TaskPID, TaskStart: task.TaskStart, Nonce: task.Nonce}
 	switch typ {
 	case EffectLaunchTask:
 		e.Spec = task.Spec
