@@ -1,0 +1,303 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+)
+
+func spec() *Spec {
+	return &Spec{Name: "web", Driver: "exec", Command: "/bin/sleep", Args: []string{"10"}, CapAdd: []string{"net_raw"}}
+}
+
+// run steps a task through inputs, folding each step's events, and fails
+// the test on any error.
+func run(t *testing.T, inputs ...Event) (Task, []Event, [][]Effect) {
+	t.Helper()
+	task := Task{ID: "t1"}
+	var log []Event
+	var effs [][]Effect
+	for _, in := range inputs {
+		evs, eff, err := Step(task, in)
+		if err != nil {
+			t.Fatalf("step %s from %s: %v", in.Type, task.State, err)
+		}
+		if task, err = FoldAll(task, evs...); err != nil {
+			t.Fatalf("fold %s: %v", in.Type, err)
+		}
+		log = append(log, evs...)
+		effs = append(effs, eff)
+	}
+	return task, log, effs
+}
+
+var (
+	evCreated  = Event{Type: EventCreated, Spec: spec(), Time: 1}
+	evIntent   = Event{Type: EventSpawnIntent, Nonce: "n1"}
+	evUp       = Event{Type: EventExecutorUp, Executor: &Identity{PID: 10, StartTime: 5, BootID: "b", Nonce: "n1"}}
+	evLIntent  = Event{Type: EventLaunchIntent}
+	evLaunched = Event{Type: EventLaunched, TaskPID: 11, TaskStart: 6}
+	evRunning  = Event{Type: EventRunning}
+)
+
+// The seed (Nomad issue 11958): an error after the executor is up must
+// owe the kill, and the task reaches failed only through executor-reaped.
+func TestStep_SeedFaultAfterExecutorUpOwesKill(t *testing.T) {
+	task, _, effs := run(t, evCreated, evIntent, evUp)
+	evs, eff, err := Step(task, Event{Type: EventFault, Reason: "cap_add: net_raw not allowed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(eff) != 1 || eff[0].Type != EffectKillExecutor || eff[0].Executor == nil || eff[0].Executor.PID != 10 {
+		t.Fatalf("fault after executor-up: effects %+v, want kill-executor of pid 10", eff)
+	}
+	if eff[0].Target != StateFailed {
+		t.Errorf("kill target %s, want failed", eff[0].Target)
+	}
+	if effs[1][0].Type != EffectSpawnExecutor || effs[1][0].Nonce != "n1" {
+		t.Errorf("spawn intent effects %+v, want spawn-executor with nonce n1", effs[1])
+	}
+	task, _ = FoldAll(task, evs...)
+	if task.State != StateReaping {
+		t.Fatalf("state %s, want reaping", task.State)
+	}
+	if _, _, err := Step(task, Event{Type: EventExecutorReaped, Target: StateExited}); !errors.Is(err, ErrIllegalTransition) {
+		t.Errorf("reaped into exited after a fault: %v, want illegal", err)
+	}
+	evs, eff, err = Step(task, Event{Type: EventExecutorReaped, Target: StateFailed})
+	if err != nil || len(eff) != 0 {
+		t.Fatalf("reaped: %v %v", eff, err)
+	}
+	task, _ = FoldAll(task, evs...)
+	if task.State != StateFailed || task.Reason != "cap_add: net_raw not allowed" {
+		t.Errorf("final %s %q", task.State, task.Reason)
+	}
+	if Pending(task) != nil {
+		t.Errorf("a terminal task owes %v", Pending(task))
+	}
+}
+
+func TestStep_StopIsIdempotent(t *testing.T) {
+	task, _, _ := run(t, evCreated, evIntent, evUp, evLIntent, evLaunched, evRunning,
+		Event{Type: EventStopRequested, Signal: 15, Grace: time.Second})
+	if task.State != StateReaping {
+		t.Fatalf("state %s", task.State)
+	}
+	p := Pending(task)
+	if len(p) != 1 || p[0].Signal != 15 || p[0].Grace != time.Second || p[0].Target != StateStopped {
+		t.Fatalf("pending after stop: %+v", p)
+	}
+	evs, eff, err := Step(task, Event{Type: EventStopRequested, Signal: 9})
+	if evs != nil || eff != nil || err != nil {
+		t.Fatalf("second stop: %v %v %v, want nothing", evs, eff, err)
+	}
+}
+
+func TestStep_StopBeforeSpawnNeedsNoKill(t *testing.T) {
+	task, _, effs := run(t, evCreated, Event{Type: EventStopRequested})
+	if task.State != StateStopped || len(effs[1]) != 0 {
+		t.Fatalf("stop of a created task: %s %v", task.State, effs[1])
+	}
+}
+
+func TestFold_RefusesBadEvents(t *testing.T) {
+	task, _, _ := run(t, evCreated, evIntent)
+	cases := map[string]Event{
+		"wrong nonce":     {Type: EventExecutorUp, Executor: &Identity{PID: 3, Nonce: "other"}},
+		"no pid":          {Type: EventExecutorUp, Executor: &Identity{}},
+		"seq gap":         {Type: EventExecutorUp, Seq: 9, Executor: &Identity{PID: 3}},
+		"unknown type":    {Type: EventType(99)},
+		"illegal here":    {Type: EventRunning},
+		"terminal target": {Type: EventExecutorReaped, Target: StateRunning},
+	}
+	for name, ev := range cases {
+		if _, err := Fold(task, ev); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// model is an independent reference for the lifecycle, written as a
+// switch: the state a task is in after each event, and the target.
+type model struct {
+	state, target State
+	nonce         string
+}
+
+func (m *model) apply(e Event) bool {
+	errorTarget := map[EventType]State{EventSpawnFailed: StateFailed, EventLaunchFailed: StateFailed,
+		EventFault: StateFailed, EventExecutorLost: StateLost, EventStopRequested: StateStopped, EventTaskExited: StateExited}
+	enterReaping := func() bool {
+		m.target = errorTarget[e.Type]
+		m.state = StateReaping
+		return true
+	}
+	switch m.state {
+	case StateNone:
+		if e.Type == EventCreated {
+			m.state = StateCreated
+			return true
+		}
+	case StateCreated:
+		switch e.Type {
+		case EventConfigRejected:
+			m.state = StateFailed
+			return true
+		case EventStopRequested:
+			m.state = StateStopped
+			return true
+		case EventSpawnIntent:
+			m.state, m.nonce = StateSpawning, e.Nonce
+			return true
+		}
+	case StateSpawning, StateExecutorUp, StateLaunching, StateLaunched, StateRunning:
+		switch {
+		case e.Type == EventExecutorUp && m.state == StateSpawning:
+			m.state = StateExecutorUp
+			return true
+		case e.Type == EventLaunchIntent && m.state == StateExecutorUp:
+			m.state = StateLaunching
+			return true
+		case e.Type == EventLaunched && m.state == StateLaunching:
+			m.state = StateLaunched
+			return true
+		case e.Type == EventRunning && m.state == StateLaunched:
+			m.state = StateRunning
+			return true
+		case e.Type == EventReattached && (m.state == StateLaunched || m.state == StateRunning):
+			return true
+		case e.Type == EventSpawnFailed && m.state == StateSpawning,
+			e.Type == EventLaunchFailed && m.state == StateLaunching,
+			e.Type == EventTaskExited && (m.state == StateLaunched || m.state == StateRunning),
+			e.Type == EventFault, e.Type == EventExecutorLost, e.Type == EventStopRequested:
+			return enterReaping()
+		}
+	case StateReaping:
+		switch {
+		case e.Type == EventKillFailed:
+			return true
+		case e.Type == EventExecutorReaped && e.Target == m.target:
+			m.state = m.target
+			return true
+		}
+	}
+	return false
+}
+
+func drawEvent(t *rapid.T, target State) Event {
+	typ := EventType(rapid.IntRange(int(EventCreated), int(numEventTypes)-1).Draw(t, "type"))
+	e := Event{Type: typ, Time: rapid.Int64Range(0, 1<<40).Draw(t, "time")}
+	switch typ {
+	case EventCreated:
+		e.Spec = spec()
+	case EventSpawnIntent:
+		e.Nonce = rapid.StringMatching(`[a-f0-9]{8}`).Draw(t, "nonce")
+	case EventExecutorUp, EventReattached:
+		e.Executor = &Identity{PID: rapid.IntRange(1, 1<<22).Draw(t, "pid"), StartTime: rapid.Uint64().Draw(t, "start")}
+	case EventLaunched:
+		e.TaskPID = rapid.IntRange(1, 1<<22).Draw(t, "taskpid")
+	case EventTaskExited:
+		e.Exit = &ExitStatus{Code: rapid.IntRange(0, 255).Draw(t, "code")}
+	case EventExecutorReaped:
+		if rapid.Bool().Draw(t, "right target") && target != StateNone {
+			e.Target = target
+		} else {
+			e.Target = rapid.SampledFrom([]State{StateFailed, StateExited, StateStopped, StateLost}).Draw(t, "target")
+		}
+	case EventStopRequested:
+		e.Signal = rapid.IntRange(0, 31).Draw(t, "sig")
+	}
+	if rapid.Bool().Draw(t, "reason") {
+		e.Reason = rapid.String().Draw(t, "why")
+	}
+	return e
+}
+
+// TestFold_EqualsLiveState drives random inputs through Step (the live
+// path: legal inputs are kept, illegal ones refused), checks every verdict
+// against the independent model, and then checks that folding the kept log
+// from scratch yields exactly the live task (invariant 5).
+func TestFold_EqualsLiveState(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		live := Task{ID: "p"}
+		m := &model{}
+		var log []Event
+		for range rapid.IntRange(1, 60).Draw(t, "steps") {
+			in := drawEvent(t, m.target)
+			before := *m
+			legal := m.apply(in)
+			if in.Type == EventExecutorUp && in.Executor.Nonce == "" {
+				in.Executor.Nonce = m.nonce
+			}
+			evs, effs, err := Step(live, in)
+			idempotentStop := in.Type == EventStopRequested && (before.state == StateReaping || before.state.Terminal())
+			switch {
+			case idempotentStop:
+				*m = before
+				if evs != nil || err != nil {
+					t.Fatalf("stop in %s: %v %v", before.state, evs, err)
+				}
+				continue
+			case legal && err != nil:
+				t.Fatalf("model allows %s from %s, Step refused: %v", in.Type, before.state, err)
+			case !legal && err == nil:
+				t.Fatalf("model refuses %s from %s, Step allowed it", in.Type, before.state)
+			case !legal:
+				continue
+			}
+			if live, err = FoldAll(live, evs...); err != nil {
+				t.Fatal(err)
+			}
+			if live.State != m.state {
+				t.Fatalf("after %s: live %s, model %s", in.Type, live.State, m.state)
+			}
+			for _, f := range effs {
+				if m.state == StateReaping && f.Type != EffectKillExecutor {
+					t.Fatalf("entering reaping owes %s", f.Type)
+				}
+			}
+			if m.state == StateReaping && (len(effs) != 1 || effs[0].Type != EffectKillExecutor) {
+				t.Fatalf("%s into reaping: effects %v, want kill-executor", in.Type, effs)
+			}
+			log = append(log, evs...)
+		}
+		replayed, err := FoldAll(Task{ID: "p"}, log...)
+		if err != nil {
+			t.Fatalf("replay: %v", err)
+		}
+		if !reflect.DeepEqual(replayed, live) {
+			t.Fatalf("replay differs from the live task:\nreplay %+v\nlive   %+v", replayed, live)
+		}
+		if !reflect.DeepEqual(Pending(replayed), Pending(live)) {
+			t.Fatal("pending effects differ after replay")
+		}
+	})
+}
+
+func ExampleTable_Step() {
+	task := Task{ID: "web"}
+	for _, in := range []Event{
+		{Type: EventCreated, Spec: &Spec{Driver: "exec", Command: "/bin/ping", CapAdd: []string{"net_raw"}}},
+		{Type: EventSpawnIntent, Nonce: "4f1c"},
+		{Type: EventExecutorUp, Executor: &Identity{PID: 4242, Nonce: "4f1c"}},
+		{Type: EventFault, Reason: "cap_add net_raw is not allowed"},
+	} {
+		events, effects, err := Lifecycle.Step(task, in)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		// A real caller appends events to the store here, before anything else.
+		task, _ = Lifecycle.FoldAll(task, events...)
+		fmt.Println(task.State, effects)
+	}
+	// Output:
+	// created []
+	// spawning [spawn-executor]
+	// executor-up []
+	// reaping [kill-executor]
+}
