@@ -76,7 +76,7 @@ func TestNewTable_RefusesBypassingReaping(t *testing.T) {
 
 func TestNewTable_RefusesMalformed(t *testing.T) {
 	cases := map[string]Edge{
-		"edge out of a terminal":         {StateExited, EventFault, StateReaping, kill},
+		"edge out of a terminal":          {StateExited, EventFault, StateReaping, kill},
 		"second destination for an event": {StateCreated, EventSpawnIntent, StateFailed, nil},
 		"unknown state":                   {State(200), EventFault, StateReaping, kill},
 		"different effects into a state":  {StateExecutorUp, EventReattached, StateLaunching, nil},
