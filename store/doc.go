@@ -1,1 +1,56 @@
+// Package store is tether's durable event log: one bbolt file holding every
+// task's events, an index of live tasks, and a schema version.
+//
+// # Layout
+//
+// The file has three top-level buckets:
+//
+//   - meta: "schema" holds the schema version (4 bytes, big endian).
+//   - tasks: one bucket per task id. Its records are keyed by their 8-byte
+//     big-endian sequence number (1..n); its head (version, state, reaping
+//     target, spawn nonce, checksummed) sits under a key that sorts after
+//     them, so Append checks the expected version and folds new events
+//     without reading the log.
+//   - live: the ids of tasks not in a terminal state, so recovery reads
+//     only what is live.
+//
+// Records are a compact binary form (see record.go) with a header carrying
+// the record schema version, the event type and a CRC32C of the record. A
+// damaged record is reported as a *CorruptError naming its task and
+// sequence number (errors.Is(err, ErrCorrupt)); a record from a newer
+// tether as a *VersionError. Nothing is skipped silently and nothing
+// panics: a bbolt panic on a damaged file becomes an ErrCorrupt error naming
+// the file.
+//
+// # Writing
+//
+// Append is optimistic: the caller passes the version it folded from, and a
+// concurrent writer that got there first makes it fail with a
+// *ConflictError. Each event is checked against fsm.Lifecycle before it is
+// written, so every log on disk is a legal walk through the table
+// (invariant 8), which Check verifies offline.
+//
+// Appends are group-committed by one committer goroutine: a lone writer
+// commits at once, and writers that arrive while a commit is syncing share
+// the next commit and its fsync. Append returns only once its events are
+// on disk (invariant 7: an acknowledged append survives a crash).
+//
+// # Usage
+//
+//	s, err := store.Open(path, store.Options{Logger: logger})
+//	if err != nil { ... }           // ErrLocked: another tether holds it
+//	defer s.Close()
+//
+//	t, _ := s.LoadTask(ctx, id)     // or fsm.Task{ID: id} for a new task
+//	evs, effs, err := fsm.Step(t, input)
+//	v, err := s.Append(ctx, id, t.Version, evs...)
+//	// errors.Is(err, store.ErrConflict): reload and retry
+//	// now, and only now, perform effs.
+//
+// Recovery walks the live tasks:
+//
+//	err := s.Live(ctx, func(id string) error {
+//		t, err := s.LoadTask(ctx, id)
+//		...
+//	})
 package store

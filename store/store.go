@@ -1,0 +1,511 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/tether-fsm/tether/fsm"
+)
+
+// Log is the event log the driver uses. Store is its bbolt implementation;
+// the interface is small so that a distributed backend can be added later
+// without touching fsm or driver.
+type Log interface {
+	// Append appends events to task's log if its version is expected (0 for
+	// a new task, whose first event must be task-created) and returns the
+	// new version. It returns only once the events are durable.
+	Append(ctx context.Context, task string, expected uint64, events ...fsm.Event) (uint64, error)
+	// Load returns task's events in order.
+	Load(ctx context.Context, task string) ([]fsm.Event, error)
+	// LoadTask returns the fold of task's events, with ID set.
+	LoadTask(ctx context.Context, task string) (fsm.Task, error)
+	// Live calls fn with the id of every non-terminal task, in order.
+	Live(ctx context.Context, fn func(task string) error) error
+	// All calls fn with the id of every task, in order.
+	All(ctx context.Context, fn func(task string) error) error
+	// Close drains pending appends and closes the log.
+	Close() error
+}
+
+var _ Log = (*Store)(nil)
+
+// schemaVersion is the layout of buckets described in doc.go.
+const schemaVersion = 1
+
+// maxTaskID bounds task ids (bbolt allows keys up to 32 KiB).
+const maxTaskID = 1024
+
+var (
+	bucketMeta  = []byte("meta")
+	bucketTasks = []byte("tasks")
+	bucketLive  = []byte("live")
+	keySchema   = []byte("schema")
+	liveMark    = []byte{1}
+)
+
+// Options configure Open and Compact.
+type Options struct {
+	// NoSync skips fsync on commit. Tests only: an acknowledged append may
+	// then be lost by a machine crash.
+	NoSync bool
+	// LockTimeout is how long Open waits for another process to release
+	// the file lock before returning ErrLocked. 0 means 1s.
+	LockTimeout time.Duration
+	// Logger receives the store's logs; nil means none.
+	Logger hclog.Logger
+	// ReadOnly opens the file with a shared lock; Append and Remove fail.
+	ReadOnly bool
+}
+
+func (o Options) withDefaults() Options {
+	if o.LockTimeout <= 0 {
+		o.LockTimeout = time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+	return o
+}
+
+// Store is a task event log in a bbolt file. It is safe for concurrent
+// use; appends from many goroutines share commits and fsyncs.
+type Store struct {
+	db       *bolt.DB
+	path     string
+	log      hclog.Logger
+	readOnly bool
+
+	// mu is held shared by every operation that uses db or sends to reqs,
+	// and exclusively by Close, so that Close waits for them.
+	mu     sync.RWMutex
+	closed bool
+
+	reqs chan *request // to the committer
+	quit chan struct{} // closed by Close: drain and stop
+	done chan struct{} // closed by the committer when it has stopped
+
+	// broken is set after bbolt panicked in a write transaction: the file
+	// is damaged and no further writes are attempted.
+	broken atomic.Pointer[error]
+}
+
+// Open opens (creating if needed) the store at path. The parent directory
+// is created 0700 and the file 0600. A file locked by another process gives
+// ErrLocked after opts.LockTimeout; a file that is not a tether store, or is
+// truncated or damaged, gives ErrNotStore naming the path.
+func Open(path string, opts Options) (*Store, error) {
+	opts = opts.withDefaults()
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	if !opts.ReadOnly {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, fmt.Errorf("store: create directory for %s: %w", path, err)
+		}
+	} else if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("store: open %s read-only: %w", path, err)
+	}
+	db, err := openBolt(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := prepare(db, path, opts.ReadOnly); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	s := &Store{db: db, path: path, log: opts.Logger.With("path", path), readOnly: opts.ReadOnly}
+	if !opts.ReadOnly {
+		s.reqs = make(chan *request, maxBatch)
+		s.quit = make(chan struct{})
+		s.done = make(chan struct{})
+		go s.run()
+	}
+	s.log.Debug("store opened", "read_only", opts.ReadOnly)
+	return s, nil
+}
+
+// openBolt opens the bbolt file and turns its failures into the store's
+// errors: a lock timeout into ErrLocked, a damaged file into ErrNotStore.
+func openBolt(path string, opts Options) (db *bolt.DB, err error) {
+	if st, statErr := os.Stat(path); statErr == nil && st.Size() > 0 && st.Size() < 2*int64(os.Getpagesize()) {
+		return nil, notStore(path, fmt.Errorf("file is only %d bytes", st.Size()))
+	}
+	old := debug.SetPanicOnFault(true)
+	defer debug.SetPanicOnFault(old)
+	defer func() {
+		if r := recover(); r != nil {
+			db, err = nil, notStore(path, fmt.Errorf("bbolt panicked: %v", r))
+		}
+	}()
+	db, err = bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:  opts.LockTimeout,
+		ReadOnly: opts.ReadOnly,
+		NoSync:   opts.NoSync,
+	})
+	switch {
+	case err == nil:
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, fmt.Errorf("%w: %s: another tether process holds it (gave up after %s)", ErrLocked, path, opts.LockTimeout)
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum),
+		errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrInvalidMapping):
+		return nil, notStore(path, err)
+	default:
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	// A file cut short still has valid meta pages that point past its end.
+	st, err := os.Stat(path)
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	if err := viewSafe(db, path, func(tx *bolt.Tx) error {
+		if tx.Size() > st.Size() {
+			return notStore(path, fmt.Errorf("truncated: %d bytes, its header says %d", st.Size(), tx.Size()))
+		}
+		return nil
+	}); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+func notStore(path string, cause error) error {
+	return fmt.Errorf("%w: %s (%w): move it aside and start afresh, or run `tether check` on it to see what is wrong",
+		ErrNotStore, path, cause)
+}
+
+// prepare checks the schema version of an existing store, or lays out a new
+// one.
+func prepare(db *bolt.DB, path string, readOnly bool) error {
+	empty := false
+	err := viewSafe(db, path, func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if meta == nil {
+			k, _ := tx.Cursor().First()
+			if k != nil {
+				return notStore(path, errors.New("no tether meta bucket"))
+			}
+			empty = true
+			return nil
+		}
+		v := meta.Get(keySchema)
+		if len(v) != 4 {
+			return notStore(path, errors.New("no schema version"))
+		}
+		if ver := binary.BigEndian.Uint32(v); ver != schemaVersion {
+			return &SchemaError{Path: path, Found: ver, Known: schemaVersion}
+		}
+		if tx.Bucket(bucketTasks) == nil || tx.Bucket(bucketLive) == nil {
+			return notStore(path, errors.New("missing tasks or live bucket"))
+		}
+		return nil
+	})
+	if err != nil || !empty {
+		return err
+	}
+	if readOnly {
+		return notStore(path, errors.New("empty file opened read-only"))
+	}
+	return updateSafe(db, path, func(tx *bolt.Tx) error {
+		meta, err := tx.CreateBucket(bucketMeta)
+		if err != nil {
+			return err
+		}
+		if err := meta.Put(keySchema, binary.BigEndian.AppendUint32(nil, schemaVersion)); err != nil {
+			return err
+		}
+		if _, err := tx.CreateBucket(bucketTasks); err != nil {
+			return err
+		}
+		_, err = tx.CreateBucket(bucketLive)
+		return err
+	})
+}
+
+// Path returns the absolute path of the store's file.
+func (s *Store) Path() string { return s.path }
+
+// Close waits for queued appends to commit, stops the committer and closes
+// the file. Operations after Close return ErrClosed. Close is idempotent.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	if s.quit != nil {
+		close(s.quit)
+		<-s.done
+	}
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("store: close %s: %w", s.path, err)
+	}
+	s.log.Debug("store closed")
+	return nil
+}
+
+// view runs fn in a read transaction, guarded against Close and bbolt
+// panics.
+func (s *Store) view(fn func(tx *bolt.Tx) error) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	return viewSafe(s.db, s.path, fn)
+}
+
+// viewSafe runs fn in a read transaction. A bbolt panic (or a memory fault
+// on a file cut short under it) becomes an ErrCorrupt error naming path.
+func viewSafe(db *bolt.DB, path string, fn func(tx *bolt.Tx) error) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer debug.SetPanicOnFault(old)
+	tx, err := db.Begin(false)
+	if err != nil {
+		return fmt.Errorf("store: read %s: %w", path, err)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = panicked(path, r)
+		}
+		rollback(tx)
+	}()
+	return fn(tx)
+}
+
+// updateSafe runs fn in a write transaction and commits it (with an fsync
+// unless NoSync). Errors from fn pass through; a failed commit wraps
+// ErrWrite; a bbolt panic becomes an ErrCorrupt error naming path.
+func updateSafe(db *bolt.DB, path string, fn func(tx *bolt.Tx) error) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer debug.SetPanicOnFault(old)
+	tx, err := db.Begin(true)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrWrite, path, err)
+	}
+	committed := false
+	defer func() {
+		if r := recover(); r != nil {
+			err = panicked(path, r)
+		}
+		if !committed {
+			rollback(tx)
+		}
+	}()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	committed = true // Commit releases the transaction even when it fails.
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrWrite, path, err)
+	}
+	return nil
+}
+
+// panicError marks an error made from a bbolt panic.
+type panicError struct{ error }
+
+func (e panicError) Unwrap() error { return e.error }
+
+func panicked(path string, r any) error {
+	return panicError{fmt.Errorf("%w: %s: bbolt panicked (%v): the file is damaged; stop, move it aside or run `tether check` on it",
+		ErrCorrupt, path, r)}
+}
+
+func rollback(tx *bolt.Tx) {
+	defer func() { _ = recover() }() // a damaged file can make even a rollback panic
+	_ = tx.Rollback()
+}
+
+func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), seq) }
+
+func checkTaskID(task string) error {
+	if task == "" || len(task) > maxTaskID {
+		return fmt.Errorf("%w: %q (want 1 to %d bytes)", ErrTaskID, task, maxTaskID)
+	}
+	return nil
+}
+
+// Load returns task's events in order. A damaged record gives a
+// *CorruptError naming the task and seq; a record from a newer tether a
+// *VersionError; an unknown task ErrUnknownTask.
+func (s *Store) Load(ctx context.Context, task string) ([]fsm.Event, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var out []fsm.Event
+	err := s.view(func(tx *bolt.Tx) error {
+		out = out[:0]
+		_, err := scanTask(tx, task, func(e *fsm.Event) error {
+			out = append(out, *e)
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// LoadTask returns the fold of task's events (fsm.Task.ID set). A log that
+// is not a legal walk gives a *CorruptError.
+func (s *Store) LoadTask(ctx context.Context, task string) (fsm.Task, error) {
+	if err := ctx.Err(); err != nil {
+		return fsm.Task{}, err
+	}
+	var t fsm.Task
+	err := s.view(func(tx *bolt.Tx) error {
+		var err error
+		t, err = foldTask(tx, task)
+		return err
+	})
+	return t, err
+}
+
+func foldTask(tx *bolt.Tx, task string) (fsm.Task, error) {
+	t := fsm.Task{ID: task}
+	h, err := scanTask(tx, task, func(e *fsm.Event) error {
+		var err error
+		if t, err = fsm.Lifecycle.Fold(t, *e); err != nil {
+			return &CorruptError{Task: task, Seq: e.Seq, Reason: "not a legal walk", Err: err}
+		}
+		return nil
+	})
+	if err != nil {
+		return fsm.Task{}, err
+	}
+	if h.state != t.State {
+		return fsm.Task{}, &CorruptError{Task: task, Reason: fmt.Sprintf("head says state %s, the log folds to %s", h.state, t.State)}
+	}
+	return t, nil
+}
+
+// scanTask decodes task's records in order into one reused event and
+// calls fn with each. It checks each record's checksum, version, key and
+// the contiguity of sequence numbers, and that the log ends where the
+// task's head says it does.
+func scanTask(tx *bolt.Tx, task string, fn func(e *fsm.Event) error) (head, error) {
+	b, h, err := taskBucket(tx, task)
+	if err != nil {
+		return h, err
+	}
+	var e fsm.Event
+	want := uint64(1)
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if len(k) != 8 {
+			if string(k) == string(headKey) {
+				continue
+			}
+			return h, &CorruptError{Task: task, Seq: want, Reason: fmt.Sprintf("stray key %x", k)}
+		}
+		if got := binary.BigEndian.Uint64(k); got != want {
+			return h, &CorruptError{Task: task, Seq: want, Reason: fmt.Sprintf("missing record (next key is seq %d)", got)}
+		}
+		if err := decodeAt(task, want, v, &e); err != nil {
+			return h, err
+		}
+		if err := fn(&e); err != nil {
+			return h, err
+		}
+		want++
+	}
+	if want-1 != h.version {
+		return h, &CorruptError{Task: task, Seq: want, Reason: fmt.Sprintf("log ends at seq %d, head says %d", want-1, h.version)}
+	}
+	return h, nil
+}
+
+// decodeAt decodes the record stored under seq, naming task and seq in any
+// error.
+func decodeAt(task string, seq uint64, v []byte, e *fsm.Event) error {
+	got, derr := decodeRecord(v, e)
+	switch {
+	case derr == nil:
+	case derr.version != 0:
+		return &VersionError{Task: task, Seq: seq, Version: derr.version, Known: recordVersion}
+	default:
+		return &CorruptError{Task: task, Seq: seq, Reason: derr.reason}
+	}
+	if got != seq {
+		return &CorruptError{Task: task, Seq: seq, Reason: fmt.Sprintf("record says seq %d", got)}
+	}
+	e.Seq = seq
+	return nil
+}
+
+// taskBucket returns task's bucket and decoded head.
+func taskBucket(tx *bolt.Tx, task string) (*bolt.Bucket, head, error) {
+	tasks := tx.Bucket(bucketTasks)
+	if tasks == nil {
+		return nil, head{}, &CorruptError{Task: task, Reason: "no tasks bucket"}
+	}
+	b := tasks.Bucket([]byte(task))
+	if b == nil {
+		return nil, head{}, fmt.Errorf("%w: %q", ErrUnknownTask, task)
+	}
+	v := b.Get(headKey)
+	if v == nil {
+		return nil, head{}, &CorruptError{Task: task, Reason: "missing head"}
+	}
+	h, err := decodeHead(task, v)
+	return b, h, err
+}
+
+// Live calls fn with the id of every task not in a terminal state, in
+// order. It reads the live index only. fn runs outside any transaction, so
+// it may append.
+func (s *Store) Live(ctx context.Context, fn func(task string) error) error {
+	return s.each(ctx, bucketLive, fn)
+}
+
+// All calls fn with the id of every task, in order. fn runs outside any
+// transaction.
+func (s *Store) All(ctx context.Context, fn func(task string) error) error {
+	return s.each(ctx, bucketTasks, fn)
+}
+
+func (s *Store) each(ctx context.Context, bucket []byte, fn func(string) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var ids []string
+	err := s.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucket)
+		if b == nil {
+			return fmt.Errorf("%w: %s: no %s bucket", ErrCorrupt, s.path, bucket)
+		}
+		return b.ForEach(func(k, _ []byte) error {
+			ids = append(ids, string(k))
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := fn(id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
