@@ -1,0 +1,152 @@
+package driver
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/tether-fsm/tether/fsm"
+)
+
+// Crash points are named places where a test (or a user, through
+// TETHER_CRASHPOINT) can kill the driver's process: just before and just
+// after every durable append, per event type, and just before and just
+// after every effect, per effect type. They are registered here, in one
+// place, and cost one nil check when disabled.
+const (
+	crashBeforeAppend = "before-append:"
+	crashAfterAppend  = "after-append:"
+	crashBeforeEffect = "before-effect:"
+	crashAfterEffect  = "after-effect:"
+)
+
+// CrashPoints lists every crash point name, sorted by lifecycle order.
+func CrashPoints() []string {
+	var out []string
+	for _, e := range fsm.EventTypes() {
+		out = append(out, crashBeforeAppend+e.String(), crashAfterAppend+e.String())
+	}
+	for _, e := range []fsm.EffectType{fsm.EffectSpawnExecutor, fsm.EffectLaunchTask, fsm.EffectAttach, fsm.EffectKillExecutor} {
+		out = append(out, crashBeforeEffect+e.String(), crashAfterEffect+e.String())
+	}
+	return out
+}
+
+// FaultPoints lists the operations a fault can be injected into: every
+// effect, and the append of every event type.
+func FaultPoints() []string {
+	var out []string
+	for _, e := range []fsm.EffectType{fsm.EffectSpawnExecutor, fsm.EffectLaunchTask, fsm.EffectAttach, fsm.EffectKillExecutor} {
+		out = append(out, "effect:"+e.String())
+	}
+	for _, e := range fsm.EventTypes() {
+		out = append(out, "append:"+e.String())
+	}
+	return out
+}
+
+// Hooks let tests crash the driver or inject faults at named points. The
+// zero value disables both.
+type Hooks struct {
+	// Crash is called at every crash point with its name. A real-process
+	// test's Crash SIGKILLs the process (see HooksFromEnv); a simulation's
+	// may panic with a sentinel that its harness recovers.
+	Crash func(point string)
+	// Fault is called before every effect ("effect:<effect>") and every
+	// append ("append:<event>"); a non-nil error becomes that operation's
+	// failure.
+	Fault func(point string) error
+}
+
+func (h Hooks) crash(point string) {
+	if h.Crash != nil {
+		h.Crash(point)
+	}
+}
+
+func (h Hooks) fault(point string) error {
+	if h.Fault != nil {
+		if err := h.Fault(point); err != nil {
+			return fmt.Errorf("%w at %s: %w", ErrInjected, point, err)
+		}
+	}
+	return nil
+}
+
+// The environment variables read by HooksFromEnv.
+const (
+	EnvCrashPoint = "TETHER_CRASHPOINT" // <point> or <point>:<n>: SIGKILL self at its n-th hit (default 1st)
+	EnvFault      = "TETHER_FAULT"      // <point> or <point>:<n>: fail that operation at its n-th hit
+)
+
+// HooksFromEnv builds hooks from TETHER_CRASHPOINT and TETHER_FAULT. An
+// unknown point name is an error, so a typo cannot silently disable a test.
+func HooksFromEnv() (Hooks, error) {
+	var h Hooks
+	if v := os.Getenv(EnvCrashPoint); v != "" {
+		name, n, err := parsePoint(v, CrashPoints())
+		if err != nil {
+			return h, fmt.Errorf("%s: %w", EnvCrashPoint, err)
+		}
+		c := &counter{name: name, n: n}
+		h.Crash = func(point string) {
+			if c.hit(point) {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {} // SIGKILL is not deliverable late; never go on
+			}
+		}
+	}
+	if v := os.Getenv(EnvFault); v != "" {
+		name, n, err := parsePoint(v, FaultPoints())
+		if err != nil {
+			return h, fmt.Errorf("%s: %w", EnvFault, err)
+		}
+		c := &counter{name: name, n: n}
+		h.Fault = func(point string) error {
+			if c.hit(point) {
+				return fmt.Errorf("%s=%s", EnvFault, v)
+			}
+			return nil
+		}
+	}
+	return h, nil
+}
+
+func parsePoint(v string, known []string) (string, int, error) {
+	// Point names contain a colon themselves: a count, if any, follows the last one.
+	name, n := v, 1
+	if i := strings.LastIndex(v, ":"); i >= 0 {
+		if c, err := strconv.Atoi(v[i+1:]); err == nil {
+			if c < 1 {
+				return "", 0, fmt.Errorf("bad hit count in %q: want <point>:<n> with n >= 1", v)
+			}
+			name, n = v[:i], c
+		}
+	}
+	for _, k := range known {
+		if k == name {
+			return name, n, nil
+		}
+	}
+	return "", 0, fmt.Errorf("unknown point %q (tether debug crashpoints lists them)", name)
+}
+
+type counter struct {
+	mu   sync.Mutex
+	name string
+	n    int
+	hits int
+}
+
+func (c *counter) hit(point string) bool {
+	if point != c.name {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.hits++
+	return c.hits == c.n
+}

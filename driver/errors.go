@@ -1,0 +1,63 @@
+package driver
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/tether-fsm/tether/fsm"
+)
+
+// Errors of task lookup and validation.
+var (
+	// ErrUnknownTask: no task with this id exists in the store.
+	ErrUnknownTask = errors.New("driver: unknown task")
+	// ErrTaskExists: StartTask was given an id that is already used.
+	ErrTaskExists = errors.New("driver: task id already exists")
+	// ErrInvalidTaskID: the id is empty, too long, or could escape the
+	// state directory.
+	ErrInvalidTaskID = errors.New("driver: invalid task id")
+	// ErrInvalidSpec: the task's spec was refused before anything was
+	// spawned (no command, unknown driver mode, disallowed capability).
+	ErrInvalidSpec = errors.New("driver: invalid task spec")
+)
+
+// Errors of the task lifecycle.
+var (
+	// ErrStartFailed: the task did not reach running; its executor was
+	// reaped. The *TaskError carries the reason.
+	ErrStartFailed = errors.New("driver: task failed to start")
+	// ErrNotRunning: the operation needs a running task.
+	ErrNotRunning = errors.New("driver: task is not running")
+	// ErrClosed: the driver was closed.
+	ErrClosed = errors.New("driver: closed")
+	// ErrInjected is the error returned by an injected fault (tests, and
+	// TETHER_FAULT in real-process tests).
+	ErrInjected = errors.New("driver: injected fault")
+)
+
+// Errors of the process world, returned by Executors implementations.
+var (
+	// ErrNotOurs: a process exists at the recorded pid but its identity
+	// (start time, boot id, nonce) is not the recorded one. Nothing was
+	// signalled.
+	ErrNotOurs = errors.New("driver: process identity does not match; not signalled")
+	// ErrGone: the executor recorded for the task no longer exists.
+	ErrGone = errors.New("driver: executor is gone")
+)
+
+// TaskError is an error about one task, carrying its id and, where it came
+// from the log, the state it was in.
+type TaskError struct {
+	Task  string
+	State fsm.State
+	Err   error
+}
+
+func (e *TaskError) Error() string {
+	if e.State != fsm.StateNone {
+		return fmt.Sprintf("task %q (%s): %v", e.Task, e.State, e.Err)
+	}
+	return fmt.Sprintf("task %q: %v", e.Task, e.Err)
+}
+
+func (e *TaskError) Unwrap() error { return e.Err }

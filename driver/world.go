@@ -1,0 +1,72 @@
+package driver
+
+import (
+	"context"
+	"syscall"
+	"time"
+
+	"github.com/tether-fsm/tether/fsm"
+)
+
+// Executors is the process world the driver acts on: the real one spawns
+// executor processes (see Real), proptest's simulates them. Every method is
+// keyed so that it is safe to repeat after a crash: spawn by nonce, kill by
+// proven identity.
+type Executors interface {
+	// Spawn starts an executor for task with nonce and returns a connected
+	// handle once it has answered. On error nothing with that nonce is left
+	// alive.
+	Spawn(ctx context.Context, task, nonce string) (Executor, error)
+	// Reattach connects to the task's running executor after proving its
+	// identity. ErrNotOurs or ErrGone when it cannot be proven.
+	Reattach(ctx context.Context, task string, id fsm.Identity) (Executor, error)
+	// FindByNonce looks for a live executor spawned with nonce.
+	FindByNonce(ctx context.Context, task, nonce string) (fsm.Identity, bool, error)
+	// Kill kills the executor with this identity and waits until it is dead.
+	// Already dead: nil. The pid belongs to a stranger: ErrNotOurs, nothing
+	// signalled.
+	Kill(ctx context.Context, task string, id fsm.Identity) error
+	// KillGroup kills the task's process group led by pid (started at
+	// start) and confirms no member is left. Leader gone and no member
+	// left: nil.
+	KillGroup(ctx context.Context, task string, pid int, start uint64) error
+	// Alive reports whether the executor with this identity is alive (a
+	// pid that now belongs to a stranger is not).
+	Alive(ctx context.Context, task string, id fsm.Identity) (bool, error)
+	// ExitStatus returns the exit status the executor left on disk.
+	ExitStatus(ctx context.Context, task string) (fsm.ExitStatus, bool, error)
+	// LaunchRecord returns the task pid and start time the executor
+	// recorded on disk when it launched, if it did.
+	LaunchRecord(ctx context.Context, task string) (pid int, start uint64, ok bool, err error)
+}
+
+// Executor is a connection to one live executor.
+type Executor interface {
+	Identity() fsm.Identity
+	// Launch starts the task; idempotent (a second call returns the same
+	// pid).
+	Launch(ctx context.Context, spec fsm.Spec, allowedCaps []string) (pid int, start uint64, err error)
+	// Status asks the executor about its task.
+	Status(ctx context.Context) (Status, error)
+	// Wait blocks until the task has exited and its group is gone.
+	Wait(ctx context.Context) (fsm.ExitStatus, error)
+	// Signal sends sig to the task's process group.
+	Signal(ctx context.Context, sig syscall.Signal) error
+	// Stop sends sig, waits grace, SIGKILLs the group and confirms it gone.
+	Stop(ctx context.Context, sig syscall.Signal, grace time.Duration) (fsm.ExitStatus, error)
+	// Shutdown makes the executor kill what is left and exit; returns once
+	// it is dead.
+	Shutdown(ctx context.Context) error
+	// Close drops the connection without stopping anything (after launch
+	// the executor outlives it).
+	Close() error
+}
+
+// Status is what an executor says about its task.
+type Status struct {
+	Launched bool
+	PID      int
+	Start    uint64
+	Exited   bool
+	Exit     fsm.ExitStatus
+}
