@@ -1,10 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	bolt "go.etcd.io/bbolt"
@@ -58,12 +60,16 @@ func (r Report) String() string {
 // (invariant 8) ending in the state its head records; that the live index
 // is exactly the set of non-terminal tasks; and bbolt's own page
 // consistency (tx.Check). Every problem is listed in the Report, with its
-// task and seq. The error is for a check that could not run (store closed,
+// task and seq, ordered by task then seq (problems of the whole file
+// first). The error is for a check that could not run (store closed,
 // context cancelled, file too damaged to walk).
 func (s *Store) Check(ctx context.Context) (Report, error) {
 	r := Report{Path: s.path}
 	err := s.view(func(tx *bolt.Tx) error {
 		return checkTx(ctx, tx, s.path, &r)
+	})
+	slices.SortStableFunc(r.Problems, func(a, b Problem) int {
+		return cmp.Or(cmp.Compare(a.Task, b.Task), cmp.Compare(a.Seq, b.Seq))
 	})
 	return r, err
 }

@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -142,10 +143,21 @@ func openBolt(path string, opts Options) (db *bolt.DB, err error) {
 	if st, statErr := os.Stat(path); statErr == nil && st.Size() > 0 && st.Size() < 2*int64(os.Getpagesize()) {
 		return nil, notStore(path, fmt.Errorf("file is only %d bytes", st.Size()))
 	}
+	// bbolt may panic (or fault on a page past the end of a file cut short)
+	// while opening a damaged file; it then never returns its DB, so keep
+	// the file to unlock and close it. (Its mapping is leaked: bbolt gives
+	// no way to unmap it.)
+	var file *os.File
 	old := debug.SetPanicOnFault(true)
 	defer debug.SetPanicOnFault(old)
 	defer func() {
 		if r := recover(); r != nil {
+			if file != nil {
+				// The leaked mapping keeps the open file alive, so unlock
+				// explicitly rather than trusting Close to.
+				_ = syscall.Flock(int(file.Fd()), syscall.LOCK_UN)
+				_ = file.Close()
+			}
 			db, err = nil, notStore(path, fmt.Errorf("bbolt panicked: %v", r))
 		}
 	}()
@@ -153,6 +165,11 @@ func openBolt(path string, opts Options) (db *bolt.DB, err error) {
 		Timeout:  opts.LockTimeout,
 		ReadOnly: opts.ReadOnly,
 		NoSync:   opts.NoSync,
+		OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
+			f, err := os.OpenFile(name, flag, mode)
+			file = f
+			return f, err
+		},
 	})
 	switch {
 	case err == nil:
