@@ -1,0 +1,15 @@
+//go:build withexec
+
+package main
+
+import "github.com/tether-fsm/tether/executor"
+
+// serveExecutor runs the binary in executor mode: the driver re-executes
+// tether as `tether executor ...`.
+func serveExecutor(args []string) int { return executor.Serve(args) }
+
+// The executor's launch errors, matched to pick run's exit code.
+var (
+	errCommandNotFound = executor.ErrCommandNotFound
+	errNotExecutable   = executor.ErrNotExecutable
+)

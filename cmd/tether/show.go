@@ -1,0 +1,410 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tether-fsm/tether/driver"
+	"github.com/tether-fsm/tether/fsm"
+)
+
+// taskJSON is a task as status --json prints it.
+type taskJSON struct {
+	ID            string    `json:"id"`
+	Name          string    `json:"name"`
+	State         string    `json:"state"`
+	Driver        string    `json:"driver,omitempty"`
+	Command       []string  `json:"command,omitempty"`
+	PID           int       `json:"pid"`
+	ExecutorPID   int       `json:"executor_pid"`
+	ExecutorAlive bool      `json:"executor_alive"`
+	ExitCode      *int      `json:"exit_code"`
+	ExitSignal    *int      `json:"exit_signal,omitempty"`
+	CreatedAt     time.Time `json:"created_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
+	Reason        string    `json:"reason,omitempty"`
+}
+
+func toJSON(info driver.TaskInfo) taskJSON {
+	j := taskJSON{
+		ID:            info.ID,
+		State:         info.State.String(),
+		PID:           info.TaskPID,
+		ExecutorAlive: info.ExecutorAlive,
+		CreatedAt:     time.Unix(0, info.CreatedAt).UTC(),
+		UpdatedAt:     time.Unix(0, info.UpdatedAt).UTC(),
+		Reason:        info.Reason,
+	}
+	if info.Spec != nil {
+		j.Name, j.Driver = info.Spec.Name, info.Spec.Driver
+		j.Command = append([]string{info.Spec.Command}, info.Spec.Args...)
+	}
+	if info.Executor != nil {
+		j.ExecutorPID = info.Executor.PID
+	}
+	if info.Exit != nil {
+		if info.Exit.Signal > 0 {
+			sig := info.Exit.Signal
+			j.ExitSignal = &sig
+		} else {
+			code := info.Exit.Code
+			j.ExitCode = &code
+		}
+	}
+	return j
+}
+
+func (c *cli) cmdStatus(args []string) int {
+	fs := c.flags("status")
+	all := fs.Bool("all", false, "include terminal tasks")
+	asJSON := fs.Bool("json", false, "print a JSON array")
+	if code, ok := c.parse(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() > 1 {
+		c.errorf("status takes at most one task id or name")
+		return exitUsage
+	}
+	ctx := context.Background()
+	s, err := c.open(ctx)
+	if err != nil {
+		return c.fail(err)
+	}
+	var infos []driver.TaskInfo
+	if fs.NArg() == 1 {
+		var info driver.TaskInfo
+		info, err = c.resolve(ctx, s.d, fs.Arg(0))
+		infos = append(infos, info)
+	} else {
+		infos, err = c.list(ctx, s.d, *all)
+	}
+	if cerr := s.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return c.fail(err)
+	}
+	if *asJSON {
+		out := make([]taskJSON, 0, len(infos))
+		for _, info := range infos {
+			out = append(out, toJSON(info))
+		}
+		return c.printJSON(out)
+	}
+	if fs.NArg() == 1 {
+		c.printTask(infos[0])
+		return exitOK
+	}
+	if len(infos) == 0 {
+		if *all {
+			fmt.Fprintln(c.stderr, "no tasks")
+		} else {
+			fmt.Fprintln(c.stderr, "no live tasks ('tether status --all' includes ended ones)")
+		}
+		return exitOK
+	}
+	now := time.Now()
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tSTATE\tPID\tEXECUTOR\tAGE\tEXIT")
+	for _, info := range infos {
+		name := ""
+		if info.Spec != nil {
+			name = info.Spec.Name
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", info.ID, name, stateText(info), pidText(info.TaskPID),
+			executorText(info), age(now, info.CreatedAt), exitText(info.Exit))
+	}
+	if err := tw.Flush(); err != nil {
+		return c.fail(err)
+	}
+	return exitOK
+}
+
+// list returns the tasks, live ones unless all.
+func (c *cli) list(ctx context.Context, d *driver.Driver, all bool) ([]driver.TaskInfo, error) {
+	ids, err := d.Tasks(ctx, all)
+	if err != nil {
+		return nil, err
+	}
+	infos := make([]driver.TaskInfo, 0, len(ids))
+	for _, id := range ids {
+		info, err := d.InspectTask(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		infos = append(infos, info)
+	}
+	return infos, nil
+}
+
+// stateText is the task's state, flagged when an executor it should own
+// is not alive.
+func stateText(info driver.TaskInfo) string {
+	s := info.State.String()
+	if info.State.OwnsExecutor() && info.Executor != nil && !info.ExecutorAlive {
+		s += " (executor gone)"
+	}
+	return s
+}
+
+func executorText(info driver.TaskInfo) string {
+	if info.Executor == nil {
+		return "-"
+	}
+	s := strconv.Itoa(info.Executor.PID)
+	if info.State.OwnsExecutor() {
+		if info.ExecutorAlive {
+			s += " (alive)"
+		} else {
+			s += " (dead)"
+		}
+	}
+	return s
+}
+
+func pidText(pid int) string {
+	if pid == 0 {
+		return "-"
+	}
+	return strconv.Itoa(pid)
+}
+
+func exitText(x *fsm.ExitStatus) string {
+	if x == nil {
+		return "-"
+	}
+	if x.Signal > 0 {
+		return signalName(x.Signal)
+	}
+	return strconv.Itoa(x.Code)
+}
+
+func age(now time.Time, unixNano int64) string {
+	if unixNano == 0 {
+		return "-"
+	}
+	d := now.Sub(time.Unix(0, unixNano))
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// printTask prints one task in detail.
+func (c *cli) printTask(info driver.TaskInfo) {
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("ID", info.ID)
+	if info.Spec != nil {
+		row("Name", info.Spec.Name)
+		row("Driver", info.Spec.Driver)
+		row("Command", strings.Join(append([]string{info.Spec.Command}, info.Spec.Args...), " "))
+	}
+	row("State", stateText(info))
+	row("PID", pidText(info.TaskPID))
+	row("Executor", executorText(info))
+	row("Created", time.Unix(0, info.CreatedAt).Format(time.RFC3339))
+	row("Updated", time.Unix(0, info.UpdatedAt).Format(time.RFC3339))
+	if info.Exit != nil {
+		row("Exit", describeExit(*info.Exit))
+	}
+	if info.Reason != "" {
+		row("Reason", info.Reason)
+	}
+	_ = tw.Flush()
+}
+
+func (c *cli) printJSON(v any) int {
+	enc := json.NewEncoder(c.stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return c.fail(err)
+	}
+	return exitOK
+}
+
+// eventJSON is an event as events --json prints it.
+type eventJSON struct {
+	Seq         uint64    `json:"seq"`
+	Time        time.Time `json:"time"`
+	Event       string    `json:"event"`
+	Details     string    `json:"details,omitempty"`
+	Nonce       string    `json:"nonce,omitempty"`
+	ExecutorPID int       `json:"executor_pid,omitempty"`
+	TaskPID     int       `json:"task_pid,omitempty"`
+	ExitCode    *int      `json:"exit_code,omitempty"`
+	ExitSignal  int       `json:"exit_signal,omitempty"`
+	Signal      int       `json:"signal,omitempty"`
+	Grace       string    `json:"grace,omitempty"`
+	Target      string    `json:"target,omitempty"`
+	Reason      string    `json:"reason,omitempty"`
+	Spec        *fsm.Spec `json:"spec,omitempty"`
+}
+
+func (c *cli) cmdEvents(args []string) int {
+	fs := c.flags("events")
+	asJSON := fs.Bool("json", false, "print a JSON array")
+	if code, ok := c.parse(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() != 1 {
+		c.errorf("events takes one task id or name")
+		return exitUsage
+	}
+	ctx := context.Background()
+	s, err := c.open(ctx)
+	if err != nil {
+		return c.fail(err)
+	}
+	var evs []fsm.Event
+	info, err := c.resolve(ctx, s.d, fs.Arg(0))
+	if err == nil {
+		evs, err = s.d.TaskEvents(ctx, info.ID)
+	}
+	if cerr := s.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return c.fail(err)
+	}
+	if *asJSON {
+		out := make([]eventJSON, 0, len(evs))
+		for _, e := range evs {
+			j := eventJSON{Seq: e.Seq, Time: time.Unix(0, e.Time).UTC(), Event: e.Type.String(), Details: eventDetails(e),
+				Nonce: e.Nonce, TaskPID: e.TaskPID, Signal: e.Signal, Reason: e.Reason, Spec: e.Spec}
+			if e.Executor != nil {
+				j.ExecutorPID = e.Executor.PID
+			}
+			if e.Exit != nil {
+				if e.Exit.Signal > 0 {
+					j.ExitSignal = e.Exit.Signal
+				} else {
+					code := e.Exit.Code
+					j.ExitCode = &code
+				}
+			}
+			if e.Grace > 0 {
+				j.Grace = e.Grace.String()
+			}
+			if e.Target != fsm.StateNone {
+				j.Target = e.Target.String()
+			}
+			out = append(out, j)
+		}
+		return c.printJSON(out)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tEVENT\tDETAILS")
+	for _, e := range evs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", time.Unix(0, e.Time).Format("2006-01-02T15:04:05.000Z07:00"), e.Type, eventDetails(e))
+	}
+	if err := tw.Flush(); err != nil {
+		return c.fail(err)
+	}
+	return exitOK
+}
+
+// eventDetails describes what an event carries, in words.
+func eventDetails(e fsm.Event) string {
+	var parts []string
+	if e.Spec != nil {
+		parts = append(parts, fmt.Sprintf("%s: %s", e.Spec.Driver, strings.Join(append([]string{e.Spec.Command}, e.Spec.Args...), " ")))
+	}
+	if e.Nonce != "" {
+		parts = append(parts, "nonce "+e.Nonce)
+	}
+	if e.Executor != nil {
+		parts = append(parts, fmt.Sprintf("executor pid %d", e.Executor.PID))
+	}
+	if e.TaskPID != 0 {
+		parts = append(parts, fmt.Sprintf("task pid %d", e.TaskPID))
+	}
+	if e.Signal != 0 {
+		s := "signal " + signalName(e.Signal)
+		if e.Grace > 0 {
+			s += ", grace " + e.Grace.String()
+		}
+		parts = append(parts, s)
+	}
+	if e.Exit != nil {
+		parts = append(parts, describeExit(*e.Exit))
+	}
+	if e.Target != fsm.StateNone {
+		parts = append(parts, "-> "+e.Target.String())
+	}
+	if e.Reason != "" {
+		parts = append(parts, e.Reason)
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (c *cli) cmdLogs(args []string) int {
+	fs := c.flags("logs")
+	stderr := fs.Bool("stderr", false, "print the task's stderr instead of its stdout")
+	follow := fs.Bool("f", false, "follow the output until the task ends")
+	fs.BoolVar(follow, "follow", false, "same as -f")
+	if code, ok := c.parse(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() != 1 {
+		c.errorf("logs takes one task id or name")
+		return exitUsage
+	}
+	ctx := context.Background()
+	s, err := c.open(ctx)
+	if err != nil {
+		return c.fail(err)
+	}
+	info, err := c.resolve(ctx, s.d, fs.Arg(0))
+	if cerr := s.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return c.fail(err)
+	}
+	name := stdoutFile
+	if *stderr {
+		name = stderrFile
+	}
+	live := info.State == fsm.StateRunning || info.State == fsm.StateLaunched
+	if !*follow || !live {
+		f, err := os.Open(filepath.Join(c.taskDir(info.ID), name))
+		if os.IsNotExist(err) {
+			return exitOK // the task wrote nothing (or never launched)
+		}
+		if err != nil {
+			return c.fail(err)
+		}
+		defer f.Close()
+		if _, err := io.Copy(c.stdout, f); err != nil {
+			return c.fail(err)
+		}
+		return exitOK
+	}
+	// Follow until the task has exited or its executor is gone, without
+	// holding the store.
+	world, err := c.world()
+	if err != nil {
+		return c.fail(err)
+	}
+	tail := startTail(c.log, c.taskDir(info.ID), []tailStream{{name: name, out: c.stdout}})
+	_, err = driver.AwaitExit(ctx, world, info.Task)
+	tail.stop()
+	if err != nil {
+		c.log.Debug("stopped following", "task_id", info.ID, "err", err)
+	}
+	return exitOK
+}
