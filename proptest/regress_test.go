@@ -1,0 +1,53 @@
+package proptest
+
+import (
+	"testing"
+
+	"github.com/tether-fsm/tether/fsm"
+)
+
+// Regression tests for bugs the property tests found in driver/. Each
+// names the bug; the fix is described in its comment.
+
+// TestDriver_StartAppendsLaunchIntent: no code in driver/ ever appends
+// launch-intent. fsm owes no effect in executor-up (the design's table: the
+// launch intent comes next), so runEffects finds nothing pending after
+// executor-up, StartTask returns ErrStartFailed "ended executor-up", and the
+// spawned executor stays alive with the task in executor-up (an executor
+// the caller was told failed, alive until Close drops its lease).
+// Shrunk counterexample: one step, start.
+//
+// Fix (driver/loop.go): in runEffects, when fsm.Pending(st) is empty and
+// st.State == fsm.StateExecutorUp, apply d.event(fsm.EventLaunchIntent) and
+// continue; in drive, keep looping while the state is executor-up.
+func TestDriver_StartAppendsLaunchIntent(t *testing.T) {
+	within(t, func(t *testing.T, h *Harness) {
+		s := h.Start(Plan{}, []string{"a"}, []fsm.Spec{SpecFor("run")})
+		if err := s.Outcomes[0].Err; err != nil {
+			t.Errorf("StartTask: %v", err)
+		}
+		if got := state(t, h, "a"); got != fsm.StateRunning {
+			t.Errorf("state %s after a clean start, want running", got)
+		}
+		h.Check(t)
+	})
+}
+
+// TestDriver_InspectReportsTaskID: a task started by this driver has an
+// empty ID in InspectTask (and in StartTask's result), while the store's
+// fold has it: fold(log) != live state. Shrunk counterexample: one step,
+// start (any outcome).
+//
+// Fix (driver/driver.go newTask): initialise state to fsm.Task{ID: id}.
+func TestDriver_InspectReportsTaskID(t *testing.T) {
+	within(t, func(t *testing.T, h *Harness) {
+		h.Start(Plan{}, []string{"a"}, []fsm.Spec{SpecFor("invalid")})
+		info, err := h.Driver().InspectTask(t.Context(), "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.ID != "a" {
+			t.Errorf("InspectTask(%q).ID = %q", "a", info.ID)
+		}
+	})
+}
