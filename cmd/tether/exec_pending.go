@@ -20,3 +20,10 @@ var (
 	errCommandNotFound = errors.New("executor: command not found")
 	errNotExecutable   = errors.New("executor: command not executable")
 )
+
+// The files the executor writes the task's output to (executor.StdoutFile
+// and executor.StderrFile).
+const (
+	stdoutFile = "stdout.log"
+	stderrFile = "stderr.log"
+)

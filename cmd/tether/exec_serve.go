@@ -13,3 +13,10 @@ var (
 	errCommandNotFound = executor.ErrCommandNotFound
 	errNotExecutable   = executor.ErrNotExecutable
 )
+
+// The files the executor writes the task's output to, in the task's
+// directory (<state-dir>/tasks/<id>).
+const (
+	stdoutFile = executor.StdoutFile
+	stderrFile = executor.StderrFile
+)

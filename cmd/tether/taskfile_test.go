@@ -1,0 +1,302 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/tether-fsm/tether/fsm"
+)
+
+func parseOK(t *testing.T, src string) (*TaskFile, hcl.Diagnostics) {
+	t.Helper()
+	tf, diags := ParseTaskFile("t.hcl", []byte(src))
+	if diags.HasErrors() {
+		t.Fatalf("ParseTaskFile: %v", diags)
+	}
+	return tf, diags
+}
+
+func parseErr(t *testing.T, src string) string {
+	t.Helper()
+	tf, diags := ParseTaskFile("t.hcl", []byte(src))
+	if !diags.HasErrors() {
+		t.Fatalf("ParseTaskFile succeeded (%+v); want an error", tf)
+	}
+	var lines []string
+	for _, d := range diags {
+		lines = append(lines, formatDiag(d))
+	}
+	return strings.Join(lines, "\n")
+}
+
+func TestParseTaskFile_AllFields(t *testing.T) {
+	tf, diags := parseOK(t, `
+task "web" {
+  driver       = "exec"
+  user         = "nobody"
+  kill_timeout = "10s"
+  kill_signal  = "SIGINT"
+  config {
+    command  = "/usr/bin/python3"
+    args     = ["-m", "http.server"]
+    cap_add  = ["net_bind_service"]
+    cap_drop = ["all"]
+    work_dir = "/srv"
+  }
+  env {
+    A = "1"
+    B = "two"
+  }
+}
+`)
+	if len(diags) != 0 {
+		t.Errorf("unexpected diagnostics: %v", diags)
+	}
+	want := fsm.Spec{
+		Name: "web", Driver: "exec", Command: "/usr/bin/python3", Args: []string{"-m", "http.server"},
+		Env: map[string]string{"A": "1", "B": "two"}, Dir: "/srv", User: "nobody",
+		CapAdd: []string{"net_bind_service"}, CapDrop: []string{"all"},
+		KillSignal: 2, KillTimeout: 10 * time.Second,
+	}
+	if len(tf.Tasks) != 1 || !reflect.DeepEqual(tf.Tasks[0].Spec, want) {
+		t.Fatalf("got %+v\nwant %+v", tf.Tasks, want)
+	}
+}
+
+func TestParseTaskFile_NomadJob(t *testing.T) {
+	tf, diags := parseOK(t, `
+job "example" {
+  datacenters = ["dc1"]
+  group "g" {
+    count = 1
+    network { mode = "host" }
+    task "a" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+      resources { cpu = 100 }
+    }
+    task "b" {
+      driver = "exec"
+      config {
+        command = "/bin/false"
+        volumes = ["x"]
+      }
+    }
+  }
+}
+`)
+	if got := tf.names(); !reflect.DeepEqual(got, []string{"a", "b"}) {
+		t.Fatalf("tasks = %v", got)
+	}
+	var warned []string
+	for _, d := range diags {
+		if d.Severity != hcl.DiagWarning {
+			t.Errorf("unexpected error: %v", d)
+		}
+		warned = append(warned, formatDiag(d))
+	}
+	text := strings.Join(warned, "\n")
+	for _, name := range []string{`"datacenters"`, `"count"`, `"network"`, `"resources"`, `"volumes"`} {
+		if !strings.Contains(text, name) {
+			t.Errorf("no warning names %s:\n%s", name, text)
+		}
+	}
+	if !strings.Contains(text, "t.hcl:3:3: warning:") {
+		t.Errorf("warning lacks file:line:col:\n%s", text)
+	}
+	if _, err := tf.Find("t.hcl", ""); err == nil || !strings.Contains(err.Error(), "--task") {
+		t.Errorf("Find without a name in a two-task file: %v", err)
+	}
+	if d, err := tf.Find("t.hcl", "b"); err != nil || d.Spec.Command != "/bin/false" {
+		t.Errorf("Find b = %+v, %v", d, err)
+	}
+	if _, err := tf.Find("t.hcl", "zzz"); err == nil || !strings.Contains(err.Error(), "a, b") {
+		t.Errorf("Find of a missing task: %v", err)
+	}
+}
+
+func TestParseTaskFile_UnknownAttributeWarns(t *testing.T) {
+	_, diags := parseOK(t, `
+task "x" {
+  driver = "raw_exec"
+  leader = true
+  config { command = "/bin/true" }
+}
+`)
+	if len(diags) != 1 || diags[0].Severity != hcl.DiagWarning || !strings.Contains(formatDiag(diags[0]), `t.hcl:4:3: warning: Unsupported attribute: tether ignores the attribute "leader"`) {
+		t.Fatalf("diags = %v", diags)
+	}
+}
+
+func TestParseTaskFile_Errors(t *testing.T) {
+	for _, tc := range []struct {
+		name, src, want string
+	}{
+		{"syntax", "task \"x\" {\n  driver = \n}\n", "t.hcl:2:"},
+		{"bad driver", `task "x" {
+  driver = "docker"
+  config { command = "/bin/true" }
+}`, `t.hcl:2:12: error: Unsupported driver: Task "x" has driver "docker"`},
+		{"no driver", `task "x" {
+  config { command = "/bin/true" }
+}`, "Missing driver"},
+		{"no config", `task "x" { driver = "exec" }`, "Missing config block"},
+		{"no command", `task "x" {
+  driver = "exec"
+  config { args = ["a"] }
+}`, "Missing command"},
+		{"empty command", `task "x" {
+  driver = "exec"
+  config { command = "" }
+}`, "Empty command"},
+		{"wrong type", `task "x" {
+  driver = "exec"
+  config {
+    command = "/bin/true"
+    args = "notalist"
+  }
+}`, "t.hcl:5:12: error: Wrong type"},
+		{"bad timeout", `task "x" {
+  driver = "exec"
+  kill_timeout = "soon"
+  config { command = "/bin/true" }
+}`, "t.hcl:3:18: error: Bad kill_timeout"},
+		{"bad signal", `task "x" {
+  driver = "exec"
+  kill_signal = "SIGNOPE"
+  config { command = "/bin/true" }
+}`, "Bad kill_signal"},
+		{"variables", `task "x" {
+  driver = "exec"
+  config { command = var.x }
+}`, "t.hcl:3:22: error: Variables not allowed"},
+		{"duplicate task", `task "x" {
+  driver = "exec"
+  config { command = "/bin/true" }
+}
+task "x" {
+  driver = "exec"
+  config { command = "/bin/true" }
+}`, `t.hcl:5:6: error: Duplicate task: A task named "x" is already declared at t.hcl:1:6`},
+		{"no label", `task {
+  driver = "exec"
+  config { command = "/bin/true" }
+}`, "Bad task block"},
+		{"empty file", ``, "No task in file"},
+		{"null", `task "x" {
+  driver = null
+  config { command = "/bin/true" }
+}`, "Missing value"},
+		{"null in list", `task "x" {
+  driver = "exec"
+  config {
+    command = "/bin/true"
+    args = ["a", null]
+  }
+}`, "must not hold null"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := parseErr(t, tc.src)
+			if !strings.Contains(got, tc.want) {
+				t.Fatalf("diagnostics do not contain %q:\n%s", tc.want, got)
+			}
+		})
+	}
+}
+
+func TestParseTaskFile_Examples(t *testing.T) {
+	files, err := filepath.Glob("../../examples/*.hcl")
+	if err != nil || len(files) < 3 {
+		t.Fatalf("examples: %v, %v", files, err)
+	}
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tf, diags := ParseTaskFile(f, src)
+		if len(diags) != 0 {
+			t.Errorf("%s: %v", f, diags)
+			continue
+		}
+		if len(tf.Tasks) != 1 {
+			t.Errorf("%s: %d tasks", f, len(tf.Tasks))
+		}
+	}
+}
+
+func TestNewTaskID_Valid(t *testing.T) {
+	for _, name := range []string{"hello", "", "...", "a b/c", strings.Repeat("x", 200), "日本"} {
+		id := newTaskID(name)
+		if err := validateID(id); err != nil {
+			t.Errorf("newTaskID(%q) = %q: %v", name, id, err)
+		}
+	}
+	if a, b := newTaskID("x"), newTaskID("x"); a == b {
+		t.Errorf("two ids for the same name are equal: %s", a)
+	}
+}
+
+func TestParseSignal(t *testing.T) {
+	for in, want := range map[string]int{"SIGTERM": 15, "term": 15, "INT": 2, "9": 9, "SIGKILL": 9} {
+		got, err := parseSignal(in)
+		if err != nil || int(got) != want {
+			t.Errorf("parseSignal(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "SIGFOO", "0", "-1", "99"} {
+		if _, err := parseSignal(in); err == nil {
+			t.Errorf("parseSignal(%q) succeeded", in)
+		}
+	}
+}
+
+func FuzzParseTaskFile(f *testing.F) {
+	files, _ := filepath.Glob("../../examples/*.hcl")
+	for _, file := range files {
+		if src, err := os.ReadFile(file); err == nil {
+			f.Add(src)
+		}
+	}
+	for _, s := range []string{
+		`job "j" { group "g" { task "t" { driver = "exec" config { command = "x" } } } }`,
+		`task "t" { driver = "raw_exec" config { command = "x" args = ["a", "b"] } env { A = "b" } }`,
+		`task "t" { kill_timeout = "1s" kill_signal = "TERM" }`,
+		`task "t" { config { command = "${x}" } }`,
+		"task \"t\" {\n  driver = <<EOT\nexec\nEOT\n}",
+		`task "a" {} task "a" {}`,
+		`task "t" { env { A = 1 } config { cap_add = [1, true] } }`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		tf, diags := ParseTaskFile("fuzz.hcl", src)
+		for _, d := range diags {
+			_ = formatDiag(d)
+		}
+		if diags.HasErrors() {
+			if tf != nil {
+				t.Fatalf("errors but a task file: %v", diags)
+			}
+			return
+		}
+		if tf == nil || len(tf.Tasks) == 0 {
+			t.Fatalf("no error and no task")
+		}
+		for _, task := range tf.Tasks {
+			s := task.Spec
+			if s.Name == "" || s.Command == "" || (s.Driver != "exec" && s.Driver != "raw_exec") || s.KillTimeout < 0 {
+				t.Fatalf("accepted an unusable spec: %+v", s)
+			}
+			if err := validateID(newTaskID(s.Name)); err != nil {
+				t.Fatalf("task name %q gives a bad id: %v", s.Name, err)
+			}
+		}
+	})
+}
