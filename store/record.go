@@ -3,7 +3,6 @@ package store
 import (
 	"encoding/binary"
 	"hash/crc32"
-	"math/bits"
 	"slices"
 	"strconv"
 	"time"
@@ -13,9 +12,9 @@ import (
 
 // Record layout (all versions share the 6-byte header):
 //
-//	[0]    record schema version (recordVersion)
-//	[1]    event type (fsm.EventType)
-//	[2:6]  CRC32C (Castagnoli, little endian) of bytes [0:2] and [6:]
+//	[0:4]  CRC32C (Castagnoli, little endian) of bytes [4:]
+//	[4]    record schema version (recordVersion)
+//	[5]    event type (fsm.EventType)
 //	[6:]   body
 //
 // Body of version 1, in order:
@@ -61,16 +60,14 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
-func checksum(rec []byte) uint32 {
-	c := crc32.Update(0, castagnoli, rec[:2])
-	return crc32.Update(c, castagnoli, rec[headerLen:])
-}
+// checksum is the CRC a record's header must carry: over all but the CRC.
+func checksum(rec []byte) uint32 { return crc32.Update(0, castagnoli, rec[4:]) }
 
 // encodeRecord appends the record form of e, with sequence number seq, to
 // dst.
 func encodeRecord(dst []byte, seq uint64, e *fsm.Event) []byte {
 	start := len(dst)
-	dst = append(dst, recordVersion, byte(e.Type), 0, 0, 0, 0)
+	dst = append(dst, 0, 0, 0, 0, recordVersion, byte(e.Type))
 	dst = binary.AppendUvarint(dst, seq)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(e.Time))
 	var f uint64
@@ -159,7 +156,7 @@ func encodeRecord(dst []byte, seq uint64, e *fsm.Event) []byte {
 	if f&fTarget != 0 {
 		dst = append(dst, byte(e.Target))
 	}
-	binary.LittleEndian.PutUint32(dst[start+2:], checksum(dst[start:]))
+	binary.LittleEndian.PutUint32(dst[start:], checksum(dst[start:]))
 	return dst
 }
 
@@ -189,18 +186,18 @@ func decodeRecord(rec []byte, e *fsm.Event) (uint64, *decodeError) {
 	if len(rec) < headerLen {
 		return 0, &decodeError{reason: "truncated record header"}
 	}
-	if binary.LittleEndian.Uint32(rec[2:]) != checksum(rec) {
+	if binary.LittleEndian.Uint32(rec) != checksum(rec) {
 		return 0, &decodeError{reason: "checksum mismatch"}
 	}
-	switch v := rec[0]; {
+	switch v := rec[4]; {
 	case v == 0:
 		return 0, &decodeError{reason: "record version 0"}
 	case v > recordVersion:
 		return 0, &decodeError{version: v}
 	}
-	*e = fsm.Event{Type: fsm.EventType(rec[1])}
+	*e = fsm.Event{Type: fsm.EventType(rec[5])}
 	if !e.Type.Valid() {
-		return 0, &decodeError{reason: "unknown event type " + strconv.Itoa(int(rec[1]))}
+		return 0, &decodeError{reason: "unknown event type " + strconv.Itoa(int(rec[5]))}
 	}
 	d := decoder{b: rec[headerLen:]}
 	seq := d.uvarint()
@@ -306,29 +303,28 @@ func (d *decoder) fail(reason string) {
 	d.b = nil
 }
 
+// uvarint reads a minimal unsigned varint.
 func (d *decoder) uvarint() uint64 {
-	if d.err != "" {
-		return 0
+	b := d.b
+	var v uint64
+	for i := 0; i < len(b) && i < binary.MaxVarintLen64; i++ {
+		c := b[i]
+		if i == binary.MaxVarintLen64-1 && c > 1 {
+			break // overflows 64 bits
+		}
+		v |= uint64(c&0x7f) << (7 * i)
+		if c < 0x80 {
+			if c == 0 && i > 0 {
+				d.fail("non-minimal integer")
+				return 0
+			}
+			d.b = b[i+1:]
+			return v
+		}
 	}
-	if len(d.b) > 0 && d.b[0] < 0x80 { // fast path: one byte
-		v := uint64(d.b[0])
-		d.b = d.b[1:]
-		return v
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("truncated or overlong integer")
-		return 0
-	}
-	if n != uvarintLen(v) {
-		d.fail("non-minimal integer")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
+	d.fail("truncated or overlong integer")
+	return 0
 }
-
-func uvarintLen(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }
 
 func (d *decoder) varint() int64 {
 	u := d.uvarint()

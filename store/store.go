@@ -396,15 +396,19 @@ func (s *Store) LoadTask(ctx context.Context, task string) (fsm.Task, error) {
 }
 
 func foldTask(tx *bolt.Tx, task string) (fsm.Task, error) {
-	t := fsm.Task{ID: task}
-	h, err := scanTask(tx, task, func(e *fsm.Event) error {
-		var err error
-		if t, err = fsm.Lifecycle.Fold(t, *e); err != nil {
-			return &CorruptError{Task: task, Seq: e.Seq, Reason: "not a legal walk", Err: err}
-		}
-		return nil
-	})
+	b, h, err := taskBucket(tx, task)
 	if err != nil {
+		return fsm.Task{}, err
+	}
+	t := fsm.Task{ID: task}
+	var e fsm.Event
+	it := newRecords(b, task)
+	for it.next(&e) {
+		if t, err = fsm.Lifecycle.Fold(t, e); err != nil {
+			return fsm.Task{}, &CorruptError{Task: task, Seq: e.Seq, Reason: "not a legal walk", Err: err}
+		}
+	}
+	if err := it.end(h); err != nil {
 		return fsm.Task{}, err
 	}
 	if h.state != t.State {
@@ -414,39 +418,73 @@ func foldTask(tx *bolt.Tx, task string) (fsm.Task, error) {
 }
 
 // scanTask decodes task's records in order into one reused event and
-// calls fn with each. It checks each record's checksum, version, key and
-// the contiguity of sequence numbers, and that the log ends where the
-// task's head says it does.
+// calls fn with each.
 func scanTask(tx *bolt.Tx, task string, fn func(e *fsm.Event) error) (head, error) {
 	b, h, err := taskBucket(tx, task)
 	if err != nil {
 		return h, err
 	}
 	var e fsm.Event
-	want := uint64(1)
-	c := b.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		if len(k) != 8 {
-			if string(k) == string(headKey) {
-				continue
-			}
-			return h, &CorruptError{Task: task, Seq: want, Reason: fmt.Sprintf("stray key %x", k)}
-		}
-		if got := binary.BigEndian.Uint64(k); got != want {
-			return h, &CorruptError{Task: task, Seq: want, Reason: fmt.Sprintf("missing record (next key is seq %d)", got)}
-		}
-		if err := decodeAt(task, want, v, &e); err != nil {
-			return h, err
-		}
+	it := newRecords(b, task)
+	for it.next(&e) {
 		if err := fn(&e); err != nil {
 			return h, err
 		}
-		want++
 	}
-	if want-1 != h.version {
-		return h, &CorruptError{Task: task, Seq: want, Reason: fmt.Sprintf("log ends at seq %d, head says %d", want-1, h.version)}
+	return h, it.end(h)
+}
+
+// records iterates a task's records in order. It checks each record's
+// checksum, version and key, the contiguity of sequence numbers, and (in
+// end) that the log stops where the task's head says it does.
+type records struct {
+	task string
+	c    *bolt.Cursor
+	k, v []byte
+	want uint64 // the next seq
+	err  error
+}
+
+func newRecords(b *bolt.Bucket, task string) *records {
+	it := &records{task: task, c: b.Cursor(), want: 1}
+	it.k, it.v = it.c.First()
+	return it
+}
+
+// next decodes the next record into *e; false at the end or on an error.
+func (it *records) next(e *fsm.Event) bool {
+	for it.k != nil && len(it.k) != 8 {
+		if string(it.k) != string(headKey) {
+			it.err = &CorruptError{Task: it.task, Seq: it.want, Reason: fmt.Sprintf("stray key %x", it.k)}
+			return false
+		}
+		it.k, it.v = it.c.Next()
 	}
-	return h, nil
+	if it.k == nil || it.err != nil {
+		return false
+	}
+	if got := binary.BigEndian.Uint64(it.k); got != it.want {
+		it.err = &CorruptError{Task: it.task, Seq: it.want, Reason: fmt.Sprintf("missing record (next key is seq %d)", got)}
+		return false
+	}
+	if it.err = decodeAt(it.task, it.want, it.v, e); it.err != nil {
+		return false
+	}
+	it.want++
+	it.k, it.v = it.c.Next()
+	return true
+}
+
+// end returns the iteration's error, or an error if the log does not end
+// at the head's version.
+func (it *records) end(h head) error {
+	if it.err != nil {
+		return it.err
+	}
+	if it.want-1 != h.version {
+		return &CorruptError{Task: it.task, Seq: it.want, Reason: fmt.Sprintf("log ends at seq %d, head says %d", it.want-1, h.version)}
+	}
+	return nil
 }
 
 // decodeAt decodes the record stored under seq, naming task and seq in any

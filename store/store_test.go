@@ -543,8 +543,8 @@ func TestLoad_UnknownRecordVersionRefused(t *testing.T) {
 			return err
 		}
 		v := slices.Clone(b.Get(seqKey(2)))
-		v[0] = recordVersion + 1
-		binary.LittleEndian.PutUint32(v[2:], checksum(v))
+		v[4] = recordVersion + 1
+		binary.LittleEndian.PutUint32(v, checksum(v))
 		return b.Put(seqKey(2), v)
 	})
 	r := openDamaged(t, path, Options{ReadOnly: true}, func(testing.TB, Report) {})
