@@ -102,6 +102,7 @@ type task struct {
 	pidStart uint64
 	cancel   context.CancelCauseFunc // cancels the start effect in flight
 	sup      bool                    // a supervisor is waiting on h
+	starting bool                    // StartTask is driving this task: executor-up leads to the launch intent
 }
 
 // Open opens a driver on cfg.StateDir. It does not reconcile anything:
@@ -244,7 +245,7 @@ func (d *Driver) runtime(ctx context.Context, id string) (*task, error) {
 }
 
 func (d *Driver) newTask(id string) *task {
-	return &task{id: id, log: d.log.With("task_id", id), loop: make(chan struct{}, 1), done: make(chan struct{})}
+	return &task{id: id, state: fsm.Task{ID: id}, log: d.log.With("task_id", id), loop: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 // apply steps the task with input and appends the resulting events before
@@ -318,6 +319,7 @@ func (d *Driver) StartTask(ctx context.Context, id string, spec fsm.Spec) (fsm.T
 		return fsm.Task{}, &TaskError{Task: id, Err: ErrTaskExists}
 	}
 	t := d.newTask(id)
+	t.starting = true
 	d.tasks[id] = t
 	d.loops.Add(1)
 	d.mu.Unlock()

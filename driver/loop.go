@@ -27,7 +27,7 @@ func (d *Driver) drive(t *task) error {
 		}
 		err := d.runEffects(t)
 		<-t.loop
-		if err != nil || len(fsm.Pending(t.snapshot())) == 0 {
+		if err != nil || !t.owes() {
 			return err
 		}
 	}
@@ -39,7 +39,14 @@ func (d *Driver) runEffects(t *task) error {
 		st := t.snapshot()
 		effects := fsm.Pending(st)
 		if len(effects) == 0 {
-			return nil
+			if !t.owes() {
+				return nil
+			}
+			// A start in progress: the launch intent is the next input.
+			if _, err := d.apply(context.Background(), t, d.event(fsm.EventLaunchIntent)); err != nil {
+				return err
+			}
+			continue
 		}
 		eff := effects[0]
 		if eff.Type == fsm.EffectKillExecutor {
@@ -66,6 +73,14 @@ func (d *Driver) runEffects(t *task) error {
 			d.startSupervisor(t)
 		}
 	}
+}
+
+// owes reports whether the task's loop has work: an effect owed by its
+// state, or the launch intent of a start in progress.
+func (t *task) owes() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(fsm.Pending(t.state)) > 0 || t.starting && t.state.State == fsm.StateExecutorUp
 }
 
 // perform runs one effect and returns its outcome as the next input.

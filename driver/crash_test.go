@@ -1,0 +1,307 @@
+package driver
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/fsm"
+)
+
+// runChild is a driver process that runs one scenario on a state dir and
+// may be SIGKILLed by TETHER_CRASHPOINT on the way. It prints "ack <point>"
+// for every append that returned, before the crash hook runs, so the parent
+// can check that no acknowledged event was lost (invariant 7).
+func runChild(args []string) int {
+	scenario, dir := args[0], args[1]
+	hooks, err := HooksFromEnv()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	crash := hooks.Crash
+	hooks.Crash = func(p string) {
+		if strings.HasPrefix(p, crashAfterAppend) {
+			fmt.Printf("ack %s\n", strings.TrimPrefix(p, crashAfterAppend))
+		}
+		if crash != nil {
+			crash(p)
+		}
+	}
+	d, err := Open(Config{StateDir: dir, ExecutorCommand: []string{os.Args[0], modeExecutor}, KillTimeout: 2 * time.Second, Hooks: hooks})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	defer d.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	task := func(a ...string) fsm.Spec {
+		return fsm.Spec{Driver: "raw_exec", Command: os.Args[0], Args: append(append([]string{modeTask}, a...), dir)}
+	}
+	switch scenario {
+	case "start":
+		_, err = d.StartTask(ctx, "a", task("sleep"))
+	case "start-exit":
+		if _, err = d.StartTask(ctx, "a", task("exit", "0")); err == nil || errors.Is(err, ErrStartFailed) {
+			_, err = d.WaitTask(ctx, "a")
+		}
+	case "stop":
+		if _, err = d.StartTask(ctx, "a", task("sleep")); err == nil {
+			_, err = d.StopTask(ctx, "a", syscall.SIGTERM, time.Second)
+		}
+	case "seed":
+		d.SkipEarlyChecks()
+		spec := task("sleep")
+		spec.Driver, spec.CapAdd = "exec", []string{"net_raw"}
+		_, err = d.StartTask(ctx, "a", spec)
+	case "rejected":
+		spec := task("sleep")
+		spec.Driver = "bogus"
+		_, err = d.StartTask(ctx, "a", spec)
+	case "lost":
+		var st fsm.Task
+		if st, err = d.StartTask(ctx, "a", task("sleep")); err == nil {
+			if err = executor.Kill(ctx, toExec(*st.Executor)); err == nil {
+				_, err = d.WaitTask(ctx, "a")
+			}
+		}
+	case "recover":
+		_, err = d.Recover(ctx)
+	default:
+		err = fmt.Errorf("unknown scenario %q", scenario)
+	}
+	fmt.Println("done", err)
+	return 0
+}
+
+// crashCase says how to reach a crash point: optionally a first child that
+// crashes at prep (leaving a log for Recover to work on), then a child that
+// runs scenario with the point armed, and a fault to inject.
+type crashCase struct {
+	prep     string // crash point of a preparing "start" child, if any
+	scenario string
+	fault    string
+}
+
+func crashCases() map[string]crashCase {
+	cases := map[string]crashCase{}
+	both := func(kind string) []string {
+		return []string{crashBeforeAppend + kind, crashAfterAppend + kind}
+	}
+	set := func(c crashCase, points ...string) {
+		for _, p := range points {
+			cases[p] = c
+		}
+	}
+	start := crashCase{scenario: "start"}
+	for _, e := range []string{"task-created", "spawn-intent", "executor-up", "launch-intent", "launched", "running"} {
+		set(start, both(e)...)
+	}
+	for _, e := range []string{"spawn-executor", "launch-task", "attach"} {
+		set(start, crashBeforeEffect+e, crashAfterEffect+e)
+	}
+	set(crashCase{scenario: "start-exit"}, both("task-exited")...)
+	stop := crashCase{scenario: "stop"}
+	set(stop, both("stop-requested")...)
+	set(stop, both("executor-reaped")...)
+	set(stop, crashBeforeEffect+"kill-executor", crashAfterEffect+"kill-executor")
+	set(crashCase{scenario: "rejected"}, both("config-rejected")...)
+	set(crashCase{scenario: "start", fault: "effect:spawn-executor"}, both("spawn-failed")...)
+	set(crashCase{scenario: "seed"}, both("launch-failed")...)
+	set(crashCase{scenario: "lost"}, both("executor-lost")...)
+	set(crashCase{scenario: "stop", fault: "effect:kill-executor"}, both("kill-failed")...)
+	set(crashCase{prep: crashAfterAppend + "executor-up", scenario: "recover"}, both("fault")...)
+	set(crashCase{prep: crashAfterAppend + "launched", scenario: "recover"}, both("reattached")...)
+	return cases
+}
+
+type childResult struct {
+	killed bool
+	acks   map[string]int
+	out    string
+}
+
+func runCrashChild(t *testing.T, dir, scenario, point, fault string) childResult {
+	t.Helper()
+	cmd := exec.Command(self(t), modeChild, scenario, dir)
+	cmd.Env = append(os.Environ(), EnvCrashPoint+"="+point)
+	if fault != "" {
+		cmd.Env = append(cmd.Env, EnvFault+"="+fault)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := childResult{acks: map[string]int{}, out: out.String() + errb.String()}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+			r.killed = true
+		}
+	}
+	if err != nil && !r.killed {
+		t.Fatalf("child %s (%s): %v\n%s", scenario, point, err, r.out)
+	}
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		if ev, ok := strings.CutPrefix(sc.Text(), "ack "); ok {
+			r.acks[ev]++
+		}
+	}
+	return r
+}
+
+// TestCrashPoints_EveryPointRecovers runs, for every registered crash
+// point, a real driver in a child process that SIGKILLs itself at that
+// point, then recovers with a new driver on the same state dir and checks
+// the design's invariants against the real process table:
+//  1. no leak: the live processes are exactly the executors and tasks of
+//     running tasks;
+//  2. terminal means dead;
+//  6. a stranger (a process of ours the driver does not own) is untouched;
+//  7. every append the child saw acknowledged is in the store.
+//
+// It also checks that Recover is idempotent. It fails if a crash point
+// has no case here.
+func TestCrashPoints_EveryPointRecovers(t *testing.T) {
+	cases := crashCases()
+	for _, p := range CrashPoints() {
+		if _, ok := cases[p]; !ok {
+			t.Errorf("crash point %s has no crash test case", p)
+		}
+	}
+	for _, point := range CrashPoints() {
+		c, ok := cases[point]
+		if !ok {
+			continue
+		}
+		t.Run(strings.ReplaceAll(point, ":", "_"), func(t *testing.T) {
+			dir := stateDir(t)
+			stranger := exec.Command(self(t), modeTask, "sleep", "stranger-"+dir)
+			if err := stranger.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = stranger.Process.Kill(); _ = stranger.Wait() }()
+
+			if c.prep != "" {
+				if r := runCrashChild(t, dir, "start", c.prep, ""); !r.killed {
+					t.Fatalf("preparing child did not crash at %s:\n%s", c.prep, r.out)
+				}
+			}
+			r := runCrashChild(t, dir, c.scenario, point, c.fault)
+			if !r.killed {
+				t.Fatalf("crash point %s was not reached by scenario %s:\n%s", point, c.scenario, r.out)
+			}
+			checkRecovery(t, dir, r.acks)
+			var ws syscall.WaitStatus
+			if pid, _ := syscall.Wait4(stranger.Process.Pid, &ws, syscall.WNOHANG, nil); pid != 0 {
+				t.Fatalf("the stranger was signalled: %v", ws)
+			}
+		})
+	}
+}
+
+// TestRecover_CrashDuringRecoverThenRecoverAgain crashes a driver at each
+// append of a Recover (a task left in executor-up, the seed's window), then
+// recovers again.
+func TestRecover_CrashDuringRecoverThenRecoverAgain(t *testing.T) {
+	for _, point := range []string{crashAfterAppend + "fault", crashBeforeEffect + "kill-executor", crashAfterEffect + "kill-executor", crashBeforeAppend + "executor-reaped"} {
+		t.Run(strings.ReplaceAll(point, ":", "_"), func(t *testing.T) {
+			dir := stateDir(t)
+			if r := runCrashChild(t, dir, "start", crashAfterAppend+"executor-up", ""); !r.killed {
+				t.Fatalf("first child did not crash:\n%s", r.out)
+			}
+			r := runCrashChild(t, dir, "recover", point, "")
+			if !r.killed {
+				t.Fatalf("recovering child did not crash at %s:\n%s", point, r.out)
+			}
+			checkRecovery(t, dir, r.acks)
+		})
+	}
+}
+
+func checkRecovery(t *testing.T, dir string, acks map[string]int) {
+	t.Helper()
+	ctx := ctxT(t)
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	rep, err := d.Recover(ctx)
+	if err != nil {
+		t.Fatalf("recover: %v (%+v)", err, rep)
+	}
+	ids, err := d.Tasks(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Invariant 7: acknowledged appends survived.
+	have := map[string]int{}
+	logs := map[string][]string{}
+	for _, id := range ids {
+		for _, ev := range eventTypes(t, d, id) {
+			have[ev]++
+			logs[id] = append(logs[id], ev)
+		}
+	}
+	for ev, n := range acks {
+		if have[ev] < n {
+			t.Errorf("%d %s appends were acknowledged, the store holds %d", n, ev, have[ev])
+		}
+	}
+	// Invariants 1 and 2.
+	var owned []int
+	for _, id := range ids {
+		info, err := d.InspectTask(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case info.State == fsm.StateRunning:
+			if !info.ExecutorAlive {
+				t.Errorf("task %s running but its executor is dead", id)
+			}
+			owned = append(owned, info.Executor.PID, info.TaskPID)
+		case info.State.Terminal():
+			checkReaped(t, d, info.Task)
+		default:
+			t.Errorf("task %s left in %s after Recover (log %v)", id, info.State, logs[id])
+		}
+	}
+	for _, p := range liveWith(dir) {
+		pid, _ := strconv.Atoi(strings.Fields(p)[0])
+		if !slices.Contains(owned, pid) && !strings.Contains(p, "stranger-") {
+			t.Errorf("leak after recovery: %s (tasks %v)", p, logs)
+		}
+	}
+	// Idempotence: a second Recover by a new driver appends nothing.
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d2 := newDriver(t, dir, Hooks{})
+	defer d2.Close()
+	if _, err := d2.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if got := eventTypes(t, d2, id); !slices.Equal(got, logs[id]) {
+			t.Errorf("second Recover changed task %s: %v -> %v", id, logs[id], got)
+		}
+		if st, _ := d2.InspectTask(ctx, id); st.State == fsm.StateRunning {
+			final, err := d2.StopTask(ctx, id, syscall.SIGKILL, time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkReaped(t, d2, final)
+		}
+	}
+}

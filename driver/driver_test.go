@@ -1,0 +1,405 @@
+package driver
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/store"
+)
+
+// checkReaped asserts invariant 2 for a terminal task: its executor and its
+// task are confirmed dead.
+func checkReaped(t *testing.T, d *Driver, st fsm.Task) {
+	t.Helper()
+	if !st.State.Terminal() {
+		t.Fatalf("task %s is %s, want terminal", st.ID, st.State)
+	}
+	if st.Executor != nil {
+		if alive, err := toExec(*st.Executor).Alive(); err != nil || alive {
+			t.Errorf("task %s is %s but its executor %d is alive (%v)", st.ID, st.State, st.Executor.PID, err)
+		}
+	}
+	if st.TaskPID != 0 {
+		if alive, err := (executor.Identity{PID: st.TaskPID, StartTime: st.TaskStart}).Alive(); err == nil && alive {
+			t.Errorf("task %s is %s but its process %d is alive", st.ID, st.State, st.TaskPID)
+		}
+	}
+}
+
+func eventTypes(t *testing.T, d *Driver, id string) []string {
+	t.Helper()
+	evs, err := d.TaskEvents(ctxT(t), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range evs {
+		out = append(out, e.Type.String())
+	}
+	return out
+}
+
+func TestStartTask_RunsUntilExit(t *testing.T) {
+	dir := stateDir(t)
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	ctx := ctxT(t)
+	st, err := d.StartTask(ctx, "three", taskSpec(t, dir, "exit", "3"))
+	if err != nil {
+		// A task this short may exit before supervision attaches.
+		if st.State != fsm.StateRunning && !st.State.OwnsExecutor() && st.State != fsm.StateExited {
+			t.Fatalf("start: %v", err)
+		}
+	}
+	final, err := d.WaitTask(ctx, "three")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final.State != fsm.StateExited || final.Exit == nil || final.Exit.Code != 3 {
+		t.Fatalf("final %s exit %v, want exited with code 3", final.State, final.Exit)
+	}
+	checkReaped(t, d, final)
+	evs := eventTypes(t, d, "three")
+	if evs[len(evs)-1] != "executor-reaped" {
+		t.Errorf("log does not end with executor-reaped: %v", evs)
+	}
+}
+
+// The seed (Nomad issue 11958): the start fails after the executor is up,
+// in the executor itself. The task must end failed with its executor
+// confirmed dead and nothing left running.
+func TestStartTask_SeedNetRawFailsInExecutorAndIsReaped(t *testing.T) {
+	dir := stateDir(t)
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	d.SkipEarlyChecks()
+	spec := taskSpec(t, dir, "sleep")
+	spec.Driver, spec.CapAdd = "exec", []string{"net_raw"}
+	began := time.Now()
+	st, err := d.StartTask(ctxT(t), "seed", spec)
+	t.Logf("seed scenario: start to reaped in %s", time.Since(began))
+	if !errors.Is(err, ErrStartFailed) {
+		t.Fatalf("start: %v, want ErrStartFailed", err)
+	}
+	if !strings.Contains(err.Error(), "net_raw") {
+		t.Errorf("error %q does not name net_raw", err)
+	}
+	if st.State != fsm.StateFailed || st.Executor == nil {
+		t.Fatalf("state %s executor %v, want failed after an executor was up", st.State, st.Executor)
+	}
+	checkReaped(t, d, st)
+	want := []string{"task-created", "spawn-intent", "executor-up", "launch-intent", "launch-failed", "executor-reaped"}
+	if got := eventTypes(t, d, "seed"); !slices.Equal(got, want) {
+		t.Errorf("events %v, want %v", got, want)
+	}
+}
+
+func TestStartTask_RefusesDisallowedCapBeforeSpawning(t *testing.T) {
+	dir := stateDir(t)
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	spec := taskSpec(t, dir, "sleep")
+	spec.Driver, spec.CapAdd = "exec", []string{"net_raw"}
+	st, err := d.StartTask(ctxT(t), "early", spec)
+	if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), "net_raw") {
+		t.Fatalf("start: %v, want ErrInvalidSpec naming net_raw", err)
+	}
+	if st.State != fsm.StateFailed || st.Nonce != "" {
+		t.Fatalf("state %s nonce %q: want failed with nothing spawned", st.State, st.Nonce)
+	}
+	if got := eventTypes(t, d, "early"); !slices.Equal(got, []string{"task-created", "config-rejected"}) {
+		t.Errorf("events %v", got)
+	}
+}
+
+func TestStartTask_MissingCommandIsReaped(t *testing.T) {
+	dir := stateDir(t)
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	spec := fsm.Spec{Driver: "raw_exec", Command: "/nonexistent/tether-no-such-binary"}
+	st, err := d.StartTask(ctxT(t), "missing", spec)
+	if !errors.Is(err, ErrStartFailed) || !errors.Is(err, executor.ErrCommandNotFound) && !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("start: %v, want a failed start saying the command was not found", err)
+	}
+	checkReaped(t, d, st)
+}
+
+func TestStartTask_RefusesBadIDs(t *testing.T) {
+	dir := stateDir(t)
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	for _, id := range []string{"", "..", "../escape", "a/b", ".hidden", strings.Repeat("x", 64)} {
+		if _, err := d.StartTask(ctxT(t), id, taskSpec(t, dir, "sleep")); !errors.Is(err, ErrInvalidTaskID) {
+			t.Errorf("id %q: %v, want ErrInvalidTaskID", id, err)
+		}
+	}
+	ents, _ := os.ReadDir(dir + "/tasks")
+	if len(ents) != 0 {
+		t.Errorf("task dirs created for refused ids: %v", ents)
+	}
+}
+
+func TestStartTask_RefusesDuplicateID(t *testing.T) {
+	dir := stateDir(t)
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	ctx := ctxT(t)
+	if _, err := d.StartTask(ctx, "dup", taskSpec(t, dir, "sleep")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.StartTask(ctx, "dup", taskSpec(t, dir, "sleep")); !errors.Is(err, ErrTaskExists) {
+		t.Errorf("second start: %v, want ErrTaskExists", err)
+	}
+	st, err := d.StopTask(ctx, "dup", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReaped(t, d, st)
+}
+
+func TestStopTask_GracefulSignal(t *testing.T) {
+	dir := stateDir(t)
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	ctx := ctxT(t)
+	if _, err := d.StartTask(ctx, "svc", taskSpec(t, dir, "sleep")); err != nil {
+		t.Fatal(err)
+	}
+	st, err := d.StopTask(ctx, "svc", syscall.SIGTERM, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != fsm.StateStopped || st.Exit == nil || st.Exit.Signal != int(syscall.SIGTERM) {
+		t.Fatalf("stop: %s exit %v, want stopped by SIGTERM", st.State, st.Exit)
+	}
+	checkReaped(t, d, st)
+	// Stopping again is not an error.
+	if again, err := d.StopTask(ctx, "svc", 0, 0); err != nil || again.State != fsm.StateStopped {
+		t.Errorf("second stop: %s %v", again.State, err)
+	}
+}
+
+func TestStopTask_ForcedKillAfterGrace(t *testing.T) {
+	dir := stateDir(t)
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	ctx := ctxT(t)
+	if _, err := d.StartTask(ctx, "stubborn", taskSpec(t, dir, "ignore-term")); err != nil {
+		t.Fatal(err)
+	}
+	st, err := d.StopTask(ctx, "stubborn", syscall.SIGTERM, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != fsm.StateStopped || st.Exit == nil || st.Exit.Signal != int(syscall.SIGKILL) {
+		t.Fatalf("stop: %s exit %v, want stopped by SIGKILL after the grace", st.State, st.Exit)
+	}
+	checkReaped(t, d, st)
+}
+
+func TestStopTask_KillsGrandchildren(t *testing.T) {
+	dir := stateDir(t)
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	ctx := ctxT(t)
+	if _, err := d.StartTask(ctx, "family", taskSpec(t, dir, "grandchildren")); err != nil {
+		t.Fatal(err)
+	}
+	st, err := d.StopTask(ctx, "family", syscall.SIGTERM, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReaped(t, d, st)
+	// The stateDir cleanup fails the test on any grandchild left.
+}
+
+func TestSignalTask_ReachesTheTask(t *testing.T) {
+	dir := stateDir(t)
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	ctx := ctxT(t)
+	if _, err := d.StartTask(ctx, "sig", taskSpec(t, dir, "sleep")); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SignalTask(ctx, "sig", syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	final, err := d.WaitTask(ctx, "sig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final.State != fsm.StateExited || final.Exit == nil || final.Exit.Signal != int(syscall.SIGUSR1) {
+		t.Fatalf("after SIGUSR1: %s %v, want exited by signal 10", final.State, final.Exit)
+	}
+	checkReaped(t, d, final)
+}
+
+func TestInspectTask_UnknownTask(t *testing.T) {
+	dir := stateDir(t)
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	if _, err := d.InspectTask(ctxT(t), "nope"); !errors.Is(err, ErrUnknownTask) {
+		t.Fatalf("inspect: %v, want ErrUnknownTask", err)
+	}
+}
+
+// The task outlives its driver; a new driver reattaches to it through the
+// identity check and can stop it.
+func TestRecover_ReattachesRunningTask(t *testing.T) {
+	dir := stateDir(t)
+	ctx := ctxT(t)
+	d1 := newDriver(t, dir, Hooks{})
+	st, err := d1.StartTask(ctx, "long", taskSpec(t, dir, "sleep"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if alive, _ := toExec(*st.Executor).Alive(); !alive {
+		t.Fatal("executor died with its driver after launch")
+	}
+	d2 := newDriver(t, dir, Hooks{})
+	defer d2.Close()
+	rep, err := d2.Recover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Tasks) != 1 || rep.Tasks[0].To != fsm.StateRunning {
+		t.Fatalf("recover: %+v", rep)
+	}
+	before := eventTypes(t, d2, "long")
+	// Idempotent: a second Recover changes nothing.
+	rep2, err := d2.Recover(ctx)
+	if err != nil || len(rep2.Tasks) != 1 || rep2.Tasks[0].To != fsm.StateRunning {
+		t.Fatalf("second recover: %+v %v", rep2, err)
+	}
+	if after := eventTypes(t, d2, "long"); !slices.Equal(before, after) {
+		t.Errorf("second Recover appended events: %v -> %v", before, after)
+	}
+	final, err := d2.StopTask(ctx, "long", syscall.SIGTERM, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReaped(t, d2, final)
+}
+
+// A task that exits while no driver is attached leaves its exit status on
+// disk; Recover collects it.
+func TestRecover_CollectsExitStatusLeftOnDisk(t *testing.T) {
+	dir := stateDir(t)
+	ctx := ctxT(t)
+	d1 := newDriver(t, dir, Hooks{})
+	st, err := d1.StartTask(ctx, "away", taskSpec(t, dir, "sleep"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The task ends while nobody watches; wait for its executor to exit.
+	if err := syscall.Kill(st.TaskPID, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitDead(t, *st.Executor)
+	d2 := newDriver(t, dir, Hooks{})
+	defer d2.Close()
+	if _, err := d2.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	final, err := d2.WaitTask(ctx, "away")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final.State != fsm.StateExited || final.Exit == nil || final.Exit.Signal != int(syscall.SIGTERM) {
+		t.Fatalf("recovered %s %v, want exited by SIGTERM", final.State, final.Exit)
+	}
+	checkReaped(t, d2, final)
+}
+
+// waitDead blocks until the process with this identity has exited, on its
+// pidfd.
+func waitDead(t *testing.T, id fsm.Identity) {
+	t.Helper()
+	for {
+		if alive, err := toExec(id).Alive(); err != nil || !alive {
+			return
+		}
+		if err := waitPidfd(id.PID); err != nil {
+			return
+		}
+	}
+}
+
+// A recorded identity whose pid now belongs to a stranger (same pid, other
+// start time) is never signalled, and the task is marked lost.
+func TestRecover_PIDReuseNeverSignalsTheStranger(t *testing.T) {
+	dir := stateDir(t)
+	ctx := ctxT(t)
+	stranger := exec.Command(self(t), modeTask, "sleep", dir+"-stranger")
+	if err := stranger.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stranger.Process.Kill(); _ = stranger.Wait() })
+	start, err := executor.ProcStartTime(stranger.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot, err := executor.BootID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := store.Open(dir+"/tether.db", store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The log of a task whose executor and task had the stranger's pid but
+	// started one tick earlier: they are gone, and the pid was reused.
+	forged := &fsm.Identity{PID: stranger.Process.Pid, StartTime: start - 1, BootID: boot, Nonce: "abcd"}
+	spec := taskSpec(t, dir, "sleep")
+	task := fsm.Task{ID: "old"}
+	for _, in := range []fsm.Event{
+		{Type: fsm.EventCreated, Spec: &spec}, {Type: fsm.EventSpawnIntent, Nonce: "abcd"},
+		{Type: fsm.EventExecutorUp, Executor: forged}, {Type: fsm.EventLaunchIntent},
+		{Type: fsm.EventLaunched, TaskPID: stranger.Process.Pid, TaskStart: start - 1}, {Type: fsm.EventRunning},
+	} {
+		evs, _, err := fsm.Step(task, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Append(ctx, "old", task.Version, evs...); err != nil {
+			t.Fatal(err)
+		}
+		task, _ = fsm.FoldAll(task, evs...)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	if _, err := d.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	final, err := d.WaitTask(ctx, "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final.State != fsm.StateLost {
+		t.Fatalf("state %s, want lost", final.State)
+	}
+	if alive, err := (executor.Identity{PID: stranger.Process.Pid, StartTime: start}).Alive(); err != nil || !alive {
+		t.Fatalf("the stranger was killed (alive=%v, %v)", alive, err)
+	}
+	var ws syscall.WaitStatus
+	if pid, _ := syscall.Wait4(stranger.Process.Pid, &ws, syscall.WNOHANG, nil); pid != 0 {
+		t.Fatalf("the stranger exited: %v", ws)
+	}
+}

@@ -1,0 +1,155 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/fsm"
+)
+
+// The test binary is also the executor, the task and the crashing driver:
+// TestMain dispatches on its first argument.
+const (
+	modeExecutor = "tether-test-executor"
+	modeTask     = "tether-test-task"
+	modeChild    = "tether-test-driver"
+)
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case modeExecutor:
+			os.Exit(executor.Serve(os.Args[2:]))
+		case modeTask:
+			os.Exit(runTask(os.Args[2:]))
+		case modeChild:
+			os.Exit(runChild(os.Args[2:]))
+		}
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// runTask is the user's task: "exit N", "sleep", "ignore-term", or
+// "grandchildren" (forks two sleeping grandchildren, then sleeps). Every
+// task carries its test's marker as its last argument.
+func runTask(args []string) int {
+	switch args[0] {
+	case "exit":
+		n, _ := strconv.Atoi(args[1])
+		return n
+	case "ignore-term":
+		signal.Ignore(syscall.SIGTERM)
+	case "grandchildren":
+		for range 2 {
+			c := exec.Command(os.Args[0], modeTask, "sleep", args[len(args)-1])
+			if err := c.Start(); err != nil {
+				return 2
+			}
+		}
+	}
+	select {}
+}
+
+func self(t testing.TB) string {
+	p, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// newDriver opens a driver on dir with real executors served by this test
+// binary.
+func newDriver(t testing.TB, dir string, hooks Hooks) *Driver {
+	t.Helper()
+	d, err := Open(Config{
+		StateDir:        dir,
+		ExecutorCommand: []string{self(t), modeExecutor},
+		KillTimeout:     2 * time.Second,
+		Hooks:           hooks,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func taskSpec(t testing.TB, marker string, args ...string) fsm.Spec {
+	return fsm.Spec{Driver: "raw_exec", Command: self(t), Args: append(append([]string{modeTask}, args...), marker)}
+}
+
+// stateDir makes a state directory whose path is the marker found in the
+// command line of every executor and task of the test.
+func stateDir(t testing.TB) string {
+	dir := t.TempDir()
+	t.Cleanup(func() { checkNoProcesses(t, dir) })
+	return dir
+}
+
+// liveWith lists the live (non-zombie) processes whose command line
+// contains marker.
+func liveWith(marker string) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.Contains(string(cmd), marker) {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		if i := strings.LastIndexByte(string(stat), ')'); i > 0 && len(stat) > i+2 && stat[i+2] == 'Z' {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%d %s", pid, strings.ReplaceAll(string(cmd), "\x00", " ")))
+	}
+	return out
+}
+
+// checkNoProcesses fails the test on any live process that carries marker,
+// and kills it so one failure does not poison the next test.
+func checkNoProcesses(t testing.TB, marker string) {
+	t.Helper()
+	for _, p := range liveWith(marker) {
+		t.Errorf("leaked process: %s", p)
+		pid, _ := strconv.Atoi(strings.Fields(p)[0])
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitPidfd blocks until the process pid exits, polling its pidfd.
+func waitPidfd(pid int) error {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	_, err = unix.Poll(fds, 30_000)
+	return err
+}
