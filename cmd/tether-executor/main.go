@@ -1,0 +1,15 @@
+// Command tether-executor is the standalone tether executor: a small binary
+// that only serves executor mode, for agents that want the executor's memory
+// footprint smaller than their own binary's. Pass
+// SpawnConfig.Command = []string{"/path/to/tether-executor"}.
+package main
+
+import (
+	"os"
+
+	"github.com/tether-fsm/tether/executor"
+)
+
+func main() {
+	os.Exit(executor.Serve(os.Args[1:]))
+}

@@ -1,0 +1,136 @@
+//go:build linux
+
+package executor
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/moby/sys/capability"
+)
+
+// DefaultAllowedCaps is Nomad's exec driver default allow list, used when
+// LaunchSpec.AllowedCaps is nil. It is also the set an exec-mode task gets
+// when it adds and drops nothing. NET_RAW is deliberately absent.
+var DefaultAllowedCaps = []string{
+	"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+	"NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
+}
+
+// capByName maps "net_raw" to capability.CAP_NET_RAW for every capability
+// the library knows.
+func capByName(name string) (capability.Cap, bool) {
+	n := normCap(name)
+	for _, c := range capability.ListKnown() {
+		if c.String() == n {
+			return c, true
+		}
+	}
+	return 0, false
+}
+
+// normCap lower-cases a capability name and strips a CAP_ prefix.
+func normCap(name string) string {
+	n := strings.ToLower(strings.TrimSpace(name))
+	return strings.TrimPrefix(n, "cap_")
+}
+
+// ValidateCaps checks cap_add and cap_drop against allowed (nil means
+// DefaultAllowedCaps). Names are case-insensitive, with or without the CAP_
+// prefix; "all" is accepted in drop. Unknown names and added names outside
+// allowed are refused with a *CapError naming them (lower case, no prefix).
+// It is pure: the driver runs it before spawning anything.
+func ValidateCaps(add, drop, allowed []string) error {
+	_, err := resolveCaps(add, drop, allowed)
+	return err
+}
+
+// resolveCaps validates like ValidateCaps and returns the task's final set:
+// (DefaultAllowedCaps ∩ allowed) ∪ add − drop.
+func resolveCaps(add, drop, allowed []string) ([]capability.Cap, error) {
+	if allowed == nil {
+		allowed = DefaultAllowedCaps
+	}
+	ce := &CapError{}
+	allowSet := map[capability.Cap]bool{}
+	for _, n := range allowed {
+		if normCap(n) == "all" {
+			for _, c := range capability.ListKnown() {
+				allowSet[c] = true
+			}
+			continue
+		}
+		c, ok := capByName(n)
+		if !ok {
+			ce.Unknown = appendUniq(ce.Unknown, normCap(n))
+			continue
+		}
+		allowSet[c] = true
+	}
+	final := map[capability.Cap]bool{}
+	for _, n := range DefaultAllowedCaps {
+		if c, ok := capByName(n); ok && allowSet[c] {
+			final[c] = true
+		}
+	}
+	for _, n := range add {
+		c, ok := capByName(n)
+		switch {
+		case !ok:
+			ce.Unknown = appendUniq(ce.Unknown, normCap(n))
+		case !allowSet[c]:
+			ce.NotAllowed = appendUniq(ce.NotAllowed, c.String())
+		default:
+			final[c] = true
+		}
+	}
+	for _, n := range drop {
+		if normCap(n) == "all" {
+			clear(final)
+			continue
+		}
+		c, ok := capByName(n)
+		if !ok {
+			ce.Unknown = appendUniq(ce.Unknown, normCap(n))
+			continue
+		}
+		delete(final, c)
+	}
+	if len(ce.NotAllowed) > 0 || len(ce.Unknown) > 0 {
+		return nil, ce
+	}
+	out := make([]capability.Cap, 0, len(final))
+	for c := range final {
+		out = append(out, c)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func appendUniq(s []string, v string) []string {
+	if slices.Contains(s, v) {
+		return s
+	}
+	return append(s, v)
+}
+
+// capMask is the kernel bit mask of a capability set, as /proc/PID/status
+// prints CapEff and CapBnd.
+func capMask(caps []capability.Cap) uint64 {
+	var m uint64
+	for _, c := range caps {
+		m |= 1 << uint(c)
+	}
+	return m
+}
+
+// capsFromMask is the inverse of capMask.
+func capsFromMask(m uint64) []capability.Cap {
+	var out []capability.Cap
+	for i := range 64 {
+		if m&(1<<uint(i)) != 0 {
+			out = append(out, capability.Cap(i))
+		}
+	}
+	return out
+}

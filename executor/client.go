@@ -1,0 +1,516 @@
+//go:build linux
+
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// SpawnConfig configures Spawn.
+type SpawnConfig struct {
+	// Command is the argv prefix that starts a binary in executor mode, e.g.
+	// {"/usr/bin/tether", "executor"}; that binary must call Serve with the
+	// arguments that follow. Spawn appends its own flags. Empty means
+	// {os.Executable(), "executor"}: the calling binary itself.
+	Command []string
+	// TaskDir is the task's private directory; created 0700 if missing (its
+	// parent must exist), and set to 0700 if it exists.
+	TaskDir string
+	// Nonce is a fresh random nonce chosen by the caller: letters, digits,
+	// '-' and '_', 8 to 128 of them.
+	Nonce string
+	// ReadyTimeout bounds the wait for the executor's ready report; 0 means
+	// DefaultReadyTimeout. The executor also uses it as its first lease: it
+	// exits if no client says hello within it.
+	ReadyTimeout time.Duration
+	// Logger is for driver-side logging; nil means a null logger.
+	Logger hclog.Logger
+}
+
+// DefaultReadyTimeout is used when SpawnConfig.ReadyTimeout is 0.
+const DefaultReadyTimeout = 10 * time.Second
+
+// cleanupTimeout bounds the kill of a failed spawn when the caller's context
+// is already done.
+const cleanupTimeout = 10 * time.Second
+
+func validNonce(n string) bool {
+	if len(n) < 8 || len(n) > 128 {
+		return false
+	}
+	for _, r := range n {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// Client is a control connection to one executor.
+type Client struct {
+	id      Identity
+	taskDir string
+	log     hclog.Logger
+	conn    *net.UnixConn
+	proc    *pidFD        // the executor, verified
+	reaped  chan struct{} // closed once Spawn's reaper collected the executor; nil after Reattach
+
+	wmu sync.Mutex // serialises frame writes
+
+	mu      sync.Mutex
+	nextID  uint64
+	pending map[uint64]chan response
+	closed  bool
+	connErr error
+	readEnd chan struct{} // closed when the reader goroutine ends
+}
+
+// Spawn starts an executor detached from the caller's session and signals
+// (Setsid), with stdin and stdout on /dev/null and stderr on LogFile in the
+// task directory; waits for its ready report; connects; and checks the
+// protocol version and the nonce. On any failure or timeout it kills the
+// executor through the pidfd it got from clone, waits for it to die and
+// returns a typed error: nothing is left behind.
+//
+// The returned Client's connection is the executor's lease: until a task is
+// launched, the executor exits by itself when its last client disconnects.
+// A goroutine of the calling process reaps the executor when it exits, so a
+// long-lived agent accumulates no zombies.
+func Spawn(ctx context.Context, cfg SpawnConfig) (*Client, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	if cfg.TaskDir == "" {
+		return nil, fmt.Errorf("%w: empty TaskDir", ErrBadConfig)
+	}
+	if !validNonce(cfg.Nonce) {
+		return nil, fmt.Errorf("%w: nonce must be 8 to 128 letters, digits, '-' or '_'", ErrBadConfig)
+	}
+	dir, err := filepath.Abs(cfg.TaskDir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("%w: task dir: %w", ErrSpawn, err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("%w: task dir: %w", ErrSpawn, err)
+	}
+	command := cfg.Command
+	if len(command) == 0 {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrSpawn, err)
+		}
+		command = []string{self, "executor"}
+	}
+	timeout := cfg.ReadyTimeout
+	if timeout <= 0 {
+		timeout = DefaultReadyTimeout
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("%w: log file: %w", ErrSpawn, err)
+	}
+	defer logf.Close()
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSpawn, err)
+	}
+	defer readyR.Close()
+
+	args := append(append([]string{}, command[1:]...),
+		"-dir="+dir, nonceArg(cfg.Nonce), "-lease="+timeout.String(), "-ready-fd=3")
+	pidfd := -1
+	cmd := exec.Command(command[0], args...)
+	cmd.Dir = dir
+	cmd.Stderr = logf
+	cmd.ExtraFiles = []*os.File{readyW}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, PidFD: &pidfd}
+	startErr := cmd.Start()
+	readyW.Close()
+	if startErr != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSpawn, startErr)
+	}
+	reaped := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(reaped)
+	}()
+	var proc *pidFD
+	if pidfd >= 0 {
+		proc, err = newPidFD(pidfd)
+	} else {
+		err = fmt.Errorf("executor: no pidfd from clone (kernel older than 5.3?)")
+	}
+	log = log.With("pid", cmd.Process.Pid)
+	fail := func(err error) (*Client, error) {
+		log.Warn("spawn failed, killing the executor", "err", err)
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if proc != nil {
+			_ = proc.signal(syscall.SIGKILL)
+			_ = proc.wait(kctx)
+			proc.Close()
+		} else {
+			_ = cmd.Process.Kill()
+		}
+		select {
+		case <-reaped:
+		case <-kctx.Done():
+		}
+		return nil, err
+	}
+	if err != nil {
+		return fail(fmt.Errorf("%w: %w", ErrSpawn, err))
+	}
+
+	rctx, cancel := context.WithTimeoutCause(ctx, timeout, ErrReadyTimeout)
+	defer cancel()
+	stop := context.AfterFunc(rctx, func() { _ = readyR.SetReadDeadline(time.Now()) })
+	b, rerr := io.ReadAll(readyR)
+	stop()
+	if rerr != nil {
+		if errors.Is(rerr, os.ErrDeadlineExceeded) {
+			cause := context.Cause(rctx)
+			if errors.Is(cause, ErrReadyTimeout) {
+				return fail(fmt.Errorf("%w after %v", ErrReadyTimeout, timeout))
+			}
+			return fail(fmt.Errorf("%w: %w", ErrReadyTimeout, cause))
+		}
+		return fail(fmt.Errorf("%w: reading ready report: %w", ErrSpawn, rerr))
+	}
+	var rm readyMsg
+	if len(b) == 0 {
+		return fail(fmt.Errorf("%w: executor exited before it was ready (see %s)", ErrSpawn, filepath.Join(dir, LogFile)))
+	}
+	if err := json.Unmarshal(b, &rm); err != nil {
+		return fail(fmt.Errorf("%w: ready report: %w", ErrProtocol, err))
+	}
+	if rm.Err != "" || rm.Identity == nil {
+		return fail(fmt.Errorf("%w: executor: %s", ErrSpawn, rm.Err))
+	}
+	if rm.Identity.PID != cmd.Process.Pid || rm.Identity.Nonce != cfg.Nonce {
+		return fail(fmt.Errorf("%w: ready report from pid %d nonce %q", ErrNonceMismatch, rm.Identity.PID, rm.Identity.Nonce))
+	}
+	c, err := connect(rctx, *rm.Identity, dir, log)
+	if err != nil {
+		return fail(err)
+	}
+	c.proc = proc
+	c.reaped = reaped
+	log.Debug("executor ready")
+	return c, nil
+}
+
+// Reattach connects a new driver process to the running executor of
+// taskDir. The identity file must match want, and the live process must
+// match it too (pid, start time, boot id, nonce); the executor's hello must
+// as well. A mismatch yields ErrNotOurs, an absent executor ErrGone.
+func Reattach(ctx context.Context, taskDir string, want Identity) (*Client, error) {
+	dir, err := filepath.Abs(taskDir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
+	}
+	onDisk, err := ReadIdentity(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%w: no identity file: %w", ErrGone, err)
+		}
+		return nil, err
+	}
+	if onDisk.PID != want.PID || onDisk.StartTime != want.StartTime || onDisk.BootID != want.BootID || onDisk.Nonce != want.Nonce {
+		return nil, fmt.Errorf("%w: identity file describes pid %d start %d nonce %s", ErrNotOurs, onDisk.PID, onDisk.StartTime, onDisk.Nonce)
+	}
+	proc, err := openPidfd(want.PID)
+	if err != nil {
+		return nil, err
+	}
+	if err := want.check(); err != nil {
+		proc.Close()
+		return nil, err
+	}
+	c, err := connect(ctx, onDisk, dir, hclog.NewNullLogger())
+	if err != nil {
+		proc.Close()
+		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, os.ErrNotExist) {
+			if proc.exited() {
+				return nil, fmt.Errorf("%w: %w", ErrGone, err)
+			}
+		}
+		return nil, err
+	}
+	c.proc = proc
+	return c, nil
+}
+
+// connect dials the executor's socket and says hello.
+func connect(ctx context.Context, id Identity, dir string, log hclog.Logger) (*Client, error) {
+	conn, err := dialSocket(socketPath(dir))
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{
+		id:      id,
+		taskDir: dir,
+		log:     log,
+		conn:    conn,
+		pending: map[uint64]chan response{},
+		readEnd: make(chan struct{}),
+	}
+	go c.readLoop()
+	resp, err := c.call(ctx, request{Op: opHello, Version: ProtocolVersion, Nonce: id.Nonce})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	if resp.Version != ProtocolVersion {
+		c.Close()
+		return nil, fmt.Errorf("%w: executor speaks %d", ErrProtocolVersion, resp.Version)
+	}
+	if resp.Identity == nil || *resp.Identity != id {
+		c.Close()
+		return nil, fmt.Errorf("%w: executor answered as %+v", ErrNotOurs, resp.Identity)
+	}
+	return c, nil
+}
+
+func (c *Client) readLoop() {
+	defer close(c.readEnd)
+	for {
+		var r response
+		err := readFrame(c.conn, &r)
+		if err != nil {
+			c.mu.Lock()
+			if c.connErr == nil {
+				c.connErr = fmt.Errorf("%w: %w", ErrClosed, err)
+			}
+			c.mu.Unlock()
+			return
+		}
+		if r.ID == 0 && r.Err != nil {
+			// An unsolicited error (the executor refused this peer).
+			c.mu.Lock()
+			c.connErr = r.Err.err()
+			c.mu.Unlock()
+			continue
+		}
+		c.mu.Lock()
+		ch := c.pending[r.ID]
+		delete(c.pending, r.ID)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- r
+		}
+	}
+}
+
+func (c *Client) lostErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.connErr
+}
+
+// call sends one request and waits for its answer.
+func (c *Client) call(ctx context.Context, req request) (response, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return response{}, ErrClosed
+	}
+	c.nextID++
+	req.ID = c.nextID
+	ch := make(chan response, 1)
+	c.pending[req.ID] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.pending, req.ID)
+		c.mu.Unlock()
+	}()
+
+	c.wmu.Lock()
+	err := writeFrame(c.conn, req)
+	c.wmu.Unlock()
+	if err != nil {
+		if lost := c.lostErr(); lost != nil {
+			return response{}, lost
+		}
+		return response{}, fmt.Errorf("%w: %v: %w", ErrClosed, req.Op, err)
+	}
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return r, r.Err.err()
+		}
+		return r, nil
+	case <-c.readEnd:
+		select { // the answer may have raced the end of the connection
+		case r := <-ch:
+			if r.Err != nil {
+				return r, r.Err.err()
+			}
+			return r, nil
+		default:
+		}
+		if lost := c.lostErr(); lost != nil {
+			return response{}, lost
+		}
+		return response{}, ErrClosed
+	case <-ctx.Done():
+		return response{}, fmt.Errorf("executor: %v: %w", req.Op, context.Cause(ctx))
+	}
+}
+
+// Identity returns the executor's verified identity.
+func (c *Client) Identity() Identity { return c.id }
+
+// Launch starts the task. It is idempotent: once the executor has launched
+// a task it returns that task's pid and start time, whatever the spec.
+// Failures carry named errors (ErrCommandNotFound, ErrNotExecutable,
+// ErrUnknownUser, ErrCapNotAllowed in a *CapError, ErrWorkDir, ErrBadSpec)
+// across the protocol, so errors.Is works on them.
+func (c *Client) Launch(ctx context.Context, spec LaunchSpec) (pid int, start uint64, err error) {
+	if spec.Mode == ModeExec {
+		if err := ValidateCaps(spec.CapAdd, spec.CapDrop, spec.AllowedCaps); err != nil {
+			return 0, 0, err
+		}
+	}
+	r, err := c.call(ctx, request{Op: opLaunch, Spec: &spec})
+	if err != nil {
+		return 0, 0, err
+	}
+	return r.PID, r.Start, nil
+}
+
+// Status returns what the executor knows of its task.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	r, err := c.call(ctx, request{Op: opStatus})
+	if err != nil {
+		return Status{}, err
+	}
+	return *r.Status, nil
+}
+
+// Wait returns once the task has exited and its whole process group (and
+// every other descendant) is gone. If the executor went away meanwhile, the
+// exit status it left on disk is returned.
+func (c *Client) Wait(ctx context.Context) (ExitStatus, error) {
+	r, err := c.call(ctx, request{Op: opWait})
+	return c.finalStatus(ctx, r, err)
+}
+
+// finalStatus turns the answer to a wait-like call into an exit status,
+// falling back to the exit status file when the connection was lost.
+func (c *Client) finalStatus(ctx context.Context, r response, err error) (ExitStatus, error) {
+	if err == nil {
+		if r.Status == nil || !r.Status.Launched {
+			return ExitStatus{}, ErrNotLaunched
+		}
+		return r.Status.Exit, nil
+	}
+	if !errors.Is(err, ErrClosed) {
+		return ExitStatus{}, err
+	}
+	// The executor writes the file before it answers and exits; once it is
+	// dead the file is final.
+	if c.proc != nil {
+		if werr := c.proc.wait(ctx); werr != nil {
+			return ExitStatus{}, errors.Join(err, werr)
+		}
+	}
+	rec, ok, rerr := readExitRecord(c.taskDir)
+	if rerr != nil {
+		return ExitStatus{}, rerr
+	}
+	if !ok || rec.Nonce != c.id.Nonce {
+		return ExitStatus{}, fmt.Errorf("%w: executor died without recording an exit status: %w", ErrGone, err)
+	}
+	return rec.ExitStatus, nil
+}
+
+// Signal sends sig to every member of the task's process group.
+func (c *Client) Signal(ctx context.Context, sig syscall.Signal) error {
+	_, err := c.call(ctx, request{Op: opSignal, Signal: int(sig)})
+	return err
+}
+
+// Stop sends sig (0: none) to the task's group, waits up to grace for the
+// task to exit, then SIGKILLs the group and every other descendant, and
+// returns the exit status once none is left. A task killed after the grace
+// reports Signal 9.
+func (c *Client) Stop(ctx context.Context, sig syscall.Signal, grace time.Duration) (ExitStatus, error) {
+	r, err := c.call(ctx, request{Op: opStop, Signal: int(sig), Grace: grace})
+	return c.finalStatus(ctx, r, err)
+}
+
+// Shutdown kills the task group if there is one, has the executor record
+// the exit status and exit, and returns once the executor is dead.
+func (c *Client) Shutdown(ctx context.Context) error {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	_, err := c.call(ctx, request{Op: opShutdown})
+	if err != nil && !errors.Is(err, ErrClosed) {
+		return err
+	}
+	if c.proc == nil {
+		return nil
+	}
+	if err := c.proc.wait(ctx); err != nil {
+		return err
+	}
+	if c.reaped != nil {
+		select {
+		case <-c.reaped:
+		case <-ctx.Done():
+			return fmt.Errorf("executor: reaping: %w", context.Cause(ctx))
+		}
+	}
+	return nil
+}
+
+// WaitDead returns once the executor process has exited (its pidfd is
+// readable). It works after Reattach too.
+func (c *Client) WaitDead(ctx context.Context) error {
+	if c.proc == nil {
+		return ErrClosed
+	}
+	return c.proc.wait(ctx)
+}
+
+// Close closes the control connection. Before launch this ends the
+// executor's lease if it was the last client; after launch the executor
+// keeps running.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	err := c.conn.Close()
+	<-c.readEnd
+	if c.proc != nil {
+		c.proc.Close()
+	}
+	return err
+}

@@ -1,0 +1,127 @@
+//go:build linux
+
+package executor
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Errors returned by Spawn and Reattach.
+var (
+	// ErrSpawn is returned when the executor process could not be started or
+	// died before it reported ready.
+	ErrSpawn = errors.New("executor: spawn failed")
+	// ErrReadyTimeout is returned when the executor did not report ready
+	// within SpawnConfig.ReadyTimeout (or before the context ended).
+	ErrReadyTimeout = errors.New("executor: timed out waiting for the executor to be ready")
+	// ErrProtocolVersion is returned when the executor speaks another
+	// protocol version.
+	ErrProtocolVersion = errors.New("executor: protocol version mismatch")
+	// ErrNonceMismatch is returned when the executor answering is not the one
+	// started with the expected nonce.
+	ErrNonceMismatch = errors.New("executor: nonce mismatch")
+	// ErrPeerRefused is returned when the executor refused the connection
+	// because the peer runs as another (non-root) user.
+	ErrPeerRefused = errors.New("executor: peer refused")
+	// ErrBusy is returned when the task directory already has a live executor.
+	ErrBusy = errors.New("executor: task directory has a live executor")
+	// ErrBadConfig is returned for an unusable SpawnConfig (empty task dir,
+	// a nonce with characters other than letters, digits, '-' and '_').
+	ErrBadConfig = errors.New("executor: bad spawn config")
+)
+
+// Errors about process identity.
+var (
+	// ErrNotOurs is returned when a pid now belongs to another process than
+	// the identity describes (start time, boot id or nonce differ). Nothing is
+	// signalled. It also means that the process the identity described is gone.
+	ErrNotOurs = errors.New("executor: process is not ours")
+	// ErrGone is returned when the process an identity describes no longer
+	// exists (exited, reaped, or from an earlier boot).
+	ErrGone = errors.New("executor: process is gone")
+)
+
+// Errors returned by Launch. They travel across the protocol, so errors.Is
+// works on the driver side.
+var (
+	// ErrCommandNotFound is returned when the task's command does not exist.
+	ErrCommandNotFound = errors.New("executor: command not found")
+	// ErrNotExecutable is returned when the command exists but cannot be
+	// executed (no execute permission, a directory, not an executable format).
+	ErrNotExecutable = errors.New("executor: command not executable")
+	// ErrUnknownUser is returned when LaunchSpec.User names no known user.
+	ErrUnknownUser = errors.New("executor: unknown user")
+	// ErrCapNotAllowed is wrapped by CapError for a capability outside the
+	// allow list.
+	ErrCapNotAllowed = errors.New("executor: capability not allowed")
+	// ErrUnknownCap is wrapped by CapError for a name that is no capability.
+	ErrUnknownCap = errors.New("executor: unknown capability")
+	// ErrWorkDir is returned when the working directory is missing or not a
+	// directory.
+	ErrWorkDir = errors.New("executor: bad working directory")
+	// ErrBadSpec is returned for a malformed LaunchSpec (unknown mode, empty
+	// command).
+	ErrBadSpec = errors.New("executor: bad launch spec")
+	// ErrLaunch is returned for any other launch failure (fork or exec failed).
+	ErrLaunch = errors.New("executor: launch failed")
+)
+
+// Errors returned by the control calls.
+var (
+	// ErrNotLaunched is returned by Signal and Stop before a task was launched.
+	ErrNotLaunched = errors.New("executor: task not launched")
+	// ErrTaskExited is returned by Signal after the task has exited.
+	ErrTaskExited = errors.New("executor: task already exited")
+	// ErrClosed is returned by calls on a closed client or after the control
+	// connection was lost.
+	ErrClosed = errors.New("executor: connection closed")
+	// ErrProtocol is returned for a malformed or oversized protocol frame.
+	ErrProtocol = errors.New("executor: protocol error")
+)
+
+// CapError names the capabilities that ValidateCaps (or a launch) refused.
+type CapError struct {
+	// NotAllowed lists requested capabilities outside the allow list, in
+	// lower case without the CAP_ prefix (for example "net_raw").
+	NotAllowed []string
+	// Unknown lists names that are no capability at all.
+	Unknown []string
+}
+
+func (e *CapError) Error() string {
+	var parts []string
+	if len(e.NotAllowed) > 0 {
+		parts = append(parts, fmt.Sprintf("%v: %s", ErrCapNotAllowed, strings.Join(e.NotAllowed, ", ")))
+	}
+	if len(e.Unknown) > 0 {
+		parts = append(parts, fmt.Sprintf("%v: %s", ErrUnknownCap, strings.Join(e.Unknown, ", ")))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Unwrap returns ErrCapNotAllowed and/or ErrUnknownCap.
+func (e *CapError) Unwrap() []error {
+	var errs []error
+	if len(e.NotAllowed) > 0 {
+		errs = append(errs, ErrCapNotAllowed)
+	}
+	if len(e.Unknown) > 0 {
+		errs = append(errs, ErrUnknownCap)
+	}
+	return errs
+}
+
+// RemoteError is an error the executor reported over the protocol. It
+// unwraps to the named error it stands for, so errors.Is works across the
+// process boundary.
+type RemoteError struct {
+	Msg string
+	Err error // the named error, or nil for an unclassified one
+}
+
+func (e *RemoteError) Error() string { return e.Msg }
+
+// Unwrap returns the named error the executor reported.
+func (e *RemoteError) Unwrap() error { return e.Err }

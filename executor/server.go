@@ -1,0 +1,643 @@
+//go:build linux
+
+package executor
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+)
+
+// readyMsg is what the executor writes to its ready descriptor, then closes
+// it: its identity, or why it could not start.
+type readyMsg struct {
+	Identity *Identity `json:"identity,omitempty"`
+	Err      string    `json:"err,omitempty"`
+}
+
+// allowPeer is the SO_PEERCRED policy: a peer is accepted when it runs as
+// the executor's own uid or as root.
+func allowPeer(peerUID, selfUID uint32) bool { return peerUID == selfUID || peerUID == 0 }
+
+// Serve is the executor-mode entry point. An embedding binary calls it with
+// its arguments after its own mode word, and exits with the returned code:
+//
+//	if len(os.Args) > 1 && os.Args[1] == "executor" {
+//		os.Exit(executor.Serve(os.Args[2:]))
+//	}
+//
+// args must be a tail of os.Args: the executor re-executes its own binary
+// with the same prefix (and "-shim") to set an exec-mode task's capabilities.
+// Flags (set by Spawn): -dir (task directory), -nonce, -lease (how long to
+// wait for the first client), -ready-fd (descriptor to report ready on).
+func Serve(args []string) int {
+	if len(args) > 0 && args[0] == shimFlag {
+		return runShim(args[1:])
+	}
+	fs := flag.NewFlagSet("executor", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	dir := fs.String("dir", "", "task directory")
+	nonce := fs.String("nonce", "", "spawn nonce")
+	lease := fs.Duration("lease", 10*time.Second, "exit if no client said hello within this time")
+	readyFD := fs.Int("ready-fd", -1, "descriptor to write the ready message to")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var ready *os.File
+	if *readyFD >= 0 {
+		ready = os.NewFile(uintptr(*readyFD), "ready")
+		unix.CloseOnExec(*readyFD)
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: "executor", Output: os.Stderr, Level: hclog.Info})
+	s, err := newServer(log, *dir, *nonce, prefixOf(args))
+	if err != nil {
+		log.Error("executor failed to start", "err", err)
+		if ready != nil {
+			_ = json.NewEncoder(ready).Encode(readyMsg{Err: err.Error()})
+			ready.Close()
+		}
+		return 1
+	}
+	if ready != nil {
+		err := json.NewEncoder(ready).Encode(readyMsg{Identity: &s.id})
+		ready.Close()
+		if err != nil {
+			log.Warn("could not report ready", "err", err)
+		}
+	}
+	return s.run(*lease)
+}
+
+// prefixOf returns the part of os.Args before args (the argv that starts
+// this binary in executor mode), or nil if args is not a tail of os.Args.
+func prefixOf(args []string) []string {
+	n := len(os.Args) - len(args)
+	if n < 1 || !slices.Equal(os.Args[n:], args) {
+		return nil
+	}
+	return slices.Clone(os.Args[:n])
+}
+
+type server struct {
+	log     hclog.Logger
+	taskDir string
+	nonce   string
+	id      Identity
+	prefix  []string
+	self    int
+	selfUID uint32
+	ownSess bool // the executor leads its own session (Setsid)
+
+	dirfd int
+	ln    *net.UnixListener
+
+	accepted chan *sconn
+	inbox    chan inMsg
+	gone     chan *sconn
+	quit     chan struct{}
+
+	conns    map[*sconn]bool // connections that passed hello
+	everUsed bool
+
+	task       *taskState
+	noChildren bool
+	waiters    []waiter
+	killTimer  *time.Timer
+	killAt     time.Time
+	shutdown   bool
+	complete   bool
+	exitCode   int
+}
+
+type taskState struct {
+	pid    int
+	start  uint64
+	exited bool
+	exit   ExitStatus
+}
+
+type waiter struct {
+	c  *sconn
+	id uint64
+}
+
+type sconn struct {
+	c       *net.UnixConn
+	out     chan response
+	hello   bool
+	closed  bool
+	written chan struct{} // closed when the writer has finished
+}
+
+type inMsg struct {
+	c   *sconn
+	req request
+}
+
+func newServer(log hclog.Logger, dir, nonce string, prefix []string) (*server, error) {
+	if dir == "" || !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("%w: -dir must be an absolute path", ErrBadConfig)
+	}
+	if !validNonce(nonce) {
+		return nil, fmt.Errorf("%w: bad -nonce", ErrBadConfig)
+	}
+	syscall.Umask(0o077)
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return nil, fmt.Errorf("executor: set child subreaper: %w", err)
+	}
+	s := &server{
+		log:      log.With("pid", os.Getpid()),
+		taskDir:  dir,
+		nonce:    nonce,
+		prefix:   prefix,
+		self:     os.Getpid(),
+		selfUID:  uint32(os.Geteuid()),
+		dirfd:    -1,
+		accepted: make(chan *sconn),
+		inbox:    make(chan inMsg),
+		gone:     make(chan *sconn),
+		quit:     make(chan struct{}),
+		conns:    map[*sconn]bool{},
+	}
+	if sid, err := unix.Getsid(0); err == nil && sid == s.self {
+		s.ownSess = true
+	}
+	if old, err := ReadIdentity(dir); err == nil && old.Nonce != nonce {
+		if alive, _ := old.Alive(); alive {
+			return nil, fmt.Errorf("%w: pid %d", ErrBusy, old.PID)
+		}
+	}
+	// Leftovers of an earlier executor of this directory.
+	_ = os.Remove(filepath.Join(dir, ExitStatusFile))
+	_ = os.Remove(filepath.Join(dir, SocketFile))
+
+	start, err := ProcStartTime(s.self)
+	if err != nil {
+		return nil, err
+	}
+	boot, err := BootID()
+	if err != nil {
+		return nil, err
+	}
+	s.id = Identity{PID: s.self, StartTime: start, BootID: boot, Nonce: nonce, Socket: socketPath(dir)}
+
+	sp, dfd, err := shortPath(s.id.Socket)
+	if err != nil {
+		return nil, err
+	}
+	s.dirfd = dfd
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sp, Net: "unix"})
+	if err != nil {
+		unix.Close(dfd)
+		return nil, fmt.Errorf("executor: listen: %w", err)
+	}
+	s.ln = ln
+	if err := writeFileAtomic(dir, IdentityFile, s.id); err != nil {
+		ln.Close()
+		unix.Close(dfd)
+		return nil, err
+	}
+	return s, nil
+}
+
+// run is the executor's single loop: it owns all state, reaps every child
+// (wait4(-1) on SIGCHLD), and answers requests.
+func (s *server) run(lease time.Duration) int {
+	sigchld := make(chan os.Signal, 1)
+	signal.Notify(sigchld, syscall.SIGCHLD)
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
+	signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE)
+	defer signal.Stop(sigchld)
+	defer signal.Stop(term)
+
+	go s.acceptLoop()
+	leaseTimer := time.NewTimer(lease)
+	defer leaseTimer.Stop()
+	s.log.Info("executor ready", "socket", s.id.Socket)
+
+	for !s.complete {
+		var killC <-chan time.Time
+		if s.killTimer != nil {
+			killC = s.killTimer.C
+		}
+		select {
+		case <-sigchld:
+			s.reap()
+		case sig := <-term:
+			s.log.Info("executor signalled, shutting down", "signal", sig)
+			s.beginShutdown()
+		case sc := <-s.accepted:
+			s.conns[sc] = false
+		case sc := <-s.gone:
+			s.dropConn(sc)
+		case m := <-s.inbox:
+			s.handle(m.c, m.req)
+			if s.everUsed {
+				leaseTimer.Stop()
+			}
+		case <-leaseTimer.C:
+			if s.task == nil && !s.everUsed {
+				s.log.Warn("no client within the lease, exiting")
+				s.finish(0)
+			}
+		case <-killC:
+			s.killTimer = nil
+			s.log.Info("stop grace expired, killing the task group")
+			s.killAll()
+		}
+	}
+	return s.close()
+}
+
+func (s *server) acceptLoop() {
+	for {
+		c, err := s.ln.AcceptUnix()
+		if err != nil {
+			return // listener closed
+		}
+		uid, err := peerUID(c)
+		if err != nil || !allowPeer(uid, s.selfUID) {
+			s.log.Warn("refused peer", "peer_uid", uid, "err", err)
+			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+			_ = writeFrame(c, response{Err: toWire(fmt.Errorf("%w: uid %d", ErrPeerRefused, uid))})
+			c.Close()
+			continue
+		}
+		sc := &sconn{c: c, out: make(chan response, 64), written: make(chan struct{})}
+		select {
+		case s.accepted <- sc:
+		case <-s.quit:
+			c.Close()
+			return
+		}
+		go s.readLoop(sc)
+		go s.writeLoop(sc)
+	}
+}
+
+func peerUID(c *net.UnixConn) (uint32, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, err
+	}
+	if cerr != nil {
+		return 0, fmt.Errorf("executor: SO_PEERCRED: %w", cerr)
+	}
+	return cred.Uid, nil
+}
+
+func (s *server) readLoop(sc *sconn) {
+	for {
+		var req request
+		if err := readFrame(sc.c, &req); err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				s.log.Debug("connection read failed", "err", err)
+			}
+			select {
+			case s.gone <- sc:
+			case <-s.quit:
+			}
+			return
+		}
+		select {
+		case s.inbox <- inMsg{c: sc, req: req}:
+		case <-s.quit:
+			return
+		}
+	}
+}
+
+func (s *server) writeLoop(sc *sconn) {
+	defer close(sc.written)
+	defer sc.c.Close()
+	for r := range sc.out {
+		_ = sc.c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		if err := writeFrame(sc.c, r); err != nil {
+			sc.c.Close()
+			for range sc.out {
+			}
+			return
+		}
+	}
+}
+
+// send queues a response without ever blocking the loop; a client that does
+// not read its answers is dropped.
+func (s *server) send(sc *sconn, r response) {
+	if sc.closed {
+		return
+	}
+	select {
+	case sc.out <- r:
+	default:
+		s.log.Warn("client not reading, dropping it")
+		s.closeConn(sc)
+	}
+}
+
+func (s *server) closeConn(sc *sconn) {
+	if sc.closed {
+		return
+	}
+	sc.closed = true
+	close(sc.out)
+	sc.c.CloseRead()
+}
+
+func (s *server) dropConn(sc *sconn) {
+	hello, known := s.conns[sc]
+	if !known {
+		return
+	}
+	delete(s.conns, sc)
+	s.closeConn(sc)
+	if hello && s.task == nil && !s.shutdown && s.helloCount() == 0 {
+		s.log.Warn("lease lost before launch: driver connection dropped, exiting")
+		s.finish(0)
+	}
+}
+
+func (s *server) helloCount() int {
+	n := 0
+	for _, h := range s.conns {
+		if h {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *server) handle(sc *sconn, req request) {
+	if _, known := s.conns[sc]; !known {
+		return
+	}
+	if !sc.hello && req.Op != opHello {
+		s.send(sc, response{ID: req.ID, Err: toWire(fmt.Errorf("%w: %v before hello", ErrProtocol, req.Op))})
+		s.closeConn(sc)
+		return
+	}
+	switch req.Op {
+	case opHello:
+		switch {
+		case req.Version != ProtocolVersion:
+			s.send(sc, response{ID: req.ID, Version: ProtocolVersion, Err: toWire(fmt.Errorf("%w: executor speaks %d, client %d", ErrProtocolVersion, ProtocolVersion, req.Version))})
+			s.closeConn(sc)
+		case req.Nonce != s.nonce:
+			s.send(sc, response{ID: req.ID, Version: ProtocolVersion, Err: toWire(ErrNonceMismatch)})
+			s.closeConn(sc)
+		default:
+			sc.hello = true
+			s.conns[sc] = true
+			s.everUsed = true
+			id := s.id
+			s.send(sc, response{ID: req.ID, Version: ProtocolVersion, Identity: &id})
+		}
+	case opLaunch:
+		if s.task != nil {
+			s.send(sc, response{ID: req.ID, PID: s.task.pid, Start: s.task.start})
+			return
+		}
+		if s.shutdown || req.Spec == nil {
+			s.send(sc, response{ID: req.ID, Err: toWire(fmt.Errorf("%w: executor shutting down or no spec", ErrBadSpec))})
+			return
+		}
+		pid, start, err := s.startTask(*req.Spec)
+		if err != nil {
+			s.log.Warn("launch failed", "err", err)
+			s.send(sc, response{ID: req.ID, Err: toWire(err)})
+			return
+		}
+		s.task = &taskState{pid: pid, start: start}
+		s.log.Info("task launched", "task_pid", pid, "command", req.Spec.Command)
+		s.send(sc, response{ID: req.ID, PID: pid, Start: start})
+		s.reap() // it may already have exited
+	case opStatus:
+		st := s.status()
+		s.send(sc, response{ID: req.ID, Status: &st})
+	case opWait:
+		s.waitFor(sc, req.ID)
+	case opSignal:
+		if err := s.checkRunning(); err != nil {
+			s.send(sc, response{ID: req.ID, Err: toWire(err)})
+			return
+		}
+		s.signalGroup(syscall.Signal(req.Signal))
+		s.send(sc, response{ID: req.ID})
+	case opStop:
+		if s.task == nil {
+			s.send(sc, response{ID: req.ID, Err: toWire(ErrNotLaunched)})
+			return
+		}
+		if !s.task.exited {
+			if req.Signal > 0 {
+				s.signalGroup(syscall.Signal(req.Signal))
+			}
+			s.armKill(req.Grace)
+		}
+		s.waitFor(sc, req.ID)
+	case opShutdown:
+		s.waiters = append(s.waiters, waiter{sc, req.ID})
+		s.beginShutdown()
+	default:
+		s.send(sc, response{ID: req.ID, Err: toWire(fmt.Errorf("%w: unknown op %v", ErrProtocol, req.Op))})
+	}
+}
+
+func (s *server) status() Status {
+	if s.task == nil {
+		return Status{}
+	}
+	return Status{Launched: true, PID: s.task.pid, PIDStart: s.task.start, Exited: s.task.exited, Exit: s.task.exit}
+}
+
+func (s *server) checkRunning() error {
+	switch {
+	case s.task == nil:
+		return ErrNotLaunched
+	case s.task.exited:
+		return ErrTaskExited
+	}
+	return nil
+}
+
+// waitFor answers now if the task is over, or when it is.
+func (s *server) waitFor(sc *sconn, id uint64) {
+	if s.task != nil && s.task.exited && s.noChildren {
+		st := s.status()
+		s.send(sc, response{ID: id, Status: &st})
+		return
+	}
+	s.waiters = append(s.waiters, waiter{sc, id})
+}
+
+// armKill schedules the group kill after grace; an earlier deadline wins.
+func (s *server) armKill(grace time.Duration) {
+	if grace <= 0 {
+		s.killAll()
+		return
+	}
+	at := time.Now().Add(grace)
+	if s.killTimer != nil {
+		if !at.Before(s.killAt) {
+			return
+		}
+		s.killTimer.Stop()
+	}
+	s.killAt = at
+	s.killTimer = time.NewTimer(grace)
+}
+
+func (s *server) beginShutdown() {
+	s.shutdown = true
+	if s.task == nil {
+		s.finish(0)
+		return
+	}
+	s.killAll()
+	s.reap()
+}
+
+// signalGroup signals every live member of the task's process group through
+// its own pidfd.
+func (s *server) signalGroup(sig syscall.Signal) {
+	pgid := s.task.pid
+	fds, err := signalMatching(sig, func(_ int, st procStat) bool { return st.PGID == pgid })
+	closeAll(fds)
+	if err != nil {
+		s.log.Warn("signalling the task group", "signal", sig, "err", err)
+	}
+}
+
+// killAll SIGKILLs every descendant the executor can see: its children
+// (the task and reparented orphans) and every member of its session (the
+// task's group and their children). Deeper descendants surface as children
+// when their parents die; reap calls killAll again until none is left.
+func (s *server) killAll() {
+	self, own := s.self, s.ownSess
+	fds, err := signalMatching(syscall.SIGKILL, func(pid int, st procStat) bool {
+		return pid != self && (st.PPID == self || (own && st.SID == self) || (s.task != nil && st.PGID == s.task.pid))
+	})
+	closeAll(fds)
+	if err != nil {
+		s.log.Warn("killing descendants", "err", err)
+	}
+}
+
+// reap collects every child that exited. Once the task has exited it kills
+// what is left of its tree, and when no child remains it completes.
+func (s *server) reap() {
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if errors.Is(err, unix.ECHILD) {
+			s.noChildren = true
+			break
+		}
+		if err != nil {
+			s.log.Error("wait4", "err", err)
+			break
+		}
+		if pid == 0 {
+			s.noChildren = false
+			break
+		}
+		if s.task != nil && pid == s.task.pid && !s.task.exited {
+			s.task.exited = true
+			s.task.exit = exitOf(ws)
+			s.log.Info("task exited", "task_pid", pid, "code", s.task.exit.Code, "signal", s.task.exit.Signal)
+		} else {
+			s.log.Debug("reaped", "child", pid)
+		}
+	}
+	if s.task == nil || !s.task.exited {
+		return
+	}
+	if !s.noChildren {
+		s.killAll()
+		return
+	}
+	s.completeTask()
+}
+
+func exitOf(ws unix.WaitStatus) ExitStatus {
+	if ws.Signaled() {
+		return ExitStatus{Code: -1, Signal: int(ws.Signal())}
+	}
+	return ExitStatus{Code: ws.ExitStatus()}
+}
+
+// completeTask runs once the task exited and its whole tree is gone: record
+// the exit status on disk, answer every waiter, exit.
+func (s *server) completeTask() {
+	if s.killTimer != nil {
+		s.killTimer.Stop()
+		s.killTimer = nil
+	}
+	rec := exitRecord{ExitStatus: s.task.exit, Nonce: s.nonce, PID: s.task.pid, PIDStart: s.task.start}
+	code := 0
+	if err := writeFileAtomic(s.taskDir, ExitStatusFile, rec); err != nil {
+		s.log.Error("could not record the exit status", "err", err)
+		code = 1
+	}
+	s.finish(code)
+}
+
+// finish answers every waiter with the final status and ends the loop.
+func (s *server) finish(code int) {
+	st := s.status()
+	for _, w := range s.waiters {
+		s.send(w.c, response{ID: w.id, Status: &st})
+	}
+	s.waiters = nil
+	s.exitCode = code
+	s.complete = true
+}
+
+// close flushes the answers, closes every connection and the listener
+// (which removes the socket file), and returns the exit code.
+func (s *server) close() int {
+	close(s.quit)
+	s.ln.Close()
+	deadline := time.NewTimer(2 * time.Second)
+	defer deadline.Stop()
+	for sc := range s.conns {
+		s.closeConn(sc)
+	}
+	expired := false
+	for sc := range s.conns {
+		if !expired {
+			select {
+			case <-sc.written:
+			case <-deadline.C:
+				expired = true
+			}
+		}
+		sc.c.Close()
+	}
+	unix.Close(s.dirfd)
+	s.log.Info("executor exiting", "code", s.exitCode)
+	return s.exitCode
+}
