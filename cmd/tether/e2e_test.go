@@ -1,0 +1,358 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tether-fsm/tether/driver"
+	"github.com/tether-fsm/tether/store"
+)
+
+// The end-to-end tests build the tether binary once and drive it as a
+// user would, each test on its own state directory. Every test ends with a
+// leak check: no live process whose command line names the test's state
+// directory may survive it (executors carry their task directory in their
+// arguments, helper tasks carry the state directory as their last one).
+
+// tetherBin is the binary under test, built by TestMain.
+var tetherBin string
+
+// helperArg makes the test binary act as a task (see helperMain).
+const helperArg = "tether-test-helper"
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == helperArg {
+		os.Exit(helperMain(os.Args[2:]))
+	}
+	os.Exit(buildAndRun(m))
+}
+
+func buildAndRun(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "tether-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	tetherBin = filepath.Join(dir, "tether")
+	args := []string{"build", "-o", tetherBin}
+	if buildTags != "" {
+		args = append(args, "-tags", buildTags)
+	}
+	build := exec.Command("go", append(args, ".")...)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "building tether: %v\n", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// helperMain is a task for the tests: its last argument is always the
+// state directory (the leak check's marker), which it ignores.
+//
+//	exit N          exit with code N
+//	sleep           print "helper up", then block until killed
+//	fiforead PATH   read PATH (a FIFO) to its end, then exit 7
+//	fifowrite PATH  write a line to PATH (a FIFO), then exit 0
+func helperMain(args []string) int {
+	if len(args) < 2 {
+		fmt.Fprintln(os.Stderr, "helper: want MODE ... MARKER")
+		return 2
+	}
+	switch args[0] {
+	case "exit":
+		n, _ := strconv.Atoi(args[1])
+		fmt.Println("helper exiting with", n)
+		return n
+	case "sleep":
+		fmt.Println("helper up")
+		fmt.Fprintln(os.Stderr, "helper stderr")
+		select {}
+	case "fiforead":
+		b, err := os.ReadFile(args[1])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Printf("read %q\n", b)
+		return 7
+	case "fifowrite":
+		if err := os.WriteFile(args[1], []byte("hello through the fifo\n"), 0); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintln(os.Stderr, "helper: unknown mode", args[0])
+	return 2
+}
+
+// env is one test's state directory and the tether commands run on it.
+type env struct {
+	t   *testing.T
+	dir string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{t: t, dir: t.TempDir()}
+	t.Cleanup(func() { checkNoLeak(t, e.dir) })
+	return e
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+}
+
+// command returns a tether command on the test's state directory; extra
+// is added to a clean environment (no TETHER_* from outside).
+func (e *env) command(ctx context.Context, extra []string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, tetherBin, append([]string{"--state-dir", e.dir}, args...)...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TETHER_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, extra...)
+	cmd.WaitDelay = 10 * time.Second
+	return cmd
+}
+
+// tether runs a tether command to its end.
+func (e *env) tether(args ...string) result { return e.tetherEnv(nil, args...) }
+
+func (e *env) tetherEnv(extra []string, args ...string) result {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := e.command(ctx, extra, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := result{stdout: stdout.String(), stderr: stderr.String()}
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit) && exit.Exited():
+		r.code = exit.ExitCode()
+	default:
+		e.t.Fatalf("tether %s: %v\n%s", strings.Join(args, " "), err, r)
+	}
+	if strings.Contains(r.stderr, "panic:") || strings.Contains(r.stderr, "goroutine ") {
+		e.t.Fatalf("tether %s panicked:\n%s", strings.Join(args, " "), r)
+	}
+	return r
+}
+
+// must runs a tether command and fails the test unless it exits 0.
+func (e *env) must(args ...string) result {
+	e.t.Helper()
+	r := e.tether(args...)
+	if r.code != 0 {
+		e.t.Fatalf("tether %s: %s", strings.Join(args, " "), r)
+	}
+	return r
+}
+
+// checkNoLeak fails the test for every live process whose command line
+// contains marker, and kills it so that one failure does not spill into
+// other tests.
+func checkNoLeak(t *testing.T, marker string) {
+	t.Helper()
+	for _, p := range processesWith(marker) {
+		t.Errorf("leaked process %d: %s", p.pid, p.cmdline)
+		if proc, err := os.FindProcess(p.pid); err == nil {
+			_ = proc.Signal(syscall.SIGKILL)
+		}
+	}
+}
+
+type procInfo struct {
+	pid     int
+	cmdline string
+}
+
+// processesWith scans /proc for live (non-zombie) processes whose command
+// line contains marker.
+func processesWith(marker string) []procInfo {
+	entries, _ := os.ReadDir("/proc")
+	var out []procInfo
+	for _, ent := range entries {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline"))
+		if err != nil || !bytes.Contains(raw, []byte(marker)) {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "stat"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
+			continue
+		}
+		out = append(out, procInfo{pid, strings.ReplaceAll(strings.TrimRight(string(raw), "\x00"), "\x00", " ")})
+	}
+	return out
+}
+
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestGraph_MarksKillExecutor(t *testing.T) {
+	e := newEnv(t)
+	r := e.must("graph")
+	if !strings.Contains(r.stdout, "kill-executor") || !strings.Contains(r.stdout, "graph") {
+		t.Fatalf("mermaid graph lacks kill-executor edges:\n%s", r)
+	}
+	r = e.must("graph", "--format", "dot")
+	if !strings.Contains(r.stdout, "digraph") || !strings.Contains(r.stdout, `kill-executor", color = "red"`) {
+		t.Fatalf("dot graph lacks red kill-executor edges:\n%s", r)
+	}
+	if r := e.tether("graph", "--format", "png"); r.code != exitUsage || !strings.Contains(r.stderr, "mermaid or dot") {
+		t.Fatalf("bad format: %s", r)
+	}
+}
+
+func TestDebugCrashpoints_ListsDriverPoints(t *testing.T) {
+	e := newEnv(t)
+	r := e.must("debug", "crashpoints")
+	want := strings.Join(driver.CrashPoints(), "\n") + "\n"
+	if r.stdout != want {
+		t.Fatalf("crashpoints:\n%s\nwant:\n%s", r.stdout, want)
+	}
+	r = e.must("debug", "faultpoints")
+	if r.stdout != strings.Join(driver.FaultPoints(), "\n")+"\n" {
+		t.Fatalf("faultpoints:\n%s", r.stdout)
+	}
+}
+
+func TestCrashpointEnv_UnknownNameRefused(t *testing.T) {
+	e := newEnv(t)
+	r := e.tetherEnv([]string{"TETHER_CRASHPOINT=after-append:no-such-event"}, "status")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "TETHER_CRASHPOINT") || !strings.Contains(r.stderr, "no-such-event") {
+		t.Fatalf("unknown crash point: %s", r)
+	}
+	r = e.tetherEnv([]string{"TETHER_FAULT=effect:nope"}, "status")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "TETHER_FAULT") {
+		t.Fatalf("unknown fault point: %s", r)
+	}
+}
+
+func TestCorruptStore_ClearErrorNoPanic(t *testing.T) {
+	e := newEnv(t)
+	junk := bytes.Repeat([]byte("this is not a bbolt file. "), 2000)
+	if err := os.WriteFile(filepath.Join(e.dir, "tether.db"), junk, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"status"}, {"check"}, {"run", "--", "/bin/true"}, {"recover"}, {"gc"}} {
+		r := e.tether(args...)
+		if r.code == 0 {
+			t.Errorf("tether %v on a corrupt store exited 0:\n%s", args, r)
+		}
+		if !strings.Contains(r.stderr, "tether.db") || !strings.Contains(r.stderr, "damaged") {
+			t.Errorf("tether %v: the message does not name the damaged store:\n%s", args, r)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(e.dir, "tasks")); err == nil {
+		entries, _ := os.ReadDir(filepath.Join(e.dir, "tasks"))
+		if len(entries) != 0 {
+			t.Errorf("a task directory was created on a corrupt store: %v", entries)
+		}
+	}
+}
+
+func TestLockedStore_ClearError(t *testing.T) {
+	e := newEnv(t)
+	st, err := store.Open(filepath.Join(e.dir, "tether.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r := e.tether("--lock-timeout", "200ms", "status")
+	if r.code == 0 || !strings.Contains(r.stderr, "locked") || !strings.Contains(r.stderr, "another tether") {
+		t.Fatalf("locked store: %s", r)
+	}
+}
+
+func TestRun_InvalidTaskFile(t *testing.T) {
+	e := newEnv(t)
+	bad := writeFile(t, t.TempDir(), "bad.hcl", "task \"x\" {\n  driver = \"raw_exec\"\n  config {\n    command = \n  }\n}\n")
+	r := e.tether("run", bad)
+	if r.code == 0 || !regexp.MustCompile(regexp.QuoteMeta(bad)+`:\d+:\d+: error: `).MatchString(r.stderr) {
+		t.Fatalf("invalid task file: want file:line:col in the message:\n%s", r)
+	}
+	docker := writeFile(t, t.TempDir(), "docker.hcl", "task \"x\" {\n  driver = \"docker\"\n  config { command = \"/bin/true\" }\n}\n")
+	r = e.tether("run", docker)
+	if r.code == 0 || !strings.Contains(r.stderr, docker+":2:12: error: Unsupported driver") {
+		t.Fatalf("bad driver: %s", r)
+	}
+	if r := e.tether("run", filepath.Join(t.TempDir(), "missing.hcl")); r.code == 0 || !strings.Contains(r.stderr, "missing.hcl") {
+		t.Fatalf("missing file: %s", r)
+	}
+}
+
+func TestUnknownTaskID(t *testing.T) {
+	e := newEnv(t)
+	for _, cmd := range []string{"status", "events", "logs", "stop", "wait"} {
+		r := e.tether(cmd, "no-such-task")
+		if r.code != exitError || !strings.Contains(r.stderr, `"no-such-task"`) || !strings.Contains(r.stderr, "tether status --all") {
+			t.Errorf("tether %s no-such-task: %s", cmd, r)
+		}
+	}
+	if r := e.tether("events", "../escape"); r.code != exitError || !strings.Contains(r.stderr, "no task") {
+		t.Errorf("events ../escape: %s", r)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	e := newEnv(t)
+	for _, args := range [][]string{{"frobnicate"}, {"run"}, {"run", "--driver", "docker", "--", "/bin/true"}, {"run", "--env", "novalue", "--", "/bin/true"}, {"stop"}, {"--log-level", "loud", "status"}} {
+		if r := e.tether(args...); r.code != exitUsage {
+			t.Errorf("tether %v: want exit %d: %s", args, exitUsage, r)
+		}
+	}
+	if r := e.tether("help"); r.code != 0 || !strings.Contains(r.stdout, "run") || strings.Contains(r.stdout, "\n  executor") {
+		t.Errorf("help (must not list executor): %s", r)
+	}
+	if r := e.tether("run", "-h"); r.code != 0 || !strings.Contains(r.stderr, "--task") && !strings.Contains(r.stderr, "-task") {
+		t.Errorf("run -h: %s", r)
+	}
+}
+
+func TestStatus_EmptyStore(t *testing.T) {
+	e := newEnv(t)
+	r := e.must("status", "--json")
+	if strings.TrimSpace(r.stdout) != "[]" {
+		t.Fatalf("status --json on an empty store: %s", r)
+	}
+	e.must("check")
+	if r := e.must("recover"); !strings.Contains(r.stdout, "nothing to recover") {
+		t.Fatalf("recover: %s", r)
+	}
+}
