@@ -63,7 +63,7 @@ func (m *machine) stateOf(t *rapid.T, id string) fsm.State {
 	return info.State
 }
 
-func (m *machine) actions() map[string]func(*rapid.T) {
+func (m *machine) kinds() map[string]func(*rapid.T) {
 	return map[string]func(*rapid.T){
 		"start": func(t *rapid.T) {
 			m.needAlive(t)
@@ -166,6 +166,51 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 		},
 		"recover": func(t *rapid.T) {
 			m.recover(t)
+		},
+	}
+}
+
+// applicable lists the actions that apply now, most basic first (rapid
+// shrinks towards the first), starts and recoveries weighted up. Drawing
+// among applicable actions, rather than skipping inapplicable ones, keeps
+// every step useful and counterexamples short.
+func (m *machine) applicable() []string {
+	var out []string
+	alive := m.h.Alive()
+	if alive && m.next < maxTasks {
+		out = append(out, "start", "start", "start")
+	}
+	if !alive {
+		out = append(out, "recover", "recover", "recover")
+	}
+	if alive && len(m.h.Tasks()) > 0 {
+		out = append(out, "stop", "destroy", "signal")
+	}
+	var tasks, execs bool
+	for _, p := range m.h.World.Live() {
+		tasks = tasks || p.Kind == KindTask
+		execs = execs || p.Kind == KindExecutor
+	}
+	if tasks {
+		out = append(out, "task exits")
+	}
+	if execs {
+		out = append(out, "executor dies")
+	}
+	if len(m.h.World.ReusablePIDs()) > 0 {
+		out = append(out, "pid reuse")
+	}
+	if alive {
+		out = append(out, "crash", "recover", "restart")
+	}
+	return out
+}
+
+func (m *machine) actions() map[string]func(*rapid.T) {
+	kinds := m.kinds()
+	return map[string]func(*rapid.T){
+		"step": func(t *rapid.T) {
+			kinds[rapid.SampledFrom(m.applicable()).Draw(t, "action")](t)
 		},
 		"": func(t *rapid.T) {
 			*m.steps++
