@@ -347,6 +347,12 @@ func (c *Client) call(ctx context.Context, req request) (response, error) {
 	err := writeFrame(c.conn, req)
 	c.wmu.Unlock()
 	if err != nil {
+		// The executor may have said why it closed (a refused peer): let the
+		// reader drain what it sent before giving up.
+		select {
+		case <-c.readEnd:
+		case <-ctx.Done():
+		}
 		if lost := c.lostErr(); lost != nil {
 			return response{}, lost
 		}

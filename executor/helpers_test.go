@@ -49,6 +49,10 @@ func TestMain(m *testing.M) {
 			os.Exit(runDialer(os.Args[3], os.Args[4]))
 		}
 	}
+	// Helper processes built with -race would otherwise sleep 1s at exit.
+	if os.Getenv("GORACE") == "" {
+		os.Setenv("GORACE", "atexit_sleep_ms=0")
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -102,7 +106,7 @@ func (m marker) taskSpec(t testing.TB, mode string, args ...string) LaunchSpec {
 		Mode:    ModeRawExec,
 		Command: testBinary(t),
 		Args:    append([]string{"task", m.arg(), mode}, args...),
-		Env:     map[string]string{"TETHER_TEST_MARKER": string(m), "TASK_VAR": "task-value"},
+		Env:     map[string]string{"TETHER_TEST_MARKER": string(m), "TASK_VAR": "task-value", "GORACE": os.Getenv("GORACE")},
 	}
 }
 
