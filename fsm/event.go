@@ -181,7 +181,7 @@ type Event struct {
 }
 
 // Validate checks that the event carries what its type requires.
-func (e Event) Validate() error {
+func (e *Event) Validate() error {
 	bad := func(what string) error {
 		return fmt.Errorf("%w: %s needs %s", ErrInvalidEvent, e.Type, what)
 	}

@@ -52,7 +52,9 @@ func targetOf(ev EventType) State {
 // Next returns the state event e leads to from s, or a *TransitionError.
 // It reads only the compiled table: it is the store's legality check and
 // replay's hot path.
-func (t *Table) Next(s State, e Event) (State, error) {
+func (t *Table) Next(s State, e Event) (State, error) { return t.nextState(s, &e) }
+
+func (t *Table) nextState(s State, e *Event) (State, error) {
 	if s == StateNone {
 		if e.Type == EventCreated {
 			return StateCreated, nil
@@ -83,20 +85,39 @@ func (t *Table) Next(s State, e Event) (State, error) {
 // event's payload, its sequence number (when set) and its legality; it
 // performs no effect.
 func (t *Table) Fold(task Task, e Event) (Task, error) {
+	err := t.Apply(&task, &e)
+	return task, err
+}
+
+// Apply is Fold in place, for replay's hot path: it folds e into *task, or
+// returns an error and leaves *task unchanged.
+func (t *Table) Apply(task *Task, e *Event) error {
 	if err := e.Validate(); err != nil {
-		return task, fmt.Errorf("task %q seq %d: %w", task.ID, task.Version+1, err)
+		return fmt.Errorf("task %q seq %d: %w", task.ID, task.Version+1, err)
 	}
 	if e.Seq != 0 && e.Seq != task.Version+1 {
-		return task, fmt.Errorf("%w: task %q: event %s has seq %d, expected %d",
+		return fmt.Errorf("%w: task %q: event %s has seq %d, expected %d",
 			ErrInvalidEvent, task.ID, e.Type, e.Seq, task.Version+1)
 	}
-	to, err := t.Next(task.State, e)
+	to, err := t.nextState(task.State, e)
 	if err != nil {
 		if te, ok := err.(*TransitionError); ok {
 			te.Task = task.ID
 		}
-		return task, err
+		return err
 	}
+	switch e.Type {
+	case EventExecutorUp:
+		if e.Executor.Nonce != "" && e.Executor.Nonce != task.Nonce {
+			return fmt.Errorf("%w: task %q: executor nonce %q does not match the spawn intent's %q",
+				ErrInvalidEvent, task.ID, e.Executor.Nonce, task.Nonce)
+		}
+	case EventExecutorReaped:
+		if task.Target != StateNone && e.Target != task.Target {
+			return &TransitionError{Task: task.ID, From: task.State, Event: e.Type, To: e.Target}
+		}
+	}
+	// Checked: from here on nothing fails.
 	switch e.Type {
 	case EventCreated:
 		spec := *e.Spec
@@ -104,15 +125,8 @@ func (t *Table) Fold(task Task, e Event) (Task, error) {
 		task.CreatedAt = e.Time
 	case EventSpawnIntent:
 		task.Nonce = e.Nonce
-	case EventExecutorUp:
-		if e.Executor.Nonce != "" && e.Executor.Nonce != task.Nonce {
-			return task, fmt.Errorf("%w: task %q: executor nonce %q does not match the spawn intent's %q",
-				ErrInvalidEvent, task.ID, e.Executor.Nonce, task.Nonce)
-		}
-		id := *e.Executor
-		task.Executor = &id
-	case EventReattached:
-		if e.Executor != nil {
+	case EventExecutorUp, EventReattached:
+		if e.Executor != nil && (task.Executor == nil || *task.Executor != *e.Executor) {
 			id := *e.Executor
 			task.Executor = &id
 		}
@@ -120,10 +134,6 @@ func (t *Table) Fold(task Task, e Event) (Task, error) {
 		task.TaskPID, task.TaskStart = e.TaskPID, e.TaskStart
 	case EventStopRequested:
 		task.StopSignal, task.StopGrace = e.Signal, e.Grace
-	case EventExecutorReaped:
-		if task.Target != StateNone && e.Target != task.Target {
-			return task, &TransitionError{Task: task.ID, From: task.State, Event: e.Type, To: e.Target}
-		}
 	}
 	if e.Exit != nil {
 		x := *e.Exit
@@ -138,7 +148,7 @@ func (t *Table) Fold(task Task, e Event) (Task, error) {
 	task.State = to
 	task.Version++
 	task.UpdatedAt = e.Time
-	return task, nil
+	return nil
 }
 
 // FoldAll folds events in order, stopping at the first error.

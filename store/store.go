@@ -404,7 +404,7 @@ func foldTask(tx *bolt.Tx, task string) (fsm.Task, error) {
 	var e fsm.Event
 	it := newRecords(b, task)
 	for it.next(&e) {
-		if t, err = fsm.Lifecycle.Fold(t, e); err != nil {
+		if err = fsm.Lifecycle.Apply(&t, &e); err != nil {
 			return fsm.Task{}, &CorruptError{Task: task, Seq: e.Seq, Reason: "not a legal walk", Err: err}
 		}
 	}
