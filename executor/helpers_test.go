@@ -53,7 +53,17 @@ func TestMain(m *testing.M) {
 	if os.Getenv("GORACE") == "" {
 		os.Setenv("GORACE", "atexit_sleep_ms=0")
 	}
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	if benchBinDir != "" {
+		os.RemoveAll(benchBinDir)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // block never returns (a blocked syscall, so the runtime sees no deadlock).
