@@ -240,7 +240,7 @@ func (m *machine) recover(t *rapid.T) {
 // invariants checked after every step. RAPID_CHECKS / -rapid.checks sets
 // the number of checks; failures are kept under testdata/rapid.
 func TestDriver_Properties(t *testing.T) {
-	dir := t.TempDir()
+	dir := scratch(t)
 	checks, steps := 0, 0
 	began := time.Now()
 	rapid.Check(t, func(rt *rapid.T) {

@@ -12,7 +12,7 @@ import (
 // within runs fn with a fresh harness inside a synctest bubble.
 func within(t *testing.T, fn func(t *testing.T, h *Harness)) {
 	t.Helper()
-	dir := t.TempDir()
+	dir := scratch(t)
 	synctest.Test(t, func(t *testing.T) {
 		h := New(t, dir)
 		defer func() {
