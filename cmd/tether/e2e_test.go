@@ -63,7 +63,8 @@ func buildAndRun(m *testing.M) int {
 // state directory (the leak check's marker), which it ignores.
 //
 //	exit N          exit with code N
-//	sleep           print "helper up", then block until killed
+//	sleep           print "helper stderr" on stderr, then "helper up" on
+//	                stdout, then block until killed
 //	fiforead PATH   read PATH (a FIFO) to its end, then exit 7
 //	fifowrite PATH  write a line to PATH (a FIFO), then exit 0
 func helperMain(args []string) int {
@@ -77,8 +78,8 @@ func helperMain(args []string) int {
 		fmt.Println("helper exiting with", n)
 		return n
 	case "sleep":
-		fmt.Println("helper up")
 		fmt.Fprintln(os.Stderr, "helper stderr")
+		fmt.Println("helper up")
 		select {}
 	case "fiforead":
 		b, err := os.ReadFile(args[1])

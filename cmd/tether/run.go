@@ -195,9 +195,27 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 	if evs, err := s.d.TaskEvents(ctx, id); err == nil {
 		fmt.Fprintf(c.stderr, "tether: %s: %s\n", id, joinStates(lifecycle(evs)))
 	}
+	if startErr != nil && task.State == fsm.StateExited && task.Exit != nil {
+		// The task ran and exited before it could be seen running: that
+		// is a start that worked, for a quick task.
+		if err := s.Close(); err != nil {
+			c.errorf("warning: closing the store: %v", err)
+		}
+		if detach {
+			fmt.Fprintf(c.stderr, "tether: %s: already %s\n", id, describeEnd(task))
+			fmt.Fprintln(c.stdout, id)
+			return exitOK
+		}
+		c.copyOutput(id)
+		return exitCode(*task.Exit)
+	}
 	if startErr != nil {
 		if err := s.Close(); err != nil {
 			c.errorf("warning: closing the store: %v", err)
+		}
+		if !detach {
+			// A task that launched and then failed may have said why.
+			c.copyOutput(id)
 		}
 		return c.startFailed(id, task, startErr)
 	}
@@ -219,6 +237,14 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 		return exitOK
 	}
 	return c.await(ctx, task, sigs, true)
+}
+
+// copyOutput prints whatever the task wrote, if anything.
+func (c *cli) copyOutput(id string) {
+	startTail(c.log, c.taskDir(id), []tailStream{
+		{name: stdoutFile, out: c.stdout},
+		{name: stderrFile, out: c.stderr},
+	}).stop()
 }
 
 // startFailed reports a task that did not start and picks the exit code:
