@@ -8,7 +8,7 @@
 //     a lease (an executor whose connection drops before launch exits by
 //     itself); tasks that exit; executors that die behind the driver's back;
 //     pid reuse by strangers. Identity checks are pid + start time + boot id
-//     + nonce; every signal is logged, so "never a stranger signalled" is a
+//   - nonce; every signal is logged, so "never a stranger signalled" is a
 //     query.
 //   - Generation: one life of a driver process. A crash (Hooks.Crash at a
 //     drawn crash point) kills it as SIGKILL would: the goroutine that hit
