@@ -7,9 +7,9 @@
 //   - World: processes with pids, start times and a boot id; executors with
 //     a lease (an executor whose connection drops before launch exits by
 //     itself); tasks that exit; executors that die behind the driver's back;
-//     pid reuse by strangers. Identity checks are pid + start time + boot id
-//   - nonce; every signal is logged, so "never a stranger signalled" is a
-//     query.
+//     pid reuse by strangers. Identity checks are pid, start time, boot id
+//     and nonce; every signal is logged, so "never a stranger signalled" is
+//     a query.
 //   - Generation: one life of a driver process. A crash (Hooks.Crash at a
 //     drawn crash point) kills it as SIGKILL would: the goroutine that hit
 //     the point exits (runtime.Goexit), every other goroutine of that
