@@ -272,7 +272,9 @@ func hint(err error) string {
 	switch {
 	case errors.Is(err, store.ErrLocked):
 		return "another tether command is using the store; retry when it is done, or raise --lock-timeout"
-	case errors.Is(err, store.ErrNotStore), errors.Is(err, store.ErrCorrupt):
+	case errors.Is(err, store.ErrNotStore):
+		return "" // the store's message says what to do
+	case errors.Is(err, store.ErrCorrupt):
 		return "the store is damaged: 'tether check' says where; move the file aside to start afresh"
 	case errors.Is(err, store.ErrSchema), errors.Is(err, store.ErrVersion):
 		return "the store was written by another tether version; use a matching tether"

@@ -250,10 +250,16 @@ func (c *cli) copyOutput(id string) {
 // startFailed reports a task that did not start and picks the exit code:
 // 127 not found, 126 not executable, else 125.
 func (c *cli) startFailed(id string, task fsm.Task, err error) int {
-	c.errorf("task %s failed to start: %v", id, err)
-	if task.Reason != "" && !strings.Contains(err.Error(), task.Reason) {
-		fmt.Fprintf(c.stderr, "  reason: %s\n", task.Reason)
+	// Say the reason once, without the wrapping that names the task again.
+	why := err.Error()
+	var te *driver.TaskError
+	switch {
+	case task.Reason != "" && strings.Contains(why, task.Reason):
+		why = task.Reason
+	case errors.As(err, &te):
+		why = te.Err.Error()
 	}
+	c.errorf("task %s failed to start (%s): %s", id, task.State, why)
 	code := startExitCode(err, task.Reason)
 	switch {
 	case code == exitNotFound:
