@@ -1,5 +1,3 @@
-//go:build withexec
-
 package main
 
 import "github.com/tether-fsm/tether/executor"
