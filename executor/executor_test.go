@@ -393,6 +393,48 @@ func TestShutdown_KillsTask(t *testing.T) {
 	}
 }
 
+func TestShutdown_OnSIGTERM(t *testing.T) {
+	m := newMarker(t)
+	ctx := testCtx(t)
+	c := spawn(t, m, "")
+	if _, _, err := c.Launch(ctx, m.taskSpec(t, "serve", "-kids", "1", "-ignore-term")); err != nil {
+		t.Fatal(err)
+	}
+	p, err := openPidfd(c.Identity().PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := c.Identity().check(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Wait(ctx)
+	if err != nil || st.Signal != int(syscall.SIGKILL) {
+		t.Fatalf("Wait after SIGTERM to the executor = %+v %v", st, err)
+	}
+	if err := p.wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStop_BeforeLaunch(t *testing.T) {
+	m := newMarker(t)
+	ctx := testCtx(t)
+	c := spawn(t, m, "")
+	if _, err := c.Stop(ctx, syscall.SIGTERM, time.Second); !errors.Is(err, ErrNotLaunched) {
+		t.Fatalf("Stop before launch = %v, want ErrNotLaunched", err)
+	}
+	if err := c.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := ReadExitStatus(filepath.Dir(c.Identity().Socket)); ok {
+		t.Fatal("exit status recorded for a task never launched")
+	}
+}
+
 func TestPeerCred_OtherUIDRefused(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("this test runs a client as another uid and needs root")
@@ -767,6 +809,10 @@ func FuzzReadFrame(f *testing.F) {
 		var w strings.Builder
 		if err := writeFrame(&w, req); err != nil {
 			t.Fatalf("re-encoding a decoded request: %v", err)
+		}
+		var resp response
+		if err := readFrame(strings.NewReader(string(b)), &resp); err == nil && resp.Err != nil {
+			_ = resp.Err.err().Error()
 		}
 	})
 }

@@ -51,7 +51,7 @@ type Status struct {
 	Launched bool       `json:"launched"`
 	PID      int        `json:"pid"`
 	PIDStart uint64     `json:"pid_start"`
-	Exited   bool       `json:"exited"` // the task exited and its whole group is gone
+	Exited   bool       `json:"exited"` // the task (its leader) has exited; Wait also waits for the rest of its tree
 	Exit     ExitStatus `json:"exit"`
 }
 

@@ -437,6 +437,10 @@ func (s *server) handle(sc *sconn, req request) {
 	case opWait:
 		s.waitFor(sc, req.ID)
 	case opSignal:
+		if req.Signal < 0 || req.Signal > 64 {
+			s.send(sc, response{ID: req.ID, Err: toWire(fmt.Errorf("%w: signal %d", ErrBadSpec, req.Signal))})
+			return
+		}
 		if err := s.checkRunning(); err != nil {
 			s.send(sc, response{ID: req.ID, Err: toWire(err)})
 			return
@@ -444,6 +448,10 @@ func (s *server) handle(sc *sconn, req request) {
 		s.signalGroup(syscall.Signal(req.Signal))
 		s.send(sc, response{ID: req.ID})
 	case opStop:
+		if req.Signal < 0 || req.Signal > 64 {
+			s.send(sc, response{ID: req.ID, Err: toWire(fmt.Errorf("%w: signal %d", ErrBadSpec, req.Signal))})
+			return
+		}
 		if s.task == nil {
 			s.send(sc, response{ID: req.ID, Err: toWire(ErrNotLaunched)})
 			return
