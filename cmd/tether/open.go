@@ -73,7 +73,7 @@ func (c *cli) open(ctx context.Context) (*session, error) {
 	}
 	for _, t := range rep.Tasks {
 		if t.Err == nil && t.From != t.To {
-			c.log.Info("recovered task", "task_id", t.ID, "from", t.From.String(), "state", t.To.String(), "action", t.Action)
+			c.log.Info("recovered task from "+t.From.String()+": "+t.Action, "task_id", t.ID, "state", t.To.String())
 		}
 	}
 	return s, nil

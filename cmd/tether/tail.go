@@ -90,7 +90,7 @@ func (t *tailer) copyAll() {
 			s.f = f
 		}
 		if _, err := io.Copy(s.out, s.f); err != nil {
-			t.log.Debug("copying task output", "file", s.name, "err", err)
+			t.log.Debug("copying task output from "+s.name, "err", err)
 		}
 	}
 }
