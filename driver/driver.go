@@ -103,6 +103,7 @@ type task struct {
 	cancel   context.CancelCauseFunc // cancels the start effect in flight
 	sup      bool                    // a supervisor is waiting on h
 	starting bool                    // StartTask is driving this task: executor-up leads to the launch intent
+	lastErr  error                   // the last start effect's error, for StartTask's caller
 }
 
 // Open opens a driver on cfg.StateDir. It does not reconcile anything:
@@ -354,15 +355,25 @@ func (d *Driver) StartTask(ctx context.Context, id string, spec fsm.Spec) (fsm.T
 	if err := d.drive(t); err != nil {
 		return t.snapshot(), err
 	}
-	st := t.snapshot()
-	if st.State != fsm.StateRunning {
+	t.mu.Lock()
+	st, cause := t.state, t.lastErr
+	t.starting = false
+	t.mu.Unlock()
+	switch {
+	case st.State == fsm.StateRunning:
+		return st, nil
+	case st.State == fsm.StateExited || st.Target == fsm.StateExited:
+		// A quick task: it ran, and exited before the start returned.
+		return st, nil
+	case cause != nil:
+		return st, &TaskError{Task: id, State: st.State, Err: fmt.Errorf("%w: %w", ErrStartFailed, cause)}
+	default:
 		reason := st.Reason
 		if reason == "" {
 			reason = "ended " + st.State.String()
 		}
 		return st, &TaskError{Task: id, State: st.State, Err: fmt.Errorf("%w: %s", ErrStartFailed, reason)}
 	}
-	return st, nil
 }
 
 func (d *Driver) forget(id string, t *task) {

@@ -112,13 +112,13 @@ func (d *Driver) perform(t *task, st fsm.Task, eff fsm.Effect) fsm.Event {
 		}()
 	}
 	if err := d.hooks.fault("effect:" + name); err != nil {
-		return d.failure(eff, st, err)
+		return d.failure(t, eff, err)
 	}
 	switch eff.Type {
 	case fsm.EffectSpawnExecutor:
 		h, err := d.world.Spawn(ctx, t.id, eff.Nonce)
 		if err != nil {
-			return d.failure(eff, st, err)
+			return d.failure(t, eff, err)
 		}
 		t.mu.Lock()
 		t.h = h
@@ -130,11 +130,11 @@ func (d *Driver) perform(t *task, st fsm.Task, eff fsm.Effect) fsm.Event {
 	case fsm.EffectLaunchTask:
 		h, err := d.handle(ctx, t)
 		if err != nil {
-			return d.failure(eff, st, err)
+			return d.failure(t, eff, err)
 		}
 		pid, start, err := h.Launch(ctx, *eff.Spec, d.cfg.AllowedCaps)
 		if err != nil {
-			return d.failure(eff, st, err)
+			return d.failure(t, eff, err)
 		}
 		t.mu.Lock()
 		t.pid, t.pidStart = pid, start
@@ -145,11 +145,13 @@ func (d *Driver) perform(t *task, st fsm.Task, eff fsm.Effect) fsm.Event {
 	case fsm.EffectAttach:
 		h, err := d.handle(ctx, t)
 		if err != nil {
-			return d.lost(err)
+			return d.exitedOrLost(ctx, t, err)
 		}
 		s, err := h.Status(ctx)
 		if err != nil {
-			return d.lost(err)
+			// A quick task: its executor may have recorded the exit and
+			// gone already.
+			return d.exitedOrLost(ctx, t, err)
 		}
 		if s.Exited {
 			ev := d.event(fsm.EventTaskExited)
@@ -171,8 +173,23 @@ func (d *Driver) perform(t *task, st fsm.Task, eff fsm.Effect) fsm.Event {
 	panic(fmt.Sprintf("driver: effect %s has no implementation", eff.Type))
 }
 
-// failure is the outcome of a start effect that failed.
-func (d *Driver) failure(eff fsm.Effect, st fsm.Task, err error) fsm.Event {
+// exitedOrLost is the outcome when the executor cannot be reached: the
+// task's exit if the executor left one on disk, else executor-lost.
+func (d *Driver) exitedOrLost(ctx context.Context, t *task, err error) fsm.Event {
+	if x, ok, xerr := d.world.ExitStatus(ctx, t.id); xerr == nil && ok {
+		ev := d.event(fsm.EventTaskExited)
+		ev.Exit = &x
+		return ev
+	}
+	return d.lost(err)
+}
+
+// failure is the outcome of a start effect that failed. The error is kept
+// for StartTask's caller, so errors.Is works across the effect.
+func (d *Driver) failure(t *task, eff fsm.Effect, err error) fsm.Event {
+	t.mu.Lock()
+	t.lastErr = err
+	t.mu.Unlock()
 	var ev fsm.Event
 	switch eff.Type {
 	case fsm.EffectSpawnExecutor:
