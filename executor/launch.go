@@ -197,6 +197,9 @@ func (s *server) startTask(spec LaunchSpec) (int, uint64, error) {
 	if err != nil {
 		return 0, 0, err
 	}
+	if euid := os.Geteuid(); tu.uid >= 0 && euid != 0 && tu.uid != euid {
+		return 0, 0, fmt.Errorf("%w: an executor running as uid %d cannot run a task as uid %d", ErrLaunch, euid, tu.uid)
+	}
 	pathEnv, ok := spec.Env["PATH"]
 	if !ok {
 		pathEnv = os.Getenv("PATH")
