@@ -2,9 +2,11 @@ package driver
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -192,10 +194,12 @@ func TestStopTask_ForcedKillAfterGrace(t *testing.T) {
 	d := newDriver(t, dir, Hooks{})
 	defer d.Close()
 	ctx := ctxT(t)
-	if _, err := d.StartTask(ctx, "stubborn", taskSpec(t, dir, "ignore-term")); err != nil {
+	st, err := d.StartTask(ctx, "stubborn", taskSpec(t, dir, "ignore-term"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := d.StopTask(ctx, "stubborn", syscall.SIGTERM, 200*time.Millisecond)
+	waitIgnoring(t, st.TaskPID, syscall.SIGTERM)
+	st, err = d.StopTask(ctx, "stubborn", syscall.SIGTERM, 200*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,18 +230,25 @@ func TestSignalTask_ReachesTheTask(t *testing.T) {
 	d := newDriver(t, dir, Hooks{})
 	defer d.Close()
 	ctx := ctxT(t)
-	if _, err := d.StartTask(ctx, "sig", taskSpec(t, dir, "sleep")); err != nil {
+	st, err := d.StartTask(ctx, "sig", taskSpec(t, dir, "sleep"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.SignalTask(ctx, "sig", syscall.SIGUSR1); err != nil {
+	// The task starts with no signal ignored (an ignored disposition of
+	// the executor's would survive exec).
+	if mask := sigIgnored(t, st.TaskPID); mask != 0 {
+		t.Fatalf("the task starts with signals ignored: mask %#x", mask)
+	}
+	// A Go task without handlers exits on SIGHUP, by the signal.
+	if err := d.SignalTask(ctx, "sig", syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	final, err := d.WaitTask(ctx, "sig")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if final.State != fsm.StateExited || final.Exit == nil || final.Exit.Signal != int(syscall.SIGUSR1) {
-		t.Fatalf("after SIGUSR1: %s %v, want exited by signal 10", final.State, final.Exit)
+	if final.State != fsm.StateExited || final.Exit == nil || final.Exit.Signal != int(syscall.SIGHUP) {
+		t.Fatalf("after SIGHUP: %s %v, want exited by signal 1", final.State, final.Exit)
 	}
 	checkReaped(t, d, final)
 }
@@ -402,4 +413,44 @@ func TestRecover_PIDReuseNeverSignalsTheStranger(t *testing.T) {
 	if pid, _ := syscall.Wait4(stranger.Process.Pid, &ws, syscall.WNOHANG, nil); pid != 0 {
 		t.Fatalf("the stranger exited: %v", ws)
 	}
+}
+
+// waitIgnoring waits until process pid ignores sig (its SigIgn mask in
+// /proc/PID/status), so that a test does not race the task's setup. The
+// kernel offers no event for this; the poll is bounded.
+func waitIgnoring(t *testing.T, pid int, sig syscall.Signal) {
+	t.Helper()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for {
+		if sigIgnored(t, pid)&(1<<(uint(sig)-1)) != 0 {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("process %d never ignored %s", pid, sig)
+		}
+	}
+}
+
+// sigIgnored returns process pid's mask of ignored signals.
+func sigIgnored(t *testing.T, pid int) uint64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if hex, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return mask
+		}
+	}
+	t.Fatalf("no SigIgn line for process %d", pid)
+	return 0
 }

@@ -39,6 +39,8 @@ func TestMain(m *testing.M) {
 			os.Exit(runChild(os.Args[2:]))
 		}
 	}
+	// Helper processes of a -race binary would each sleep 1 s at exit.
+	os.Setenv("GORACE", "atexit_sleep_ms=0")
 	goleak.VerifyTestMain(m)
 }
 

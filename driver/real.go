@@ -1,5 +1,3 @@
-//go:build withexec
-
 package driver
 
 import (

@@ -205,4 +205,3 @@ func (d *Driver) reattach(ctx context.Context, t *task, st fsm.Task) (Executor, 
 	t.mu.Unlock()
 	return h, nil
 }
-

@@ -23,6 +23,7 @@ const (
 	StdoutFile     = "stdout.log"    // the task's stdout
 	StderrFile     = "stderr.log"    // the task's stderr
 	SocketFile     = "executor.sock" // the control socket (0600, in the 0700 task directory)
+	LaunchFile     = "launch.json"   // the task's pid and start time, written before Launch answers
 )
 
 // Identity proves an executor process is ours.
@@ -88,9 +89,43 @@ func readExitRecord(taskDir string) (exitRecord, bool, error) {
 	return r, true, nil
 }
 
+// launchRecord is the on-disk form of LaunchFile.
+type launchRecord struct {
+	Nonce    string `json:"nonce"`
+	PID      int    `json:"pid"`
+	PIDStart uint64 `json:"pid_start"`
+}
+
+// ReadLaunchRecord returns the pid and start time of the task the executor
+// of taskDir launched, if it launched one. A driver that crashed between the
+// launch intent and recording the launch uses it to kill the task's group
+// when the executor itself is gone.
+func ReadLaunchRecord(taskDir string) (pid int, start uint64, ok bool, err error) {
+	var r launchRecord
+	b, err := os.ReadFile(filepath.Join(taskDir, LaunchFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, 0, false, nil
+	}
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("executor: read launch record: %w", err)
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return 0, 0, false, fmt.Errorf("%w: launch record: %w", ErrProtocol, err)
+	}
+	return r.PID, r.PIDStart, r.PID > 0, nil
+}
+
 // writeFileAtomic writes v as JSON to dir/name: a temporary file, fsync,
 // rename over name, fsync of the directory.
 func writeFileAtomic(dir, name string, v any) error {
+	return writeFile(dir, name, v, true)
+}
+
+// writeFile writes v as JSON to dir/name through a rename, so readers see
+// all of it or nothing; with durable, it also fsyncs the file and the
+// directory. A record that only matters while this boot lasts (the launch
+// record: a reboot kills the task with it) needs no fsync.
+func writeFile(dir, name string, v any, durable bool) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("executor: encode %s: %w", name, err)
@@ -101,7 +136,7 @@ func writeFileAtomic(dir, name string, v any) error {
 		return fmt.Errorf("executor: write %s: %w", name, err)
 	}
 	_, err = f.Write(b)
-	if err == nil {
+	if err == nil && durable {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -113,6 +148,9 @@ func writeFileAtomic(dir, name string, v any) error {
 	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("executor: write %s: %w", name, err)
+	}
+	if !durable {
+		return nil
 	}
 	d, err := os.Open(dir)
 	if err != nil {

@@ -219,7 +219,12 @@ func (s *server) run(lease time.Duration) int {
 	signal.Notify(sigchld, syscall.SIGCHLD)
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
-	signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE)
+	// Catch, never ignore: an ignored disposition survives exec, so the
+	// task would start with SIGHUP and SIGPIPE ignored. Caught signals
+	// are reset to their defaults in the task.
+	quiet := make(chan os.Signal, 1)
+	signal.Notify(quiet, syscall.SIGHUP, syscall.SIGPIPE)
+	defer signal.Stop(quiet)
 	defer signal.Stop(sigchld)
 	defer signal.Stop(term)
 
@@ -428,6 +433,9 @@ func (s *server) handle(sc *sconn, req request) {
 			return
 		}
 		s.task = &taskState{pid: pid, start: start}
+		if err := writeFile(s.taskDir, LaunchFile, launchRecord{Nonce: s.nonce, PID: pid, PIDStart: start}, false); err != nil {
+			s.log.Warn("writing the launch record failed", "err", err)
+		}
 		s.log.Info("task launched", "task_pid", pid, "command", req.Spec.Command)
 		s.send(sc, response{ID: req.ID, PID: pid, Start: start})
 		s.reap() // it may already have exited
