@@ -1,5 +1,3 @@
-//go:build withexec
-
 package main
 
 import (
@@ -20,10 +18,6 @@ import (
 	"testing"
 	"time"
 )
-
-// buildTags are the tags the binary under test is built with: the same as
-// this test's.
-const buildTags = "withexec"
 
 // helper returns the argv of a helper task: the test binary, the mode and
 // its arguments, and the state directory as the leak check's marker.
