@@ -454,3 +454,44 @@ func sigIgnored(t *testing.T, pid int) uint64 {
 	t.Fatalf("no SigIgn line for process %d", pid)
 	return 0
 }
+
+// Many tasks started and stopped at once from many goroutines: every one
+// ends stopped and reaped, and the store's log of each is a legal walk.
+func TestDriver_ConcurrentStartsAndStops(t *testing.T) {
+	dir := stateDir(t)
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	ctx := ctxT(t)
+	const n = 16
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			id := fmt.Sprintf("c%02d", i)
+			if _, err := d.StartTask(ctx, id, taskSpec(t, dir, "sleep")); err != nil {
+				errs <- err
+				return
+			}
+			st, err := d.StopTask(ctx, id, syscall.SIGTERM, 5*time.Second)
+			if err == nil && st.State != fsm.StateStopped {
+				err = fmt.Errorf("task %s ended %s", id, st.State)
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	rep, err := d.Store().(*store.Store).Check(ctx)
+	if err != nil || !rep.OK() {
+		t.Fatalf("store check: %v %v", rep, err)
+	}
+	for i := range n {
+		st, err := d.InspectTask(ctx, fmt.Sprintf("c%02d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkReaped(t, d, st.Task)
+	}
+}
