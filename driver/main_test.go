@@ -23,7 +23,7 @@ import (
 // The test binary is also the executor, the task and the crashing driver:
 // TestMain dispatches on its first argument.
 const (
-	modeExecutor = "tether-test-executor"
+	modeExecutor = "executor"
 	modeTask     = "tether-test-task"
 	modeChild    = "tether-test-driver"
 )
