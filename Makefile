@@ -33,8 +33,13 @@ bench:
 
 bench-quick: bench
 
+# The main job on the embedded default store ($$XDG_STATE_HOME/tether or
+# ~/.local/state/tether): a task runs and exits, a net_raw task is refused
+# cleanly, and status shows what the store recorded.
 demo: build
-	@echo "not yet: the CLI lands with issue 5"
+	$(BIN) run examples/hello.hcl
+	-$(BIN) run examples/net_raw.hcl
+	$(BIN) status --all
 
 mutants:
 	@echo "not yet: planted mutants land with issue 6"
