@@ -1,0 +1,494 @@
+package driver
+
+// The driver's benchmarks, each measured against its floor in the same run,
+// interleaved (the two sides alternate, and which one goes first alternates
+// too), and reported as the median of the paired ratios: this machine is
+// noisy, so only ratios taken side by side mean anything. b.N is the number
+// of rounds.
+//
+//	go test -run '^$' -bench . -benchtime 50x ./driver/
+//
+// make bench gathers them (with bench/) into BENCHMARKS.md.
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/rpc"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/store"
+)
+
+// taskBinary is the task both sides start: a real program that stays up.
+const taskBinary = "/bin/sleep"
+
+var taskArgs = []string{"3600"}
+
+// benchBinaries builds the standalone executor and the minimal Go helper
+// (net/rpc on a unix socket; the executor package's floor) without cgo,
+// as they would ship.
+func benchBinaries(b *testing.B) (executorBin, helperBin string) {
+	b.Helper()
+	dir := b.TempDir()
+	for _, p := range []struct{ out, pkg string }{
+		{"tether-executor", "github.com/tether-fsm/tether/cmd/tether-executor"},
+		{"minhelper", "github.com/tether-fsm/tether/executor/internal/minhelper"},
+	} {
+		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, p.out), p.pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("go build %s: %v\n%s", p.pkg, err, out)
+		}
+	}
+	return filepath.Join(dir, "tether-executor"), filepath.Join(dir, "minhelper")
+}
+
+// paired holds the two sides' samples of an interleaved benchmark.
+type paired struct{ a, b []float64 }
+
+func (p *paired) add(a, b float64) { p.a, p.b = append(p.a, a), append(p.b, b) }
+
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	i := int(q*float64(len(s)-1) + 0.5)
+	return s[i]
+}
+
+// ratio is the median of the paired ratios a/b.
+func (p *paired) ratio() float64 {
+	r := make([]float64, len(p.a))
+	for i := range p.a {
+		r[i] = p.a[i] / p.b[i]
+	}
+	return quantile(r, 0.5)
+}
+
+// report emits the medians (and p99 when withP99) of both sides in ms and
+// the median paired ratio. Durations are in seconds.
+func (p *paired) report(b *testing.B, aName, bName string, withP99 bool) {
+	b.ReportMetric(quantile(p.a, 0.5)*1e3, aName+"-p50-ms")
+	b.ReportMetric(quantile(p.b, 0.5)*1e3, bName+"-p50-ms")
+	if withP99 {
+		b.ReportMetric(quantile(p.a, 0.99)*1e3, aName+"-p99-ms")
+		b.ReportMetric(quantile(p.b, 0.99)*1e3, bName+"-p99-ms")
+		// The ratio of the tails: p99 over p99 (tails do not pair).
+		b.ReportMetric(quantile(p.a, 0.99)/quantile(p.b, 0.99), "p99-ratio")
+	}
+	b.ReportMetric(p.ratio(), "ratio")
+}
+
+// interleave runs b.N rounds of a and f, alternating which goes first, and
+// returns their samples in seconds.
+func interleave(b *testing.B, a, f func(round int) time.Duration) *paired {
+	p := &paired{}
+	for i := 0; i < b.N; i++ {
+		var da, df time.Duration
+		if i%2 == 0 {
+			da, df = a(i), f(i)
+		} else {
+			df, da = f(i), a(i)
+		}
+		p.add(da.Seconds(), df.Seconds())
+	}
+	return p
+}
+
+// boltSteps is the floor's durable appends: bare bbolt Updates of one
+// record each, in a file in the same state directory as tether's store.
+type boltSteps struct {
+	db  *bolt.DB
+	seq uint64
+	val []byte
+}
+
+func openBoltSteps(b *testing.B, dir string) *boltSteps {
+	db, err := bolt.Open(filepath.Join(dir, "floor.db"), 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	if err := db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket([]byte("floor")); return err }); err != nil {
+		b.Fatal(err)
+	}
+	return &boltSteps{db: db, val: make([]byte, 96)}
+}
+
+func (s *boltSteps) append(b *testing.B) {
+	s.seq++
+	k := binary.BigEndian.AppendUint64(nil, s.seq)
+	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("floor")).Put(k, s.val) }); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// writeIdentity is the executor's identity write: temporary file, fsync,
+// rename, fsync of the directory.
+func writeIdentity(b *testing.B, dir string, pid int) {
+	data, _ := json.Marshal(map[string]int{"pid": pid})
+	tmp := filepath.Join(dir, ".identity.tmp")
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	f.Close()
+	if err := os.Rename(tmp, filepath.Join(dir, "identity.json")); err != nil {
+		b.Fatal(err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := d.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	d.Close()
+}
+
+// helper is a running minimal Go helper.
+type helper struct {
+	cmd *exec.Cmd
+	rpc *rpc.Client
+}
+
+// startHelper spawns the minimal helper as Spawn spawns an executor
+// (Setsid, a ready pipe on fd 3), dials its socket and makes one RPC.
+func startHelper(b *testing.B, bin, dir string) *helper {
+	sock := filepath.Join(dir, "h.sock")
+	r, w, err := os.Pipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(bin, sock)
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	w.Close()
+	if _, err := io.ReadAll(r); err != nil {
+		b.Fatal(err)
+	}
+	r.Close()
+	c, err := rpc.Dial("unix", sock)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var out int
+	if err := c.Call("Helper.Ping", 1, &out); err != nil || out != 2 {
+		b.Fatalf("Ping = %d, %v", out, err)
+	}
+	return &helper{cmd: cmd, rpc: c}
+}
+
+func (h *helper) kill() {
+	h.rpc.Close()
+	_ = h.cmd.Process.Kill()
+	_ = h.cmd.Wait()
+}
+
+func benchDriver(b *testing.B, dir string, executorBin string, hooks Hooks) *Driver {
+	d, err := Open(Config{StateDir: dir, ExecutorCommand: []string{executorBin}, KillTimeout: time.Second, Hooks: hooks})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	return d
+}
+
+func destroy(b *testing.B, d *Driver, id string) {
+	if err := d.DestroyTask(context.Background(), id, true); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkStartTask: StartTask -> running on real executors (the
+// standalone tether-executor) against the floor: the minimal Go helper
+// spawned with one RPC over its unix socket, a fork/exec of the same task
+// binary, and the same fsyncs as tether's start path (6 bbolt Updates for
+// task-created, spawn-intent, executor-up, launch-intent, launched and
+// running, plus the executor's identity file: fsync of file and directory).
+// Target: ratio <= 1.5.
+func BenchmarkStartTask(b *testing.B) {
+	executorBin, helperBin := benchBinaries(b)
+	dir := b.TempDir()
+	d := benchDriver(b, dir, executorBin, Hooks{})
+	steps := openBoltSteps(b, dir)
+	spec := fsm.Spec{Driver: "raw_exec", Command: taskBinary, Args: taskArgs}
+	ctx := context.Background()
+	tether := func(i int) time.Duration {
+		id := "start-" + strconv.Itoa(i)
+		t0 := time.Now()
+		st, err := d.StartTask(ctx, id, spec)
+		el := time.Since(t0)
+		if err != nil || st.State != fsm.StateRunning {
+			b.Fatalf("StartTask: %v (%s)", err, st.State)
+		}
+		destroy(b, d, id)
+		return el
+	}
+	floor := func(i int) time.Duration {
+		hdir := filepath.Join(dir, "floor", strconv.Itoa(i))
+		if err := os.MkdirAll(hdir, 0o700); err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		steps.append(b) // task-created
+		steps.append(b) // spawn-intent
+		h := startHelper(b, helperBin, hdir)
+		writeIdentity(b, hdir, h.cmd.Process.Pid)
+		steps.append(b) // executor-up
+		steps.append(b) // launch-intent
+		task := exec.Command(taskBinary, taskArgs...)
+		task.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := task.Start(); err != nil {
+			b.Fatal(err)
+		}
+		steps.append(b) // launched
+		steps.append(b) // running
+		el := time.Since(t0)
+		_ = task.Process.Kill()
+		_ = task.Wait()
+		h.kill()
+		return el
+	}
+	floor(-1) // warm both paths (page cache, first bbolt growth)
+	tether(-1)
+	b.ResetTimer()
+	p := interleave(b, tether, floor)
+	p.report(b, "tether", "floor", true)
+}
+
+// BenchmarkKill: from a failure after executor-up (a fault injected into
+// the launch-task effect) to StartTask's return, which happens once the
+// driver has recorded launch-failed, stopped and killed the executor by its
+// proven identity, confirmed it dead and recorded executor-reaped; against
+// SIGKILL -> wait of the minimal Go helper. Target: ratio <= 2.
+func BenchmarkKill(b *testing.B) {
+	executorBin, helperBin := benchBinaries(b)
+	dir := b.TempDir()
+	var faultAt time.Time
+	errFault := errors.New("bench: launch fails")
+	d := benchDriver(b, dir, executorBin, Hooks{Fault: func(point string) error {
+		if point == "effect:launch-task" {
+			faultAt = time.Now()
+			return errFault
+		}
+		return nil
+	}})
+	spec := fsm.Spec{Driver: "raw_exec", Command: taskBinary, Args: taskArgs}
+	ctx := context.Background()
+	tether := func(i int) time.Duration {
+		st, err := d.StartTask(ctx, "kill-"+strconv.Itoa(i), spec)
+		el := time.Since(faultAt)
+		if !errors.Is(err, errFault) || st.State != fsm.StateFailed {
+			b.Fatalf("StartTask = %s, %v; want failed with the injected fault", st.State, err)
+		}
+		return el
+	}
+	floor := func(i int) time.Duration {
+		hdir := filepath.Join(dir, "floor", strconv.Itoa(i))
+		if err := os.MkdirAll(hdir, 0o700); err != nil {
+			b.Fatal(err)
+		}
+		h := startHelper(b, helperBin, hdir)
+		t0 := time.Now()
+		_ = h.cmd.Process.Kill()
+		_ = h.cmd.Wait()
+		el := time.Since(t0)
+		h.rpc.Close()
+		return el
+	}
+	floor(-1)
+	tether(-1)
+	b.ResetTimer()
+	p := interleave(b, tether, floor)
+	p.report(b, "tether", "floor", true)
+}
+
+// simWorld is a process world whose executors are simulated but whose
+// identity checks are real: Reattach opens a pidfd on the recorded pid and
+// compares the live process's start time (/proc/PID/stat) with the recorded
+// one, as the real executor client does before it connects.
+type simWorld struct{}
+
+var _ Executors = simWorld{}
+
+var errSim = errors.New("bench: not simulated")
+
+func (simWorld) Spawn(context.Context, string, string) (Executor, error) { return nil, errSim }
+
+func (simWorld) Reattach(_ context.Context, _ string, id fsm.Identity) (Executor, error) {
+	if err := checkIdentity(id.PID, id.StartTime); err != nil {
+		return nil, err
+	}
+	return simExecutor{id}, nil
+}
+
+func (simWorld) FindByNonce(context.Context, string, string) (fsm.Identity, bool, error) {
+	return fsm.Identity{}, false, nil
+}
+func (simWorld) Kill(context.Context, string, fsm.Identity) error          { return errSim }
+func (simWorld) KillGroup(context.Context, string, int, uint64) error      { return errSim }
+func (simWorld) Alive(context.Context, string, fsm.Identity) (bool, error) { return true, nil }
+func (simWorld) ExitStatus(context.Context, string) (fsm.ExitStatus, bool, error) {
+	return fsm.ExitStatus{}, false, nil
+}
+func (simWorld) LaunchRecord(context.Context, string) (int, uint64, bool, error) {
+	return 0, 0, false, nil
+}
+
+// checkIdentity is the floor's unit of work, and the simulated Reattach's:
+// pidfd_open, read /proc/PID/stat, compare the start time.
+func checkIdentity(pid int, start uint64) error {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrGone, err)
+	}
+	defer unix.Close(fd)
+	got, err := executor.ProcStartTime(pid)
+	if err != nil {
+		return err
+	}
+	if got != start {
+		return ErrNotOurs
+	}
+	return nil
+}
+
+type simExecutor struct{ id fsm.Identity }
+
+func (e simExecutor) Identity() fsm.Identity { return e.id }
+func (simExecutor) Launch(context.Context, fsm.Spec, []string) (int, uint64, error) {
+	return 0, 0, errSim
+}
+func (simExecutor) Status(context.Context) (Status, error) {
+	return Status{Launched: true, PID: 2, Start: 1}, nil
+}
+func (simExecutor) Wait(ctx context.Context) (fsm.ExitStatus, error) {
+	<-ctx.Done()
+	return fsm.ExitStatus{}, context.Cause(ctx)
+}
+func (simExecutor) Signal(context.Context, syscall.Signal) error { return errSim }
+func (simExecutor) Stop(context.Context, syscall.Signal, time.Duration) (fsm.ExitStatus, error) {
+	return fsm.ExitStatus{}, errSim
+}
+func (simExecutor) Shutdown(context.Context) error { return errSim }
+func (simExecutor) Close() error                   { return nil }
+
+// recoverTasks is the number of live tasks BenchmarkRecover replays.
+const recoverTasks = 10_000
+
+// BenchmarkRecover: a new driver's Recover of 10,000 running tasks (real
+// store; simulated executors whose identity check is real, against one
+// live process), time per task, against the floor of opening a pidfd and
+// reading /proc/PID/stat for one process. Target: ratio <= 3.
+func BenchmarkRecover(b *testing.B) {
+	dir := b.TempDir()
+	live := exec.Command(taskBinary, taskArgs...)
+	if err := live.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = live.Process.Kill(); _ = live.Wait() })
+	pid := live.Process.Pid
+	start, err := executor.ProcStartTime(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	boot, err := executor.BootID()
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := store.Open(filepath.Join(dir, "tether.db"), store.Options{NoSync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < recoverTasks; i += 8 {
+				nonce := fmt.Sprintf("nonce%08d", i)
+				id := fmt.Sprintf("task-%05d", i)
+				evs := []fsm.Event{
+					{Type: fsm.EventCreated, Time: 1, Spec: &fsm.Spec{Driver: "raw_exec", Command: taskBinary, Args: taskArgs}},
+					{Type: fsm.EventSpawnIntent, Time: 2, Nonce: nonce},
+					{Type: fsm.EventExecutorUp, Time: 3, Executor: &fsm.Identity{PID: pid, StartTime: start, BootID: boot, Nonce: nonce, Socket: filepath.Join(dir, "tasks", id, "executor.sock")}},
+					{Type: fsm.EventLaunchIntent, Time: 4},
+					{Type: fsm.EventLaunched, Time: 5, TaskPID: pid, TaskStart: start},
+					{Type: fsm.EventRunning, Time: 6},
+				}
+				if _, err := s.Append(ctx, id, 0, evs...); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	tether := func(int) time.Duration {
+		d, err := Open(Config{StateDir: dir, Store: s, Executors: simWorld{}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		rep, err := d.Recover(ctx)
+		el := time.Since(t0)
+		if err != nil || len(rep.Tasks) != recoverTasks {
+			b.Fatalf("Recover: %d tasks, %v", len(rep.Tasks), err)
+		}
+		if r := rep.Tasks[0]; r.To != fsm.StateRunning {
+			b.Fatalf("Recover left %s in %s: %s", r.ID, r.To, r.Action)
+		}
+		if err := d.Close(); err != nil {
+			b.Fatal(err)
+		}
+		return el / recoverTasks
+	}
+	floor := func(int) time.Duration {
+		t0 := time.Now()
+		for range recoverTasks {
+			if err := checkIdentity(pid, start); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return time.Since(t0) / recoverTasks
+	}
+	b.ResetTimer()
+	p := interleave(b, tether, floor)
+	b.ReportMetric(quantile(p.a, 0.5)*1e6, "tether-us/task")
+	b.ReportMetric(quantile(p.b, 0.5)*1e6, "floor-us/task")
+	b.ReportMetric(p.ratio(), "ratio")
+}
