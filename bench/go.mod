@@ -3,7 +3,10 @@ module github.com/tether-fsm/tether/bench
 go 1.26.0
 
 require (
+	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/go-plugin v1.8.0
+	github.com/tether-fsm/tether v0.0.0-00010101000000-000000000000
+	go.etcd.io/bbolt v1.5.0
 	google.golang.org/grpc v1.61.0
 	google.golang.org/protobuf v1.36.6
 )
@@ -11,10 +14,11 @@ require (
 require (
 	github.com/fatih/color v1.13.0 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
-	github.com/hashicorp/go-hclog v1.6.3 // indirect
 	github.com/hashicorp/yamux v0.1.2 // indirect
+	github.com/looplab/fsm v1.0.3 // indirect
 	github.com/mattn/go-colorable v0.1.12 // indirect
 	github.com/mattn/go-isatty v0.0.17 // indirect
+	github.com/moby/sys/capability v0.5.0 // indirect
 	github.com/oklog/run v1.1.0 // indirect
 	golang.org/x/net v0.38.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect

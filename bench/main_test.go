@@ -1,0 +1,147 @@
+package bench
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// binDir holds the binaries built for this run.
+var binDir string
+
+// root is tether's module, the parent of this one.
+var root = func() string { d, _ := filepath.Abs(".."); return d }()
+
+// bins builds, once per run and without cgo (as helpers ship), the
+// binaries the benchmarks spawn: tether's standalone executor, the tether
+// CLI (which also serves executor mode: the embedded case), the minimal Go
+// helper of the executor package and the go-plugin executor.
+var bins = sync.OnceValues(func() (map[string]string, error) {
+	dir, err := os.MkdirTemp("", "tether-bench-bin-")
+	if err != nil {
+		return nil, err
+	}
+	binDir = dir
+	out := map[string]string{}
+	for _, p := range []struct{ name, dir, pkg string }{
+		{"tether-executor", root, "./cmd/tether-executor"},
+		{"tether", root, "./cmd/tether"},
+		{"minhelper", root, "./executor/internal/minhelper"},
+		{"gphelper", ".", "./internal/gphelper"},
+	} {
+		bin := filepath.Join(dir, p.name)
+		cmd := exec.Command("go", "build", "-trimpath", "-o", bin, p.pkg)
+		cmd.Dir = p.dir
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("go build %s: %w: %s", p.pkg, err, b)
+		}
+		out[p.name] = bin
+	}
+	return out, nil
+})
+
+func bin(b *testing.B, name string) string {
+	m, err := bins()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m[name]
+}
+
+// paired holds the two sides' samples of an interleaved benchmark.
+type paired struct{ a, b []float64 }
+
+func (p *paired) add(a, b float64) { p.a, p.b = append(p.a, a), append(p.b, b) }
+
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[int(q*float64(len(s)-1)+0.5)]
+}
+
+// ratio is the median of the paired ratios a/b.
+func (p *paired) ratio() float64 {
+	r := make([]float64, len(p.a))
+	for i := range p.a {
+		r[i] = p.a[i] / p.b[i]
+	}
+	return quantile(r, 0.5)
+}
+
+// interleave runs b.N rounds of a and f, alternating which goes first.
+func interleave(b *testing.B, a, f func(round int) float64) *paired {
+	p := &paired{}
+	for i := 0; i < b.N; i++ {
+		var va, vf float64
+		if i%2 == 0 {
+			va, vf = a(i), f(i)
+		} else {
+			vf, va = f(i), a(i)
+		}
+		p.add(va, vf)
+	}
+	return p
+}
+
+// reportMs reports both sides' p50 (and p99) in ms of samples in seconds,
+// and the median paired ratio.
+func (p *paired) reportMs(b *testing.B, aName, bName string, withP99 bool) {
+	b.ReportMetric(quantile(p.a, 0.5)*1e3, aName+"-p50-ms")
+	b.ReportMetric(quantile(p.b, 0.5)*1e3, bName+"-p50-ms")
+	if withP99 {
+		b.ReportMetric(quantile(p.a, 0.99)*1e3, aName+"-p99-ms")
+		b.ReportMetric(quantile(p.b, 0.99)*1e3, bName+"-p99-ms")
+		b.ReportMetric(quantile(p.a, 0.99)/quantile(p.b, 0.99), "p99-ratio")
+	}
+	b.ReportMetric(p.ratio(), "ratio")
+}
+
+func since(t0 time.Time) float64 { return time.Since(t0).Seconds() }
+
+// boltSteps are a peer's durable appends: bare bbolt Updates of one record
+// each, in a file in the same directory as tether's store.
+type boltSteps struct {
+	db  *bolt.DB
+	seq uint64
+	val []byte
+}
+
+func openBoltSteps(b *testing.B, dir string) *boltSteps {
+	db, err := bolt.Open(filepath.Join(dir, "peer.db"), 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	if err := db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket([]byte("peer")); return err }); err != nil {
+		b.Fatal(err)
+	}
+	return &boltSteps{db: db, val: make([]byte, 96)}
+}
+
+func (s *boltSteps) append(b *testing.B) {
+	s.seq++
+	k := binary.BigEndian.AppendUint64(nil, s.seq)
+	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("peer")).Put(k, s.val) }); err != nil {
+		b.Fatal(err)
+	}
+}

@@ -1,0 +1,179 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/rpc"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+
+	"github.com/tether-fsm/tether/bench/internal/gpexec"
+	"github.com/tether-fsm/tether/executor"
+)
+
+// idleProcs is how many helpers of one kind are alive when memory is read.
+const idleProcs = 10
+
+// memOf returns VmRSS and Pss of pid in kB.
+func memOf(b *testing.B, pid int) (rss, pss float64) {
+	field := func(file, key string) float64 {
+		f, err := os.Open(fmt.Sprintf("/proc/%d/%s", pid, file))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && k == key {
+				n, _ := strconv.ParseFloat(strings.Fields(v)[0], 64)
+				return n
+			}
+		}
+		b.Fatalf("no %s in /proc/%d/%s", key, pid, file)
+		return 0
+	}
+	return field("status", "VmRSS"), field("smaps_rollup", "Pss")
+}
+
+// kind starts one idle helper in dir and returns its pid and its stop.
+type kind func(b *testing.B, dir string) (int, func())
+
+func tetherExecutor(command []string) kind {
+	return func(b *testing.B, dir string) (int, func()) {
+		c, err := executor.Spawn(context.Background(), executor.SpawnConfig{
+			Command: command, TaskDir: filepath.Join(dir, "task"),
+			Nonce: "bench" + strconv.FormatInt(time.Now().UnixNano(), 36),
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return c.Identity().PID, func() {
+			if err := c.Shutdown(context.Background()); err != nil {
+				b.Error(err)
+			}
+			c.Close()
+		}
+	}
+}
+
+func minHelper(bin string) kind {
+	return func(b *testing.B, dir string) (int, func()) {
+		sock := filepath.Join(dir, "h.sock")
+		r, w, err := os.Pipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		cmd := exec.Command(bin, sock)
+		cmd.ExtraFiles = []*os.File{w}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		w.Close()
+		_, _ = io.ReadAll(r)
+		r.Close()
+		c, err := rpc.Dial("unix", sock)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var out int
+		if err := c.Call("Helper.Ping", 1, &out); err != nil {
+			b.Fatal(err)
+		}
+		return cmd.Process.Pid, func() { c.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() }
+	}
+}
+
+func goPluginHelper(bin string) kind {
+	return func(b *testing.B, dir string) (int, func()) {
+		cmd := exec.Command(bin, dir)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		c := plugin.NewClient(&plugin.ClientConfig{
+			HandshakeConfig: gpexec.Handshake, Plugins: gpexec.Plugins(), Cmd: cmd,
+			AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC}, Logger: hclog.NewNullLogger(),
+		})
+		rc, err := c.Client()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := rc.Dispense(gpexec.Name); err != nil {
+			b.Fatal(err)
+		}
+		return c.ReattachConfig().Pid, c.Kill
+	}
+}
+
+// idleMem starts idleProcs helpers of kind k, lets them settle, and returns
+// the sum of their RSS and PSS in kB (PSS shares the common pages between
+// the ten, as on a node running ten tasks).
+func idleMem(b *testing.B, k kind) (rss, pss float64) {
+	var stops []func()
+	var pids []int
+	for range idleProcs {
+		dir, err := os.MkdirTemp("", "tb")
+		if err != nil {
+			b.Fatal(err)
+		}
+		pid, stop := k(b, dir)
+		pids = append(pids, pid)
+		stops = append(stops, func() { stop(); os.RemoveAll(dir) })
+	}
+	time.Sleep(200 * time.Millisecond) // idle: past start-up work
+	for _, pid := range pids {
+		r, p := memOf(b, pid)
+		rss, pss = rss+r, pss+p
+	}
+	for _, stop := range stops {
+		stop()
+	}
+	return rss, pss
+}
+
+// BenchmarkIdleMemory: RSS and PSS of ten idle executors (tether's
+// standalone executor, and the tether binary in executor mode, the embedded
+// case) against ten minimal Go helpers and ten go-plugin helpers, kinds
+// alternating within each round. Targets: standalone <= 1.1x the helper,
+// <= 0.5x go-plugin.
+func BenchmarkIdleMemory(b *testing.B) {
+	kinds := []kind{
+		tetherExecutor([]string{bin(b, "tether-executor")}),
+		tetherExecutor([]string{bin(b, "tether"), "executor"}),
+		minHelper(bin(b, "minhelper")),
+		goPluginHelper(bin(b, "gphelper")),
+	}
+	names := []string{"standalone", "embedded", "helper", "goplugin"}
+	rss := make([][]float64, len(kinds))
+	pss := make([][]float64, len(kinds))
+	for i := 0; i < b.N; i++ {
+		for j := range kinds {
+			k := (i + j) % len(kinds) // rotate who goes first
+			r, p := idleMem(b, kinds[k])
+			rss[k], pss[k] = append(rss[k], r), append(pss[k], p)
+		}
+	}
+	for k, n := range names {
+		b.ReportMetric(quantile(rss[k], 0.5)/1024, n+"-rss-MB")
+		b.ReportMetric(quantile(pss[k], 0.5)/1024, n+"-pss-MB")
+	}
+	ratio := func(xs [][]float64, a, f int) float64 {
+		p := &paired{a: xs[a], b: xs[f]}
+		return p.ratio()
+	}
+	b.ReportMetric(ratio(rss, 0, 2), "rss-ratio-helper")
+	b.ReportMetric(ratio(pss, 0, 2), "pss-ratio-helper")
+	b.ReportMetric(ratio(rss, 0, 3), "rss-ratio-goplugin")
+	b.ReportMetric(ratio(pss, 0, 3), "pss-ratio-goplugin")
+	b.ReportMetric(ratio(rss, 1, 2), "embedded-rss-ratio-helper")
+	b.ReportMetric(ratio(pss, 1, 2), "embedded-pss-ratio-helper")
+}
