@@ -120,6 +120,21 @@ var errAmbiguous = errors.New("ambiguous task name")
 
 // resolve turns an id or a task name into a task id. A name is accepted
 // while it is unique among all the tasks in the store.
+// lookup opens the store (recovering first), resolves one task by id or
+// name, and closes the store again: the caller may then wait on the task
+// without holding the store.
+func (c *cli) lookup(ctx context.Context, arg string) (driver.TaskInfo, error) {
+	s, err := c.open(ctx)
+	if err != nil {
+		return driver.TaskInfo{}, err
+	}
+	info, err := c.resolve(ctx, s.d, arg)
+	if cerr := s.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	return info, err
+}
+
 func (c *cli) resolve(ctx context.Context, d *driver.Driver, arg string) (driver.TaskInfo, error) {
 	if arg == "" {
 		return driver.TaskInfo{}, errors.New("no task id given")

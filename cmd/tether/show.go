@@ -364,14 +364,7 @@ func (c *cli) cmdLogs(args []string) int {
 		return exitUsage
 	}
 	ctx := context.Background()
-	s, err := c.open(ctx)
-	if err != nil {
-		return c.fail(err)
-	}
-	info, err := c.resolve(ctx, s.d, fs.Arg(0))
-	if cerr := s.Close(); err == nil && cerr != nil {
-		err = cerr
-	}
+	info, err := c.lookup(ctx, fs.Arg(0))
 	if err != nil {
 		return c.fail(err)
 	}
