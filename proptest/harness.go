@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"reflect"
 	"runtime"
@@ -135,6 +136,42 @@ type Harness struct {
 
 	// Reached counts every crash point hit over the harness's life.
 	Reached map[string]int
+
+	// frozen is the store file as it was when the generation died; it is
+	// put back before the next open, so that nothing the dead process had
+	// not committed lands afterwards (its store's committer is drained at
+	// close, as a live one would be).
+	frozen []byte
+	// commits is held shared by every append in flight and exclusively by
+	// freeze, so that the copy is of a file between commits.
+	commits sync.RWMutex
+}
+
+// freeze copies the store file as it is at the moment of a crash: what a
+// SIGKILLed process leaves on disk (the page cache survives a process).
+func (h *Harness) freeze() {
+	h.commits.Lock()
+	b, err := os.ReadFile(h.path)
+	h.commits.Unlock()
+	if err != nil {
+		h.violate("freeze: %v", err)
+		return
+	}
+	h.mu.Lock()
+	h.frozen = b
+	h.mu.Unlock()
+}
+
+// thaw puts the frozen file back.
+func (h *Harness) thaw() error {
+	h.mu.Lock()
+	b := h.frozen
+	h.frozen = nil
+	h.mu.Unlock()
+	if b == nil {
+		return nil
+	}
+	return os.WriteFile(h.path, b, 0o600)
 }
 
 // New opens a harness with its store in dir (which must exist) and a first
@@ -172,6 +209,9 @@ func (h *Harness) newGeneration() error {
 		}
 		h.st = nil
 	}
+	if err := h.thaw(); err != nil {
+		return err
+	}
 	st, err := store.Open(h.path, store.Options{NoSync: true})
 	if err != nil {
 		return err
@@ -183,7 +223,8 @@ func (h *Harness) newGeneration() error {
 		Crash: func(point string) {
 			g.enter()
 			if h.hitCrash(point) {
-				g.Kill()
+				g.Kill()   // first: no acknowledgement after this point
+				h.freeze() // then: every acknowledged commit is in the file
 				gend()
 				runtime.Goexit()
 			}
@@ -350,6 +391,9 @@ func (h *Harness) run(plan Plan, calls ...func(ctx context.Context, d *driver.Dr
 		// generation can open it, as the kernel would.
 		_ = h.st.Close()
 		h.st = nil
+		if err := h.thaw(); err != nil {
+			h.violate("thaw: %v", err)
+		}
 	}
 	return s
 }
@@ -403,11 +447,15 @@ func (h *Harness) Crash() {
 		return
 	}
 	h.gen.Kill()
+	h.freeze()
 	h.gend()
 	quiesce()
 	if h.st != nil {
 		_ = h.st.Close()
 		h.st = nil
+	}
+	if err := h.thaw(); err != nil {
+		h.violate("thaw: %v", err)
 	}
 }
 

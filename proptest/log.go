@@ -25,7 +25,9 @@ var _ store.Log = (*genLog)(nil)
 func (l *genLog) Append(ctx context.Context, task string, expected uint64, events ...fsm.Event) (uint64, error) {
 	l.g.enter()
 	l.h.checkAppend(task, expected, events)
+	l.h.commits.RLock() // freeze waits for commits in flight: a process dies between writes, never inside one
 	v, err := l.s.Append(ctx, task, expected, events...)
+	l.h.commits.RUnlock()
 	l.g.enter() // died while committing: the commit stands, no acknowledgement
 	if err == nil {
 		l.h.acknowledge(task, expected, events)

@@ -130,6 +130,16 @@ type World struct {
 	handles map[*Generation][]*handle
 
 	failSpawns int
+	noLease    bool
+}
+
+// SetLease turns the executors' lease on (the default) or off. Without it,
+// an executor whose connection drops before launch lives on (one stuck in
+// its start-up, say): the log alone must then lead recovery to it.
+func (w *World) SetLease(on bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.noLease = !on
 }
 
 // NewWorld returns an empty world with boot id "boot-1".
@@ -420,7 +430,7 @@ func (w *World) closeHandleLocked(h *handle) {
 	close(h.closed)
 	p := h.p
 	p.conns--
-	if p.Alive && !p.launched && p.conns == 0 {
+	if p.Alive && !p.launched && p.conns == 0 && !w.noLease {
 		// The lease: an executor whose control connection drops before
 		// launch exits by itself.
 		w.dieLocked(p, fsm.ExitStatus{Code: 0})
