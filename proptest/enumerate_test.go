@@ -18,22 +18,25 @@ import (
 func TestEnumerate_EveryCrashPoint(t *testing.T) {
 	cov := NewCoverage()
 	began := time.Now()
-	type cfg struct {
-		op string
-		n  int
-	}
-	var cfgs []cfg
+	var cfgs []Scenario
 	for n := 1; n <= 3; n++ {
-		cfgs = append(cfgs, cfg{"start:run", n}, cfg{"stop", n})
+		cfgs = append(cfgs, Scenario{Op: "start:run", Tasks: n}, Scenario{Op: "stop", Tasks: n})
 	}
-	cfgs = append(cfgs, cfg{"start:exit", 1}, cfg{"start:netraw", 1}, cfg{"start:invalid", 1})
+	cfgs = append(cfgs, Scenario{Op: "start:exit", Tasks: 1}, Scenario{Op: "start:netraw", Tasks: 1}, Scenario{Op: "start:invalid", Tasks: 1})
+	// Without the lease, only the log leads recovery to an executor whose
+	// connection dropped before launch.
+	cfgs = append(cfgs, Scenario{Op: "start:run", Tasks: 1, NoLease: true}, Scenario{Op: "start:netraw", Tasks: 1, NoLease: true})
 	ran := 0
 	for _, c := range cfgs {
-		t.Run(fmt.Sprintf("%s_x%d", strings.ReplaceAll(c.op, ":", "_"), c.n), func(t *testing.T) {
+		name := fmt.Sprintf("%s_x%d", strings.ReplaceAll(c.Op, ":", "_"), c.Tasks)
+		if c.NoLease {
+			name += "_nolease"
+		}
+		t.Run(name, func(t *testing.T) {
 			ran++
 			dir := scratch(t)
 			before := cov.Runs
-			synctest.Test(t, func(t *testing.T) { Enumerate(t, dir, c.op, c.n, cov) })
+			synctest.Test(t, func(t *testing.T) { Enumerate(t, dir, c, cov) })
 			t.Logf("%d runs", cov.Runs-before)
 		})
 	}

@@ -21,14 +21,21 @@ var Ops = []string{"start:run", "start:exit", "start:netraw", "start:invalid", "
 // fresh generation, after which the strong invariants must hold. Its String
 // form is its seed: ParseScenario reads it back.
 type Scenario struct {
-	Op      string
-	Tasks   int
+	Op    string
+	Tasks int
+	// NoLease runs the world with the executors' lease off, so that only
+	// the log can lead recovery to an executor whose connection dropped.
+	NoLease bool
 	Plan    Plan
 	Recover Plan
 }
 
 func (sc Scenario) String() string {
-	return fmt.Sprintf("%s x%d | op %s | recover %s", sc.Op, sc.Tasks, sc.Plan, sc.Recover)
+	lease := ""
+	if sc.NoLease {
+		lease = " nolease"
+	}
+	return fmt.Sprintf("%s x%d%s | op %s | recover %s", sc.Op, sc.Tasks, lease, sc.Plan, sc.Recover)
 }
 
 // ParseScenario parses Scenario.String's form.
@@ -39,6 +46,9 @@ func ParseScenario(s string) (Scenario, error) {
 		return sc, fmt.Errorf("proptest: scenario %q: want \"op xN | op PLAN | recover PLAN\"", s)
 	}
 	head := strings.Fields(parts[0])
+	if len(head) == 3 && head[2] == "nolease" {
+		sc.NoLease, head = true, head[:2]
+	}
 	if len(head) != 2 || !strings.HasPrefix(head[1], "x") {
 		return sc, fmt.Errorf("proptest: scenario %q: bad head", s)
 	}
@@ -95,6 +105,7 @@ func (sc Scenario) Run(t TestingT, dir string) Result {
 			t.Fatalf("%s: close: %v", sc, err)
 		}
 	}()
+	h.World.SetLease(!sc.NoLease)
 	ids := make([]string, sc.Tasks)
 	specs := make([]fsm.Spec, sc.Tasks)
 	kind, _ := strings.CutPrefix(sc.Op, "start:")
@@ -203,13 +214,13 @@ func (c *Coverage) Missing() []string {
 	return out
 }
 
-// Enumerate runs, for op on n tasks, every scenario reachable from a clean
+// Enumerate runs, for base's op on its tasks, every scenario reachable from a clean
 // run: a crash at every crash-point hit (each occurrence), a fault at every
 // fault-point hit, a fault followed by a crash at every later crash-point
 // hit; and nested in the following Recover, a crash at every crash-point
 // hit of that Recover. Each run gets a directory under dir. It must run
 // inside a testing/synctest bubble.
-func Enumerate(t TestingT, dir, op string, n int, cov *Coverage) {
+func Enumerate(t TestingT, dir string, base Scenario, cov *Coverage) {
 	t.Helper()
 	run := func(sc Scenario) Result {
 		t.Helper()
@@ -229,7 +240,7 @@ func Enumerate(t TestingT, dir, op string, n int, cov *Coverage) {
 			run(sc)
 		}
 	}
-	base := Scenario{Op: op, Tasks: n}
+	base.Plan, base.Recover = Plan{}, Plan{}
 	clean := run(base)
 	for _, c := range clean.Op.Trace {
 		sc := base
