@@ -2,7 +2,6 @@ package bench
 
 import (
 	"encoding/binary"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,47 +23,49 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// binDir holds the binaries built for this run.
-var binDir string
-
 // root is tether's module, the parent of this one.
 var root = func() string { d, _ := filepath.Abs(".."); return d }()
 
-// bins builds, once per run and without cgo (as helpers ship), the
-// binaries the benchmarks spawn: tether's standalone executor, the tether
-// CLI (which also serves executor mode: the embedded case), the minimal Go
+// builds are the binaries the benchmarks spawn, built without cgo (as
+// helpers ship) on first use: tether's standalone executor, the tether CLI
+// (which also serves executor mode: the embedded case), the minimal Go
 // helper of the executor package and the go-plugin executor.
-var bins = sync.OnceValues(func() (map[string]string, error) {
-	dir, err := os.MkdirTemp("", "tether-bench-bin-")
-	if err != nil {
-		return nil, err
-	}
-	binDir = dir
-	out := map[string]string{}
-	for _, p := range []struct{ name, dir, pkg string }{
-		{"tether-executor", root, "./cmd/tether-executor"},
-		{"tether", root, "./cmd/tether"},
-		{"minhelper", root, "./executor/internal/minhelper"},
-		{"gphelper", ".", "./internal/gphelper"},
-	} {
-		bin := filepath.Join(dir, p.name)
-		cmd := exec.Command("go", "build", "-trimpath", "-o", bin, p.pkg)
-		cmd.Dir = p.dir
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("go build %s: %w: %s", p.pkg, err, b)
-		}
-		out[p.name] = bin
-	}
-	return out, nil
-})
+var builds = map[string]struct{ dir, pkg string }{
+	"tether-executor": {root, "./cmd/tether-executor"},
+	"tether":          {root, "./cmd/tether"},
+	"minhelper":       {root, "./executor/internal/minhelper"},
+	"gphelper":        {".", "./internal/gphelper"},
+}
+
+var (
+	binMu  sync.Mutex
+	built  = map[string]string{}
+	binDir string // removed by TestMain
+)
 
 func bin(b *testing.B, name string) string {
-	m, err := bins()
-	if err != nil {
-		b.Fatal(err)
+	binMu.Lock()
+	defer binMu.Unlock()
+	if p, ok := built[name]; ok {
+		return p
 	}
-	return m[name]
+	if binDir == "" {
+		dir, err := os.MkdirTemp("", "tether-bench-bin-")
+		if err != nil {
+			b.Fatal(err)
+		}
+		binDir = dir
+	}
+	p := builds[name]
+	out := filepath.Join(binDir, name)
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, p.pkg)
+	cmd.Dir = p.dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("go build %s: %v\n%s", p.pkg, err, msg)
+	}
+	built[name] = out
+	return out
 }
 
 // paired holds the two sides' samples of an interleaved benchmark.
