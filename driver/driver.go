@@ -352,7 +352,7 @@ func (d *Driver) StartTask(ctx context.Context, id string, spec fsm.Spec) (fsm.T
 	if _, err := d.apply(ctx, t, intent); err != nil {
 		return t.snapshot(), err
 	}
-	if err := d.drive(t); err != nil {
+	if err := d.driveWait(ctx, t); err != nil {
 		return t.snapshot(), err
 	}
 	t.mu.Lock()
@@ -485,15 +485,10 @@ func (d *Driver) stop(ctx context.Context, t *task, sig syscall.Signal, grace ti
 		t.cancel(errors.New("stop requested"))
 	}
 	t.mu.Unlock()
-	if err := d.drive(t); err != nil {
+	if err := d.driveWait(ctx, t); err != nil {
 		return t.snapshot(), err
 	}
-	select {
-	case <-t.done:
-		return t.snapshot(), nil
-	case <-ctx.Done():
-		return t.snapshot(), context.Cause(ctx)
-	}
+	return t.snapshot(), nil
 }
 
 // SignalTask sends sig to a running task's process group.

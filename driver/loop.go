@@ -33,6 +33,27 @@ func (d *Driver) drive(t *task) error {
 	}
 }
 
+// driveWait is drive for a caller that needs the outcome (StartTask,
+// StopTask): if another goroutine runs the loop, it waits for the loop
+// (or the task's end, or ctx) and then runs what is still owed itself, so
+// a loop that gave up on a failing kill is retried and its error returned.
+func (d *Driver) driveWait(ctx context.Context, t *task) error {
+	for {
+		select {
+		case t.loop <- struct{}{}:
+		case <-t.done:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		err := d.runEffects(t)
+		<-t.loop
+		if err != nil || !t.owes() {
+			return err
+		}
+	}
+}
+
 func (d *Driver) runEffects(t *task) error {
 	kills := 0
 	for {
