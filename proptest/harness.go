@@ -35,11 +35,16 @@ type TestingT interface {
 var ErrFault = errors.New("proptest: fault")
 
 // Point is the n-th hit (from 1) of a named crash or fault point within one
-// step of the harness.
+// step of the harness. The name Any ("*") stands for every point: Point{Any,
+// 3} is the third point of its kind hit in the step, whatever its name, so
+// a drawn crash or fault always fires if the step gets that far.
 type Point struct {
 	Name string
 	Nth  int
 }
+
+// Any matches every crash or fault point (see Point).
+const Any = "*"
 
 func (p Point) String() string {
 	if p.Name == "" {
@@ -92,6 +97,7 @@ type Step struct {
 	Plan     Plan
 	Outcomes []Outcome
 	Crashed  bool     // the plan's crash fired
+	CrashAt  Point    // where it fired (its name resolved when the plan said Any)
 	Fired    []string // the faults that fired
 	Trace    []Point  // every crash point hit, in order
 	Faults   []Point  // every fault point hit, in order
@@ -124,6 +130,9 @@ type Harness struct {
 	faultTrace []Point
 	fired      []string
 	crashed    bool
+	crashAt    Point
+	anyCrash   int // crash points hit in the step, every name
+	anyFault   int // fault points hit in the step, every name
 	violations []string
 	ledger     map[string][]fsm.Event
 
@@ -180,6 +189,7 @@ func New(t TestingT, dir string) *Harness {
 	t.Helper()
 	h := &Harness{World: NewWorld(), dir: dir, path: filepath.Join(dir, "tether.db"),
 		hits: map[string]int{}, ledger: map[string][]fsm.Event{}, Reached: map[string]int{}}
+	h.World.BeforeEffect = h.writeAhead
 	h.root, h.stopRoot = context.WithCancel(context.Background())
 	if err := h.newGeneration(); err != nil {
 		t.Fatalf("proptest: open: %v", err)
@@ -262,11 +272,17 @@ func (h *Harness) hitCrash(point string) bool {
 	h.hits["crash:"+point]++
 	n := h.hits["crash:"+point]
 	h.Reached[point]++
+	h.anyCrash++
 	h.trace = append(h.trace, Point{point, n})
-	if h.crashed || h.plan.Crash.Name != point || h.plan.Crash.Nth != n {
+	switch {
+	case h.crashed:
+		return false
+	case h.plan.Crash.Name == Any && h.plan.Crash.Nth == h.anyCrash:
+	case h.plan.Crash.Name == point && h.plan.Crash.Nth == n:
+	default:
 		return false
 	}
-	h.crashed = true
+	h.crashed, h.crashAt = true, Point{point, n}
 	return true
 }
 
@@ -275,8 +291,9 @@ func (h *Harness) hitFault(point string) bool {
 	defer h.mu.Unlock()
 	h.hits["fault:"+point]++
 	n := h.hits["fault:"+point]
+	h.anyFault++
 	h.faultTrace = append(h.faultTrace, Point{point, n})
-	if slices.Contains(h.plan.Faults, Point{point, n}) {
+	if slices.Contains(h.plan.Faults, Point{point, n}) || slices.Contains(h.plan.Faults, Point{Any, h.anyFault}) {
 		h.fired = append(h.fired, Point{point, n}.String())
 		return true
 	}
@@ -302,6 +319,36 @@ func (h *Harness) checkAppend(task string, expected uint64, events []fsm.Event) 
 					task, e.Type, e.Target, p.Kind, p.PID)
 			}
 		}
+	}
+}
+
+// writeAhead holds invariant 4 at the moment an effect reaches the world:
+// the intent that demands it is acknowledged (durable) already. A spawn
+// needs the spawn intent with its nonce, a launch a launch intent.
+func (h *Harness) writeAhead(effect, task, nonce string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	want := fsm.EventLaunchIntent
+	if effect == "spawn" {
+		want = fsm.EventSpawnIntent
+	}
+	for _, e := range h.ledger[task] {
+		if e.Type == want && (effect != "spawn" || e.Nonce == nonce) {
+			return
+		}
+	}
+	h.violations = append(h.violations, fmt.Sprintf("write-ahead: %s of task %q (nonce %q) before its %s was acknowledged", effect, task, nonce, want))
+}
+
+// committed holds invariant 7 at the moment of an acknowledgement: the
+// store's committed head is at least at the acknowledged version.
+func (h *Harness) committed(s *store.Store, task string, version uint64) {
+	t, err := s.LoadTask(context.Background(), task)
+	switch {
+	case err != nil:
+		h.violate("acknowledged before commit: task %q v%d acknowledged, the store cannot load it: %v", task, version, err)
+	case t.Version < version:
+		h.violate("acknowledged before commit: task %q v%d acknowledged, the store has committed v%d", task, version, t.Version)
 	}
 }
 
@@ -343,6 +390,7 @@ func quiesce() {
 func (h *Harness) run(plan Plan, calls ...func(ctx context.Context, d *driver.Driver) error) Step {
 	h.mu.Lock()
 	h.plan, h.hits, h.trace, h.faultTrace, h.fired, h.crashed = plan, map[string]int{}, nil, nil, nil, false
+	h.crashAt, h.anyCrash, h.anyFault = Point{}, 0, 0
 	h.mu.Unlock()
 
 	g, d := h.gen, h.d
@@ -383,7 +431,7 @@ func (h *Harness) run(plan Plan, calls ...func(ctx context.Context, d *driver.Dr
 
 	h.mu.Lock()
 	h.plan = Plan{}
-	s.Crashed, s.Fired = h.crashed, h.fired
+	s.Crashed, s.Fired, s.CrashAt = h.crashed, h.fired, h.crashAt
 	s.Trace, s.Faults = h.trace, h.faultTrace
 	h.mu.Unlock()
 	if g.Dead() && h.st != nil {
@@ -646,6 +694,9 @@ func (h *Harness) check() []string {
 	})
 	if err != nil {
 		v = append(v, "check could not run: "+err.Error())
+	}
+	for _, r := range h.World.Trusted() {
+		v = append(v, fmt.Sprintf("stranger trusted: %s of pid %d for task %q: %s", r.Via, r.PID, r.Task, r.Why))
 	}
 	for _, s := range h.World.Signals() {
 		if s.Kind == KindStranger {

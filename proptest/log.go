@@ -30,6 +30,7 @@ func (l *genLog) Append(ctx context.Context, task string, expected uint64, event
 	l.h.commits.RUnlock()
 	l.g.enter() // died while committing: the commit stands, no acknowledgement
 	if err == nil {
+		l.h.committed(l.s, task, v)
 		l.h.acknowledge(task, expected, events)
 	}
 	return v, err

@@ -19,14 +19,23 @@ var (
 )
 
 // drawPlan draws the faults and the crash of one step. Every draw shrinks
-// towards "nothing injected".
+// towards "nothing injected". Half the injections name their point; the
+// other half are the n-th point of the step whatever its name (Any), which
+// fires whenever the step gets that far, where most named points are never
+// reached by a given step.
 func drawPlan(t *rapid.T) Plan {
 	var p Plan
+	point := func(names []string, label string) Point {
+		if rapid.Bool().Draw(t, label+" named?") {
+			return Point{rapid.SampledFrom(names).Draw(t, label), rapid.IntRange(1, 2).Draw(t, label+"#")}
+		}
+		return Point{Any, rapid.IntRange(1, 10).Draw(t, label+" at")}
+	}
 	if rapid.IntRange(0, 3).Draw(t, "crash?") == 3 {
-		p.Crash = Point{rapid.SampledFrom(crashPoints).Draw(t, "crash"), rapid.IntRange(1, 2).Draw(t, "crash#")}
+		p.Crash = point(crashPoints, "crash")
 	}
 	for range rapid.IntRange(0, 2).Draw(t, "faults") {
-		p.Faults = append(p.Faults, Point{rapid.SampledFrom(faultPoints).Draw(t, "fault"), rapid.IntRange(1, 2).Draw(t, "fault#")})
+		p.Faults = append(p.Faults, point(faultPoints, "fault"))
 	}
 	return p
 }
@@ -152,8 +161,13 @@ func (m *machine) kinds() map[string]func(*rapid.T) {
 				t.Skip("no dead pid")
 			}
 			pid := rapid.SampledFrom(pids).Draw(t, "pid")
-			m.h.World.ReusePID(pid)
-			t.Logf("pid %d reused by a stranger", pid)
+			if rapid.Bool().Draw(t, "look-alike") {
+				m.h.World.ReusePIDLookAlike(pid)
+				t.Logf("pid %d reused by a look-alike stranger (same nonce, new start time)", pid)
+			} else {
+				m.h.World.ReusePID(pid)
+				t.Logf("pid %d reused by a stranger", pid)
+			}
 		},
 		"crash": func(t *rapid.T) {
 			m.needAlive(t)

@@ -197,7 +197,7 @@ func (c *Coverage) add(r Result) {
 			c.Hit[p.Name]++
 		}
 		if s.Crashed {
-			c.Crashed[s.Plan.Crash.Name]++
+			c.Crashed[s.CrashAt.Name]++
 		}
 	}
 }

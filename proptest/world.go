@@ -66,7 +66,7 @@ type Proc struct {
 	Start uint64 // start time in ticks; unique per process
 	Kind  Kind
 	Task  string // owning task (executor and task processes)
-	Nonce string // executor: its spawn nonce
+	Nonce string // the nonce argument on its command line: an executor's spawn nonce, or a look-alike's copy
 	Alive bool
 	Exit  fsm.ExitStatus // valid once dead
 
@@ -131,6 +131,13 @@ type World struct {
 
 	failSpawns int
 	noLease    bool
+	trusted    []Refusal // identity checks a stranger passed
+
+	// BeforeEffect, when set, is called (without the world's lock) as an
+	// effect reaches the world: "spawn" with the spawn nonce, "launch".
+	// The harness checks write-ahead there: the intent that demands the
+	// effect must already be acknowledged.
+	BeforeEffect func(effect, task, nonce string)
 }
 
 // SetLease turns the executors' lease on (the default) or off. Without it,
@@ -261,11 +268,12 @@ func (w *World) signalLocked(p *Proc, sig syscall.Signal, via, task string) {
 	w.dieLocked(p, fsm.ExitStatus{Code: -1, Signal: int(sig)})
 }
 
-// ours is the identity check: pid + start time + boot id + nonce.
+// ours is the identity check: pid + start time + boot id + nonce, which is
+// all the real one can observe (/proc/PID/stat, the boot id, the nonce
+// argument on /proc/PID/cmdline); a process's kind is not observable, so a
+// look-alike stranger (see ReusePID) is told apart by its start time alone.
 func (w *World) ours(p *Proc, id fsm.Identity) (bool, string) {
 	switch {
-	case p.Kind != KindExecutor:
-		return false, fmt.Sprintf("pid %d is a %s", p.PID, p.Kind)
 	case p.Start != id.StartTime:
 		return false, fmt.Sprintf("start time %d, recorded %d", p.Start, id.StartTime)
 	case id.BootID != w.bootID:
@@ -289,6 +297,9 @@ var _ driver.Executors = (*view)(nil)
 func (v *view) Spawn(ctx context.Context, task, nonce string) (driver.Executor, error) {
 	v.g.enter()
 	w := v.w
+	if w.BeforeEffect != nil {
+		w.BeforeEffect("spawn", task, nonce)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.failSpawns > 0 {
@@ -323,6 +334,7 @@ func (v *view) Reattach(ctx context.Context, task string, id fsm.Identity) (driv
 		w.refused = append(w.refused, Refusal{Via: "reattach", PID: id.PID, Task: task, Why: why})
 		return nil, fmt.Errorf("%w: %s", driver.ErrNotOurs, why)
 	}
+	w.trustLocked(p, "reattach", task)
 	return w.connectLocked(v.g, p), nil
 }
 
@@ -331,12 +343,25 @@ func (v *view) FindByNonce(ctx context.Context, task, nonce string) (fsm.Identit
 	w := v.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	// Only executors: the nonce is fresh and random per spawn, so a
+	// look-alike carrying it would need an adversary who read it in the
+	// spawn window. (The real scan, executor.FindByNonce, matches command
+	// lines and would take such a look-alike for the executor.)
 	for _, p := range w.all {
 		if p.Alive && p.Kind == KindExecutor && p.Nonce == nonce && p.Task == task {
 			return w.identity(p), true, nil
 		}
 	}
 	return fsm.Identity{}, false, nil
+}
+
+// trustLocked records an identity check that a stranger passed: the check
+// was too weak to tell it from the executor it replaced.
+func (w *World) trustLocked(p *Proc, via, task string) {
+	if p.Kind == KindStranger {
+		w.trusted = append(w.trusted, Refusal{Via: via, PID: p.PID, Task: task,
+			Why: fmt.Sprintf("stranger started at %d with nonce %q passed the identity check", p.Start, p.Nonce)})
+	}
 }
 
 func (w *World) identity(p *Proc) fsm.Identity {
@@ -356,6 +381,7 @@ func (v *view) Kill(ctx context.Context, task string, id fsm.Identity) error {
 		w.refused = append(w.refused, Refusal{Via: "kill", PID: id.PID, Task: task, Why: why})
 		return fmt.Errorf("%w: %s", driver.ErrNotOurs, why)
 	}
+	w.trustLocked(p, "kill", task)
 	w.signalLocked(p, syscall.SIGKILL, "kill", task)
 	return nil
 }
@@ -457,6 +483,9 @@ func (h *handle) Identity() fsm.Identity {
 func (h *handle) Launch(ctx context.Context, spec fsm.Spec, allowed []string) (int, uint64, error) {
 	h.g.enter()
 	w := h.w
+	if w.BeforeEffect != nil {
+		w.BeforeEffect("launch", h.p.Task, "")
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := h.usableLocked(); err != nil {
@@ -582,6 +611,10 @@ func (h *handle) Shutdown(ctx context.Context) error {
 		return err
 	}
 	p := h.p
+	if p.Kind == KindStranger { // reattached to a look-alike: logged as signalled
+		w.signalLocked(p, syscall.SIGKILL, "shutdown", p.Task)
+		return nil
+	}
 	if p.launched && p.child.Alive {
 		w.signalLocked(p.child, syscall.SIGKILL, "executor", p.Task)
 	}
@@ -630,6 +663,14 @@ func (w *World) Signals() []Signal {
 	return slices.Clone(w.signals)
 }
 
+// Trusted returns the identity checks (reattach, kill) that a stranger
+// passed: each is a violation of "never kill a stranger" in the making.
+func (w *World) Trusted() []Refusal {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.trusted)
+}
+
 // Refusals returns the identity checks that refused to signal.
 func (w *World) Refusals() []Refusal {
 	w.mu.Lock()
@@ -666,7 +707,15 @@ func (w *World) KillProc(pid int) bool {
 
 // ReusePID starts a stranger process at the pid of a dead process, with a
 // new start time. It reports whether the pid was free.
-func (w *World) ReusePID(pid int) bool {
+func (w *World) ReusePID(pid int) bool { return w.reuse(pid, false) }
+
+// ReusePIDLookAlike starts a look-alike stranger at the pid of a dead
+// process: it carries the dead process's command line, nonce included (an
+// operator re-running what ps showed, a supervisor restarting it), so that
+// only its start time tells it apart. It reports whether the pid was free.
+func (w *World) ReusePIDLookAlike(pid int) bool { return w.reuse(pid, true) }
+
+func (w *World) reuse(pid int, lookAlike bool) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.procs[pid]
@@ -675,6 +724,9 @@ func (w *World) ReusePID(pid int) bool {
 	}
 	w.ticks++
 	s := &Proc{PID: pid, Start: w.ticks * 100, Kind: KindStranger, Alive: true, died: make(chan struct{})}
+	if lookAlike {
+		s.Nonce = p.Nonce
+	}
 	w.procs[pid] = s
 	w.all = append(w.all, s)
 	return true
