@@ -31,6 +31,7 @@ var taskArgs = []string{"3600"}
 func gpStart(b *testing.B, steps *boltSteps, helper, dir string) (*plugin.Client, int) {
 	steps.append(b) // task-created
 	steps.append(b) // spawn-intent
+	t0 := time.Now()
 	cmd := exec.Command(helper, dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	c := plugin.NewClient(&plugin.ClientConfig{
@@ -48,16 +49,23 @@ func gpStart(b *testing.B, steps *boltSteps, helper, dir string) (*plugin.Client
 	if err != nil {
 		b.Fatal(err)
 	}
+	gpPhases.spawn = append(gpPhases.spawn, since(t0))
 	steps.append(b) // executor-up
 	steps.append(b) // launch-intent
+	t1 := time.Now()
 	pid, err := raw.(gpexec.Executor).Launch(context.Background(), taskBinary, taskArgs)
 	if err != nil {
 		b.Fatal(err)
 	}
+	gpPhases.launch = append(gpPhases.launch, since(t1))
 	steps.append(b) // launched
 	steps.append(b) // running
 	return c, pid
 }
+
+// gpPhases are the go-plugin path's spawn (process start, handshake,
+// gRPC dial, Dispense) and Launch RPC times, in seconds.
+var gpPhases struct{ spawn, launch []float64 }
 
 func gpStop(c *plugin.Client, pid int) {
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
@@ -107,4 +115,6 @@ func BenchmarkStartVsGoPlugin(b *testing.B) {
 	b.ResetTimer()
 	p := interleave(b, tether, peer)
 	p.reportMs(b, "tether", "goplugin", true)
+	b.ReportMetric(quantile(gpPhases.spawn, 0.5)*1e3, "phase-goplugin-spawn-ms")
+	b.ReportMetric(quantile(gpPhases.launch, 0.5)*1e3, "phase-goplugin-launch-ms")
 }

@@ -213,6 +213,58 @@ func (h *helper) kill() {
 	_ = h.cmd.Wait()
 }
 
+// phases records when the driver passes its crash points (used here as
+// probes, never crashing), so a benchmark can say where its time goes.
+type phases struct {
+	mu sync.Mutex
+	at map[string]time.Time
+	// sums holds each named phase's samples in seconds.
+	sums map[string][]float64
+}
+
+func newPhases() *phases { return &phases{at: map[string]time.Time{}, sums: map[string][]float64{}} }
+
+func (p *phases) hit(point string) {
+	p.mu.Lock()
+	p.at[point] = time.Now()
+	p.mu.Unlock()
+}
+
+// span adds, under name, the time from point a to point b of this round.
+func (p *phases) span(name, a, b string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ta, okA := p.at[a]
+	tb, okB := p.at[b]
+	if okA && okB {
+		p.sums[name] = append(p.sums[name], tb.Sub(ta).Seconds())
+	}
+}
+
+// appends adds, under "appends", the time this round spent in the appends
+// of events (from before-append to after-append of each).
+func (p *phases) appends(events ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	total := 0.0
+	for _, e := range events {
+		total += p.at["after-append:"+e].Sub(p.at["before-append:"+e]).Seconds()
+	}
+	p.sums["appends"] = append(p.sums["appends"], total)
+}
+
+func (p *phases) reset() {
+	p.mu.Lock()
+	clear(p.at)
+	p.mu.Unlock()
+}
+
+func (p *phases) report(b *testing.B) {
+	for name, xs := range p.sums {
+		b.ReportMetric(quantile(xs, 0.5)*1e3, "phase-"+name+"-ms")
+	}
+}
+
 func benchDriver(b *testing.B, dir string, executorBin string, hooks Hooks) *Driver {
 	d, err := Open(Config{StateDir: dir, ExecutorCommand: []string{executorBin}, KillTimeout: time.Second, Hooks: hooks})
 	if err != nil {
@@ -238,18 +290,24 @@ func destroy(b *testing.B, d *Driver, id string) {
 func BenchmarkStartTask(b *testing.B) {
 	executorBin, helperBin := benchBinaries(b)
 	dir := b.TempDir()
-	d := benchDriver(b, dir, executorBin, Hooks{})
+	ph := newPhases()
+	d := benchDriver(b, dir, executorBin, Hooks{Crash: ph.hit})
 	steps := openBoltSteps(b, dir)
 	spec := fsm.Spec{Driver: "raw_exec", Command: taskBinary, Args: taskArgs}
 	ctx := context.Background()
 	tether := func(i int) time.Duration {
 		id := "start-" + strconv.Itoa(i)
+		ph.reset()
 		t0 := time.Now()
 		st, err := d.StartTask(ctx, id, spec)
 		el := time.Since(t0)
 		if err != nil || st.State != fsm.StateRunning {
 			b.Fatalf("StartTask: %v (%s)", err, st.State)
 		}
+		ph.appends("task-created", "spawn-intent", "executor-up", "launch-intent", "launched", "running")
+		ph.span("spawn", "before-effect:spawn-executor", "after-effect:spawn-executor")
+		ph.span("launch", "before-effect:launch-task", "after-effect:launch-task")
+		ph.span("attach", "before-effect:attach", "after-effect:attach")
 		destroy(b, d, id)
 		return el
 	}
@@ -261,18 +319,27 @@ func BenchmarkStartTask(b *testing.B) {
 		t0 := time.Now()
 		steps.append(b) // task-created
 		steps.append(b) // spawn-intent
+		t1 := time.Now()
 		h := startHelper(b, helperBin, hdir)
 		writeIdentity(b, hdir, h.cmd.Process.Pid)
+		t2 := time.Now()
 		steps.append(b) // executor-up
 		steps.append(b) // launch-intent
+		t3 := time.Now()
 		task := exec.Command(taskBinary, taskArgs...)
 		task.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := task.Start(); err != nil {
 			b.Fatal(err)
 		}
+		t4 := time.Now()
 		steps.append(b) // launched
 		steps.append(b) // running
 		el := time.Since(t0)
+		ph.mu.Lock()
+		ph.sums["floor-spawn"] = append(ph.sums["floor-spawn"], t2.Sub(t1).Seconds())
+		ph.sums["floor-fork"] = append(ph.sums["floor-fork"], t4.Sub(t3).Seconds())
+		ph.sums["floor-appends"] = append(ph.sums["floor-appends"], (el - t4.Sub(t3) - t2.Sub(t1)).Seconds())
+		ph.mu.Unlock()
 		_ = task.Process.Kill()
 		_ = task.Wait()
 		h.kill()
@@ -283,6 +350,7 @@ func BenchmarkStartTask(b *testing.B) {
 	b.ResetTimer()
 	p := interleave(b, tether, floor)
 	p.report(b, "tether", "floor", true)
+	ph.report(b)
 }
 
 // BenchmarkKill: from a failure after executor-up (a fault injected into
@@ -295,9 +363,11 @@ func BenchmarkKill(b *testing.B) {
 	dir := b.TempDir()
 	var faultAt time.Time
 	errFault := errors.New("bench: launch fails")
-	d := benchDriver(b, dir, executorBin, Hooks{Fault: func(point string) error {
+	ph := newPhases()
+	d := benchDriver(b, dir, executorBin, Hooks{Crash: ph.hit, Fault: func(point string) error {
 		if point == "effect:launch-task" {
 			faultAt = time.Now()
+			ph.hit("fault")
 			return errFault
 		}
 		return nil
@@ -305,11 +375,15 @@ func BenchmarkKill(b *testing.B) {
 	spec := fsm.Spec{Driver: "raw_exec", Command: taskBinary, Args: taskArgs}
 	ctx := context.Background()
 	tether := func(i int) time.Duration {
+		ph.reset()
 		st, err := d.StartTask(ctx, "kill-"+strconv.Itoa(i), spec)
 		el := time.Since(faultAt)
 		if !errors.Is(err, errFault) || st.State != fsm.StateFailed {
 			b.Fatalf("StartTask = %s, %v; want failed with the injected fault", st.State, err)
 		}
+		ph.span("append-launch-failed", "before-append:launch-failed", "after-append:launch-failed")
+		ph.span("kill-effect", "before-effect:kill-executor", "after-effect:kill-executor")
+		ph.span("append-executor-reaped", "before-append:executor-reaped", "after-append:executor-reaped")
 		return el
 	}
 	floor := func(i int) time.Duration {
@@ -330,6 +404,7 @@ func BenchmarkKill(b *testing.B) {
 	b.ResetTimer()
 	p := interleave(b, tether, floor)
 	p.report(b, "tether", "floor", true)
+	ph.report(b)
 }
 
 // simWorld is a process world whose executors are simulated but whose

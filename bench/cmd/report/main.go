@@ -105,6 +105,7 @@ func main() {
 	var buf bytes.Buffer
 	header(&buf, root, *quick, time.Since(began))
 	buf.WriteString(t.String())
+	phaseNotes(&buf, results)
 	notes(&buf, *quick)
 	fmt.Print(buf.String())
 	if *out != "" {
@@ -333,6 +334,26 @@ func rows(t *table, res map[string]map[string]metrics, failed map[string]string,
 	if m, ok := get("fold", "BenchmarkFoldVsSwitch"); ok {
 		t.add("fsm: fold (Table.Apply) per event", fmt.Sprintf("%.0f ns", m["table-ns/event"]),
 			fmt.Sprintf("hand-written switch %.0f ns", m["switch-ns/event"]), ratioCell(m["ratio"]), "(info)", "—")
+	}
+}
+
+// phaseNotes renders where the start and kill paths spend their time, from
+// the phase metrics the benchmarks report (medians, ms).
+func phaseNotes(b *bytes.Buffer, res map[string]map[string]metrics) {
+	f := func(m metrics, k string) string { return fmt.Sprintf("%.2f", m["phase-"+k+"-ms"]) }
+	b.WriteString("\nWhere the time goes (medians in ms, from probes at the driver's named crash points, which the benchmarks use as timestamps and never crash at):\n\n")
+	if m, ok := res["start"]["BenchmarkStartTask"]; ok {
+		fmt.Fprintf(b, "- Start (row 1): tether spawn-executor effect %s, launch-task effect %s, attach effect %s, 6 appends %s; "+
+			"floor: helper spawn + RPC + identity fsync %s, fork/exec %s, 6 bbolt Updates %s.\n",
+			f(m, "spawn"), f(m, "launch"), f(m, "attach"), f(m, "appends"), f(m, "floor-spawn"), f(m, "floor-fork"), f(m, "floor-appends"))
+	}
+	if m, ok := res["goplug"]["BenchmarkStartVsGoPlugin"]; ok {
+		fmt.Fprintf(b, "- Start (row 2): go-plugin spawn (process, stdout handshake, gRPC dial, Dispense) %s, Launch RPC with fork/exec %s.\n",
+			f(m, "goplugin-spawn"), f(m, "goplugin-launch"))
+	}
+	if m, ok := res["kill"]["BenchmarkKill"]; ok {
+		fmt.Fprintf(b, "- Kill (row 7): append launch-failed %s, kill-executor effect (stop RPC, shutdown RPC, executor exit, pidfd wait, identity kill) %s, append executor-reaped %s.\n",
+			f(m, "append-launch-failed"), f(m, "kill-effect"), f(m, "append-executor-reaped"))
 	}
 }
 
