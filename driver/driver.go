@@ -406,10 +406,16 @@ func (d *Driver) validateSpec(spec fsm.Spec) error {
 }
 
 // WaitTask waits until the task is terminal and returns its final state.
+// A task left owing an effect (an outcome whose append failed) is driven
+// on first, and a running task nobody supervises gets a supervisor, so the
+// wait cannot hang on a task whose end nobody would notice.
 func (d *Driver) WaitTask(ctx context.Context, id string) (fsm.Task, error) {
 	t, err := d.runtime(ctx, id)
 	if err != nil {
 		return fsm.Task{}, err
+	}
+	if err := d.resume(ctx, t); err != nil {
+		return t.snapshot(), err
 	}
 	select {
 	case <-t.done:
@@ -417,6 +423,34 @@ func (d *Driver) WaitTask(ctx context.Context, id string) (fsm.Task, error) {
 	case <-ctx.Done():
 		return t.snapshot(), context.Cause(ctx)
 	}
+}
+
+// resume runs what the task still owes and makes sure a running task is
+// supervised.
+func (d *Driver) resume(ctx context.Context, t *task) error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return ErrClosed
+	}
+	d.loops.Add(1)
+	d.mu.Unlock()
+	defer d.loops.Done()
+	if t.owes() {
+		if err := d.driveWait(ctx, t); err != nil {
+			return err
+		}
+	}
+	t.mu.Lock()
+	unsupervised := t.state.State == fsm.StateRunning && !t.sup
+	t.mu.Unlock()
+	if unsupervised {
+		if _, err := d.handle(ctx, t); err != nil {
+			return err
+		}
+		d.startSupervisor(t)
+	}
+	return nil
 }
 
 // StopTask stops a task: sig (0: the task's kill_signal, else the

@@ -254,24 +254,37 @@ func (d *Driver) reap(ctx context.Context, t *task, eff fsm.Effect) (*fsm.ExitSt
 			id = &found
 		}
 	}
-	if h == nil && id != nil {
+	if pid == 0 {
+		// The executor may have launched a task whose launch was never
+		// recorded (a crash, or a stop that overtook the launch).
+		if rpid, rstart, ok, err := d.world.LaunchRecord(ctx, t.id); err == nil && ok {
+			pid, pidStart = rpid, rstart
+		}
+	}
+	if pid != 0 && h == nil && id != nil {
 		if r, err := d.world.Reattach(ctx, t.id, *id); err == nil {
 			h = r
 		}
 	}
 	if h != nil {
-		sig := syscall.Signal(eff.Signal)
-		if sig == 0 {
-			sig = syscall.SIGKILL
+		if pid != 0 {
+			// A task was launched: stop it through its executor (signal,
+			// grace, SIGKILL to the group), which collects its exit.
+			sig := syscall.Signal(eff.Signal)
+			if sig == 0 {
+				sig = syscall.SIGKILL
+			}
+			if x, err := h.Stop(ctx, sig, eff.Grace); err == nil {
+				exit = &x
+			} else {
+				t.log.Debug("stop through the executor failed; killing by identity", "err", err)
+			}
+			if err := h.Shutdown(ctx); err != nil {
+				t.log.Debug("executor shutdown failed; killing by identity", "err", err)
+			}
 		}
-		if x, err := h.Stop(ctx, sig, eff.Grace); err == nil {
-			exit = &x
-		} else {
-			t.log.Debug("stop through the executor failed; killing by identity", "err", err)
-		}
-		if err := h.Shutdown(ctx); err != nil {
-			t.log.Debug("executor shutdown failed; killing by identity", "err", err)
-		}
+		// Before any launch the executor holds nothing worth an orderly
+		// exit: the kill by identity below is all it needs.
 		_ = h.Close()
 		t.mu.Lock()
 		if t.h == h {
@@ -288,11 +301,6 @@ func (d *Driver) reap(ctx context.Context, t *task, eff fsm.Effect) (*fsm.ExitSt
 	}
 	if pid != 0 {
 		if err := d.world.KillGroup(ctx, t.id, pid, pidStart); err != nil && !errors.Is(err, ErrNotOurs) {
-			return nil, err
-		}
-	} else if rpid, rstart, ok, err := d.world.LaunchRecord(ctx, t.id); err == nil && ok {
-		// The executor launched a task whose launch was never recorded.
-		if err := d.world.KillGroup(ctx, t.id, rpid, rstart); err != nil && !errors.Is(err, ErrNotOurs) {
 			return nil, err
 		}
 	}
