@@ -5,9 +5,25 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/tether-fsm/tether/executor"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain dispatches the test binary's helper modes: the real executor
+// (executor.Serve) and the real tasks of TestDriver_RealProperties.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case modeExecutor:
+			os.Exit(executor.Serve(os.Args[2:]))
+		case modeTask:
+			os.Exit(runTask(os.Args[2:]))
+		}
+	}
+	// Helper processes of a -race binary would each sleep 1 s at exit.
+	os.Setenv("GORACE", "atexit_sleep_ms=0")
+	goleak.VerifyTestMain(m)
+}
 
 func getenv(k string) string { return os.Getenv(k) }
 
