@@ -54,6 +54,15 @@
 // printed by a failure with ParseScenario and Scenario.Run. The TestingT
 // they take is the narrow part of *testing.T and *rapid.T the harness uses.
 //
+// # Real processes and planted bugs
+//
+// TestDriver_RealProperties runs the same state machine (without crash
+// points, which a test process cannot survive) against driver.NewReal and
+// this test binary serving executor and task modes, and finds leaks by
+// scanning /proc for each check's marker. testdata/mutants holds planted
+// bugs as find/replace data; `make mutants` (cmd/mutants) applies each one
+// through go test -overlay and fails if the suite lets one survive.
+//
 // The simulated World stands in for the real executor; the driver's table is
 // fsm.Lifecycle (the store checks every append against it).
 package proptest
