@@ -765,6 +765,20 @@ func TestFindByNonce_IdentityFileAndScan(t *testing.T) {
 	if _, ok, _ := FindByNonce(dir, "nobodysnonce"); ok {
 		t.Fatal("found an executor for an unknown nonce")
 	}
+	// A look-alike: a process whose argv carries the same dir and nonce
+	// but is not a session leader (as a grep or a log viewer would be). Once
+	// the real executor is dead, the scan must not take it for ours.
+	look := exec.Command(testBinary(t), "executor-hang", m.arg(), "-dir="+dir, nonceArg(id.Nonce))
+	if err := look.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = look.Process.Kill(); _ = look.Wait() }()
+	if err := Kill(t.Context(), id); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := FindByNonce(dir, id.Nonce); err != nil || ok {
+		t.Fatalf("FindByNonce took the look-alike pid %d for the executor: %+v %v %v", look.Process.Pid, got, ok, err)
+	}
 }
 
 func TestParseStat_CommWithParens(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -99,8 +100,9 @@ func BootID() (string, error) { return bootID() }
 // line; FindByNonce looks for it.
 func nonceArg(nonce string) string { return "-nonce=" + nonce }
 
-// cmdlineHas reports whether /proc/PID/cmdline has arg as one argument.
-func cmdlineHas(pid int, arg string) (bool, error) {
+// cmdlineHas reports whether /proc/PID/cmdline has every one of args as
+// a whole argument.
+func cmdlineHas(pid int, args ...string) (bool, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
@@ -108,12 +110,16 @@ func cmdlineHas(pid int, arg string) (bool, error) {
 		}
 		return false, fmt.Errorf("executor: read cmdline of pid %d: %w", pid, err)
 	}
-	for a := range bytes.SplitSeq(b, []byte{0}) {
-		if string(a) == arg {
-			return true, nil
+	found := 0
+	for _, want := range args {
+		for a := range bytes.SplitSeq(b, []byte{0}) {
+			if string(a) == want {
+				found++
+				break
+			}
 		}
 	}
-	return false, nil
+	return found == len(args), nil
 }
 
 // check compares the live process at id.PID with id. It returns nil when the
@@ -411,15 +417,22 @@ func FindByNonce(taskDir, nonce string) (Identity, bool, error) {
 	if err != nil {
 		return Identity{}, false, err
 	}
-	arg := nonceArg(nonce)
+	dir, err := filepath.Abs(taskDir)
+	if err != nil {
+		return Identity{}, false, fmt.Errorf("%w: task dir: %w", ErrBadConfig, err)
+	}
+	// An executor is a session leader (Spawn's Setsid) whose argv carries
+	// both its task dir and its nonce as whole arguments: a process that
+	// merely mentions the nonce (a grep, a log viewer) is not taken for it.
+	args := []string{"-dir=" + dir, nonceArg(nonce)}
 	var found Identity
 	var ok bool
 	self := os.Getpid()
 	err = forEachProc(func(pid int, s procStat) {
-		if ok || s.dead() || pid == self {
+		if ok || s.dead() || pid == self || s.SID != pid {
 			return
 		}
-		if has, _ := cmdlineHas(pid, arg); has {
+		if has, _ := cmdlineHas(pid, args...); has {
 			found = Identity{PID: pid, StartTime: s.StartTime, BootID: boot, Nonce: nonce, Socket: socketPath(taskDir)}
 			ok = true
 		}
