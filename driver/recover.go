@@ -84,7 +84,7 @@ func (d *Driver) recoverTask(ctx context.Context, id string) (r TaskReport) {
 	t.mu.Lock()
 	supervised := t.sup
 	t.mu.Unlock()
-	if supervised {
+	if supervised && !t.owes() {
 		r.Action = "already supervised"
 		return r
 	}

@@ -51,3 +51,28 @@ func TestDriver_InspectReportsTaskID(t *testing.T) {
 		}
 	})
 }
+
+// TestDriver_RecoverDrivesASupervisedTaskThatOwesAKill: a stop whose kill
+// effect faults, and whose kill-failed append faults too, leaves the task
+// in reaping with its supervisor still waiting; Recover on the same driver
+// skipped it as "already supervised", so its executor lived on. Shrunk
+// counterexample (5,000 checks): start, stop with both faults, recover.
+//
+// Fix (driver/recover.go recoverTask): skip a supervised task only when it
+// owes nothing.
+func TestDriver_RecoverDrivesASupervisedTaskThatOwesAKill(t *testing.T) {
+	within(t, func(t *testing.T, h *Harness) {
+		h.Start(Plan{}, []string{"a"}, []fsm.Spec{SpecFor("run")})
+		h.Stop(Plan{Faults: []Point{{Name: "effect:kill-executor", Nth: 1}, {Name: "append:kill-failed", Nth: 1}}}, "a")
+		if got := state(t, h, "a"); got != fsm.StateReaping {
+			t.Fatalf("state %s after the faulted stop, want reaping", got)
+		}
+		if _, err := h.Recover(Plan{}); err != nil {
+			t.Fatal(err)
+		}
+		if got := state(t, h, "a"); !got.Terminal() {
+			t.Errorf("state %s after Recover, want terminal", got)
+		}
+		h.CheckRecovered(t)
+	})
+}
