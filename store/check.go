@@ -65,7 +65,16 @@ func (r Report) String() string {
 // context cancelled, file too damaged to walk).
 func (s *Store) Check(ctx context.Context) (Report, error) {
 	r := Report{Path: s.path}
-	err := s.view(func(tx *bolt.Tx) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return r, ErrClosed
+	}
+	// A store open for writing is checked under the writer lock, so that
+	// appends running meanwhile cannot make bbolt's page check report
+	// pages they free as "reachable freed". A read-only store has no
+	// writer: another process's would hold the file's lock.
+	err := readSafe(s.db, s.path, !s.readOnly, func(tx *bolt.Tx) error {
 		return checkTx(ctx, tx, s.path, &r)
 	})
 	slices.SortStableFunc(r.Problems, func(a, b Problem) int {

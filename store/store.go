@@ -290,9 +290,17 @@ func (s *Store) view(fn func(tx *bolt.Tx) error) error {
 // viewSafe runs fn in a read transaction. A bbolt panic (or a memory fault
 // on a file cut short under it) becomes an ErrCorrupt error naming path.
 func viewSafe(db *bolt.DB, path string, fn func(tx *bolt.Tx) error) (err error) {
+	return readSafe(db, path, false, fn)
+}
+
+// readSafe runs fn in a transaction that is always rolled back. With
+// exclusive, it is a write transaction: it holds bbolt's writer lock, so no
+// commit runs beside it (bbolt's page check reads the shared freelist, which
+// a concurrent commit changes under a read transaction).
+func readSafe(db *bolt.DB, path string, exclusive bool, fn func(tx *bolt.Tx) error) (err error) {
 	old := debug.SetPanicOnFault(true)
 	defer debug.SetPanicOnFault(old)
-	tx, err := db.Begin(false)
+	tx, err := db.Begin(exclusive)
 	if err != nil {
 		return fmt.Errorf("store: read %s: %w", path, err)
 	}

@@ -573,6 +573,41 @@ func TestCheck_GoodStore(t *testing.T) {
 	}
 }
 
+// Check while appends commit beside it: no false "reachable freed" (a
+// read transaction's page check would see the freelist move under it).
+func TestCheck_WhileAppending(t *testing.T) {
+	s := openTest(t, testPath(t), Options{NoSync: true})
+	ctx := context.Background()
+	done := make(chan error, 8)
+	for w := range 8 {
+		go func() {
+			var err error
+			for i := 0; i < 40 && err == nil; i++ {
+				id := fmt.Sprintf("w%d-%d", w, i)
+				_, err = s.Append(ctx, id, 0, runningLog(3)...)
+				if err == nil {
+					_, err = s.Append(ctx, id, 9, withSeq(10, finishLog(20))...)
+				}
+			}
+			done <- err
+		}()
+	}
+	for running := 8; running > 0; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			running--
+		default:
+			r, err := s.Check(ctx)
+			if err != nil || !r.OK() {
+				t.Fatalf("Check during appends: %s %v", r, err)
+			}
+		}
+	}
+}
+
 func TestCheck_DamagedStore(t *testing.T) {
 	path := testPath(t)
 	type where struct {
