@@ -1,0 +1,415 @@
+package proptest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/tether-fsm/tether/driver"
+	"github.com/tether-fsm/tether/fsm"
+)
+
+// LinStep is one atomic step of a driver call, as the linearizability
+// model sees it. A call that changes the task and then reports its state is
+// recorded as two steps with the call's interval (a registration or a
+// request, then the snapshot it returns), so that each step has a single
+// linearization point inside the call: porcupine then has to find one order
+// of all steps that the per-task model accepts.
+type LinStep uint8
+
+// The steps.
+const (
+	// StepRegister is StartTask's claim of the id: created, or
+	// driver.ErrTaskExists.
+	StepRegister LinStep = iota + 1
+	// StepStartResult is the state StartTask returned (running, or a
+	// terminal state with driver.ErrStartFailed).
+	StepStartResult
+	// StepStopRequest is StopTask's stop request: driver.ErrUnknownTask,
+	// or accepted.
+	StepStopRequest
+	// StepStopResult is the (terminal) state StopTask returned.
+	StepStopResult
+	// StepInspect is InspectTask: driver.ErrUnknownTask or a snapshot.
+	StepInspect
+	// StepWait is WaitTask: driver.ErrUnknownTask or the terminal state.
+	StepWait
+)
+
+var linStepNames = map[LinStep]string{StepRegister: "start/register", StepStartResult: "start/result",
+	StepStopRequest: "stop/request", StepStopResult: "stop/result", StepInspect: "inspect", StepWait: "wait"}
+
+func (s LinStep) String() string {
+	if n, ok := linStepNames[s]; ok {
+		return n
+	}
+	return fmt.Sprintf("step(%d)", uint8(s))
+}
+
+// LinResult is the class of a call's error.
+type LinResult uint8
+
+// The results.
+const (
+	ResOK          LinResult = iota + 1
+	ResExists                // driver.ErrTaskExists
+	ResUnknown               // driver.ErrUnknownTask
+	ResStartFailed           // driver.ErrStartFailed
+	// ResBeforeCreated: fsm.ErrIllegalTransition from a task in state none,
+	// which StartTask has claimed but not yet recorded (see
+	// LinOptions.StopBeforeCreated).
+	ResBeforeCreated
+	ResOther // anything else: never legal in the model
+)
+
+func (r LinResult) String() string {
+	switch r {
+	case ResOK:
+		return "ok"
+	case ResExists:
+		return "exists"
+	case ResUnknown:
+		return "unknown"
+	case ResStartFailed:
+		return "start-failed"
+	case ResBeforeCreated:
+		return "before-created"
+	case ResOther:
+		return "error"
+	}
+	return fmt.Sprintf("result(%d)", uint8(r))
+}
+
+// Classify maps a driver error to its LinResult.
+func Classify(err error) LinResult {
+	switch {
+	case err == nil:
+		return ResOK
+	case errors.Is(err, driver.ErrTaskExists):
+		return ResExists
+	case errors.Is(err, driver.ErrUnknownTask):
+		return ResUnknown
+	case errors.Is(err, driver.ErrStartFailed):
+		return ResStartFailed
+	}
+	var te *driver.TaskError
+	if errors.As(err, &te) && te.State == fsm.StateNone && errors.Is(err, fsm.ErrIllegalTransition) {
+		return ResBeforeCreated
+	}
+	return ResOther
+}
+
+// LinInput is a porcupine operation's input.
+type LinInput struct {
+	Step LinStep
+	Task string
+}
+
+// LinOutput is a porcupine operation's output: the call's result and, for
+// the steps that report one, the task's state and version.
+type LinOutput struct {
+	Result  LinResult
+	State   fsm.State
+	Version uint64
+	Err     string // the error's text, for the visualization
+}
+
+// LinState is the model's state of one task: whether a StartTask has
+// claimed its id, whether a stop was requested, and the latest snapshot
+// (state and version) any call has been linearized at.
+type LinState struct {
+	Registered    bool
+	StopRequested bool
+	State         fsm.State
+	Version       uint64
+}
+
+func (s LinState) String() string {
+	if !s.Registered {
+		return "absent"
+	}
+	stop := ""
+	if s.StopRequested {
+		stop = " stop-requested"
+	}
+	return fmt.Sprintf("%s v%d%s", s.State, s.Version, stop)
+}
+
+// LinOptions are the assumptions of a history about the world.
+type LinOptions struct {
+	// StopsOnly: nothing but a stop ends a task (no task exits, no executor
+	// dies, no fault, no invalid spec), so a task reaping or terminal must
+	// have had a stop requested, and a start can fail only because of one.
+	StopsOnly bool
+	// StopBeforeCreated tolerates what the driver does today when StopTask
+	// reaches a task that a concurrent StartTask has claimed but not yet
+	// recorded (state none, version 0): it fails with an illegal-transition
+	// error and changes nothing, rather than ErrUnknownTask or a stop (found
+	// by TestDriver_Linearizable). The step is legal only while no snapshot
+	// past version 0 has been linearized.
+	StopBeforeCreated bool
+}
+
+// reach[s] is the set (a bit per state) of states one event leads to from
+// s: the lifecycle's edges and none --task-created--> created.
+var reach = func() [fsm.StateLost + 1]uint16 {
+	var r [fsm.StateLost + 1]uint16
+	r[fsm.StateNone] = 1 << fsm.StateCreated
+	for _, e := range fsm.Edges {
+		r[e.From] |= 1 << e.To
+	}
+	return r
+}()
+
+// reachable reports whether exactly n events lead from s to t; each event
+// is one edge of the lifecycle and bumps the version by one.
+func reachable(s, t fsm.State, n uint64) bool {
+	set := uint16(1) << s
+	for ; n > 0 && set != 0; n-- {
+		var next uint16
+		for x := fsm.StateNone; x <= fsm.StateLost; x++ {
+			if set&(1<<x) != 0 {
+				next |= reach[x]
+			}
+		}
+		set = next
+	}
+	return set&(1<<t) != 0
+}
+
+// LifecycleModel is the sequential specification of one task as the
+// driver's API exposes it, partitioned by task id:
+//
+//   - StartTask on an unknown id claims it (register); on a claimed id it
+//     fails with ErrTaskExists. Its result is running, or, after a stop,
+//     a terminal state with ErrStartFailed.
+//   - StopTask on an unknown id fails with ErrUnknownTask; otherwise its
+//     request is recorded, and it returns a terminal state (stopped, or the
+//     terminal state the task had already reached: a no-op).
+//   - InspectTask returns ErrUnknownTask before the claim, then the current
+//     state; WaitTask returns the terminal state.
+//   - Every snapshot is a step along the lifecycle: versions never go back,
+//     an equal version is the same state, and a version n higher is a state
+//     exactly n edges away. After a stop request the task is reaping or
+//     terminal; stopped needs a stop request.
+//
+// Any other error (ResOther) is illegal.
+func LifecycleModel(opts LinOptions) porcupine.Model {
+	return porcupine.Model{
+		Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+			by := map[string][]porcupine.Operation{}
+			for _, op := range history {
+				id := op.Input.(LinInput).Task
+				by[id] = append(by[id], op)
+			}
+			ids := make([]string, 0, len(by))
+			for id := range by {
+				ids = append(ids, id)
+			}
+			sort.Strings(ids)
+			out := make([][]porcupine.Operation, len(ids))
+			for i, id := range ids {
+				out[i] = by[id]
+			}
+			return out
+		},
+		Init: func() any { return LinState{} },
+		Step: func(state, input, output any) (bool, any) {
+			return linStep(opts, state.(LinState), input.(LinInput), output.(LinOutput))
+		},
+		Hash: func(state any) uint64 {
+			s := state.(LinState)
+			h := s.Version<<8 | uint64(s.State)<<2
+			if s.Registered {
+				h |= 1
+			}
+			if s.StopRequested {
+				h |= 2
+			}
+			return h
+		},
+		DescribeOperation: func(input, output any) string {
+			in, out := input.(LinInput), output.(LinOutput)
+			s := fmt.Sprintf("%s(%s) -> %s", in.Step, in.Task, out.Result)
+			if out.State != fsm.StateNone || out.Version > 0 {
+				s += fmt.Sprintf(" %s v%d", out.State, out.Version)
+			}
+			if out.Err != "" {
+				s += ": " + out.Err
+			}
+			return s
+		},
+		DescribeState: func(state any) string { return state.(LinState).String() },
+	}
+}
+
+// snapshot folds an observed (state, version) into s, or reports that it
+// cannot follow s.
+func snapshot(opts LinOptions, s LinState, out LinOutput) (bool, LinState) {
+	switch {
+	case out.Version < s.Version:
+		return false, s // a stale read: the version went back
+	case out.Version == s.Version && out.State != s.State:
+		return false, s
+	case out.Version > s.Version && !reachable(s.State, out.State, out.Version-s.Version):
+		return false, s
+	case s.StopRequested && out.State != fsm.StateReaping && !out.State.Terminal():
+		return false, s // live after the stop request
+	case out.State == fsm.StateStopped && !s.StopRequested:
+		return false, s // stopped with no stop requested
+	case opts.StopsOnly && (out.State == fsm.StateReaping || out.State.Terminal()) && !s.StopRequested:
+		return false, s
+	}
+	s.State, s.Version = out.State, out.Version
+	return true, s
+}
+
+func linStep(opts LinOptions, s LinState, in LinInput, out LinOutput) (bool, any) {
+	switch in.Step {
+	case StepRegister:
+		switch out.Result {
+		case ResOK:
+			if s.Registered {
+				return false, s // a second StartTask claimed the id
+			}
+			s.Registered = true
+			return true, s
+		case ResExists:
+			return s.Registered, s
+		}
+	case StepStartResult:
+		if !s.Registered {
+			return false, s
+		}
+		switch out.Result {
+		case ResOK:
+			if out.State != fsm.StateRunning && out.State != fsm.StateExited {
+				return false, s
+			}
+		case ResStartFailed:
+			if !out.State.Terminal() || opts.StopsOnly && !s.StopRequested {
+				return false, s
+			}
+		default:
+			return false, s
+		}
+		return snapshot(opts, s, out)
+	case StepStopRequest:
+		switch out.Result {
+		case ResUnknown:
+			return !s.Registered, s
+		case ResBeforeCreated:
+			return opts.StopBeforeCreated && s.Registered && s.Version == 0, s
+		case ResOK:
+			if !s.Registered {
+				return false, s
+			}
+			s.StopRequested = true
+			return true, s
+		}
+	case StepStopResult:
+		if !s.Registered || !s.StopRequested || out.Result != ResOK || !out.State.Terminal() {
+			return false, s
+		}
+		return snapshot(opts, s, out)
+	case StepInspect, StepWait:
+		switch out.Result {
+		case ResUnknown:
+			return !s.Registered, s
+		case ResOK:
+			if !s.Registered || in.Step == StepWait && !out.State.Terminal() {
+				return false, s
+			}
+			return snapshot(opts, s, out)
+		}
+	}
+	return false, s
+}
+
+// History records concurrent driver calls as porcupine operations against
+// LifecycleModel. It is safe for concurrent use; timestamps come from one
+// counter, which is all porcupine needs (the order of calls and returns).
+type History struct {
+	clock atomic.Int64
+	mu    sync.Mutex
+	ops   []porcupine.Operation
+}
+
+func (h *History) add(client int, call, ret int64, in LinInput, out LinOutput) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
+}
+
+func output(err error, t fsm.Task) LinOutput {
+	out := LinOutput{Result: Classify(err), State: t.State, Version: t.Version}
+	if err != nil {
+		out.Err = err.Error()
+	}
+	return out
+}
+
+// StartTask calls d.StartTask and records its register and result steps.
+func (h *History) StartTask(ctx context.Context, d *driver.Driver, client int, id string, spec fsm.Spec) (fsm.Task, error) {
+	call := h.clock.Add(1)
+	t, err := d.StartTask(ctx, id, spec)
+	ret := h.clock.Add(1)
+	out := output(err, t)
+	reg := LinOutput{Result: ResOK}
+	switch out.Result {
+	case ResOK, ResStartFailed:
+		h.add(client, call, ret, LinInput{StepStartResult, id}, out)
+	default:
+		reg = out // exists, or an error the model refuses
+	}
+	h.add(client, call, ret, LinInput{StepRegister, id}, reg)
+	return t, err
+}
+
+// StopTask calls d.StopTask and records its request and result steps.
+func (h *History) StopTask(ctx context.Context, d *driver.Driver, client int, id string, sig syscall.Signal, grace time.Duration) (fsm.Task, error) {
+	call := h.clock.Add(1)
+	t, err := d.StopTask(ctx, id, sig, grace)
+	ret := h.clock.Add(1)
+	out := output(err, t)
+	req := LinOutput{Result: ResOK}
+	if out.Result == ResOK {
+		h.add(client, call, ret, LinInput{StepStopResult, id}, out)
+	} else {
+		req = out // unknown, or an error the model refuses
+	}
+	h.add(client, call, ret, LinInput{StepStopRequest, id}, req)
+	return t, err
+}
+
+// InspectTask calls d.InspectTask and records it.
+func (h *History) InspectTask(ctx context.Context, d *driver.Driver, client int, id string) (driver.TaskInfo, error) {
+	call := h.clock.Add(1)
+	info, err := d.InspectTask(ctx, id)
+	ret := h.clock.Add(1)
+	h.add(client, call, ret, LinInput{StepInspect, id}, output(err, info.Task))
+	return info, err
+}
+
+// WaitTask calls d.WaitTask and records it.
+func (h *History) WaitTask(ctx context.Context, d *driver.Driver, client int, id string) (fsm.Task, error) {
+	call := h.clock.Add(1)
+	t, err := d.WaitTask(ctx, id)
+	ret := h.clock.Add(1)
+	h.add(client, call, ret, LinInput{StepWait, id}, output(err, t))
+	return t, err
+}
+
+// Operations returns the recorded operations.
+func (h *History) Operations() []porcupine.Operation {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]porcupine.Operation(nil), h.ops...)
+}
