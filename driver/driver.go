@@ -227,6 +227,11 @@ func (d *Driver) runtime(ctx context.Context, id string) (*task, error) {
 		return nil, ErrClosed
 	}
 	if t, ok := d.tasks[id]; ok {
+		if t.snapshot().State == fsm.StateNone {
+			// A StartTask has claimed the id but not yet recorded the
+			// task: it does not exist yet (this call goes before it).
+			return nil, &TaskError{Task: id, Err: ErrUnknownTask}
+		}
 		return t, nil
 	}
 	st, err := d.store.LoadTask(ctx, id)
