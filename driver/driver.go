@@ -92,6 +92,9 @@ type task struct {
 	// loop is a one-slot semaphore: at most one goroutine runs the task's
 	// effects at a time.
 	loop chan struct{}
+	// created is closed once the task-created event is durable (or the
+	// start that claimed the id gave up before it).
+	created chan struct{}
 	// done is closed when the task reaches a terminal state.
 	done chan struct{}
 
@@ -221,19 +224,39 @@ func (d *Driver) runtime(ctx context.Context, id string) (*task, error) {
 	if err := ValidateTaskID(id); err != nil {
 		return nil, err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return nil, ErrClosed
-	}
-	if t, ok := d.tasks[id]; ok {
-		if t.snapshot().State == fsm.StateNone {
-			// A StartTask has claimed the id but not yet recorded the
-			// task: it does not exist yet (this call goes before it).
-			return nil, &TaskError{Task: id, Err: ErrUnknownTask}
+	for {
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			return nil, ErrClosed
 		}
-		return t, nil
+		t, ok := d.tasks[id]
+		if !ok {
+			defer d.mu.Unlock()
+			return d.load(ctx, id)
+		}
+		d.mu.Unlock()
+		// A StartTask may have claimed the id without recording the task
+		// yet: wait for the record, so that this call comes after the
+		// start (as a second StartTask's ErrTaskExists already does).
+		select {
+		case <-t.created:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+		d.mu.Lock()
+		same := d.tasks[id] == t
+		d.mu.Unlock()
+		if same {
+			return t, nil
+		}
+		// The start gave up before recording anything (or the task was
+		// destroyed and forgotten): look again.
 	}
+}
+
+// load reads a task the driver does not hold from the store. d.mu is held.
+func (d *Driver) load(ctx context.Context, id string) (*task, error) {
 	st, err := d.store.LoadTask(ctx, id)
 	if errors.Is(err, store.ErrUnknownTask) {
 		return nil, &TaskError{Task: id, Err: ErrUnknownTask}
@@ -242,6 +265,7 @@ func (d *Driver) runtime(ctx context.Context, id string) (*task, error) {
 		return nil, err
 	}
 	t := d.newTask(id)
+	close(t.created)
 	t.state = st
 	if st.State.Terminal() {
 		close(t.done)
@@ -251,7 +275,8 @@ func (d *Driver) runtime(ctx context.Context, id string) (*task, error) {
 }
 
 func (d *Driver) newTask(id string) *task {
-	return &task{id: id, state: fsm.Task{ID: id}, log: d.log.With("task_id", id), loop: make(chan struct{}, 1), done: make(chan struct{})}
+	return &task{id: id, state: fsm.Task{ID: id}, log: d.log.With("task_id", id),
+		loop: make(chan struct{}, 1), created: make(chan struct{}), done: make(chan struct{})}
 }
 
 // apply steps the task with input and appends the resulting events before
@@ -331,17 +356,7 @@ func (d *Driver) StartTask(ctx context.Context, id string, spec fsm.Spec) (fsm.T
 	d.mu.Unlock()
 	defer d.loops.Done()
 
-	if _, err := d.store.LoadTask(ctx, id); err == nil {
-		d.forget(id, t)
-		return fsm.Task{}, &TaskError{Task: id, Err: ErrTaskExists}
-	} else if !errors.Is(err, store.ErrUnknownTask) {
-		d.forget(id, t)
-		return fsm.Task{}, err
-	}
-	created := d.event(fsm.EventCreated)
-	created.Spec = &spec
-	if _, err := d.apply(ctx, t, created); err != nil {
-		d.forget(id, t)
+	if err := d.create(ctx, t, spec); err != nil {
 		return fsm.Task{}, err
 	}
 	if err := d.validateSpec(spec); err != nil {
@@ -379,6 +394,27 @@ func (d *Driver) StartTask(ctx context.Context, id string, spec fsm.Spec) (fsm.T
 		}
 		return st, &TaskError{Task: id, State: st.State, Err: fmt.Errorf("%w: %s", ErrStartFailed, reason)}
 	}
+}
+
+// create records the task claimed by StartTask. Whatever the outcome,
+// calls waiting for the record (runtime) are released; on failure the
+// claim is dropped first, so they find the id unknown (or already in the
+// store).
+func (d *Driver) create(ctx context.Context, t *task, spec fsm.Spec) error {
+	defer close(t.created)
+	_, err := d.store.LoadTask(ctx, t.id)
+	switch {
+	case err == nil:
+		err = &TaskError{Task: t.id, Err: ErrTaskExists}
+	case errors.Is(err, store.ErrUnknownTask):
+		ev := d.event(fsm.EventCreated)
+		ev.Spec = &spec
+		if _, err = d.apply(ctx, t, ev); err == nil {
+			return nil
+		}
+	}
+	d.forget(t.id, t)
+	return err
 }
 
 func (d *Driver) forget(id string, t *task) {
