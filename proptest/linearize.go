@@ -62,11 +62,7 @@ const (
 	ResExists                // driver.ErrTaskExists
 	ResUnknown               // driver.ErrUnknownTask
 	ResStartFailed           // driver.ErrStartFailed
-	// ResBeforeCreated: fsm.ErrIllegalTransition from a task in state none,
-	// which StartTask has claimed but not yet recorded (see
-	// LinOptions.StopBeforeCreated).
-	ResBeforeCreated
-	ResOther // anything else: never legal in the model
+	ResOther                 // anything else: never legal in the model
 )
 
 func (r LinResult) String() string {
@@ -79,8 +75,6 @@ func (r LinResult) String() string {
 		return "unknown"
 	case ResStartFailed:
 		return "start-failed"
-	case ResBeforeCreated:
-		return "before-created"
 	case ResOther:
 		return "error"
 	}
@@ -98,10 +92,6 @@ func Classify(err error) LinResult {
 		return ResUnknown
 	case errors.Is(err, driver.ErrStartFailed):
 		return ResStartFailed
-	}
-	var te *driver.TaskError
-	if errors.As(err, &te) && te.State == fsm.StateNone && errors.Is(err, fsm.ErrIllegalTransition) {
-		return ResBeforeCreated
 	}
 	return ResOther
 }
@@ -148,21 +138,6 @@ type LinOptions struct {
 	// dies, no fault, no invalid spec), so a task reaping or terminal must
 	// have had a stop requested, and a start can fail only because of one.
 	StopsOnly bool
-	// StopBeforeCreated tolerates what the driver does today when StopTask
-	// reaches a task that a concurrent StartTask has claimed but not yet
-	// recorded (state none, version 0): it fails with an illegal-transition
-	// error and changes nothing, rather than ErrUnknownTask or a stop (found
-	// by TestDriver_Linearizable). The step is legal only while no snapshot
-	// past version 0 has been linearized.
-	StopBeforeCreated bool
-	// UnknownUntilCreated tolerates what the driver does since commit
-	// 41e019a: InspectTask, StopTask and WaitTask report ErrUnknownTask for
-	// a task that a concurrent StartTask has claimed but not yet recorded,
-	// while a second StartTask already gets ErrTaskExists. That is not
-	// linearizable (ErrTaskExists, then ErrUnknownTask, from one client;
-	// found by TestDriver_Linearizable); the step is legal only while no
-	// snapshot past version 0 has been linearized.
-	UnknownUntilCreated bool
 }
 
 // reach[s] is the set (a bit per state) of states one event leads to from
@@ -312,9 +287,7 @@ func linStep(opts LinOptions, s LinState, in LinInput, out LinOutput) (bool, any
 	case StepStopRequest:
 		switch out.Result {
 		case ResUnknown:
-			return !s.Registered || opts.UnknownUntilCreated && s.Version == 0, s
-		case ResBeforeCreated:
-			return opts.StopBeforeCreated && s.Registered && s.Version == 0, s
+			return !s.Registered, s
 		case ResOK:
 			if !s.Registered {
 				return false, s
@@ -330,7 +303,7 @@ func linStep(opts LinOptions, s LinState, in LinInput, out LinOutput) (bool, any
 	case StepInspect, StepWait:
 		switch out.Result {
 		case ResUnknown:
-			return !s.Registered || opts.UnknownUntilCreated && s.Version == 0, s
+			return !s.Registered, s
 		case ResOK:
 			if !s.Registered || in.Step == StepWait && !out.State.Terminal() {
 				return false, s
