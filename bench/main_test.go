@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"encoding/binary"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,8 +8,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 func TestMain(m *testing.M) {
@@ -120,31 +117,3 @@ func (p *paired) reportMs(b *testing.B, aName, bName string, withP99 bool) {
 }
 
 func since(t0 time.Time) float64 { return time.Since(t0).Seconds() }
-
-// boltSteps are a peer's durable appends: bare bbolt Updates of one record
-// each, in a file in the same directory as tether's store.
-type boltSteps struct {
-	db  *bolt.DB
-	seq uint64
-	val []byte
-}
-
-func openBoltSteps(b *testing.B, dir string) *boltSteps {
-	db, err := bolt.Open(filepath.Join(dir, "peer.db"), 0o600, &bolt.Options{Timeout: time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { db.Close() })
-	if err := db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket([]byte("peer")); return err }); err != nil {
-		b.Fatal(err)
-	}
-	return &boltSteps{db: db, val: make([]byte, 96)}
-}
-
-func (s *boltSteps) append(b *testing.B) {
-	s.seq++
-	k := binary.BigEndian.AppendUint64(nil, s.seq)
-	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("peer")).Put(k, s.val) }); err != nil {
-		b.Fatal(err)
-	}
-}

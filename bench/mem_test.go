@@ -1,16 +1,13 @@
 package bench
 
 import (
-	"bufio"
 	"context"
-	"fmt"
 	"io"
 	"net/rpc"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -20,31 +17,11 @@ import (
 
 	"github.com/tether-fsm/tether/bench/internal/gpexec"
 	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/internal/benchkit"
 )
 
 // idleProcs is how many helpers of one kind are alive when memory is read.
 const idleProcs = 10
-
-// memOf returns VmRSS and Pss of pid in kB.
-func memOf(b *testing.B, pid int) (rss, pss float64) {
-	field := func(file, key string) float64 {
-		f, err := os.Open(fmt.Sprintf("/proc/%d/%s", pid, file))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && k == key {
-				n, _ := strconv.ParseFloat(strings.Fields(v)[0], 64)
-				return n
-			}
-		}
-		b.Fatalf("no %s in /proc/%d/%s", key, pid, file)
-		return 0
-	}
-	return field("status", "VmRSS"), field("smaps_rollup", "Pss")
-}
 
 // kind starts one idle helper in dir and returns its pid and its stop.
 type kind func(b *testing.B, dir string) (int, func())
@@ -131,7 +108,7 @@ func idleMem(b *testing.B, k kind) (rss, pss float64) {
 	}
 	time.Sleep(200 * time.Millisecond) // idle: past start-up work
 	for _, pid := range pids {
-		r, p := memOf(b, pid)
+		r, p := benchkit.MemOf(b, pid)
 		rss, pss = rss+r, pss+p
 	}
 	for _, stop := range stops {

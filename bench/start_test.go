@@ -16,6 +16,7 @@ import (
 	"github.com/tether-fsm/tether/bench/internal/gpexec"
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/benchkit"
 )
 
 // The task both sides start: a real program that stays up.
@@ -28,9 +29,9 @@ var taskArgs = []string{"3600"}
 // plugin process started by go-plugin (handshake on stdout, gRPC over a
 // unix socket), the helper's durable identity file, one Launch RPC that
 // fork/execs the task. It returns the plugin client and the task's pid.
-func gpStart(b *testing.B, steps *boltSteps, helper, dir string) (*plugin.Client, int) {
-	steps.append(b) // task-created
-	steps.append(b) // spawn-intent
+func gpStart(b *testing.B, steps *benchkit.BoltSteps, helper, dir string) (*plugin.Client, int) {
+	steps.Append(b) // task-created
+	steps.Append(b) // spawn-intent
 	t0 := time.Now()
 	cmd := exec.Command(helper, dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -50,16 +51,16 @@ func gpStart(b *testing.B, steps *boltSteps, helper, dir string) (*plugin.Client
 		b.Fatal(err)
 	}
 	gpPhases.spawn = append(gpPhases.spawn, since(t0))
-	steps.append(b) // executor-up
-	steps.append(b) // launch-intent
+	steps.Append(b) // executor-up
+	steps.Append(b) // launch-intent
 	t1 := time.Now()
 	pid, err := raw.(gpexec.Executor).Launch(context.Background(), taskBinary, taskArgs)
 	if err != nil {
 		b.Fatal(err)
 	}
 	gpPhases.launch = append(gpPhases.launch, since(t1))
-	steps.append(b) // launched
-	steps.append(b) // running
+	steps.Append(b) // launched
+	steps.Append(b) // running
 	return c, pid
 }
 
@@ -83,7 +84,7 @@ func BenchmarkStartVsGoPlugin(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer d.Close()
-	steps := openBoltSteps(b, dir)
+	steps := benchkit.OpenBoltSteps(b, dir, "peer.db")
 	spec := fsm.Spec{Driver: "raw_exec", Command: taskBinary, Args: taskArgs}
 	ctx := context.Background()
 	tether := func(i int) float64 {

@@ -12,12 +12,9 @@ package driver
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/rpc"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,11 +25,11 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/benchkit"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -114,34 +111,6 @@ func interleave(b *testing.B, a, f func(round int) time.Duration) *paired {
 	return p
 }
 
-// boltSteps is the floor's durable appends: bare bbolt Updates of one
-// record each, in a file in the same state directory as tether's store.
-type boltSteps struct {
-	db  *bolt.DB
-	seq uint64
-	val []byte
-}
-
-func openBoltSteps(b *testing.B, dir string) *boltSteps {
-	db, err := bolt.Open(filepath.Join(dir, "floor.db"), 0o600, &bolt.Options{Timeout: time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { db.Close() })
-	if err := db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket([]byte("floor")); return err }); err != nil {
-		b.Fatal(err)
-	}
-	return &boltSteps{db: db, val: make([]byte, 96)}
-}
-
-func (s *boltSteps) append(b *testing.B) {
-	s.seq++
-	k := binary.BigEndian.AppendUint64(nil, s.seq)
-	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("floor")).Put(k, s.val) }); err != nil {
-		b.Fatal(err)
-	}
-}
-
 // writeIdentity is the executor's identity write: temporary file, fsync,
 // rename, fsync of the directory.
 func writeIdentity(b *testing.B, dir string, pid int) {
@@ -169,48 +138,6 @@ func writeIdentity(b *testing.B, dir string, pid int) {
 		b.Fatal(err)
 	}
 	d.Close()
-}
-
-// helper is a running minimal Go helper.
-type helper struct {
-	cmd *exec.Cmd
-	rpc *rpc.Client
-}
-
-// startHelper spawns the minimal helper as Spawn spawns an executor
-// (Setsid, a ready pipe on fd 3), dials its socket and makes one RPC.
-func startHelper(b *testing.B, bin, dir string) *helper {
-	sock := filepath.Join(dir, "h.sock")
-	r, w, err := os.Pipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(bin, sock)
-	cmd.ExtraFiles = []*os.File{w}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	w.Close()
-	if _, err := io.ReadAll(r); err != nil {
-		b.Fatal(err)
-	}
-	r.Close()
-	c, err := rpc.Dial("unix", sock)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var out int
-	if err := c.Call("Helper.Ping", 1, &out); err != nil || out != 2 {
-		b.Fatalf("Ping = %d, %v", out, err)
-	}
-	return &helper{cmd: cmd, rpc: c}
-}
-
-func (h *helper) kill() {
-	h.rpc.Close()
-	_ = h.cmd.Process.Kill()
-	_ = h.cmd.Wait()
 }
 
 // phases records when the driver passes its crash points (used here as
@@ -292,7 +219,7 @@ func BenchmarkStartTask(b *testing.B) {
 	dir := b.TempDir()
 	ph := newPhases()
 	d := benchDriver(b, dir, executorBin, Hooks{Crash: ph.hit})
-	steps := openBoltSteps(b, dir)
+	steps := benchkit.OpenBoltSteps(b, dir, "floor.db")
 	spec := fsm.Spec{Driver: "raw_exec", Command: taskBinary, Args: taskArgs}
 	ctx := context.Background()
 	tether := func(i int) time.Duration {
@@ -317,14 +244,14 @@ func BenchmarkStartTask(b *testing.B) {
 			b.Fatal(err)
 		}
 		t0 := time.Now()
-		steps.append(b) // task-created
-		steps.append(b) // spawn-intent
+		steps.Append(b) // task-created
+		steps.Append(b) // spawn-intent
 		t1 := time.Now()
-		h := startHelper(b, helperBin, hdir)
-		writeIdentity(b, hdir, h.cmd.Process.Pid)
+		h := benchkit.StartHelper(b, helperBin, hdir)
+		writeIdentity(b, hdir, h.Cmd.Process.Pid)
 		t2 := time.Now()
-		steps.append(b) // executor-up
-		steps.append(b) // launch-intent
+		steps.Append(b) // executor-up
+		steps.Append(b) // launch-intent
 		t3 := time.Now()
 		task := exec.Command(taskBinary, taskArgs...)
 		task.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -332,8 +259,8 @@ func BenchmarkStartTask(b *testing.B) {
 			b.Fatal(err)
 		}
 		t4 := time.Now()
-		steps.append(b) // launched
-		steps.append(b) // running
+		steps.Append(b) // launched
+		steps.Append(b) // running
 		el := time.Since(t0)
 		ph.mu.Lock()
 		ph.sums["floor-spawn"] = append(ph.sums["floor-spawn"], t2.Sub(t1).Seconds())
@@ -342,7 +269,7 @@ func BenchmarkStartTask(b *testing.B) {
 		ph.mu.Unlock()
 		_ = task.Process.Kill()
 		_ = task.Wait()
-		h.kill()
+		h.Stop()
 		return el
 	}
 	floor(-1) // warm both paths (page cache, first bbolt growth)
@@ -391,12 +318,12 @@ func BenchmarkKill(b *testing.B) {
 		if err := os.MkdirAll(hdir, 0o700); err != nil {
 			b.Fatal(err)
 		}
-		h := startHelper(b, helperBin, hdir)
+		h := benchkit.StartHelper(b, helperBin, hdir)
 		t0 := time.Now()
-		_ = h.cmd.Process.Kill()
-		_ = h.cmd.Wait()
+		_ = h.Cmd.Process.Kill()
+		_ = h.Cmd.Wait()
 		el := time.Since(t0)
-		h.rpc.Close()
+		h.RPC.Close()
 		return el
 	}
 	floor(-1)

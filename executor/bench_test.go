@@ -3,20 +3,17 @@
 package executor
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"net/rpc"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tether-fsm/tether/internal/benchkit"
 )
 
 // benchBins builds, once per test binary run, the minimal helper and the
@@ -54,70 +51,6 @@ func bins(b *testing.B) map[string]string {
 	return m
 }
 
-// memOf returns VmRSS and Pss of pid in kB.
-func memOf(b *testing.B, pid int) (rss, pss float64) {
-	b.Helper()
-	field := func(file, key string) float64 {
-		f, err := os.Open(fmt.Sprintf("/proc/%d/%s", pid, file))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && k == key {
-				n, _ := strconv.ParseFloat(strings.Fields(v)[0], 64)
-				return n
-			}
-		}
-		b.Fatalf("no %s in %s", key, file)
-		return 0
-	}
-	return field("status", "VmRSS"), field("smaps_rollup", "Pss")
-}
-
-// helperProc is a running minimal helper.
-type helperProc struct {
-	cmd *exec.Cmd
-	rpc *rpc.Client
-}
-
-// startHelper starts the minimal helper the way Spawn starts an executor
-// (Setsid, a ready pipe) and waits until it answered one RPC.
-func startHelper(b *testing.B, bin, dir string) *helperProc {
-	sock := filepath.Join(dir, "h.sock")
-	r, w, err := os.Pipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(bin, sock)
-	cmd.ExtraFiles = []*os.File{w}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	w.Close()
-	if _, err := io.ReadAll(r); err != nil {
-		b.Fatal(err)
-	}
-	r.Close()
-	c, err := rpc.Dial("unix", sock)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var out int
-	if err := c.Call("Helper.Ping", 1, &out); err != nil || out != 2 {
-		b.Fatalf("Ping = %d %v", out, err)
-	}
-	return &helperProc{cmd: cmd, rpc: c}
-}
-
-func (h *helperProc) stop() {
-	h.rpc.Close()
-	_ = h.cmd.Process.Kill()
-	_ = h.cmd.Wait()
-}
-
 // spawnBench spawns an executor with command and waits for its hello.
 func spawnBench(b *testing.B, command []string, dir string) *Client {
 	c, err := Spawn(context.Background(), SpawnConfig{Command: command, TaskDir: dir, Nonce: "bench" + strconv.FormatInt(time.Now().UnixNano(), 36)})
@@ -149,8 +82,8 @@ func benchTargets(b *testing.B) []benchTarget {
 	}
 	return []benchTarget{
 		{"minhelper", func(b *testing.B, dir string) (int, func()) {
-			h := startHelper(b, bs["minhelper"], dir)
-			return h.cmd.Process.Pid, h.stop
+			h := benchkit.StartHelper(b, bs["minhelper"], dir)
+			return h.Cmd.Process.Pid, h.Stop
 		}},
 		{"executor-standalone", exe([]string{bs["tether-executor"]})},
 		{"executor-testbinary", exe([]string{testBinary(b), "executor", "-marker=bench"})},
@@ -174,7 +107,7 @@ func BenchmarkSpawnToReady(b *testing.B) {
 				b.StartTimer()
 				pid, stop := tg.start(b, dir)
 				b.StopTimer()
-				r, p := memOf(b, pid)
+				r, p := benchkit.MemOf(b, pid)
 				rss += r
 				pss += p
 				stop()
@@ -204,7 +137,7 @@ func BenchmarkSpawnRatio(b *testing.B) {
 			t0 := time.Now()
 			pid, stop := tg.start(b, dir)
 			d := time.Since(t0)
-			r, _ := memOf(b, pid)
+			r, _ := benchkit.MemOf(b, pid)
 			stop()
 			if k == 0 {
 				th += d
