@@ -2,8 +2,6 @@ package bench
 
 import (
 	"context"
-	"io"
-	"net/rpc"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,29 +44,8 @@ func tetherExecutor(command []string) kind {
 
 func minHelper(bin string) kind {
 	return func(b *testing.B, dir string) (int, func()) {
-		sock := filepath.Join(dir, "h.sock")
-		r, w, err := os.Pipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		cmd := exec.Command(bin, sock)
-		cmd.ExtraFiles = []*os.File{w}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		w.Close()
-		_, _ = io.ReadAll(r)
-		r.Close()
-		c, err := rpc.Dial("unix", sock)
-		if err != nil {
-			b.Fatal(err)
-		}
-		var out int
-		if err := c.Call("Helper.Ping", 1, &out); err != nil {
-			b.Fatal(err)
-		}
-		return cmd.Process.Pid, func() { c.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() }
+		h := benchkit.StartHelper(b, bin, dir)
+		return h.Cmd.Process.Pid, h.Stop
 	}
 }
 
