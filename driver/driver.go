@@ -487,7 +487,15 @@ func (d *Driver) resume(ctx context.Context, t *task) error {
 	t.mu.Unlock()
 	if unsupervised {
 		if _, err := d.handle(ctx, t); err != nil {
-			return err
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			// As Recover does: the executor cannot be proven ours and
+			// reached, so the task exited (status on disk) or is lost.
+			if _, err := d.apply(ctx, t, d.exitedOrLost(ctx, t, err)); err != nil {
+				return err
+			}
+			return d.driveWait(ctx, t)
 		}
 		d.startSupervisor(t)
 	}

@@ -496,3 +496,31 @@ func TestDriver_ConcurrentStartsAndStops(t *testing.T) {
 		checkReaped(t, d, st.Task)
 	}
 }
+
+// A driver that did not run Recover still notices, when asked to wait,
+// that a running task's executor is gone: the task ends lost, reaped.
+func TestWaitTask_ExecutorGoneWithoutRecover(t *testing.T) {
+	dir := stateDir(t)
+	ctx := ctxT(t)
+	d1 := newDriver(t, dir, Hooks{})
+	st, err := d1.StartTask(ctx, "orphan", taskSpec(t, dir, "sleep"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := executor.Kill(ctx, toExec(*st.Executor)); err != nil {
+		t.Fatal(err)
+	}
+	d2 := newDriver(t, dir, Hooks{})
+	defer d2.Close()
+	final, err := d2.WaitTask(ctx, "orphan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final.State != fsm.StateLost {
+		t.Fatalf("state %s, want lost", final.State)
+	}
+	checkReaped(t, d2, final)
+}
