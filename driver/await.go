@@ -38,6 +38,3 @@ func AwaitExit(ctx context.Context, world Executors, task fsm.Task) (fsm.ExitSta
 	return fsm.ExitStatus{}, &TaskError{Task: task.ID, State: task.State,
 		Err: fmt.Errorf("executor unreachable and no exit status left: %w", err)}
 }
-
-// World returns the driver's process world.
-func (d *Driver) World() Executors { return d.world }

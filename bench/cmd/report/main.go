@@ -405,7 +405,7 @@ How each row is measured (run one alone with the command given; b.N is the numbe
    ` + "`plugin.NewClient`" + ` + ` + "`Client()`" + ` + ` + "`Dispense`" + `, which writes its identity file durably and
    fork/execs the task in a Launch RPC, with the same 6 bbolt Updates.
 3. ` + "`cd bench && go test -run '^$' -bench '^BenchmarkIdleMemory$' -benchtime 8x .`" + `: ten of each kind
-   alive at once, 200 ms after the tenth answered, VmRSS and Pss (smaps_rollup) summed; the four kinds
+   alive at once, read as soon as the tenth answered a request, VmRSS and Pss (smaps_rollup) summed; the four kinds
    rotate within each round. The target rows use the standalone executor (` + "`cmd/tether-executor`" + `);
    the embedded row is the ` + "`tether`" + ` CLI binary in executor mode.
 4. ` + "`cd bench && go test -run '^$' -bench 'BenchmarkAppend' -benchtime 40x .`" + `: store.Append of one
