@@ -27,7 +27,7 @@ func runningLog(extra int) []fsm.Event {
 		{Type: fsm.EventSpawnIntent, Time: 2, Nonce: "nonce0001"},
 		{Type: fsm.EventExecutorUp, Time: 3, Executor: &fsm.Identity{PID: 100, StartTime: 7, BootID: "b", Nonce: "nonce0001", Socket: "/s"}},
 		{Type: fsm.EventLaunchIntent, Time: 4},
-		{Type: fsm.EventLaunched, Time: 5, TaskPID: 101, TaskStart: 8},
+		{Type: fsm.EventLaunched, Time: 5, TaskPID: 101, TaskStartTime: 8},
 		{Type: fsm.EventRunning, Time: 6},
 	}
 	for i := range extra {

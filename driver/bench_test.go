@@ -445,7 +445,7 @@ func BenchmarkRecover(b *testing.B) {
 					{Type: fsm.EventSpawnIntent, Time: 2, Nonce: nonce},
 					{Type: fsm.EventExecutorUp, Time: 3, Executor: &fsm.Identity{PID: pid, StartTime: start, BootID: boot, Nonce: nonce, Socket: filepath.Join(dir, "tasks", id, "executor.sock")}},
 					{Type: fsm.EventLaunchIntent, Time: 4},
-					{Type: fsm.EventLaunched, Time: 5, TaskPID: pid, TaskStart: start},
+					{Type: fsm.EventLaunched, Time: 5, TaskPID: pid, TaskStartTime: start},
 					{Type: fsm.EventRunning, Time: 6},
 				}
 				if _, err := s.Append(ctx, id, 0, evs...); err != nil {

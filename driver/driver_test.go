@@ -30,7 +30,7 @@ func checkReaped(t *testing.T, d *Driver, st fsm.Task) {
 		}
 	}
 	if st.TaskPID != 0 {
-		if alive, err := (executor.Identity{PID: st.TaskPID, StartTime: st.TaskStart}).Alive(); err == nil && alive {
+		if alive, err := (executor.Identity{PID: st.TaskPID, StartTime: st.TaskStartTime}).Alive(); err == nil && alive {
 			t.Errorf("task %s is %s but its process %d is alive", st.ID, st.State, st.TaskPID)
 		}
 	}
@@ -381,7 +381,7 @@ func TestRecover_PIDReuseNeverSignalsTheStranger(t *testing.T) {
 	for _, in := range []fsm.Event{
 		{Type: fsm.EventCreated, Spec: &spec}, {Type: fsm.EventSpawnIntent, Nonce: "abcd"},
 		{Type: fsm.EventExecutorUp, Executor: forged}, {Type: fsm.EventLaunchIntent},
-		{Type: fsm.EventLaunched, TaskPID: stranger.Process.Pid, TaskStart: start - 1}, {Type: fsm.EventRunning},
+		{Type: fsm.EventLaunched, TaskPID: stranger.Process.Pid, TaskStartTime: start - 1}, {Type: fsm.EventRunning},
 	} {
 		evs, _, err := fsm.Step(task, in)
 		if err != nil {

@@ -161,7 +161,7 @@ func (d *Driver) perform(t *task, st fsm.Task, eff fsm.Effect) fsm.Event {
 		t.pid, t.pidStart = pid, start
 		t.mu.Unlock()
 		ev := d.event(fsm.EventLaunched)
-		ev.TaskPID, ev.TaskStart = pid, start
+		ev.TaskPID, ev.TaskStartTime = pid, start
 		return ev
 	case fsm.EffectAttach:
 		h, err := d.handle(ctx, t)
@@ -241,7 +241,7 @@ func (d *Driver) reap(ctx context.Context, t *task, eff fsm.Effect) (*fsm.ExitSt
 	h, pid, pidStart := t.h, t.pid, t.pidStart
 	t.mu.Unlock()
 	if eff.TaskPID != 0 {
-		pid, pidStart = eff.TaskPID, eff.TaskStart
+		pid, pidStart = eff.TaskPID, eff.TaskStartTime
 	}
 	var exit *fsm.ExitStatus
 	id := eff.Executor

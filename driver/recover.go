@@ -143,7 +143,7 @@ func (d *Driver) recoverLaunching(ctx context.Context, t *task, st fsm.Task) (st
 		return "launch interrupted; executor did not answer; killed", aerr
 	case s.Launched:
 		ev := d.event(fsm.EventLaunched)
-		ev.TaskPID, ev.TaskStart = s.PID, s.Start
+		ev.TaskPID, ev.TaskStartTime = s.PID, s.Start
 		_, aerr := d.apply(ctx, t, ev)
 		return "launch had happened; reattached", aerr
 	default:

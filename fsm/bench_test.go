@@ -18,7 +18,7 @@ var walk = []Event{
 	{Type: EventSpawnIntent, Time: 2, Nonce: "nonce0001"},
 	{Type: EventExecutorUp, Time: 3, Executor: &Identity{PID: 10, StartTime: 7, BootID: "b", Nonce: "nonce0001", Socket: "/s"}},
 	{Type: EventLaunchIntent, Time: 4},
-	{Type: EventLaunched, Time: 5, TaskPID: 11, TaskStart: 8},
+	{Type: EventLaunched, Time: 5, TaskPID: 11, TaskStartTime: 8},
 	{Type: EventRunning, Time: 6},
 	{Type: EventReattached, Time: 7},
 	{Type: EventTaskExited, Time: 8, Exit: &ExitStatus{Code: 0}},
@@ -53,7 +53,7 @@ func foldSwitch(evs []Event) Task {
 		case EventLaunchIntent:
 			t.State = StateLaunching
 		case EventLaunched:
-			t.TaskPID, t.TaskStart, t.State = e.TaskPID, e.TaskStart, StateLaunched
+			t.TaskPID, t.TaskStartTime, t.State = e.TaskPID, e.TaskStartTime, StateLaunched
 		case EventRunning, EventReattached:
 			t.State = StateRunning
 		case EventTaskExited:

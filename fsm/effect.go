@@ -47,15 +47,15 @@ func (e EffectType) String() string {
 
 // Effect is an effect with the data it needs, derived from the task's state.
 type Effect struct {
-	Type      EffectType
-	Nonce     string    // spawn-executor; kill-executor when Executor is nil
-	Executor  *Identity // kill-executor, launch-task, attach
-	Spec      *Spec     // launch-task
-	TaskPID   int       // attach, kill-executor
-	TaskStart uint64    // attach, kill-executor
-	Signal    int       // kill-executor: first signal to the task group (0: SIGKILL at once)
-	Grace     time.Duration
-	Target    State // kill-executor: the terminal state reaping leads to
+	Type          EffectType
+	Nonce         string    // spawn-executor; kill-executor when Executor is nil
+	Executor      *Identity // kill-executor, launch-task, attach
+	Spec          *Spec     // launch-task
+	TaskPID       int       // attach, kill-executor
+	TaskStartTime uint64    // attach, kill-executor
+	Signal        int       // kill-executor: first signal to the task group (0: SIGKILL at once)
+	Grace         time.Duration
+	Target        State // kill-executor: the terminal state reaping leads to
 }
 
 func (e Effect) String() string { return e.Type.String() }

@@ -28,6 +28,9 @@ var (
 	// ErrInvalidEvent is returned for an event whose payload is missing a
 	// field its type requires (a spawn intent without a nonce, say).
 	ErrInvalidEvent = errors.New("fsm: invalid event")
+	// ErrInvalidSpec is returned by Spec.Validate for a spec that must be
+	// refused before anything is spawned.
+	ErrInvalidSpec = errors.New("invalid task spec")
 )
 
 // EdgeError names the edge that made NewTable refuse a table.

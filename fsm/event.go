@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -59,28 +60,43 @@ const (
 	// EventExecutorReaped: the executor and the task's group are confirmed
 	// dead. reaping -> the target terminal state the event carries.
 	EventExecutorReaped
+	// EventStartInterrupted: recovery found a start whose driver stopped
+	// (crashed, or was killed) before the outcome of its last effect was
+	// recorded, and no live process is driving it. created -> failed
+	// (nothing was spawned); spawning, executor-up, launching -> reaping
+	// (target failed); kill-executor. (The events from here on are declared
+	// last so that the numbers of those above, which are on disk, do not
+	// change.)
+	EventStartInterrupted
+	// EventRestartIntent: the task exited and its restart policy restarts
+	// it; the executor journalled the intent (Attempt, the previous run's
+	// Exit, the Grace it waits first) before relaunching.
+	// launched/running -> restarting.
+	EventRestartIntent
 
 	numEventTypes
 )
 
 var eventNames = [numEventTypes]string{
-	EventNone:           "none",
-	EventCreated:        "task-created",
-	EventConfigRejected: "config-rejected",
-	EventSpawnIntent:    "spawn-intent",
-	EventExecutorUp:     "executor-up",
-	EventSpawnFailed:    "spawn-failed",
-	EventLaunchIntent:   "launch-intent",
-	EventLaunched:       "launched",
-	EventLaunchFailed:   "launch-failed",
-	EventRunning:        "running",
-	EventReattached:     "reattached",
-	EventTaskExited:     "task-exited",
-	EventStopRequested:  "stop-requested",
-	EventExecutorLost:   "executor-lost",
-	EventFault:          "fault",
-	EventKillFailed:     "kill-failed",
-	EventExecutorReaped: "executor-reaped",
+	EventNone:             "none",
+	EventCreated:          "task-created",
+	EventConfigRejected:   "config-rejected",
+	EventSpawnIntent:      "spawn-intent",
+	EventExecutorUp:       "executor-up",
+	EventSpawnFailed:      "spawn-failed",
+	EventLaunchIntent:     "launch-intent",
+	EventLaunched:         "launched",
+	EventLaunchFailed:     "launch-failed",
+	EventRunning:          "running",
+	EventReattached:       "reattached",
+	EventTaskExited:       "task-exited",
+	EventStopRequested:    "stop-requested",
+	EventExecutorLost:     "executor-lost",
+	EventFault:            "fault",
+	EventKillFailed:       "kill-failed",
+	EventExecutorReaped:   "executor-reaped",
+	EventStartInterrupted: "start-interrupted",
+	EventRestartIntent:    "restart-intent",
 }
 
 func (e EventType) String() string {
@@ -103,55 +119,54 @@ func ParseEventType(s string) (EventType, error) {
 	return EventNone, fmt.Errorf("fsm: unknown event %q", s)
 }
 
-// EventTypes lists every declared event type.
-func EventTypes() []EventType {
-	out := make([]EventType, 0, numEventTypes-1)
-	for e := EventCreated; e < numEventTypes; e++ {
-		out = append(out, e)
-	}
-	return out
+// eventOrder lists the event types in lifecycle order (their numbers are
+// in the order they were declared).
+var eventOrder = []EventType{
+	EventCreated, EventConfigRejected, EventSpawnIntent, EventExecutorUp, EventSpawnFailed,
+	EventLaunchIntent, EventLaunched, EventLaunchFailed, EventRunning, EventReattached,
+	EventRestartIntent, EventTaskExited, EventStopRequested, EventExecutorLost, EventFault,
+	EventStartInterrupted, EventKillFailed, EventExecutorReaped,
 }
 
-// Spec is what a task runs. It is recorded once, in the task-created event.
-type Spec struct {
-	Name    string            // human name; defaults to the task id
-	Driver  string            // "exec" or "raw_exec"
-	Command string            // path or name of the program
-	Args    []string          // arguments, never interpreted by a shell
-	Env     map[string]string // environment of the task
-	Dir     string            // working directory
-	User    string            // user name or uid; empty for the executor's
-	CapAdd  []string          // capabilities to add (exec mode)
-	CapDrop []string          // capabilities to drop (exec mode)
-	// KillSignal is the signal a stop sends first (0: SIGTERM).
-	KillSignal int
-	// KillTimeout is the grace before SIGKILL (0: the driver's default).
-	KillTimeout time.Duration
-}
+// EventTypes lists every declared event type, in lifecycle order.
+func EventTypes() []EventType { return slices.Clone(eventOrder) }
 
 // Identity proves which process is an executor: the pid alone is not enough
 // (pids are reused), so the start time from /proc/PID/stat, the boot id and
 // the spawn nonce are recorded with it.
 type Identity struct {
-	PID       int
-	StartTime uint64 // clock ticks since boot, /proc/PID/stat field 22
-	BootID    string
-	Nonce     string
-	Socket    string // control socket path
+	PID       int    `json:"pid"`
+	StartTime uint64 `json:"start_time"` // clock ticks since boot, /proc/PID/stat field 22
+	BootID    string `json:"boot_id"`
+	Nonce     string `json:"nonce"`
+	Socket    string `json:"socket"` // control socket path
+	// Cgroup is where the executor contains its task: the task's cgroup
+	// in every hierarchy (the cgroup package's encoding), named for the
+	// task and the nonce. It is announced before executor-up is recorded
+	// and created at launch, so it is written ahead of its creation. Empty
+	// where the host has no usable cgroups.
+	Cgroup string `json:"cgroup,omitempty"`
 }
 
 // ExitStatus is how a task ended: an exit code, or the signal that killed
 // it (Signal > 0, Code -1).
 type ExitStatus struct {
-	Code   int
-	Signal int
+	Code   int `json:"code"`
+	Signal int `json:"signal"`
+	// OOM is set when the kernel's OOM killer killed a process of the
+	// task's cgroup during this run.
+	OOM bool `json:"oom,omitempty"`
 }
 
 func (x ExitStatus) String() string {
+	s := fmt.Sprintf("exit code %d", x.Code)
 	if x.Signal > 0 {
-		return fmt.Sprintf("signal %d", x.Signal)
+		s = fmt.Sprintf("signal %d", x.Signal)
 	}
-	return fmt.Sprintf("exit code %d", x.Code)
+	if x.OOM {
+		s += ", OOM killed"
+	}
+	return s
 }
 
 // Event is one record of a task's log. Which fields are set depends on Type;
@@ -169,15 +184,16 @@ type Event struct {
 	Nonce    string    // spawn-intent
 	Executor *Identity // executor-up, reattached
 	TaskPID  int       // launched
-	// TaskStart is the task's start time (clock ticks since boot, from
-	// /proc/PID/stat) so that the task group can be killed by proven
+	// TaskStartTime is the task's start time (clock ticks since boot,
+	// from /proc/PID/stat) so that the task group can be killed by proven
 	// identity even if its executor is gone.
-	TaskStart uint64      // launched
-	Exit      *ExitStatus // task-exited; executor-reaped when collected
-	Signal    int         // stop-requested
-	Grace     time.Duration
-	Reason    string // config-rejected, spawn-failed, launch-failed, executor-lost, fault, kill-failed
-	Target    State  // executor-reaped: the terminal state reached
+	TaskStartTime uint64        // launched
+	Exit          *ExitStatus   // task-exited, restart-intent; executor-reaped when collected
+	Signal        int           // stop-requested
+	Grace         time.Duration // stop-requested; restart-intent: the delay before the relaunch
+	Reason        string        // config-rejected, spawn-failed, launch-failed, executor-lost, fault, kill-failed, start-interrupted
+	Target        State         // executor-reaped: the terminal state reached
+	Attempt       int           // restart-intent: the restart's number, from 1
 }
 
 // Validate checks that the event carries what its type requires.
@@ -210,6 +226,10 @@ func (e *Event) Validate() error {
 		if !e.Target.Terminal() {
 			return bad("a terminal target state")
 		}
+	case EventRestartIntent:
+		if e.Attempt <= 0 || e.Exit == nil {
+			return bad("an attempt number and the exit status of the run that ended")
+		}
 	default:
 		if !e.Type.Valid() {
 			return fmt.Errorf("%w: unknown event type %d", ErrInvalidEvent, uint8(e.Type))
@@ -230,6 +250,9 @@ func (e Event) String() string {
 	}
 	if e.Exit != nil {
 		s += " " + e.Exit.String()
+	}
+	if e.Attempt != 0 {
+		s += fmt.Sprintf(" attempt=%d", e.Attempt)
 	}
 	if e.Target != StateNone {
 		s += " target=" + e.Target.String()

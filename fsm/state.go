@@ -1,6 +1,9 @@
 package fsm
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // State is a task's lifecycle state. Its String form is part of tether's
 // user interface (status tables, graphs) and of looplab/fsm's table.
@@ -38,6 +41,11 @@ const (
 	// StateLost: terminal; the executor or the task vanished, or could not
 	// be reached after a crash, and was killed.
 	StateLost
+	// StateRestarting: the task exited and its executor, following the
+	// task's restart policy, has journalled a restart (waiting out the
+	// delay, or relaunching). It owns the executor. (Declared last so that
+	// the numbers of the states above, which are on disk, do not change.)
+	StateRestarting
 
 	numStates
 )
@@ -55,6 +63,7 @@ var stateNames = [numStates]string{
 	StateExited:     "exited",
 	StateStopped:    "stopped",
 	StateLost:       "lost",
+	StateRestarting: "restarting",
 }
 
 func (s State) String() string {
@@ -87,14 +96,16 @@ func (s State) Terminal() bool {
 // process (or, in spawning, an executor not yet confirmed). Invariant 1 of
 // the design: the live executors are exactly those of tasks in such states.
 func (s State) OwnsExecutor() bool {
-	return s >= StateSpawning && s <= StateReaping
+	return s >= StateSpawning && s <= StateReaping || s == StateRestarting
+}
+
+// lifecycleOrder lists the states in the order a task meets them, for
+// listings and graphs (the numbers are in the order they were declared).
+var lifecycleOrder = []State{
+	StateCreated, StateSpawning, StateExecutorUp, StateLaunching, StateLaunched,
+	StateRunning, StateRestarting, StateReaping,
+	StateFailed, StateExited, StateStopped, StateLost,
 }
 
 // States lists every declared state in lifecycle order.
-func States() []State {
-	out := make([]State, 0, numStates-1)
-	for s := StateCreated; s < numStates; s++ {
-		out = append(out, s)
-	}
-	return out
-}
+func States() []State { return slices.Clone(lifecycleOrder) }

@@ -20,9 +20,9 @@ type Task struct {
 	Nonce    string    // the spawn nonce, from spawn-intent
 	Executor *Identity // from executor-up (or reattached)
 	TaskPID  int       // from launched
-	// TaskStart is the task's start time in clock ticks, from launched.
-	TaskStart uint64
-	Exit      *ExitStatus
+	// TaskStartTime is the task's start time in clock ticks, from launched.
+	TaskStartTime uint64
+	Exit          *ExitStatus
 
 	// Target is the terminal state reaping leads to, set by the event that
 	// entered reaping (or went straight to a terminal state).
@@ -32,6 +32,9 @@ type Task struct {
 	// StopSignal and StopGrace come from stop-requested.
 	StopSignal int
 	StopGrace  time.Duration
+	// Restarts is the number of restarts so far (the last restart-intent's
+	// attempt).
+	Restarts int
 }
 
 // targetOf is the terminal state an event that leaves a live state aims at.
@@ -43,7 +46,7 @@ func targetOf(ev EventType) State {
 		return StateStopped
 	case EventExecutorLost:
 		return StateLost
-	case EventSpawnFailed, EventLaunchFailed, EventFault, EventConfigRejected:
+	case EventSpawnFailed, EventLaunchFailed, EventFault, EventConfigRejected, EventStartInterrupted:
 		return StateFailed
 	}
 	return StateNone
@@ -112,6 +115,11 @@ func (t *Table) Apply(task *Task, e *Event) error {
 			return fmt.Errorf("%w: task %q: executor nonce %q does not match the spawn intent's %q",
 				ErrInvalidEvent, task.ID, e.Executor.Nonce, task.Nonce)
 		}
+	case EventRestartIntent:
+		if e.Attempt != task.Restarts+1 {
+			return fmt.Errorf("%w: task %q: restart attempt %d follows attempt %d",
+				ErrInvalidEvent, task.ID, e.Attempt, task.Restarts)
+		}
 	case EventExecutorReaped:
 		if task.Target != StateNone && e.Target != task.Target {
 			return &TransitionError{Task: task.ID, From: task.State, Event: e.Type, To: e.Target}
@@ -131,9 +139,11 @@ func (t *Table) Apply(task *Task, e *Event) error {
 			task.Executor = &id
 		}
 	case EventLaunched:
-		task.TaskPID, task.TaskStart = e.TaskPID, e.TaskStart
+		task.TaskPID, task.TaskStartTime = e.TaskPID, e.TaskStartTime
 	case EventStopRequested:
 		task.StopSignal, task.StopGrace = e.Signal, e.Grace
+	case EventRestartIntent:
+		task.Restarts = e.Attempt
 	}
 	if e.Exit != nil {
 		x := *e.Exit
@@ -169,21 +179,74 @@ func (t *Table) FoldAll(task Task, events ...Event) (Task, error) {
 //
 // A stop requested of a task already reaping or terminal is not an error:
 // Step returns no events and no effects, so stopping is idempotent.
+//
+// When the matched edge names a follow-on input (Edge.Then: executor-up is
+// followed by the launch intent), Step returns that event too, with the
+// same time, and the effects owed after it: the caller appends both in one
+// commit.
 func (t *Table) Step(task Task, input Event) ([]Event, []Effect, error) {
-	if input.Type == EventStopRequested && (task.State == StateReaping || task.State.Terminal()) {
-		return nil, nil, nil
+	_, events, effects, err := t.step(task, input, nil)
+	return events, effects, err
+}
+
+// StepAll steps several inputs in order, as if each were stepped after the
+// previous one was persisted, and returns all their events (to append in
+// one commit) and the effects owed after the last. An effect owed between
+// two inputs is one the later input reports the outcome of (a launch reply
+// that says the task is already running and supervised yields launched
+// then running: the attach effect is done). A stop of a task already
+// reaping or terminal is skipped, as in Step.
+func (t *Table) StepAll(task Task, inputs ...Event) ([]Event, []Effect, error) {
+	var events []Event
+	var effects []Effect
+	for _, in := range inputs {
+		var err error
+		var evs []Event
+		var effs []Effect
+		task, evs, effs, err = t.step(task, in, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(evs) > 0 {
+			events, effects = append(events, evs...), effs
+		}
 	}
+	return events, effects, nil
+}
+
+// step is Step returning the folded task too; events is appended to.
+func (t *Table) step(task Task, input Event, events []Event) (Task, []Event, []Effect, error) {
+	if input.Type == EventStopRequested && (task.State == StateReaping || task.State.Terminal()) {
+		return task, events, nil, nil
+	}
+	from := task.State
 	input.Seq = task.Version + 1
 	next, err := t.Fold(task, input)
 	if err != nil {
-		return nil, nil, err
+		return task, nil, nil, err
+	}
+	events = append(events, input)
+	if follow := t.followOn(from, input.Type); follow != EventNone {
+		return t.step(next, Event{Type: follow, Time: input.Time}, events)
 	}
 	var effects []Effect
-	if next.State != task.State || input.Type == EventKillFailed || input.Type == EventReattached {
+	if next.State != from || input.Type == EventKillFailed || input.Type == EventReattached {
 		effects = t.Pending(next)
 	}
-	return []Event{input}, effects, nil
+	return next, events, effects, nil
 }
+
+// followOn is the input that follows the edge (from, ev) at once, if any.
+func (t *Table) followOn(from State, ev EventType) EventType {
+	if from >= numStates || ev >= numEventTypes {
+		return EventNone
+	}
+	return t.then[from][ev]
+}
+
+// FollowOn returns the input the table makes follow the edge (from, ev) at
+// once, or EventNone.
+func (t *Table) FollowOn(from State, ev EventType) EventType { return t.followOn(from, ev) }
 
 // Pending returns the effects still owed by a task in its current state: a
 // pure function of the folded state, so recovery knows what may be
@@ -201,7 +264,7 @@ func (t *Table) Pending(task Task) []Effect {
 }
 
 func effectFor(typ EffectType, task Task) Effect {
-	e := Effect{Type: typ, Executor: task.Executor, TaskPID: task.TaskPID, TaskStart: task.TaskStart, Nonce: task.Nonce}
+	e := Effect{Type: typ, Executor: task.Executor, TaskPID: task.TaskPID, TaskStartTime: task.TaskStartTime, Nonce: task.Nonce}
 	switch typ {
 	case EffectLaunchTask:
 		e.Spec = task.Spec
@@ -218,6 +281,11 @@ func effectFor(typ EffectType, task Task) Effect {
 
 // Step is Lifecycle.Step.
 func Step(task Task, input Event) ([]Event, []Effect, error) { return Lifecycle.Step(task, input) }
+
+// StepAll is Lifecycle.StepAll.
+func StepAll(task Task, inputs ...Event) ([]Event, []Effect, error) {
+	return Lifecycle.StepAll(task, inputs...)
+}
 
 // Fold is Lifecycle.Fold.
 func Fold(task Task, e Event) (Task, error) { return Lifecycle.Fold(task, e) }

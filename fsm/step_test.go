@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,7 +42,7 @@ var (
 	evIntent   = Event{Type: EventSpawnIntent, Nonce: "n1"}
 	evUp       = Event{Type: EventExecutorUp, Executor: &Identity{PID: 10, StartTime: 5, BootID: "b", Nonce: "n1"}}
 	evLIntent  = Event{Type: EventLaunchIntent}
-	evLaunched = Event{Type: EventLaunched, TaskPID: 11, TaskStart: 6}
+	evLaunched = Event{Type: EventLaunched, TaskPID: 11, TaskStartTime: 6}
 	evRunning  = Event{Type: EventRunning}
 )
 
@@ -82,7 +84,7 @@ func TestStep_SeedFaultAfterExecutorUpOwesKill(t *testing.T) {
 }
 
 func TestStep_StopIsIdempotent(t *testing.T) {
-	task, _, _ := run(t, evCreated, evIntent, evUp, evLIntent, evLaunched, evRunning,
+	task, _, _ := run(t, evCreated, evIntent, evUp, evLaunched, evRunning,
 		Event{Type: EventStopRequested, Signal: 15, Grace: time.Second})
 	if task.State != StateReaping {
 		t.Fatalf("state %s", task.State)
@@ -126,11 +128,13 @@ func TestFold_RefusesBadEvents(t *testing.T) {
 type model struct {
 	state, target State
 	nonce         string
+	restarts      int
 }
 
 func (m *model) apply(e Event) bool {
 	errorTarget := map[EventType]State{EventSpawnFailed: StateFailed, EventLaunchFailed: StateFailed,
-		EventFault: StateFailed, EventExecutorLost: StateLost, EventStopRequested: StateStopped, EventTaskExited: StateExited}
+		EventFault: StateFailed, EventExecutorLost: StateLost, EventStopRequested: StateStopped, EventTaskExited: StateExited,
+		EventStartInterrupted: StateFailed}
 	enterReaping := func() bool {
 		m.target = errorTarget[e.Type]
 		m.state = StateReaping
@@ -144,7 +148,7 @@ func (m *model) apply(e Event) bool {
 		}
 	case StateCreated:
 		switch e.Type {
-		case EventConfigRejected:
+		case EventConfigRejected, EventStartInterrupted:
 			m.state = StateFailed
 			return true
 		case EventStopRequested:
@@ -154,16 +158,24 @@ func (m *model) apply(e Event) bool {
 			m.state, m.nonce = StateSpawning, e.Nonce
 			return true
 		}
-	case StateSpawning, StateExecutorUp, StateLaunching, StateLaunched, StateRunning:
+	case StateSpawning, StateExecutorUp, StateLaunching, StateLaunched, StateRunning, StateRestarting:
 		switch {
 		case e.Type == EventExecutorUp && m.state == StateSpawning:
-			m.state = StateExecutorUp
+			m.state = StateLaunching // the table's follow-on: the launch intent, in the same append
 			return true
 		case e.Type == EventLaunchIntent && m.state == StateExecutorUp:
 			m.state = StateLaunching
 			return true
-		case e.Type == EventLaunched && m.state == StateLaunching:
+		case e.Type == EventLaunched && (m.state == StateLaunching || m.state == StateRestarting):
 			m.state = StateLaunched
+			return true
+		case e.Type == EventRestartIntent && (m.state == StateLaunched || m.state == StateRunning):
+			if e.Attempt != m.restarts+1 {
+				return false
+			}
+			m.state, m.restarts = StateRestarting, e.Attempt
+			return true
+		case e.Type == EventReattached && m.state == StateRestarting:
 			return true
 		case e.Type == EventRunning && m.state == StateLaunched:
 			m.state = StateRunning
@@ -171,7 +183,8 @@ func (m *model) apply(e Event) bool {
 		case e.Type == EventReattached && (m.state == StateLaunched || m.state == StateRunning):
 			return true
 		case e.Type == EventSpawnFailed && m.state == StateSpawning,
-			e.Type == EventLaunchFailed && m.state == StateLaunching,
+			e.Type == EventLaunchFailed && (m.state == StateLaunching || m.state == StateRestarting),
+			e.Type == EventStartInterrupted && (m.state == StateSpawning || m.state == StateExecutorUp || m.state == StateLaunching),
 			e.Type == EventTaskExited && (m.state == StateLaunched || m.state == StateRunning),
 			e.Type == EventFault, e.Type == EventExecutorLost, e.Type == EventStopRequested:
 			return enterReaping()
@@ -188,7 +201,7 @@ func (m *model) apply(e Event) bool {
 	return false
 }
 
-func drawEvent(t *rapid.T, target State) Event {
+func drawEvent(t *rapid.T, target State, restarts int) Event {
 	typ := EventType(rapid.IntRange(int(EventCreated), int(numEventTypes)-1).Draw(t, "type"))
 	e := Event{Type: typ, Time: rapid.Int64Range(0, 1<<40).Draw(t, "time")}
 	switch typ {
@@ -210,6 +223,12 @@ func drawEvent(t *rapid.T, target State) Event {
 		}
 	case EventStopRequested:
 		e.Signal = rapid.IntRange(0, 31).Draw(t, "sig")
+	case EventRestartIntent:
+		e.Attempt = restarts + 1
+		if rapid.Bool().Draw(t, "wrong attempt") {
+			e.Attempt = rapid.IntRange(1, 5).Draw(t, "attempt")
+		}
+		e.Exit = &ExitStatus{Code: rapid.IntRange(0, 255).Draw(t, "code")}
 	}
 	if rapid.Bool().Draw(t, "reason") {
 		e.Reason = rapid.String().Draw(t, "why")
@@ -227,7 +246,7 @@ func TestFold_EqualsLiveState(t *testing.T) {
 		m := &model{}
 		var log []Event
 		for range rapid.IntRange(1, 60).Draw(t, "steps") {
-			in := drawEvent(t, m.target)
+			in := drawEvent(t, m.target, m.restarts)
 			before := *m
 			legal := m.apply(in)
 			if in.Type == EventExecutorUp && in.Executor.Nonce == "" {
@@ -298,6 +317,91 @@ func ExampleTable_Step() {
 	// Output:
 	// created []
 	// spawning [spawn-executor]
-	// executor-up []
+	// launching [launch-task]
 	// reaping [kill-executor]
+}
+
+// executor-up is followed by the launch intent in the same step: the table
+// owns the path, and the caller appends both at once.
+func TestStep_ExecutorUpIsFollowedByLaunchIntent(t *testing.T) {
+	task, _, _ := run(t, evCreated, evIntent)
+	evs, effs, err := Step(task, evUp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 2 || evs[0].Type != EventExecutorUp || evs[1].Type != EventLaunchIntent || evs[1].Seq != evs[0].Seq+1 {
+		t.Fatalf("events %v, want executor-up then launch-intent with consecutive seqs", evs)
+	}
+	if len(effs) != 1 || effs[0].Type != EffectLaunchTask || effs[0].Spec == nil {
+		t.Fatalf("effects %v, want launch-task with the spec", effs)
+	}
+	if Lifecycle.FollowOn(StateSpawning, EventExecutorUp) != EventLaunchIntent {
+		t.Fatal("FollowOn does not report the table's follow-on")
+	}
+}
+
+// StepAll folds a launch reply that already says running: one append, no
+// attach owed.
+func TestStepAll_LaunchedAndRunningInOneAppend(t *testing.T) {
+	task, _, _ := run(t, evCreated, evIntent, evUp)
+	evs, effs, err := StepAll(task, evLaunched, evRunning)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 2 || evs[1].Seq != task.Version+2 || len(effs) != 0 {
+		t.Fatalf("events %v effects %v", evs, effs)
+	}
+	final, err := FoldAll(task, evs...)
+	if err != nil || final.State != StateRunning {
+		t.Fatalf("fold: %s %v", final.State, err)
+	}
+	if _, _, err := StepAll(task, evRunning, evLaunched); !errors.Is(err, ErrIllegalTransition) {
+		t.Fatalf("out of order: %v, want an illegal transition", err)
+	}
+}
+
+func TestNewTable_RefusesBadFollowOn(t *testing.T) {
+	for name, then := range map[string]EventType{
+		"not an edge out of the destination": EventRunning,
+		"a follow-on that needs a payload":    EventLaunched,
+	} {
+		edges := slices.Clone(Edges)
+		for i, e := range edges {
+			if e.From == StateSpawning && e.On == EventExecutorUp {
+				edges[i].Then = then
+			}
+		}
+		if _, err := NewTable(edges); !errors.Is(err, ErrBadTable) {
+			t.Errorf("%s: %v, want ErrBadTable", name, err)
+		}
+	}
+}
+
+func TestSpec_Validate(t *testing.T) {
+	ok := Spec{Driver: "raw_exec", Command: "/bin/true"}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	neg := -1
+	cases := map[string]func(s *Spec){
+		"driver":           func(s *Spec) { s.Driver = "docker" },
+		"command":          func(s *Spec) { s.Command = "" },
+		"NUL in arg":       func(s *Spec) { s.Args = []string{"a\x00b"} },
+		"NUL in env":       func(s *Spec) { s.Env = map[string]string{"K": "v\x00"} },
+		"= in env name":    func(s *Spec) { s.Env = map[string]string{"A=B": "v"} },
+		"huge arg":         func(s *Spec) { s.Args = []string{strings.Repeat("x", 10<<20)} },
+		"negative memory":  func(s *Spec) { s.Resources.MemoryMB = -1 },
+		"memory above max": func(s *Spec) { s.Resources = Resources{MemoryMB: 200, MemoryMaxMB: 100} },
+		"oom_score_adj":    func(s *Spec) { v := 2000; s.OOMScoreAdj = &v },
+		"negative logs":    func(s *Spec) { s.Logs.MaxFiles = neg },
+		"pid_mode":         func(s *Spec) { s.PIDMode = "private" },
+		"restart":          func(s *Spec) { s.Restart = &RestartPolicy{Attempts: 1, Mode: RestartFail} },
+	}
+	for name, mod := range cases {
+		s := ok
+		mod(&s)
+		if err := s.Validate(); !errors.Is(err, ErrInvalidSpec) {
+			t.Errorf("%s: %v, want ErrInvalidSpec", name, err)
+		}
+	}
 }

@@ -17,6 +17,11 @@ type Edge struct {
 	On      EventType
 	To      State
 	Effects []EffectType
+	// Then is the input that follows this edge at once, recorded in the
+	// same append (executor-up is followed by the launch intent): the
+	// table, not the caller, decides the path. It must be an edge out of
+	// To whose event needs no payload.
+	Then EventType
 }
 
 func (e Edge) String() string {
@@ -27,6 +32,9 @@ func (e Edge) String() string {
 			names[i] = f.String()
 		}
 		s += " [" + strings.Join(names, ", ") + "]"
+	}
+	if e.Then != EventNone {
+		s += " then " + e.Then.String()
 	}
 	return s
 }
@@ -46,7 +54,7 @@ var (
 func errorsInto(from State, events ...EventType) []Edge {
 	out := make([]Edge, len(events))
 	for i, ev := range events {
-		out[i] = Edge{from, ev, StateReaping, kill}
+		out[i] = Edge{From: from, On: ev, To: StateReaping, Effects: kill}
 	}
 	return out
 }
@@ -56,35 +64,48 @@ func errorsInto(from State, events ...EventType) []Edge {
 // built from it.
 var Edges = slices.Concat(
 	[]Edge{
-		{StateCreated, EventConfigRejected, StateFailed, nil},
-		{StateCreated, EventStopRequested, StateStopped, nil},
-		{StateCreated, EventSpawnIntent, StateSpawning, spawn},
+		{StateCreated, EventConfigRejected, StateFailed, nil, EventNone},
+		{StateCreated, EventStopRequested, StateStopped, nil, EventNone},
+		{StateCreated, EventSpawnIntent, StateSpawning, spawn, EventNone},
+		{StateCreated, EventStartInterrupted, StateFailed, nil, EventNone},
 
-		{StateSpawning, EventExecutorUp, StateExecutorUp, nil},
+		{StateSpawning, EventExecutorUp, StateExecutorUp, nil, EventLaunchIntent},
 	},
-	errorsInto(StateSpawning, EventSpawnFailed, EventStopRequested, EventExecutorLost, EventFault),
+	errorsInto(StateSpawning, EventSpawnFailed, EventStopRequested, EventExecutorLost, EventFault, EventStartInterrupted),
 
-	[]Edge{{StateExecutorUp, EventLaunchIntent, StateLaunching, launch}},
-	errorsInto(StateExecutorUp, EventStopRequested, EventExecutorLost, EventFault),
+	[]Edge{{StateExecutorUp, EventLaunchIntent, StateLaunching, launch, EventNone}},
+	errorsInto(StateExecutorUp, EventStopRequested, EventExecutorLost, EventFault, EventStartInterrupted),
 
-	[]Edge{{StateLaunching, EventLaunched, StateLaunched, attach}},
-	errorsInto(StateLaunching, EventLaunchFailed, EventStopRequested, EventExecutorLost, EventFault),
+	[]Edge{{StateLaunching, EventLaunched, StateLaunched, attach, EventNone}},
+	errorsInto(StateLaunching, EventLaunchFailed, EventStopRequested, EventExecutorLost, EventFault, EventStartInterrupted),
 
 	[]Edge{
-		{StateLaunched, EventRunning, StateRunning, nil},
-		{StateLaunched, EventReattached, StateLaunched, attach},
+		{StateLaunched, EventRunning, StateRunning, nil, EventNone},
+		{StateLaunched, EventReattached, StateLaunched, attach, EventNone},
+		{StateLaunched, EventRestartIntent, StateRestarting, nil, EventNone},
 	},
 	errorsInto(StateLaunched, EventTaskExited, EventStopRequested, EventExecutorLost, EventFault),
 
-	[]Edge{{StateRunning, EventReattached, StateRunning, nil}},
+	[]Edge{
+		{StateRunning, EventReattached, StateRunning, nil, EventNone},
+		{StateRunning, EventRestartIntent, StateRestarting, nil, EventNone},
+	},
 	errorsInto(StateRunning, EventTaskExited, EventStopRequested, EventExecutorLost, EventFault),
 
+	// The executor relaunches the task itself (the driver may be away); a
+	// relaunch is recorded as launched, a failed one as launch-failed.
 	[]Edge{
-		{StateReaping, EventKillFailed, StateReaping, kill},
-		{StateReaping, EventExecutorReaped, StateFailed, nil},
-		{StateReaping, EventExecutorReaped, StateExited, nil},
-		{StateReaping, EventExecutorReaped, StateStopped, nil},
-		{StateReaping, EventExecutorReaped, StateLost, nil},
+		{StateRestarting, EventLaunched, StateLaunched, attach, EventNone},
+		{StateRestarting, EventReattached, StateRestarting, nil, EventNone},
+	},
+	errorsInto(StateRestarting, EventLaunchFailed, EventStopRequested, EventExecutorLost, EventFault),
+
+	[]Edge{
+		{StateReaping, EventKillFailed, StateReaping, kill, EventNone},
+		{StateReaping, EventExecutorReaped, StateFailed, nil, EventNone},
+		{StateReaping, EventExecutorReaped, StateExited, nil, EventNone},
+		{StateReaping, EventExecutorReaped, StateStopped, nil, EventNone},
+		{StateReaping, EventExecutorReaped, StateLost, nil, EventNone},
 	},
 )
 
@@ -107,6 +128,8 @@ type Table struct {
 	next [numStates][numEventTypes]uint16
 	// owed[state] is the effects owed while a task is in state.
 	owed [numStates][]EffectType
+	// then[from][event] is the input that follows the edge at once.
+	then [numStates][numEventTypes]EventType
 
 	// lf mirrors the table in looplab/fsm, for Can and graph export. A
 	// looplab machine has a current state, so calls are serialised.
@@ -124,7 +147,8 @@ type Table struct {
 //     executor-reaped (ErrBypassesReaping);
 //   - a state or event is unknown, an edge leaves a terminal state, an
 //     event has two destinations from one state (executor-reaped excepted),
-//     or the edges into one state owe different effects (ErrBadTable).
+//     the edges into one state owe different effects, or an edge's Then is
+//     not an edge out of its destination or needs a payload (ErrBadTable).
 func NewTable(edges []Edge) (*Table, error) {
 	t := &Table{edges: slices.Clone(edges), labels: map[[2]uint8][]string{}}
 	owedSet := [numStates]bool{}
@@ -149,12 +173,27 @@ func NewTable(edges []Edge) (*Table, error) {
 			return bad(fmt.Errorf("%w: a second %s edge out of %s", ErrBadTable, e.On, e.From))
 		}
 		*cell |= 1 << e.To
+		if e.Then != EventNone {
+			if e.On == EventExecutorReaped {
+				return bad(fmt.Errorf("%w: executor-reaped cannot be followed by another input", ErrBadTable))
+			}
+			bare := Event{Type: e.Then}
+			if err := bare.Validate(); err != nil {
+				return bad(fmt.Errorf("%w: a follow-on input must need no payload: %w", ErrBadTable, err))
+			}
+			t.then[e.From][e.On] = e.Then
+		}
 		if !owedSet[e.To] {
 			owedSet[e.To] = true
 			t.owed[e.To] = slices.Clone(e.Effects)
 		} else if !slices.Equal(t.owed[e.To], e.Effects) {
 			return bad(fmt.Errorf("%w: edges into %s owe different effects (%v and %v)",
 				ErrBadTable, e.To, t.owed[e.To], e.Effects))
+		}
+	}
+	for _, e := range t.edges {
+		if e.Then != EventNone && t.next[e.To][e.Then] == 0 {
+			return nil, &EdgeError{Edge: e, Err: fmt.Errorf("%w: no %s edge out of %s to follow it", ErrBadTable, e.Then, e.To)}
 		}
 	}
 	if err := t.checkReapingIsTheGate(); err != nil {
@@ -167,7 +206,10 @@ func NewTable(edges []Edge) (*Table, error) {
 // checkReapingIsTheGate walks from every owning state along edges that do
 // not leave reaping; reaching a terminal state means reaping was bypassed.
 func (t *Table) checkReapingIsTheGate() error {
-	for start := StateSpawning; start < StateReaping; start++ {
+	for _, start := range lifecycleOrder {
+		if !start.OwnsExecutor() || start == StateReaping {
+			continue
+		}
 		var seen [numStates]bool
 		seen[start] = true
 		queue := []State{start}
@@ -195,6 +237,9 @@ func (t *Table) label(e Edge) string {
 	l := e.On.String()
 	if bits.OnesCount16(t.next[e.From][e.On]) > 1 {
 		l += "/" + e.To.String()
+	}
+	if e.Then != EventNone {
+		l += " then " + e.Then.String()
 	}
 	if e.Kills() {
 		l += " +kill-executor"

@@ -45,13 +45,13 @@ func TestNewTable_RefusesMissingKill(t *testing.T) {
 func TestNewTable_RefusesBypassingReaping(t *testing.T) {
 	cases := map[string][]Edge{
 		"direct edge to a terminal": append(slices.Clone(Edges),
-			Edge{StateExecutorUp, EventTaskExited, StateExited, nil}),
+			Edge{StateExecutorUp, EventTaskExited, StateExited, nil, EventNone}),
 		"reaping left by anything but executor-reaped": append(slices.Clone(Edges),
-			Edge{StateReaping, EventFault, StateFailed, nil}),
+			Edge{StateReaping, EventFault, StateFailed, nil, EventNone}),
 		// running -> created (no kill needed: created is not reaping) then
 		// created --config-rejected--> failed: a path around reaping.
 		"indirect path through created": append(slices.Clone(Edges),
-			Edge{StateRunning, EventReattached, StateCreated, nil}),
+			Edge{StateRunning, EventReattached, StateCreated, nil, EventNone}),
 	}
 	for name, edges := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -76,10 +76,10 @@ func TestNewTable_RefusesBypassingReaping(t *testing.T) {
 
 func TestNewTable_RefusesMalformed(t *testing.T) {
 	cases := map[string]Edge{
-		"edge out of a terminal":          {StateExited, EventFault, StateReaping, kill},
-		"second destination for an event": {StateCreated, EventSpawnIntent, StateFailed, nil},
-		"unknown state":                   {State(200), EventFault, StateReaping, kill},
-		"different effects into a state":  {StateExecutorUp, EventReattached, StateLaunching, nil},
+		"edge out of a terminal":          {StateExited, EventFault, StateReaping, kill, EventNone},
+		"second destination for an event": {StateCreated, EventSpawnIntent, StateFailed, nil, EventNone},
+		"unknown state":                   {State(200), EventFault, StateReaping, kill, EventNone},
+		"different effects into a state":  {StateExecutorUp, EventReattached, StateLaunching, nil, EventNone},
 	}
 	for name, bad := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -95,12 +95,13 @@ func TestNewTable_RefusesMalformed(t *testing.T) {
 // line per state, "event>destination" for each legal event. Any change to
 // the table must change this text too.
 const expectedTable = `
-created: config-rejected>failed spawn-intent>spawning stop-requested>stopped
-spawning: executor-up>executor-up spawn-failed>reaping* stop-requested>reaping* executor-lost>reaping* fault>reaping*
-executor-up: launch-intent>launching stop-requested>reaping* executor-lost>reaping* fault>reaping*
-launching: launched>launched launch-failed>reaping* stop-requested>reaping* executor-lost>reaping* fault>reaping*
-launched: running>running reattached>launched task-exited>reaping* stop-requested>reaping* executor-lost>reaping* fault>reaping*
-running: reattached>running task-exited>reaping* stop-requested>reaping* executor-lost>reaping* fault>reaping*
+created: config-rejected>failed spawn-intent>spawning stop-requested>stopped start-interrupted>failed
+spawning: executor-up>executor-up spawn-failed>reaping* stop-requested>reaping* executor-lost>reaping* fault>reaping* start-interrupted>reaping*
+executor-up: launch-intent>launching stop-requested>reaping* executor-lost>reaping* fault>reaping* start-interrupted>reaping*
+launching: launched>launched launch-failed>reaping* stop-requested>reaping* executor-lost>reaping* fault>reaping* start-interrupted>reaping*
+launched: running>running reattached>launched restart-intent>restarting task-exited>reaping* stop-requested>reaping* executor-lost>reaping* fault>reaping*
+running: reattached>running restart-intent>restarting task-exited>reaping* stop-requested>reaping* executor-lost>reaping* fault>reaping*
+restarting: launched>launched reattached>restarting launch-failed>reaping* stop-requested>reaping* executor-lost>reaping* fault>reaping*
 reaping: kill-failed>reaping* executor-reaped>failed|exited|stopped|lost
 failed:
 exited:

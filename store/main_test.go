@@ -55,7 +55,7 @@ func runningLog(extra int) []fsm.Event {
 		{Type: fsm.EventSpawnIntent, Time: at(1), Nonce: "n1"},
 		{Type: fsm.EventExecutorUp, Time: at(2), Executor: &fsm.Identity{PID: 100, StartTime: 7, BootID: "b", Nonce: "n1", Socket: "/s"}},
 		{Type: fsm.EventLaunchIntent, Time: at(3)},
-		{Type: fsm.EventLaunched, Time: at(4), TaskPID: 101, TaskStart: 8},
+		{Type: fsm.EventLaunched, Time: at(4), TaskPID: 101, TaskStartTime: 8},
 		{Type: fsm.EventRunning, Time: at(5)},
 	}
 	for i := range extra {

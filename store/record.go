@@ -83,7 +83,7 @@ func encodeRecord(dst []byte, seq uint64, e *fsm.Event) []byte {
 	if e.TaskPID != 0 {
 		f |= fTaskPID
 	}
-	if e.TaskStart != 0 {
+	if e.TaskStartTime != 0 {
 		f |= fTaskStart
 	}
 	if e.Exit != nil {
@@ -138,7 +138,7 @@ func encodeRecord(dst []byte, seq uint64, e *fsm.Event) []byte {
 		dst = binary.AppendVarint(dst, int64(e.TaskPID))
 	}
 	if f&fTaskStart != 0 {
-		dst = binary.AppendUvarint(dst, e.TaskStart)
+		dst = binary.AppendUvarint(dst, e.TaskStartTime)
 	}
 	if x := e.Exit; x != nil {
 		dst = binary.AppendVarint(dst, int64(x.Code))
@@ -253,7 +253,7 @@ func decodeRecord(rec []byte, e *fsm.Event) (uint64, *decodeError) {
 		e.TaskPID = d.nonZero()
 	}
 	if f&fTaskStart != 0 {
-		if e.TaskStart = d.uvarint(); e.TaskStart == 0 {
+		if e.TaskStartTime = d.uvarint(); e.TaskStartTime == 0 {
 			d.fail("zero value for a present field")
 		}
 	}

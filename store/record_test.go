@@ -49,7 +49,7 @@ func genEvent(t *rapid.T) fsm.Event {
 		}
 	}
 	e.TaskPID = rapid.Int().Draw(t, "task_pid")
-	e.TaskStart = rapid.Uint64().Draw(t, "task_start")
+	e.TaskStartTime = rapid.Uint64().Draw(t, "task_start")
 	if rapid.Bool().Draw(t, "exit") {
 		e.Exit = &fsm.ExitStatus{Code: rapid.Int().Draw(t, "code"), Signal: rapid.Int().Draw(t, "exit_signal")}
 	}

@@ -1,0 +1,136 @@
+package fsm
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+const sec = int64(time.Second)
+
+func TestRestartPolicy_Next_FailModeExhausts(t *testing.T) {
+	p := RestartPolicy{Attempts: 2, Interval: time.Minute, Delay: 5 * time.Second, Mode: RestartFail, OnSuccess: true}
+	s := RestartState{WindowStart: 0}
+	fail := ExitStatus{Code: 1}
+	for i, want := range []bool{true, true, false} {
+		var d RestartDecision
+		s, d = p.Next(s, fail, int64(i+1)*sec)
+		if d.Restart != want {
+			t.Fatalf("exit %d: restart %v, want %v (%s)", i+1, d.Restart, want, d.Reason)
+		}
+		if want && (d.Delay != 5*time.Second || d.Attempt != i+1) {
+			t.Fatalf("exit %d: delay %s attempt %d", i+1, d.Delay, d.Attempt)
+		}
+		if !want && !strings.Contains(d.Reason, "exceeded 2 restart attempts") {
+			t.Fatalf("reason %q", d.Reason)
+		}
+	}
+	if s.Attempts != 2 {
+		t.Fatalf("attempts %d, want 2", s.Attempts)
+	}
+}
+
+// Attempts count afresh once the interval has passed.
+func TestRestartPolicy_Next_ResetsAfterInterval(t *testing.T) {
+	p := RestartPolicy{Attempts: 1, Interval: 10 * time.Second, Delay: time.Second, Mode: RestartFail, OnSuccess: true}
+	s, d := p.Next(RestartState{}, ExitStatus{Code: 2}, 1*sec)
+	if !d.Restart {
+		t.Fatal("first exit not restarted")
+	}
+	if _, d2 := p.Next(s, ExitStatus{Code: 2}, 5*sec); d2.Restart {
+		t.Fatal("second exit within the interval restarted with attempts = 1")
+	}
+	s, d = p.Next(s, ExitStatus{Code: 2}, 11*sec)
+	if !d.Restart || d.Attempt != 2 || s.WindowStart != 11*sec || s.Count != 1 {
+		t.Fatalf("after the interval: %+v %+v", d, s)
+	}
+}
+
+// Mode delay waits out the rest of the interval instead of failing.
+func TestRestartPolicy_Next_DelayModeWaitsForNextInterval(t *testing.T) {
+	p := RestartPolicy{Attempts: 1, Interval: 30 * time.Second, Delay: time.Second, Mode: RestartDelay, OnSuccess: true}
+	s, _ := p.Next(RestartState{}, ExitStatus{Signal: 9}, 2*sec)
+	s, d := p.Next(s, ExitStatus{Signal: 9}, 10*sec)
+	if !d.Restart || d.Delay != 20*time.Second || d.Attempt != 2 {
+		t.Fatalf("delay mode: %+v, want a restart after the 20s left of the interval", d)
+	}
+	if _, d = p.Next(s, ExitStatus{Signal: 9}, 31*sec); !d.Restart || d.Delay != time.Second {
+		t.Fatalf("next interval: %+v, want the normal delay", d)
+	}
+}
+
+func TestRestartPolicy_Next_SuccessOnlyWithOnSuccess(t *testing.T) {
+	batch := DefaultBatchRestart
+	if _, d := batch.Next(RestartState{}, ExitStatus{}, sec); d.Restart {
+		t.Fatal("batch policy restarted a successful exit")
+	}
+	svc := DefaultServiceRestart
+	if _, d := svc.Next(RestartState{}, ExitStatus{}, sec); !d.Restart {
+		t.Fatal("service policy did not restart a successful exit")
+	}
+	none := RestartPolicy{Mode: RestartFail}
+	if _, d := none.Next(RestartState{}, ExitStatus{Code: 1}, sec); d.Restart {
+		t.Fatal("attempts = 0 restarted")
+	}
+}
+
+func TestRestartPolicy_Validate(t *testing.T) {
+	for name, p := range map[string]RestartPolicy{
+		"negative attempts": {Attempts: -1, Mode: RestartFail},
+		"no interval":       {Attempts: 1, Mode: RestartFail},
+		"bad mode":          {Attempts: 1, Interval: time.Minute, Mode: "sometimes"},
+		"negative delay":    {Attempts: 1, Interval: time.Minute, Delay: -1, Mode: RestartFail},
+	} {
+		if err := p.Validate(); !errors.Is(err, ErrInvalidSpec) {
+			t.Errorf("%s: %v, want ErrInvalidSpec", name, err)
+		}
+	}
+	if err := DefaultServiceRestart.Validate(); err != nil {
+		t.Errorf("default: %v", err)
+	}
+}
+
+// A restart walks running -> restarting -> launched -> running, with its
+// attempt recorded; a stop during the delay reaps.
+func TestStep_RestartPath(t *testing.T) {
+	task, _, _ := run(t, evCreated, evIntent, evUp, evLaunched, evRunning)
+	ri := Event{Type: EventRestartIntent, Attempt: 1, Exit: &ExitStatus{Code: 3}, Grace: time.Second}
+	task, _, _ = runFrom(t, task, ri)
+	if task.State != StateRestarting || task.Restarts != 1 || task.Exit == nil || task.Exit.Code != 3 {
+		t.Fatalf("after restart-intent: %+v", task)
+	}
+	if _, err := Fold(task, Event{Type: EventRestartIntent, Attempt: 1, Exit: &ExitStatus{}}); err == nil {
+		t.Fatal("a second restart-intent from restarting was accepted")
+	}
+	relaunched, _, effs := runFrom(t, task, Event{Type: EventLaunched, TaskPID: 99, TaskStartTime: 7})
+	if relaunched.State != StateLaunched || relaunched.TaskPID != 99 || len(effs[0]) != 1 || effs[0][0].Type != EffectAttach {
+		t.Fatalf("relaunch: %+v %v", relaunched, effs)
+	}
+	again, _, _ := runFrom(t, relaunched, evRunning)
+	if _, err := Fold(again, Event{Type: EventRestartIntent, Attempt: 3, Exit: &ExitStatus{}}); err == nil {
+		t.Fatal("attempt 3 after attempt 1 was accepted")
+	}
+	stopped, _, effs := runFrom(t, task, Event{Type: EventStopRequested, Signal: 15})
+	if stopped.State != StateReaping || stopped.Target != StateStopped || effs[0][0].Type != EffectKillExecutor {
+		t.Fatalf("stop while restarting: %+v %v", stopped, effs)
+	}
+}
+
+func runFrom(t *testing.T, task Task, inputs ...Event) (Task, []Event, [][]Effect) {
+	t.Helper()
+	var log []Event
+	var effs [][]Effect
+	for _, in := range inputs {
+		evs, eff, err := Step(task, in)
+		if err != nil {
+			t.Fatalf("step %s from %s: %v", in.Type, task.State, err)
+		}
+		if task, err = FoldAll(task, evs...); err != nil {
+			t.Fatalf("fold %s: %v", in.Type, err)
+		}
+		log = append(log, evs...)
+		effs = append(effs, eff)
+	}
+	return task, log, effs
+}

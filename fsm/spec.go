@@ -1,0 +1,198 @@
+package fsm
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Spec is what a task runs. It is recorded once, in the task-created event.
+type Spec struct {
+	Name    string            // human name; defaults to the task id
+	Driver  string            // "exec" or "raw_exec"
+	Command string            // path or name of the program
+	Args    []string          // arguments, never interpreted by a shell
+	Env     map[string]string // environment of the task
+	Dir     string            // working directory
+	User    string            // user name or uid; empty for the executor's
+	CapAdd  []string          // capabilities to add (exec mode)
+	CapDrop []string          // capabilities to drop (exec mode)
+	// KillSignal is the signal a stop sends first (0: SIGTERM).
+	KillSignal int
+	// KillTimeout is the grace before SIGKILL (0: the driver's default).
+	KillTimeout time.Duration
+
+	// Resources are the task's cgroup limits (zero: no limit).
+	Resources Resources
+	// OOMScoreAdj is the task's oom_score_adj; nil resets it to 0 (the
+	// task never inherits the agent's value).
+	OOMScoreAdj *int
+	// Logs configures the rotation of the task's stdout and stderr.
+	Logs LogConfig
+	// Restart is the task's restart policy; nil never restarts.
+	Restart *RestartPolicy
+	// PIDMode and IPCMode are "" (a namespace of the task's own; exec
+	// only) or "host".
+	PIDMode string
+	IPCMode string
+	// Job and Group name the Nomad job and group a task came from (a job
+	// file); the task then also gets Nomad's NOMAD_* variables.
+	Job   string
+	Group string
+}
+
+// Resources are a task's limits, with Nomad's names and units. Zero means
+// unset.
+type Resources struct {
+	// MemoryMB is the hard memory limit in MB, or the soft one when
+	// MemoryMaxMB is set.
+	MemoryMB int
+	// MemoryMaxMB is the hard memory limit in MB (Nomad's memory_max).
+	MemoryMaxMB int
+	// CPU is the task's CPU share in MHz (a relative weight).
+	CPU int
+	// Cores is the number of CPU cores the task is pinned to.
+	Cores int
+	// PIDs is the most processes the task may have (tether's addition).
+	PIDs int
+}
+
+// IsZero reports whether no limit is set.
+func (r Resources) IsZero() bool { return r == Resources{} }
+
+// LogConfig is a task's log rotation, with Nomad's names. Zero values
+// take Nomad's defaults: 10 files of 10 MB per stream.
+type LogConfig struct {
+	MaxFiles      int
+	MaxFileSizeMB int
+	// Disabled discards the task's output.
+	Disabled bool
+}
+
+// Nomad's log rotation defaults.
+const (
+	DefaultLogMaxFiles      = 10
+	DefaultLogMaxFileSizeMB = 10
+)
+
+// WithDefaults fills unset fields with Nomad's defaults.
+func (c LogConfig) WithDefaults() LogConfig {
+	if c.MaxFiles == 0 {
+		c.MaxFiles = DefaultLogMaxFiles
+	}
+	if c.MaxFileSizeMB == 0 {
+		c.MaxFileSizeMB = DefaultLogMaxFileSizeMB
+	}
+	return c
+}
+
+// Limits on a spec's sizes: a spec is recorded in the log and sent to the
+// executor in one frame, so a runaway argument is refused up front.
+const (
+	maxSpecString = 64 << 10 // one argument, value, path or name
+	maxSpecItems  = 4096     // arguments, environment variables, capabilities
+	maxSpecBytes  = 512 << 10
+)
+
+// Validate checks what can be checked of a spec without the host: the
+// driver mode, the command, sizes, NUL bytes (which no argv or environment
+// can carry), and the values of the limits, log and restart blocks. It
+// names the field at fault. Host-dependent checks (capabilities against
+// the allow list, users, cgroup controllers) are the driver's.
+func (s *Spec) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidSpec}, args...)...)
+	}
+	switch s.Driver {
+	case "exec", "raw_exec":
+	default:
+		return bad("driver %q: use \"exec\" or \"raw_exec\"", s.Driver)
+	}
+	if s.Command == "" {
+		return bad("no command")
+	}
+	total := 0
+	check := func(what, v string) error {
+		total += len(v)
+		switch {
+		case strings.IndexByte(v, 0) >= 0:
+			return bad("%s contains a NUL byte", what)
+		case len(v) > maxSpecString:
+			return bad("%s is %d bytes (at most %d)", what, len(v), maxSpecString)
+		}
+		return nil
+	}
+	for _, f := range []struct{ what, v string }{
+		{"name", s.Name}, {"command", s.Command}, {"work_dir", s.Dir}, {"user", s.User},
+		{"job", s.Job}, {"group", s.Group},
+	} {
+		if err := check(f.what, f.v); err != nil {
+			return err
+		}
+	}
+	if len(s.Args)+len(s.Env)+len(s.CapAdd)+len(s.CapDrop) > maxSpecItems {
+		return bad("more than %d arguments, environment variables and capabilities", maxSpecItems)
+	}
+	for i, a := range s.Args {
+		if err := check(fmt.Sprintf("argument %d", i+1), a); err != nil {
+			return err
+		}
+	}
+	for k, v := range s.Env {
+		switch {
+		case k == "" || strings.ContainsRune(k, '='):
+			return bad("environment variable name %q: it must be non-empty and have no '='", k)
+		}
+		if err := check("environment variable name "+k, k); err != nil {
+			return err
+		}
+		if err := check("environment variable "+k, v); err != nil {
+			return err
+		}
+	}
+	for _, c := range append(append([]string(nil), s.CapAdd...), s.CapDrop...) {
+		if err := check("capability", c); err != nil {
+			return err
+		}
+	}
+	if total > maxSpecBytes {
+		return bad("%d bytes of arguments and environment (at most %d)", total, maxSpecBytes)
+	}
+	if s.KillTimeout < 0 {
+		return bad("negative kill_timeout %s", s.KillTimeout)
+	}
+	if s.KillSignal < 0 || s.KillSignal > 64 {
+		return bad("kill_signal %d is not a signal", s.KillSignal)
+	}
+	r := s.Resources
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"memory", r.MemoryMB}, {"memory_max", r.MemoryMaxMB}, {"cpu", r.CPU}, {"cores", r.Cores}, {"pids", r.PIDs}} {
+		if f.v < 0 {
+			return bad("resources.%s is negative (%d)", f.name, f.v)
+		}
+	}
+	if r.MemoryMaxMB > 0 && r.MemoryMB > r.MemoryMaxMB {
+		return bad("resources.memory (%d MB) is above memory_max (%d MB)", r.MemoryMB, r.MemoryMaxMB)
+	}
+	if s.OOMScoreAdj != nil && (*s.OOMScoreAdj < -1000 || *s.OOMScoreAdj > 1000) {
+		return bad("oom_score_adj %d: use -1000 to 1000", *s.OOMScoreAdj)
+	}
+	if s.Logs.MaxFiles < 0 || s.Logs.MaxFileSizeMB < 0 {
+		return bad("logs: max_files and max_file_size must not be negative")
+	}
+	if s.Restart != nil {
+		if err := s.Restart.Validate(); err != nil {
+			return err
+		}
+	}
+	for _, m := range []struct{ name, v string }{{"pid_mode", s.PIDMode}, {"ipc_mode", s.IPCMode}} {
+		switch m.v {
+		case "", "host":
+		default:
+			return bad("%s %q: use \"host\" or leave it unset", m.name, m.v)
+		}
+	}
+	return nil
+}
