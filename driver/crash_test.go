@@ -73,7 +73,7 @@ func runChild(args []string) int {
 	case "lost":
 		var st fsm.Task
 		if st, err = d.StartTask(ctx, "a", task("sleep")); err == nil {
-			if err = executor.Kill(ctx, toExec(*st.Executor)); err == nil {
+			if err = executor.Kill(ctx, *st.Executor); err == nil {
 				_, err = d.WaitTask(ctx, "a")
 			}
 		}

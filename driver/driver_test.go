@@ -25,12 +25,12 @@ func checkReaped(t *testing.T, d *Driver, st fsm.Task) {
 		t.Fatalf("task %s is %s, want terminal", st.ID, st.State)
 	}
 	if st.Executor != nil {
-		if alive, err := toExec(*st.Executor).Alive(); err != nil || alive {
+		if alive, err := executor.Alive(*st.Executor); err != nil || alive {
 			t.Errorf("task %s is %s but its executor %d is alive (%v)", st.ID, st.State, st.Executor.PID, err)
 		}
 	}
 	if st.TaskPID != 0 {
-		if alive, err := (executor.Identity{PID: st.TaskPID, StartTime: st.TaskStartTime}).Alive(); err == nil && alive {
+		if alive, err := executor.Alive(fsm.Identity{PID: st.TaskPID, StartTime: st.TaskStartTime}); err == nil && alive {
 			t.Errorf("task %s is %s but its process %d is alive", st.ID, st.State, st.TaskPID)
 		}
 	}
@@ -276,7 +276,7 @@ func TestRecover_ReattachesRunningTask(t *testing.T) {
 	if err := d1.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if alive, _ := toExec(*st.Executor).Alive(); !alive {
+	if alive, _ := executor.Alive(*st.Executor); !alive {
 		t.Fatal("executor died with its driver after launch")
 	}
 	d2 := newDriver(t, dir, Hooks{})
@@ -342,7 +342,7 @@ func TestRecover_CollectsExitStatusLeftOnDisk(t *testing.T) {
 func waitDead(t *testing.T, id fsm.Identity) {
 	t.Helper()
 	for {
-		if alive, err := toExec(id).Alive(); err != nil || !alive {
+		if alive, err := executor.Alive(id); err != nil || !alive {
 			return
 		}
 		if err := waitPidfd(id.PID); err != nil {
@@ -407,7 +407,7 @@ func TestRecover_PIDReuseNeverSignalsTheStranger(t *testing.T) {
 	if final.State != fsm.StateLost {
 		t.Fatalf("state %s, want lost", final.State)
 	}
-	if alive, err := (executor.Identity{PID: stranger.Process.Pid, StartTime: start}).Alive(); err != nil || !alive {
+	if alive, err := executor.Alive(fsm.Identity{PID: stranger.Process.Pid, StartTime: start}); err != nil || !alive {
 		t.Fatalf("the stranger was killed (alive=%v, %v)", alive, err)
 	}
 	var ws syscall.WaitStatus
@@ -510,7 +510,7 @@ func TestWaitTask_ExecutorGoneWithoutRecover(t *testing.T) {
 	if err := d1.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := executor.Kill(ctx, toExec(*st.Executor)); err != nil {
+	if err := executor.Kill(ctx, *st.Executor); err != nil {
 		t.Fatal(err)
 	}
 	d2 := newDriver(t, dir, Hooks{})

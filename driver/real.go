@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -58,7 +57,7 @@ func deadlineOr(ctx context.Context, d time.Duration) time.Duration {
 
 // Reattach implements Executors.
 func (r *Real) Reattach(ctx context.Context, task string, id fsm.Identity) (Executor, error) {
-	c, err := executor.Reattach(ctx, r.dir(task), toExec(id))
+	c, err := executor.Reattach(ctx, r.dir(task), id)
 	if err != nil {
 		return nil, worldErr(err)
 	}
@@ -67,18 +66,17 @@ func (r *Real) Reattach(ctx context.Context, task string, id fsm.Identity) (Exec
 
 // FindByNonce implements Executors.
 func (r *Real) FindByNonce(ctx context.Context, task, nonce string) (fsm.Identity, bool, error) {
-	id, ok, err := executor.FindByNonce(r.dir(task), nonce)
-	return fromExec(id), ok, err
+	return executor.FindByNonce(r.dir(task), nonce)
 }
 
 // Alive implements Executors.
 func (r *Real) Alive(ctx context.Context, task string, id fsm.Identity) (bool, error) {
-	return toExec(id).Alive()
+	return executor.Alive(id)
 }
 
 // Kill implements Executors.
 func (r *Real) Kill(ctx context.Context, task string, id fsm.Identity) error {
-	return worldErr(executor.Kill(ctx, toExec(id)))
+	return worldErr(executor.Kill(ctx, id))
 }
 
 // KillGroup implements Executors.
@@ -88,16 +86,14 @@ func (r *Real) KillGroup(ctx context.Context, task string, pid int, start uint64
 
 // ExitStatus implements Executors.
 func (r *Real) ExitStatus(ctx context.Context, task string) (fsm.ExitStatus, bool, error) {
-	x, ok, err := executor.ReadExitStatus(r.dir(task))
-	if errors.Is(err, os.ErrNotExist) {
-		return fsm.ExitStatus{}, false, nil
-	}
-	return fsm.ExitStatus{Code: x.Code, Signal: x.Signal}, ok, err
+	rec, ok, err := executor.ReadExitRecord(r.dir(task))
+	return rec.Exit, ok, err
 }
 
 // LaunchRecord implements Executors.
 func (r *Real) LaunchRecord(ctx context.Context, task string) (int, uint64, bool, error) {
-	return executor.ReadLaunchRecord(r.dir(task))
+	rec, ok, err := executor.ReadLaunchRecord(r.dir(task))
+	return rec.PID, rec.StartTime, ok, err
 }
 
 func worldErr(err error) error {
@@ -112,34 +108,26 @@ func worldErr(err error) error {
 	return err
 }
 
-func toExec(id fsm.Identity) executor.Identity {
-	return executor.Identity{PID: id.PID, StartTime: id.StartTime, BootID: id.BootID, Nonce: id.Nonce, Socket: id.Socket}
-}
-
-func fromExec(id executor.Identity) fsm.Identity {
-	return fsm.Identity{PID: id.PID, StartTime: id.StartTime, BootID: id.BootID, Nonce: id.Nonce, Socket: id.Socket}
-}
-
 type realExecutor struct{ c *executor.Client }
 
-func (e realExecutor) Identity() fsm.Identity { return fromExec(e.c.Identity()) }
+func (e realExecutor) Identity() fsm.Identity { return e.c.Identity() }
 
 func (e realExecutor) Launch(ctx context.Context, spec fsm.Spec, allowed []string) (int, uint64, error) {
-	return e.c.Launch(ctx, executor.LaunchSpec{
+	st, err := e.c.Launch(ctx, executor.LaunchSpec{
 		Mode: spec.Driver, Command: spec.Command, Args: spec.Args, Env: spec.Env, Dir: spec.Dir,
 		User: spec.User, CapAdd: spec.CapAdd, CapDrop: spec.CapDrop, AllowedCaps: allowed,
 	})
+	return st.PID, st.StartTime, err
 }
 
 func (e realExecutor) Status(ctx context.Context) (Status, error) {
 	s, err := e.c.Status(ctx)
-	return Status{Launched: s.Launched, PID: s.PID, Start: s.PIDStart, Exited: s.Exited,
-		Exit: fsm.ExitStatus{Code: s.Exit.Code, Signal: s.Exit.Signal}}, worldErr(err)
+	return Status{Launched: s.Launched, PID: s.PID, Start: s.StartTime, Exited: s.Exited, Exit: s.Exit}, worldErr(err)
 }
 
 func (e realExecutor) Wait(ctx context.Context) (fsm.ExitStatus, error) {
 	x, err := e.c.Wait(ctx)
-	return fsm.ExitStatus{Code: x.Code, Signal: x.Signal}, worldErr(err)
+	return x, worldErr(err)
 }
 
 func (e realExecutor) Signal(ctx context.Context, sig syscall.Signal) error {
@@ -148,7 +136,7 @@ func (e realExecutor) Signal(ctx context.Context, sig syscall.Signal) error {
 
 func (e realExecutor) Stop(ctx context.Context, sig syscall.Signal, grace time.Duration) (fsm.ExitStatus, error) {
 	x, err := e.c.Stop(ctx, sig, grace)
-	return fsm.ExitStatus{Code: x.Code, Signal: x.Signal}, worldErr(err)
+	return x, worldErr(err)
 }
 
 func (e realExecutor) Shutdown(ctx context.Context) error { return worldErr(e.c.Shutdown(ctx)) }

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/tether-fsm/tether/fsm"
 )
 
 // SpawnConfig configures Spawn.
@@ -61,7 +63,7 @@ func validNonce(n string) bool {
 
 // Client is a control connection to one executor.
 type Client struct {
-	id      Identity
+	id      fsm.Identity
 	taskDir string
 	log     hclog.Logger
 	conn    *net.UnixConn
@@ -70,12 +72,16 @@ type Client struct {
 
 	wmu sync.Mutex // serialises frame writes
 
-	mu      sync.Mutex
-	nextID  uint64
-	pending map[uint64]chan response
-	closed  bool
-	connErr error
-	readEnd chan struct{} // closed when the reader goroutine ends
+	mu sync.Mutex
+	// taskPID and taskStart are the task process last reported by the
+	// executor, to check an exit record against.
+	taskPID   int
+	taskStart uint64
+	nextID    uint64
+	pending   map[uint64]chan response
+	closed    bool
+	connErr   error
+	readEnd   chan struct{} // closed when the reader goroutine ends
 }
 
 // Spawn starts an executor detached from the caller's session and signals
@@ -221,7 +227,7 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Client, error) {
 // taskDir. The identity file must match want, and the live process must
 // match it too (pid, start time, boot id, nonce); the executor's hello must
 // as well. A mismatch yields ErrNotOurs, an absent executor ErrGone.
-func Reattach(ctx context.Context, taskDir string, want Identity) (*Client, error) {
+func Reattach(ctx context.Context, taskDir string, want fsm.Identity) (*Client, error) {
 	dir, err := filepath.Abs(taskDir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
@@ -240,7 +246,7 @@ func Reattach(ctx context.Context, taskDir string, want Identity) (*Client, erro
 	if err != nil {
 		return nil, err
 	}
-	if err := want.check(); err != nil {
+	if err := checkIdentity(want); err != nil {
 		proc.Close()
 		return nil, err
 	}
@@ -259,7 +265,7 @@ func Reattach(ctx context.Context, taskDir string, want Identity) (*Client, erro
 }
 
 // connect dials the executor's socket and says hello.
-func connect(ctx context.Context, id Identity, dir string, log hclog.Logger) (*Client, error) {
+func connect(ctx context.Context, id fsm.Identity, dir string, log hclog.Logger) (*Client, error) {
 	conn, err := dialSocket(socketPath(dir))
 	if err != nil {
 		return nil, err
@@ -360,6 +366,7 @@ func (c *Client) call(ctx context.Context, req request) (response, error) {
 	}
 	select {
 	case r := <-ch:
+		c.noteTask(r)
 		if r.Err != nil {
 			return r, r.Err.err()
 		}
@@ -382,25 +389,42 @@ func (c *Client) call(ctx context.Context, req request) (response, error) {
 	}
 }
 
+// noteTask remembers the task process a response reports.
+func (c *Client) noteTask(r response) {
+	if r.Status == nil || r.Status.PID <= 0 {
+		return
+	}
+	c.mu.Lock()
+	c.taskPID, c.taskStart = r.Status.PID, r.Status.StartTime
+	c.mu.Unlock()
+}
+
 // Identity returns the executor's verified identity.
-func (c *Client) Identity() Identity { return c.id }
+func (c *Client) Identity() fsm.Identity { return c.id }
 
 // Launch starts the task. It is idempotent: once the executor has launched
 // a task it returns that task's pid and start time, whatever the spec.
 // Failures carry named errors (ErrCommandNotFound, ErrNotExecutable,
 // ErrUnknownUser, ErrCapNotAllowed in a *CapError, ErrWorkDir, ErrBadSpec)
 // across the protocol, so errors.Is works on them.
-func (c *Client) Launch(ctx context.Context, spec LaunchSpec) (pid int, start uint64, err error) {
+//
+// The answer is the task's status right after the launch: the executor
+// supervises the task from its first instruction, so a status that is not
+// Exited means the task is running and supervised.
+func (c *Client) Launch(ctx context.Context, spec LaunchSpec) (Status, error) {
 	if spec.Mode == ModeExec {
 		if err := ValidateCaps(spec.CapAdd, spec.CapDrop, spec.AllowedCaps); err != nil {
-			return 0, 0, err
+			return Status{}, err
 		}
 	}
 	r, err := c.call(ctx, request{Op: opLaunch, Spec: &spec})
 	if err != nil {
-		return 0, 0, err
+		return Status{}, err
 	}
-	return r.PID, r.Start, nil
+	if r.Status == nil || !r.Status.Launched {
+		return Status{}, fmt.Errorf("%w: launch answered without a launched status", ErrProtocol)
+	}
+	return *r.Status, nil
 }
 
 // Status returns what the executor knows of its task.
@@ -415,38 +439,44 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 // Wait returns once the task has exited and its whole process group (and
 // every other descendant) is gone. If the executor went away meanwhile, the
 // exit status it left on disk is returned.
-func (c *Client) Wait(ctx context.Context) (ExitStatus, error) {
+func (c *Client) Wait(ctx context.Context) (fsm.ExitStatus, error) {
 	r, err := c.call(ctx, request{Op: opWait})
 	return c.finalStatus(ctx, r, err)
 }
 
 // finalStatus turns the answer to a wait-like call into an exit status,
 // falling back to the exit status file when the connection was lost.
-func (c *Client) finalStatus(ctx context.Context, r response, err error) (ExitStatus, error) {
+func (c *Client) finalStatus(ctx context.Context, r response, err error) (fsm.ExitStatus, error) {
 	if err == nil {
 		if r.Status == nil || !r.Status.Launched {
-			return ExitStatus{}, ErrNotLaunched
+			return fsm.ExitStatus{}, ErrNotLaunched
 		}
 		return r.Status.Exit, nil
 	}
 	if !errors.Is(err, ErrClosed) {
-		return ExitStatus{}, err
+		return fsm.ExitStatus{}, err
 	}
 	// The executor writes the file before it answers and exits; once it is
 	// dead the file is final.
 	if c.proc != nil {
 		if werr := c.proc.wait(ctx); werr != nil {
-			return ExitStatus{}, errors.Join(err, werr)
+			return fsm.ExitStatus{}, errors.Join(err, werr)
 		}
 	}
-	rec, ok, rerr := readExitRecord(c.taskDir)
+	rec, ok, rerr := ReadExitRecord(c.taskDir)
 	if rerr != nil {
-		return ExitStatus{}, rerr
+		return fsm.ExitStatus{}, rerr
 	}
-	if !ok || rec.Nonce != c.id.Nonce {
-		return ExitStatus{}, fmt.Errorf("%w: executor died without recording an exit status: %w", ErrGone, err)
+	if !ok {
+		return fsm.ExitStatus{}, fmt.Errorf("%w: executor died without recording an exit status: %w", ErrGone, err)
 	}
-	return rec.ExitStatus, nil
+	c.mu.Lock()
+	pid, start := c.taskPID, c.taskStart
+	c.mu.Unlock()
+	if merr := rec.Match(c.id, pid, start); merr != nil {
+		return fsm.ExitStatus{}, merr
+	}
+	return rec.Exit, nil
 }
 
 // Signal sends sig to every member of the task's process group.
@@ -459,7 +489,7 @@ func (c *Client) Signal(ctx context.Context, sig syscall.Signal) error {
 // task to exit, then SIGKILLs the group and every other descendant, and
 // returns the exit status once none is left. A task killed after the grace
 // reports Signal 9.
-func (c *Client) Stop(ctx context.Context, sig syscall.Signal, grace time.Duration) (ExitStatus, error) {
+func (c *Client) Stop(ctx context.Context, sig syscall.Signal, grace time.Duration) (fsm.ExitStatus, error) {
 	r, err := c.call(ctx, request{Op: opStop, Signal: int(sig), Grace: grace})
 	return c.finalStatus(ctx, r, err)
 }

@@ -41,6 +41,11 @@ var (
 	// ErrGone is returned when the process an identity describes no longer
 	// exists (exited, reaped, or from an earlier boot).
 	ErrGone = errors.New("executor: process is gone")
+	// ErrSideFileMismatch is returned for a side file (launch record, exit
+	// record) that does not match the log: another nonce, boot or task
+	// process, a symbolic link, not a regular file, or too large. Such a
+	// file is not believed and nothing is signalled because of it.
+	ErrSideFileMismatch = errors.New("executor: side file does not match the log")
 )
 
 // Errors returned by Launch. They travel across the protocol, so errors.Is

@@ -24,7 +24,7 @@ func ExampleSpawn() {
 		return
 	}
 	defer c.Close()
-	if _, _, err := c.Launch(ctx, executor.LaunchSpec{Mode: executor.ModeExec, Command: "/usr/bin/python3", Args: []string{"-m", "http.server"}}); err != nil {
+	if _, err := c.Launch(ctx, executor.LaunchSpec{Mode: executor.ModeExec, Command: "/usr/bin/python3", Args: []string{"-m", "http.server"}}); err != nil {
 		_ = c.Shutdown(ctx) // before launch the executor must not outlive the error
 		return
 	}

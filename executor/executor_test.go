@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/fsm"
 )
 
 func TestLaunch_ExitCode(t *testing.T) {
@@ -29,7 +31,8 @@ func TestLaunch_ExitCode(t *testing.T) {
 		t.Errorf("executor session %d, want its own (%d)", sid, id.PID)
 	}
 	spec := m.taskSpec(t, "exit", "7")
-	pid, start, err := c.Launch(ctx, spec)
+	lpid, err := c.Launch(ctx, spec)
+	pid, start := lpid.PID, lpid.StartTime
 	if err != nil {
 		t.Fatalf("Launch: %v", err)
 	}
@@ -40,11 +43,11 @@ func TestLaunch_ExitCode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Wait: %v", err)
 	}
-	if st != (ExitStatus{Code: 7}) {
+	if st != (fsm.ExitStatus{Code: 7}) {
 		t.Fatalf("exit status %+v, want code 7", st)
 	}
 	dir := filepath.Dir(id.Socket)
-	if got, ok, err := ReadExitStatus(dir); err != nil || !ok || got.Code != 7 {
+	if got, ok, err := readExitStatus(dir); err != nil || !ok || got.Code != 7 {
 		t.Fatalf("ReadExitStatus = %+v %v %v", got, ok, err)
 	}
 	out := readFileString(t, filepath.Join(dir, StdoutFile))
@@ -67,16 +70,18 @@ func TestLaunch_Idempotent(t *testing.T) {
 	ctx := testCtx(t)
 	c := spawn(t, m, "")
 	spec := m.taskSpec(t, "sleep")
-	pid1, s1, err := c.Launch(ctx, spec)
+	lpid1, err := c.Launch(ctx, spec)
+	pid1, s1 := lpid1.PID, lpid1.StartTime
 	if err != nil {
 		t.Fatal(err)
 	}
-	pid2, s2, err := c.Launch(ctx, m.taskSpec(t, "exit", "1"))
+	lpid2, err := c.Launch(ctx, m.taskSpec(t, "exit", "1"))
+	pid2, s2 := lpid2.PID, lpid2.StartTime
 	if err != nil || pid1 != pid2 || s1 != s2 {
 		t.Fatalf("second Launch = %d %d %v, want %d %d", pid2, s2, err, pid1, s1)
 	}
 	st, err := c.Status(ctx)
-	if err != nil || !st.Launched || st.PID != pid1 || st.PIDStart != s1 || st.Exited {
+	if err != nil || !st.Launched || st.PID != pid1 || st.StartTime != s1 || st.Exited {
 		t.Fatalf("Status = %+v %v", st, err)
 	}
 }
@@ -90,7 +95,7 @@ func TestSignal_ToGroup(t *testing.T) {
 	if err := c.Signal(ctx, syscall.SIGUSR1); !errors.Is(err, ErrNotLaunched) {
 		t.Fatalf("Signal before launch = %v, want ErrNotLaunched", err)
 	}
-	if _, _, err := c.Launch(ctx, m.taskSpec(t, "serve", "-ready", readyPath, "-on-usr1", "42")); err != nil {
+	if _, err := c.Launch(ctx, m.taskSpec(t, "serve", "-ready", readyPath, "-on-usr1", "42")); err != nil {
 		t.Fatal(err)
 	}
 	readLine(t, ready)
@@ -109,13 +114,13 @@ func TestStop_Grace(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "task")
 	readyPath, ready := fifo(t, dir, "ready")
 	c := spawn(t, m, dir)
-	if _, _, err := c.Launch(ctx, m.taskSpec(t, "serve", "-ready", readyPath, "-on-term", "3", "-kids", "1")); err != nil {
+	if _, err := c.Launch(ctx, m.taskSpec(t, "serve", "-ready", readyPath, "-on-term", "3", "-kids", "1")); err != nil {
 		t.Fatal(err)
 	}
 	readLine(t, ready)
 	begin := time.Now()
 	st, err := c.Stop(ctx, syscall.SIGTERM, 20*time.Second)
-	if err != nil || st != (ExitStatus{Code: 3}) {
+	if err != nil || st != (fsm.ExitStatus{Code: 3}) {
 		t.Fatalf("Stop = %+v %v, want code 3", st, err)
 	}
 	if d := time.Since(begin); d > 10*time.Second {
@@ -129,15 +134,15 @@ func TestStop_ForcedKill(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "task")
 	readyPath, ready := fifo(t, dir, "ready")
 	c := spawn(t, m, dir)
-	if _, _, err := c.Launch(ctx, m.taskSpec(t, "serve", "-ready", readyPath, "-ignore-term", "-kids", "2", "-escapee")); err != nil {
+	if _, err := c.Launch(ctx, m.taskSpec(t, "serve", "-ready", readyPath, "-ignore-term", "-kids", "2", "-escapee")); err != nil {
 		t.Fatal(err)
 	}
 	readLine(t, ready)
 	st, err := c.Stop(ctx, syscall.SIGTERM, 200*time.Millisecond)
-	if err != nil || st != (ExitStatus{Code: -1, Signal: int(syscall.SIGKILL)}) {
+	if err != nil || st != (fsm.ExitStatus{Code: -1, Signal: int(syscall.SIGKILL)}) {
 		t.Fatalf("Stop = %+v %v, want killed by SIGKILL", st, err)
 	}
-	if got, ok, _ := ReadExitStatus(dir); !ok || got.Signal != int(syscall.SIGKILL) {
+	if got, ok, _ := readExitStatus(dir); !ok || got.Signal != int(syscall.SIGKILL) {
 		t.Fatalf("exit status on disk %+v %v", got, ok)
 	}
 }
@@ -147,7 +152,7 @@ func TestStop_GrandchildrenLeaveNothing(t *testing.T) {
 	ctx := testCtx(t)
 	t.Run("task exits first", func(t *testing.T) {
 		c := spawn(t, m, "")
-		if _, _, err := c.Launch(ctx, m.taskSpec(t, "serve", "-kids", "2", "-escapee", "-exit-after-kids")); err != nil {
+		if _, err := c.Launch(ctx, m.taskSpec(t, "serve", "-kids", "2", "-escapee", "-exit-after-kids")); err != nil {
 			t.Fatal(err)
 		}
 		st, err := c.Wait(ctx)
@@ -163,7 +168,7 @@ func TestStop_GrandchildrenLeaveNothing(t *testing.T) {
 		c := spawn(t, m, dir)
 		spec := m.taskSpec(t, "serve", "-ready", readyPath, "-kids", "2", "-escapee")
 		spec.Mode = ModeExec
-		if _, _, err := c.Launch(ctx, spec); err != nil {
+		if _, err := c.Launch(ctx, spec); err != nil {
 			t.Fatal(err)
 		}
 		readLine(t, ready)
@@ -194,12 +199,12 @@ func TestLease_DriverKilledBeforeLaunch(t *testing.T) {
 	m := newMarker(t)
 	dir := filepath.Join(t.TempDir(), "task")
 	rep, drv := startDriver(t, m, driverPlan{Command: m.executorCmd(t), TaskDir: dir, Nonce: randHex(t, 12)})
-	if alive, err := rep.Identity.Alive(); !alive || err != nil {
+	if alive, err := Alive(rep.Identity); !alive || err != nil {
 		t.Fatalf("executor not alive after spawn: %v", err)
 	}
 	killDriver(t, drv)
 	waitDead(t, rep.Identity)
-	if _, ok, _ := ReadExitStatus(dir); ok {
+	if _, ok, _ := readExitStatus(dir); ok {
 		t.Error("an executor that launched nothing left an exit status")
 	}
 	if _, err := os.Stat(rep.Identity.Socket); !errors.Is(err, os.ErrNotExist) {
@@ -242,7 +247,7 @@ func TestReattach_AfterDriverKilled(t *testing.T) {
 	rep, drv := startDriver(t, m, driverPlan{Command: m.executorCmd(t), TaskDir: dir, Nonce: randHex(t, 12), Launch: &spec})
 	readLine(t, ready)
 	killDriver(t, drv)
-	if alive, err := rep.Identity.Alive(); !alive || err != nil {
+	if alive, err := Alive(rep.Identity); !alive || err != nil {
 		t.Fatalf("executor died with its driver: %v", err)
 	}
 	id, err := ReadIdentity(dir)
@@ -266,7 +271,7 @@ func TestReattach_AfterDriverKilled(t *testing.T) {
 	if err := c.WaitDead(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if es, ok, err := ReadExitStatus(dir); err != nil || !ok || es.Code != 5 {
+	if es, ok, err := readExitStatus(dir); err != nil || !ok || es.Code != 5 {
 		t.Fatalf("ReadExitStatus = %+v %v %v", es, ok, err)
 	}
 	if _, err := Reattach(ctx, dir, rep.Identity); !errors.Is(err, ErrGone) {
@@ -286,11 +291,11 @@ func TestReattach_ExitStatusFromDisk(t *testing.T) {
 	// The task ends while no driver is around; the executor records it and exits.
 	fmt.Fprintln(ctl, "exit 9")
 	waitDead(t, rep.Identity)
-	es, ok, err := ReadExitStatus(dir)
-	if err != nil || !ok || es != (ExitStatus{Code: 9}) {
+	es, ok, err := readExitStatus(dir)
+	if err != nil || !ok || es != (fsm.ExitStatus{Code: 9}) {
 		t.Fatalf("ReadExitStatus = %+v %v %v", es, ok, err)
 	}
-	if alive, _ := rep.Identity.Alive(); alive {
+	if alive, _ := Alive(rep.Identity); alive {
 		t.Fatal("executor outlived its task")
 	}
 }
@@ -302,17 +307,18 @@ func TestKill_RecycledPIDRefused(t *testing.T) {
 	readyPath, ready := fifo(t, dir, "ready")
 	c := spawn(t, m, dir)
 	id := c.Identity()
-	taskPID, taskStart, err := c.Launch(ctx, m.taskSpec(t, "serve", "-ready", readyPath))
+	ltaskPID, err := c.Launch(ctx, m.taskSpec(t, "serve", "-ready", readyPath))
+	taskPID, taskStart := ltaskPID.PID, ltaskPID.StartTime
 	if err != nil {
 		t.Fatal(err)
 	}
 	readLine(t, ready)
 
-	for name, fake := range map[string]Identity{
+	for name, fake := range map[string]fsm.Identity{
 		"start time": {PID: id.PID, StartTime: id.StartTime + 1, BootID: id.BootID, Nonce: id.Nonce},
 		"nonce":      {PID: id.PID, StartTime: id.StartTime, BootID: id.BootID, Nonce: "someoneelse"},
 	} {
-		if alive, err := fake.Alive(); alive || err != nil {
+		if alive, err := Alive(fake); alive || err != nil {
 			t.Errorf("%s: Alive(fake) = %v %v", name, alive, err)
 		}
 		if err := Kill(ctx, fake); !errors.Is(err, ErrNotOurs) {
@@ -326,7 +332,7 @@ func TestKill_RecycledPIDRefused(t *testing.T) {
 		t.Errorf("KillGroup(fake start) = %v, want ErrNotOurs", err)
 	}
 	// Nothing was signalled: executor and task are alive.
-	if alive, err := id.Alive(); !alive || err != nil {
+	if alive, err := Alive(id); !alive || err != nil {
 		t.Fatalf("executor hurt by a refused kill: %v", err)
 	}
 	st, err := c.Status(ctx)
@@ -337,7 +343,7 @@ func TestKill_RecycledPIDRefused(t *testing.T) {
 	if err := Kill(ctx, id); err != nil {
 		t.Fatalf("Kill: %v", err)
 	}
-	if alive, _ := id.Alive(); alive {
+	if alive, _ := Alive(id); alive {
 		t.Fatal("executor alive after Kill")
 	}
 	if err := Kill(ctx, id); err != nil {
@@ -356,7 +362,8 @@ func TestKillGroup_AfterExecutorGone(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "task")
 	readyPath, ready := fifo(t, dir, "ready")
 	c := spawn(t, m, dir)
-	pid, start, err := c.Launch(ctx, m.taskSpec(t, "serve", "-ready", readyPath, "-kids", "3"))
+	lpid, err := c.Launch(ctx, m.taskSpec(t, "serve", "-ready", readyPath, "-kids", "3"))
+	pid, start := lpid.PID, lpid.StartTime
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,16 +385,16 @@ func TestShutdown_KillsTask(t *testing.T) {
 	m := newMarker(t)
 	ctx := testCtx(t)
 	c := spawn(t, m, "")
-	if _, _, err := c.Launch(ctx, m.taskSpec(t, "sleep")); err != nil {
+	if _, err := c.Launch(ctx, m.taskSpec(t, "sleep")); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if alive, _ := c.Identity().Alive(); alive {
+	if alive, _ := Alive(c.Identity()); alive {
 		t.Fatal("executor alive after Shutdown")
 	}
-	es, ok, err := ReadExitStatus(filepath.Dir(c.Identity().Socket))
+	es, ok, err := readExitStatus(filepath.Dir(c.Identity().Socket))
 	if err != nil || !ok || es.Signal != int(syscall.SIGKILL) {
 		t.Fatalf("exit status %+v %v %v", es, ok, err)
 	}
@@ -397,7 +404,7 @@ func TestShutdown_OnSIGTERM(t *testing.T) {
 	m := newMarker(t)
 	ctx := testCtx(t)
 	c := spawn(t, m, "")
-	if _, _, err := c.Launch(ctx, m.taskSpec(t, "serve", "-kids", "1", "-ignore-term")); err != nil {
+	if _, err := c.Launch(ctx, m.taskSpec(t, "serve", "-kids", "1", "-ignore-term")); err != nil {
 		t.Fatal(err)
 	}
 	p, err := openPidfd(c.Identity().PID)
@@ -405,7 +412,7 @@ func TestShutdown_OnSIGTERM(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if err := c.Identity().check(); err != nil {
+	if err := checkIdentity(c.Identity()); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.signal(syscall.SIGTERM); err != nil {
@@ -430,7 +437,7 @@ func TestStop_BeforeLaunch(t *testing.T) {
 	if err := c.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, _ := ReadExitStatus(filepath.Dir(c.Identity().Socket)); ok {
+	if _, ok, _ := readExitStatus(filepath.Dir(c.Identity().Socket)); ok {
 		t.Fatal("exit status recorded for a task never launched")
 	}
 }
@@ -535,7 +542,7 @@ func TestLaunch_ExecCapAddNetRawRefused(t *testing.T) {
 	spec.Mode = ModeExec
 	spec.CapAdd = []string{"net_raw"}
 	// The client refuses it before asking ...
-	if _, _, err := c.Launch(ctx, spec); !errors.Is(err, ErrCapNotAllowed) || !strings.Contains(err.Error(), "net_raw") {
+	if _, err := c.Launch(ctx, spec); !errors.Is(err, ErrCapNotAllowed) || !strings.Contains(err.Error(), "net_raw") {
 		t.Fatalf("Launch = %v, want ErrCapNotAllowed naming net_raw", err)
 	}
 	// ... and so does the executor, across the protocol.
@@ -585,7 +592,7 @@ func TestLaunch_ExecCapsApplied(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := spawn(t, m, "")
-			if _, _, err := c.Launch(ctx, tc.spec()); err != nil {
+			if _, err := c.Launch(ctx, tc.spec()); err != nil {
 				t.Fatal(err)
 			}
 			if st, err := c.Wait(ctx); err != nil || st.Code != 0 {
@@ -651,14 +658,14 @@ func TestLaunch_TypedErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := m.taskSpec(t, "exit", "0")
 			tc.edit(&spec)
-			_, _, err := c.Launch(ctx, spec)
+			_, err := c.Launch(ctx, spec)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("Launch = %v, want %v", err, tc.want)
 			}
 		})
 	}
 	// The executor is still usable after refused launches.
-	if _, _, err := c.Launch(ctx, m.taskSpec(t, "exit", "4")); err != nil {
+	if _, err := c.Launch(ctx, m.taskSpec(t, "exit", "4")); err != nil {
 		t.Fatal(err)
 	}
 	if st, err := c.Wait(ctx); err != nil || st.Code != 4 {
@@ -683,7 +690,7 @@ func TestSpawn_LongTaskDir(t *testing.T) {
 	if n := len(c.Identity().Socket); n <= 108 {
 		t.Fatalf("socket path only %d bytes long", n)
 	}
-	if _, _, err := c.Launch(ctx, m.taskSpec(t, "serve", "-ready", readyPath, "-ctl", ctlPath)); err != nil {
+	if _, err := c.Launch(ctx, m.taskSpec(t, "serve", "-ready", readyPath, "-ctl", ctlPath)); err != nil {
 		t.Fatal(err)
 	}
 	readLine(t, ready)

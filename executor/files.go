@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/fsm"
 )
 
 // Files the executor keeps in its task directory.
@@ -26,93 +29,126 @@ const (
 	LaunchFile     = "launch.json"   // the task's pid and start time, written before Launch answers
 )
 
-// Identity proves an executor process is ours.
-type Identity struct {
-	PID       int    `json:"pid"`
-	StartTime uint64 `json:"start_time"` // /proc/PID/stat field 22, clock ticks since boot
-	BootID    string `json:"boot_id"`    // /proc/sys/kernel/random/boot_id
+// maxSideFile bounds what is read of a side file: they are small JSON
+// records, and a task (which may run with its task directory as its
+// working directory, and as the executor's user) could plant a huge one.
+const maxSideFile = 64 << 10
+
+// ExitRecord is the on-disk form of ExitStatusFile: the task's exit status
+// and whose it is (the spawn nonce, the boot it happened in, and the task
+// process it is the status of), so that a driver checks it against the log
+// before believing it.
+type ExitRecord struct {
+	Exit      fsm.ExitStatus `json:"exit"`
+	Nonce     string         `json:"nonce"`
+	BootID    string         `json:"boot_id"`
+	PID       int            `json:"pid"`
+	StartTime uint64         `json:"start_time"`
+}
+
+// LaunchRecord is the on-disk form of LaunchFile: the task process the
+// executor launched, and whose launch it was.
+type LaunchRecord struct {
 	Nonce     string `json:"nonce"`
-	Socket    string `json:"socket"`
+	BootID    string `json:"boot_id"`
+	PID       int    `json:"pid"`
+	StartTime uint64 `json:"start_time"`
 }
 
-// ExitStatus is how the task ended. Signal > 0 means it was killed by that
-// signal, and Code is then -1.
-type ExitStatus struct {
-	Code   int `json:"code"`
-	Signal int `json:"signal"`
+// Match checks a side file's owner against what the log says: the spawn
+// nonce and boot id of the task's executor, and (when the log has it, pid
+// > 0) the task process. A mismatch is ErrSideFileMismatch: the file is not
+// ours to believe, and nothing may be signalled or recorded from it.
+func matchSideFile(name, gotNonce, gotBoot string, gotPID int, gotStart uint64, want fsm.Identity, pid int, start uint64) error {
+	switch {
+	case gotNonce != want.Nonce:
+		return fmt.Errorf("%w: %s names nonce %q, the log's executor has %q", ErrSideFileMismatch, name, gotNonce, want.Nonce)
+	case want.BootID != "" && gotBoot != want.BootID:
+		return fmt.Errorf("%w: %s is from boot %q, the log's executor ran in %q", ErrSideFileMismatch, name, gotBoot, want.BootID)
+	case gotPID <= 0:
+		return fmt.Errorf("%w: %s names no task pid", ErrSideFileMismatch, name)
+	case pid > 0 && (gotPID != pid || gotStart != start):
+		return fmt.Errorf("%w: %s names pid %d (start %d), the log's task is pid %d (start %d)", ErrSideFileMismatch, name, gotPID, gotStart, pid, start)
+	}
+	return nil
 }
 
-// exitRecord is the on-disk form of ExitStatusFile: the status plus whose it is.
-type exitRecord struct {
-	ExitStatus
-	Nonce    string `json:"nonce"`
-	PID      int    `json:"pid"`
-	PIDStart uint64 `json:"pid_start"`
+// Match checks the record against the log's executor identity and, when
+// pid > 0, the log's task process (see ErrSideFileMismatch).
+func (r ExitRecord) Match(want fsm.Identity, pid int, start uint64) error {
+	return matchSideFile(ExitStatusFile, r.Nonce, r.BootID, r.PID, r.StartTime, want, pid, start)
+}
+
+// Match checks the record against the log's executor identity.
+func (r LaunchRecord) Match(want fsm.Identity) error {
+	return matchSideFile(LaunchFile, r.Nonce, r.BootID, r.PID, r.StartTime, want, 0, 0)
 }
 
 func socketPath(taskDir string) string { return filepath.Join(taskDir, SocketFile) }
 
+// readSideFile reads dir/name into v: never through a symlink (O_NOFOLLOW),
+// only a regular file, at most maxSideFile bytes. ok is false when the file
+// does not exist.
+func readSideFile(dir, name string, v any) (ok bool, err error) {
+	path := filepath.Join(dir, name)
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return false, nil
+	}
+	if errors.Is(err, unix.ELOOP) {
+		return false, fmt.Errorf("%w: %s is a symbolic link; not followed", ErrSideFileMismatch, path)
+	}
+	if err != nil {
+		return false, fmt.Errorf("executor: read %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return false, fmt.Errorf("executor: read %s: %w", path, err)
+	} else if !fi.Mode().IsRegular() {
+		return false, fmt.Errorf("%w: %s is not a regular file", ErrSideFileMismatch, path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxSideFile+1))
+	if err != nil {
+		return false, fmt.Errorf("executor: read %s: %w", path, err)
+	}
+	if len(b) > maxSideFile {
+		return false, fmt.Errorf("%w: %s is larger than %d bytes", ErrSideFileMismatch, path, maxSideFile)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return false, fmt.Errorf("%w: %s: %w", ErrProtocol, path, err)
+	}
+	return true, nil
+}
+
 // ReadIdentity reads the identity file an executor left in taskDir. A missing
 // file yields an error matching fs.ErrNotExist.
-func ReadIdentity(taskDir string) (Identity, error) {
-	var id Identity
-	b, err := os.ReadFile(filepath.Join(taskDir, IdentityFile))
-	if err != nil {
-		return id, fmt.Errorf("executor: read identity: %w", err)
+func ReadIdentity(taskDir string) (fsm.Identity, error) {
+	var id fsm.Identity
+	ok, err := readSideFile(taskDir, IdentityFile, &id)
+	if err == nil && !ok {
+		err = fmt.Errorf("executor: read identity in %s: %w", taskDir, fs.ErrNotExist)
 	}
-	if err := json.Unmarshal(b, &id); err != nil {
-		return id, fmt.Errorf("%w: identity file: %w", ErrProtocol, err)
-	}
-	return id, nil
+	return id, err
 }
 
-// ReadExitStatus returns the task's exit status the executor left in
-// taskDir; ok is false when there is none (the task has not exited, or the
-// executor died without recording it).
-func ReadExitStatus(taskDir string) (ExitStatus, bool, error) {
-	r, ok, err := readExitRecord(taskDir)
-	return r.ExitStatus, ok, err
+// ReadExitRecord returns the exit record the executor left in taskDir; ok
+// is false when there is none (the task has not exited, or the executor
+// died without recording it). Check it with Match before believing it.
+func ReadExitRecord(taskDir string) (ExitRecord, bool, error) {
+	var r ExitRecord
+	ok, err := readSideFile(taskDir, ExitStatusFile, &r)
+	return r, ok, err
 }
 
-func readExitRecord(taskDir string) (exitRecord, bool, error) {
-	var r exitRecord
-	b, err := os.ReadFile(filepath.Join(taskDir, ExitStatusFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return r, false, nil
-	}
-	if err != nil {
-		return r, false, fmt.Errorf("executor: read exit status: %w", err)
-	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		return r, false, fmt.Errorf("%w: exit status file: %w", ErrProtocol, err)
-	}
-	return r, true, nil
-}
-
-// launchRecord is the on-disk form of LaunchFile.
-type launchRecord struct {
-	Nonce    string `json:"nonce"`
-	PID      int    `json:"pid"`
-	PIDStart uint64 `json:"pid_start"`
-}
-
-// ReadLaunchRecord returns the pid and start time of the task the executor
-// of taskDir launched, if it launched one. A driver that crashed between the
-// launch intent and recording the launch uses it to kill the task's group
-// when the executor itself is gone.
-func ReadLaunchRecord(taskDir string) (pid int, start uint64, ok bool, err error) {
-	var r launchRecord
-	b, err := os.ReadFile(filepath.Join(taskDir, LaunchFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0, 0, false, nil
-	}
-	if err != nil {
-		return 0, 0, false, fmt.Errorf("executor: read launch record: %w", err)
-	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		return 0, 0, false, fmt.Errorf("%w: launch record: %w", ErrProtocol, err)
-	}
-	return r.PID, r.PIDStart, r.PID > 0, nil
+// ReadLaunchRecord returns the launch record the executor of taskDir wrote
+// when it launched its task, if it did. A driver that crashed between the
+// launch intent and recording the launch uses it (after Match) to find the
+// task when the executor itself is gone.
+func ReadLaunchRecord(taskDir string) (LaunchRecord, bool, error) {
+	var r LaunchRecord
+	ok, err := readSideFile(taskDir, LaunchFile, &r)
+	return r, ok && r.PID > 0, err
 }
 
 // writeFileAtomic writes v as JSON to dir/name: a temporary file, fsync,

@@ -23,6 +23,8 @@ import (
 
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/fsm"
 )
 
 // The test binary is also every helper process, dispatched on os.Args[1]:
@@ -375,9 +377,9 @@ type driverPlan struct {
 
 // driverReport is what the driver helper prints once it is set up.
 type driverReport struct {
-	Identity Identity `json:"identity"`
-	TaskPID  int      `json:"task_pid"`
-	Err      string   `json:"err,omitempty"`
+	Identity fsm.Identity `json:"identity"`
+	TaskPID  int          `json:"task_pid"`
+	Err      string       `json:"err,omitempty"`
 }
 
 // runDriver spawns an executor (and launches a task if told), reports on
@@ -393,7 +395,9 @@ func runDriver(planJSON string) int {
 	if err == nil {
 		rep.Identity = c.Identity()
 		if p.Launch != nil {
-			rep.TaskPID, _, err = c.Launch(ctx, *p.Launch)
+			var lst Status
+			lst, err = c.Launch(ctx, *p.Launch)
+			rep.TaskPID = lst.PID
 		}
 	}
 	if err != nil {
@@ -407,7 +411,7 @@ func runDriver(planJSON string) int {
 // runDialer reattaches to the executor of dir and exits 0 if it was
 // refused as a peer, 1 (printing why) otherwise.
 func runDialer(dir, idJSON string) int {
-	var id Identity
+	var id fsm.Identity
 	if err := json.Unmarshal([]byte(idJSON), &id); err != nil {
 		return 2
 	}
@@ -464,14 +468,14 @@ func killDriver(t *testing.T, cmd *exec.Cmd) {
 }
 
 // waitDead waits (bounded) on a pidfd until the identified process is dead.
-func waitDead(t *testing.T, id Identity) {
+func waitDead(t *testing.T, id fsm.Identity) {
 	t.Helper()
 	p, err := openPidfd(id.PID)
 	if err != nil {
 		return
 	}
 	defer p.Close()
-	if err := id.check(); errors.Is(err, ErrNotOurs) {
+	if err := checkIdentity(id); errors.Is(err, ErrNotOurs) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -491,3 +495,10 @@ func readFileString(t *testing.T, p string) string {
 }
 
 var _ = io.EOF
+
+// readExitStatus is the exit status in dir's exit record, unchecked (the
+// tests know whose it is).
+func readExitStatus(dir string) (fsm.ExitStatus, bool, error) {
+	r, ok, err := ReadExitRecord(dir)
+	return r.Exit, ok, err
+}

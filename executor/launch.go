@@ -18,6 +18,8 @@ import (
 
 	"github.com/moby/sys/capability"
 	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/fsm"
 )
 
 // Launch modes.
@@ -48,11 +50,11 @@ type LaunchSpec struct {
 
 // Status is what the executor knows of its task.
 type Status struct {
-	Launched bool       `json:"launched"`
-	PID      int        `json:"pid"`
-	PIDStart uint64     `json:"pid_start"`
-	Exited   bool       `json:"exited"` // the task (its leader) has exited; Wait also waits for the rest of its tree
-	Exit     ExitStatus `json:"exit"`
+	Launched  bool           `json:"launched"`
+	PID       int            `json:"pid"`
+	StartTime uint64         `json:"start_time"`
+	Exited    bool           `json:"exited"` // the task (its leader) has exited; Wait also waits for the rest of its tree
+	Exit      fsm.ExitStatus `json:"exit"`
 }
 
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

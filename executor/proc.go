@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/fsm"
 )
 
 // procStat is the part of /proc/PID/stat the executor needs.
@@ -126,7 +128,7 @@ func cmdlineHas(pid int, args ...string) (bool, error) {
 // process is alive and ours, an error matching ErrGone when it is dead (or a
 // zombie, or from another boot), and ErrNotOurs when the pid now belongs to a
 // different process.
-func (id Identity) check() error {
+func checkIdentity(id fsm.Identity) error {
 	if id.PID <= 0 {
 		return fmt.Errorf("%w: no pid in identity", ErrGone)
 	}
@@ -163,11 +165,11 @@ func (id Identity) check() error {
 	return nil
 }
 
-// Alive reports whether the process with this identity is alive. A zombie is
-// dead; a pid whose start time, boot id or nonce differs is not ours, so
+// Alive reports whether the executor with this identity is alive. A zombie
+// is dead; a pid whose start time, boot id or nonce differs is not ours, so
 // Alive reports false with a nil error.
-func (id Identity) Alive() (bool, error) {
-	err := id.check()
+func Alive(id fsm.Identity) (bool, error) {
+	err := checkIdentity(id)
 	switch {
 	case err == nil:
 		return true, nil
@@ -270,7 +272,7 @@ func (p *pidFD) wait(ctx context.Context) error {
 // that is already dead (or a zombie, or from an earlier boot) yields nil. If
 // the pid now belongs to another process, Kill returns ErrNotOurs and sends
 // nothing.
-func Kill(ctx context.Context, id Identity) error {
+func Kill(ctx context.Context, id fsm.Identity) error {
 	p, err := openPidfd(id.PID)
 	if err != nil {
 		if errors.Is(err, ErrGone) {
@@ -279,7 +281,7 @@ func Kill(ctx context.Context, id Identity) error {
 		return err
 	}
 	defer p.Close()
-	if err := id.check(); err != nil {
+	if err := checkIdentity(id); err != nil {
 		if errors.Is(err, ErrGone) {
 			return nil
 		}
@@ -400,14 +402,14 @@ func KillGroup(ctx context.Context, pgid int, leaderStart uint64) error {
 // FindByNonce finds a live executor started with nonce: first through the
 // identity file in taskDir, then by scanning /proc command lines for the
 // nonce argument. ok is false when none is alive.
-func FindByNonce(taskDir, nonce string) (Identity, bool, error) {
+func FindByNonce(taskDir, nonce string) (fsm.Identity, bool, error) {
 	if nonce == "" {
-		return Identity{}, false, fmt.Errorf("%w: empty nonce", ErrBadConfig)
+		return fsm.Identity{}, false, fmt.Errorf("%w: empty nonce", ErrBadConfig)
 	}
 	if id, err := ReadIdentity(taskDir); err == nil && id.Nonce == nonce {
-		alive, err := id.Alive()
+		alive, err := Alive(id)
 		if err != nil {
-			return Identity{}, false, err
+			return fsm.Identity{}, false, err
 		}
 		if alive {
 			return id, true, nil
@@ -415,17 +417,17 @@ func FindByNonce(taskDir, nonce string) (Identity, bool, error) {
 	}
 	boot, err := BootID()
 	if err != nil {
-		return Identity{}, false, err
+		return fsm.Identity{}, false, err
 	}
 	dir, err := filepath.Abs(taskDir)
 	if err != nil {
-		return Identity{}, false, fmt.Errorf("%w: task dir: %w", ErrBadConfig, err)
+		return fsm.Identity{}, false, fmt.Errorf("%w: task dir: %w", ErrBadConfig, err)
 	}
 	// An executor is a session leader (Spawn's Setsid) whose argv carries
 	// both its task dir and its nonce as whole arguments: a process that
 	// merely mentions the nonce (a grep, a log viewer) is not taken for it.
 	args := []string{"-dir=" + dir, nonceArg(nonce)}
-	var found Identity
+	var found fsm.Identity
 	var ok bool
 	self := os.Getpid()
 	err = forEachProc(func(pid int, s procStat) {
@@ -433,12 +435,12 @@ func FindByNonce(taskDir, nonce string) (Identity, bool, error) {
 			return
 		}
 		if has, _ := cmdlineHas(pid, args...); has {
-			found = Identity{PID: pid, StartTime: s.StartTime, BootID: boot, Nonce: nonce, Socket: socketPath(taskDir)}
+			found = fsm.Identity{PID: pid, StartTime: s.StartTime, BootID: boot, Nonce: nonce, Socket: socketPath(taskDir)}
 			ok = true
 		}
 	})
 	if err != nil {
-		return Identity{}, false, err
+		return fsm.Identity{}, false, err
 	}
 	return found, ok, nil
 }

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/tether-fsm/tether/fsm"
 )
 
 // ProtocolVersion is the version of the control protocol. A client and an
@@ -20,7 +22,7 @@ import (
 // answers each with a response carrying the same id, in any order (a wait
 // answers when the task has exited). The first request on a connection must
 // be a hello with the protocol version and the executor's nonce.
-const ProtocolVersion = 1
+const ProtocolVersion = 2
 
 const maxFrame = 1 << 20
 
@@ -68,13 +70,11 @@ type request struct {
 }
 
 type response struct {
-	ID       uint64     `json:"id"`
-	Err      *wireError `json:"err,omitempty"`
-	Version  int        `json:"version,omitempty"`  // hello
-	Identity *Identity  `json:"identity,omitempty"` // hello
-	PID      int        `json:"pid,omitempty"`      // launch
-	Start    uint64     `json:"start,omitempty"`    // launch
-	Status   *Status    `json:"status,omitempty"`   // status, wait, stop
+	ID       uint64        `json:"id"`
+	Err      *wireError    `json:"err,omitempty"`
+	Version  int           `json:"version,omitempty"`  // hello
+	Identity *fsm.Identity `json:"identity,omitempty"` // hello
+	Status   *Status       `json:"status,omitempty"`   // launch, status, wait, stop
 }
 
 // errCode is the wire name of a named error.

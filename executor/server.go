@@ -18,13 +18,15 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/fsm"
 )
 
 // readyMsg is what the executor writes to its ready descriptor, then closes
 // it: its identity, or why it could not start.
 type readyMsg struct {
-	Identity *Identity `json:"identity,omitempty"`
-	Err      string    `json:"err,omitempty"`
+	Identity *fsm.Identity `json:"identity,omitempty"`
+	Err      string        `json:"err,omitempty"`
 }
 
 // allowPeer is the SO_PEERCRED policy: a peer is accepted when it runs as
@@ -94,7 +96,7 @@ type server struct {
 	log     hclog.Logger
 	taskDir string
 	nonce   string
-	id      Identity
+	id      fsm.Identity
 	prefix  []string
 	self    int
 	selfUID uint32
@@ -125,7 +127,7 @@ type taskState struct {
 	pid    int
 	start  uint64
 	exited bool
-	exit   ExitStatus
+	exit   fsm.ExitStatus
 }
 
 type waiter struct {
@@ -175,7 +177,7 @@ func newServer(log hclog.Logger, dir, nonce string, prefix []string) (*server, e
 		s.ownSess = true
 	}
 	if old, err := ReadIdentity(dir); err == nil && old.Nonce != nonce {
-		if alive, _ := old.Alive(); alive {
+		if alive, _ := Alive(old); alive {
 			return nil, fmt.Errorf("%w: pid %d", ErrBusy, old.PID)
 		}
 	}
@@ -191,7 +193,7 @@ func newServer(log hclog.Logger, dir, nonce string, prefix []string) (*server, e
 	if err != nil {
 		return nil, err
 	}
-	s.id = Identity{PID: s.self, StartTime: start, BootID: boot, Nonce: nonce, Socket: socketPath(dir)}
+	s.id = fsm.Identity{PID: s.self, StartTime: start, BootID: boot, Nonce: nonce, Socket: socketPath(dir)}
 
 	sp, dfd, err := shortPath(s.id.Socket)
 	if err != nil {
@@ -419,7 +421,8 @@ func (s *server) handle(sc *sconn, req request) {
 		}
 	case opLaunch:
 		if s.task != nil {
-			s.send(sc, response{ID: req.ID, PID: s.task.pid, Start: s.task.start})
+			st := s.status()
+			s.send(sc, response{ID: req.ID, Status: &st})
 			return
 		}
 		if s.shutdown || req.Spec == nil {
@@ -433,12 +436,14 @@ func (s *server) handle(sc *sconn, req request) {
 			return
 		}
 		s.task = &taskState{pid: pid, start: start}
-		if err := writeFile(s.taskDir, LaunchFile, launchRecord{Nonce: s.nonce, PID: pid, PIDStart: start}, false); err != nil {
+		rec := LaunchRecord{Nonce: s.nonce, BootID: s.id.BootID, PID: pid, StartTime: start}
+		if err := writeFile(s.taskDir, LaunchFile, rec, false); err != nil {
 			s.log.Warn("writing the launch record failed", "err", err)
 		}
 		s.log.Info("task launched", "task_pid", pid, "command", req.Spec.Command)
-		s.send(sc, response{ID: req.ID, PID: pid, Start: start})
 		s.reap() // it may already have exited
+		st := s.status()
+		s.send(sc, response{ID: req.ID, Status: &st})
 	case opStatus:
 		st := s.status()
 		s.send(sc, response{ID: req.ID, Status: &st})
@@ -483,7 +488,7 @@ func (s *server) status() Status {
 	if s.task == nil {
 		return Status{}
 	}
-	return Status{Launched: true, PID: s.task.pid, PIDStart: s.task.start, Exited: s.task.exited, Exit: s.task.exit}
+	return Status{Launched: true, PID: s.task.pid, StartTime: s.task.start, Exited: s.task.exited, Exit: s.task.exit}
 }
 
 func (s *server) checkRunning() error {
@@ -598,11 +603,11 @@ func (s *server) reap() {
 	s.completeTask()
 }
 
-func exitOf(ws unix.WaitStatus) ExitStatus {
+func exitOf(ws unix.WaitStatus) fsm.ExitStatus {
 	if ws.Signaled() {
-		return ExitStatus{Code: -1, Signal: int(ws.Signal())}
+		return fsm.ExitStatus{Code: -1, Signal: int(ws.Signal())}
 	}
-	return ExitStatus{Code: ws.ExitStatus()}
+	return fsm.ExitStatus{Code: ws.ExitStatus()}
 }
 
 // completeTask runs once the task exited and its whole tree is gone: record
@@ -612,7 +617,7 @@ func (s *server) completeTask() {
 		s.killTimer.Stop()
 		s.killTimer = nil
 	}
-	rec := exitRecord{ExitStatus: s.task.exit, Nonce: s.nonce, PID: s.task.pid, PIDStart: s.task.start}
+	rec := ExitRecord{Exit: s.task.exit, Nonce: s.nonce, BootID: s.id.BootID, PID: s.task.pid, StartTime: s.task.start}
 	code := 0
 	if err := writeFileAtomic(s.taskDir, ExitStatusFile, rec); err != nil {
 		s.log.Error("could not record the exit status", "err", err)

@@ -22,12 +22,13 @@ const (
 func (t *Table) Graph(format GraphFormat) (string, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.lf.SetState(StateCreated.String())
+	lf := t.mirror()
+	lf.SetState(StateCreated.String())
 	switch format {
 	case Mermaid:
-		return lfsm.VisualizeWithType(t.lf, lfsm.MermaidFlowChart)
+		return lfsm.VisualizeWithType(lf, lfsm.MermaidFlowChart)
 	case Graphviz:
-		out, err := lfsm.VisualizeWithType(t.lf, lfsm.GRAPHVIZ)
+		out, err := lfsm.VisualizeWithType(lf, lfsm.GRAPHVIZ)
 		if err != nil {
 			return "", err
 		}

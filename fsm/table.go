@@ -131,8 +131,9 @@ type Table struct {
 	// then[from][event] is the input that follows the edge at once.
 	then [numStates][numEventTypes]EventType
 
-	// lf mirrors the table in looplab/fsm, for Can and graph export. A
-	// looplab machine has a current state, so calls are serialised.
+	// lf mirrors the table in looplab/fsm, for Can and graph export. It is
+	// built on first use (an executor, which folds nothing, never pays for
+	// it). A looplab machine has a current state, so calls are serialised.
 	mu     sync.Mutex
 	lf     *lfsm.FSM
 	labels map[[2]uint8][]string // (from, event) -> looplab event names
@@ -199,7 +200,6 @@ func NewTable(edges []Edge) (*Table, error) {
 	if err := t.checkReapingIsTheGate(); err != nil {
 		return nil, err
 	}
-	t.buildMirror()
 	return t, nil
 }
 
@@ -247,6 +247,14 @@ func (t *Table) label(e Edge) string {
 	return l
 }
 
+// mirror returns the looplab machine, building it on first use. t.mu is held.
+func (t *Table) mirror() *lfsm.FSM {
+	if t.lf == nil {
+		t.buildMirror()
+	}
+	return t.lf
+}
+
 func (t *Table) buildMirror() {
 	descs := make([]lfsm.EventDesc, 0, len(t.edges))
 	for _, e := range t.edges {
@@ -266,9 +274,10 @@ func (t *Table) Edges() []Edge { return slices.Clone(t.edges) }
 func (t *Table) Can(s State, ev EventType) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.lf.SetState(s.String())
+	lf := t.mirror()
+	lf.SetState(s.String())
 	for _, l := range t.labels[[2]uint8{uint8(s), uint8(ev)}] {
-		if t.lf.Can(l) {
+		if lf.Can(l) {
 			return true
 		}
 	}
