@@ -262,3 +262,39 @@ func BenchmarkCursor_1M(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)*replayEvents/b.Elapsed().Seconds(), "events/s")
 }
+
+// BenchmarkDecodeRecord decodes the record the replay fixture holds most
+// of (a reattached self-loop), without bbolt: the decoder's share of
+// replay.
+func BenchmarkDecodeRecord(b *testing.B) {
+	rec := encodeRecord(nil, 1000, &reattached)
+	var e fsm.Event
+	for b.Loop() {
+		if _, derr := decodeRecord(rec, &e); derr != nil {
+			b.Fatal(derr.reason)
+		}
+	}
+}
+
+// BenchmarkDecodeFold decodes and folds a running task's reattached
+// records, without bbolt: replay's work per record beyond the cursor.
+func BenchmarkDecodeFold(b *testing.B) {
+	log := runningLog(994)
+	recs := make([][]byte, len(log))
+	for i := range log {
+		recs[i] = encodeRecord(nil, uint64(i+1), &log[i])
+	}
+	var e fsm.Event
+	for b.Loop() {
+		t := fsm.Task{ID: "bench"}
+		for i, rec := range recs {
+			if err := decodeAt("bench", uint64(i+1), rec, &e); err != nil {
+				b.Fatal(err)
+			}
+			if err := fsm.Lifecycle.Apply(&t, &e); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(recs)), "ns/record")
+}

@@ -207,8 +207,8 @@ func checkTask(b *bolt.Bucket, task string, r *Report) (state fsm.State, ok bool
 		// The log cannot be folded; trust the head for the index check.
 		return h.state, true
 	}
-	if t.State != h.state || t.Target != h.target || t.Nonce != h.nonce {
-		add(0, &CorruptError{Task: task, Reason: fmt.Sprintf("head says %s, the log folds to %s", h.state, t.State)})
+	if why := h.disagrees(&t); why != "" {
+		add(0, &CorruptError{Task: task, Reason: why})
 	}
 	return t.State, true
 }

@@ -57,7 +57,8 @@ type request struct {
 // Append returns only once the events are committed and synced to disk
 // (unless Options.NoSync). A version mismatch gives a *ConflictError; an
 // event the table does not allow gives an error wrapping
-// fsm.ErrIllegalTransition; appending to a task the store does not hold,
+// fsm.ErrIllegalTransition; an event whose record would exceed 1 MiB a
+// *SizeError (ErrTooLarge); appending to a task the store does not hold,
 // with expected > 0, gives ErrUnknownTask. On any error nothing of this
 // call is written. A context cancelled while the request is still queued
 // returns ctx.Err() and writes nothing; once the request is being committed
@@ -88,6 +89,9 @@ func (s *Store) Append(ctx context.Context, task string, expected uint64, events
 		r.events[i] = e
 		start := len(buf)
 		buf = encodeRecord(buf, seq, &e)
+		if n := len(buf) - start; n > maxRecord {
+			return 0, &SizeError{Task: task, Seq: seq, Type: e.Type, Size: n, Limit: maxRecord}
+		}
 		r.recs[i] = buf[start:len(buf):len(buf)]
 	}
 

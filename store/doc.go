@@ -15,7 +15,12 @@
 //     only what is live.
 //
 // Records are a compact binary form (see record.go) with a header carrying
-// the record schema version, the event type and a CRC32C of the record. A
+// the record schema version, the event type and a CRC32C of the record.
+// Version 2 carries every field of fsm.Event (cgroups, OOM, restart
+// attempts, and the spec's resources, logs, restart policy, namespaces and
+// job); version-1 records, written before those fields existed, are
+// upcast on reading (the new fields zero), as are version-1 heads. A record
+// is at most 1 MiB: Append refuses a larger event with a *SizeError. A
 // damaged record is reported as a *CorruptError naming its task and
 // sequence number (errors.Is(err, ErrCorrupt)); a record from a newer
 // tether as a *VersionError. Nothing is skipped silently and nothing

@@ -3,6 +3,8 @@ package store
 import (
 	"errors"
 	"fmt"
+
+	"github.com/tether-fsm/tether/fsm"
 )
 
 // Errors returned when opening, compacting or closing a store.
@@ -35,6 +37,9 @@ var (
 	ErrSequence = errors.New("store: event out of sequence")
 	// ErrTaskID is returned for an empty or oversized task id.
 	ErrTaskID = errors.New("store: invalid task id")
+	// ErrTooLarge is wrapped by SizeError: an event whose record would be
+	// larger than the store accepts (1 MiB).
+	ErrTooLarge = errors.New("store: record too large")
 	// ErrWrite is wrapped around failures to write or sync the file (disk
 	// full, I/O error); the message names the file.
 	ErrWrite = errors.New("store: write failed")
@@ -67,6 +72,23 @@ func (e *ConflictError) Error() string {
 }
 
 func (e *ConflictError) Unwrap() error { return ErrConflict }
+
+// SizeError reports an event Append refused because its record would be
+// larger than Limit bytes. Nothing of that Append is written.
+type SizeError struct {
+	Task  string
+	Seq   uint64
+	Type  fsm.EventType
+	Size  int
+	Limit int
+}
+
+func (e *SizeError) Error() string {
+	return fmt.Sprintf("store: task %q seq %d: the %s event is %d bytes, more than the %d one record may hold: shorten its arguments or environment",
+		e.Task, e.Seq, e.Type, e.Size, e.Limit)
+}
+
+func (e *SizeError) Unwrap() error { return ErrTooLarge }
 
 // CorruptError reports a damaged record (or head) of a task. Seq is the
 // sequence number of the record (0 for the task's head or the task as a

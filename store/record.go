@@ -10,37 +10,48 @@ import (
 	"github.com/tether-fsm/tether/fsm"
 )
 
-// Record layout (all versions share the 6-byte header):
+// Record layout (every version shares the 6-byte header):
 //
 //	[0:4]  CRC32C (Castagnoli, little endian) of bytes [4:]
-//	[4]    record schema version (recordVersion)
+//	[4]    record schema version (1 or 2; recordVersion is written)
 //	[5]    event type (fsm.EventType)
 //	[6:]   body
 //
-// Body of version 1, in order:
+// Body, in order (the parts marked v2 are version 2's; a version-1 record
+// is the same form without them, so it decodes by the same code with the
+// version-2 field bits refused, its new fields zero):
 //
 //	seq      uvarint (must equal the record's key)
 //	time     8 bytes little endian (Unix ns, two's complement)
-//	fields   uvarint bit set of the optional fields that follow
+//	fields   uvarint bit set of the optional parts that follow
 //	spec     name, driver, command, args, env, dir, user, cap_add,
-//	         cap_drop, kill_signal, kill_timeout
+//	         cap_drop, kill_signal, kill_timeout;
+//	         v2 (fSpecExt): a uvarint bit set of the spec's optional
+//	         parts, then those present: resources (memory, memory_max,
+//	         cpu, cores, pids), oom_score_adj, logs (max_files,
+//	         max_file_size, disabled), restart (attempts, interval, delay,
+//	         mode, on_success), pid_mode, ipc_mode, job, group
 //	nonce    string
-//	executor pid, start_time, boot_id, nonce, socket
+//	executor pid, start_time, boot_id, nonce, socket; v2 (fCgroup): cgroup
 //	task_pid varint; task_start uvarint
-//	exit     code varint, signal varint
+//	exit     code varint, signal varint (v2 fOOM: OOM set, no bytes)
 //	signal   varint; grace varint
 //	reason   string; target byte
+//	attempt  v2: varint
 //
 // Strings are a uvarint length then bytes; lists a uvarint count then
 // strings; env a uvarint count then key/value pairs in strictly increasing
-// key order. Integers are minimal (u)varints. The form is canonical: a
-// record that decodes re-encodes to the same bytes, which the fuzz test
-// holds the decoder to.
+// key order; booleans one byte, 0 or 1. Integers are minimal (u)varints. An
+// optional part is present exactly when its value is not the zero value
+// (a pointer: when it is not nil). The form is canonical: a record that
+// decodes re-encodes to the same bytes (in its own version), which the
+// fuzz test holds the decoder to.
 const (
-	recordVersion = 1
+	recordVersion = 2
 	headerLen     = 6
 )
 
+// Field bits of the record body.
 const (
 	fSpec = 1 << iota
 	fNonce
@@ -52,9 +63,32 @@ const (
 	fGrace
 	fReason
 	fTarget
+	fCgroup  // v2: Executor.Cgroup (with fExecutor)
+	fOOM     // v2: Exit.OOM (with fExit)
+	fAttempt // v2: Attempt
+	fSpecExt // v2: the spec's optional parts (with fSpec)
 
-	fAll = 1<<iota - 1
+	fAllV1 = fTarget<<1 - 1
+	fAllV2 = fSpecExt<<1 - 1
 )
+
+// Bits of a version-2 spec's optional parts.
+const (
+	sxResources = 1 << iota
+	sxOOMScoreAdj
+	sxLogs
+	sxRestart
+	sxPIDMode
+	sxIPCMode
+	sxJob
+	sxGroup
+	sxAll = 1<<iota - 1
+)
+
+// maxRecord bounds one encoded record. fsm.Spec.Validate refuses a spec
+// over 512 KiB up front; the store is the last line, so that a runaway
+// event never reaches bbolt (whose values may be far larger) or a reader.
+const maxRecord = 1 << 20
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -64,43 +98,21 @@ func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 func checksum(rec []byte) uint32 { return crc32.Update(0, castagnoli, rec[4:]) }
 
 // encodeRecord appends the record form of e, with sequence number seq, to
-// dst.
+// dst, in the current record version.
 func encodeRecord(dst []byte, seq uint64, e *fsm.Event) []byte {
+	return appendRecord(dst, recordVersion, seq, e)
+}
+
+// appendRecord encodes e in the given record version. Version 1 is the
+// same form without the version-2 parts: it is used only to hold the
+// decoder of version-1 records to canonical form (an event that sets a
+// field version 1 cannot carry does not round-trip through it).
+func appendRecord(dst []byte, version uint8, seq uint64, e *fsm.Event) []byte {
 	start := len(dst)
-	dst = append(dst, 0, 0, 0, 0, recordVersion, byte(e.Type))
+	dst = append(dst, 0, 0, 0, 0, version, byte(e.Type))
 	dst = binary.AppendUvarint(dst, seq)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(e.Time))
-	var f uint64
-	if e.Spec != nil {
-		f |= fSpec
-	}
-	if e.Nonce != "" {
-		f |= fNonce
-	}
-	if e.Executor != nil {
-		f |= fExecutor
-	}
-	if e.TaskPID != 0 {
-		f |= fTaskPID
-	}
-	if e.TaskStartTime != 0 {
-		f |= fTaskStart
-	}
-	if e.Exit != nil {
-		f |= fExit
-	}
-	if e.Signal != 0 {
-		f |= fSignal
-	}
-	if e.Grace != 0 {
-		f |= fGrace
-	}
-	if e.Reason != "" {
-		f |= fReason
-	}
-	if e.Target != fsm.StateNone {
-		f |= fTarget
-	}
+	f := fieldsOf(e)
 	dst = binary.AppendUvarint(dst, f)
 	if s := e.Spec; s != nil {
 		dst = appendString(dst, s.Name)
@@ -123,6 +135,9 @@ func encodeRecord(dst []byte, seq uint64, e *fsm.Event) []byte {
 		dst = appendList(dst, s.CapDrop)
 		dst = binary.AppendVarint(dst, int64(s.KillSignal))
 		dst = binary.AppendVarint(dst, int64(s.KillTimeout))
+		if f&fSpecExt != 0 {
+			dst = appendSpecExt(dst, s)
+		}
 	}
 	if f&fNonce != 0 {
 		dst = appendString(dst, e.Nonce)
@@ -133,6 +148,9 @@ func encodeRecord(dst []byte, seq uint64, e *fsm.Event) []byte {
 		dst = appendString(dst, x.BootID)
 		dst = appendString(dst, x.Nonce)
 		dst = appendString(dst, x.Socket)
+		if f&fCgroup != 0 {
+			dst = appendString(dst, x.Cgroup)
+		}
 	}
 	if f&fTaskPID != 0 {
 		dst = binary.AppendVarint(dst, int64(e.TaskPID))
@@ -156,7 +174,122 @@ func encodeRecord(dst []byte, seq uint64, e *fsm.Event) []byte {
 	if f&fTarget != 0 {
 		dst = append(dst, byte(e.Target))
 	}
+	if f&fAttempt != 0 {
+		dst = binary.AppendVarint(dst, int64(e.Attempt))
+	}
 	binary.LittleEndian.PutUint32(dst[start:], checksum(dst[start:]))
+	return dst
+}
+
+// fieldsOf is the bit set of e's optional parts that are present.
+func fieldsOf(e *fsm.Event) uint64 {
+	var f uint64
+	if e.Spec != nil {
+		f |= fSpec
+		if specExtOf(e.Spec) != 0 {
+			f |= fSpecExt
+		}
+	}
+	if e.Nonce != "" {
+		f |= fNonce
+	}
+	if e.Executor != nil {
+		f |= fExecutor
+		if e.Executor.Cgroup != "" {
+			f |= fCgroup
+		}
+	}
+	if e.TaskPID != 0 {
+		f |= fTaskPID
+	}
+	if e.TaskStartTime != 0 {
+		f |= fTaskStart
+	}
+	if e.Exit != nil {
+		f |= fExit
+		if e.Exit.OOM {
+			f |= fOOM
+		}
+	}
+	if e.Signal != 0 {
+		f |= fSignal
+	}
+	if e.Grace != 0 {
+		f |= fGrace
+	}
+	if e.Reason != "" {
+		f |= fReason
+	}
+	if e.Target != fsm.StateNone {
+		f |= fTarget
+	}
+	if e.Attempt != 0 {
+		f |= fAttempt
+	}
+	return f
+}
+
+func specExtOf(s *fsm.Spec) uint64 {
+	var x uint64
+	if !s.Resources.IsZero() {
+		x |= sxResources
+	}
+	if s.OOMScoreAdj != nil {
+		x |= sxOOMScoreAdj
+	}
+	if s.Logs != (fsm.LogConfig{}) {
+		x |= sxLogs
+	}
+	if s.Restart != nil {
+		x |= sxRestart
+	}
+	if s.PIDMode != "" {
+		x |= sxPIDMode
+	}
+	if s.IPCMode != "" {
+		x |= sxIPCMode
+	}
+	if s.Job != "" {
+		x |= sxJob
+	}
+	if s.Group != "" {
+		x |= sxGroup
+	}
+	return x
+}
+
+func appendSpecExt(dst []byte, s *fsm.Spec) []byte {
+	x := specExtOf(s)
+	dst = binary.AppendUvarint(dst, x)
+	if x&sxResources != 0 {
+		r := &s.Resources
+		for _, v := range [...]int{r.MemoryMB, r.MemoryMaxMB, r.CPU, r.Cores, r.PIDs} {
+			dst = binary.AppendVarint(dst, int64(v))
+		}
+	}
+	if x&sxOOMScoreAdj != 0 {
+		dst = binary.AppendVarint(dst, int64(*s.OOMScoreAdj))
+	}
+	if x&sxLogs != 0 {
+		dst = binary.AppendVarint(dst, int64(s.Logs.MaxFiles))
+		dst = binary.AppendVarint(dst, int64(s.Logs.MaxFileSizeMB))
+		dst = appendBool(dst, s.Logs.Disabled)
+	}
+	if p := s.Restart; p != nil {
+		dst = binary.AppendVarint(dst, int64(p.Attempts))
+		dst = binary.AppendVarint(dst, int64(p.Interval))
+		dst = binary.AppendVarint(dst, int64(p.Delay))
+		dst = appendString(dst, string(p.Mode))
+		dst = appendBool(dst, p.OnSuccess)
+	}
+	for _, v := range [...]struct {
+		bit uint64
+		s   string
+	}{{sxPIDMode, s.PIDMode}, {sxIPCMode, s.IPCMode}, {sxJob, s.Job}, {sxGroup, s.Group}} {
+		if x&v.bit != 0 {
+			dst = appendString(dst, v.s)
+		}
+	}
 	return dst
 }
 
@@ -173,6 +306,13 @@ func appendList(dst []byte, l []string) []byte {
 	return dst
 }
 
+func appendBool(dst []byte, b bool) []byte {
+	if b {
+		return append(dst, 1)
+	}
+	return append(dst, 0)
+}
+
 // decodeError is what the decoder reports; the caller adds the task.
 type decodeError struct {
 	version uint8 // non-zero: an unknown record version
@@ -181,7 +321,12 @@ type decodeError struct {
 
 // decodeRecord decodes rec into *e. It never panics and never trusts a
 // length it has not checked against the bytes left. It returns the
-// record's sequence number.
+// record's sequence number. A record of version 1 is upcast: the fields
+// version 2 added are zero.
+//
+// It is replay's hot path. A record that carries no optional part (most of
+// a long log: self-loops and intents) is decoded without a call beyond
+// the checksum; the optional parts go through decodeFields.
 func decodeRecord(rec []byte, e *fsm.Event) (uint64, *decodeError) {
 	if len(rec) < headerLen {
 		return 0, &decodeError{reason: "truncated record header"}
@@ -189,53 +334,74 @@ func decodeRecord(rec []byte, e *fsm.Event) (uint64, *decodeError) {
 	if binary.LittleEndian.Uint32(rec) != checksum(rec) {
 		return 0, &decodeError{reason: "checksum mismatch"}
 	}
-	switch v := rec[4]; {
+	v := rec[4]
+	switch {
 	case v == 0:
 		return 0, &decodeError{reason: "record version 0"}
 	case v > recordVersion:
 		return 0, &decodeError{version: v}
 	}
-	*e = fsm.Event{Type: fsm.EventType(rec[5])}
-	if !e.Type.Valid() {
+	typ := fsm.EventType(rec[5])
+	if !typ.Valid() {
 		return 0, &decodeError{reason: "unknown event type " + strconv.Itoa(int(rec[5]))}
 	}
-	d := decoder{b: rec[headerLen:]}
-	seq := d.uvarint()
-	if len(d.b) < 8 {
-		d.fail("truncated time")
+	resetEvent(e, typ)
+	b := rec[headerLen:]
+	var seq uint64
+	if len(b) > 0 && b[0] < 0x80 {
+		seq, b = uint64(b[0]), b[1:]
+	} else if len(b) > 1 && b[1] < 0x80 && b[1] != 0 {
+		seq, b = uint64(b[0]&0x7f)|uint64(b[1])<<7, b[2:]
 	} else {
-		e.Time = int64(binary.LittleEndian.Uint64(d.b))
-		d.b = d.b[8:]
+		d := decoder{b: b}
+		seq = d.uvarint()
+		if d.err != "" {
+			return 0, &decodeError{reason: d.err}
+		}
+		b = d.b
 	}
+	if len(b) < 9 {
+		return 0, &decodeError{reason: "truncated time or fields"}
+	}
+	e.Time = int64(binary.LittleEndian.Uint64(b))
+	if f := b[8]; f == 0 && len(b) == 9 {
+		return seq, nil // no optional part
+	}
+	d := decoder{b: b[8:]}
+	d.fields(e, v)
+	if d.err != "" {
+		return 0, &decodeError{reason: d.err}
+	}
+	return seq, nil
+}
+
+// resetEvent makes *e the zero event of type typ, writing only the fields
+// that are set (replay decodes every record into one reused event, and
+// most records leave its pointers nil).
+func resetEvent(e *fsm.Event, typ fsm.EventType) {
+	if e.Spec != nil || e.Executor != nil || e.Exit != nil || e.Nonce != "" || e.Reason != "" {
+		*e = fsm.Event{Type: typ}
+		return
+	}
+	e.Type, e.Seq, e.TaskPID, e.TaskStartTime = typ, 0, 0, 0
+	e.Signal, e.Grace, e.Target, e.Attempt = 0, 0, fsm.StateNone, 0
+}
+
+// fields decodes the field bit set and the optional parts it names.
+func (d *decoder) fields(e *fsm.Event, version uint8) {
 	f := d.uvarint()
-	if f&^fAll != 0 {
+	known := uint64(fAllV2)
+	if version == 1 {
+		known = fAllV1
+	}
+	switch {
+	case f&^known != 0:
 		d.fail("unknown field bits")
+	case f&fCgroup != 0 && f&fExecutor == 0, f&fOOM != 0 && f&fExit == 0, f&fSpecExt != 0 && f&fSpec == 0:
+		d.fail("field bits without their part")
 	}
 	if d.err == "" && f&fSpec != 0 {
-		s := &fsm.Spec{}
-		s.Name = d.str()
-		s.Driver = d.str()
-		s.Command = d.str()
-		s.Args = d.list()
-		if n := d.count(2); n > 0 {
-			s.Env = make(map[string]string, n)
-			prev := ""
-			for i := range n {
-				k, v := d.str(), d.str()
-				if i > 0 && k <= prev {
-					d.fail("env keys out of order")
-					break
-				}
-				s.Env[k], prev = v, k
-			}
-		}
-		s.Dir = d.str()
-		s.User = d.str()
-		s.CapAdd = d.list()
-		s.CapDrop = d.list()
-		s.KillSignal = d.int()
-		s.KillTimeout = time.Duration(d.varint())
-		e.Spec = s
+		e.Spec = d.spec(f&fSpecExt != 0)
 	}
 	if f&fNonce != 0 {
 		e.Nonce = d.nonEmpty()
@@ -247,6 +413,9 @@ func decodeRecord(rec []byte, e *fsm.Event) (uint64, *decodeError) {
 		x.BootID = d.str()
 		x.Nonce = d.str()
 		x.Socket = d.str()
+		if f&fCgroup != 0 {
+			x.Cgroup = d.nonEmpty()
+		}
 		e.Executor = x
 	}
 	if f&fTaskPID != 0 {
@@ -258,7 +427,7 @@ func decodeRecord(rec []byte, e *fsm.Event) (uint64, *decodeError) {
 		}
 	}
 	if d.err == "" && f&fExit != 0 {
-		e.Exit = &fsm.ExitStatus{Code: d.int(), Signal: d.int()}
+		e.Exit = &fsm.ExitStatus{Code: d.int(), Signal: d.int(), OOM: f&fOOM != 0}
 	}
 	if f&fSignal != 0 {
 		e.Signal = d.nonZero()
@@ -280,13 +449,84 @@ func decodeRecord(rec []byte, e *fsm.Event) (uint64, *decodeError) {
 			d.b = d.b[1:]
 		}
 	}
+	if f&fAttempt != 0 {
+		e.Attempt = d.nonZero()
+	}
 	if d.err == "" && len(d.b) != 0 {
 		d.fail("trailing bytes")
 	}
-	if d.err != "" {
-		return 0, &decodeError{reason: d.err}
+}
+
+func (d *decoder) spec(ext bool) *fsm.Spec {
+	s := &fsm.Spec{}
+	s.Name = d.str()
+	s.Driver = d.str()
+	s.Command = d.str()
+	s.Args = d.list()
+	if n := d.count(2); n > 0 {
+		s.Env = make(map[string]string, n)
+		prev := ""
+		for i := range n {
+			k, v := d.str(), d.str()
+			if i > 0 && k <= prev {
+				d.fail("env keys out of order")
+				break
+			}
+			s.Env[k], prev = v, k
+		}
 	}
-	return seq, nil
+	s.Dir = d.str()
+	s.User = d.str()
+	s.CapAdd = d.list()
+	s.CapDrop = d.list()
+	s.KillSignal = d.int()
+	s.KillTimeout = time.Duration(d.varint())
+	if !ext || d.err != "" {
+		return s
+	}
+	x := d.uvarint()
+	switch {
+	case x == 0:
+		d.fail("empty spec extension")
+	case x&^sxAll != 0:
+		d.fail("unknown spec field bits")
+	}
+	if x&sxResources != 0 {
+		r := &s.Resources
+		r.MemoryMB, r.MemoryMaxMB, r.CPU, r.Cores, r.PIDs = d.int(), d.int(), d.int(), d.int(), d.int()
+		if r.IsZero() {
+			d.fail("zero value for a present field")
+		}
+	}
+	if x&sxOOMScoreAdj != 0 {
+		adj := d.int()
+		s.OOMScoreAdj = &adj
+	}
+	if x&sxLogs != 0 {
+		s.Logs = fsm.LogConfig{MaxFiles: d.int(), MaxFileSizeMB: d.int(), Disabled: d.bool()}
+		if s.Logs == (fsm.LogConfig{}) {
+			d.fail("zero value for a present field")
+		}
+	}
+	if x&sxRestart != 0 {
+		s.Restart = &fsm.RestartPolicy{
+			Attempts: d.int(), Interval: time.Duration(d.varint()), Delay: time.Duration(d.varint()),
+			Mode: fsm.RestartMode(d.str()), OnSuccess: d.bool(),
+		}
+	}
+	if x&sxPIDMode != 0 {
+		s.PIDMode = d.nonEmpty()
+	}
+	if x&sxIPCMode != 0 {
+		s.IPCMode = d.nonEmpty()
+	}
+	if x&sxJob != 0 {
+		s.Job = d.nonEmpty()
+	}
+	if x&sxGroup != 0 {
+		s.Group = d.nonEmpty()
+	}
+	return s
 }
 
 // decoder reads a record body. The first failure sticks; later reads
@@ -306,6 +546,10 @@ func (d *decoder) fail(reason string) {
 // uvarint reads a minimal unsigned varint.
 func (d *decoder) uvarint() uint64 {
 	b := d.b
+	if len(b) > 0 && b[0] < 0x80 {
+		d.b = b[1:]
+		return uint64(b[0])
+	}
 	var v uint64
 	for i := 0; i < len(b) && i < binary.MaxVarintLen64; i++ {
 		c := b[i]
@@ -351,6 +595,20 @@ func (d *decoder) nonZero() int {
 		d.fail("zero value for a present field")
 	}
 	return v
+}
+
+func (d *decoder) bool() bool {
+	if len(d.b) < 1 {
+		d.fail("truncated boolean")
+		return false
+	}
+	c := d.b[0]
+	if c > 1 {
+		d.fail("invalid boolean")
+		return false
+	}
+	d.b = d.b[1:]
+	return c == 1
 }
 
 // count reads an element count, each element at least minBytes long, and

@@ -419,8 +419,8 @@ func foldTask(tx *bolt.Tx, task string) (fsm.Task, error) {
 	if err := it.end(h); err != nil {
 		return fsm.Task{}, err
 	}
-	if h.state != t.State {
-		return fsm.Task{}, &CorruptError{Task: task, Reason: fmt.Sprintf("head says state %s, the log folds to %s", h.state, t.State)}
+	if why := h.disagrees(&t); why != "" {
+		return fsm.Task{}, &CorruptError{Task: task, Reason: why}
 	}
 	return t, nil
 }
