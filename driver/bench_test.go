@@ -43,7 +43,7 @@ var taskArgs = []string{"3600"}
 // as they would ship.
 func benchBinaries(b *testing.B) (executorBin, helperBin string) {
 	b.Helper()
-	dir := b.TempDir()
+	dir := filepath.Join(b.TempDir(), "state")
 	for _, p := range []struct{ out, pkg string }{
 		{"tether-executor", "github.com/tether-fsm/tether/cmd/tether-executor"},
 		{"minhelper", "github.com/tether-fsm/tether/executor/internal/minhelper"},
@@ -216,7 +216,7 @@ func destroy(b *testing.B, d *Driver, id string) {
 // Target: ratio <= 1.5.
 func BenchmarkStartTask(b *testing.B) {
 	executorBin, helperBin := benchBinaries(b)
-	dir := b.TempDir()
+	dir := filepath.Join(b.TempDir(), "state")
 	ph := newPhases()
 	d := benchDriver(b, dir, executorBin, Hooks{Crash: ph.hit})
 	steps := benchkit.OpenBoltSteps(b, dir, "floor.db")
@@ -287,7 +287,7 @@ func BenchmarkStartTask(b *testing.B) {
 // SIGKILL -> wait of the minimal Go helper. Target: ratio <= 2.
 func BenchmarkKill(b *testing.B) {
 	executorBin, helperBin := benchBinaries(b)
-	dir := b.TempDir()
+	dir := filepath.Join(b.TempDir(), "state")
 	var faultAt time.Time
 	errFault := errors.New("bench: launch fails")
 	ph := newPhases()
@@ -356,13 +356,13 @@ func (simWorld) Reattach(_ context.Context, _ string, id fsm.Identity) (Executor
 func (simWorld) FindByNonce(context.Context, string, string) (fsm.Identity, bool, error) {
 	return fsm.Identity{}, false, nil
 }
-func (simWorld) Kill(context.Context, string, fsm.Identity) error          { return errSim }
-func (simWorld) KillGroup(context.Context, string, int, uint64) error      { return errSim }
-func (simWorld) Alive(context.Context, string, fsm.Identity) (bool, error) { return true, nil }
-func (simWorld) ExitStatus(context.Context, string) (fsm.ExitStatus, bool, error) {
+func (simWorld) Kill(context.Context, string, fsm.Identity) error                  { return errSim }
+func (simWorld) KillTask(context.Context, string, fsm.Identity, int, uint64) error { return errSim }
+func (simWorld) Alive(context.Context, string, fsm.Identity) (bool, error)         { return true, nil }
+func (simWorld) ExitStatus(context.Context, string, fsm.Identity, int, uint64) (fsm.ExitStatus, bool, error) {
 	return fsm.ExitStatus{}, false, nil
 }
-func (simWorld) LaunchRecord(context.Context, string) (int, uint64, bool, error) {
+func (simWorld) LaunchRecord(context.Context, string, fsm.Identity) (int, uint64, bool, error) {
 	return 0, 0, false, nil
 }
 
@@ -387,11 +387,11 @@ func checkIdentity(pid int, start uint64) error {
 type simExecutor struct{ id fsm.Identity }
 
 func (e simExecutor) Identity() fsm.Identity { return e.id }
-func (simExecutor) Launch(context.Context, fsm.Spec, []string) (int, uint64, error) {
-	return 0, 0, errSim
+func (simExecutor) Launch(context.Context, fsm.Spec, []string) (Status, error) {
+	return Status{}, errSim
 }
 func (simExecutor) Status(context.Context) (Status, error) {
-	return Status{Launched: true, PID: 2, Start: 1}, nil
+	return Status{Launched: true, PID: 2, StartTime: 1}, nil
 }
 func (simExecutor) Wait(ctx context.Context) (fsm.ExitStatus, error) {
 	<-ctx.Done()
@@ -412,7 +412,7 @@ const recoverTasks = 10_000
 // live process), time per task, against the floor of opening a pidfd and
 // reading /proc/PID/stat for one process. Target: ratio <= 3.
 func BenchmarkRecover(b *testing.B) {
-	dir := b.TempDir()
+	dir := filepath.Join(b.TempDir(), "state")
 	live := exec.Command(taskBinary, taskArgs...)
 	if err := live.Start(); err != nil {
 		b.Fatal(err)

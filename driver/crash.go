@@ -3,6 +3,7 @@ package driver
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,10 +24,22 @@ const (
 	crashAfterEffect  = "after-effect:"
 )
 
+// Recorded lists the event types this driver appends, in lifecycle
+// order. (The table's fault event is for embedders that drive the table
+// themselves: the driver records the specific failure instead.)
+func Recorded() []fsm.EventType {
+	return slices.DeleteFunc(fsm.EventTypes(), func(e fsm.EventType) bool {
+		return e == fsm.EventFault || e == fsm.EventRestartIntent
+	})
+}
+
 // CrashPoints lists every crash point name, sorted by lifecycle order.
+// Several coincide where the table has the driver append more than one
+// event in one commit (executor-up with the launch intent, launched with
+// running): those fire at the same moment.
 func CrashPoints() []string {
 	var out []string
-	for _, e := range fsm.EventTypes() {
+	for _, e := range Recorded() {
 		out = append(out, crashBeforeAppend+e.String(), crashAfterAppend+e.String())
 	}
 	for _, e := range []fsm.EffectType{fsm.EffectSpawnExecutor, fsm.EffectLaunchTask, fsm.EffectAttach, fsm.EffectKillExecutor} {
@@ -42,7 +55,7 @@ func FaultPoints() []string {
 	for _, e := range []fsm.EffectType{fsm.EffectSpawnExecutor, fsm.EffectLaunchTask, fsm.EffectAttach, fsm.EffectKillExecutor} {
 		out = append(out, "effect:"+e.String())
 	}
-	for _, e := range fsm.EventTypes() {
+	for _, e := range Recorded() {
 		out = append(out, "append:"+e.String())
 	}
 	return out

@@ -79,6 +79,8 @@ func runChild(args []string) int {
 		}
 	case "recover":
 		_, err = d.Recover(ctx)
+	case "launched-log":
+		err = launchedLog(ctx, d, task("sleep"))
 	default:
 		err = fmt.Errorf("unknown scenario %q", scenario)
 	}
@@ -86,13 +88,49 @@ func runChild(args []string) int {
 	return 0
 }
 
+// launchedLog leaves the log of a task that ends at launched, with its
+// executor and task alive: what a relaunch recorded by its executor, or a
+// driver of an older version, leaves for Recover (this driver records
+// launched and running in one commit when the launch reply says running).
+func launchedLog(ctx context.Context, d *Driver, spec fsm.Spec) error {
+	const id, nonce = "a", "fixture-nonce-1"
+	c, err := executor.Spawn(ctx, executor.SpawnConfig{Command: []string{os.Args[0], modeExecutor}, TaskDir: d.TaskDir(id), Nonce: nonce})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	spec.Name = id
+	st, err := c.Launch(ctx, executor.LaunchSpec{Mode: spec.Driver, Command: spec.Command, Args: spec.Args})
+	if err != nil {
+		return err
+	}
+	x := c.Identity()
+	task := fsm.Task{ID: id}
+	for _, in := range []fsm.Event{
+		{Type: fsm.EventCreated, Spec: &spec}, {Type: fsm.EventSpawnIntent, Nonce: nonce},
+		{Type: fsm.EventExecutorUp, Executor: &x},
+		{Type: fsm.EventLaunched, TaskPID: st.PID, TaskStartTime: st.StartTime},
+	} {
+		evs, _, err := fsm.Step(task, in)
+		if err != nil {
+			return err
+		}
+		if _, err := d.Store().Append(ctx, id, task.Version, evs...); err != nil {
+			return err
+		}
+		task, _ = fsm.FoldAll(task, evs...)
+	}
+	return nil
+}
+
 // crashCase says how to reach a crash point: optionally a first child that
-// crashes at prep (leaving a log for Recover to work on), then a child that
-// runs scenario with the point armed, and a fault to inject.
+// runs prep (crashing at prepPoint when set), leaving a log for Recover to
+// work on, then a child that runs scenario with the point armed, and a
+// fault to inject.
 type crashCase struct {
-	prep     string // crash point of a preparing "start" child, if any
-	scenario string
-	fault    string
+	prep, prepPoint string
+	scenario        string
+	fault           string
 }
 
 func crashCases() map[string]crashCase {
@@ -109,7 +147,7 @@ func crashCases() map[string]crashCase {
 	for _, e := range []string{"task-created", "spawn-intent", "executor-up", "launch-intent", "launched", "running"} {
 		set(start, both(e)...)
 	}
-	for _, e := range []string{"spawn-executor", "launch-task", "attach"} {
+	for _, e := range []string{"spawn-executor", "launch-task"} {
 		set(start, crashBeforeEffect+e, crashAfterEffect+e)
 	}
 	set(crashCase{scenario: "start-exit"}, both("task-exited")...)
@@ -122,8 +160,10 @@ func crashCases() map[string]crashCase {
 	set(crashCase{scenario: "seed"}, both("launch-failed")...)
 	set(crashCase{scenario: "lost"}, both("executor-lost")...)
 	set(crashCase{scenario: "stop", fault: "effect:kill-executor"}, both("kill-failed")...)
-	set(crashCase{prep: crashAfterAppend + "executor-up", scenario: "recover"}, both("fault")...)
-	set(crashCase{prep: crashAfterAppend + "launched", scenario: "recover"}, both("reattached")...)
+	set(crashCase{prep: "start", prepPoint: crashAfterAppend + "spawn-intent", scenario: "recover"}, both("start-interrupted")...)
+	launched := crashCase{prep: "launched-log", scenario: "recover"}
+	set(launched, both("reattached")...)
+	set(launched, crashBeforeEffect+"attach", crashAfterEffect+"attach")
 	return cases
 }
 
@@ -195,8 +235,8 @@ func TestCrashPoints_EveryPointRecovers(t *testing.T) {
 			defer func() { _ = stranger.Process.Kill(); _ = stranger.Wait() }()
 
 			if c.prep != "" {
-				if r := runCrashChild(t, dir, "start", c.prep, ""); !r.killed {
-					t.Fatalf("preparing child did not crash at %s:\n%s", c.prep, r.out)
+				if r := runCrashChild(t, dir, c.prep, c.prepPoint, ""); r.killed != (c.prepPoint != "") {
+					t.Fatalf("preparing child %s (crash point %q) killed=%v:\n%s", c.prep, c.prepPoint, r.killed, r.out)
 				}
 			}
 			r := runCrashChild(t, dir, c.scenario, point, c.fault)
@@ -213,13 +253,13 @@ func TestCrashPoints_EveryPointRecovers(t *testing.T) {
 }
 
 // TestRecover_CrashDuringRecoverThenRecoverAgain crashes a driver at each
-// append of a Recover (a task left in executor-up, the seed's window), then
-// recovers again.
+// step of a Recover of a start interrupted while spawning, then recovers
+// again.
 func TestRecover_CrashDuringRecoverThenRecoverAgain(t *testing.T) {
-	for _, point := range []string{crashAfterAppend + "fault", crashBeforeEffect + "kill-executor", crashAfterEffect + "kill-executor", crashBeforeAppend + "executor-reaped"} {
+	for _, point := range []string{crashAfterAppend + "start-interrupted", crashBeforeEffect + "kill-executor", crashAfterEffect + "kill-executor", crashBeforeAppend + "executor-reaped"} {
 		t.Run(strings.ReplaceAll(point, ":", "_"), func(t *testing.T) {
 			dir := stateDir(t)
-			if r := runCrashChild(t, dir, "start", crashAfterAppend+"executor-up", ""); !r.killed {
+			if r := runCrashChild(t, dir, "start", crashAfterAppend+"spawn-intent", ""); !r.killed {
 				t.Fatalf("first child did not crash:\n%s", r.out)
 			}
 			r := runCrashChild(t, dir, "recover", point, "")

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,7 +24,9 @@ import (
 // Config configures a Driver. Only StateDir is required.
 type Config struct {
 	// StateDir holds the store (tether.db) and one private directory per
-	// task under tasks/. Created 0700.
+	// task under tasks/. A missing one is created 0700; an existing one
+	// must be owned by the caller and private (no group or other access),
+	// and is used as it is: never chmodded.
 	StateDir string
 	// Store is the event log; nil opens StateDir/tether.db with
 	// StoreOptions. A store passed in is not closed by Close.
@@ -46,9 +49,13 @@ type Config struct {
 	KillTimeout time.Duration
 	KillSignal  syscall.Signal
 	// SpawnTimeout bounds an executor's start (default 10s); EffectTimeout
-	// bounds launch, attach and kill (default 30s, plus the grace for kill).
+	// bounds launch, attach and kill (default 30s, plus the grace for
+	// kill); ProbeTimeout bounds each question to a live executor during
+	// recovery and supervision (hello, status; default 5s), so that a
+	// frozen executor makes only its own task unreachable.
 	SpawnTimeout  time.Duration
 	EffectTimeout time.Duration
+	ProbeTimeout  time.Duration
 	// Hooks crash the driver or inject faults at named points (tests).
 	Hooks Hooks
 	// Now is the clock (default time.Now); NewNonce makes spawn nonces
@@ -59,6 +66,11 @@ type Config struct {
 
 // Driver runs tasks through executors, with every lifecycle step written
 // ahead to the store. It is safe for concurrent use.
+//
+// Each task has one owner: a goroutine that receives every input about the
+// task (start, stop, wait, recover, the outcomes of its effects, the
+// supervisor's report of its exit), is the only writer of its state and the
+// only runner of its effects (see owner.go).
 type Driver struct {
 	cfg      Config
 	log      hclog.Logger
@@ -67,15 +79,14 @@ type Driver struct {
 	world    Executors
 	hooks    Hooks
 
-	// loops counts effect loops in flight; Close waits for them before it
-	// stops supervision.
-	loops  sync.WaitGroup
-	supCtx context.Context
-	supEnd context.CancelCauseFunc
-	sups   sync.WaitGroup
+	// life ends when the driver closes: supervision stops with it.
+	life    context.Context
+	endLife context.CancelFunc
+	closing chan struct{} // closed by Close
+	owners  sync.WaitGroup
 
 	mu     sync.Mutex
-	tasks  map[string]*task
+	tasks  map[string]*task // tasks with a live owner
 	closed bool
 
 	// skipEarlyChecks makes StartTask leave capability checks to the
@@ -83,31 +94,17 @@ type Driver struct {
 	skipEarlyChecks bool
 }
 
-// task is the driver's runtime for one task: the folded state and the live
-// executor handle.
+// task is what callers hold of a task: its owner's inbox and the last
+// durable state, for readers that need not ask the owner.
 type task struct {
-	id  string
-	log hclog.Logger
-
-	// loop is a one-slot semaphore: at most one goroutine runs the task's
-	// effects at a time.
-	loop chan struct{}
-	// created is closed once the task-created event is durable (or the
-	// start that claimed the id gave up before it).
-	created chan struct{}
-	// done is closed when the task reaches a terminal state.
-	done chan struct{}
-
-	mu       sync.Mutex // guards the fields below; never held across a call into another process
-	state    fsm.Task
-	h        Executor
-	pid      int // task pid reported by a launch whose event may not be recorded
-	pidStart uint64
-	cancel   context.CancelCauseFunc // cancels the start effect in flight
-	sup      bool                    // a supervisor is waiting on h
-	starting bool                    // StartTask is driving this task: executor-up leads to the launch intent
-	lastErr  error                   // the last start effect's error, for StartTask's caller
+	id   string
+	in   chan request
+	done chan struct{} // closed when the task is durably terminal
+	gone chan struct{} // closed when the owner has exited
+	view atomic.Pointer[fsm.Task]
 }
+
+func (t *task) snapshot() fsm.Task { return *t.view.Load() }
 
 // Open opens a driver on cfg.StateDir. It does not reconcile anything:
 // call Recover to replay the live tasks and reconcile them with reality.
@@ -115,11 +112,8 @@ func Open(cfg Config) (*Driver, error) {
 	if cfg.StateDir == "" {
 		return nil, errors.New("driver: Config.StateDir is required")
 	}
-	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "tasks"), 0o700); err != nil {
-		return nil, fmt.Errorf("driver: create state dir: %w", err)
-	}
-	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("driver: state dir: %w", err)
+	if err := PrepareStateDir(cfg.StateDir); err != nil {
+		return nil, err
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
@@ -136,13 +130,16 @@ func Open(cfg Config) (*Driver, error) {
 	if cfg.EffectTimeout <= 0 {
 		cfg.EffectTimeout = 30 * time.Second
 	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = 5 * time.Second
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	if cfg.NewNonce == nil {
 		cfg.NewNonce = randomNonce
 	}
-	d := &Driver{cfg: cfg, log: cfg.Logger, hooks: cfg.Hooks, tasks: map[string]*task{}}
+	d := &Driver{cfg: cfg, log: cfg.Logger, hooks: cfg.Hooks, tasks: map[string]*task{}, closing: make(chan struct{})}
 	d.world = cfg.Executors
 	if d.world == nil {
 		d.world = NewReal(cfg.StateDir, cfg.ExecutorCommand, cfg.Logger)
@@ -155,13 +152,64 @@ func Open(cfg Config) (*Driver, error) {
 		}
 		d.store, d.ownStore = s, true
 	}
-	d.supCtx, d.supEnd = context.WithCancelCause(context.Background())
+	d.life, d.endLife = context.WithCancel(context.Background())
 	return d, nil
+}
+
+// PrepareStateDir makes sure dir can serve as a state directory: a missing
+// one is created 0700 (with tasks/ inside); an existing one must be a
+// directory (not a symbolic link) owned by the caller with no group or
+// other permissions, and is never chmodded: a shared directory is refused
+// with an error saying what to do.
+func PrepareStateDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("driver: create state directory %s: %w", dir, err)
+		}
+		if fi, err = os.Lstat(dir); err != nil {
+			return fmt.Errorf("driver: state directory %s: %w", dir, err)
+		}
+	case err != nil:
+		return fmt.Errorf("driver: state directory %s: %w", dir, err)
+	}
+	if err := checkPrivateDir(dir, fi); err != nil {
+		return err
+	}
+	tasks := filepath.Join(dir, "tasks")
+	if err := os.Mkdir(tasks, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("driver: create %s: %w", tasks, err)
+	}
+	fi, err = os.Lstat(tasks)
+	if err != nil {
+		return fmt.Errorf("driver: %s: %w", tasks, err)
+	}
+	return checkPrivateDir(tasks, fi)
+}
+
+func checkPrivateDir(dir string, fi os.FileInfo) error {
+	if fi.Mode()&os.ModeSymlink != 0 {
+		return fmt.Errorf("%w: %s is a symbolic link; give the real directory", ErrStateDir, dir)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%w: %s is not a directory", ErrStateDir, dir)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("%w: %s is owned by uid %d, not by you (uid %d); use a directory of your own", ErrStateDir, dir, st.Uid, os.Geteuid())
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 || fi.Mode()&(os.ModeSticky|os.ModeSetgid|os.ModeSetuid) != 0 {
+		return fmt.Errorf("%w: %s has mode %s; it must be private (chmod 700 %s), or pick another with --state-dir",
+			ErrStateDir, dir, fi.Mode().Perm(), dir)
+	}
+	return nil
 }
 
 // Close stops supervising and releases the store. Tasks keep running: an
 // executor whose task is launched outlives the driver, and a later driver
-// reattaches to it in Recover. Starts and stops in flight finish first.
+// reattaches to it in Recover. Starts, stops and recoveries in flight finish
+// first.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -169,20 +217,10 @@ func (d *Driver) Close() error {
 		return nil
 	}
 	d.closed = true
+	close(d.closing)
 	d.mu.Unlock()
-	d.loops.Wait()
-	d.supEnd(ErrClosed)
-	d.sups.Wait()
-	d.mu.Lock()
-	for _, t := range d.tasks {
-		t.mu.Lock()
-		if t.h != nil {
-			_ = t.h.Close()
-			t.h = nil
-		}
-		t.mu.Unlock()
-	}
-	d.mu.Unlock()
+	d.owners.Wait()
+	d.endLife()
 	if d.ownStore {
 		return d.store.Close()
 	}
@@ -218,9 +256,9 @@ func (d *Driver) event(typ fsm.EventType) fsm.Event {
 	return fsm.Event{Type: typ, Time: d.cfg.Now().UnixNano()}
 }
 
-// runtime returns the in-memory task, loading it from the store the first
-// time.
-func (d *Driver) runtime(ctx context.Context, id string) (*task, error) {
+// lookup returns the task's live owner, starting one (from the store) when
+// the driver has none. A task the store does not know is ErrUnknownTask.
+func (d *Driver) lookup(ctx context.Context, id string) (*task, error) {
 	if err := ValidateTaskID(id); err != nil {
 		return nil, err
 	}
@@ -230,109 +268,63 @@ func (d *Driver) runtime(ctx context.Context, id string) (*task, error) {
 			d.mu.Unlock()
 			return nil, ErrClosed
 		}
-		t, ok := d.tasks[id]
-		if !ok {
-			defer d.mu.Unlock()
-			return d.load(ctx, id)
-		}
-		d.mu.Unlock()
-		// A StartTask may have claimed the id without recording the task
-		// yet: wait for the record, so that this call comes after the
-		// start (as a second StartTask's ErrTaskExists already does).
-		select {
-		case <-t.created:
-		case <-ctx.Done():
-			return nil, context.Cause(ctx)
-		}
-		d.mu.Lock()
-		same := d.tasks[id] == t
-		d.mu.Unlock()
-		if same {
+		if t := d.tasks[id]; t != nil {
+			d.mu.Unlock()
 			return t, nil
 		}
-		// The start gave up before recording anything (or the task was
-		// destroyed and forgotten): look again.
+		d.mu.Unlock()
+		st, err := d.store.LoadTask(ctx, id)
+		if errors.Is(err, store.ErrUnknownTask) {
+			return nil, &TaskError{Task: id, Err: ErrUnknownTask}
+		}
+		if err != nil {
+			return nil, &TaskError{Task: id, Err: err}
+		}
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if d.tasks[id] == nil {
+			t := d.startOwner(st)
+			d.mu.Unlock()
+			return t, nil
+		}
+		d.mu.Unlock() // another call started an owner meanwhile: use it
 	}
 }
 
-// load reads a task the driver does not hold from the store. d.mu is held.
-func (d *Driver) load(ctx context.Context, id string) (*task, error) {
-	st, err := d.store.LoadTask(ctx, id)
-	if errors.Is(err, store.ErrUnknownTask) {
-		return nil, &TaskError{Task: id, Err: ErrUnknownTask}
+// ask sends req to the task's owner and waits for its reply. An owner that
+// exited meanwhile (its task became terminal) is replaced from the store.
+func (d *Driver) ask(ctx context.Context, id string, req request) (reply, error) {
+	req.reply = make(chan reply, 1)
+	for {
+		t, err := d.lookup(ctx, id)
+		if err != nil {
+			return reply{}, err
+		}
+		select {
+		case t.in <- req:
+		case <-t.gone:
+			continue
+		case <-ctx.Done():
+			return reply{task: t.snapshot()}, context.Cause(ctx)
+		}
+		select {
+		case r := <-req.reply:
+			return r, nil
+		case <-ctx.Done():
+			return reply{task: t.snapshot()}, context.Cause(ctx)
+		}
 	}
-	if err != nil {
-		return nil, err
-	}
-	t := d.newTask(id)
-	close(t.created)
-	t.state = st
-	if st.State.Terminal() {
-		close(t.done)
-	}
-	d.tasks[id] = t
-	return t, nil
-}
-
-func (d *Driver) newTask(id string) *task {
-	return &task{id: id, state: fsm.Task{ID: id}, log: d.log.With("task_id", id),
-		loop: make(chan struct{}, 1), created: make(chan struct{}), done: make(chan struct{})}
-}
-
-// apply steps the task with input and appends the resulting events before
-// anything else (write-ahead). It returns false, nil when the input no
-// longer applies because the task moved on (a late outcome of an effect
-// that a stop overtook); such inputs are logged and dropped.
-func (d *Driver) apply(ctx context.Context, t *task, input fsm.Event) (bool, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	events, _, err := fsm.Step(t.state, input)
-	if errors.Is(err, fsm.ErrIllegalTransition) && t.state.Version > 0 {
-		t.log.Debug("dropping input that no longer applies", "event", input.Type.String(), "state", t.state.State.String())
-		return false, nil
-	}
-	if err != nil {
-		return false, &TaskError{Task: t.id, State: t.state.State, Err: err}
-	}
-	if len(events) == 0 {
-		return false, nil
-	}
-	typ := events[0].Type.String()
-	if err := d.hooks.fault("append:" + typ); err != nil {
-		return false, &TaskError{Task: t.id, State: t.state.State, Err: err}
-	}
-	d.hooks.crash(crashBeforeAppend + typ)
-	if _, err := d.store.Append(ctx, t.id, t.state.Version, events...); err != nil {
-		return false, &TaskError{Task: t.id, State: t.state.State, Err: err}
-	}
-	d.hooks.crash(crashAfterAppend + typ)
-	next, err := fsm.FoldAll(t.state, events...)
-	if err != nil {
-		// Step just validated these events: a failure here is a bug.
-		panic(fmt.Sprintf("driver: fold of stepped events failed: %v", err))
-	}
-	from := t.state.State
-	t.state = next
-	if next.State != from {
-		t.log.Info("transition", "event", typ, "state", next.State.String(), "from", from.String())
-	}
-	if next.State.Terminal() {
-		close(t.done)
-	}
-	return true, nil
-}
-
-// snapshot returns the task's folded state.
-func (t *task) snapshot() fsm.Task {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.state
 }
 
 // StartTask records a new task and starts it: it returns once the task is
 // running, or with an error once a failed start has been reaped (the
-// executor confirmed dead). A spec refused before spawning fails with
-// ErrInvalidSpec and nothing is spawned.
+// executor confirmed dead). A task that ran and exited before it could be
+// seen running is a start that worked: its exited state is returned with a
+// nil error. A spec refused before spawning fails with ErrInvalidSpec and
+// nothing is spawned.
 func (d *Driver) StartTask(ctx context.Context, id string, spec fsm.Spec) (fsm.Task, error) {
 	if err := ValidateTaskID(id); err != nil {
 		return fsm.Task{}, err
@@ -345,98 +337,30 @@ func (d *Driver) StartTask(ctx context.Context, id string, spec fsm.Spec) (fsm.T
 		d.mu.Unlock()
 		return fsm.Task{}, ErrClosed
 	}
-	if _, ok := d.tasks[id]; ok {
+	if d.tasks[id] != nil {
 		d.mu.Unlock()
 		return fsm.Task{}, &TaskError{Task: id, Err: ErrTaskExists}
 	}
-	t := d.newTask(id)
-	t.starting = true
-	d.tasks[id] = t
-	d.loops.Add(1)
+	t := d.startOwner(fsm.Task{ID: id})
 	d.mu.Unlock()
-	defer d.loops.Done()
-
-	if err := d.create(ctx, t, spec); err != nil {
-		return fsm.Task{}, err
+	req := request{kind: inStart, spec: spec, reply: make(chan reply, 1)}
+	select { // a new owner waits for its start request before anything else
+	case t.in <- req:
+	case <-ctx.Done():
+		return fsm.Task{ID: id}, context.Cause(ctx)
 	}
-	if err := d.validateSpec(spec); err != nil {
-		rej := d.event(fsm.EventConfigRejected)
-		rej.Reason = err.Error()
-		if _, aerr := d.apply(ctx, t, rej); aerr != nil {
-			return t.snapshot(), errors.Join(err, aerr)
-		}
-		return t.snapshot(), &TaskError{Task: id, Err: err}
-	}
-	intent := d.event(fsm.EventSpawnIntent)
-	intent.Nonce = d.cfg.NewNonce()
-	if _, err := d.apply(ctx, t, intent); err != nil {
-		return t.snapshot(), err
-	}
-	if err := d.driveWait(ctx, t); err != nil {
-		return t.snapshot(), err
-	}
-	t.mu.Lock()
-	st, cause := t.state, t.lastErr
-	t.starting = false
-	t.mu.Unlock()
-	switch {
-	case st.State == fsm.StateRunning:
-		return st, nil
-	case st.State == fsm.StateExited || st.Target == fsm.StateExited:
-		// A quick task: it ran, and exited before the start returned.
-		return st, nil
-	case cause != nil:
-		return st, &TaskError{Task: id, State: st.State, Err: fmt.Errorf("%w: %w", ErrStartFailed, cause)}
-	default:
-		reason := st.Reason
-		if reason == "" {
-			reason = "ended " + st.State.String()
-		}
-		return st, &TaskError{Task: id, State: st.State, Err: fmt.Errorf("%w: %s", ErrStartFailed, reason)}
-	}
-}
-
-// create records the task claimed by StartTask. Whatever the outcome,
-// calls waiting for the record (runtime) are released; on failure the
-// claim is dropped first, so they find the id unknown (or already in the
-// store).
-func (d *Driver) create(ctx context.Context, t *task, spec fsm.Spec) error {
-	defer close(t.created)
-	_, err := d.store.LoadTask(ctx, t.id)
-	switch {
-	case err == nil:
-		err = &TaskError{Task: t.id, Err: ErrTaskExists}
-	case errors.Is(err, store.ErrUnknownTask):
-		ev := d.event(fsm.EventCreated)
-		ev.Spec = &spec
-		if _, err = d.apply(ctx, t, ev); err == nil {
-			return nil
-		}
-	}
-	d.forget(t.id, t)
-	return err
-}
-
-func (d *Driver) forget(id string, t *task) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.tasks[id] == t {
-		delete(d.tasks, id)
+	select {
+	case r := <-req.reply:
+		return r.task, r.err
+	case <-ctx.Done():
+		return t.snapshot(), context.Cause(ctx)
 	}
 }
 
 // validateSpec is the check that can fail before anything is spawned.
 func (d *Driver) validateSpec(spec fsm.Spec) error {
-	switch spec.Driver {
-	case "exec", "raw_exec":
-	default:
-		return fmt.Errorf("%w: driver %q: use \"exec\" or \"raw_exec\"", ErrInvalidSpec, spec.Driver)
-	}
-	if spec.Command == "" {
-		return fmt.Errorf("%w: no command", ErrInvalidSpec)
-	}
-	if spec.KillTimeout < 0 {
-		return fmt.Errorf("%w: negative kill_timeout %s", ErrInvalidSpec, spec.KillTimeout)
+	if err := spec.Validate(); err != nil {
+		return err
 	}
 	if spec.Driver == "exec" && !d.skipEarlyChecks {
 		if err := validateCaps(spec.CapAdd, spec.CapDrop, d.cfg.AllowedCaps); err != nil {
@@ -447,170 +371,90 @@ func (d *Driver) validateSpec(spec fsm.Spec) error {
 }
 
 // WaitTask waits until the task is terminal and returns its final state.
-// A task left owing an effect (an outcome whose append failed) is driven
-// on first, and a running task nobody supervises gets a supervisor, so the
-// wait cannot hang on a task whose end nobody would notice.
+// A task nobody is driving is reconciled first (as Recover would) and a
+// running task nobody supervises gets a supervisor, so the wait cannot
+// hang on a task whose end nobody would notice.
 func (d *Driver) WaitTask(ctx context.Context, id string) (fsm.Task, error) {
-	t, err := d.runtime(ctx, id)
+	r, err := d.ask(ctx, id, request{kind: inWatch})
 	if err != nil {
-		return fsm.Task{}, err
+		return r.task, err
 	}
-	if err := d.resume(ctx, t); err != nil {
-		return t.snapshot(), err
-	}
-	select {
-	case <-t.done:
-		return t.snapshot(), nil
-	case <-ctx.Done():
-		return t.snapshot(), context.Cause(ctx)
-	}
-}
-
-// resume runs what the task still owes and makes sure a running task is
-// supervised.
-func (d *Driver) resume(ctx context.Context, t *task) error {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return ErrClosed
-	}
-	d.loops.Add(1)
-	d.mu.Unlock()
-	defer d.loops.Done()
-	if t.owes() {
-		if err := d.driveWait(ctx, t); err != nil {
-			return err
-		}
-	}
-	t.mu.Lock()
-	unsupervised := t.state.State == fsm.StateRunning && !t.sup
-	t.mu.Unlock()
-	if unsupervised {
-		if _, err := d.handle(ctx, t); err != nil {
-			if ctx.Err() != nil {
-				return context.Cause(ctx)
-			}
-			// As Recover does: the executor cannot be proven ours and
-			// reached, so the task exited (status on disk) or is lost.
-			if _, err := d.apply(ctx, t, d.exitedOrLost(ctx, t, err)); err != nil {
-				return err
-			}
-			return d.driveWait(ctx, t)
-		}
-		d.startSupervisor(t)
-	}
-	return nil
+	return r.task, r.err
 }
 
 // StopTask stops a task: sig (0: the task's kill_signal, else the
-// driver's), then SIGKILL to its whole group after grace (0: the task's
+// driver's), then SIGKILL to all its processes after grace (0: the task's
 // kill_timeout, else the driver's), then the executor is killed and the
 // task recorded stopped. A start in flight is cancelled. Stopping a task
-// that is already reaping or terminal waits for it and succeeds.
+// that is already reaping escalates to this stop's signal and grace when
+// they are sooner, then waits for it; a terminal task is returned as it is.
 func (d *Driver) StopTask(ctx context.Context, id string, sig syscall.Signal, grace time.Duration) (fsm.Task, error) {
-	t, err := d.runtime(ctx, id)
+	r, err := d.ask(ctx, id, request{kind: inStop, sig: sig, grace: grace})
 	if err != nil {
-		return fsm.Task{}, err
+		return r.task, err
 	}
-	st := t.snapshot()
+	return r.task, r.err
+}
+
+// stopDefaults fills a stop's signal and grace from the task's spec, else
+// the driver's defaults.
+func (d *Driver) stopDefaults(spec *fsm.Spec, sig syscall.Signal, grace time.Duration) (syscall.Signal, time.Duration) {
 	if sig == 0 {
 		sig = d.cfg.KillSignal
-		if st.Spec != nil && st.Spec.KillSignal != 0 {
-			sig = syscall.Signal(st.Spec.KillSignal)
+		if spec != nil && spec.KillSignal != 0 {
+			sig = syscall.Signal(spec.KillSignal)
 		}
 	}
 	if grace <= 0 {
 		grace = d.cfg.KillTimeout
-		if st.Spec != nil && st.Spec.KillTimeout > 0 {
-			grace = st.Spec.KillTimeout
+		if spec != nil && spec.KillTimeout > 0 {
+			grace = spec.KillTimeout
 		}
 	}
-	return d.stop(ctx, t, sig, grace)
+	return sig, grace
 }
 
-// DestroyTask kills a task at once (SIGKILL, no grace) and forgets it in
-// memory; its log stays in the store until gc removes it. Without force, a
-// task that is not terminal is refused.
+// DestroyTask kills a task at once (SIGKILL, no grace). Without force, a
+// task that is not terminal is refused. Its log stays in the store until
+// gc removes it.
 func (d *Driver) DestroyTask(ctx context.Context, id string, force bool) error {
-	t, err := d.runtime(ctx, id)
+	info, err := d.InspectTask(ctx, id)
 	if err != nil {
 		return err
 	}
-	if !t.snapshot().State.Terminal() {
-		if !force {
-			return &TaskError{Task: id, State: t.snapshot().State, Err: errors.New("task is still live; stop it first or destroy with force")}
-		}
-		if _, err := d.stop(ctx, t, syscall.SIGKILL, 0); err != nil {
-			return err
-		}
+	if info.State.Terminal() {
+		return nil
 	}
-	d.forget(id, t)
-	return nil
+	if !force {
+		return &TaskError{Task: id, State: info.State, Err: errors.New("task is still live; stop it first or destroy with force")}
+	}
+	_, err = d.StopTask(ctx, id, syscall.SIGKILL, time.Nanosecond)
+	return err
 }
 
-func (d *Driver) stop(ctx context.Context, t *task, sig syscall.Signal, grace time.Duration) (fsm.Task, error) {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return fsm.Task{}, ErrClosed
-	}
-	d.loops.Add(1)
-	d.mu.Unlock()
-	defer d.loops.Done()
-
-	in := d.event(fsm.EventStopRequested)
-	in.Signal, in.Grace = int(sig), grace
-	if _, err := d.apply(ctx, t, in); err != nil {
-		return t.snapshot(), err
-	}
-	t.mu.Lock()
-	if t.cancel != nil {
-		t.cancel(errors.New("stop requested"))
-	}
-	t.mu.Unlock()
-	if err := d.driveWait(ctx, t); err != nil {
-		return t.snapshot(), err
-	}
-	return t.snapshot(), nil
-}
-
-// SignalTask sends sig to a running task's process group.
+// SignalTask sends sig to a running task's process group. It needs no
+// owner: it reattaches through the recorded identity (bounded by
+// ProbeTimeout) and asks the executor.
 func (d *Driver) SignalTask(ctx context.Context, id string, sig syscall.Signal) error {
-	t, err := d.runtime(ctx, id)
+	info, err := d.InspectTask(ctx, id)
 	if err != nil {
 		return err
 	}
-	h, err := d.handle(ctx, t)
-	if err != nil {
-		return err
-	}
-	return h.Signal(ctx, sig)
-}
-
-// handle returns a connection to the task's executor, reattaching (with the
-// identity check) when this driver has none.
-func (d *Driver) handle(ctx context.Context, t *task) (Executor, error) {
-	t.mu.Lock()
-	h, st := t.h, t.state
-	t.mu.Unlock()
-	if h != nil {
-		return h, nil
-	}
+	st := info.Task
 	if st.State != fsm.StateRunning && st.State != fsm.StateLaunched || st.Executor == nil {
-		return nil, &TaskError{Task: t.id, State: st.State, Err: ErrNotRunning}
+		return &TaskError{Task: id, State: st.State, Err: ErrNotRunning}
 	}
-	h, err := d.world.Reattach(ctx, t.id, *st.Executor)
+	pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
+	defer cancel()
+	h, err := d.world.Reattach(pctx, id, *st.Executor)
 	if err != nil {
-		return nil, &TaskError{Task: t.id, State: st.State, Err: err}
+		return &TaskError{Task: id, State: st.State, Err: err}
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.h != nil { // another goroutine reattached first
-		_ = h.Close()
-		return t.h, nil
+	defer h.Close()
+	if err := h.Signal(pctx, sig); err != nil {
+		return &TaskError{Task: id, State: st.State, Err: err}
 	}
-	t.h = h
-	return h, nil
+	return nil
 }
 
 // TaskInfo is what InspectTask reports.
@@ -621,19 +465,37 @@ type TaskInfo struct {
 	ExecutorAlive bool
 }
 
-// InspectTask returns the task's folded state and whether its executor is
-// alive now.
+// InspectTask returns the task's durable state and whether its executor is
+// alive now. It changes nothing.
 func (d *Driver) InspectTask(ctx context.Context, id string) (TaskInfo, error) {
-	t, err := d.runtime(ctx, id)
-	if err != nil {
+	if err := ValidateTaskID(id); err != nil {
 		return TaskInfo{}, err
 	}
-	info := TaskInfo{Task: t.snapshot()}
+	var info TaskInfo
+	d.mu.Lock()
+	t := d.tasks[id]
+	d.mu.Unlock()
+	if t != nil {
+		info.Task = t.snapshot()
+	} else {
+		st, err := d.store.LoadTask(ctx, id)
+		if errors.Is(err, store.ErrUnknownTask) {
+			return TaskInfo{}, &TaskError{Task: id, Err: ErrUnknownTask}
+		}
+		if err != nil {
+			return TaskInfo{}, &TaskError{Task: id, Err: err}
+		}
+		info.Task = st
+	}
+	if info.State == fsm.StateNone {
+		return TaskInfo{}, &TaskError{Task: id, Err: ErrUnknownTask}
+	}
 	if info.Executor != nil && info.State.OwnsExecutor() {
-		info.ExecutorAlive, err = d.world.Alive(ctx, id, *info.Executor)
+		alive, err := d.world.Alive(ctx, id, *info.Executor)
 		if err != nil {
 			return info, &TaskError{Task: id, State: info.State, Err: err}
 		}
+		info.ExecutorAlive = alive
 	}
 	return info, nil
 }

@@ -380,7 +380,7 @@ func TestRecover_PIDReuseNeverSignalsTheStranger(t *testing.T) {
 	task := fsm.Task{ID: "old"}
 	for _, in := range []fsm.Event{
 		{Type: fsm.EventCreated, Spec: &spec}, {Type: fsm.EventSpawnIntent, Nonce: "abcd"},
-		{Type: fsm.EventExecutorUp, Executor: forged}, {Type: fsm.EventLaunchIntent},
+		{Type: fsm.EventExecutorUp, Executor: forged}, // followed by the launch intent by the table
 		{Type: fsm.EventLaunched, TaskPID: stranger.Process.Pid, TaskStartTime: start - 1}, {Type: fsm.EventRunning},
 	} {
 		evs, _, err := fsm.Step(task, in)

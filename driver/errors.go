@@ -17,8 +17,12 @@ var (
 	// state directory.
 	ErrInvalidTaskID = errors.New("driver: invalid task id")
 	// ErrInvalidSpec: the task's spec was refused before anything was
-	// spawned (no command, unknown driver mode, disallowed capability).
-	ErrInvalidSpec = errors.New("driver: invalid task spec")
+	// spawned (no command, unknown driver mode, disallowed capability). It
+	// is fsm.ErrInvalidSpec: one error, whichever layer refused.
+	ErrInvalidSpec = fsm.ErrInvalidSpec
+	// ErrStateDir: the state directory is unusable as it is (shared,
+	// owned by someone else, a symbolic link); it is never chmodded.
+	ErrStateDir = errors.New("driver: unusable state directory")
 )
 
 // Errors of the task lifecycle.

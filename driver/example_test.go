@@ -44,5 +44,5 @@ func ExampleDriver() {
 	fmt.Println(err)
 	// Output:
 	// exited exit code 0
-	// task "ping": driver: invalid task spec: executor: capability not allowed: net_raw
+	// task "ping" (failed): fsm: invalid task spec: executor: capability not allowed: net_raw
 }

@@ -96,7 +96,8 @@ func taskSpec(t testing.TB, marker string, args ...string) fsm.Spec {
 // stateDir makes a state directory whose path is the marker found in the
 // command line of every executor and task of the test.
 func stateDir(t testing.TB) string {
-	dir := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "state") // created private by Open; TempDir's own is 0755
+
 	t.Cleanup(func() { checkNoProcesses(t, dir) })
 	return dir
 }

@@ -79,28 +79,43 @@ func (r *Real) Kill(ctx context.Context, task string, id fsm.Identity) error {
 	return worldErr(executor.Kill(ctx, id))
 }
 
-// KillGroup implements Executors.
-func (r *Real) KillGroup(ctx context.Context, task string, pid int, start uint64) error {
+// KillTask implements Executors.
+func (r *Real) KillTask(ctx context.Context, task string, id fsm.Identity, pid int, start uint64) error {
+	if pid == 0 {
+		return nil
+	}
 	return worldErr(executor.KillGroup(ctx, pid, start))
 }
 
 // ExitStatus implements Executors.
-func (r *Real) ExitStatus(ctx context.Context, task string) (fsm.ExitStatus, bool, error) {
+func (r *Real) ExitStatus(ctx context.Context, task string, id fsm.Identity, pid int, start uint64) (fsm.ExitStatus, bool, error) {
 	rec, ok, err := executor.ReadExitRecord(r.dir(task))
-	return rec.Exit, ok, err
+	if err != nil || !ok {
+		return fsm.ExitStatus{}, false, worldErr(err)
+	}
+	if err := rec.Match(id, pid, start); err != nil {
+		return fsm.ExitStatus{}, false, worldErr(err)
+	}
+	return rec.Exit, true, nil
 }
 
 // LaunchRecord implements Executors.
-func (r *Real) LaunchRecord(ctx context.Context, task string) (int, uint64, bool, error) {
+func (r *Real) LaunchRecord(ctx context.Context, task string, id fsm.Identity) (int, uint64, bool, error) {
 	rec, ok, err := executor.ReadLaunchRecord(r.dir(task))
-	return rec.PID, rec.StartTime, ok, err
+	if err != nil || !ok {
+		return 0, 0, false, worldErr(err)
+	}
+	if err := rec.Match(id); err != nil {
+		return 0, 0, false, worldErr(err)
+	}
+	return rec.PID, rec.StartTime, true, nil
 }
 
 func worldErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, executor.ErrNotOurs):
+	case errors.Is(err, executor.ErrNotOurs), errors.Is(err, executor.ErrSideFileMismatch):
 		return fmt.Errorf("%w: %w", ErrNotOurs, err)
 	case errors.Is(err, executor.ErrGone):
 		return fmt.Errorf("%w: %w", ErrGone, err)
@@ -112,17 +127,17 @@ type realExecutor struct{ c *executor.Client }
 
 func (e realExecutor) Identity() fsm.Identity { return e.c.Identity() }
 
-func (e realExecutor) Launch(ctx context.Context, spec fsm.Spec, allowed []string) (int, uint64, error) {
+func (e realExecutor) Launch(ctx context.Context, spec fsm.Spec, allowed []string) (Status, error) {
 	st, err := e.c.Launch(ctx, executor.LaunchSpec{
 		Mode: spec.Driver, Command: spec.Command, Args: spec.Args, Env: spec.Env, Dir: spec.Dir,
 		User: spec.User, CapAdd: spec.CapAdd, CapDrop: spec.CapDrop, AllowedCaps: allowed,
 	})
-	return st.PID, st.StartTime, err
+	return st, worldErr(err)
 }
 
 func (e realExecutor) Status(ctx context.Context) (Status, error) {
 	s, err := e.c.Status(ctx)
-	return Status{Launched: s.Launched, PID: s.PID, Start: s.StartTime, Exited: s.Exited, Exit: s.Exit}, worldErr(err)
+	return s, worldErr(err)
 }
 
 func (e realExecutor) Wait(ctx context.Context) (fsm.ExitStatus, error) {

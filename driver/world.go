@@ -5,13 +5,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 )
 
 // Executors is the process world the driver acts on: the real one spawns
 // executor processes (see Real), proptest's simulates them. Every method is
 // keyed so that it is safe to repeat after a crash: spawn by nonce, kill by
-// proven identity.
+// proven identity. Every method honours its context's deadline: a frozen
+// executor makes the calls about its own task fail, nothing else.
 type Executors interface {
 	// Spawn starts an executor for task with nonce and returns a connected
 	// handle once it has answered. On error nothing with that nonce is left
@@ -26,26 +28,33 @@ type Executors interface {
 	// Already dead: nil. The pid belongs to a stranger: ErrNotOurs, nothing
 	// signalled.
 	Kill(ctx context.Context, task string, id fsm.Identity) error
-	// KillGroup kills the task's process group led by pid (started at
-	// start) and confirms no member is left. Leader gone and no member
-	// left: nil.
-	KillGroup(ctx context.Context, task string, pid int, start uint64) error
+	// KillTask kills every process of the task and confirms none is left:
+	// the task's cgroup (id.Cgroup, checked to name the task and id.Nonce)
+	// where it has one, else the process group led by pid (started at
+	// start; pid 0: nothing was launched). Nothing left: nil.
+	KillTask(ctx context.Context, task string, id fsm.Identity, pid int, start uint64) error
 	// Alive reports whether the executor with this identity is alive (a
 	// pid that now belongs to a stranger is not).
 	Alive(ctx context.Context, task string, id fsm.Identity) (bool, error)
-	// ExitStatus returns the exit status the executor left on disk.
-	ExitStatus(ctx context.Context, task string) (fsm.ExitStatus, bool, error)
-	// LaunchRecord returns the task pid and start time the executor
-	// recorded on disk when it launched, if it did.
-	LaunchRecord(ctx context.Context, task string) (pid int, start uint64, ok bool, err error)
+	// ExitStatus returns the exit status the executor left on disk, once it
+	// matched the log: id's nonce and boot id, and the task process when
+	// pid > 0. A record that does not match is ErrNotOurs (and believed in
+	// nothing).
+	ExitStatus(ctx context.Context, task string, id fsm.Identity, pid int, start uint64) (fsm.ExitStatus, bool, error)
+	// LaunchRecord returns the task process the executor recorded on disk
+	// when it launched, if it did and the record matches id (else
+	// ErrNotOurs).
+	LaunchRecord(ctx context.Context, task string, id fsm.Identity) (pid int, start uint64, ok bool, err error)
 }
 
-// Executor is a connection to one live executor.
+// Executor is a connection to one live executor. Its methods are safe for
+// concurrent use.
 type Executor interface {
 	Identity() fsm.Identity
-	// Launch starts the task; idempotent (a second call returns the same
-	// pid).
-	Launch(ctx context.Context, spec fsm.Spec, allowedCaps []string) (pid int, start uint64, err error)
+	// Launch starts the task and returns its status right after (not
+	// exited: running and supervised); idempotent (a second call reports
+	// the task already launched).
+	Launch(ctx context.Context, spec fsm.Spec, allowedCaps []string) (Status, error)
 	// Status asks the executor about its task.
 	Status(ctx context.Context) (Status, error)
 	// Wait blocks until the task has exited and its group is gone.
@@ -53,6 +62,7 @@ type Executor interface {
 	// Signal sends sig to the task's process group.
 	Signal(ctx context.Context, sig syscall.Signal) error
 	// Stop sends sig, waits grace, SIGKILLs the group and confirms it gone.
+	// A second Stop with an earlier deadline (or SIGKILL) escalates.
 	Stop(ctx context.Context, sig syscall.Signal, grace time.Duration) (fsm.ExitStatus, error)
 	// Shutdown makes the executor kill what is left and exit; returns once
 	// it is dead.
@@ -63,10 +73,4 @@ type Executor interface {
 }
 
 // Status is what an executor says about its task.
-type Status struct {
-	Launched bool
-	PID      int
-	Start    uint64
-	Exited   bool
-	Exit     fsm.ExitStatus
-}
+type Status = executor.Status

@@ -30,7 +30,7 @@ var (
 	ErrInvalidEvent = errors.New("fsm: invalid event")
 	// ErrInvalidSpec is returned by Spec.Validate for a spec that must be
 	// refused before anything is spawned.
-	ErrInvalidSpec = errors.New("invalid task spec")
+	ErrInvalidSpec = errors.New("fsm: invalid task spec")
 )
 
 // EdgeError names the edge that made NewTable refuse a table.

@@ -1,0 +1,511 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/tether-fsm/tether/fsm"
+)
+
+// Jobs: the effects and probes an owner runs, one at a time, each in a
+// goroutine that reads only what it was given and reports its outcome as
+// input events (which the owner steps and appends) on the owner's channel.
+
+type jobKind uint8
+
+const (
+	jobNone jobKind = iota
+	jobSpawn
+	jobLaunch
+	jobAttach
+	jobKill
+	jobProbeLaunch // recovery of a task in launching: ask the executor
+	jobProbe       // recovery or supervision of a launched, running or restarting task
+	jobLockWait    // wait for another process to finish driving the task
+)
+
+// jobResult is what a job reports.
+type jobResult struct {
+	kind   jobKind
+	inputs []fsm.Event // to step and append in one commit
+	h      Executor    // a connection the job opened (spawn, reattach)
+	closed bool        // the job closed the owner's connection (the executor is dead)
+	err    error       // a start effect's failure, for StartTask's caller
+	// supervise: the task is running and h reaches its executor.
+	supervise bool
+	action    string    // what a recovery did, for the report
+	lock      *taskLock // jobLockWait: the lock, now held
+	retry     bool      // a probe could not reach a live executor: try again later
+	delay     time.Duration
+}
+
+// job is what a job goroutine may read: copies, and the concurrency-safe
+// handle and world.
+type job struct {
+	d    *Driver
+	id   string
+	st   fsm.Task
+	eff  fsm.Effect
+	h    Executor
+	kill *killOverride
+}
+
+func effectJob(t fsm.EffectType) jobKind {
+	switch t {
+	case fsm.EffectSpawnExecutor:
+		return jobSpawn
+	case fsm.EffectLaunchTask:
+		return jobLaunch
+	case fsm.EffectAttach:
+		return jobAttach
+	case fsm.EffectKillExecutor:
+		return jobKill
+	}
+	panic(fmt.Sprintf("driver: effect %s has no implementation", t))
+}
+
+// perform starts the job that performs eff.
+func (o *owner) perform(eff fsm.Effect) {
+	kind := effectJob(eff.Type)
+	timeout := o.d.cfg.EffectTimeout
+	switch kind {
+	case jobSpawn:
+		timeout = o.d.cfg.SpawnTimeout
+	case jobKill:
+		sig, grace := eff.Signal, eff.Grace
+		if o.kill != nil {
+			sig, grace = int(o.kill.sig), o.kill.grace
+		}
+		eff.Signal, eff.Grace = sig, grace
+		timeout += grace
+	}
+	o.startJob(kind, timeout, &eff)
+}
+
+// startJob runs a job of kind in a goroutine, bounded by timeout.
+func (o *owner) startJob(kind jobKind, timeout time.Duration, eff *fsm.Effect) {
+	ctx, cancel := context.WithCancelCause(o.d.life)
+	j := job{d: o.d, id: o.t.id, st: o.st, h: o.h, kill: o.kill}
+	if eff != nil {
+		j.eff = *eff
+	}
+	o.job, o.cancelJob = kind, cancel
+	go func() {
+		tctx, stop := context.WithTimeout(ctx, timeout)
+		defer stop()
+		r := j.run(tctx, kind)
+		r.kind = kind
+		o.jobC <- r
+	}()
+}
+
+func (j job) run(ctx context.Context, kind jobKind) jobResult {
+	switch kind {
+	case jobProbeLaunch:
+		return j.probeLaunch(ctx)
+	case jobProbe:
+		return j.probe(ctx)
+	case jobLockWait:
+		return j.lockWait(ctx)
+	}
+	name := j.eff.Type.String()
+	j.d.hooks.crash(crashBeforeEffect + name)
+	defer j.d.hooks.crash(crashAfterEffect + name)
+	if err := j.d.hooks.fault("effect:" + name); err != nil {
+		return j.failed(kind, err)
+	}
+	switch kind {
+	case jobSpawn:
+		return j.spawn(ctx)
+	case jobLaunch:
+		return j.launch(ctx)
+	case jobAttach:
+		return j.attach(ctx)
+	case jobKill:
+		return j.killExecutor(ctx)
+	}
+	panic("unreachable")
+}
+
+// failed is the outcome of an effect that failed with err.
+func (j job) failed(kind jobKind, err error) jobResult {
+	var ev fsm.Event
+	switch kind {
+	case jobSpawn:
+		ev = j.d.event(fsm.EventSpawnFailed)
+	case jobLaunch:
+		ev = j.d.event(fsm.EventLaunchFailed)
+	case jobAttach:
+		return jobResult{inputs: []fsm.Event{j.d.lost(err)}, err: err}
+	default:
+		ev = j.d.event(fsm.EventKillFailed)
+	}
+	ev.Reason = err.Error()
+	return jobResult{inputs: []fsm.Event{ev}, err: err}
+}
+
+func (d *Driver) lost(err error) fsm.Event {
+	ev := d.event(fsm.EventExecutorLost)
+	ev.Reason = err.Error()
+	return ev
+}
+
+func (j job) spawn(ctx context.Context) jobResult {
+	h, err := j.d.world.Spawn(ctx, j.id, j.eff.Nonce)
+	if err != nil {
+		return j.failed(jobSpawn, err)
+	}
+	ev := j.d.event(fsm.EventExecutorUp)
+	id := h.Identity()
+	ev.Executor = &id
+	return jobResult{inputs: []fsm.Event{ev}, h: h}
+}
+
+// handle is the owner's connection, or a new one through the recorded
+// identity (bounded by ProbeTimeout).
+func (j job) handle(ctx context.Context) (Executor, bool, error) {
+	if j.h != nil {
+		return j.h, false, nil
+	}
+	if j.st.Executor == nil {
+		return nil, false, ErrGone
+	}
+	pctx, cancel := context.WithTimeout(ctx, j.d.cfg.ProbeTimeout)
+	defer cancel()
+	h, err := j.d.world.Reattach(pctx, j.id, *j.st.Executor)
+	return h, err == nil, err
+}
+
+// launch asks the executor to launch the task. Its answer is the task's
+// status right after: running (and supervised by the executor from its
+// first instruction) is recorded with launched in one append.
+func (j job) launch(ctx context.Context) jobResult {
+	h, opened, err := j.handle(ctx)
+	if err != nil {
+		return j.failed(jobLaunch, err)
+	}
+	var own Executor
+	if opened {
+		own = h
+	}
+	s, err := h.Launch(ctx, *j.eff.Spec, j.d.cfg.AllowedCaps)
+	if err != nil {
+		r := j.failed(jobLaunch, err)
+		r.h = own
+		return r
+	}
+	launched := j.d.event(fsm.EventLaunched)
+	launched.TaskPID, launched.TaskStartTime = s.PID, s.StartTime
+	if s.Exited {
+		ex := j.d.event(fsm.EventTaskExited)
+		ex.Exit = &s.Exit
+		return jobResult{inputs: []fsm.Event{launched, ex}, h: h}
+	}
+	return jobResult{inputs: []fsm.Event{launched, j.d.event(fsm.EventRunning)}, h: h, supervise: true}
+}
+
+// attach confirms a launched task alive and attaches supervision; a
+// connection it had to open through the recorded identity is recorded as
+// reattached.
+func (j job) attach(ctx context.Context) jobResult {
+	end, h, alive := j.d.endOf(ctx, j.st, j.h)
+	switch {
+	case alive && j.h == nil:
+		re := j.d.event(fsm.EventReattached)
+		id := h.Identity()
+		re.Executor = &id
+		return jobResult{inputs: []fsm.Event{re, j.d.event(fsm.EventRunning)}, h: h, supervise: true}
+	case alive:
+		return jobResult{inputs: []fsm.Event{j.d.event(fsm.EventRunning)}, h: h, supervise: true}
+	case end == nil: // alive but not answering
+		return jobResult{h: h, retry: true, delay: j.d.cfg.ProbeTimeout}
+	}
+	return jobResult{inputs: []fsm.Event{*end}, h: h}
+}
+
+// endOf asks the executor about its task: alive (with a connection), or
+// how it ended. It is the one place that collects a task's end: the
+// executor's answer, else the exit status it left on disk (matched against
+// the log), else lost. end is nil and alive false when the executor is
+// alive but does not answer (frozen): nothing is concluded from that.
+func (d *Driver) endOf(ctx context.Context, st fsm.Task, h Executor) (end *fsm.Event, conn Executor, alive bool) {
+	var err error
+	if h == nil {
+		if st.Executor == nil {
+			ev := d.collectEnd(ctx, st, ErrGone)
+			return &ev, nil, false
+		}
+		pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
+		h, err = d.world.Reattach(pctx, st.ID, *st.Executor)
+		cancel()
+	}
+	if err == nil {
+		pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
+		var s Status
+		s, err = h.Status(pctx)
+		cancel()
+		if err == nil {
+			if s.Exited {
+				ev := d.event(fsm.EventTaskExited)
+				ev.Exit = &s.Exit
+				return &ev, h, false
+			}
+			return nil, h, true
+		}
+	}
+	if st.Executor != nil && !errors.Is(err, ErrNotOurs) && !errors.Is(err, ErrGone) {
+		if live, aerr := d.world.Alive(ctx, st.ID, *st.Executor); aerr == nil && live {
+			return nil, h, false
+		}
+	}
+	ev := d.collectEnd(ctx, st, err)
+	return &ev, h, false
+}
+
+// collectEnd is the end of a task whose executor cannot be asked: the exit
+// status it left on disk, once matched against the log, else lost.
+func (d *Driver) collectEnd(ctx context.Context, st fsm.Task, cause error) fsm.Event {
+	if st.Executor != nil {
+		x, ok, err := d.world.ExitStatus(ctx, st.ID, *st.Executor, st.TaskPID, st.TaskStartTime)
+		switch {
+		case err == nil && ok:
+			ev := d.event(fsm.EventTaskExited)
+			ev.Exit = &x
+			return ev
+		case errors.Is(err, ErrNotOurs):
+			return d.lost(fmt.Errorf("the exit status file did not match the log, so it was not believed: %w", err))
+		case err != nil:
+			cause = errors.Join(cause, err)
+		}
+	}
+	if cause == nil {
+		cause = ErrGone
+	}
+	return d.lost(fmt.Errorf("executor gone without leaving an exit status: %w", cause))
+}
+
+// probeLaunch reconciles a launch whose outcome was never recorded: the
+// executor says whether it launched.
+func (j job) probeLaunch(ctx context.Context) jobResult {
+	h, _, err := j.handle(ctx)
+	var s Status
+	if err == nil {
+		pctx, cancel := context.WithTimeout(ctx, j.d.cfg.ProbeTimeout)
+		s, err = h.Status(pctx)
+		cancel()
+	}
+	if err != nil {
+		if j.st.Executor != nil && !errors.Is(err, ErrNotOurs) && !errors.Is(err, ErrGone) {
+			if live, aerr := j.d.world.Alive(ctx, j.id, *j.st.Executor); aerr == nil && live {
+				return jobResult{h: h, action: "launch interrupted; the executor is alive but does not answer; left alone"}
+			}
+		}
+		return jobResult{h: h, inputs: []fsm.Event{j.d.lost(fmt.Errorf("after a restart during launch: %w", err))},
+			action: "launch interrupted; executor unreachable; task killed"}
+	}
+	if !s.Launched {
+		ev := j.d.event(fsm.EventStartInterrupted)
+		ev.Reason = "the driver stopped before the executor launched the task"
+		return jobResult{h: h, inputs: []fsm.Event{ev}, action: "launch never happened; executor killed"}
+	}
+	launched := j.d.event(fsm.EventLaunched)
+	launched.TaskPID, launched.TaskStartTime = s.PID, s.StartTime
+	if s.Exited {
+		ex := j.d.event(fsm.EventTaskExited)
+		ex.Exit = &s.Exit
+		return jobResult{h: h, inputs: []fsm.Event{launched, ex}, action: "launch had happened and the task has exited (" + s.Exit.String() + "); reaped"}
+	}
+	return jobResult{h: h, inputs: []fsm.Event{launched, j.d.event(fsm.EventRunning)}, supervise: true, action: "launch had happened; reattached"}
+}
+
+// probe reconciles a running or restarting task: reattach by proven
+// identity and supervise, or collect its end.
+func (j job) probe(ctx context.Context) jobResult {
+	end, h, alive := j.d.endOf(ctx, j.st, j.h)
+	switch {
+	case alive:
+		return jobResult{h: h, supervise: true, action: "reattached; still " + j.st.State.String()}
+	case end == nil:
+		return jobResult{h: h, action: "the executor is alive but does not answer; left alone"}
+	case end.Type == fsm.EventTaskExited:
+		return jobResult{h: h, inputs: []fsm.Event{*end}, action: "task had exited (" + end.Exit.String() + "); reaped"}
+	}
+	return jobResult{h: h, inputs: []fsm.Event{*end}, action: "executor gone and no exit status; task killed, lost"}
+}
+
+// lockWait waits for another process to let go of the task's lock.
+func (j job) lockWait(ctx context.Context) jobResult {
+	l, err := lockTaskWait(ctx, j.d.TaskDir(j.id))
+	return jobResult{lock: l, err: err}
+}
+
+// killExecutor is the kill-executor effect: stop everything of the task
+// (with the stop's signal and grace when it is being stopped), collect its
+// exit status, kill the executor by its proven identity (or find it by
+// nonce when none was recorded), and confirm that nothing of it is alive.
+func (j job) killExecutor(ctx context.Context) jobResult {
+	eff := j.eff
+	var id *fsm.Identity
+	switch {
+	case eff.Executor != nil:
+		id = eff.Executor
+	case j.h != nil: // spawned, but the spawn's outcome was not recorded
+		x := j.h.Identity()
+		id = &x
+	case eff.Nonce != "":
+		found, ok, err := j.d.world.FindByNonce(ctx, j.id, eff.Nonce)
+		if err != nil {
+			return j.failed(jobKill, err)
+		}
+		if ok {
+			id = &found
+		}
+	}
+	pid, start := eff.TaskPID, eff.TaskStartTime
+	if pid == 0 && id != nil {
+		// The executor may have launched a task whose launch was never
+		// recorded (a crash, or a stop that overtook the launch).
+		if rpid, rstart, ok, err := j.d.world.LaunchRecord(ctx, j.id, *id); err == nil && ok {
+			pid, start = rpid, rstart
+		}
+	}
+	h := j.h
+	opened := false
+	if h == nil && id != nil && pid != 0 {
+		pctx, cancel := context.WithTimeout(ctx, j.d.cfg.ProbeTimeout)
+		if r, err := j.d.world.Reattach(pctx, j.id, *id); err == nil {
+			h, opened = r, true
+		}
+		cancel()
+	}
+	var exit *fsm.ExitStatus
+	if h != nil {
+		if pid != 0 {
+			// A task was launched: stop it through its executor (signal,
+			// grace, SIGKILL to everything of it), which collects its exit.
+			sig := syscall.Signal(eff.Signal)
+			if sig == 0 {
+				sig = syscall.SIGKILL
+			}
+			if x, err := h.Stop(ctx, sig, eff.Grace); err == nil {
+				exit = &x
+			}
+			sctx, cancel := context.WithTimeout(ctx, j.d.cfg.ProbeTimeout)
+			_ = h.Shutdown(sctx)
+			cancel()
+		}
+		// Before any launch the executor holds nothing worth an orderly
+		// exit: the kill by identity below is all it needs.
+		_ = h.Close()
+	}
+	closed := h != nil && !opened
+	fail := func(err error) jobResult {
+		r := j.failed(jobKill, err)
+		r.closed = closed
+		return r
+	}
+	if id != nil {
+		// ErrNotOurs: the pid now belongs to a stranger, so ours is dead;
+		// nothing was signalled.
+		if err := j.d.world.Kill(ctx, j.id, *id); err != nil && !errors.Is(err, ErrNotOurs) {
+			return fail(err)
+		}
+		if err := j.d.world.KillTask(ctx, j.id, *id, pid, start); err != nil && !errors.Is(err, ErrNotOurs) {
+			return fail(err)
+		}
+		if exit == nil {
+			if x, ok, err := j.d.world.ExitStatus(ctx, j.id, *id, pid, start); err == nil && ok {
+				exit = &x
+			}
+		}
+	}
+	if exit == nil && eff.Target == fsm.StateExited {
+		exit = j.st.Exit
+	}
+	ev := j.d.event(fsm.EventExecutorReaped)
+	ev.Target, ev.Exit = eff.Target, exit
+	return jobResult{inputs: []fsm.Event{ev}, closed: closed}
+}
+
+// maxKillAttempts bounds how often one owner retries a failed kill before
+// it leaves the task in reaping for a later Recover.
+const maxKillAttempts = 3
+
+// jobDone takes a job's outcome: adopt its connection, record its
+// inputs, and schedule what follows.
+func (o *owner) jobDone(r jobResult) {
+	o.job, o.cancelJob = jobNone, nil
+	if r.closed {
+		o.h = nil
+	}
+	if r.h != nil && r.h != o.h {
+		if o.h != nil {
+			_ = o.h.Close()
+		}
+		o.h = r.h
+	}
+	switch r.kind {
+	case jobSpawn, jobLaunch:
+		if r.err != nil {
+			o.lastErr = r.err
+		}
+	case jobLockWait:
+		o.lockWaited(r)
+		return
+	}
+	if len(r.inputs) > 0 {
+		ok, err := o.apply(r.inputs...)
+		if err != nil {
+			if r.kind == jobSpawn && o.st.Executor == nil {
+				o.abandon() // an executor spawned but not recorded must not live on
+			}
+			o.giveUp(err)
+			return
+		}
+		if !ok && o.st.State.Terminal() && o.h != nil {
+			o.abandon() // a late outcome of a task that ended meanwhile
+		}
+	}
+	o.setAction(r.action)
+	switch {
+	case r.kind == jobKill && o.st.State == fsm.StateReaping:
+		o.kills++
+		if o.kills >= maxKillAttempts {
+			o.giveUp(o.taskErr(fmt.Errorf("kill-executor failed %d times: %s", o.kills, o.st.Reason)))
+			return
+		}
+		o.retryC = time.After(time.Duration(o.kills*o.kills) * 50 * time.Millisecond) // back off before retrying a kill
+	case r.kind == jobKill:
+		o.kills = 0
+	case r.retry:
+		o.retryC = time.After(r.delay) // then the attach is owed again
+	}
+	if r.supervise && o.st.State != fsm.StateReaping && !o.st.State.Terminal() {
+		o.supervise()
+	}
+	if (r.kind == jobProbe || r.kind == jobProbeLaunch) && len(r.inputs) == 0 && len(o.owed) == 0 {
+		o.driving = false // nothing to do: alive, supervised or left alone
+		o.release()
+		o.concludeRecovery("", nil)
+	}
+}
+
+// lockWaited continues a watch once the process that was driving the task
+// has finished: the log says what it did.
+func (o *owner) lockWaited(r jobResult) {
+	if r.err != nil {
+		o.failWatchers(r.err)
+		return
+	}
+	r.lock.release()
+	if err := o.reload(); err != nil {
+		o.failWatchers(err)
+		return
+	}
+	if !o.st.State.Terminal() && len(o.watchers) > 0 {
+		o.reconcile()
+	}
+}

@@ -1,0 +1,695 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/store"
+)
+
+// The task owner.
+//
+// Every task the driver touches has one owner: a goroutine (owner.run) that
+// receives every input about the task on channels — a caller's request
+// (start, stop, wait, recover) on the task's inbox, the outcome of the one
+// effect or probe in flight, the supervisor's report of the task's end —
+// and is the only writer of the task's state and the only runner of its
+// effects, in the manner of raft's node.run. For each input it steps the
+// pure lifecycle (fsm.StepAll), appends the resulting events (write-ahead),
+// folds them, and performs the effects Step returned, one at a time, each
+// in a goroutine whose outcome comes back as the next input. A nil channel
+// turns a case of its select off.
+//
+// Across processes (the CLI opens the store per command), the task's lock
+// (LockFile) says that a live process is driving the task through a state
+// that owes an effect; recovery elsewhere leaves such a task alone.
+// Appends are optimistic (the expected version), so two processes acting
+// on one task at once converge: the second's append conflicts, it reloads
+// the log and re-steps its input, and every effect is idempotent or keyed.
+
+// inputKind is what a caller asks of an owner.
+type inputKind uint8
+
+const (
+	inStart   inputKind = iota + 1 // record and start a new task
+	inStop                         // stop it (or escalate a stop under way)
+	inWatch                        // reply when it is terminal; make sure someone notices its end
+	inRecover                      // reconcile it with reality, unless someone is driving it
+)
+
+type request struct {
+	kind  inputKind
+	spec  fsm.Spec       // start
+	sig   syscall.Signal // stop
+	grace time.Duration  // stop
+	reply chan reply     // buffered: the owner never blocks on a caller
+}
+
+type reply struct {
+	task   fsm.Task
+	report TaskReport // recover
+	err    error
+}
+
+// killOverride replaces the signal and grace a stop recorded, for the next
+// kill: a later stop that asked for sooner, or a recovery (the stop that
+// asked for a grace is gone with its process).
+type killOverride struct {
+	sig   syscall.Signal
+	grace time.Duration
+}
+
+// recovering is a recover request being answered.
+type recovering struct {
+	reply  chan reply
+	from   fsm.State
+	action string
+}
+
+type owner struct {
+	d   *Driver
+	t   *task
+	log hclog.Logger
+
+	st      fsm.Task     // the durable state: the fold of the log
+	owed    []fsm.Effect // what st owes, as Step returned it (Pending after a load)
+	driving bool         // this owner performs what st owes
+	lock    *taskLock    // held while driving, when it could be taken
+
+	h Executor // a connection to the task's executor, when there is one
+
+	job       jobKind // the effect or probe in flight (jobNone: none)
+	jobC      chan jobResult
+	cancelJob context.CancelCauseFunc
+
+	supC    chan fsm.Event // the supervisor's report of the task's end; nil: none
+	supStop context.CancelFunc
+
+	retryC <-chan time.Time // a kill's back-off; nil: none
+	kills  int
+	kill   *killOverride
+
+	starters []chan reply
+	stoppers []chan reply
+	watchers []chan reply
+	recovery *recovering
+	lastErr  error // the last start effect's error, for the starters
+
+	closing bool
+	normal  bool // the loop ended by itself (not by a simulated crash)
+	fresh   bool // before the request the owner was started for
+}
+
+// startOwner registers a task and starts its owner on st. d.mu is held.
+func (d *Driver) startOwner(st fsm.Task) *task {
+	t := &task{id: st.ID, in: make(chan request), done: make(chan struct{}), gone: make(chan struct{})}
+	t.view.Store(&st)
+	if st.State.Terminal() {
+		close(t.done)
+	}
+	d.tasks[st.ID] = t
+	d.owners.Add(1)
+	o := &owner{d: d, t: t, log: d.log.With("task_id", st.ID), st: st, owed: fsm.Pending(st), jobC: make(chan jobResult, 1),
+		fresh: true}
+	go o.run()
+	return t
+}
+
+func (o *owner) run() {
+	defer o.exit()
+	closing := o.d.closing
+	for {
+		o.advance()
+		if o.finished() {
+			o.normal = true
+			return
+		}
+		var jobC chan jobResult
+		if o.job != jobNone {
+			jobC = o.jobC
+		}
+		var in chan request
+		if !o.closing || o.job != jobNone || o.driving {
+			in = o.t.in // while closing, callers are refused by the driver already
+		}
+		select {
+		case req := <-in:
+			o.handle(req)
+		case r := <-jobC:
+			o.jobDone(r)
+		case ev := <-o.supC:
+			o.supervised(ev)
+		case <-o.retryC:
+			o.retryC = nil
+		case <-closing:
+			closing = nil
+			o.closing = true
+			o.stopSupervising()
+		}
+	}
+}
+
+// finished reports whether the owner has nothing left to do.
+func (o *owner) finished() bool {
+	if o.job != jobNone {
+		return false
+	}
+	waiting := len(o.starters)+len(o.stoppers)+len(o.watchers) > 0 || o.recovery != nil
+	switch {
+	case o.fresh:
+		return false // an owner is started for a request: it serves that first
+	case o.st.State == fsm.StateNone:
+		return !waiting // a start that recorded nothing
+	case o.st.State.Terminal():
+		return !waiting
+	case o.closing:
+		return !o.driving && len(o.starters)+len(o.stoppers) == 0 && o.recovery == nil
+	}
+	return false
+}
+
+// exit ends the owner. After a simulated crash (runtime.Goexit in a crash
+// hook) the process is gone: nothing is answered, released or closed.
+func (o *owner) exit() {
+	if o.normal {
+		o.stopSupervising()
+		if o.h != nil {
+			_ = o.h.Close()
+		}
+		o.release()
+		for _, w := range o.watchers {
+			w <- reply{task: o.st, err: &TaskError{Task: o.st.ID, State: o.st.State, Err: ErrClosed}}
+		}
+		if o.cancelJob != nil {
+			o.cancelJob(ErrClosed)
+		}
+	}
+	o.d.mu.Lock()
+	if o.d.tasks[o.t.id] == o.t {
+		delete(o.d.tasks, o.t.id)
+	}
+	o.d.mu.Unlock()
+	close(o.t.gone)
+	o.d.owners.Done()
+}
+
+func (o *owner) handle(req request) {
+	o.fresh = false
+	switch req.kind {
+	case inStart:
+		o.start(req)
+	case inStop:
+		o.stop(req)
+	case inWatch:
+		o.watch(req)
+	case inRecover:
+		o.recover(req)
+	}
+}
+
+func (o *owner) taskErr(err error) error {
+	return &TaskError{Task: o.st.ID, State: o.st.State, Err: err}
+}
+
+// start records a new task and starts driving it: task-created with the
+// spawn intent in one append (or with config-rejected, when the spec is
+// refused before anything is spawned).
+func (o *owner) start(req request) {
+	id := o.t.id
+	if o.st.State != fsm.StateNone {
+		req.reply <- reply{task: o.st, err: o.taskErr(ErrTaskExists)}
+		return
+	}
+	ctx := context.Background()
+	if existing, err := o.d.store.LoadTask(ctx, id); err == nil {
+		o.setState(existing)
+		o.owed = fsm.Pending(existing)
+		req.reply <- reply{task: existing, err: o.taskErr(ErrTaskExists)}
+		return
+	} else if !errors.Is(err, store.ErrUnknownTask) {
+		req.reply <- reply{err: &TaskError{Task: id, Err: err}}
+		return
+	}
+	lock, holder, err := tryLockTask(o.d.TaskDir(id))
+	if err != nil {
+		req.reply <- reply{err: &TaskError{Task: id, Err: err}}
+		return
+	}
+	if lock == nil {
+		req.reply <- reply{err: &TaskError{Task: id, Err: fmt.Errorf("%w: process %d is starting a task with this id", ErrTaskExists, holder)}}
+		return
+	}
+	o.lock = lock
+	created := o.d.event(fsm.EventCreated)
+	created.Spec = &req.spec
+	if verr := o.d.validateSpec(req.spec); verr != nil {
+		rej := o.d.event(fsm.EventConfigRejected)
+		rej.Reason = verr.Error()
+		_, aerr := o.apply(created, rej)
+		o.release()
+		req.reply <- reply{task: o.st, err: &TaskError{Task: id, State: o.st.State, Err: errors.Join(verr, aerr)}}
+		return
+	}
+	intent := o.d.event(fsm.EventSpawnIntent)
+	intent.Nonce = o.d.cfg.NewNonce()
+	if _, err := o.apply(created, intent); err != nil {
+		o.release()
+		req.reply <- reply{task: o.st, err: err}
+		return
+	}
+	o.driving = true
+	o.starters = append(o.starters, req.reply)
+}
+
+// stop records the stop request, cancels a start effect in flight, and
+// drives the kill. A task already reaping gets this stop's signal and grace
+// when they are sooner.
+func (o *owner) stop(req request) {
+	switch {
+	case o.st.State == fsm.StateNone:
+		req.reply <- reply{err: &TaskError{Task: o.t.id, Err: ErrUnknownTask}}
+		return
+	case o.st.State.Terminal():
+		req.reply <- reply{task: o.st}
+		return
+	}
+	sig, grace := o.d.stopDefaults(o.st.Spec, req.sig, req.grace)
+	if o.st.State == fsm.StateReaping {
+		o.escalate(sig, grace)
+		o.drive()
+		o.stoppers = append(o.stoppers, req.reply)
+		return
+	}
+	in := o.d.event(fsm.EventStopRequested)
+	in.Signal, in.Grace = int(sig), grace
+	if _, err := o.apply(in); err != nil {
+		req.reply <- reply{task: o.st, err: err}
+		return
+	}
+	if o.st.State.Terminal() { // a task that was only created
+		req.reply <- reply{task: o.st}
+		return
+	}
+	o.cancelStart(errStopRequested)
+	o.drive()
+	o.stoppers = append(o.stoppers, req.reply)
+}
+
+var errStopRequested = errors.New("stop requested")
+
+// escalate makes the kill under way (or the next one) use sig and grace.
+// The executor keeps the earliest deadline, so a later stop can only make
+// the kill sooner.
+func (o *owner) escalate(sig syscall.Signal, grace time.Duration) {
+	o.kill = &killOverride{sig: sig, grace: grace}
+	if o.job == jobKill && o.h != nil {
+		h, timeout := o.h, o.d.cfg.EffectTimeout+grace
+		go func() {
+			ctx, cancel := context.WithTimeout(o.d.life, timeout)
+			defer cancel()
+			_, _ = h.Stop(ctx, sig, grace) // the kill in flight collects the outcome
+		}()
+	}
+}
+
+// drive makes this owner perform what the task owes, holding the task's
+// lock when it can be had (another live process may be driving it too;
+// both are idempotent, and their appends are ordered by version).
+func (o *owner) drive() {
+	o.driving = true
+	if o.lock == nil {
+		if l, _, err := tryLockTask(o.d.TaskDir(o.t.id)); err == nil {
+			o.lock = l
+		}
+	}
+}
+
+func (o *owner) release() {
+	o.lock.release()
+	o.lock = nil
+}
+
+// watch answers when the task is terminal, and makes sure its end will be
+// noticed: a running task nobody here supervises gets a supervisor, a task
+// nobody drives is reconciled.
+func (o *owner) watch(req request) {
+	switch {
+	case o.st.State == fsm.StateNone:
+		req.reply <- reply{err: &TaskError{Task: o.t.id, Err: ErrUnknownTask}}
+		return
+	case o.st.State.Terminal():
+		req.reply <- reply{task: o.st}
+		return
+	}
+	o.watchers = append(o.watchers, req.reply)
+	if o.driving || o.job != jobNone || o.supC != nil {
+		return
+	}
+	o.reconcile()
+}
+
+// recover reconciles the task with reality, unless it is being driven
+// here or in another live process.
+func (o *owner) recover(req request) {
+	from := o.st.State
+	done := func(action string) {
+		req.reply <- reply{task: o.st, report: TaskReport{ID: o.t.id, From: from, To: o.st.State, Action: action}}
+	}
+	switch {
+	case o.st.State == fsm.StateNone:
+		req.reply <- reply{err: &TaskError{Task: o.t.id, Err: ErrUnknownTask}}
+		return
+	case o.st.State.Terminal():
+		done("already " + o.st.State.String())
+		return
+	case o.driving || o.job != jobNone || o.recovery != nil:
+		done("in progress in this driver; left to it")
+		return
+	case o.supC != nil:
+		done("supervised by this driver")
+		return
+	}
+	o.recovery = &recovering{reply: req.reply, from: from}
+	o.reconcile()
+}
+
+// reconcile decides, from the log and reality, what happened to a task
+// nobody here is driving (the crash-window table of the design):
+//
+//	created        nothing was spawned: start-interrupted, failed
+//	spawning       start-interrupted; the executor is found by nonce, killed
+//	executor-up    start-interrupted; the executor is killed (Nomad's leak)
+//	launching      reattach and ask: launched -> supervise; else interrupted
+//	launched       the attach effect it owes: reattach, confirm, supervise
+//	running,       reattach with the identity check and supervise; or the
+//	restarting     exit status left on disk; or lost and killed; an
+//	               executor alive but not answering is left alone
+//	reaping        kill again by identity (at once: the stop that asked for
+//	               a grace is gone), confirm dead, record reaped
+func (o *owner) reconcile() {
+	lock, holder, err := tryLockTask(o.d.TaskDir(o.t.id))
+	if err != nil {
+		o.concludeRecovery("", err)
+		o.failWatchers(err)
+		return
+	}
+	if lock == nil {
+		o.concludeRecovery(fmt.Sprintf("being driven by process %d; left to it", holder), nil)
+		if len(o.watchers) > 0 {
+			o.startJob(jobLockWait, o.d.cfg.EffectTimeout, nil) // wait for it to finish
+		}
+		return
+	}
+	o.lock = lock
+	if err := o.reload(); err != nil { // the log may have moved while nobody here held the lock
+		o.release()
+		o.concludeRecovery("", err)
+		o.failWatchers(err)
+		return
+	}
+	interrupted := func(reason, action string) {
+		ev := o.d.event(fsm.EventStartInterrupted)
+		ev.Reason = reason
+		o.setAction(action)
+		o.kill = &killOverride{sig: syscall.SIGKILL}
+		o.driving = true
+		if _, err := o.apply(ev); err != nil {
+			o.giveUp(err)
+		}
+	}
+	switch o.st.State {
+	case fsm.StateCreated:
+		interrupted("the driver stopped before spawning an executor; nothing was spawned", "nothing was spawned; recorded failed")
+	case fsm.StateSpawning:
+		interrupted("the driver stopped while spawning the executor", "spawn interrupted; executor looked up by nonce and killed")
+	case fsm.StateExecutorUp:
+		interrupted("the driver stopped before launching the task", "executor up but task never launched; executor killed")
+	case fsm.StateLaunching:
+		o.driving = true
+		o.startJob(jobProbeLaunch, o.d.cfg.ProbeTimeout*2, nil)
+	case fsm.StateLaunched:
+		o.setAction("reattached; supervision attached")
+		o.driving = true // it owes the attach effect
+	case fsm.StateRunning, fsm.StateRestarting:
+		o.driving = true
+		o.startJob(jobProbe, o.d.cfg.ProbeTimeout*2, nil)
+	case fsm.StateReaping:
+		o.setAction("reaping resumed; executor killed by identity")
+		o.kill = &killOverride{sig: syscall.SIGKILL}
+		o.driving = true
+	default:
+		o.release()
+		o.concludeRecovery("nothing to do in state "+o.st.State.String(), nil)
+	}
+}
+
+func (o *owner) setAction(a string) {
+	if o.recovery != nil && a != "" {
+		o.recovery.action = a
+	}
+}
+
+func (o *owner) concludeRecovery(action string, err error) {
+	if o.recovery == nil {
+		return
+	}
+	r := o.recovery
+	o.recovery = nil
+	if action == "" {
+		action = r.action
+	}
+	rep := TaskReport{ID: o.t.id, From: r.from, To: o.st.State, Action: action}
+	if err != nil {
+		rep.Err = &TaskError{Task: o.t.id, State: r.from, Err: err}
+	}
+	r.reply <- reply{task: o.st, report: rep}
+}
+
+func (o *owner) failWatchers(err error) {
+	for _, w := range o.watchers {
+		w <- reply{task: o.st, err: o.taskErr(err)}
+	}
+	o.watchers = nil
+}
+
+// advance answers the callers whose condition is met, lets go of the lock
+// once the task is stable, and starts the next owed effect.
+func (o *owner) advance() {
+	st := o.st.State
+	switch {
+	case st.Terminal():
+		if o.job == jobNone {
+			o.driving = false
+			o.release()
+		}
+		for _, s := range o.starters {
+			s <- o.startReply()
+		}
+		o.starters = nil
+		for _, w := range append(o.stoppers, o.watchers...) {
+			w <- reply{task: o.st}
+		}
+		o.stoppers, o.watchers = nil, nil
+		o.concludeRecovery("", nil)
+	case (st == fsm.StateRunning || st == fsm.StateRestarting) && o.job == jobNone && len(o.owed) == 0:
+		for _, s := range o.starters {
+			s <- o.startReply()
+		}
+		o.starters = nil
+		o.concludeRecovery("", nil)
+		if o.driving {
+			o.driving = false
+			o.release()
+		}
+		if o.supC == nil && o.h != nil && !o.closing {
+			o.supervise()
+		}
+	}
+	if o.job == jobNone && o.driving && o.retryC == nil && len(o.owed) > 0 {
+		o.perform(o.owed[0])
+	}
+}
+
+// startReply is StartTask's answer once the start is over.
+func (o *owner) startReply() reply {
+	st := o.st
+	switch {
+	case st.State == fsm.StateRunning || st.State == fsm.StateRestarting:
+		return reply{task: st}
+	case st.State == fsm.StateExited:
+		return reply{task: st} // a quick task: it ran, and exited before the start returned
+	case o.lastErr != nil:
+		return reply{task: st, err: o.taskErr(fmt.Errorf("%w: %w", ErrStartFailed, o.lastErr))}
+	}
+	reason := st.Reason
+	if reason == "" {
+		reason = "ended " + st.State.String()
+	}
+	return reply{task: st, err: o.taskErr(fmt.Errorf("%w: %s", ErrStartFailed, reason))}
+}
+
+// giveUp stops driving after an error the owner cannot get past (an append
+// that failed, a kill that kept failing): the log keeps what is durable and
+// a later Recover reconciles it. Everyone waiting is told why.
+func (o *owner) giveUp(err error) {
+	o.log.Error("giving up on the task for now; Recover will reconcile it", "err", err, "state", o.st.State.String())
+	o.driving = false
+	o.retryC = nil
+	o.release()
+	for _, s := range append(append(o.starters, o.stoppers...), o.watchers...) {
+		s <- reply{task: o.st, err: err}
+	}
+	o.starters, o.stoppers, o.watchers = nil, nil, nil
+	o.concludeRecovery("", err)
+}
+
+// apply steps the task with inputs and appends the resulting events in one
+// commit before anything else (write-ahead), then folds them. It returns
+// false, nil when the inputs no longer apply because the task moved on (a
+// late outcome of an effect that a stop overtook, or a stop of a task
+// already reaping). A conflict with another process's append reloads the
+// log and steps the inputs again.
+func (o *owner) apply(inputs ...fsm.Event) (bool, error) {
+	for attempt := 0; ; attempt++ {
+		events, effects, err := fsm.StepAll(o.st, inputs...)
+		if errors.Is(err, fsm.ErrIllegalTransition) && o.st.Version > 0 {
+			o.log.Debug("dropping input that no longer applies", "event", inputs[0].Type.String(), "state", o.st.State.String())
+			return false, nil
+		}
+		if err != nil {
+			return false, o.taskErr(err)
+		}
+		if len(events) == 0 {
+			return false, nil
+		}
+		if err := o.d.hooks.fault("append:" + events[0].Type.String()); err != nil {
+			return false, o.taskErr(err)
+		}
+		for _, e := range events {
+			o.d.hooks.crash(crashBeforeAppend + e.Type.String())
+		}
+		_, err = o.d.store.Append(context.Background(), o.st.ID, o.st.Version, events...)
+		if errors.Is(err, store.ErrConflict) && attempt < 8 {
+			o.log.Debug("another process appended first; reloading", "err", err)
+			if rerr := o.reload(); rerr != nil {
+				return false, rerr
+			}
+			continue
+		}
+		if err != nil {
+			return false, o.taskErr(err)
+		}
+		for _, e := range events {
+			o.d.hooks.crash(crashAfterAppend + e.Type.String())
+		}
+		next, err := fsm.FoldAll(o.st, events...)
+		if err != nil {
+			// StepAll just validated these events: a failure here is a bug.
+			panic(fmt.Sprintf("driver: fold of stepped events failed: %v", err))
+		}
+		o.setState(next)
+		o.owed = effects
+		return true, nil
+	}
+}
+
+// reload replaces the state with the log's.
+func (o *owner) reload() error {
+	st, err := o.d.store.LoadTask(context.Background(), o.t.id)
+	if err != nil {
+		return o.taskErr(err)
+	}
+	o.setState(st)
+	o.owed = fsm.Pending(st)
+	return nil
+}
+
+// setState makes next the task's state: published to readers, logged, and
+// the task's end announced once it is durably terminal.
+func (o *owner) setState(next fsm.Task) {
+	from := o.st.State
+	o.st = next
+	o.t.view.Store(&next)
+	if next.State != from {
+		o.log.Info("transition", "state", next.State.String(), "from", from.String())
+	}
+	if next.State != fsm.StateRunning && next.State != fsm.StateLaunched && next.State != fsm.StateRestarting {
+		o.stopSupervising()
+	}
+	if next.State.Terminal() && !from.Terminal() {
+		close(o.t.done)
+	}
+}
+
+// cancelStart cancels a start effect or probe in flight (a stop overtook
+// it); its outcome still comes back and is dropped if it no longer applies.
+func (o *owner) cancelStart(cause error) {
+	if o.job != jobNone && o.job != jobKill && o.cancelJob != nil {
+		o.cancelJob(cause)
+	}
+}
+
+// supervise waits for the running task's end in the background. Closing
+// the driver ends supervision without touching the task.
+func (o *owner) supervise() {
+	if o.supC != nil || o.h == nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(o.d.life)
+	c := make(chan fsm.Event, 1)
+	h, st, d := o.h, o.st, o.d
+	go func() {
+		x, err := h.Wait(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			ev := d.event(fsm.EventTaskExited)
+			ev.Exit = &x
+			c <- ev
+			return
+		}
+		c <- d.collectEnd(ctx, st, fmt.Errorf("executor connection lost: %w", err))
+	}()
+	o.supC, o.supStop = c, cancel
+}
+
+func (o *owner) stopSupervising() {
+	if o.supStop != nil {
+		o.supStop()
+	}
+	o.supC, o.supStop = nil, nil
+}
+
+// supervised records the task's end that the supervisor reported, and
+// drives its reaping.
+func (o *owner) supervised(ev fsm.Event) {
+	o.supC, o.supStop = nil, nil
+	o.drive()
+	if _, err := o.apply(ev); err != nil {
+		o.giveUp(err)
+	}
+}
+
+// abandon kills an executor whose spawn the log does not (or no longer)
+// say is alive: an executor-up that could not be recorded, or a spawn that
+// a stop overtook and reaped without it.
+func (o *owner) abandon() {
+	h := o.h
+	o.h = nil
+	if h == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(o.d.life, o.d.cfg.EffectTimeout)
+	defer cancel()
+	if err := h.Shutdown(ctx); err != nil {
+		_ = o.d.world.Kill(ctx, o.t.id, h.Identity())
+	}
+	_ = h.Close()
+}
