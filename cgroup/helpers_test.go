@@ -33,7 +33,7 @@ import (
 //	cg-oom M loc MB            join loc, then touch MB of anonymous memory
 //	cg-forker M loc N          join loc, fork N children that block; print counts, block
 //	cg-unpriv M task nonce     probe and create as whoever runs it; print JSON
-//	cg-oomadj M V              set oom_score_adj to -1000, then SetOOMScoreAdj(V); print it
+//	cg-oomadj M FROM TO        set oom_score_adj to FROM, then SetOOMScoreAdj(TO); print it
 func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && strings.HasPrefix(os.Args[1], "cg-") {
 		os.Exit(helper(os.Args[1], os.Args[3:]))
@@ -164,10 +164,10 @@ func helper(mode string, args []string) int {
 		fmt.Println(string(b))
 		return 0
 	case "cg-oomadj":
-		if err := os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0); err != nil {
+		if err := os.WriteFile("/proc/self/oom_score_adj", []byte(args[0]), 0); err != nil {
 			return fail(err)
 		}
-		v, _ := strconv.Atoi(args[0])
+		v, _ := strconv.Atoi(args[1])
 		if err := SetOOMScoreAdj(v); err != nil {
 			return fail(err)
 		}

@@ -26,12 +26,19 @@ import (
 //     membership was checked in /proc/PID/cgroup, thaw, and wait for those
 //     pidfds; again until cgroup.procs is empty in every hierarchy.
 //
-// It is bounded by ctx: when ctx ends first it thaws and returns a
+// It is bounded by ctx: when ctx ends first (or had ended: then nothing is
+// signalled) it thaws and returns a
 // *KillError listing the members still alive (a process in uninterruptible
 // sleep outlives any signal). A cgroup that is gone is empty. Kill does not
 // remove the cgroup (Remove does), nor reap the processes (their parent
 // does: zombies are no members).
 func (c *Cgroup) Kill(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		if d, ok := c.byKey(UnifiedKey); ok {
+			return c.gaveUp(ctx, d.dir, err)
+		}
+		return c.gaveUp(ctx, c.dirs[0].dir, err)
+	}
 	if d, ok := c.byKey(UnifiedKey); ok && d.kill {
 		switch err := writeFile(d.dir, "cgroup.kill", "1"); {
 		case isNotExist(err):
@@ -190,7 +197,10 @@ func (c *Cgroup) gaveUp(ctx context.Context, dir string, err error) error {
 	if ctx.Err() == nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	pids, _ := c.Procs()
+	pids, perr := c.Procs()
+	if perr == nil && len(pids) == 0 {
+		return nil // emptied after all
+	}
 	return &KillError{Dir: dir, Alive: describe(pids), Err: err}
 }
 

@@ -64,34 +64,34 @@ func TestParseLocation_Garbage(t *testing.T) {
 		"",
 		"garbage",
 		"/sys/fs/cgroup/memory/" + leaf,
-		"tether-cgroup:2;memory=/" + leaf,                              // unknown version
-		"tether-cgroup:1",                                              // no entry
-		"tether-cgroup:1;",                                             // empty entry
-		"tether-cgroup:1;memory",                                       // no '='
-		"tether-cgroup:1;Memory=/" + leaf,                              // bad key
-		"tether-cgroup:1;name=systemd=/" + leaf,                        // named hierarchy
-		"tether-cgroup:1;memory=" + leaf,                               // relative
-		"tether-cgroup:1;memory=/",                                     // the root
-		"tether-cgroup:1;memory=/a/../" + leaf,                         // escape
-		"tether-cgroup:1;memory=/a//" + leaf,                           // not clean
-		"tether-cgroup:1;memory=/./" + leaf,                            // not clean
-		"tether-cgroup:1;memory=/" + leaf + "/",                        // trailing slash
-		"tether-cgroup:1;memory=/a%2F..%2F" + leaf,                     // escaped '/' is canonical? no: '/' is safe
-		"tether-cgroup:1;memory=/a%2" + leaf,                           // bad escape
-		"tether-cgroup:1;memory=/a%61/" + leaf,                         // escape of a safe byte
-		"tether-cgroup:1;memory=/a%0A/" + leaf,                         // newline
-		"tether-cgroup:1;memory=/a b/" + leaf,                          // unescaped space
-		"tether-cgroup:1;memory=/" + leaf + ";cpu=/" + leaf,            // unsorted
-		"tether-cgroup:1;cpu=/" + leaf + ";cpu=/" + leaf,               // repeated
+		"tether-cgroup:2;memory=/" + leaf,                               // unknown version
+		"tether-cgroup:1",                                               // no entry
+		"tether-cgroup:1;",                                              // empty entry
+		"tether-cgroup:1;memory",                                        // no '='
+		"tether-cgroup:1;Memory=/" + leaf,                               // bad key
+		"tether-cgroup:1;name=systemd=/" + leaf,                         // named hierarchy
+		"tether-cgroup:1;memory=" + leaf,                                // relative
+		"tether-cgroup:1;memory=/",                                      // the root
+		"tether-cgroup:1;memory=/a/../" + leaf,                          // escape
+		"tether-cgroup:1;memory=/a//" + leaf,                            // not clean
+		"tether-cgroup:1;memory=/./" + leaf,                             // not clean
+		"tether-cgroup:1;memory=/" + leaf + "/",                         // trailing slash
+		"tether-cgroup:1;memory=/a%2F..%2F" + leaf,                      // escaped '/' is canonical? no: '/' is safe
+		"tether-cgroup:1;memory=/a%2" + leaf,                            // bad escape
+		"tether-cgroup:1;memory=/a%61/" + leaf,                          // escape of a safe byte
+		"tether-cgroup:1;memory=/a%0A/" + leaf,                          // newline
+		"tether-cgroup:1;memory=/a b/" + leaf,                           // unescaped space
+		"tether-cgroup:1;memory=/" + leaf + ";cpu=/" + leaf,             // unsorted
+		"tether-cgroup:1;cpu=/" + leaf + ";cpu=/" + leaf,                // repeated
 		"tether-cgroup:1;cpu=/" + leaf + ";memory=/tether-web@zzzzzzzz", // leaves differ
-		"tether-cgroup:1;memory=/docker/abc",                           // foreign cgroup
-		"tether-cgroup:1;memory=/tether-web",                           // no nonce
-		"tether-cgroup:1;memory=/tether-web@short",                     // nonce too short
-		"tether-cgroup:1;memory=/tether-@abcdefgh",                     // empty task
-		"tether-cgroup:1;memory=/tether-.web@abcdefgh",                 // task starts badly
-		"tether-cgroup:1;memory=/tether-web@abc.defgh",                 // '.' in nonce
-		"tether-cgroup:1;memory=/tether-we@b@abcdefgh",                 // two '@'
-		"tether-cgroup:1;memory=/" + strings.Repeat("a/", 2100) + leaf, // over PATH_MAX
+		"tether-cgroup:1;memory=/docker/abc",                            // foreign cgroup
+		"tether-cgroup:1;memory=/tether-web",                            // no nonce
+		"tether-cgroup:1;memory=/tether-web@short",                      // nonce too short
+		"tether-cgroup:1;memory=/tether-@abcdefgh",                      // empty task
+		"tether-cgroup:1;memory=/tether-.web@abcdefgh",                  // task starts badly
+		"tether-cgroup:1;memory=/tether-web@abc.defgh",                  // '.' in nonce
+		"tether-cgroup:1;memory=/tether-we@b@abcdefgh",                  // two '@'
+		"tether-cgroup:1;memory=/" + strings.Repeat("a/", 2100) + leaf,  // over PATH_MAX
 	} {
 		if l, err := ParseLocation(s); !errors.Is(err, ErrBadLocation) {
 			t.Errorf("ParseLocation(%.80q) = %v, %v; want ErrBadLocation", s, l, err)
