@@ -27,6 +27,17 @@
 // panics: a bbolt panic on a damaged file becomes an ErrCorrupt error naming
 // the file.
 //
+// # Locking
+//
+// One process at a time writes a store; readers (Options.ReadOnly) share
+// it. The lock is a blocking flock on PATH.lock beside the store file,
+// never renamed or removed; the store file is opened by its path only once
+// the lock is held, so Compact, which holds the lock across the rename of
+// its new file, is safe beside any other process. A waiter gets the lock
+// the moment its holder lets go (no polling) or gives up after
+// Options.LockTimeout with ErrLocked. The store file and the lock file are
+// opened without following symbolic links (ErrUnsafePath).
+//
 // # Writing
 //
 // Append is optimistic: the caller passes the version it folded from, and a
