@@ -69,4 +69,19 @@
 //		t, err := s.LoadTask(ctx, id)
 //		...
 //	})
+//
+// A listing reads every task at once and keeps going past damaged ones:
+//
+//	scan, err := s.LoadTasks(ctx, store.AllTasks)
+//	// scan.Tasks: folded; scan.Unreadable: id and error of each other one
+//
+// A command that spawns, launches or waits between its reads and appends
+// uses a Shared log, which holds the store (and its lock) only while
+// operations are in flight; overlapping operations share one open store
+// and its group commit. Each idle-to-busy transition costs an open and a
+// close (about 66 µs on top of a 370 µs durable append here):
+//
+//	sh, err := store.OpenShared(path, store.Options{LockTimeout: 10 * time.Second})
+//	defer sh.Close()
+//	v, err := sh.Append(ctx, id, 0, evs...) // opens, appends, closes
 package store

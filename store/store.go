@@ -574,6 +574,9 @@ func taskBucket(tx *bolt.Tx, task string) (*bolt.Bucket, head, error) {
 	}
 	b := tasks.Bucket([]byte(task))
 	if b == nil {
+		if tasks.Get([]byte(task)) != nil {
+			return nil, head{}, &CorruptError{Task: task, Reason: "task key is not a bucket"}
+		}
 		return nil, head{}, fmt.Errorf("%w: %q", ErrUnknownTask, task)
 	}
 	v := b.Get(headKey)
@@ -598,8 +601,18 @@ func (s *Store) All(ctx context.Context, fn func(task string) error) error {
 }
 
 func (s *Store) each(ctx context.Context, bucket []byte, fn func(string) error) error {
-	if err := ctx.Err(); err != nil {
+	ids, err := s.ids(ctx, bucket)
+	if err != nil {
 		return err
+	}
+	return callEach(ctx, ids, fn)
+}
+
+// ids returns the keys of a top-level bucket (the task ids of tasks or
+// live), in order.
+func (s *Store) ids(ctx context.Context, bucket []byte) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	var ids []string
 	err := s.view(func(tx *bolt.Tx) error {
@@ -612,9 +625,12 @@ func (s *Store) each(ctx context.Context, bucket []byte, fn func(string) error) 
 			return nil
 		})
 	})
-	if err != nil {
-		return err
-	}
+	return ids, err
+}
+
+// callEach calls fn with each id, stopping at its first error or when ctx
+// is done.
+func callEach(ctx context.Context, ids []string, fn func(string) error) error {
 	for _, id := range ids {
 		if err := ctx.Err(); err != nil {
 			return err
