@@ -307,5 +307,3 @@ func TestLoadTasks_KeepsGoingPastDamage(t *testing.T) {
 		t.Errorf("live: %v, want %v", got, want)
 	}
 }
-
-
