@@ -40,12 +40,22 @@ func (c *Cgroup) Kill(ctx context.Context) error {
 		return c.gaveUp(ctx, c.dirs[0].dir, err)
 	}
 	if d, ok := c.byKey(UnifiedKey); ok && d.kill {
+		// Pidfds of the members, opened before the kill: a member stops
+		// being listed in cgroup.procs as soon as it starts exiting, but
+		// leaves the cgroup only later, when its pidfd turns readable.
+		pids, err := procsBelow(d.dir)
+		if err != nil {
+			return err
+		}
+		early := openPidfds(pids)
 		switch err := writeFile(d.dir, "cgroup.kill", "1"); {
 		case isNotExist(err):
+			closeAll(early)
 		case err != nil:
+			closeAll(early)
 			return err
 		default:
-			if err := waitUnpopulated(ctx, d.dir); err != nil {
+			if err := waitUnpopulated(ctx, d.dir, early); err != nil {
 				return c.gaveUp(ctx, d.dir, err)
 			}
 		}
@@ -205,67 +215,125 @@ func (c *Cgroup) gaveUp(ctx context.Context, dir string, err error) error {
 }
 
 // waitUnpopulated returns when cgroup.events in dir says "populated 0" (or
-// dir is gone), woken by inotify: the kernel reports a modification of
-// cgroup.events whenever a value in it changes.
-func waitUnpopulated(ctx context.Context, dir string) error {
-	ifd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+// dir is gone), and closes the pidfds in early. It wakes when cgroup.events
+// changes (poll's POLLPRI on the open file, which the kernel raises on a
+// change, at most once per 10 ms) and, sooner, when every member it knows
+// of has exited: those of early and those listed in cgroup.procs since,
+// whose pidfds turn readable once they have left the cgroup. No signal
+// goes through those pidfds; cgroup.kill sent it. (Not inotify: closing an
+// inotify instance waits for an SRCU grace period, 5 to 20 ms here.)
+func waitUnpopulated(ctx context.Context, dir string, early []int) error {
+	pending := early
+	defer func() { closeAll(pending) }()
+	efd, err := unix.Open(dir+"/cgroup.events", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("cgroup: inotify: %w", err)
-	}
-	defer unix.Close(ifd)
-	if _, err := unix.InotifyAddWatch(ifd, dir+"/cgroup.events", unix.IN_MODIFY); err != nil {
 		if isNotExist(err) {
 			return nil
 		}
-		return fmt.Errorf("cgroup: watch %s/cgroup.events: %w", dir, err)
+		return fmt.Errorf("cgroup: open %s/cgroup.events: %w", dir, err)
 	}
-	buf := make([]byte, 4096)
+	defer unix.Close(efd)
+	buf := make([]byte, 512)
 	for {
-		pop, err := populated(dir)
+		// Reading re-arms POLLPRI.
+		n, err := unix.Pread(efd, buf, 0)
 		if err != nil {
 			if isNotExist(err) {
 				return nil
 			}
-			return err
+			return fmt.Errorf("cgroup: read %s/cgroup.events: %w", dir, err)
 		}
-		if !pop {
+		pop, ok := kvValue(buf[:n], "populated")
+		if !ok {
+			return fmt.Errorf("cgroup: %s/cgroup.events has no populated key", dir)
+		}
+		if pop == 0 {
 			return nil
 		}
-		if _, err := waitAny(ctx, []int{ifd}); err != nil {
+		pids, err := procsBelow(dir)
+		if err != nil {
 			return err
 		}
-		for {
-			if _, err := unix.Read(ifd, buf); err != nil {
-				break // EAGAIN: drained
+		fresh := openPidfds(pids)
+		left, err := waitAllOr(ctx, efd, append(slices.Clone(pending), fresh...))
+		closeAll(fresh)
+		if err != nil {
+			return err
+		}
+		var still []int
+		for _, fd := range pending {
+			if slices.Contains(left, fd) {
+				still = append(still, fd)
+			} else {
+				unix.Close(fd)
 			}
+		}
+		pending = still
+	}
+}
+
+// waitAllOr returns when the kernfs file open as wake has changed
+// (POLLPRI) or every pidfd of fds is readable, with the fds not yet
+// readable.
+func waitAllOr(ctx context.Context, wake int, fds []int) ([]int, error) {
+	left := fds
+	for {
+		pfds := []unix.PollFd{{Fd: int32(wake), Events: unix.POLLPRI}}
+		for _, fd := range left {
+			pfds = append(pfds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
+		}
+		if err := waitPoll(ctx, pfds); err != nil {
+			return left, err
+		}
+		var next []int
+		for i, fd := range left {
+			if pfds[i+1].Revents == 0 {
+				next = append(next, fd)
+			}
+		}
+		left = next
+		if pfds[0].Revents != 0 || len(left) == 0 && len(fds) > 0 {
+			return left, nil
 		}
 	}
 }
 
-// populated reads "populated" from dir/cgroup.events.
-func populated(dir string) (bool, error) {
-	kv, err := readKV(dir, "cgroup.events")
-	if err != nil {
-		return false, err
+// openPidfds opens a pidfd for each pid still there (for waiting only).
+func openPidfds(pids []int) []int {
+	var fds []int
+	for _, pid := range pids {
+		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+			fds = append(fds, fd)
+		}
 	}
-	v, ok := kv["populated"]
-	if !ok {
-		return false, fmt.Errorf("cgroup: %s/cgroup.events has no populated key", dir)
+	return fds
+}
+
+// kvValue finds key's number in a flat-keyed file's text.
+func kvValue(b []byte, key string) (uint64, bool) {
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, " "); ok && k == key {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			return n, err == nil
+		}
 	}
-	return v != 0, nil
+	return 0, false
 }
 
 // waitAll returns when every pidfd in fds is readable (its process exited).
 func waitAll(ctx context.Context, fds []int) error {
 	left := slices.Clone(fds)
 	for len(left) > 0 {
-		ready, err := waitAny(ctx, left)
-		if err != nil {
+		pfds := make([]unix.PollFd, len(left))
+		for i, fd := range left {
+			pfds[i] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
+		}
+		if err := waitPoll(ctx, pfds); err != nil {
 			return err
 		}
 		var next []int
 		for i, fd := range left {
-			if !ready[i] {
+			if pfds[i].Revents == 0 {
 				next = append(next, fd)
 			}
 		}
@@ -274,15 +342,15 @@ func waitAll(ctx context.Context, fds []int) error {
 	return nil
 }
 
-// waitAny blocks until at least one of fds is readable (or hung up) or ctx
-// ends, and reports which are. ctx wakes the poll through an eventfd.
-func waitAny(ctx context.Context, fds []int) ([]bool, error) {
+// waitPoll polls pfds until at least one has an event (their Revents say
+// which) or ctx ends; ctx wakes the poll through an eventfd.
+func waitPoll(ctx context.Context, pfds []unix.PollFd) error {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return err
 	}
 	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
-		return nil, fmt.Errorf("cgroup: eventfd: %w", err)
+		return fmt.Errorf("cgroup: eventfd: %w", err)
 	}
 	woke := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
@@ -295,29 +363,22 @@ func waitAny(ctx context.Context, fds []int) ([]bool, error) {
 		}
 		unix.Close(efd)
 	}()
-	pfds := make([]unix.PollFd, len(fds)+1)
-	for i, fd := range fds {
-		pfds[i] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
-	}
-	pfds[len(fds)] = unix.PollFd{Fd: int32(efd), Events: unix.POLLIN}
+	all := append(pfds, unix.PollFd{Fd: int32(efd), Events: unix.POLLIN})
 	for {
-		_, err := unix.Poll(pfds, -1)
+		_, err := unix.Poll(all, -1)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("cgroup: poll: %w", err)
+			return fmt.Errorf("cgroup: poll: %w", err)
 		}
 		break
 	}
-	if pfds[len(fds)].Revents != 0 {
-		return nil, ctx.Err()
+	copy(pfds, all) // all may be a new array
+	if all[len(all)-1].Revents != 0 {
+		return ctx.Err()
 	}
-	ready := make([]bool, len(fds))
-	for i := range fds {
-		ready[i] = pfds[i].Revents != 0
-	}
-	return ready, nil
+	return nil
 }
 
 // describe names each pid's process for an error: comm and state.
