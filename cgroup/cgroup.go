@@ -59,6 +59,22 @@ func Open(h Host, loc Location) (*Cgroup, error) {
 	return c, nil
 }
 
+// OpenRecorded opens the cgroup of a location recorded in the event log,
+// after checking that it is the one for task and nonce (from the same log):
+// the way a recovering driver or an executor's reaper gets a cgroup it may
+// kill. Errors wrap ErrBadLocation, ErrNotOurs or ErrNoHierarchy; nothing
+// is touched.
+func OpenRecorded(h Host, recorded, task, nonce string) (*Cgroup, error) {
+	loc, err := ParseLocation(recorded)
+	if err != nil {
+		return nil, err
+	}
+	if err := loc.Check(task, nonce); err != nil {
+		return nil, err
+	}
+	return Open(h, loc)
+}
+
 // Location returns the cgroup's location.
 func (c *Cgroup) Location() Location { return c.loc }
 

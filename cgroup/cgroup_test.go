@@ -577,3 +577,75 @@ func hasCap(t *testing.T, c int) bool {
 	}
 	return false
 }
+
+// TestKill_NestedCgroup: a member that made a cgroup of its own below the
+// task's (a root task may) is killed too, and Remove removes both.
+func TestKill_NestedCgroup(t *testing.T) {
+	h := needCgroups(t)
+	for name, hh := range killPaths(t, h) {
+		t.Run(name, func(t *testing.T) {
+			m := newMarker(t)
+			cg := newCgroup(t, hh, Limits{})
+			s := start(t, m.cmd(t, "cg-ready", cg.Location().String()))
+			for _, d := range cg.Dirs() {
+				sub := d + "/inner"
+				if err := os.Mkdir(sub, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if cs, ok := cg.serving(CPUSet); ok && cs.version == V1 && cs.dir == d {
+					// A v1 cpuset takes no process before it has CPUs and nodes.
+					for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+						v, _ := readString(d, f)
+						if err := writeFile(sub, f, v); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				if err := writeFile(sub, "cgroup.procs", strconv.Itoa(s.cmd.Process.Pid)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if pids, _ := cg.Procs(); !slices.Contains(pids, s.cmd.Process.Pid) {
+				t.Fatalf("Procs %v misses the member of a nested cgroup", pids)
+			}
+			if err := cg.Kill(testCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+			s.wait(t)
+			if err := cg.Remove(); err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range cg.Dirs() {
+				if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s after Remove: %v", d, err)
+				}
+			}
+		})
+	}
+}
+
+// TestOpenRecorded_RefusesOthers: a recorded location opens only for its
+// own task and nonce.
+func TestOpenRecorded_RefusesOthers(t *testing.T) {
+	h := needCgroups(t)
+	loc, err := LocationFor(h, "web", "abcdefgh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenRecorded(h, loc.String(), "web", "abcdefgh"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenRecorded(h, loc.String(), "web", "zzzzzzzz"); !errors.Is(err, ErrNotOurs) {
+		t.Fatalf("other nonce: %v", err)
+	}
+	if _, err := OpenRecorded(h, loc.String(), "db", "abcdefgh"); !errors.Is(err, ErrNotOurs) {
+		t.Fatalf("other task: %v", err)
+	}
+	if _, err := OpenRecorded(h, "/sys/fs/cgroup/memory", "web", "abcdefgh"); !errors.Is(err, ErrBadLocation) {
+		t.Fatalf("garbage: %v", err)
+	}
+	b, err := json.Marshal(h)
+	if err != nil || !strings.Contains(string(b), `"layout":"`+h.Layout.String()+`"`) {
+		t.Fatalf("host JSON %s, %v", b, err)
+	}
+}
