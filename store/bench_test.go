@@ -298,3 +298,68 @@ func BenchmarkDecodeFold(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(recs)), "ns/record")
 }
+
+// BenchmarkShared_Append is one writer appending through Shared: every
+// Append opens the store (lock, bbolt open, schema check) and closes it
+// again, as a CLI command between a spawn and a wait does. Compare with
+// BenchmarkAppend_SingleWriter, the same appends on a Store held open.
+func BenchmarkShared_Append(b *testing.B) {
+	sh, err := OpenShared(testPath(b), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sh.Close()
+	ctx := context.Background()
+	v, err := sh.Append(ctx, "bench", 0, runningLog(0)...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if v, err = sh.Append(ctx, "bench", v, reattached); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkShared_Append64 is 64 goroutines appending through one Shared:
+// overlapping operations share the open store and its group commit, so
+// the opens are paid once per busy stretch, not per append. Compare with
+// BenchmarkAppend_64Writers, on a Store held open.
+func BenchmarkShared_Append64(b *testing.B) {
+	sh, err := OpenShared(testPath(b), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sh.Close()
+	benchWriters(b, sh)
+	sh.mu.Lock()
+	b.ReportMetric(float64(sh.opens)/float64(b.N), "opens/event")
+	sh.mu.Unlock()
+}
+
+func BenchmarkAppend_64Writers(b *testing.B) {
+	s, err := Open(testPath(b), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	benchWriters(b, s)
+}
+
+func benchWriters(b *testing.B, l Log) {
+	ctx := context.Background()
+	const writers = 64
+	versions := make([]uint64, writers)
+	for w := range writers {
+		var err error
+		if versions[w], err = l.Append(ctx, fmt.Sprintf("w%03d", w), 0, runningLog(0)...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	runWriters(b, writers, func(w int) error {
+		v, err := l.Append(ctx, fmt.Sprintf("w%03d", w), versions[w], reattached)
+		versions[w] = v
+		return err
+	})
+}

@@ -27,6 +27,17 @@
 // panics: a bbolt panic on a damaged file becomes an ErrCorrupt error naming
 // the file.
 //
+// # Locking
+//
+// One process at a time writes a store; readers (Options.ReadOnly) share
+// it. The lock is a blocking flock on PATH.lock beside the store file,
+// never renamed or removed; the store file is opened by its path only once
+// the lock is held, so Compact, which holds the lock across the rename of
+// its new file, is safe beside any other process. A waiter gets the lock
+// the moment its holder lets go (no polling) or gives up after
+// Options.LockTimeout with ErrLocked. The store file and the lock file are
+// opened without following symbolic links (ErrUnsafePath).
+//
 // # Writing
 //
 // Append is optimistic: the caller passes the version it folded from, and a
@@ -58,4 +69,19 @@
 //		t, err := s.LoadTask(ctx, id)
 //		...
 //	})
+//
+// A listing reads every task at once and keeps going past damaged ones:
+//
+//	scan, err := s.LoadTasks(ctx, store.AllTasks)
+//	// scan.Tasks: folded; scan.Unreadable: id and error of each other one
+//
+// A command that spawns, launches or waits between its reads and appends
+// uses a Shared log, which holds the store (and its lock) only while
+// operations are in flight; overlapping operations share one open store
+// and its group commit. Each idle-to-busy transition costs an open and a
+// close (about 66 µs on top of a 370 µs durable append here):
+//
+//	sh, err := store.OpenShared(path, store.Options{LockTimeout: 10 * time.Second})
+//	defer sh.Close()
+//	v, err := sh.Append(ctx, id, 0, evs...) // opens, appends, closes
 package store

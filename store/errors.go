@@ -18,6 +18,9 @@ var (
 	// ErrSchema is wrapped by SchemaError: the store's schema version is
 	// not one this build understands.
 	ErrSchema = errors.New("store: unknown schema version")
+	// ErrUnsafePath is returned by Open and Compact for a store file (or
+	// its lock file) that is a symbolic link or not a regular file.
+	ErrUnsafePath = errors.New("store: unsafe path")
 	// ErrClosed is returned by every operation on a closed store.
 	ErrClosed = errors.New("store: closed")
 	// ErrReadOnly is returned by Append and Remove on a store opened with

@@ -97,20 +97,40 @@ func removable(tx *bolt.Tx, task string, cutoff int64) (bool, error) {
 }
 
 // Compact rewrites the store at path into a fresh, densely packed file and
-// returns the sizes before and after. It takes the store's lock (waiting up
-// to opts.LockTimeout, then ErrLocked), so the store must not be open
-// elsewhere. The new file is written beside the old one, synced, and
-// renamed over it: a crash leaves either the old file or the new one.
+// returns the sizes before and after. It takes the store's lock
+// exclusively (waiting up to opts.LockTimeout, then ErrLocked) and holds it
+// across the rename, so it is safe beside any other tether process: those
+// waiting for the lock open the new file once it is done (they open the
+// store by its path only once they hold the lock). The new file is written
+// beside the old one, synced, and renamed over it: a crash leaves either
+// the old file or the new one. The old file is only read (bbolt's
+// freelist is not consulted), so Compact also rebuilds a store whose
+// freelist is damaged.
 func Compact(path string, opts Options) (before, after int64, err error) {
 	opts = opts.withDefaults()
-	if abs, err := filepath.Abs(path); err == nil {
-		path = abs
+	path, err = preparePath(path, true)
+	if err != nil {
+		return 0, 0, fmt.Errorf("store: compact: %w", err)
 	}
-	if _, err := os.Stat(path); err != nil {
-		return 0, 0, fmt.Errorf("store: compact %s: %w", path, err)
+	deadline := time.Now().Add(opts.LockTimeout)
+	lk, err := lockStore(context.Background(), path, true, opts.LockTimeout)
+	if err != nil {
+		return 0, 0, err
 	}
-	opts.ReadOnly = false // exclusive lock: nobody writes while we copy
-	src, err := openBolt(path, opts)
+	defer func() {
+		if lerr := lk.release(); lerr != nil && err == nil {
+			err = fmt.Errorf("store: compact %s: %w", path, lerr)
+		}
+	}()
+	return compactLocked(path, opts, time.Until(deadline))
+}
+
+// compactLocked is Compact once the caller holds the store's lock
+// exclusively.
+func compactLocked(path string, opts Options, boltTimeout time.Duration) (before, after int64, err error) {
+	ro := opts
+	ro.ReadOnly = true // nobody else writes: the lock is exclusive
+	src, _, err := openBolt(path, ro, boltTimeout)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -129,7 +149,7 @@ func Compact(path string, opts Options) (before, after int64, err error) {
 	before = st.Size()
 
 	tmp := path + ".compact"
-	_ = os.Remove(tmp) // a leftover of an interrupted compaction
+	_ = os.Remove(tmp) // a leftover of an interrupted compaction (a link is removed, not followed)
 	if err := compactInto(src, path, tmp, opts.NoSync); err != nil {
 		_ = os.Remove(tmp)
 		return before, 0, err
@@ -150,8 +170,15 @@ func Compact(path string, opts Options) (before, after int64, err error) {
 	return before, st.Size(), nil
 }
 
+// compactInto copies src into a new file tmp, created exclusively (never
+// through a link planted at its name).
 func compactInto(src *bolt.DB, path, tmp string, noSync bool) (err error) {
-	dst, err := bolt.Open(tmp, 0o600, &bolt.Options{NoSync: noSync})
+	dst, err := bolt.Open(tmp, 0o600, &bolt.Options{
+		NoSync: noSync,
+		OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
+			return openNoFollow(name, flag|os.O_EXCL, mode)
+		},
+	})
 	if err != nil {
 		return fmt.Errorf("%w: compact %s: %w", ErrWrite, path, err)
 	}

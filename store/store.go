@@ -84,6 +84,8 @@ func (o Options) withDefaults() Options {
 // use; appends from many goroutines share commits and fsyncs.
 type Store struct {
 	db       *bolt.DB
+	file     *os.File  // the file bbolt opened
+	lock     *fileLock // the store's lock, released by Close
 	path     string
 	log      hclog.Logger
 	readOnly bool
@@ -103,22 +105,64 @@ type Store struct {
 }
 
 // Open opens (creating if needed) the store at path. The parent directory
-// is created 0700 and the file 0600. A file locked by another process gives
-// ErrLocked after opts.LockTimeout; a file that is not a tether store, or is
-// truncated or damaged, gives ErrNotStore naming the path.
+// is created 0700 and the file 0600. The store is locked through the file
+// PATH.lock beside it (see lock.go): exclusively, or shared with
+// Options.ReadOnly. A store locked by another process gives ErrLocked after
+// opts.LockTimeout; a file that is not a tether store, or is truncated or
+// damaged, gives ErrNotStore naming the path; a symbolic link or a special
+// file ErrUnsafePath.
 func Open(path string, opts Options) (*Store, error) {
+	return open(context.Background(), path, opts)
+}
+
+// open is Open that also gives up waiting for the lock when ctx is done.
+func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	opts = opts.withDefaults()
+	path, err := preparePath(path, opts.ReadOnly)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(opts.LockTimeout)
+	lk, err := lockStore(ctx, path, !opts.ReadOnly, opts.LockTimeout)
+	if err != nil {
+		return nil, err
+	}
+	s, err := openLocked(path, opts, time.Until(deadline))
+	if err != nil {
+		_ = lk.release()
+		return nil, err
+	}
+	s.lock = lk
+	return s, nil
+}
+
+// preparePath makes path absolute, creates its directory for a writer, and
+// refuses a store file that is a symbolic link or not a regular file (the
+// opens that follow do not follow links either: this is for a clear error).
+func preparePath(path string, readOnly bool) (string, error) {
 	if abs, err := filepath.Abs(path); err == nil {
 		path = abs
 	}
-	if !opts.ReadOnly {
+	if !readOnly {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, fmt.Errorf("store: create directory for %s: %w", path, err)
+			return "", fmt.Errorf("store: create directory for %s: %w", path, err)
 		}
-	} else if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("store: open %s read-only: %w", path, err)
 	}
-	db, err := openBolt(path, opts)
+	st, err := os.Lstat(path)
+	switch {
+	case err == nil && st.Mode()&os.ModeSymlink != 0:
+		return "", unsafePath(path, "it is a symbolic link")
+	case err == nil && !st.Mode().IsRegular():
+		return "", unsafePath(path, fmt.Sprintf("it is not a regular file (%s)", st.Mode().Type()))
+	case err != nil && (readOnly || !errors.Is(err, os.ErrNotExist)):
+		return "", fmt.Errorf("store: open %s: %w", path, err)
+	}
+	return path, nil
+}
+
+// openLocked opens the store file at path, whose lock the caller holds.
+func openLocked(path string, opts Options, boltTimeout time.Duration) (*Store, error) {
+	db, file, err := openBolt(path, opts, boltTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +170,7 @@ func Open(path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	s := &Store{db: db, path: path, log: opts.Logger.With("path", path), readOnly: opts.ReadOnly}
+	s := &Store{db: db, file: file, path: path, log: opts.Logger.With("path", path), readOnly: opts.ReadOnly}
 	if !opts.ReadOnly {
 		s.reqs = make(chan *request, maxBatch)
 		s.quit = make(chan struct{})
@@ -139,15 +183,18 @@ func Open(path string, opts Options) (*Store, error) {
 
 // openBolt opens the bbolt file and turns its failures into the store's
 // errors: a lock timeout into ErrLocked, a damaged file into ErrNotStore.
-func openBolt(path string, opts Options) (db *bolt.DB, err error) {
+// It returns the file bbolt opened too, so that a store bbolt cannot close
+// (see Store.Close) can still be let go of. The caller holds the store's
+// lock, so bbolt's own flock on the file succeeds at once unless a process
+// that does not use the lock file holds it; it is given lockTimeout.
+func openBolt(path string, opts Options, lockTimeout time.Duration) (db *bolt.DB, file *os.File, err error) {
 	if st, statErr := os.Stat(path); statErr == nil && st.Size() > 0 && st.Size() < 2*int64(os.Getpagesize()) {
-		return nil, notStore(path, fmt.Errorf("file is only %d bytes", st.Size()))
+		return nil, nil, notStore(path, fmt.Errorf("file is only %d bytes", st.Size()))
 	}
 	// bbolt may panic (or fault on a page past the end of a file cut short)
 	// while opening a damaged file; it then never returns its DB, so keep
 	// the file to unlock and close it. (Its mapping is leaked: bbolt gives
 	// no way to unmap it.)
-	var file *os.File
 	old := debug.SetPanicOnFault(true)
 	defer debug.SetPanicOnFault(old)
 	defer func() {
@@ -158,15 +205,15 @@ func openBolt(path string, opts Options) (db *bolt.DB, err error) {
 				_ = syscall.Flock(int(file.Fd()), syscall.LOCK_UN)
 				_ = file.Close()
 			}
-			db, err = nil, notStore(path, fmt.Errorf("bbolt panicked: %v", r))
+			db, file, err = nil, nil, notStore(path, fmt.Errorf("bbolt panicked: %v", r))
 		}
 	}()
 	db, err = bolt.Open(path, 0o600, &bolt.Options{
-		Timeout:  opts.LockTimeout,
+		Timeout:  max(lockTimeout, time.Millisecond), // 0 would wait for ever
 		ReadOnly: opts.ReadOnly,
 		NoSync:   opts.NoSync,
 		OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
-			f, err := os.OpenFile(name, flag, mode)
+			f, err := openNoFollow(name, flag, mode)
 			file = f
 			return f, err
 		},
@@ -174,18 +221,20 @@ func openBolt(path string, opts Options) (db *bolt.DB, err error) {
 	switch {
 	case err == nil:
 	case errors.Is(err, berrors.ErrTimeout):
-		return nil, fmt.Errorf("%w: %s: another tether process holds it (gave up after %s)", ErrLocked, path, opts.LockTimeout)
+		return nil, nil, fmt.Errorf("%w: %s: a process holds the file itself without its lock file (gave up after %s)", ErrLocked, path, opts.LockTimeout)
+	case errors.Is(err, ErrUnsafePath):
+		return nil, nil, err
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum),
 		errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrInvalidMapping):
-		return nil, notStore(path, err)
+		return nil, nil, notStore(path, err)
 	default:
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
+		return nil, nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	// A file cut short still has valid meta pages that point past its end.
 	st, err := os.Stat(path)
 	if err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
+		return nil, nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	if err := viewSafe(db, path, func(tx *bolt.Tx) error {
 		if tx.Size() > st.Size() {
@@ -194,9 +243,9 @@ func openBolt(path string, opts Options) (db *bolt.DB, err error) {
 		return nil
 	}); err != nil {
 		_ = db.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	return db, nil
+	return db, file, nil
 }
 
 func notStore(path string, cause error) error {
@@ -269,7 +318,11 @@ func (s *Store) Close() error {
 		close(s.quit)
 		<-s.done
 	}
-	if err := s.db.Close(); err != nil {
+	err := s.db.Close()
+	if lerr := s.lock.release(); lerr != nil && err == nil {
+		err = lerr
+	}
+	if err != nil {
 		return fmt.Errorf("store: close %s: %w", s.path, err)
 	}
 	s.log.Debug("store closed")
@@ -521,6 +574,9 @@ func taskBucket(tx *bolt.Tx, task string) (*bolt.Bucket, head, error) {
 	}
 	b := tasks.Bucket([]byte(task))
 	if b == nil {
+		if tasks.Get([]byte(task)) != nil {
+			return nil, head{}, &CorruptError{Task: task, Reason: "task key is not a bucket"}
+		}
 		return nil, head{}, fmt.Errorf("%w: %q", ErrUnknownTask, task)
 	}
 	v := b.Get(headKey)
@@ -545,8 +601,18 @@ func (s *Store) All(ctx context.Context, fn func(task string) error) error {
 }
 
 func (s *Store) each(ctx context.Context, bucket []byte, fn func(string) error) error {
-	if err := ctx.Err(); err != nil {
+	ids, err := s.ids(ctx, bucket)
+	if err != nil {
 		return err
+	}
+	return callEach(ctx, ids, fn)
+}
+
+// ids returns the keys of a top-level bucket (the task ids of tasks or
+// live), in order.
+func (s *Store) ids(ctx context.Context, bucket []byte) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	var ids []string
 	err := s.view(func(tx *bolt.Tx) error {
@@ -559,9 +625,12 @@ func (s *Store) each(ctx context.Context, bucket []byte, fn func(string) error) 
 			return nil
 		})
 	})
-	if err != nil {
-		return err
-	}
+	return ids, err
+}
+
+// callEach calls fn with each id, stopping at its first error or when ctx
+// is done.
+func callEach(ctx context.Context, ids []string, fn func(string) error) error {
 	for _, id := range ids {
 		if err := ctx.Err(); err != nil {
 			return err

@@ -1,138 +1,126 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"sync"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/logs"
 )
 
-// tailStream copies one file of a task directory to out as it grows.
+// tailStream is one output stream of a task directory to copy to out.
 type tailStream struct {
-	name string
+	name string // the live file: stdoutFile or stderrFile
 	out  io.Writer
-	f    *os.File
+	// Where to start: the oldest retained output unless last > 0 (that
+	// many lines back from the end, tether logs -n) or fromEnd (only what
+	// comes next, -n 0).
+	last    int
+	fromEnd bool
+	// warn gets a line about output that rotation deleted before it was
+	// read; nil sends it to the logger.
+	warn io.Writer
 }
 
-// tailer follows a task's output files. It is woken by inotify on the
-// task directory; where inotify is unavailable it falls back to checking
-// every tailFallback.
+// tailer follows a task's output streams across rotations (see package
+// logs: woken by inotify, polling only where inotify is unavailable).
 type tailer struct {
-	dir     string
-	streams []tailStream
-	log     hclog.Logger
-
-	quit chan struct{}
-	done chan struct{}
-	once sync.Once
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
-const tailFallback = 100 * time.Millisecond
-
-// startTail starts following the named files in dir.
+// startTail starts following the streams in dir.
 func startTail(log hclog.Logger, dir string, streams []tailStream) *tailer {
-	t := &tailer{dir: dir, streams: streams, log: log, quit: make(chan struct{}), done: make(chan struct{})}
-	go t.run()
+	ctx, cancel := context.WithCancel(context.Background())
+	t := &tailer{cancel: cancel, done: make(chan struct{})}
+	var wg sync.WaitGroup
+	for _, s := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			followStream(ctx, log, dir, s)
+		}()
+	}
+	go func() {
+		wg.Wait()
+		close(t.done)
+	}()
 	return t
 }
 
-// stop copies what is left and stops following. Safe on nil.
+// stop copies what is left and stops following. Safe on nil and twice.
 func (t *tailer) stop() {
 	if t == nil {
 		return
 	}
-	t.once.Do(func() { close(t.quit) })
+	t.cancel()
 	<-t.done
 }
 
-func (t *tailer) run() {
-	defer close(t.done)
-	defer func() {
-		for _, s := range t.streams {
-			if s.f != nil {
-				_ = s.f.Close()
-			}
-		}
-	}()
-	wake, closeWatch := t.watch()
-	defer closeWatch()
-	var tick <-chan time.Time
-	if wake == nil {
-		tk := time.NewTicker(tailFallback)
-		defer tk.Stop()
-		tick = tk.C
-	}
-	for {
-		t.copyAll()
-		select {
-		case <-wake:
-		case <-tick:
-		case <-t.quit:
-			t.copyAll()
-			return
-		}
-	}
-}
-
-func (t *tailer) copyAll() {
-	for i := range t.streams {
-		s := &t.streams[i]
-		if s.f == nil {
-			f, err := os.Open(filepath.Join(t.dir, s.name))
-			if err != nil {
-				continue // not written yet
-			}
-			s.f = f
-		}
-		if _, err := io.Copy(s.out, s.f); err != nil {
-			t.log.Debug("copying task output from "+s.name, "err", err)
-		}
-	}
-}
-
-// watch watches the directory with inotify and returns a channel that
-// receives a value after changes, and a function that stops watching. A
-// nil channel means inotify is unavailable.
-func (t *tailer) watch() (<-chan struct{}, func()) {
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+func followStream(ctx context.Context, log hclog.Logger, dir string, s tailStream) {
+	c, err := openStream(dir, s)
 	if err != nil {
-		t.log.Debug("inotify unavailable; checking the output files periodically", "err", err)
-		return nil, func() {}
+		log.Warn("cannot follow the task's "+s.name, "err", err)
+		return
 	}
-	if _, err := unix.InotifyAddWatch(fd, t.dir, unix.IN_MODIFY|unix.IN_CREATE|unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE); err != nil {
-		_ = unix.Close(fd)
-		t.log.Debug("inotify watch failed; checking the output files periodically", "err", err)
-		return nil, func() {}
-	}
-	// A non-blocking fd goes through the runtime's poller, so Close
-	// unblocks the reader.
-	f := os.NewFile(uintptr(fd), "inotify")
-	wake := make(chan struct{}, 1)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		buf := make([]byte, 4096)
-		for {
-			if _, err := f.Read(buf); err != nil {
-				if !errors.Is(err, os.ErrClosed) {
-					t.log.Debug("inotify read", "err", err)
-				}
-				return
-			}
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
+	defer c.Close()
+	for {
+		err := logs.Follow(ctx, c, s.out)
+		if errors.Is(err, logs.ErrGap) {
+			s.reportGap(log, err)
+			continue // the cursor is past the gap
 		}
-	}()
-	return wake, func() {
-		_ = f.Close()
-		wg.Wait()
+		if err != nil {
+			log.Debug("stopped following the task's "+s.name, "err", err)
+		}
+		return
 	}
+}
+
+// printStream copies a stream's retained output (or its last lines) to
+// s.out once, without following it.
+func printStream(log hclog.Logger, dir string, s tailStream) error {
+	c, err := openStream(dir, s)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for {
+		_, err := c.Copy(s.out)
+		if errors.Is(err, logs.ErrGap) {
+			s.reportGap(log, err)
+			continue
+		}
+		return err
+	}
+}
+
+func openStream(dir string, s tailStream) (*logs.Cursor, error) {
+	c, err := logs.NewCursor(dir, s.name)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case s.fromEnd:
+		err = c.SeekEnd()
+	case s.last > 0:
+		err = c.SeekLines(s.last)
+	}
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (s tailStream) reportGap(log hclog.Logger, err error) {
+	if s.warn != nil {
+		fmt.Fprintf(s.warn, "tether: %v\n", err)
+		return
+	}
+	log.Warn("task output lost to rotation", "err", err)
 }
