@@ -494,3 +494,8 @@ func BenchmarkRecover(b *testing.B) {
 	b.ReportMetric(quantile(p.b, 0.5)*1e6, "floor-us/task")
 	b.ReportMetric(p.ratio(), "ratio")
 }
+
+func (simWorld) LockTask(string) (func(), int, error) { return func() {}, 0, nil }
+func (simWorld) WaitLockTask(context.Context, string) (func(), error) {
+	return func() {}, nil
+}

@@ -80,10 +80,11 @@ type Driver struct {
 	hooks    Hooks
 
 	// life ends when the driver closes: supervision stops with it.
-	life    context.Context
-	endLife context.CancelFunc
-	closing chan struct{} // closed by Close
-	owners  sync.WaitGroup
+	life      context.Context
+	endLife   context.CancelFunc
+	closing   chan struct{} // closed by Close
+	abandoned chan struct{} // closed by Abandon
+	owners    sync.WaitGroup
 
 	mu     sync.Mutex
 	tasks  map[string]*task // tasks with a live owner
@@ -139,7 +140,8 @@ func Open(cfg Config) (*Driver, error) {
 	if cfg.NewNonce == nil {
 		cfg.NewNonce = randomNonce
 	}
-	d := &Driver{cfg: cfg, log: cfg.Logger, hooks: cfg.Hooks, tasks: map[string]*task{}, closing: make(chan struct{})}
+	d := &Driver{cfg: cfg, log: cfg.Logger, hooks: cfg.Hooks, tasks: map[string]*task{},
+		closing: make(chan struct{}), abandoned: make(chan struct{})}
 	d.world = cfg.Executors
 	if d.world == nil {
 		d.world = NewReal(cfg.StateDir, cfg.ExecutorCommand, cfg.Logger)
@@ -227,6 +229,22 @@ func (d *Driver) Close() error {
 	return nil
 }
 
+// Abandon stops the driver at once, as a crash of its process would: every
+// owner stops where it is, nothing more is appended, performed or answered
+// (calls in flight return only when their context ends), and connections
+// and task locks are let go of as the kernel would. The store is not
+// closed. It is for simulations that crash a driver in-process (see
+// proptest); a real agent calls Close.
+func (d *Driver) Abandon() {
+	d.mu.Lock()
+	if !d.closed {
+		d.closed = true
+		close(d.abandoned)
+	}
+	d.mu.Unlock()
+	d.endLife()
+}
+
 // Store returns the driver's event log.
 func (d *Driver) Store() store.Log { return d.store }
 
@@ -286,7 +304,7 @@ func (d *Driver) lookup(ctx context.Context, id string) (*task, error) {
 			return nil, ErrClosed
 		}
 		if d.tasks[id] == nil {
-			t := d.startOwner(st)
+			t := d.startOwner(st, nil)
 			d.mu.Unlock()
 			return t, nil
 		}
@@ -341,14 +359,9 @@ func (d *Driver) StartTask(ctx context.Context, id string, spec fsm.Spec) (fsm.T
 		d.mu.Unlock()
 		return fsm.Task{}, &TaskError{Task: id, Err: ErrTaskExists}
 	}
-	t := d.startOwner(fsm.Task{ID: id})
-	d.mu.Unlock()
 	req := request{kind: inStart, spec: spec, reply: make(chan reply, 1)}
-	select { // a new owner waits for its start request before anything else
-	case t.in <- req:
-	case <-ctx.Done():
-		return fsm.Task{ID: id}, context.Cause(ctx)
-	}
+	t := d.startOwner(fsm.Task{ID: id}, &req) // the owner serves it before any other request
+	d.mu.Unlock()
 	select {
 	case r := <-req.reply:
 		return r.task, r.err
@@ -475,9 +488,21 @@ func (d *Driver) InspectTask(ctx context.Context, id string) (TaskInfo, error) {
 	d.mu.Lock()
 	t := d.tasks[id]
 	d.mu.Unlock()
-	if t != nil {
+	switch {
+	case t != nil && t.snapshot().State == fsm.StateNone:
+		// A start has claimed the id and not recorded it yet: the answer
+		// comes after it (as a second StartTask's ErrTaskExists does).
+		r, err := d.ask(ctx, id, request{kind: inInspect})
+		if err == nil {
+			err = r.err
+		}
+		if err != nil {
+			return TaskInfo{}, err
+		}
+		info.Task = r.task
+	case t != nil:
 		info.Task = t.snapshot()
-	} else {
+	default:
 		st, err := d.store.LoadTask(ctx, id)
 		if errors.Is(err, store.ErrUnknownTask) {
 			return TaskInfo{}, &TaskError{Task: id, Err: ErrUnknownTask}

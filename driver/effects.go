@@ -36,9 +36,9 @@ type jobResult struct {
 	err    error       // a start effect's failure, for StartTask's caller
 	// supervise: the task is running and h reaches its executor.
 	supervise bool
-	action    string    // what a recovery did, for the report
-	lock      *taskLock // jobLockWait: the lock, now held
-	retry     bool      // a probe could not reach a live executor: try again later
+	action    string // what a recovery did, for the report
+	unlock    func() // jobLockWait: lets go of the lock, now held
+	retry     bool   // a probe could not reach a live executor: try again later
 	delay     time.Duration
 }
 
@@ -338,8 +338,8 @@ func (j job) probe(ctx context.Context) jobResult {
 
 // lockWait waits for another process to let go of the task's lock.
 func (j job) lockWait(ctx context.Context) jobResult {
-	l, err := lockTaskWait(ctx, j.d.TaskDir(j.id))
-	return jobResult{lock: l, err: err}
+	unlock, err := j.d.world.WaitLockTask(ctx, j.id)
+	return jobResult{unlock: unlock, err: err}
 }
 
 // killExecutor is the kill-executor effect: stop everything of the task
@@ -500,7 +500,7 @@ func (o *owner) lockWaited(r jobResult) {
 		o.failWatchers(r.err)
 		return
 	}
-	r.lock.release()
+	r.unlock()
 	if err := o.reload(); err != nil {
 		o.failWatchers(err)
 		return

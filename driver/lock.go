@@ -24,7 +24,7 @@ const LockFile = "driver.lock"
 // taskLock is a held task lock.
 type taskLock struct{ f *os.File }
 
-// tryLockTask takes the task's lock without waiting. It returns
+// tryLockTask takes the task's lock in dir without waiting. It returns
 // (nil, holder pid, nil) when another process (or another open file in this
 // one) holds it.
 func tryLockTask(dir string) (*taskLock, int, error) {
@@ -46,11 +46,16 @@ func tryLockTask(dir string) (*taskLock, int, error) {
 		}
 		return nil, 0, fmt.Errorf("driver: task lock %s: %w", path, err)
 	}
-	// Best effort: the pid is only for messages.
+	writePID(f)
+	return &taskLock{f: f}, 0, nil
+}
+
+// writePID records the holder's pid in the lock file, for messages (best
+// effort).
+func writePID(f *os.File) {
 	if err := f.Truncate(0); err == nil {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
-	return &taskLock{f: f}, 0, nil
 }
 
 // release lets go of the lock. Safe on nil.
@@ -90,6 +95,7 @@ func lockTaskWait(ctx context.Context, dir string) (*taskLock, error) {
 			f.Close()
 			return nil, fmt.Errorf("driver: task lock %s: %w", path, err)
 		}
+		writePID(f)
 		return &taskLock{f: f}, nil
 	case <-ctx.Done():
 		mu.Lock()
@@ -104,4 +110,22 @@ func lockTaskWait(ctx context.Context, dir string) (*taskLock, error) {
 		mu.Unlock()
 		return nil, fmt.Errorf("driver: waiting for the task lock %s: %w", path, context.Cause(ctx))
 	}
+}
+
+// LockTask implements Executors.
+func (r *Real) LockTask(task string) (func(), int, error) {
+	l, holder, err := tryLockTask(r.dir(task))
+	if l == nil {
+		return nil, holder, err
+	}
+	return l.release, 0, nil
+}
+
+// WaitLockTask implements Executors.
+func (r *Real) WaitLockTask(ctx context.Context, task string) (func(), error) {
+	l, err := lockTaskWait(ctx, r.dir(task))
+	if err != nil {
+		return nil, err
+	}
+	return l.release, nil
 }

@@ -41,6 +41,7 @@ const (
 	inStop                         // stop it (or escalate a stop under way)
 	inWatch                        // reply when it is terminal; make sure someone notices its end
 	inRecover                      // reconcile it with reality, unless someone is driving it
+	inInspect                      // reply with the state (after a start that claimed the id has recorded it)
 )
 
 type request struct {
@@ -80,7 +81,7 @@ type owner struct {
 	st      fsm.Task     // the durable state: the fold of the log
 	owed    []fsm.Effect // what st owes, as Step returned it (Pending after a load)
 	driving bool         // this owner performs what st owes
-	lock    *taskLock    // held while driving, when it could be taken
+	unlock  func()       // lets go of the task's lock, held while driving when it could be taken
 
 	h Executor // a connection to the task's executor, when there is one
 
@@ -106,8 +107,9 @@ type owner struct {
 	fresh   bool // before the request the owner was started for
 }
 
-// startOwner registers a task and starts its owner on st. d.mu is held.
-func (d *Driver) startOwner(st fsm.Task) *task {
+// startOwner registers a task and starts its owner on st, serving first
+// (if any) before anything else. d.mu is held.
+func (d *Driver) startOwner(st fsm.Task, first *request) *task {
 	t := &task{id: st.ID, in: make(chan request), done: make(chan struct{}), gone: make(chan struct{})}
 	t.view.Store(&st)
 	if st.State.Terminal() {
@@ -117,12 +119,15 @@ func (d *Driver) startOwner(st fsm.Task) *task {
 	d.owners.Add(1)
 	o := &owner{d: d, t: t, log: d.log.With("task_id", st.ID), st: st, owed: fsm.Pending(st), jobC: make(chan jobResult, 1),
 		fresh: true}
-	go o.run()
+	go o.run(first)
 	return t
 }
 
-func (o *owner) run() {
+func (o *owner) run(first *request) {
 	defer o.exit()
+	if first != nil {
+		o.handle(*first)
+	}
 	closing := o.d.closing
 	for {
 		o.advance()
@@ -151,6 +156,8 @@ func (o *owner) run() {
 			closing = nil
 			o.closing = true
 			o.stopSupervising()
+		case <-o.d.abandoned:
+			return
 		}
 	}
 }
@@ -175,19 +182,20 @@ func (o *owner) finished() bool {
 }
 
 // exit ends the owner. After a simulated crash (runtime.Goexit in a crash
-// hook) the process is gone: nothing is answered, released or closed.
+// hook, or Abandon) the process is gone: nothing is answered; what the
+// kernel would let go of (connections, the lock) is let go of.
 func (o *owner) exit() {
+	o.stopSupervising()
+	if o.h != nil {
+		_ = o.h.Close()
+	}
+	o.release()
+	if o.cancelJob != nil {
+		o.cancelJob(ErrClosed)
+	}
 	if o.normal {
-		o.stopSupervising()
-		if o.h != nil {
-			_ = o.h.Close()
-		}
-		o.release()
 		for _, w := range o.watchers {
 			w <- reply{task: o.st, err: &TaskError{Task: o.st.ID, State: o.st.State, Err: ErrClosed}}
-		}
-		if o.cancelJob != nil {
-			o.cancelJob(ErrClosed)
 		}
 	}
 	o.d.mu.Lock()
@@ -210,6 +218,12 @@ func (o *owner) handle(req request) {
 		o.watch(req)
 	case inRecover:
 		o.recover(req)
+	case inInspect:
+		if o.st.State == fsm.StateNone {
+			req.reply <- reply{err: &TaskError{Task: o.t.id, Err: ErrUnknownTask}}
+			return
+		}
+		req.reply <- reply{task: o.st}
 	}
 }
 
@@ -236,16 +250,16 @@ func (o *owner) start(req request) {
 		req.reply <- reply{err: &TaskError{Task: id, Err: err}}
 		return
 	}
-	lock, holder, err := tryLockTask(o.d.TaskDir(id))
+	unlock, holder, err := o.d.world.LockTask(id)
 	if err != nil {
 		req.reply <- reply{err: &TaskError{Task: id, Err: err}}
 		return
 	}
-	if lock == nil {
+	if unlock == nil {
 		req.reply <- reply{err: &TaskError{Task: id, Err: fmt.Errorf("%w: process %d is starting a task with this id", ErrTaskExists, holder)}}
 		return
 	}
-	o.lock = lock
+	o.unlock = unlock
 	created := o.d.event(fsm.EventCreated)
 	created.Spec = &req.spec
 	if verr := o.d.validateSpec(req.spec); verr != nil {
@@ -323,16 +337,18 @@ func (o *owner) escalate(sig syscall.Signal, grace time.Duration) {
 // both are idempotent, and their appends are ordered by version).
 func (o *owner) drive() {
 	o.driving = true
-	if o.lock == nil {
-		if l, _, err := tryLockTask(o.d.TaskDir(o.t.id)); err == nil {
-			o.lock = l
+	if o.unlock == nil {
+		if unlock, _, err := o.d.world.LockTask(o.t.id); err == nil {
+			o.unlock = unlock
 		}
 	}
 }
 
 func (o *owner) release() {
-	o.lock.release()
-	o.lock = nil
+	if o.unlock != nil {
+		o.unlock()
+		o.unlock = nil
+	}
 }
 
 // watch answers when the task is terminal, and makes sure its end will be
@@ -393,20 +409,20 @@ func (o *owner) recover(req request) {
 //	reaping        kill again by identity (at once: the stop that asked for
 //	               a grace is gone), confirm dead, record reaped
 func (o *owner) reconcile() {
-	lock, holder, err := tryLockTask(o.d.TaskDir(o.t.id))
+	unlock, holder, err := o.d.world.LockTask(o.t.id)
 	if err != nil {
 		o.concludeRecovery("", err)
 		o.failWatchers(err)
 		return
 	}
-	if lock == nil {
+	if unlock == nil {
 		o.concludeRecovery(fmt.Sprintf("being driven by process %d; left to it", holder), nil)
 		if len(o.watchers) > 0 {
 			o.startJob(jobLockWait, o.d.cfg.EffectTimeout, nil) // wait for it to finish
 		}
 		return
 	}
-	o.lock = lock
+	o.unlock = unlock
 	if err := o.reload(); err != nil { // the log may have moved while nobody here held the lock
 		o.release()
 		o.concludeRecovery("", err)

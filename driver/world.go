@@ -45,6 +45,13 @@ type Executors interface {
 	// when it launched, if it did and the record matches id (else
 	// ErrNotOurs).
 	LaunchRecord(ctx context.Context, task string, id fsm.Identity) (pid int, start uint64, ok bool, err error)
+	// LockTask takes, without waiting, the task's lock: held by the process
+	// that drives the task through a state that owes an effect, and let go
+	// of by the kernel when that process dies (see LockFile). When another
+	// holder has it, release is nil and holder is its pid (0 if unknown).
+	LockTask(task string) (release func(), holder int, err error)
+	// WaitLockTask waits until it holds the task's lock, or ctx ends.
+	WaitLockTask(ctx context.Context, task string) (release func(), err error)
 }
 
 // Executor is a connection to one live executor. Its methods are safe for

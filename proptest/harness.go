@@ -414,6 +414,12 @@ func (h *Harness) run(plan Plan, calls ...func(ctx context.Context, d *driver.Dr
 		}
 		select {
 		case err := <-ch:
+			if g.Dead() && errors.Is(err, context.Canceled) {
+				// The call was waiting for an owner of the dead
+				// generation: it died with its process.
+				s.Outcomes[i].Died = true
+				break
+			}
 			s.Outcomes[i].Err = err
 		default:
 			if g.Dead() {
@@ -434,6 +440,10 @@ func (h *Harness) run(plan Plan, calls ...func(ctx context.Context, d *driver.Dr
 	s.Crashed, s.Fired, s.CrashAt = h.crashed, h.fired, h.crashAt
 	s.Trace, s.Faults = h.trace, h.faultTrace
 	h.mu.Unlock()
+	if g.Dead() {
+		d.Abandon() // its owners stop where they are, as the process's threads would
+		quiesce()
+	}
 	if g.Dead() && h.st != nil {
 		// The process is gone: release its file so that the next
 		// generation can open it, as the kernel would.
@@ -497,6 +507,7 @@ func (h *Harness) Crash() {
 	h.gen.Kill()
 	h.freeze()
 	h.gend()
+	h.d.Abandon()
 	quiesce()
 	if h.st != nil {
 		_ = h.st.Close()

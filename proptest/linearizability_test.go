@@ -242,7 +242,7 @@ func (l *gatedLog) LoadTask(ctx context.Context, task string) (fsm.Task, error) 
 // the task, and the stop must stop it.
 func TestDriver_ClaimWindow(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
+	dir := scratch(t)
 	s, err := store.Open(filepath.Join(dir, "tether.db"), store.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)

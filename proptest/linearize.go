@@ -142,8 +142,8 @@ type LinOptions struct {
 
 // reach[s] is the set (a bit per state) of states one event leads to from
 // s: the lifecycle's edges and none --task-created--> created.
-var reach = func() [fsm.StateLost + 1]uint16 {
-	var r [fsm.StateLost + 1]uint16
+var reach = func() [16]uint16 {
+	var r [16]uint16
 	r[fsm.StateNone] = 1 << fsm.StateCreated
 	for _, e := range fsm.Edges {
 		r[e.From] |= 1 << e.To
@@ -157,7 +157,7 @@ func reachable(s, t fsm.State, n uint64) bool {
 	set := uint16(1) << s
 	for ; n > 0 && set != 0; n-- {
 		var next uint16
-		for x := fsm.StateNone; x <= fsm.StateLost; x++ {
+		for x := range fsm.State(16) {
 			if set&(1<<x) != 0 {
 				next |= reach[x]
 			}

@@ -103,9 +103,13 @@ type Refusal struct {
 // disk is what an executor leaves in its task's directory.
 type disk struct {
 	exit      *fsm.ExitStatus
+	exitNonce string // the nonce of the executor that wrote exit, and its task
+	exitPID   int
+	exitSt    uint64
 	launchPID int
 	launchSt  uint64
 	launched  bool
+	nonce     string // the nonce of the executor that wrote the launch record
 }
 
 // World is a deterministic simulated process table with executors, tasks
@@ -129,6 +133,11 @@ type World struct {
 	refused []Refusal
 	handles map[*Generation][]*handle
 
+	// locks are the task locks (driver.Executors.LockTask): held by a
+	// generation until it lets go or dies; freed is closed at each release.
+	locks map[string]*lockEntry
+	freed chan struct{}
+
 	failSpawns int
 	noLease    bool
 	trusted    []Refusal // identity checks a stranger passed
@@ -151,7 +160,8 @@ func (w *World) SetLease(on bool) {
 
 // NewWorld returns an empty world with boot id "boot-1".
 func NewWorld() *World {
-	return &World{bootID: "boot-1", nextPID: 1000, procs: map[int]*Proc{}, disk: map[string]*disk{}, handles: map[*Generation][]*handle{}}
+	return &World{bootID: "boot-1", nextPID: 1000, procs: map[int]*Proc{}, disk: map[string]*disk{}, handles: map[*Generation][]*handle{},
+		locks: map[string]*lockEntry{}, freed: make(chan struct{})}
 }
 
 // BootID is the world's boot id.
@@ -209,6 +219,67 @@ func (w *World) dropGeneration(g *Generation) {
 		w.closeHandleLocked(h)
 	}
 	delete(w.handles, g)
+	for task, l := range w.locks { // the kernel lets go of a dead process's locks
+		if l.g == g {
+			w.unlockLocked(task, l)
+		}
+	}
+}
+
+// lockEntry is a held task lock.
+type lockEntry struct{ g *Generation }
+
+func (w *World) unlockLocked(task string, l *lockEntry) {
+	if w.locks[task] != l {
+		return
+	}
+	delete(w.locks, task)
+	close(w.freed)
+	w.freed = make(chan struct{})
+}
+
+func (w *World) lockLocked(g *Generation, task string) (func(), int) {
+	if l := w.locks[task]; l != nil {
+		return nil, l.g.ID
+	}
+	l := &lockEntry{g: g}
+	w.locks[task] = l
+	return func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.unlockLocked(task, l)
+	}, 0
+}
+
+// LockTask implements driver.Executors: a lock a generation holds until it
+// lets go or dies.
+func (v *view) LockTask(task string) (func(), int, error) {
+	v.g.enter()
+	v.w.mu.Lock()
+	defer v.w.mu.Unlock()
+	release, holder := v.w.lockLocked(v.g, task)
+	return release, holder, nil
+}
+
+// WaitLockTask implements driver.Executors.
+func (v *view) WaitLockTask(ctx context.Context, task string) (func(), error) {
+	for {
+		v.g.enter()
+		v.w.mu.Lock()
+		release, _ := v.w.lockLocked(v.g, task)
+		freed := v.w.freed
+		v.w.mu.Unlock()
+		if release != nil {
+			return release, nil
+		}
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-v.g.dead:
+			runtime.Goexit()
+		}
+	}
 }
 
 // FailSpawns makes the next n spawns fail (before anything is started).
@@ -248,7 +319,8 @@ func (w *World) dieLocked(p *Proc, x fsm.ExitStatus) {
 	if p.Kind == KindTask && p.parent != nil && p.parent.Alive {
 		p.recorded = true
 		xx := x
-		w.diskLocked(p.Task).exit = &xx
+		d := w.diskLocked(p.Task)
+		d.exit, d.exitNonce, d.exitPID, d.exitSt = &xx, p.parent.Nonce, p.PID, p.Start
 	}
 }
 
@@ -386,7 +458,10 @@ func (v *view) Kill(ctx context.Context, task string, id fsm.Identity) error {
 	return nil
 }
 
-func (v *view) KillGroup(ctx context.Context, task string, pid int, start uint64) error {
+func (v *view) KillTask(ctx context.Context, task string, _ fsm.Identity, pid int, start uint64) error {
+	if pid == 0 {
+		return nil
+	}
 	v.g.enter()
 	w := v.w
 	w.mu.Lock()
@@ -417,24 +492,38 @@ func (v *view) Alive(ctx context.Context, task string, id fsm.Identity) (bool, e
 	return ok, nil
 }
 
-func (v *view) ExitStatus(ctx context.Context, task string) (fsm.ExitStatus, bool, error) {
+func (v *view) ExitStatus(ctx context.Context, task string, id fsm.Identity, pid int, start uint64) (fsm.ExitStatus, bool, error) {
 	v.g.enter()
-	v.w.mu.Lock()
-	defer v.w.mu.Unlock()
-	if d := v.w.disk[task]; d != nil && d.exit != nil {
-		return *d.exit, true, nil
+	w := v.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d := w.disk[task]
+	if d == nil || d.exit == nil {
+		return fsm.ExitStatus{}, false, nil
 	}
-	return fsm.ExitStatus{}, false, nil
+	if d.exitNonce != id.Nonce || pid > 0 && (d.exitPID != pid || d.exitSt != start) {
+		why := fmt.Sprintf("exit record of nonce %q pid %d, the log has nonce %q pid %d", d.exitNonce, d.exitPID, id.Nonce, pid)
+		w.refused = append(w.refused, Refusal{Via: "exit-status", PID: d.exitPID, Task: task, Why: why})
+		return fsm.ExitStatus{}, false, fmt.Errorf("%w: %s", driver.ErrNotOurs, why)
+	}
+	return *d.exit, true, nil
 }
 
-func (v *view) LaunchRecord(ctx context.Context, task string) (int, uint64, bool, error) {
+func (v *view) LaunchRecord(ctx context.Context, task string, id fsm.Identity) (int, uint64, bool, error) {
 	v.g.enter()
-	v.w.mu.Lock()
-	defer v.w.mu.Unlock()
-	if d := v.w.disk[task]; d != nil && d.launched {
-		return d.launchPID, d.launchSt, true, nil
+	w := v.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d := w.disk[task]
+	if d == nil || !d.launched {
+		return 0, 0, false, nil
 	}
-	return 0, 0, false, nil
+	if d.nonce != id.Nonce {
+		why := fmt.Sprintf("launch record of nonce %q, the log has %q", d.nonce, id.Nonce)
+		w.refused = append(w.refused, Refusal{Via: "launch-record", PID: d.launchPID, Task: task, Why: why})
+		return 0, 0, false, fmt.Errorf("%w: %s", driver.ErrNotOurs, why)
+	}
+	return d.launchPID, d.launchSt, true, nil
 }
 
 // handle is one connection from a driver generation to an executor.
@@ -480,7 +569,7 @@ func (h *handle) Identity() fsm.Identity {
 	return h.w.identity(h.p)
 }
 
-func (h *handle) Launch(ctx context.Context, spec fsm.Spec, allowed []string) (int, uint64, error) {
+func (h *handle) Launch(ctx context.Context, spec fsm.Spec, allowed []string) (driver.Status, error) {
 	h.g.enter()
 	w := h.w
 	if w.BeforeEffect != nil {
@@ -489,24 +578,36 @@ func (h *handle) Launch(ctx context.Context, spec fsm.Spec, allowed []string) (i
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := h.usableLocked(); err != nil {
-		return 0, 0, err
+		return driver.Status{}, err
 	}
 	p := h.p
 	if p.launched {
-		return p.child.PID, p.child.Start, nil
+		return h.statusLocked(), nil
 	}
 	if slices.Contains(spec.CapAdd, CapRefused) {
-		return 0, 0, ErrCapRefused
+		return driver.Status{}, ErrCapRefused
 	}
 	c := w.newProcLocked(KindTask, p.Task)
 	c.parent = p
 	p.launched, p.child = true, c
 	d := w.diskLocked(p.Task)
-	d.launched, d.launchPID, d.launchSt = true, c.PID, c.Start
+	d.launched, d.launchPID, d.launchSt, d.nonce = true, c.PID, c.Start, p.Nonce
 	if slices.Contains(spec.Args, ArgExitNow) {
 		w.dieLocked(c, fsm.ExitStatus{Code: 0})
 	}
-	return c.PID, c.Start, nil
+	return h.statusLocked(), nil
+}
+
+func (h *handle) statusLocked() driver.Status {
+	p := h.p
+	if !p.launched {
+		return driver.Status{}
+	}
+	s := driver.Status{Launched: true, PID: p.child.PID, StartTime: p.child.Start}
+	if !p.child.Alive {
+		s.Exited, s.Exit = true, p.child.Exit
+	}
+	return s
 }
 
 func (h *handle) Status(ctx context.Context) (driver.Status, error) {
@@ -517,15 +618,7 @@ func (h *handle) Status(ctx context.Context) (driver.Status, error) {
 	if err := h.usableLocked(); err != nil {
 		return driver.Status{}, err
 	}
-	p := h.p
-	if !p.launched {
-		return driver.Status{}, nil
-	}
-	s := driver.Status{Launched: true, PID: p.child.PID, Start: p.child.Start}
-	if !p.child.Alive {
-		s.Exited, s.Exit = true, p.child.Exit
-	}
-	return s, nil
+	return h.statusLocked(), nil
 }
 
 func (h *handle) Wait(ctx context.Context) (fsm.ExitStatus, error) {
