@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -39,16 +40,15 @@ func (c *cli) cmdStop(args []string) int {
 		return exitUsage
 	}
 	ctx := context.Background()
-	s, err := c.open(ctx)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	s, err := c.open()
 	if err != nil {
 		return c.fail(err)
 	}
-	defer func() {
-		if err := s.Close(); err != nil {
-			c.errorf("warning: closing the store: %v", err)
-		}
-	}()
-	info, err := c.resolve(ctx, s.d, fs.Arg(0))
+	defer c.closeSession(s)
+	info, err := c.resolve(ctx, s, fs.Arg(0))
 	if err != nil {
 		return c.fail(err)
 	}
@@ -56,6 +56,13 @@ func (c *cli) cmdStop(args []string) int {
 		fmt.Fprintf(c.stderr, "tether: %s is already %s\n", info.ID, describeEnd(info.Task))
 		return exitOK
 	}
+	// Ctrl-C during the grace escalates: SIGKILL now.
+	go func() {
+		if _, ok := <-sigs; ok {
+			fmt.Fprintf(c.stderr, "tether: %s: interrupted, killing the task now\n", info.ID)
+			_, _ = s.d.StopTask(ctx, info.ID, syscall.SIGKILL, time.Nanosecond)
+		}
+	}()
 	final, err := s.d.StopTask(ctx, info.ID, sig, *timeout)
 	if err != nil {
 		return c.fail(err)
@@ -74,14 +81,12 @@ func (c *cli) cmdRecover(args []string) int {
 		return exitUsage
 	}
 	ctx := context.Background()
-	s, err := c.openNoRecover()
+	s, err := c.open()
 	if err != nil {
 		return c.fail(err)
 	}
 	rep, rerr := s.d.Recover(ctx)
-	if err := s.Close(); err != nil {
-		c.errorf("warning: closing the store: %v", err)
-	}
+	c.closeSession(s)
 	if len(rep.Tasks) == 0 {
 		if rerr != nil {
 			return c.fail(rerr)
@@ -96,7 +101,7 @@ func (c *cli) cmdRecover(args []string) int {
 		if t.Err != nil {
 			action += fmt.Sprintf(" (error: %v)", t.Err)
 		}
-		fmt.Fprintf(tw, "%s\t%s -> %s\t%s\n", t.ID, t.From, t.To, action)
+		fmt.Fprintf(tw, "%s\t%s -> %s\t%s\n", t.ID, t.From, t.To, printable(action))
 	}
 	if err := tw.Flush(); err != nil {
 		return c.fail(err)
@@ -189,14 +194,12 @@ func (c *cli) cmdGC(args []string) int {
 		return exitUsage
 	}
 	ctx := context.Background()
-	s, err := c.open(ctx)
+	s, err := c.open()
 	if err != nil {
 		return c.fail(err)
 	}
+	defer c.closeSession(s)
 	removed, err := s.st.Remove(ctx, time.Now().Add(-*olderThan))
-	if cerr := s.Close(); err == nil && cerr != nil {
-		err = cerr
-	}
 	if err != nil {
 		return c.fail(err)
 	}
@@ -210,7 +213,7 @@ func (c *cli) cmdGC(args []string) int {
 			code = exitError
 		}
 	}
-	before, after, err := store.Compact(c.dbPath(), c.storeOptions())
+	before, after, err := s.st.Compact(ctx)
 	if err != nil {
 		return c.fail(fmt.Errorf("compact: %w", err))
 	}

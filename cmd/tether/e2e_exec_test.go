@@ -390,8 +390,9 @@ func TestRun_InterruptStopsTheTask(t *testing.T) {
 
 func TestCrash_RecoverReapsTheExecutor(t *testing.T) {
 	e := newEnv(t)
-	// The CLI SIGKILLs itself right after the executor is recorded up:
-	// the executor is alive and no task was launched (Nomad's leak).
+	// The CLI SIGKILLs itself right after the executor is recorded up
+	// (with the launch intent): no task was launched, and the executor,
+	// whose lease was the CLI's connection, exits by itself.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := e.command(ctx, []string{"TETHER_CRASHPOINT=after-append:executor-up"}, e.runArgs("run", []string{"--name", "crashed"}, "sleep")...)
@@ -401,10 +402,10 @@ func TestCrash_RecoverReapsTheExecutor(t *testing.T) {
 		t.Fatalf("the crash point did not fire: %v\n%s", err, out)
 	}
 	r := e.must("recover")
-	if !strings.Contains(r.stdout, "executor-up -> failed") {
+	if !strings.Contains(r.stdout, "launching -> lost") {
 		t.Fatalf("recover: %s", r)
 	}
-	if got := eventNames(e.events("crashed")); !strings.HasSuffix(got, "fault executor-reaped") {
+	if got := eventNames(e.events("crashed")); !strings.HasSuffix(got, "launch-intent executor-lost executor-reaped") {
 		t.Fatalf("events: %s", got)
 	}
 }

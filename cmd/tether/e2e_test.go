@@ -104,7 +104,10 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{t: t, dir: t.TempDir()}
+	e := &env{t: t, dir: filepath.Join(t.TempDir(), "state")} // TempDir's own is 0755: not a private state dir
+	if err := os.Mkdir(e.dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { checkNoLeak(t, e.dir) })
 	return e
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/tether-fsm/tether/driver"
+	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -59,8 +60,11 @@ type cli struct {
 	stdout, stderr io.Writer
 
 	stateDir    string
+	stateDirSet bool // --state-dir was given (an empty one is an error, not the default)
 	logLevel    string
 	lockTimeout time.Duration
+	allowCaps   string
+	allowedCaps []string
 
 	log   hclog.Logger
 	hooks driver.Hooks
@@ -108,7 +112,10 @@ Commands:
 	fmt.Fprint(w, `
 Global flags (also accepted after the command):
   --state-dir DIR       state directory (env TETHER_STATE_DIR; default
-                        $XDG_STATE_HOME/tether or ~/.local/state/tether)
+                        $XDG_STATE_HOME/tether or ~/.local/state/tether);
+                        an existing one must be private and yours
+  --allow-caps LIST     capability allow list for exec tasks, comma-separated
+                        (env TETHER_ALLOW_CAPS; default Nomad's exec list)
   --log-level LEVEL     trace, debug, info, warn, error or off (default warn)
   --lock-timeout DUR    how long to wait for another tether holding the
                         store (default 10s)
@@ -123,7 +130,11 @@ Run 'tether COMMAND -h' for a command's flags.
 // globalFlags registers the global flags on fs, so that they are accepted
 // before and after the command name.
 func (c *cli) globalFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.stateDir, "state-dir", c.stateDir, "state `directory` (env TETHER_STATE_DIR)")
+	fs.Func("state-dir", "state `directory` (env TETHER_STATE_DIR)", func(v string) error {
+		c.stateDir, c.stateDirSet = v, true
+		return nil
+	})
+	fs.StringVar(&c.allowCaps, "allow-caps", c.allowCaps, "comma-separated capability allow `list` for exec tasks (env TETHER_ALLOW_CAPS; default Nomad's exec list, without net_raw)")
 	fs.StringVar(&c.logLevel, "log-level", c.logLevel, "log `level`: trace, debug, info, warn, error, off")
 	fs.DurationVar(&c.lockTimeout, "lock-timeout", c.lockTimeout, "how long to wait for the store's lock")
 }
@@ -215,6 +226,24 @@ func (c *cli) setup() error {
 	if c.lockTimeout <= 0 {
 		return fmt.Errorf("--lock-timeout %s: must be positive", c.lockTimeout)
 	}
+	if c.stateDirSet && strings.TrimSpace(c.stateDir) == "" {
+		return errors.New("--state-dir is empty: give a directory, or leave the flag out for the default")
+	}
+	caps := c.allowCaps
+	if caps == "" {
+		caps = os.Getenv("TETHER_ALLOW_CAPS")
+	}
+	c.allowedCaps = nil
+	if caps != "" {
+		for _, n := range strings.Split(caps, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				c.allowedCaps = append(c.allowedCaps, n)
+			}
+		}
+		if err := executor.ValidateCaps(nil, nil, c.allowedCaps); err != nil {
+			return fmt.Errorf("--allow-caps: %w", err)
+		}
+	}
 	dir, err := stateDir(c.stateDir)
 	if err != nil {
 		return err
@@ -275,13 +304,15 @@ func hint(err error) string {
 	case errors.Is(err, store.ErrNotStore):
 		return "" // the store's message says what to do
 	case errors.Is(err, store.ErrCorrupt):
-		return "the store is damaged: 'tether check' says where; move the file aside to start afresh"
+		return "the store is damaged: 'tether check' says where, and 'tether check --salvage' copies what is readable into a new store and takes the running tasks along"
 	case errors.Is(err, store.ErrSchema), errors.Is(err, store.ErrVersion):
 		return "the store was written by another tether version; use a matching tether"
 	case errors.Is(err, driver.ErrUnknownTask):
 		return "'tether status --all' lists the tasks"
 	case errors.Is(err, os.ErrPermission):
 		return "check the permissions of the state directory, or pick another with --state-dir"
+	case errors.Is(err, driver.ErrStateDir):
+		return "" // the error says what to do
 	}
 	return ""
 }

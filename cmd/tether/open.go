@@ -15,9 +15,13 @@ import (
 	"github.com/tether-fsm/tether/store"
 )
 
-// The store is one bbolt file locked exclusively while open, so every
-// command opens it for as short a time as it can and never holds it while
-// it waits for a task: a second tether waits up to --lock-timeout for it.
+// The store is one bbolt file locked exclusively while open. Every command
+// goes through a store.Shared: the file (and its lock) is held only while a
+// read or an append is in flight, never across a spawn, a launch, a stop's
+// grace or a wait, so hundreds of commands at once share it (each waits at
+// most --lock-timeout for the lock). No command reconciles every live task:
+// a command reconciles the tasks it touches, and status those it lists
+// whose executor is gone.
 
 func (c *cli) dbPath() string { return filepath.Join(c.stateDir, "tether.db") }
 
@@ -40,50 +44,24 @@ func executorCommand() ([]string, error) {
 	return []string{self, executorArg}, nil
 }
 
-// session is an open driver and its store.
+// session is a driver on the state directory and its shared store.
 type session struct {
 	d  *driver.Driver
-	st *store.Store
+	st *store.Shared
 }
 
+// Close closes the driver (tasks keep running) and the store.
 func (s *session) Close() error {
 	return errors.Join(s.d.Close(), s.st.Close())
 }
 
-// open opens the store and a driver on it and runs Recover, so that what
-// the command sees is the truth (a task whose executor died is recorded as
-// such). Recovery problems are reported as warnings: they concern other
-// tasks and the next command retries them.
-func (c *cli) open(ctx context.Context) (*session, error) {
-	s, err := c.openNoRecover()
-	if err != nil {
+// open opens a session. It reconciles nothing: commands reconcile the
+// tasks they touch.
+func (c *cli) open() (*session, error) {
+	if err := driver.PrepareStateDir(c.stateDir); err != nil {
 		return nil, err
 	}
-	rep, err := s.d.Recover(ctx)
-	if err != nil {
-		for _, t := range rep.Tasks {
-			if t.Err != nil {
-				c.errorf("warning: recovering task %s: %v (the next tether command retries; 'tether recover' shows details)", t.ID, t.Err)
-			}
-		}
-		if len(rep.Tasks) == 0 {
-			_ = s.Close()
-			return nil, fmt.Errorf("recover: %w", err)
-		}
-	}
-	for _, t := range rep.Tasks {
-		if t.Err == nil && t.From != t.To {
-			c.log.Info("recovered task from "+t.From.String()+": "+t.Action, "task_id", t.ID, "state", t.To.String())
-		}
-	}
-	return s, nil
-}
-
-func (c *cli) openNoRecover() (*session, error) {
-	if err := os.MkdirAll(c.stateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("state directory: %w", err)
-	}
-	st, err := store.Open(c.dbPath(), c.storeOptions())
+	st, err := store.OpenShared(c.dbPath(), c.storeOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -97,6 +75,7 @@ func (c *cli) openNoRecover() (*session, error) {
 		Store:           st,
 		Logger:          c.log.Named("driver"),
 		ExecutorCommand: cmd,
+		AllowedCaps:     c.allowedCaps,
 		Hooks:           c.hooks,
 	})
 	if err != nil {
@@ -106,70 +85,75 @@ func (c *cli) openNoRecover() (*session, error) {
 	return &session{d: d, st: st}, nil
 }
 
-// world is the process world for waiting on a task without the store.
-func (c *cli) world() (driver.Executors, error) {
-	cmd, err := executorCommand()
-	if err != nil {
-		return nil, err
+// closeSession closes s, warning about a failure without changing the
+// command's outcome.
+func (c *cli) closeSession(s *session) {
+	if err := s.Close(); err != nil {
+		c.errorf("warning: closing the store: %v", err)
 	}
-	return driver.NewReal(c.stateDir, cmd, c.log.Named("driver")), nil
 }
 
 // errAmbiguous: a name given for an id matches several tasks.
 var errAmbiguous = errors.New("ambiguous task name")
 
-// resolve turns an id or a task name into a task id. A name is accepted
-// while it is unique among all the tasks in the store.
-// lookup opens the store (recovering first), resolves one task by id or
-// name, and closes the store again: the caller may then wait on the task
-// without holding the store.
-func (c *cli) lookup(ctx context.Context, arg string) (driver.TaskInfo, error) {
-	s, err := c.open(ctx)
-	if err != nil {
-		return driver.TaskInfo{}, err
-	}
-	info, err := c.resolve(ctx, s.d, arg)
-	if cerr := s.Close(); err == nil && cerr != nil {
-		err = cerr
-	}
-	return info, err
-}
-
-func (c *cli) resolve(ctx context.Context, d *driver.Driver, arg string) (driver.TaskInfo, error) {
+// resolve turns an id or a task name into a task. An id costs one read; a
+// name (accepted while it is unique among all the tasks in the store)
+// costs a read of every task.
+func (c *cli) resolve(ctx context.Context, s *session, arg string) (driver.TaskInfo, error) {
 	if arg == "" {
 		return driver.TaskInfo{}, errors.New("no task id given")
 	}
 	if driver.ValidateTaskID(arg) == nil {
-		info, err := d.InspectTask(ctx, arg)
+		info, err := s.d.InspectTask(ctx, arg)
 		if err == nil || !errors.Is(err, driver.ErrUnknownTask) {
 			return info, err
 		}
 	}
-	ids, err := d.Tasks(ctx, true)
+	scan, err := s.st.LoadTasks(ctx, store.AllTasks)
 	if err != nil {
 		return driver.TaskInfo{}, err
 	}
-	var matches []driver.TaskInfo
-	for _, id := range ids {
-		info, err := d.InspectTask(ctx, id)
-		if err != nil {
-			return driver.TaskInfo{}, err
-		}
-		if info.Spec != nil && info.Spec.Name == arg {
-			matches = append(matches, info)
+	var matches []fsm.Task
+	for _, t := range scan.Tasks {
+		if t.Spec != nil && t.Spec.Name == arg {
+			matches = append(matches, t)
 		}
 	}
 	switch len(matches) {
 	case 0:
-		return driver.TaskInfo{}, fmt.Errorf("%w: no task has the id or name %q", driver.ErrUnknownTask, arg)
+		return driver.TaskInfo{}, fmt.Errorf("%w: no task has the id or name %q", driver.ErrUnknownTask, printable(arg))
 	case 1:
-		return matches[0], nil
+		return s.d.InspectTask(ctx, matches[0].ID)
 	}
 	var list []string
 	for _, m := range matches {
 		list = append(list, fmt.Sprintf("%s (%s)", m.ID, m.State))
 	}
-	return driver.TaskInfo{}, fmt.Errorf("%w: %d tasks are named %q: %s; use an id", errAmbiguous, len(matches), arg, strings.Join(list, ", "))
+	return driver.TaskInfo{}, fmt.Errorf("%w: %d tasks are named %q: %s; use an id", errAmbiguous, len(matches), printable(arg), strings.Join(list, ", "))
+}
+
+// reconcileIfGone reconciles a task whose executor is gone (its end is not
+// recorded yet), and returns what it is now. A task some live process is
+// driving is left to it.
+func (c *cli) reconcileIfGone(ctx context.Context, s *session, info driver.TaskInfo) driver.TaskInfo {
+	if !info.State.OwnsExecutor() || info.ExecutorAlive && info.Executor != nil {
+		return info
+	}
+	rep, err := s.d.Reconcile(ctx, info.ID)
+	for _, r := range rep.Tasks {
+		if r.Err != nil {
+			c.errorf("warning: reconciling task %s: %v", r.ID, r.Err)
+		} else if r.From != r.To {
+			c.log.Info("reconciled from "+r.From.String()+": "+r.Action, "task_id", r.ID, "state", r.To.String())
+		}
+	}
+	if err != nil && len(rep.Tasks) == 0 {
+		c.errorf("warning: reconciling task %s: %v", info.ID, err)
+	}
+	if now, err := s.d.InspectTask(ctx, info.ID); err == nil {
+		return now
+	}
+	return info
 }
 
 // newTaskID makes a task id from a name and a short random suffix.
@@ -220,4 +204,16 @@ func joinStates(states []fsm.State) string {
 		parts[i] = s.String()
 	}
 	return strings.Join(parts, " -> ")
+}
+
+// printable makes a user-supplied string safe to print on a terminal:
+// control characters (escape sequences among them) are shown quoted.
+func printable(s string) string {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			q := fmt.Sprintf("%q", s)
+			return q[1 : len(q)-1]
+		}
+	}
+	return s
 }

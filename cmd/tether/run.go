@@ -173,70 +173,138 @@ func (c *cli) readTaskFile(file, task string) (TaskDef, bool) {
 func (c *cli) cmdRun(args []string) int   { return c.runTask("run", args, false) }
 func (c *cli) cmdStart(args []string) int { return c.runTask("start", args, true) }
 
-// runTask starts a task and, unless detach, streams its output and waits
-// for it without holding the store, then records its exit.
+// runTask starts a task and, unless detach, streams its output, waits for
+// it and records its end itself. The store is held only while an event is
+// read or appended. Ctrl-C (or SIGTERM) stops the task with its kill signal
+// and timeout; a second one kills it at once.
 func (c *cli) runTask(name string, args []string, detach bool) int {
 	spec, code, ok := c.taskSpec(name, args)
 	if !ok {
 		return code
 	}
 	ctx := context.Background()
-	// Ctrl-C and SIGTERM stop the task with its kill signal and timeout.
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
 	id := newTaskID(spec.Name)
-	s, err := c.open(ctx)
+	s, err := c.open()
 	if err != nil {
-		return c.fail(err)
+		c.errorf("%v", err)
+		if h := hint(err); h != "" {
+			fmt.Fprintf(c.stderr, "  %s\n", h)
+		}
+		return exitStartFail
 	}
-	task, startErr := s.d.StartTask(ctx, id, spec)
+	defer c.closeSession(s)
+
+	var tail *tailer
+	if !detach {
+		tail = startTail(c.log, c.taskDir(id), []tailStream{
+			{name: stdoutFile, out: c.stdout},
+			{name: stderrFile, out: c.stderr},
+		})
+	}
+	type result struct {
+		task fsm.Task
+		err  error
+	}
+	started := make(chan result, 1)
+	go func() {
+		t, err := s.d.StartTask(ctx, id, spec)
+		started <- result{t, err}
+	}()
+	var r result
+	var interrupted os.Signal
+	select {
+	case r = <-started:
+	case interrupted = <-sigs:
+		// Interrupted while starting: the stop cancels the start.
+		fmt.Fprintf(c.stderr, "tether: %s: got %v while starting, stopping the task\n", id, interrupted)
+		c.stopOnSignals(ctx, s, id, sigs)
+		r = <-started
+	}
 	if evs, err := s.d.TaskEvents(ctx, id); err == nil {
 		fmt.Fprintf(c.stderr, "tether: %s: %s\n", id, joinStates(lifecycle(evs)))
 	}
-	if startErr != nil && task.State == fsm.StateExited && task.Exit != nil {
-		// The task ran and exited before it could be seen running: that
-		// is a start that worked, for a quick task.
-		if err := s.Close(); err != nil {
-			c.errorf("warning: closing the store: %v", err)
+	if r.err != nil {
+		tail.stop()
+		if interrupted != nil {
+			return 128 + int(interrupted.(syscall.Signal))
 		}
-		if detach {
-			fmt.Fprintf(c.stderr, "tether: %s: already %s\n", id, describeEnd(task))
-			fmt.Fprintln(c.stdout, id)
-			return exitOK
-		}
-		c.copyOutput(id)
-		return exitCode(*task.Exit)
-	}
-	if startErr != nil {
-		if err := s.Close(); err != nil {
-			c.errorf("warning: closing the store: %v", err)
-		}
-		if !detach {
-			// A task that launched and then failed may have said why.
-			c.copyOutput(id)
-		}
-		return c.startFailed(id, task, startErr)
-	}
-	select {
-	case sig := <-sigs:
-		// Interrupted while starting: the task is running; stop it.
-		code := c.stopInterrupted(ctx, s, id, sig)
-		if err := s.Close(); err != nil {
-			c.errorf("warning: closing the store: %v", err)
-		}
-		return code
-	default:
-	}
-	if err := s.Close(); err != nil {
-		return c.fail(err)
+		return c.startFailed(id, r.task, r.err)
 	}
 	if detach {
 		fmt.Fprintln(c.stdout, id)
+		if r.task.State.Terminal() {
+			fmt.Fprintf(c.stderr, "tether: %s: already %s\n", id, describeEnd(r.task))
+		}
 		return exitOK
 	}
-	return c.await(ctx, task, sigs, true)
+	final, werr := c.waitTask(ctx, s, id, sigs, &interrupted)
+	tail.stop()
+	return c.endCode(final, werr, interrupted)
+}
+
+// waitTask waits for the task's end (recorded by this process's driver:
+// exit, then reaping), stopping it on Ctrl-C.
+func (c *cli) waitTask(ctx context.Context, s *session, id string, sigs <-chan os.Signal, interrupted *os.Signal) (fsm.Task, error) {
+	type result struct {
+		task fsm.Task
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		t, err := s.d.WaitTask(ctx, id)
+		done <- result{t, err}
+	}()
+	select {
+	case r := <-done:
+		return r.task, r.err
+	case sig := <-sigs:
+		*interrupted = sig
+		fmt.Fprintf(c.stderr, "tether: %s: got %v, stopping the task\n", id, sig)
+		c.stopOnSignals(ctx, s, id, sigs)
+		r := <-done
+		return r.task, r.err
+	}
+}
+
+// stopOnSignals stops the task in the background with its kill signal and
+// timeout, and kills it at once on a further signal.
+func (c *cli) stopOnSignals(ctx context.Context, s *session, id string, sigs <-chan os.Signal) {
+	go func() { _, _ = s.d.StopTask(ctx, id, 0, 0) }()
+	go func() {
+		if sig, ok := <-sigs; ok {
+			fmt.Fprintf(c.stderr, "tether: %s: got %v again, killing the task now\n", id, sig)
+			_, _ = s.d.StopTask(ctx, id, syscall.SIGKILL, time.Nanosecond)
+		}
+	}()
+}
+
+// endCode is run's and wait's exit code for a task that ended: its own
+// code (128+signal), 128+sig when tether stopped it because it was
+// interrupted, 137 for an OOM kill.
+func (c *cli) endCode(final fsm.Task, err error, interrupted os.Signal) int {
+	if err != nil {
+		c.errorf("lost track of task %s: %v", final.ID, err)
+		fmt.Fprintf(c.stderr, "  'tether recover' reconciles it; 'tether events %s' shows what happened\n", final.ID)
+		return exitError
+	}
+	if final.State != fsm.StateExited {
+		fmt.Fprintf(c.stderr, "tether: %s: %s\n", final.ID, describeEnd(final))
+	}
+	switch {
+	case interrupted != nil && final.State == fsm.StateStopped:
+		return 128 + int(interrupted.(syscall.Signal))
+	case final.Exit != nil && final.Exit.OOM:
+		return 128 + int(syscall.SIGKILL)
+	case final.Exit != nil:
+		return exitCode(*final.Exit)
+	case final.State == fsm.StateFailed:
+		return startExitCode(nil, final.Reason)
+	}
+	return exitError
 }
 
 // copyOutput prints whatever the task wrote, if anything.
@@ -298,111 +366,6 @@ func startExitCode(err error, reason string) int {
 	return exitStartFail
 }
 
-// stopInterrupted stops a task after the CLI got sig, on an open session,
-// and returns 128+sig.
-func (c *cli) stopInterrupted(ctx context.Context, s *session, id string, sig os.Signal) int {
-	fmt.Fprintf(c.stderr, "tether: %s: got %v, stopping the task\n", id, sig)
-	final, err := s.d.StopTask(ctx, id, 0, 0)
-	if err != nil {
-		c.errorf("stopping task %s: %v", id, err)
-		fmt.Fprintf(c.stderr, "  run 'tether stop %s' to retry\n", id)
-	} else {
-		fmt.Fprintf(c.stderr, "tether: %s: %s\n", id, describeEnd(final))
-	}
-	return 128 + int(sig.(syscall.Signal))
-}
-
-// await waits for a launched task without holding the store, streaming
-// its output when stream is set, then reopens the store so that Recover
-// records the exit and reaps the executor. It returns the task's exit
-// code.
-func (c *cli) await(ctx context.Context, task fsm.Task, sigs <-chan os.Signal, stream bool) int {
-	id := task.ID
-	world, err := c.world()
-	if err != nil {
-		return c.fail(err)
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type result struct {
-		exit fsm.ExitStatus
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		x, err := driver.AwaitExit(wctx, world, task)
-		done <- result{x, err}
-	}()
-	var tail *tailer
-	if stream {
-		tail = startTail(c.log, c.taskDir(id), []tailStream{
-			{name: stdoutFile, out: c.stdout},
-			{name: stderrFile, out: c.stderr},
-		})
-	}
-	var (
-		res         result
-		interrupted os.Signal
-	)
-	select {
-	case res = <-done:
-	case interrupted = <-sigs:
-		cancel()
-		res = <-done
-	}
-	if interrupted != nil {
-		s, err := c.open(ctx)
-		if err != nil {
-			c.errorf("cannot stop task %s: %v", id, err)
-			fmt.Fprintf(c.stderr, "  the task is still running; run 'tether stop %s'\n", id)
-			tail.stop()
-			return 128 + int(interrupted.(syscall.Signal))
-		}
-		code := c.stopInterrupted(ctx, s, id, interrupted)
-		if err := s.Close(); err != nil {
-			c.errorf("warning: closing the store: %v", err)
-		}
-		tail.stop()
-		return code
-	}
-	tail.stop()
-
-	// Record the exit: Recover collects it and reaps the executor.
-	final := task
-	s, err := c.open(ctx)
-	if err == nil {
-		var info driver.TaskInfo
-		info, err = s.d.InspectTask(ctx, id)
-		final = info.Task
-		if cerr := s.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err != nil {
-		c.errorf("warning: recording the end of task %s: %v; the next tether command records it", id, err)
-	}
-	switch {
-	case final.State.Terminal() && final.Exit != nil:
-		c.log.Debug("task ended", "task_id", id, "state", final.State.String())
-		if final.State != fsm.StateExited {
-			fmt.Fprintf(c.stderr, "tether: %s: %s\n", id, describeEnd(final))
-		}
-		return exitCode(*final.Exit)
-	case res.err == nil:
-		if final.State.Terminal() {
-			fmt.Fprintf(c.stderr, "tether: %s: %s\n", id, describeEnd(final))
-		}
-		return exitCode(res.exit)
-	case final.State.Terminal():
-		fmt.Fprintf(c.stderr, "tether: %s: %s\n", id, describeEnd(final))
-		return exitError
-	default:
-		c.errorf("lost track of task %s: %v", id, res.err)
-		fmt.Fprintf(c.stderr, "  'tether recover' reconciles it; 'tether events %s' shows what happened\n", id)
-		return exitError
-	}
-}
-
 // exitCode is the code a shell would see: the task's code, or 128+signal.
 func exitCode(x fsm.ExitStatus) int {
 	if x.Signal > 0 {
@@ -427,10 +390,14 @@ func describeEnd(t fsm.Task) string {
 }
 
 func describeExit(x fsm.ExitStatus) string {
+	s := fmt.Sprintf("exit code %d", x.Code)
 	if x.Signal > 0 {
-		return "killed by " + signalName(x.Signal)
+		s = "killed by " + signalName(x.Signal)
 	}
-	return fmt.Sprintf("exit code %d", x.Code)
+	if x.OOM {
+		s += ", OOM killed"
+	}
+	return s
 }
 
 func (c *cli) cmdWait(args []string) int {
@@ -443,30 +410,34 @@ func (c *cli) cmdWait(args []string) int {
 		return exitUsage
 	}
 	ctx := context.Background()
-	info, err := c.lookup(ctx, fs.Arg(0))
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	s, err := c.open()
+	if err != nil {
+		return c.fail(err)
+	}
+	defer c.closeSession(s)
+	info, err := c.resolve(ctx, s, fs.Arg(0))
 	if err != nil {
 		return c.fail(err)
 	}
 	if info.State.Terminal() {
-		return c.terminalCode(info.Task)
+		return c.endCode(info.Task, nil, nil)
 	}
-	if info.State != fsm.StateRunning && info.State != fsm.StateLaunched {
-		c.errorf("task %s is %s and cannot be waited for; 'tether recover' reconciles it", info.ID, info.State)
-		return exitError
+	// wait supervises the task until its end; Ctrl-C stops waiting, not
+	// the task (it was not started here).
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		if _, ok := <-sigs; ok {
+			cancel()
+		}
+	}()
+	final, err := s.d.WaitTask(wctx, info.ID)
+	if wctx.Err() != nil {
+		fmt.Fprintf(c.stderr, "tether: stopped waiting; task %s is still %s\n", info.ID, final.State)
+		return 128 + int(syscall.SIGINT)
 	}
-	return c.await(ctx, info.Task, nil, false)
-}
-
-// terminalCode is wait's exit code for a task that has already ended.
-func (c *cli) terminalCode(t fsm.Task) int {
-	if t.State != fsm.StateExited {
-		fmt.Fprintf(c.stderr, "tether: %s: %s\n", t.ID, describeEnd(t))
-	}
-	if t.Exit != nil {
-		return exitCode(*t.Exit)
-	}
-	if t.State == fsm.StateFailed {
-		return startExitCode(nil, t.Reason)
-	}
-	return exitError
+	return c.endCode(final, err, nil)
 }

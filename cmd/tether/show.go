@@ -3,17 +3,19 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/store"
 )
 
 // taskJSON is a task as status --json prints it.
@@ -28,6 +30,8 @@ type taskJSON struct {
 	ExecutorAlive bool      `json:"executor_alive"`
 	ExitCode      *int      `json:"exit_code"`
 	ExitSignal    *int      `json:"exit_signal,omitempty"`
+	OOMKilled     bool      `json:"oom_killed"`
+	Restarts      int       `json:"restarts"`
 	CreatedAt     time.Time `json:"created_at"`
 	UpdatedAt     time.Time `json:"updated_at"`
 	Reason        string    `json:"reason,omitempty"`
@@ -58,7 +62,9 @@ func toJSON(info driver.TaskInfo) taskJSON {
 			code := info.Exit.Code
 			j.ExitCode = &code
 		}
+		j.OOMKilled = info.Exit.OOM
 	}
+	j.Restarts = info.Restarts
 	return j
 }
 
@@ -74,21 +80,21 @@ func (c *cli) cmdStatus(args []string) int {
 		return exitUsage
 	}
 	ctx := context.Background()
-	s, err := c.open(ctx)
+	s, err := c.open()
 	if err != nil {
 		return c.fail(err)
 	}
 	var infos []driver.TaskInfo
+	var unreadable []store.TaskError
 	if fs.NArg() == 1 {
 		var info driver.TaskInfo
-		info, err = c.resolve(ctx, s.d, fs.Arg(0))
-		infos = append(infos, info)
+		if info, err = c.resolve(ctx, s, fs.Arg(0)); err == nil {
+			infos = append(infos, c.reconcileIfGone(ctx, s, info))
+		}
 	} else {
-		infos, err = c.list(ctx, s.d, *all)
+		infos, unreadable, err = c.list(ctx, s, *all)
 	}
-	if cerr := s.Close(); err == nil && cerr != nil {
-		err = cerr
-	}
+	c.closeSession(s)
 	if err != nil {
 		return c.fail(err)
 	}
@@ -102,6 +108,12 @@ func (c *cli) cmdStatus(args []string) int {
 	if fs.NArg() == 1 {
 		c.printTask(infos[0])
 		return exitOK
+	}
+	for _, u := range unreadable {
+		c.errorf("task %s cannot be read: %v", printable(u.Task), u.Err)
+	}
+	if len(unreadable) > 0 {
+		fmt.Fprintln(c.stderr, "  'tether check' says where the store is damaged; 'tether check --salvage' copies what is readable")
 	}
 	if len(infos) == 0 {
 		if *all {
@@ -119,7 +131,7 @@ func (c *cli) cmdStatus(args []string) int {
 		if info.Spec != nil {
 			name = info.Spec.Name
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", info.ID, name, stateText(info), pidText(info.TaskPID),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", info.ID, printable(name), stateText(info), pidText(info.TaskPID),
 			executorText(info), age(now, info.CreatedAt), exitText(info.Exit))
 	}
 	if err := tw.Flush(); err != nil {
@@ -128,21 +140,31 @@ func (c *cli) cmdStatus(args []string) int {
 	return exitOK
 }
 
-// list returns the tasks, live ones unless all.
-func (c *cli) list(ctx context.Context, d *driver.Driver, all bool) ([]driver.TaskInfo, error) {
-	ids, err := d.Tasks(ctx, all)
+// list returns the tasks (live ones unless all) read in one pass, and the
+// ones that cannot be read. A listed task whose executor is gone is
+// reconciled (its end recorded); the others cost one identity check each.
+func (c *cli) list(ctx context.Context, s *session, all bool) ([]driver.TaskInfo, []store.TaskError, error) {
+	which := store.LiveTasks
+	if all {
+		which = store.AllTasks
+	}
+	scan, err := s.st.LoadTasks(ctx, which)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	infos := make([]driver.TaskInfo, 0, len(ids))
-	for _, id := range ids {
-		info, err := d.InspectTask(ctx, id)
+	if scan.Incomplete != nil {
+		c.errorf("warning: %v; the list may be incomplete", scan.Incomplete)
+	}
+	infos := make([]driver.TaskInfo, 0, len(scan.Tasks))
+	for _, t := range scan.Tasks {
+		info, err := s.d.InspectTask(ctx, t.ID)
 		if err != nil {
-			return nil, err
+			scan.Unreadable = append(scan.Unreadable, store.TaskError{Task: t.ID, Err: err})
+			continue
 		}
-		infos = append(infos, info)
+		infos = append(infos, c.reconcileIfGone(ctx, s, info))
 	}
-	return infos, nil
+	return infos, scan.Unreadable, nil
 }
 
 // stateText is the task's state, flagged when an executor it should own
@@ -181,10 +203,14 @@ func exitText(x *fsm.ExitStatus) string {
 	if x == nil {
 		return "-"
 	}
+	s := strconv.Itoa(x.Code)
 	if x.Signal > 0 {
-		return signalName(x.Signal)
+		s = signalName(x.Signal)
 	}
-	return strconv.Itoa(x.Code)
+	if x.OOM {
+		s += " (OOM killed)"
+	}
+	return s
 }
 
 func age(now time.Time, unixNano int64) string {
@@ -209,9 +235,9 @@ func (c *cli) printTask(info driver.TaskInfo) {
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("ID", info.ID)
 	if info.Spec != nil {
-		row("Name", info.Spec.Name)
+		row("Name", printable(info.Spec.Name))
 		row("Driver", info.Spec.Driver)
-		row("Command", strings.Join(append([]string{info.Spec.Command}, info.Spec.Args...), " "))
+		row("Command", printable(strings.Join(append([]string{info.Spec.Command}, info.Spec.Args...), " ")))
 	}
 	row("State", stateText(info))
 	row("PID", pidText(info.TaskPID))
@@ -221,8 +247,11 @@ func (c *cli) printTask(info driver.TaskInfo) {
 	if info.Exit != nil {
 		row("Exit", describeExit(*info.Exit))
 	}
+	if info.Restarts > 0 {
+		row("Restarts", strconv.Itoa(info.Restarts))
+	}
 	if info.Reason != "" {
-		row("Reason", info.Reason)
+		row("Reason", printable(info.Reason))
 	}
 	_ = tw.Flush()
 }
@@ -265,18 +294,16 @@ func (c *cli) cmdEvents(args []string) int {
 		return exitUsage
 	}
 	ctx := context.Background()
-	s, err := c.open(ctx)
+	s, err := c.open()
 	if err != nil {
 		return c.fail(err)
 	}
 	var evs []fsm.Event
-	info, err := c.resolve(ctx, s.d, fs.Arg(0))
+	info, err := c.resolve(ctx, s, fs.Arg(0))
 	if err == nil {
 		evs, err = s.d.TaskEvents(ctx, info.ID)
 	}
-	if cerr := s.Close(); err == nil && cerr != nil {
-		err = cerr
-	}
+	c.closeSession(s)
 	if err != nil {
 		return c.fail(err)
 	}
@@ -309,7 +336,7 @@ func (c *cli) cmdEvents(args []string) int {
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME\tEVENT\tDETAILS")
 	for _, e := range evs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", time.Unix(0, e.Time).Format("2006-01-02T15:04:05.000Z07:00"), e.Type, eventDetails(e))
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", time.Unix(0, e.Time).Format("2006-01-02T15:04:05.000Z07:00"), e.Type, printable(eventDetails(e)))
 	}
 	if err := tw.Flush(); err != nil {
 		return c.fail(err)
@@ -356,6 +383,8 @@ func (c *cli) cmdLogs(args []string) int {
 	stderr := fs.Bool("stderr", false, "print the task's stderr instead of its stdout")
 	follow := fs.Bool("f", false, "follow the output until the task ends")
 	fs.BoolVar(follow, "follow", false, "same as -f")
+	lines := fs.Int("n", -1, "print only the last `N` lines (0: none, with -f only what comes next)")
+	fs.IntVar(lines, "tail", -1, "same as -n")
 	if code, ok := c.parse(fs, args); !ok {
 		return code
 	}
@@ -364,7 +393,12 @@ func (c *cli) cmdLogs(args []string) int {
 		return exitUsage
 	}
 	ctx := context.Background()
-	info, err := c.lookup(ctx, fs.Arg(0))
+	s, err := c.open()
+	if err != nil {
+		return c.fail(err)
+	}
+	defer c.closeSession(s)
+	info, err := c.resolve(ctx, s, fs.Arg(0))
 	if err != nil {
 		return c.fail(err)
 	}
@@ -372,31 +406,32 @@ func (c *cli) cmdLogs(args []string) int {
 	if *stderr {
 		name = stderrFile
 	}
-	live := info.State == fsm.StateRunning || info.State == fsm.StateLaunched
-	if !*follow || !live {
-		f, err := os.Open(filepath.Join(c.taskDir(info.ID), name))
-		if os.IsNotExist(err) {
-			return exitOK // the task wrote nothing (or never launched)
+	stream := tailStream{name: name, out: c.stdout, warn: c.stderr, last: *lines, fromEnd: *lines == 0}
+	if !*follow || info.State.Terminal() {
+		if *lines == 0 {
+			return exitOK
 		}
-		if err != nil {
-			return c.fail(err)
-		}
-		defer f.Close()
-		if _, err := io.Copy(c.stdout, f); err != nil {
+		if err := printStream(c.log, c.taskDir(info.ID), stream); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return c.fail(err)
 		}
 		return exitOK
 	}
-	// Follow until the task has exited or its executor is gone, without
-	// holding the store.
-	world, err := c.world()
-	if err != nil {
-		return c.fail(err)
-	}
-	tail := startTail(c.log, c.taskDir(info.ID), []tailStream{{name: name, out: c.stdout}})
-	_, err = driver.AwaitExit(ctx, world, info.Task)
+	// Follow until the task has ended (its end is recorded by this
+	// command's driver if nobody else does), without holding the store.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		if _, ok := <-sigs; ok {
+			cancel()
+		}
+	}()
+	tail := startTail(c.log, c.taskDir(info.ID), []tailStream{stream})
+	_, err = s.d.WaitTask(wctx, info.ID)
 	tail.stop()
-	if err != nil {
+	if err != nil && wctx.Err() == nil {
 		c.log.Debug("stopped following", "task_id", info.ID, "err", err)
 	}
 	return exitOK
