@@ -21,7 +21,7 @@ import (
 // killPaths are the ways Kill can empty a cgroup; each test that kills runs
 // every one this host has: cgroup.kill, cgroup2's freeze (as on a kernel
 // before 5.14) and the v1 freezer (as on a pure v1 host).
-func killPaths(t *testing.T, h Host) map[string]Host {
+func killPaths(t testing.TB, h Host) map[string]Host {
 	paths := map[string]Host{}
 	if h.KillMethod() == "cgroup.kill" {
 		paths["cgroup.kill"] = h
@@ -324,12 +324,10 @@ func TestCreate_LimitsLandInKernelFiles(t *testing.T) {
 	if got, _ := parseCPUList(readFileT(t, again, cs.key, "cpuset.cpus")); !slices.Equal(got, cpus) {
 		t.Errorf("second Create moved the task from CPU %v to %v", cpus, got)
 	}
-	// A second task with cores = 1 gets the other CPU, where there is one.
-	if avail, _ := readString(cs.parent(), "cpuset.cpus"); len(mustCPUs(t, avail)) > 1 {
-		other := newCgroup(t, h, Limits{Cores: 1})
-		if got := mustCPUs(t, readFileT(t, other, cs.key, "cpuset.cpus")); slices.Equal(got, cpus) {
-			t.Errorf("second task pinned to the same CPU %v", got)
-		}
+	// The next task's choice sees this one's pin (the choice itself, least
+	// pinned first, is TestChooseCPUs_LeastPinnedFirst).
+	if pins := siblingPins(cgDir{dir: cs.parent() + "/tether-next@abcdefgh"}); pins[cpus[0]] < 1 {
+		t.Errorf("sibling pins %v miss CPU %d", pins, cpus[0])
 	}
 	// More cores than the parent has is a clear error.
 	loc, _ := LocationFor(h, "many", "abcdefgh"+randHex(t, 4))
