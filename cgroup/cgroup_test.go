@@ -343,14 +343,6 @@ func TestCreate_LimitsLandInKernelFiles(t *testing.T) {
 	}
 }
 
-func mustCPUs(t *testing.T, s string) []int {
-	c, err := parseCPUList(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 // TestCreate_MissingControllerIsAnError: on this host without its pids or
 // memory hierarchy, asking for that limit is an error naming the
 // controller, and nothing is made.
@@ -487,16 +479,7 @@ func TestUnprivileged_NamedError(t *testing.T) {
 		t.Skip("runs a helper as uid 65534, which needs root")
 	}
 	m := newMarker(t)
-	// A copy of the test binary that uid 65534 can execute.
-	binDir := t.TempDir()
-	for _, d := range []string{filepath.Dir(binDir), binDir} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	exe, _ := os.Executable()
-	bin := filepath.Join(binDir, "cgroup.test")
-	copyFile(t, exe, bin)
+	bin := nobodyBinary(t)
 	cmd := exec.Command(bin, "cg-unpriv", m.arg(), "web", "abcdefgh")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	cmd.Stderr = os.Stderr
@@ -646,4 +629,70 @@ func TestOpenRecorded_RefusesOthers(t *testing.T) {
 	if err != nil || !strings.Contains(string(b), `"layout":"`+h.Layout.String()+`"`) {
 		t.Fatalf("host JSON %s, %v", b, err)
 	}
+}
+
+// TestDelegated_CreateKillRemove: uid 65534, in a cgroup delegated to it
+// (its directories and cgroup.procs chowned, as systemd's Delegate=yes
+// does), may create, fill, kill and remove task cgroups below it, with
+// limits.
+func TestDelegated_CreateKillRemove(t *testing.T) {
+	h := needCgroups(t)
+	if os.Geteuid() != 0 {
+		t.Skip("delegates a cgroup to uid 65534, which needs root")
+	}
+	m := newMarker(t)
+	deleg := newCgroup(t, h, Limits{})
+	for _, d := range deleg.Dirs() {
+		for _, p := range []string{d, d + "/cgroup.procs", d + "/tasks", d + "/cgroup.subtree_control", d + "/cgroup.threads"} {
+			if err := os.Chown(p, 65534, 65534); err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Fatal(err)
+			}
+		}
+	}
+	bin := nobodyBinary(t)
+	cmd := exec.Command(bin, "cg-deleg", m.arg(), "inner", "abcdefgh")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := start(t, cmd) // it prints its pid, then waits to be moved
+	if err := deleg.Add(s.cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	line, err := s.out.ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct{ Err, Dir string }
+	if err := json.Unmarshal([]byte(line), &r); err != nil {
+		t.Fatalf("%q: %v", line, err)
+	}
+	if r.Err != "" {
+		t.Fatalf("as uid 65534 in a delegated cgroup: %s", r.Err)
+	}
+	if !strings.HasPrefix(r.Dir, deleg.Dirs()[h.Hierarchies[0].Key]+"/") {
+		t.Fatalf("task cgroup %s is not below the delegated %s", r.Dir, deleg.Dirs()[h.Hierarchies[0].Key])
+	}
+	if st := s.wait(t); !st.Success() {
+		t.Fatalf("delegated helper: %v", st)
+	}
+}
+
+// nobodyBinary is a copy of the test binary that uid 65534 can execute.
+func nobodyBinary(t *testing.T) string {
+	binDir := t.TempDir()
+	for _, d := range []string{filepath.Dir(binDir), binDir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exe, _ := os.Executable()
+	bin := filepath.Join(binDir, "cgroup.test")
+	copyFile(t, exe, bin)
+	return bin
 }
