@@ -69,7 +69,10 @@
 // # Killing
 //
 // Kill uses cgroup.kill where it exists and waits for "populated 0" in
-// cgroup.events (inotify); otherwise, and for anything left in v1
+// cgroup.events, woken by the members' pidfds (a member leaves the cgroup
+// before its pidfd turns readable) and by POLLPRI on cgroup.events (which
+// the kernel raises at most every 10 ms; not inotify, whose close waits
+// for an SRCU grace period, 8 to 16 ms here); otherwise, and for anything left in v1
 // hierarchies, it freezes (v1 freezer, else cgroup.freeze), SIGKILLs every
 // member through a pidfd whose process was proven a member in
 // /proc/PID/cgroup, thaws and waits on the pidfds, until cgroup.procs is
