@@ -696,3 +696,36 @@ func nobodyBinary(t *testing.T) string {
 	copyFile(t, exe, bin)
 	return bin
 }
+
+// TestProbeFor_Child: the layout seen for a child is its own cgroups: a
+// child moved into a task cgroup nests the next location below that.
+func TestProbeFor_Child(t *testing.T) {
+	h := needCgroups(t)
+	m := newMarker(t)
+	cg := newCgroup(t, h, Limits{})
+	s := start(t, m.cmd(t, "cg-ready", cg.Location().String()))
+	hc, err := ProbeFor(s.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, hi := range hc.Hierarchies {
+		if want := cg.Location().Paths()[hi.Key]; hi.Path != want {
+			t.Errorf("%s: child's own path %s; want %s", hi.Key, hi.Path, want)
+		}
+	}
+	loc, err := LocationFor(hc, "inner", "abcdefgh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, hi := range hc.Hierarchies {
+		if hi.Parent != hi.Path {
+			continue // cgroup2 with controllers: beside it (TestProbe_PureV2)
+		}
+		if got, want := loc.Paths()[hi.Key], cg.Location().Paths()[hi.Key]+"/tether-inner@abcdefgh"; got != want {
+			t.Errorf("%s: location below the child: %s; want %s", hi.Key, got, want)
+		}
+	}
+	if _, err := ProbeFor(0); err == nil {
+		t.Error("ProbeFor(0) accepted")
+	}
+}
