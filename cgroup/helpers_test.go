@@ -273,7 +273,7 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-// needRoot skips a test that must create cgroups when this process cannot.
+// needCgroups skips a test that must create cgroups when this process cannot.
 func needCgroups(t testing.TB) Host {
 	t.Helper()
 	h, err := Probe()
