@@ -393,7 +393,7 @@ func describe(pids []int) []Member {
 		}
 		if b, err := os.ReadFile(p + "/stat"); err == nil {
 			if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) {
-				m.State = b[i+2]
+				m.State = string(b[i+2])
 			}
 		}
 		out = append(out, m)
