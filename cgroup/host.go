@@ -615,7 +615,8 @@ func (h Host) Usable() error {
 
 // Without returns a copy of h without the hierarchies with the given keys
 // (UnifiedKey for cgroup2): to use a host without part of its layout, as a
-// test of the v1 kill path does.
+// test of the v1 kill path does. With no key it is a copy that shares
+// nothing with h.
 func (h Host) Without(keys ...string) Host {
 	out := Host{UID: h.UID}
 	for _, hi := range h.Hierarchies {
