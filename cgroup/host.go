@@ -621,6 +621,7 @@ func (h Host) Without(keys ...string) Host {
 	out := Host{UID: h.UID}
 	for _, hi := range h.Hierarchies {
 		if !slices.Contains(keys, hi.Key) {
+			hi.Controllers, hi.Enabled = slices.Clone(hi.Controllers), slices.Clone(hi.Enabled)
 			out.Hierarchies = append(out.Hierarchies, hi)
 		}
 	}
