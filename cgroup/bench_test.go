@@ -11,19 +11,29 @@ import (
 // BenchmarkLifecycle runs, alternately in one run, the containment of a
 // one-process task (Create with limits, start a process that joins it the
 // way the init shim does, Kill and confirm empty, wait, Remove) and the
-// plain path for the same process (start it, SIGKILL it, wait). It reports
-// both per cycle, their ratio, and the cgroup steps alone. A timing, never
-// an assertion.
+// plain path for the same process (start it, SIGKILL it, wait), once for
+// each kill path this host has. It reports both per cycle, their ratio,
+// and the cgroup steps alone. A timing, never an assertion.
 func BenchmarkLifecycle(b *testing.B) {
 	h := needCgroups(b)
+	paths := killPaths(b, h)
+	for _, name := range []string{"cgroup.kill", "cgroup.freeze", "v1 freezer"} {
+		if hh, ok := paths[name]; ok {
+			b.Run(name, func(b *testing.B) { lifecycle(b, hh) })
+		}
+	}
+}
+
+func lifecycle(b *testing.B, h Host) {
 	m := marker("cgbench" + randHex(b, 6))
 	lim := Limits{Memory: 256, CPU: 500, Pids: 100}
 	ctx := context.Background()
-	var plain, contained, create, kill, remove time.Duration
+	var plain, contained, create, kill, remove, plainStart, joinStart time.Duration
 	n := 0
 	for b.Loop() {
 		t0 := time.Now()
 		s := start(b, m.cmd(b, "cg-ready"))
+		plainStart += time.Since(t0)
 		if err := s.cmd.Process.Kill(); err != nil {
 			b.Fatal(err)
 		}
@@ -55,6 +65,7 @@ func BenchmarkLifecycle(b *testing.B) {
 		plain += t1.Sub(t0)
 		contained += t6.Sub(t1)
 		create += t2.Sub(t1)
+		joinStart += t3.Sub(t2)
 		kill += t4.Sub(t3)
 		remove += t6.Sub(t5)
 		n++
@@ -64,6 +75,8 @@ func BenchmarkLifecycle(b *testing.B) {
 	b.ReportMetric(per(contained), "cgroup-ns/cycle")
 	b.ReportMetric(float64(contained)/float64(plain), "cgroup/plain")
 	b.ReportMetric(per(create), "create-ns")
+	b.ReportMetric(per(plainStart), "start-ns")
+	b.ReportMetric(per(joinStart), "start+join-ns")
 	b.ReportMetric(per(kill), "kill-ns")
 	b.ReportMetric(per(remove), "remove-ns")
 	if live := markedLive(m); len(live) > 0 {

@@ -21,7 +21,7 @@ import (
 // killPaths are the ways Kill can empty a cgroup; each test that kills runs
 // every one this host has: cgroup.kill, cgroup2's freeze (as on a kernel
 // before 5.14) and the v1 freezer (as on a pure v1 host).
-func killPaths(t *testing.T, h Host) map[string]Host {
+func killPaths(t testing.TB, h Host) map[string]Host {
 	paths := map[string]Host{}
 	if h.KillMethod() == "cgroup.kill" {
 		paths["cgroup.kill"] = h
@@ -324,12 +324,10 @@ func TestCreate_LimitsLandInKernelFiles(t *testing.T) {
 	if got, _ := parseCPUList(readFileT(t, again, cs.key, "cpuset.cpus")); !slices.Equal(got, cpus) {
 		t.Errorf("second Create moved the task from CPU %v to %v", cpus, got)
 	}
-	// A second task with cores = 1 gets the other CPU, where there is one.
-	if avail, _ := readString(cs.parent(), "cpuset.cpus"); len(mustCPUs(t, avail)) > 1 {
-		other := newCgroup(t, h, Limits{Cores: 1})
-		if got := mustCPUs(t, readFileT(t, other, cs.key, "cpuset.cpus")); slices.Equal(got, cpus) {
-			t.Errorf("second task pinned to the same CPU %v", got)
-		}
+	// The next task's choice sees this one's pin (the choice itself, least
+	// pinned first, is TestChooseCPUs_LeastPinnedFirst).
+	if pins := siblingPins(cgDir{dir: cs.parent() + "/tether-next@abcdefgh"}); pins[cpus[0]] < 1 {
+		t.Errorf("sibling pins %v miss CPU %d", pins, cpus[0])
 	}
 	// More cores than the parent has is a clear error.
 	loc, _ := LocationFor(h, "many", "abcdefgh"+randHex(t, 4))
@@ -343,14 +341,6 @@ func TestCreate_LimitsLandInKernelFiles(t *testing.T) {
 			}
 		}
 	}
-}
-
-func mustCPUs(t *testing.T, s string) []int {
-	c, err := parseCPUList(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }
 
 // TestCreate_MissingControllerIsAnError: on this host without its pids or
@@ -489,16 +479,7 @@ func TestUnprivileged_NamedError(t *testing.T) {
 		t.Skip("runs a helper as uid 65534, which needs root")
 	}
 	m := newMarker(t)
-	// A copy of the test binary that uid 65534 can execute.
-	binDir := t.TempDir()
-	for _, d := range []string{filepath.Dir(binDir), binDir} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	exe, _ := os.Executable()
-	bin := filepath.Join(binDir, "cgroup.test")
-	copyFile(t, exe, bin)
+	bin := nobodyBinary(t)
 	cmd := exec.Command(bin, "cg-unpriv", m.arg(), "web", "abcdefgh")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	cmd.Stderr = os.Stderr
@@ -647,5 +628,104 @@ func TestOpenRecorded_RefusesOthers(t *testing.T) {
 	b, err := json.Marshal(h)
 	if err != nil || !strings.Contains(string(b), `"layout":"`+h.Layout.String()+`"`) {
 		t.Fatalf("host JSON %s, %v", b, err)
+	}
+}
+
+// TestDelegated_CreateKillRemove: uid 65534, in a cgroup delegated to it
+// (its directories and cgroup.procs chowned, as systemd's Delegate=yes
+// does), may create, fill, kill and remove task cgroups below it, with
+// limits.
+func TestDelegated_CreateKillRemove(t *testing.T) {
+	h := needCgroups(t)
+	if os.Geteuid() != 0 {
+		t.Skip("delegates a cgroup to uid 65534, which needs root")
+	}
+	m := newMarker(t)
+	deleg := newCgroup(t, h, Limits{})
+	for _, d := range deleg.Dirs() {
+		for _, p := range []string{d, d + "/cgroup.procs", d + "/tasks", d + "/cgroup.subtree_control", d + "/cgroup.threads"} {
+			if err := os.Chown(p, 65534, 65534); err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Fatal(err)
+			}
+		}
+	}
+	bin := nobodyBinary(t)
+	cmd := exec.Command(bin, "cg-deleg", m.arg(), "inner", "abcdefgh")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := start(t, cmd) // it prints its pid, then waits to be moved
+	if err := deleg.Add(s.cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	line, err := s.out.ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct{ Err, Dir string }
+	if err := json.Unmarshal([]byte(line), &r); err != nil {
+		t.Fatalf("%q: %v", line, err)
+	}
+	if r.Err != "" {
+		t.Fatalf("as uid 65534 in a delegated cgroup: %s", r.Err)
+	}
+	if !strings.HasPrefix(r.Dir, deleg.Dirs()[h.Hierarchies[0].Key]+"/") {
+		t.Fatalf("task cgroup %s is not below the delegated %s", r.Dir, deleg.Dirs()[h.Hierarchies[0].Key])
+	}
+	if st := s.wait(t); !st.Success() {
+		t.Fatalf("delegated helper: %v", st)
+	}
+}
+
+// nobodyBinary is a copy of the test binary that uid 65534 can execute.
+func nobodyBinary(t *testing.T) string {
+	binDir := t.TempDir()
+	for _, d := range []string{filepath.Dir(binDir), binDir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exe, _ := os.Executable()
+	bin := filepath.Join(binDir, "cgroup.test")
+	copyFile(t, exe, bin)
+	return bin
+}
+
+// TestProbeFor_Child: the layout seen for a child is its own cgroups: a
+// child moved into a task cgroup nests the next location below that.
+func TestProbeFor_Child(t *testing.T) {
+	h := needCgroups(t)
+	m := newMarker(t)
+	cg := newCgroup(t, h, Limits{})
+	s := start(t, m.cmd(t, "cg-ready", cg.Location().String()))
+	hc, err := ProbeFor(s.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, hi := range hc.Hierarchies {
+		if want := cg.Location().Paths()[hi.Key]; hi.Path != want {
+			t.Errorf("%s: child's own path %s; want %s", hi.Key, hi.Path, want)
+		}
+	}
+	loc, err := LocationFor(hc, "inner", "abcdefgh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, hi := range hc.Hierarchies {
+		if hi.Parent != hi.Path {
+			continue // cgroup2 with controllers: beside it (TestProbe_PureV2)
+		}
+		if got, want := loc.Paths()[hi.Key], cg.Location().Paths()[hi.Key]+"/tether-inner@abcdefgh"; got != want {
+			t.Errorf("%s: location below the child: %s; want %s", hi.Key, got, want)
+		}
+	}
+	if _, err := ProbeFor(0); err == nil {
+		t.Error("ProbeFor(0) accepted")
 	}
 }

@@ -74,16 +74,16 @@ type Member struct {
 	PID int `json:"pid"`
 	// Comm is the process's name from /proc/PID/comm ("" if it exited).
 	Comm string `json:"comm"`
-	// State is the state letter from /proc/PID/stat ('D': uninterruptible
-	// sleep, which no signal ends), or 0 if it exited.
-	State byte `json:"state"`
+	// State is the state letter from /proc/PID/stat ("D": uninterruptible
+	// sleep, which no signal ends), or "" if it exited.
+	State string `json:"state"`
 }
 
 func (m Member) String() string {
-	if m.State == 0 {
+	if m.State == "" {
 		return fmt.Sprintf("pid %d (exited)", m.PID)
 	}
-	return fmt.Sprintf("pid %d (%s, state %c)", m.PID, m.Comm, m.State)
+	return fmt.Sprintf("pid %d (%s, state %s)", m.PID, m.Comm, m.State)
 }
 
 // KillError reports the members still alive when Kill gave up or Remove

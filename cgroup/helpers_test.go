@@ -33,6 +33,9 @@ import (
 //	cg-oom M loc MB            join loc, then touch MB of anonymous memory
 //	cg-forker M loc N          join loc, fork N children that block; print counts, block
 //	cg-unpriv M task nonce     probe and create as whoever runs it; print JSON
+//	cg-deleg M task nonce      print the pid, wait for a line on stdin (moved into a
+//	                           delegated cgroup meanwhile), then create a task cgroup
+//	                           with limits, fill it, kill and remove it; print JSON
 //	cg-oomadj M FROM TO        set oom_score_adj to FROM, then SetOOMScoreAdj(TO); print it
 func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && strings.HasPrefix(os.Args[1], "cg-") {
@@ -163,6 +166,54 @@ func helper(mode string, args []string) int {
 		b, _ := json.Marshal(r)
 		fmt.Println(string(b))
 		return 0
+	case "cg-deleg":
+		fmt.Println(os.Getpid())
+		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+			return fail(err)
+		}
+		var r struct{ Err, Dir string }
+		err := func() error {
+			h, err := Probe()
+			if err != nil {
+				return err
+			}
+			if err := h.Usable(); err != nil {
+				return err
+			}
+			loc, err := LocationFor(h, args[0], args[1])
+			if err != nil {
+				return err
+			}
+			cg, err := Create(h, loc, Limits{Memory: 64, Pids: 10})
+			if err != nil {
+				return err
+			}
+			r.Dir = cg.dirs[0].dir
+			sleeper := self("cg-ready", loc.String())
+			out, err := sleeper.StdoutPipe()
+			if err != nil {
+				return err
+			}
+			if err := sleeper.Start(); err != nil {
+				return err
+			}
+			if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+				return fmt.Errorf("sleeper: %w", err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := cg.Kill(ctx); err != nil {
+				return err
+			}
+			_ = sleeper.Wait()
+			return cg.Remove()
+		}()
+		if err != nil {
+			r.Err = err.Error()
+		}
+		b, _ := json.Marshal(r)
+		fmt.Println(string(b))
+		return 0
 	case "cg-oomadj":
 		if err := os.WriteFile("/proc/self/oom_score_adj", []byte(args[0]), 0); err != nil {
 			return fail(err)
@@ -222,7 +273,7 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-// needRoot skips a test that must create cgroups when this process cannot.
+// needCgroups skips a test that must create cgroups when this process cannot.
 func needCgroups(t testing.TB) Host {
 	t.Helper()
 	h, err := Probe()

@@ -147,22 +147,37 @@ type Host struct {
 // /proc/self/cgroup and the cgroup files. It fails only when those cannot
 // be read; a host without usable cgroups yields a Host whose Usable says
 // why.
-func Probe() (Host, error) { return probeEnv{}.probe() }
+func Probe() (Host, error) { return probeEnv{proc: "self"}.probe() }
 
-// probeEnv is where the probe reads from: "" for the real files; a test
-// points root at a directory holding a layout of its own.
+// ProbeFor reads the layout as process pid sees it (its mounts and its own
+// cgroups, from /proc/PID), with writability and the uid of this process:
+// a driver computes the location of a task cgroup below its executor (pid)
+// and records it before the executor creates it.
+func ProbeFor(pid int) (Host, error) {
+	if pid <= 0 {
+		return Host{}, fmt.Errorf("cgroup: probe pid %d: not a process", pid)
+	}
+	return probeEnv{proc: strconv.Itoa(pid)}.probe()
+}
+
+// probeEnv is where the probe reads from: /proc/<proc>; a test points root
+// at a directory holding a layout of its own.
 type probeEnv struct {
 	root   string
+	proc   string
 	uid    int
 	kernel [2]int
 }
 
 func (e probeEnv) probe() (Host, error) {
-	mi, err := os.ReadFile(e.root + "/proc/self/mountinfo")
+	if e.proc == "" {
+		e.proc = "self"
+	}
+	mi, err := os.ReadFile(e.root + "/proc/" + e.proc + "/mountinfo")
 	if err != nil {
 		return Host{}, fmt.Errorf("cgroup: probe: %w", err)
 	}
-	pc, err := os.ReadFile(e.root + "/proc/self/cgroup")
+	pc, err := os.ReadFile(e.root + "/proc/" + e.proc + "/cgroup")
 	if err != nil {
 		return Host{}, fmt.Errorf("cgroup: probe: %w", err)
 	}
@@ -600,11 +615,13 @@ func (h Host) Usable() error {
 
 // Without returns a copy of h without the hierarchies with the given keys
 // (UnifiedKey for cgroup2): to use a host without part of its layout, as a
-// test of the v1 kill path does.
+// test of the v1 kill path does. With no key it is a copy that shares
+// nothing with h.
 func (h Host) Without(keys ...string) Host {
 	out := Host{UID: h.UID}
 	for _, hi := range h.Hierarchies {
 		if !slices.Contains(keys, hi.Key) {
+			hi.Controllers, hi.Enabled = slices.Clone(hi.Controllers), slices.Clone(hi.Enabled)
 			out.Hierarchies = append(out.Hierarchies, hi)
 		}
 	}

@@ -20,18 +20,19 @@ import (
 // cgroup has no live process:
 //
 //   - with cgroup.kill (cgroup2, kernel 5.14): write 1 to it, then wait for
-//     "populated 0" in cgroup.events, woken by inotify;
+//     "populated 0" in cgroup.events, woken by the members' pidfds and by
+//     POLLPRI on cgroup.events;
 //   - then, and without cgroup.kill: freeze (the v1 freezer, else
 //     cgroup.freeze), SIGKILL every member through a pidfd opened before its
 //     membership was checked in /proc/PID/cgroup, thaw, and wait for those
 //     pidfds; again until cgroup.procs is empty in every hierarchy.
 //
-// It is bounded by ctx: when ctx ends first (or had ended: then nothing is
-// signalled) it thaws and returns a
+// It is bounded by ctx: when ctx ends first it thaws and returns a
 // *KillError listing the members still alive (a process in uninterruptible
-// sleep outlives any signal). A cgroup that is gone is empty. Kill does not
-// remove the cgroup (Remove does), nor reap the processes (their parent
-// does: zombies are no members).
+// sleep outlives any signal); when ctx had already ended it signals
+// nothing. A cgroup that is gone is empty. Kill does not remove the cgroup
+// (Remove does), nor reap the processes (their parent does: zombies are no
+// members).
 func (c *Cgroup) Kill(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		if d, ok := c.byKey(UnifiedKey); ok {
@@ -392,7 +393,7 @@ func describe(pids []int) []Member {
 		}
 		if b, err := os.ReadFile(p + "/stat"); err == nil {
 			if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) {
-				m.State = b[i+2]
+				m.State = string(b[i+2])
 			}
 		}
 		out = append(out, m)

@@ -37,9 +37,14 @@ type Stats struct {
 }
 
 // Stats reads the cgroup's figures. A figure the host lacks is named in
-// Missing, not an error; an error is a cgroup file that exists but cannot
-// be read.
+// Missing, not an error; an error is a cgroup that is gone (it matches
+// fs.ErrNotExist) or a file that exists but cannot be read.
 func (c *Cgroup) Stats() (Stats, error) {
+	for _, d := range c.dirs {
+		if _, err := os.Stat(d.dir); err != nil {
+			return Stats{}, fmt.Errorf("cgroup: stats: %w", err) // gone: matches fs.ErrNotExist
+		}
+	}
 	var st Stats
 	miss := func(f string, args ...any) { st.Missing = append(st.Missing, fmt.Sprintf(f, args...)) }
 	if d, ok := c.serving(Memory); ok {
@@ -48,7 +53,9 @@ func (c *Cgroup) Stats() (Stats, error) {
 			cur, peak = "memory.current", "memory.peak"
 		}
 		var err error
-		if st.MemoryBytes, err = readUint(d.dir, cur); err != nil {
+		if st.MemoryBytes, err = readUint(d.dir, cur); isNotExist(err) {
+			miss("memory: no %s (the memory controller is not enabled for this cgroup)", cur)
+		} else if err != nil {
 			return Stats{}, err
 		}
 		if st.MemoryPeakBytes, err = readUint(d.dir, peak); isNotExist(err) {
@@ -83,7 +90,9 @@ func (c *Cgroup) Stats() (Stats, error) {
 	}
 	if d, ok := c.serving(Pids); ok {
 		var err error
-		if st.Pids, err = readUint(d.dir, "pids.current"); err != nil {
+		if st.Pids, err = readUint(d.dir, "pids.current"); isNotExist(err) {
+			miss("pids: no pids.current (the pids controller is not enabled for this cgroup)")
+		} else if err != nil {
 			return Stats{}, err
 		}
 	} else {
@@ -138,6 +147,9 @@ func (c *Cgroup) OOMKills() (uint64, error) {
 		file = "memory.events"
 	}
 	kv, err := readKV(d.dir, file)
+	if isNotExist(err) {
+		return 0, fmt.Errorf("%w: no %s/%s (the memory controller is not enabled for this cgroup)", ErrNoController, d.dir, file)
+	}
 	if err != nil {
 		return 0, err
 	}
