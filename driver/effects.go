@@ -303,8 +303,18 @@ func (j job) probeLaunch(ctx context.Context) jobResult {
 				return jobResult{h: h, action: "launch interrupted; the executor is alive but does not answer; left alone"}
 			}
 		}
-		return jobResult{h: h, inputs: []fsm.Event{j.d.lost(fmt.Errorf("after a restart during launch: %w", err))},
-			action: "launch interrupted; executor unreachable; task killed"}
+		cause := fmt.Errorf("after a restart during launch: %w", err)
+		if j.st.Executor != nil {
+			// The executor is gone: its launch record says whether it
+			// launched, once it matches the log; one that does not is
+			// believed in nothing (and nothing is signalled because of it).
+			if _, _, ok, lerr := j.d.world.LaunchRecord(ctx, j.id, *j.st.Executor); errors.Is(lerr, ErrNotOurs) {
+				cause = fmt.Errorf("%w; the launch record did not match the log, so it was not believed: %w", cause, lerr)
+			} else if ok {
+				cause = fmt.Errorf("%w; its launch record says it launched the task, which is killed with everything of it", cause)
+			}
+		}
+		return jobResult{h: h, inputs: []fsm.Event{j.d.lost(cause)}, action: "launch interrupted; executor unreachable; task killed"}
 	}
 	if !s.Launched {
 		ev := j.d.event(fsm.EventStartInterrupted)
@@ -390,10 +400,14 @@ func (j job) killExecutor(ctx context.Context) jobResult {
 			if sig == 0 {
 				sig = syscall.SIGKILL
 			}
-			if x, err := h.Stop(ctx, sig, eff.Grace); err == nil {
+			// Bounded by the grace and a probe: a frozen executor does not
+			// hold the kill up; it is killed by identity below.
+			sctx, cancel := context.WithTimeout(ctx, eff.Grace+j.d.cfg.ProbeTimeout)
+			if x, err := h.Stop(sctx, sig, eff.Grace); err == nil {
 				exit = &x
 			}
-			sctx, cancel := context.WithTimeout(ctx, j.d.cfg.ProbeTimeout)
+			cancel()
+			sctx, cancel = context.WithTimeout(ctx, j.d.cfg.ProbeTimeout)
 			_ = h.Shutdown(sctx)
 			cancel()
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -63,6 +64,9 @@ func buildAndRun(m *testing.M) int {
 //	                stdout, then block until killed
 //	fiforead PATH   read PATH (a FIFO) to its end, then exit 7
 //	fifowrite PATH  write a line to PATH (a FIFO), then exit 0
+//	ignore-term PATH  ignore SIGTERM: write "up" to PATH (a FIFO) once the
+//	                handler is in place, then a line each time SIGTERM
+//	                arrives; block until killed
 func helperMain(args []string) int {
 	if len(args) < 2 {
 		fmt.Fprintln(os.Stderr, "helper: want MODE ... MARKER")
@@ -85,6 +89,18 @@ func helperMain(args []string) int {
 		}
 		fmt.Printf("read %q\n", b)
 		return 7
+	case "ignore-term":
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGTERM)
+		if err := os.WriteFile(args[1], []byte("up\n"), 0); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		for range sigs {
+			if err := os.WriteFile(args[1], []byte("got SIGTERM\n"), 0); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+			}
+		}
 	case "fifowrite":
 		if err := os.WriteFile(args[1], []byte("hello through the fifo\n"), 0); err != nil {
 			fmt.Fprintln(os.Stderr, err)
