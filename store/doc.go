@@ -27,6 +27,27 @@
 // panics: a bbolt panic on a damaged file becomes an ErrCorrupt error naming
 // the file.
 //
+// # Damage
+//
+// Damage never hangs an operation and never panics: every bbolt panic (or
+// memory fault on a file cut short) becomes an error naming the file, and
+// the task where it is known (LoadTask, Load and LoadTasks give a
+// *CorruptError naming the task). A transaction that bbolt cannot even roll
+// back leaves the store refusing every further use, and Close lets go of
+// the file without bbolt (whose Close would wait for ever for the locks
+// the failed transaction holds). A store whose freelist is damaged opens
+// only read-only (a writable Open returns ErrCorrupt naming the freelist's
+// page); Compact rebuilds the freelist.
+//
+// Check and CheckFile read the file page by page with the store's own
+// reader (raw.go), never through bbolt's tree, so they go on past a
+// damaged page and say which page it was and which tasks or records it
+// held. Salvage copies every readable task, its log verified, into a new
+// store, and reports the others with what could be read of them (state,
+// nonce, and the executor's identity from a readable prefix), so that the
+// processes of a damaged store's live tasks can be killed or adopted
+// rather than leaked.
+//
 // # Locking
 //
 // One process at a time writes a store; readers (Options.ReadOnly) share

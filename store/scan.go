@@ -130,19 +130,32 @@ func bucketKeys(tx *bolt.Tx, path string, bucket []byte) (keys []string, err err
 	return keys, nil
 }
 
-// foldTaskSafe is foldTask that turns a bbolt panic (a damaged page of the
-// task's bucket) into a *CorruptError naming the task and the file.
+// foldTaskSafe is foldTask that turns a bbolt panic (a damaged page on the
+// way to the task's records) into a *CorruptError naming the task and the
+// file.
 func foldTaskSafe(tx *bolt.Tx, path, task string) (t fsm.Task, err error) {
+	err = taskSafe(path, task, func() error {
+		var err error
+		t, err = foldTask(tx, task)
+		return err
+	})
+	if err != nil {
+		return fsm.Task{}, err
+	}
+	return t, nil
+}
+
+// taskSafe runs fn, which reads task, turning a bbolt panic into a
+// *CorruptError naming the task and the file. The transaction stays
+// usable for other tasks: a read transaction keeps no state a panic could
+// leave half-changed.
+func taskSafe(path, task string, fn func() error) (err error) {
 	old := debug.SetPanicOnFault(true)
 	defer debug.SetPanicOnFault(old)
 	defer func() {
 		if r := recover(); r != nil {
-			t, err = fsm.Task{}, &CorruptError{Task: task, Reason: fmt.Sprintf("%s: its pages are damaged (bbolt panicked: %v)", path, r)}
+			err = &CorruptError{Task: task, Reason: fmt.Sprintf("%s: the pages holding it are damaged (bbolt panicked: %v): run `tether check` on it", path, r)}
 		}
 	}()
-	t, err = foldTask(tx, task)
-	if err == nil {
-		return t, nil
-	}
-	return fsm.Task{}, err
+	return fn()
 }
