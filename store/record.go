@@ -94,7 +94,6 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
-
 // encodeRecord appends the record form of e, with sequence number seq, to
 // dst, in the current record version.
 func encodeRecord(dst []byte, seq uint64, e *fsm.Event) []byte {
