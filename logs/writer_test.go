@@ -224,6 +224,19 @@ func (p *progress) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
+// waitFor waits until the follower has copied n bytes; a follower that
+// returns first fails the test.
+func (p *progress) waitFor(t *testing.T, n int, followed chan error) {
+	t.Helper()
+	for p.got.Load() < int64(n) {
+		select {
+		case <-p.tick:
+		case err := <-followed:
+			t.Fatalf("the follower returned after %d of %d bytes: %v", p.got.Load(), n, err)
+		}
+	}
+}
+
 func clip(b []byte) []byte { return b[:min(len(b), 40)] }
 
 func (p *progress) result() (int, error) {
@@ -256,6 +269,39 @@ func TestWriter_FastWriterWithFollower(t *testing.T) {
 	followed := make(chan error, 1)
 	go func() { followed <- Follow(ctx, c, seen) }()
 
+	// A sampler lists the directory as fast as it can meanwhile, to catch a
+	// rotation that has too many files on disk even for a moment.
+	sampled := make(chan string, 1)
+	stopSampling := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		s := stream{dir: dir, name: "stdout.log"}
+		for {
+			select {
+			case <-stopSampling:
+				return
+			default:
+			}
+			d, err := os.Open(dir)
+			if err != nil {
+				sampled <- err.Error()
+				return
+			}
+			names, _ := d.Readdirnames(-1)
+			d.Close()
+			n := 0
+			for _, name := range names {
+				if _, ok := s.index(name); ok || name == "stdout.log" {
+					n++
+				}
+			}
+			if n > maxFiles {
+				sampled <- fmt.Sprintf("%d log files at once: %v", n, names)
+				return
+			}
+		}
+	}()
+
 	// The follower must stay within the retained files to get everything
 	// (falling further behind is TestCursor_GapReported): the writer waits
 	// for it when it lags by two files.
@@ -283,6 +329,10 @@ func TestWriter_FastWriterWithFollower(t *testing.T) {
 				t.Fatalf("after %d bytes: %s has %d bytes, more than max_file_size (%d)", off, name, size, MB)
 			}
 		}
+	}
+	close(stopSampling)
+	if msg, ok := <-sampled; ok {
+		t.Errorf("sampler: %s", msg)
 	}
 	cancel()
 	if err := <-followed; err != nil {
