@@ -57,7 +57,8 @@ const (
 
 // rawFile is a bbolt file opened for reading pages.
 type rawFile struct {
-	f        *os.File
+	f        io.ReaderAt
+	closer   io.Closer
 	path     string
 	size     int64
 	pageSize int
@@ -94,15 +95,29 @@ func openRaw(path string) (*rawFile, error) {
 		f.Close()
 		return nil, err
 	}
-	r := &rawFile{f: f, path: path, size: st.Size()}
-	if err := r.readMeta(); err != nil {
+	r, err := newRaw(f, path, st.Size())
+	if err != nil {
 		f.Close()
+		return nil, err
+	}
+	r.closer = f
+	return r, nil
+}
+
+// newRaw reads the metas of the file f of size bytes.
+func newRaw(f io.ReaderAt, path string, size int64) (*rawFile, error) {
+	r := &rawFile{f: f, path: path, size: size}
+	if err := r.readMeta(); err != nil {
 		return nil, err
 	}
 	return r, nil
 }
 
-func (r *rawFile) close() { r.f.Close() }
+func (r *rawFile) close() {
+	if r.closer != nil {
+		r.closer.Close()
+	}
+}
 
 // readMeta picks the meta bbolt would: the valid one with the higher txid.
 func (r *rawFile) readMeta() error {
