@@ -100,7 +100,8 @@
 // uses a Shared log, which holds the store (and its lock) only while
 // operations are in flight; overlapping operations share one open store
 // and its group commit. Each idle-to-busy transition costs an open and a
-// close (about 66 µs on top of a 370 µs durable append here):
+// close: 0.07 to 0.2 ms on top of a 0.4 ms durable append here
+// (BenchmarkShared_Append, and bench's BenchmarkSharedAppend):
 //
 //	sh, err := store.OpenShared(path, store.Options{LockTimeout: 10 * time.Second})
 //	defer sh.Close()
