@@ -8,9 +8,9 @@
 //   - meta: "schema" holds the schema version (4 bytes, big endian).
 //   - tasks: one bucket per task id. Its records are keyed by their 8-byte
 //     big-endian sequence number (1..n); its head (version, state, reaping
-//     target, spawn nonce, checksummed) sits under a key that sorts after
-//     them, so Append checks the expected version and folds new events
-//     without reading the log.
+//     target, spawn nonce, restart count, checksummed) sits under a key
+//     that sorts after them, so Append checks the expected version and
+//     folds new events without reading the log.
 //   - live: the ids of tasks not in a terminal state, so recovery reads
 //     only what is live.
 //
@@ -106,4 +106,12 @@
 //	sh, err := store.OpenShared(path, store.Options{LockTimeout: 10 * time.Second})
 //	defer sh.Close()
 //	v, err := sh.Append(ctx, id, 0, evs...) // opens, appends, closes
+//
+// A damaged store is checked from its file, even one Open refuses, and
+// salvaged into a new one:
+//
+//	rep, err := store.CheckFile(ctx, path, opts)   // rep.Problems: task, seq, page
+//	srep, err := store.Salvage(ctx, path, newPath, opts)
+//	// srep.Lost: kill or adopt each live one's processes (Prefix.Executor,
+//	// Nonce), then move newPath into place.
 package store
