@@ -12,8 +12,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"maps"
+	"slices"
 	"syscall"
 	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // logFiles returns the stream's log files on disk (the live file and the
@@ -257,6 +262,9 @@ func TestWriter_FastWriterWithFollower(t *testing.T) {
 	}
 	data, _ := linesOf(0, total)
 	dir := t.TempDir()
+	// The directory's names as inotify reports them, in order: the most
+	// log files there ever were at once (a listing is no snapshot).
+	most := watchNames(t, dir, "stdout.log")
 	w := openWriter(t, dir, Config{MaxFiles: maxFiles, MaxFileSizeMB: 1})
 
 	c, err := NewCursor(dir, "stdout.log")
@@ -268,39 +276,6 @@ func TestWriter_FastWriterWithFollower(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	followed := make(chan error, 1)
 	go func() { followed <- Follow(ctx, c, seen) }()
-
-	// A sampler lists the directory as fast as it can meanwhile, to catch a
-	// rotation that has too many files on disk even for a moment.
-	sampled := make(chan string, 1)
-	stopSampling := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		s := stream{dir: dir, name: "stdout.log"}
-		for {
-			select {
-			case <-stopSampling:
-				return
-			default:
-			}
-			d, err := os.Open(dir)
-			if err != nil {
-				sampled <- err.Error()
-				return
-			}
-			names, _ := d.Readdirnames(-1)
-			d.Close()
-			n := 0
-			for _, name := range names {
-				if _, ok := s.index(name); ok || name == "stdout.log" {
-					n++
-				}
-			}
-			if n > maxFiles {
-				sampled <- fmt.Sprintf("%d log files at once: %v", n, names)
-				return
-			}
-		}
-	}()
 
 	// The follower must stay within the retained files to get everything
 	// (falling further behind is TestCursor_GapReported): the writer waits
@@ -330,9 +305,10 @@ func TestWriter_FastWriterWithFollower(t *testing.T) {
 			}
 		}
 	}
-	close(stopSampling)
-	if msg, ok := <-sampled; ok {
-		t.Errorf("sampler: %s", msg)
+	if n, names, err := most(); err != nil {
+		t.Errorf("watching the directory: %v", err)
+	} else if n > maxFiles {
+		t.Errorf("%d log files at once during a rotation, want at most %d: %v", n, maxFiles, names)
 	}
 	cancel()
 	if err := <-followed; err != nil {
@@ -639,5 +615,66 @@ func TestWriter_FileModesAndOwner(t *testing.T) {
 	}
 	if !opts.Chown {
 		t.Log("not root: ownership by the task's user not checked (needs CAP_CHOWN)")
+	}
+}
+
+// watchNames follows the log files of stream name in dir through inotify
+// events, which come in the order of the changes, and returns a function
+// that stops watching and reports the most there ever were at once.
+func watchNames(t *testing.T, dir, name string) func() (int, []string, error) {
+	t.Helper()
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		t.Skipf("needs inotify to watch the directory: %v", err)
+	}
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE|unix.IN_DELETE|unix.IN_MOVED_FROM|unix.IN_MOVED_TO); err != nil {
+		unix.Close(fd)
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fd), "inotify")
+	s := stream{dir: dir, name: name}
+	var (
+		most      int
+		mostNames []string
+		werr      error
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		live := map[string]bool{}
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := f.Read(buf)
+			if err != nil {
+				return
+			}
+			for off := 0; off+unix.SizeofInotifyEvent <= n; {
+				ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+				raw := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
+				off += unix.SizeofInotifyEvent + int(ev.Len)
+				if ev.Mask&unix.IN_Q_OVERFLOW != 0 {
+					werr = errors.New("the inotify queue overflowed")
+					continue
+				}
+				entry := string(bytes.TrimRight(raw, "\x00"))
+				if _, ok := s.index(entry); !ok && entry != name {
+					continue
+				}
+				switch {
+				case ev.Mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0:
+					live[entry] = true
+				case ev.Mask&(unix.IN_DELETE|unix.IN_MOVED_FROM) != 0:
+					delete(live, entry)
+				}
+				if len(live) > most {
+					most, mostNames = len(live), slices.Sorted(maps.Keys(live))
+				}
+			}
+		}
+	}()
+	return func() (int, []string, error) {
+		f.Close()
+		<-done
+		return most, mostNames, werr
 	}
 }
