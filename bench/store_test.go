@@ -325,3 +325,94 @@ func BenchmarkReplay1M(b *testing.B) {
 	b.ReportMetric(quantile(p.b, 0.5), "cursor-events/s")
 	b.ReportMetric(p.ratio(), "ratio")
 }
+
+// BenchmarkSharedAppend: one writer's durable Append through store.Shared,
+// which opens the store for the call and closes it after (the CLI's way:
+// nothing held between a command's reads and appends), against Append on
+// a Store held open, same disk, same directory. The ratio (time per append)
+// is the cost of an open and a close per idle-to-busy transition.
+func BenchmarkSharedAppend(b *testing.B) {
+	dir := b.TempDir()
+	held, err := store.Open(filepath.Join(dir, "held.db"), store.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer held.Close()
+	sh, err := store.OpenShared(filepath.Join(dir, "shared.db"), store.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sh.Close()
+	ctx := context.Background()
+	logs := []store.Log{sh, held}
+	versions := make([]uint64, 2)
+	for i, l := range logs {
+		if versions[i], err = l.Append(ctx, "bench", 0, runningLog(0)...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	side := func(i int) func(int) float64 {
+		return func(int) float64 {
+			t0 := time.Now()
+			for range appendsPerRound {
+				if versions[i], err = logs[i].Append(ctx, "bench", versions[i], reattached); err != nil {
+					b.Fatal(err)
+				}
+			}
+			return since(t0) / appendsPerRound
+		}
+	}
+	shared, direct := side(0), side(1)
+	shared(0)
+	direct(0)
+	b.ResetTimer()
+	p := interleave(b, shared, direct)
+	p.reportMs(b, "shared", "held", false)
+}
+
+// BenchmarkShared256Writers: 256 goroutines appending through one
+// store.Shared against the same on a Store held open: overlapping
+// operations share the open store and its group commit, so the ratio
+// (events/s) stays near 1.
+func BenchmarkShared256Writers(b *testing.B) {
+	dir := b.TempDir()
+	held, err := store.Open(filepath.Join(dir, "held.db"), store.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer held.Close()
+	sh, err := store.OpenShared(filepath.Join(dir, "shared.db"), store.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sh.Close()
+	ctx := context.Background()
+	logs := []store.Log{sh, held}
+	versions := [2][]uint64{make([]uint64, writers), make([]uint64, writers)}
+	names := make([]string, writers)
+	for w := range writers {
+		names[w] = fmt.Sprintf("w%03d", w)
+		for i, l := range logs {
+			if versions[i][w], err = l.Append(ctx, names[w], 0, runningLog(0)...); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	side := func(i int) func(int) float64 {
+		return func(int) float64 {
+			return runWriters(b, func(w int) error {
+				v, err := logs[i].Append(ctx, names[w], versions[i][w], reattached)
+				versions[i][w] = v
+				return err
+			})
+		}
+	}
+	shared, direct := side(0), side(1)
+	shared(0)
+	direct(0)
+	b.ResetTimer()
+	p := interleave(b, shared, direct)
+	b.ReportMetric(quantile(p.a, 0.5), "shared-events/s")
+	b.ReportMetric(quantile(p.b, 0.5), "held-events/s")
+	b.ReportMetric(p.ratio(), "ratio")
+}

@@ -599,6 +599,11 @@ func (o *owner) apply(inputs ...fsm.Event) (bool, error) {
 			continue
 		}
 		if err != nil {
+			// The outcome is unknown: the append may have committed before
+			// it failed (its acknowledgement lost). Hold what the log holds.
+			if rerr := o.reload(); rerr != nil && o.st.Version > 0 {
+				o.log.Warn("could not reload the task after a failed append", "err", rerr)
+			}
 			return false, o.taskErr(err)
 		}
 		for _, e := range events {

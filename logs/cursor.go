@@ -25,6 +25,12 @@ type Cursor struct {
 	ino uint64   // its inode
 
 	scanned int64 // bytes read backwards by SeekLines
+
+	// hook, in tests, runs at named points where a rotation may come:
+	// "check", between reading a file to its end and checking whether it
+	// is still the live file; "oldest", between opening the live file and
+	// listing the rotated ones.
+	hook func(at string)
 }
 
 // NewCursor returns a cursor at the start of the oldest retained output
@@ -95,6 +101,9 @@ func (c *Cursor) name() string {
 // the live one (copying what was written to it meanwhile), and reports
 // whether it moved.
 func (c *Cursor) advance(w io.Writer) (bool, int64, error) {
+	if c.hook != nil {
+		c.hook("check")
+	}
 	st, err := os.Lstat(c.s.live())
 	if err == nil && inoOf(st) == c.ino {
 		return false, 0, nil // still the live file
@@ -172,38 +181,55 @@ func (c *Cursor) advance(w io.Writer) (bool, int64, error) {
 }
 
 // openOldest opens the oldest file of the stream; false if it has none.
+// It opens the live file before it lists the rotated ones, so that a
+// rotation in between cannot hide the file the live one was: every file
+// rotated before the live file got its index is in the listing.
 func (c *Cursor) openOldest() (bool, error) {
 	for range settleTries {
+		lf, lfi, lidx, lerr := c.s.openLive()
+		if lerr != nil && !isNotExist(lerr) {
+			return false, lerr
+		}
+		closeLive := func() {
+			if lf != nil {
+				_ = lf.Close()
+			}
+		}
+		if c.hook != nil {
+			c.hook("oldest")
+		}
 		rot, err := c.s.listRotated()
 		if err != nil {
+			closeLive()
 			if isNotExist(err) {
 				return false, nil
 			}
 			return false, fmt.Errorf("logs: %w", err)
 		}
-		vanished := false
 		for _, i := range rot {
+			if lf != nil && i >= lidx {
+				break // rotated after we opened the live file
+			}
 			f, fi, err := openForRead(c.s.rotated(i))
 			if err == nil {
+				closeLive()
 				c.setFile(f, i, inoOf(fi))
 				return true, nil
 			}
 			if !isNotExist(err) {
+				closeLive()
 				return false, err
 			}
-			vanished = true
+			// deleted since the listing: the next one is the oldest
 		}
-		f, fi, idx, err := c.s.openLive()
-		if err == nil {
-			c.setFile(f, idx, inoOf(fi))
+		if lf != nil {
+			c.setFile(lf, lidx, inoOf(lfi))
 			return true, nil
 		}
-		if !isNotExist(err) {
-			return false, err
-		}
-		if !vanished {
+		if len(rot) == 0 {
 			return false, nil // nothing written yet
 		}
+		// No live file for a moment, and the rotated files went: look again.
 	}
 	return false, fmt.Errorf("%w: %s", ErrUnsettled, c.s.live())
 }

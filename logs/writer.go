@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,8 @@ type Writer struct {
 
 	written, dropped, rotations, index atomic.Uint64
 }
+
+var _ io.WriteCloser = (*Writer)(nil)
 
 // Open opens the stream name in dir for writing, continuing an existing
 // stream where a previous Writer left it: the live file is appended to,

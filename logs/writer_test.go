@@ -5,15 +5,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // logFiles returns the stream's log files on disk (the live file and the
@@ -224,6 +229,19 @@ func (p *progress) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
+// waitFor waits until the follower has copied n bytes; a follower that
+// returns first fails the test.
+func (p *progress) waitFor(t *testing.T, n int, followed chan error) {
+	t.Helper()
+	for p.got.Load() < int64(n) {
+		select {
+		case <-p.tick:
+		case err := <-followed:
+			t.Fatalf("the follower returned after %d of %d bytes: %v", p.got.Load(), n, err)
+		}
+	}
+}
+
 func clip(b []byte) []byte { return b[:min(len(b), 40)] }
 
 func (p *progress) result() (int, error) {
@@ -244,6 +262,9 @@ func TestWriter_FastWriterWithFollower(t *testing.T) {
 	}
 	data, _ := linesOf(0, total)
 	dir := t.TempDir()
+	// The directory's names as inotify reports them, in order: the most
+	// log files there ever were at once (a listing is no snapshot).
+	most := watchNames(t, dir, "stdout.log")
 	w := openWriter(t, dir, Config{MaxFiles: maxFiles, MaxFileSizeMB: 1})
 
 	c, err := NewCursor(dir, "stdout.log")
@@ -283,6 +304,11 @@ func TestWriter_FastWriterWithFollower(t *testing.T) {
 				t.Fatalf("after %d bytes: %s has %d bytes, more than max_file_size (%d)", off, name, size, MB)
 			}
 		}
+	}
+	if n, names, err := most(); err != nil {
+		t.Errorf("watching the directory: %v", err)
+	} else if n > maxFiles {
+		t.Errorf("%d log files at once during a rotation, want at most %d: %v", n, maxFiles, names)
 	}
 	cancel()
 	if err := <-followed; err != nil {
@@ -589,5 +615,66 @@ func TestWriter_FileModesAndOwner(t *testing.T) {
 	}
 	if !opts.Chown {
 		t.Log("not root: ownership by the task's user not checked (needs CAP_CHOWN)")
+	}
+}
+
+// watchNames follows the log files of stream name in dir through inotify
+// events, which come in the order of the changes, and returns a function
+// that stops watching and reports the most there ever were at once.
+func watchNames(t *testing.T, dir, name string) func() (int, []string, error) {
+	t.Helper()
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		t.Skipf("needs inotify to watch the directory: %v", err)
+	}
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE|unix.IN_DELETE|unix.IN_MOVED_FROM|unix.IN_MOVED_TO); err != nil {
+		unix.Close(fd)
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fd), "inotify")
+	s := stream{dir: dir, name: name}
+	var (
+		most      int
+		mostNames []string
+		werr      error
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		live := map[string]bool{}
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := f.Read(buf)
+			if err != nil {
+				return
+			}
+			for off := 0; off+unix.SizeofInotifyEvent <= n; {
+				ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+				raw := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
+				off += unix.SizeofInotifyEvent + int(ev.Len)
+				if ev.Mask&unix.IN_Q_OVERFLOW != 0 {
+					werr = errors.New("the inotify queue overflowed")
+					continue
+				}
+				entry := string(bytes.TrimRight(raw, "\x00"))
+				if _, ok := s.index(entry); !ok && entry != name {
+					continue
+				}
+				switch {
+				case ev.Mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0:
+					live[entry] = true
+				case ev.Mask&(unix.IN_DELETE|unix.IN_MOVED_FROM) != 0:
+					delete(live, entry)
+				}
+				if len(live) > most {
+					most, mostNames = len(live), slices.Sorted(maps.Keys(live))
+				}
+			}
+		}
+	}()
+	return func() (int, []string, error) {
+		f.Close()
+		<-done
+		return most, mostNames, werr
 	}
 }

@@ -208,7 +208,10 @@ func (s *Store) commit(batch []*request) {
 		if err != nil {
 			var pe panicError
 			if errors.As(err, &pe) {
-				s.broken.Store(&err)
+				s.broken.CompareAndSwap(nil, &err)
+				if pe.wedged {
+					s.wedged.Store(true)
+				}
 				s.log.Error("store damaged: refusing further writes", "err", err)
 			}
 			for _, r := range pending {

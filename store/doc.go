@@ -8,9 +8,9 @@
 //   - meta: "schema" holds the schema version (4 bytes, big endian).
 //   - tasks: one bucket per task id. Its records are keyed by their 8-byte
 //     big-endian sequence number (1..n); its head (version, state, reaping
-//     target, spawn nonce, checksummed) sits under a key that sorts after
-//     them, so Append checks the expected version and folds new events
-//     without reading the log.
+//     target, spawn nonce, restart count, checksummed) sits under a key
+//     that sorts after them, so Append checks the expected version and
+//     folds new events without reading the log.
 //   - live: the ids of tasks not in a terminal state, so recovery reads
 //     only what is live.
 //
@@ -26,6 +26,27 @@
 // tether as a *VersionError. Nothing is skipped silently and nothing
 // panics: a bbolt panic on a damaged file becomes an ErrCorrupt error naming
 // the file.
+//
+// # Damage
+//
+// Damage never hangs an operation and never panics: every bbolt panic (or
+// memory fault on a file cut short) becomes an error naming the file, and
+// the task where it is known (LoadTask, Load and LoadTasks give a
+// *CorruptError naming the task). A transaction that bbolt cannot even roll
+// back leaves the store refusing every further use, and Close lets go of
+// the file without bbolt (whose Close would wait for ever for the locks
+// the failed transaction holds). A store whose freelist is damaged opens
+// only read-only (a writable Open returns ErrCorrupt naming the freelist's
+// page); Compact rebuilds the freelist.
+//
+// Check and CheckFile read the file page by page with the store's own
+// reader (raw.go), never through bbolt's tree, so they go on past a
+// damaged page and say which page it was and which tasks or records it
+// held. Salvage copies every readable task, its log verified, into a new
+// store, and reports the others with what could be read of them (state,
+// nonce, and the executor's identity from a readable prefix), so that the
+// processes of a damaged store's live tasks can be killed or adopted
+// rather than leaked.
 //
 // # Locking
 //
@@ -79,9 +100,18 @@
 // uses a Shared log, which holds the store (and its lock) only while
 // operations are in flight; overlapping operations share one open store
 // and its group commit. Each idle-to-busy transition costs an open and a
-// close (about 66 µs on top of a 370 µs durable append here):
+// close: 0.07 to 0.2 ms on top of a 0.4 ms durable append here
+// (BenchmarkShared_Append, and bench's BenchmarkSharedAppend):
 //
 //	sh, err := store.OpenShared(path, store.Options{LockTimeout: 10 * time.Second})
 //	defer sh.Close()
 //	v, err := sh.Append(ctx, id, 0, evs...) // opens, appends, closes
+//
+// A damaged store is checked from its file, even one Open refuses, and
+// salvaged into a new one:
+//
+//	rep, err := store.CheckFile(ctx, path, opts)   // rep.Problems: task, seq, page
+//	srep, err := store.Salvage(ctx, path, newPath, opts)
+//	// srep.Lost: kill or adopt each live one's processes (Prefix.Executor,
+//	// Nonce), then move newPath into place.
 package store

@@ -52,3 +52,41 @@ func ExampleOpen() {
 	// conflict: true
 	// web created 1 <nil>
 }
+
+func ExampleOpenShared() {
+	dir, err := os.MkdirTemp("", "tether-example-")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+
+	// Nothing is opened yet: each operation opens the store and closes it
+	// when it (and any operation overlapping it) ends, so a command holds
+	// nothing while it spawns or waits.
+	sh, err := store.OpenShared(filepath.Join(dir, "tether.db"), store.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sh.Close()
+	spec := &fsm.Spec{Driver: "raw_exec", Command: "/bin/true"}
+	v, err := sh.Append(ctx, "web", 0, fsm.Event{Type: fsm.EventCreated, Spec: spec})
+	fmt.Println("version", v, err)
+
+	// Another process (here: this one) can take the store between them.
+	s, err := store.Open(sh.Path(), store.Options{ReadOnly: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	scan, err := s.LoadTasks(ctx, store.AllTasks)
+	s.Close()
+	for _, t := range scan.Tasks {
+		fmt.Println(t.ID, t.State, err)
+	}
+	// Output:
+	// version 1 <nil>
+	// web created <nil>
+}

@@ -53,6 +53,9 @@ func (s *Store) Remove(ctx context.Context, olderThan time.Time) ([]string, erro
 	if s.closed {
 		return nil, ErrClosed
 	}
+	if broken := s.broken.Load(); broken != nil {
+		return nil, *broken
+	}
 	err = updateSafe(s.db, s.path, func(tx *bolt.Tx) error {
 		removed = removed[:0]
 		tasks, live := tx.Bucket(bucketTasks), tx.Bucket(bucketLive)
@@ -73,6 +76,11 @@ func (s *Store) Remove(ctx context.Context, olderThan time.Time) ([]string, erro
 		return nil
 	})
 	if err != nil {
+		var pe panicError
+		if errors.As(err, &pe) {
+			s.broken.CompareAndSwap(nil, &err)
+			s.wedged.Store(s.wedged.Load() || pe.wedged)
+		}
 		return nil, err
 	}
 	s.log.Info("removed terminal tasks", "count", len(removed), "older_than", olderThan)
@@ -186,7 +194,7 @@ func compactInto(src *bolt.DB, path, tmp string, noSync bool) (err error) {
 	defer debug.SetPanicOnFault(old)
 	defer func() {
 		if r := recover(); r != nil {
-			err = panicked(path, r)
+			err = panicked(path, r, false)
 		}
 		if cerr := dst.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("%w: compact %s: %w", ErrWrite, path, cerr)

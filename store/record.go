@@ -94,9 +94,6 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
-// checksum is the CRC a record's header must carry: over all but the CRC.
-func checksum(rec []byte) uint32 { return crc32.Update(0, castagnoli, rec[4:]) }
-
 // encodeRecord appends the record form of e, with sequence number seq, to
 // dst, in the current record version.
 func encodeRecord(dst []byte, seq uint64, e *fsm.Event) []byte {

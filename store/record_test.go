@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -527,4 +528,20 @@ func FuzzDecodeRecord(f *testing.F) {
 			try(fixed)
 		}
 	})
+}
+
+// checksum agrees with hash/crc32 on every length and alignment.
+func TestChecksum_AgreesWithHashCRC32(t *testing.T) {
+	buf := make([]byte, 1100)
+	for i := range buf {
+		buf[i] = byte(i*131 + 7)
+	}
+	for off := range 8 {
+		for n := 4; off+n <= len(buf); n += 1 + n/40 {
+			rec := buf[off : off+n]
+			if got, want := checksum(rec), crc32.Checksum(rec[4:], castagnoli); got != want {
+				t.Fatalf("offset %d length %d: checksum %08x, hash/crc32 %08x", off, n, got, want)
+			}
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -57,26 +58,123 @@ func (s *Store) LoadTasks(ctx context.Context, which Selection) (Scan, error) {
 	}
 	var sc Scan
 	err := s.view(func(tx *bolt.Tx) error {
-		sc = Scan{}
 		ids, incomplete := listTasks(tx, s.path, which)
+		sc = loadIDs(ctx, tx, s.path, which, ids)
 		sc.Incomplete = incomplete
-		for _, id := range ids {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			t, err := foldTaskSafe(tx, s.path, id)
-			if which == LiveTasks && errors.Is(err, ErrUnknownTask) {
-				err = &CorruptError{Task: id, Reason: "in the live index but not in the store"}
-			}
-			if err != nil {
-				sc.Unreadable = append(sc.Unreadable, TaskError{Task: id, Err: err})
-				continue
-			}
-			sc.Tasks = append(sc.Tasks, t)
-		}
-		return nil
+		return ctx.Err()
 	})
+	if err != nil || sc.Incomplete == nil || which != AllTasks {
+		return sc, err
+	}
+	// bbolt's cursor cannot step past a damaged page of the task index:
+	// list it page by page with the store's own reader, which goes on
+	// past the damage, and fold what it lists through bbolt (a task's own
+	// pages are reached by a search that may avoid the damaged one). The
+	// file must not change under the reader: hold off commits.
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return sc, ErrClosed
+	}
+	if s.wedged.Load() {
+		return sc, nil
+	}
+	exclusive := !s.readOnly && s.broken.Load() == nil
+	err = s.noteDamage(readSafe(s.db, s.path, exclusive, func(tx *bolt.Tx) error {
+		ids, incomplete, err := rawTaskIDs(s.path)
+		if err != nil {
+			return nil // keep what bbolt listed
+		}
+		live, _ := bucketKeys(tx, s.path, bucketLive)
+		ids = mergeIDs(ids, live)
+		full := loadIDs(ctx, tx, s.path, which, ids)
+		full.Incomplete = incomplete
+		sc = full
+		return ctx.Err()
+	}))
 	return sc, err
+}
+
+// loadIDs folds the tasks ids names, in one transaction, sorting them
+// into the readable and the unreadable.
+func loadIDs(ctx context.Context, tx *bolt.Tx, path string, which Selection, ids []string) Scan {
+	var sc Scan
+	for _, id := range ids {
+		if ctx.Err() != nil {
+			return sc
+		}
+		t, err := foldTaskSafe(tx, path, id)
+		if which == LiveTasks && errors.Is(err, ErrUnknownTask) {
+			err = &CorruptError{Task: id, Reason: "in the live index but not in the store"}
+		}
+		if err != nil {
+			sc.Unreadable = append(sc.Unreadable, TaskError{Task: id, Err: err})
+			continue
+		}
+		sc.Tasks = append(sc.Tasks, t)
+	}
+	return sc
+}
+
+// rawTaskIDs lists the task index page by page. incomplete, when set, says
+// which pages it could not read (and which tasks their parents say they
+// held).
+func rawTaskIDs(path string) (ids []string, incomplete error, err error) {
+	raw, err := openRaw(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer raw.close()
+	w := newRawWalk(raw)
+	var tasks []byte
+	w.root(func(e rawElem) bool {
+		if e.bucket && string(e.key) == string(bucketTasks) {
+			tasks = e.value
+		}
+		return true
+	}, func(rawDamage) {})
+	if tasks == nil {
+		return nil, nil, fmt.Errorf("%w: %s: no task index", ErrCorrupt, path)
+	}
+	var holes []string
+	w.bucket(tasks, "the task index", func(e rawElem) bool {
+		ids = append(ids, string(e.key))
+		return true
+	}, func(d rawDamage) {
+		switch {
+		case d.from != nil && d.to != nil:
+			holes = append(holes, fmt.Sprintf("page %d (tasks from %q up to %q)", d.page, d.from, d.to))
+		case d.from != nil:
+			holes = append(holes, fmt.Sprintf("page %d (tasks from %q on)", d.page, d.from))
+		default:
+			holes = append(holes, fmt.Sprintf("page %d", d.page))
+		}
+	})
+	if len(holes) > 0 {
+		incomplete = fmt.Errorf("%w: %s: the task index could not be read on %s: the live tasks there are listed as unreadable, the others are missing; run `tether check` on it",
+			ErrCorrupt, path, strings.Join(holes, ", "))
+	}
+	return ids, incomplete, nil
+}
+
+// mergeIDs merges two sorted id lists without duplicates.
+func mergeIDs(a, b []string) []string {
+	out := make([]string, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case j == len(b) || i < len(a) && a[i] < b[j]:
+			out = append(out, a[i])
+			i++
+		case i == len(a) || b[j] < a[i]:
+			out = append(out, b[j])
+			j++
+		default:
+			out = append(out, a[i])
+			i, j = i+1, j+1
+		}
+	}
+	return out
 }
 
 // listTasks returns the ids of the selection, in order. Where the index
@@ -130,19 +228,32 @@ func bucketKeys(tx *bolt.Tx, path string, bucket []byte) (keys []string, err err
 	return keys, nil
 }
 
-// foldTaskSafe is foldTask that turns a bbolt panic (a damaged page of the
-// task's bucket) into a *CorruptError naming the task and the file.
+// foldTaskSafe is foldTask that turns a bbolt panic (a damaged page on the
+// way to the task's records) into a *CorruptError naming the task and the
+// file.
 func foldTaskSafe(tx *bolt.Tx, path, task string) (t fsm.Task, err error) {
+	err = taskSafe(path, task, func() error {
+		var err error
+		t, err = foldTask(tx, task)
+		return err
+	})
+	if err != nil {
+		return fsm.Task{}, err
+	}
+	return t, nil
+}
+
+// taskSafe runs fn, which reads task, turning a bbolt panic into a
+// *CorruptError naming the task and the file. The transaction stays
+// usable for other tasks: a read transaction keeps no state a panic could
+// leave half-changed.
+func taskSafe(path, task string, fn func() error) (err error) {
 	old := debug.SetPanicOnFault(true)
 	defer debug.SetPanicOnFault(old)
 	defer func() {
 		if r := recover(); r != nil {
-			t, err = fsm.Task{}, &CorruptError{Task: task, Reason: fmt.Sprintf("%s: its pages are damaged (bbolt panicked: %v)", path, r)}
+			err = &CorruptError{Task: task, Reason: fmt.Sprintf("%s: the pages holding it are damaged (bbolt panicked: %v): run `tether check` on it", path, r)}
 		}
 	}()
-	t, err = foldTask(tx, task)
-	if err == nil {
-		return t, nil
-	}
-	return fsm.Task{}, err
+	return fn()
 }

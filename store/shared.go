@@ -24,8 +24,10 @@ import (
 //
 // The cost is an open and a close per transition from idle to busy: about
 // what opening a Store costs (the lock, bbolt's open and mmap, the schema
-// check), measured in BenchmarkShared_Append against Append on a Store
-// held open. Callers that do many operations in a row should overlap them,
+// check; 40 to 60 µs here) and the page faults of the fresh mapping:
+// 0.07 to 0.2 ms on top of a 0.4 ms durable append, measured in
+// BenchmarkShared_Append and bench's BenchmarkSharedAppend against Append on
+// a Store held open. Callers that do many operations in a row should overlap them,
 // or use Open for the stretch.
 //
 // The callbacks of Live and All run with nothing held: the ids are read

@@ -99,9 +99,12 @@ type Store struct {
 	quit chan struct{} // closed by Close: drain and stop
 	done chan struct{} // closed by the committer when it has stopped
 
-	// broken is set after bbolt panicked in a write transaction: the file
-	// is damaged and no further writes are attempted.
+	// broken is set after bbolt panicked in a transaction: the file is
+	// damaged and no further writes are attempted. wedged is set when the
+	// transaction could not be rolled back: then bbolt's locks are held
+	// for ever, and Close lets go of the file without bbolt.
 	broken atomic.Pointer[error]
+	wedged atomic.Bool
 }
 
 // Open opens (creating if needed) the store at path. The parent directory
@@ -162,6 +165,11 @@ func preparePath(path string, readOnly bool) (string, error) {
 
 // openLocked opens the store file at path, whose lock the caller holds.
 func openLocked(path string, opts Options, boltTimeout time.Duration) (*Store, error) {
+	if !opts.ReadOnly {
+		if err := checkFreelist(path); err != nil {
+			return nil, err
+		}
+	}
 	db, file, err := openBolt(path, opts, boltTimeout)
 	if err != nil {
 		return nil, err
@@ -248,8 +256,36 @@ func openBolt(path string, opts Options, lockTimeout time.Duration) (db *bolt.DB
 	return db, file, nil
 }
 
+// checkFreelist refuses to open for writing a store whose freelist is
+// damaged: bbolt reads it only when it opens a file for writing, trusts
+// it, and on the first allocation from a damaged one panics inside its
+// commit (or, worse, hands out pages in use). The check is cheap (the
+// metas, the freelist page and the root page): the free ids are in range,
+// in order, and none is the freelist's own page, the root or the root of
+// a top-level bucket. Overlap deeper in the tree is Check's to find.
+func checkFreelist(path string) error {
+	r, err := openRaw(path)
+	if err != nil {
+		return nil // a new file, or one bbolt will refuse with its own words
+	}
+	defer r.close()
+	if r.size < int64(r.meta.hwm)*int64(r.pageSize) {
+		return nil // cut short: openBolt says so
+	}
+	free, _, err := r.freelist()
+	if err == nil {
+		err = r.rootsNotFree(free)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w: it can still be read (Check, Salvage, a read-only Open); Compact rebuilds the freelist",
+			ErrCorrupt, path, err)
+	}
+	return nil
+}
+
 func notStore(path string, cause error) error {
-	return fmt.Errorf("%w: %s (%w): move it aside and start afresh, or run `tether check` on it to see what is wrong",
+	return fmt.Errorf("%w: %s (%w): if it is not a tether store, move it aside; if it is a damaged one, run `tether check` on it "+
+		"and salvage it rather than moving it aside (the tasks it lists may still be running)",
 		ErrNotStore, path, cause)
 }
 
@@ -318,7 +354,17 @@ func (s *Store) Close() error {
 		close(s.quit)
 		<-s.done
 	}
-	err := s.db.Close()
+	var err error
+	if s.wedged.Load() {
+		// bbolt's Close would wait for ever for the locks the damaged
+		// transaction holds. Let go of the file (and its flock) directly;
+		// the mapping stays until the process exits.
+		_ = syscall.Flock(int(s.file.Fd()), syscall.LOCK_UN)
+		_ = s.file.Close()
+		s.log.Warn("store closed without bbolt: a transaction on the damaged file could not be rolled back")
+	} else {
+		err = s.db.Close()
+	}
 	if lerr := s.lock.release(); lerr != nil && err == nil {
 		err = lerr
 	}
@@ -337,7 +383,22 @@ func (s *Store) view(fn func(tx *bolt.Tx) error) error {
 	if s.closed {
 		return ErrClosed
 	}
-	return viewSafe(s.db, s.path, fn)
+	if s.wedged.Load() {
+		return *s.broken.Load()
+	}
+	return s.noteDamage(viewSafe(s.db, s.path, fn))
+}
+
+// noteDamage records a panic that left bbolt's locks held (see wedged)
+// and returns err.
+func (s *Store) noteDamage(err error) error {
+	var pe panicError
+	if errors.As(err, &pe) && pe.wedged {
+		s.broken.CompareAndSwap(nil, &err)
+		s.wedged.Store(true)
+		s.log.Error("store damaged: a transaction could not be rolled back; refusing every further use", "err", err)
+	}
+	return err
 }
 
 // viewSafe runs fn in a read transaction. A bbolt panic (or a memory fault
@@ -358,17 +419,19 @@ func readSafe(db *bolt.DB, path string, exclusive bool, fn func(tx *bolt.Tx) err
 		return fmt.Errorf("store: read %s: %w", path, err)
 	}
 	defer func() {
-		if r := recover(); r != nil {
-			err = panicked(path, r)
+		r := recover()
+		released := rollback(tx)
+		if r != nil {
+			err = panicked(path, r, !released)
 		}
-		rollback(tx)
 	}()
 	return fn(tx)
 }
 
 // updateSafe runs fn in a write transaction and commits it (with an fsync
 // unless NoSync). Errors from fn pass through; a failed commit wraps
-// ErrWrite; a bbolt panic becomes an ErrCorrupt error naming path.
+// ErrWrite; a bbolt panic becomes an ErrCorrupt error naming path (a
+// panicError, wedged if bbolt could not even roll the transaction back).
 func updateSafe(db *bolt.DB, path string, fn func(tx *bolt.Tx) error) (err error) {
 	old := debug.SetPanicOnFault(true)
 	defer debug.SetPanicOnFault(old)
@@ -376,38 +439,52 @@ func updateSafe(db *bolt.DB, path string, fn func(tx *bolt.Tx) error) (err error
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrWrite, path, err)
 	}
-	committed := false
+	done := false // Commit returned: it releases the transaction even when it fails
 	defer func() {
-		if r := recover(); r != nil {
-			err = panicked(path, r)
-		}
-		if !committed {
-			rollback(tx)
+		r := recover()
+		released := done || rollback(tx)
+		if r != nil {
+			err = panicked(path, r, !released)
 		}
 	}()
 	if err := fn(tx); err != nil {
 		return err
 	}
-	committed = true // Commit releases the transaction even when it fails.
-	if err := tx.Commit(); err != nil {
+	err = tx.Commit()
+	done = true
+	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrWrite, path, err)
 	}
 	return nil
 }
 
-// panicError marks an error made from a bbolt panic.
-type panicError struct{ error }
+// panicError marks an error made from a bbolt panic. wedged is set when
+// the transaction could not be rolled back either: bbolt then still holds
+// its writer lock (or its mapping's read lock), so the DB must never be
+// used or closed through bbolt again (bbolt's Close would wait for ever).
+type panicError struct {
+	error
+	wedged bool
+}
 
 func (e panicError) Unwrap() error { return e.error }
 
-func panicked(path string, r any) error {
-	return panicError{fmt.Errorf("%w: %s: bbolt panicked (%v): the file is damaged; stop, move it aside or run `tether check` on it",
-		ErrCorrupt, path, r)}
+func panicked(path string, r any, wedged bool) error {
+	return panicError{fmt.Errorf("%w: %s: bbolt panicked (%v): the file is damaged; stop, and run `tether check` on it",
+		ErrCorrupt, path, r), wedged}
 }
 
-func rollback(tx *bolt.Tx) {
-	defer func() { _ = recover() }() // a damaged file can make even a rollback panic
+// rollback rolls tx back, and reports whether it could: on a damaged file
+// the rollback can panic too, leaving bbolt's locks for the transaction
+// held.
+func rollback(tx *bolt.Tx) (released bool) {
+	defer func() {
+		if recover() != nil {
+			released = false
+		}
+	}()
 	_ = tx.Rollback()
+	return true
 }
 
 func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), seq) }
@@ -429,11 +506,13 @@ func (s *Store) Load(ctx context.Context, task string) ([]fsm.Event, error) {
 	var out []fsm.Event
 	err := s.view(func(tx *bolt.Tx) error {
 		out = out[:0]
-		_, err := scanTask(tx, task, func(e *fsm.Event) error {
-			out = append(out, *e)
-			return nil
+		return taskSafe(s.path, task, func() error {
+			_, err := scanTask(tx, task, func(e *fsm.Event) error {
+				out = append(out, *e)
+				return nil
+			})
+			return err
 		})
-		return err
 	})
 	if err != nil {
 		return nil, err
@@ -450,30 +529,60 @@ func (s *Store) LoadTask(ctx context.Context, task string) (fsm.Task, error) {
 	var t fsm.Task
 	err := s.view(func(tx *bolt.Tx) error {
 		var err error
-		t, err = foldTask(tx, task)
+		t, err = foldTaskSafe(tx, s.path, task)
 		return err
 	})
 	return t, err
 }
 
+// foldTask folds task's log, checking each record, the walk, the head,
+// and the task's entry in the live index (one lookup): a log that does not
+// agree with its index is as damaged as one that does not agree with its
+// head, and is reported, not skipped.
 func foldTask(tx *bolt.Tx, task string) (fsm.Task, error) {
 	b, h, err := taskBucket(tx, task)
 	if err != nil {
 		return fsm.Task{}, err
 	}
+	// Replay's hot path: one reused event, the records checked and folded
+	// in one loop. (records does the same for Load and scanTask.)
 	t := fsm.Task{ID: task}
+	table := fsm.Lifecycle
+	want := uint64(1)
 	var e fsm.Event
-	it := newRecords(b, task)
-	for it.next(&e) {
-		if err = fsm.Lifecycle.Apply(&t, &e); err != nil {
-			return fsm.Task{}, &CorruptError{Task: task, Seq: e.Seq, Reason: "not a legal walk", Err: err}
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if len(k) != 8 {
+			if string(k) == string(headKey) {
+				continue
+			}
+			return fsm.Task{}, &CorruptError{Task: task, Seq: want, Reason: fmt.Sprintf("stray key %x", k)}
 		}
+		if got := binary.BigEndian.Uint64(k); got != want {
+			return fsm.Task{}, &CorruptError{Task: task, Seq: want, Reason: fmt.Sprintf("missing record (next key is seq %d)", got)}
+		}
+		seq, derr := decodeRecord(v, &e)
+		if derr != nil || seq != want {
+			return fsm.Task{}, decodeFailure(task, want, seq, derr)
+		}
+		e.Seq = want
+		if err := table.Apply(&t, &e); err != nil {
+			return fsm.Task{}, &CorruptError{Task: task, Seq: want, Reason: "not a legal walk", Err: err}
+		}
+		want++
 	}
-	if err := it.end(h); err != nil {
-		return fsm.Task{}, err
+	if last := want - 1; last != h.version {
+		return fsm.Task{}, &CorruptError{Task: task, Seq: min(last, h.version) + 1, Reason: fmt.Sprintf("log ends at seq %d, head says %d", last, h.version)}
 	}
 	if why := h.disagrees(&t); why != "" {
 		return fsm.Task{}, &CorruptError{Task: task, Reason: why}
+	}
+	inLive := tx.Bucket(bucketLive).Get([]byte(task)) != nil
+	switch {
+	case t.State.Terminal() && inLive:
+		return fsm.Task{}, &CorruptError{Task: task, Reason: fmt.Sprintf("in the live index but %s", t.State)}
+	case !t.State.Terminal() && !inLive:
+		return fsm.Task{}, &CorruptError{Task: task, Reason: fmt.Sprintf("%s but missing from the live index", t.State)}
 	}
 	return t, nil
 }
@@ -542,8 +651,8 @@ func (it *records) end(h head) error {
 	if it.err != nil {
 		return it.err
 	}
-	if it.want-1 != h.version {
-		return &CorruptError{Task: it.task, Seq: it.want, Reason: fmt.Sprintf("log ends at seq %d, head says %d", it.want-1, h.version)}
+	if last := it.want - 1; last != h.version {
+		return &CorruptError{Task: it.task, Seq: min(last, h.version) + 1, Reason: fmt.Sprintf("log ends at seq %d, head says %d", last, h.version)}
 	}
 	return nil
 }
@@ -552,18 +661,24 @@ func (it *records) end(h head) error {
 // error.
 func decodeAt(task string, seq uint64, v []byte, e *fsm.Event) error {
 	got, derr := decodeRecord(v, e)
+	if derr != nil || got != seq {
+		return decodeFailure(task, seq, got, derr)
+	}
+	e.Seq = seq
+	return nil
+}
+
+// decodeFailure is the error for a record under seq that did not decode
+// (derr) or says it is another seq (got).
+func decodeFailure(task string, seq, got uint64, derr *decodeError) error {
 	switch {
 	case derr == nil:
+		return &CorruptError{Task: task, Seq: seq, Reason: fmt.Sprintf("record says seq %d", got)}
 	case derr.version != 0:
 		return &VersionError{Task: task, Seq: seq, Version: derr.version, Known: recordVersion}
 	default:
 		return &CorruptError{Task: task, Seq: seq, Reason: derr.reason}
 	}
-	if got != seq {
-		return &CorruptError{Task: task, Seq: seq, Reason: fmt.Sprintf("record says seq %d", got)}
-	}
-	e.Seq = seq
-	return nil
 }
 
 // taskBucket returns task's bucket and decoded head.
@@ -576,6 +691,9 @@ func taskBucket(tx *bolt.Tx, task string) (*bolt.Bucket, head, error) {
 	if b == nil {
 		if tasks.Get([]byte(task)) != nil {
 			return nil, head{}, &CorruptError{Task: task, Reason: "task key is not a bucket"}
+		}
+		if live := tx.Bucket(bucketLive); live != nil && live.Get([]byte(task)) != nil {
+			return nil, head{}, &CorruptError{Task: task, Reason: "in the live index but not in the store"}
 		}
 		return nil, head{}, fmt.Errorf("%w: %q", ErrUnknownTask, task)
 	}

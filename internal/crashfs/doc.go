@@ -56,7 +56,20 @@
 // Boundaries lists the persistence points and Ops the whole log, for tests
 // that want to say where a state lies (st.After, st.Kept).
 //
-// The mounting process serves the filesystem itself: mounting needs root
-// (mount(2) directly, no fusermount) and /dev/fuse; Mount skips the test
-// with ErrNoFUSE's message where either is missing.
+// # The server process
+//
+// The filesystem is served by a child process: the test binary itself,
+// re-executed with an environment variable that crashfs's init reads before
+// main (or TestMain) runs, so any test package that imports crashfs can
+// mount one without a TestMain of its own. It is never served in the test's
+// process: a Go thread blocked in the kernel on a FUSE request (a page fault
+// on a mapped file of the mount, as bbolt's reads are, or a vfork child
+// whose chdir touches the mount) cannot be stopped for a garbage
+// collection, and a stopped world never answers it. The child keeps the
+// log; Mark, Ops and CrashStates ask it over a socket, so marks and
+// operations are ordered as they happened. If the test process dies, the
+// child unmounts and exits.
+//
+// Mounting needs root (mount(2) directly, no fusermount) and /dev/fuse;
+// Mount skips the test with ErrNoFUSE's message where either is missing.
 package crashfs

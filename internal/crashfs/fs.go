@@ -1,19 +1,20 @@
 package crashfs
 
 import (
+	"encoding/gob"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
-	"syscall"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
-	gofs "github.com/hanwen/go-fuse/v2/fs"
-	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // Options configure a mount.
@@ -27,13 +28,19 @@ type Options struct {
 	Debug bool
 }
 
-// FS is a mounted crash-recording filesystem.
+// FS is a mounted crash-recording filesystem, served by a child process
+// (see server.go) that keeps the operation log.
 type FS struct {
-	rec     *recorder
-	backing string
-	dir     string
-	opts    Options
-	server  *fuse.Server
+	dir, backing string
+	cmd          *exec.Cmd
+
+	mu      sync.Mutex // one request at a time; guards the fields below
+	ctl     *os.File
+	enc     *gob.Encoder
+	dec     *gob.Decoder
+	initial *image
+	ops     []Op // the log as far as fetched
+	mounted bool
 }
 
 // Available reports whether this process can mount a crashfs: nil, or an
@@ -57,16 +64,9 @@ func Available() error {
 // changes while it is mounted). What backing holds at mount time is the
 // durable state the log starts from.
 //
-// The process that mounts also serves the filesystem. A goroutine of the
-// same process that faults on a mapped page of a file of the mount (bbolt
-// reads through mmap) holds its Go scheduler slot (P) until the server
-// answers the read, and the server needs a slot to answer: with every slot
-// so held, the process deadlocks. Pages written through the mount stay
-// cached (see node.go), so a file made on the mount faults only under
-// memory pressure; files that were in backing before the mount fault on
-// first read. New raises GOMAXPROCS to at least 4, and callers should keep
-// fewer goroutines reading mapped files of the mount at once than that, or
-// run the code under test in another process.
+// The filesystem is served by a child process, this binary re-executed:
+// crashfs's init makes it the server before main runs, so any binary that
+// imports crashfs can mount one.
 func New(backing, mountpoint string, opts Options) (*FS, error) {
 	if err := Available(); err != nil {
 		return nil, err
@@ -87,45 +87,56 @@ func New(backing, mountpoint string, opts Options) (*FS, error) {
 	} else if len(ents) > 0 {
 		return nil, fmt.Errorf("%w: mountpoint %s", ErrNotEmpty, mountpoint)
 	}
-	f := &FS{rec: newRecorder(), backing: backing, dir: mountpoint, opts: opts}
-	if err := f.scan(); err != nil {
-		return nil, err
-	}
-	lr, err := gofs.NewLoopbackRoot(backing)
+	self, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBacking, err)
+		return nil, fmt.Errorf("crashfs: the server binary: %w", err)
 	}
-	ln := lr.(*gofs.LoopbackNode)
-	root := &node{LoopbackNode: ln, fsys: f}
-	ln.RootData.RootNode = root
-
-	if runtime.GOMAXPROCS(0) < 4 {
-		runtime.GOMAXPROCS(4)
-	}
-	timeout := time.Second
-	server, err := gofs.Mount(mountpoint, root, &gofs.Options{
-		MountOptions: fuse.MountOptions{
-			DirectMountStrict: true, // no fusermount: mount(2) as root
-			AllowOther:        true, // the test's helper processes may run as other users
-			FsName:            "crashfs:" + backing,
-			Name:              "crashfs",
-			DisableXAttrs:     true,
-			// Nothing changes the backing files but the mount: the
-			// kernel need not drop cached pages when times change.
-			ExplicitDataCacheControl: true,
-			Debug:                    opts.Debug,
-		},
-		EntryTimeout: &timeout,
-		AttrTimeout:  &timeout,
-	})
+	cfg, err := json.Marshal(serverConfig{Backing: backing, Mountpoint: mountpoint, SyncLatency: opts.SyncLatency, Debug: opts.Debug})
 	if err != nil {
-		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENODEV) || errors.Is(err, syscall.EACCES) {
-			return nil, fmt.Errorf("%w: mount %s: %w", ErrNoFUSE, mountpoint, err)
+		return nil, fmt.Errorf("crashfs: %w", err)
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("crashfs: control socket: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "crashfs-control"), os.NewFile(uintptr(fds[1]), "crashfs-control")
+	cmd := exec.Command(self, "crashfs-server")
+	cmd.Env = append(os.Environ(), serveEnv+"="+string(cfg),
+		// A -race binary sleeps a second at exit unless told not to.
+		"GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	cmd.ExtraFiles = []*os.File{theirs} // fd 3: controlFD
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	// No Pdeathsig (it follows the forking thread, not the process): if
+	// this process dies, the server reads EOF on the control socket and
+	// unmounts.
+	if err := cmd.Start(); err != nil {
+		ours.Close()
+		theirs.Close()
+		return nil, fmt.Errorf("crashfs: start the server: %w", err)
+	}
+	theirs.Close()
+	f := &FS{dir: mountpoint, backing: backing, cmd: cmd, ctl: ours, enc: gob.NewEncoder(ours), dec: gob.NewDecoder(ours)}
+	var h hello
+	if err := f.dec.Decode(&h); err != nil {
+		f.stop()
+		return nil, fmt.Errorf("crashfs: the server died before mounting: %w", err)
+	}
+	if h.Err != "" {
+		f.stop()
+		if h.NoFUSE {
+			return nil, fmt.Errorf("%w: %s", ErrNoFUSE, h.Err)
 		}
-		return nil, fmt.Errorf("crashfs: mount %s: %w", mountpoint, err)
+		return nil, errors.New(h.Err)
 	}
-	f.server = server
+	f.initial = imageFromWire(h.Initial)
+	f.mounted = true
 	return f, nil
+}
+
+// stop ends the server process (mu held or f not yet shared).
+func (f *FS) stop() {
+	f.ctl.Close()
+	_ = f.cmd.Wait()
 }
 
 // Mount mounts a crashfs over backing ("" for a fresh temporary directory)
@@ -160,98 +171,89 @@ func (f *FS) Dir() string { return f.dir }
 // Path joins elem onto the mountpoint.
 func (f *FS) Path(elem ...string) string { return filepath.Join(append([]string{f.dir}, elem...)...) }
 
-// Unmount unmounts the filesystem; the log stays, so CrashStates can still
-// be asked for. A mount kept busy by an open file or a process inside it is
-// detached lazily (so nothing stays mounted once they are gone) and ErrBusy
-// is returned. Unmounting twice is a no-op.
+// call sends one request and reads its answer (mu held).
+func (f *FS) call(req request) (response, error) {
+	var resp response
+	if !f.mounted {
+		return resp, fmt.Errorf("crashfs: %s: not mounted", f.dir)
+	}
+	if err := f.enc.Encode(req); err != nil {
+		return resp, fmt.Errorf("crashfs: the server of %s: %w", f.dir, err)
+	}
+	if err := f.dec.Decode(&resp); err != nil {
+		return resp, fmt.Errorf("crashfs: the server of %s: %w", f.dir, err)
+	}
+	return resp, nil
+}
+
+func (f *FS) take(ws []wireOp) {
+	for i := range ws {
+		f.ops = append(f.ops, fromWire(&ws[i]))
+	}
+}
+
+// Unmount unmounts the filesystem and stops its server; the log stays, so
+// CrashStates can still be asked for. A mount kept busy by an open file or
+// a process inside it is detached lazily and stops being served (what is
+// still open there fails with ENOTCONN), and ErrBusy is returned.
+// Unmounting twice is a no-op.
 func (f *FS) Unmount() error {
-	if f.server == nil {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.mounted {
 		return nil
 	}
-	server := f.server
-	f.server = nil
-	if err := server.Unmount(); err != nil {
-		derr := syscall.Unmount(f.dir, syscall.MNT_DETACH)
-		return fmt.Errorf("%w: %s: %w (lazy detach: %v)", ErrBusy, f.dir, err, derr)
+	resp, err := f.call(request{Kind: "unmount", From: len(f.ops)})
+	f.mounted = false
+	f.stop()
+	if err != nil {
+		return err
 	}
-	server.Wait()
+	f.take(resp.Ops)
+	if resp.Err != "" {
+		return fmt.Errorf("%w: %s", ErrBusy, resp.Err)
+	}
 	return nil
 }
 
 // Mark logs a moment in the operation stream: call it right after an
 // operation the test relies on was acknowledged (an append returned, a
 // file write returned), then ask each crash state whether it came Before.
-func (f *FS) Mark(label string) Mark { return f.rec.mark(label) }
+// It panics if the filesystem is no longer mounted or its server died: a
+// mark that cannot be placed would make every check after it meaningless.
+func (f *FS) Mark(label string) Mark {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	resp, err := f.call(request{Kind: "mark", Label: label})
+	if err != nil {
+		panic(fmt.Sprintf("crashfs: Mark(%q): %v", label, err))
+	}
+	return resp.Mark
+}
+
+// Ops returns every operation logged so far, in order. Like Mark, it
+// panics if the server died while mounted: a partial log would hide crash
+// states.
+func (f *FS) Ops() []Op {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mounted {
+		resp, err := f.call(request{Kind: "ops", From: len(f.ops)})
+		if err != nil {
+			panic(fmt.Sprintf("crashfs: Ops: %v", err))
+		}
+		f.take(resp.Ops)
+	}
+	return append([]Op(nil), f.ops...)
+}
 
 // Boundaries returns the persistence points so far, in order.
-func (f *FS) Boundaries() []Boundary { return f.rec.boundaries() }
-
-// Ops returns every operation logged so far, in order.
-func (f *FS) Ops() []Op { return f.rec.snapshot() }
-
-// scan takes the backing directory's content as the initial durable state.
-func (f *FS) scan() error {
-	r := f.rec
-	var st syscall.Stat_t
-	if err := syscall.Lstat(f.backing, &st); err != nil {
-		return fmt.Errorf("%w: %w", ErrBacking, err)
+func (f *FS) Boundaries() []Boundary {
+	var bs []Boundary
+	for _, op := range f.Ops() {
+		if op.Kind.Boundary() {
+			bs = append(bs, Boundary{Index: len(bs) + 1, Op: op})
+		}
 	}
-	r.byBacking[backingOf(&st)] = rootIno
-	r.initial.node(rootIno, kindDir).mode = st.Mode & 0o7777
-	dirs := map[string]ino{f.backing: rootIno}
-	return filepath.WalkDir(f.backing, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return fmt.Errorf("%w: %w", ErrBacking, err)
-		}
-		if p == f.backing {
-			return nil
-		}
-		if err := syscall.Lstat(p, &st); err != nil {
-			return fmt.Errorf("%w: %w", ErrBacking, err)
-		}
-		b := backingOf(&st)
-		parent := r.initial.node(dirs[filepath.Dir(p)], kindDir)
-		if id, ok := r.byBacking[b]; ok { // a hard link
-			parent.entries[filepath.Base(p)] = id
-			return nil
-		}
-		id := r.newIno(b)
-		var k nodeKind
-		switch st.Mode & syscall.S_IFMT {
-		case syscall.S_IFDIR:
-			k = kindDir
-			dirs[p] = id
-		case syscall.S_IFREG:
-			k = kindFile
-		case syscall.S_IFLNK:
-			k = kindSymlink
-		case syscall.S_IFIFO:
-			k = kindFifo
-		case syscall.S_IFSOCK:
-			k = kindSocket
-		default:
-			return fmt.Errorf("%w: %s is a device node (not modelled)", ErrBacking, p)
-		}
-		in := r.initial.node(id, k)
-		in.mode = st.Mode & 0o7777
-		parent.entries[filepath.Base(p)] = id
-		switch k {
-		case kindFile:
-			src, err := os.Open(p)
-			if err != nil {
-				return fmt.Errorf("%w: %w", ErrBacking, err)
-			}
-			b, err := io.ReadAll(src)
-			src.Close()
-			if err != nil {
-				return fmt.Errorf("%w: %w", ErrBacking, err)
-			}
-			in.write(0, b)
-		case kindSymlink:
-			if in.target, err = os.Readlink(p); err != nil {
-				return fmt.Errorf("%w: %w", ErrBacking, err)
-			}
-		}
-		return nil
-	})
+	return bs
 }

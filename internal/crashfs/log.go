@@ -205,13 +205,3 @@ func (r *recorder) snapshot() []Op {
 	defer r.mu.Unlock()
 	return append([]Op(nil), r.ops...)
 }
-
-func (r *recorder) boundaries() []Boundary {
-	var bs []Boundary
-	for _, op := range r.snapshot() {
-		if op.Kind.Boundary() {
-			bs = append(bs, Boundary{Index: len(bs) + 1, Op: op})
-		}
-	}
-	return bs
-}

@@ -33,7 +33,7 @@ import (
 // node is every inode of the mount.
 type node struct {
 	*fs.LoopbackNode
-	fsys *FS
+	fsys *server
 }
 
 var (
@@ -83,7 +83,7 @@ func backingOf(st *syscall.Stat_t) backingID {
 }
 
 // id returns the model inode of the backing file at p (mu held).
-func (f *FS) idAt(p string) (ino, syscall.Errno) {
+func (f *server) idAt(p string) (ino, syscall.Errno) {
 	var st syscall.Stat_t
 	if err := syscall.Lstat(p, &st); err != nil {
 		return 0, fs.ToErrno(err)

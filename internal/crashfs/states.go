@@ -82,7 +82,7 @@ func (s *CrashState) String() string {
 // States with the same content are returned once, as the latest of them
 // (whose Before holds for the most marks).
 func (f *FS) CrashStates(opts StateOptions) []*CrashState {
-	return crashStates(f.rec.initial, f.rec.snapshot(), opts)
+	return crashStates(f.initial, f.Ops(), opts)
 }
 
 func crashStates(initial *image, ops []Op, opts StateOptions) []*CrashState {
