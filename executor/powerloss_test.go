@@ -174,15 +174,16 @@ func TestPowerLoss_ExecutorSideFiles(t *testing.T) {
 		if err != nil || es.Code != round+3 {
 			t.Fatalf("Wait: %+v, %v; want exit %d", es, err, round+3)
 		}
-		// The executor writes the exit file before it answers Wait.
-		b, err = os.ReadFile(filepath.Join(dir, ExitStatusFile))
-		if err != nil {
-			t.Fatal(err)
-		}
-		exit.wrote(b, fsys.Mark(fmt.Sprintf("task %d exit reported", round+1)))
+		// The executor writes the exit file before it exits.
 		if err := c.WaitDead(ctx); err != nil {
 			t.Fatalf("WaitDead: %v", err)
 		}
+		b, err = os.ReadFile(filepath.Join(dir, ExitStatusFile))
+		if err != nil {
+			log, _ := os.ReadFile(filepath.Join(dir, LogFile))
+			t.Fatalf("after the executor exited: %v; its log:\n%s", err, log)
+		}
+		exit.wrote(b, fsys.Mark(fmt.Sprintf("executor %d exited", round+1)))
 		c.Close()
 	}
 	n := plCheck(t, fsys, since, id, exit)
