@@ -5,33 +5,53 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/logs"
 )
 
 // Real is the process world of real executor processes, one per task,
-// each in its task's private directory under stateDir/tasks.
+// each in its task's private directory under stateDir/tasks. Each task is
+// contained in the cgroup its executor announced (fsm.Identity.Cgroup),
+// which KillTask kills and removes.
 type Real struct {
 	stateDir string
 	command  []string
 	log      hclog.Logger
+	chroot   []string
 }
 
 var _ Executors = (*Real)(nil)
 
+// RealOption configures NewReal.
+type RealOption func(*Real)
+
+// WithChroot sets what an exec task's root is built from: entries "SRC" or
+// "SRC:DST", each bound read-only (see executor.LaunchSpec.Chroot); nil
+// means executor.DefaultChroot (Nomad's chroot_env).
+func WithChroot(entries []string) RealOption {
+	return func(r *Real) { r.chroot = slices.Clone(entries) }
+}
+
 // NewReal returns the real process world. command is the argv prefix that
 // starts a binary in executor mode (for tether's own binary, {path,
 // "executor"}); nil uses the executor package's default.
-func NewReal(stateDir string, command []string, log hclog.Logger) *Real {
+func NewReal(stateDir string, command []string, log hclog.Logger, opts ...RealOption) *Real {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &Real{stateDir: stateDir, command: command, log: log}
+	r := &Real{stateDir: stateDir, command: command, log: log}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
 }
 
 func (r *Real) dir(task string) string { return filepath.Join(r.stateDir, "tasks", task) }
@@ -45,7 +65,7 @@ func (r *Real) Spawn(ctx context.Context, task, nonce string) (Executor, error) 
 	if err != nil {
 		return nil, err
 	}
-	return realExecutor{c}, nil
+	return realExecutor{c, r}, nil
 }
 
 func deadlineOr(ctx context.Context, d time.Duration) time.Duration {
@@ -61,7 +81,7 @@ func (r *Real) Reattach(ctx context.Context, task string, id fsm.Identity) (Exec
 	if err != nil {
 		return nil, worldErr(err)
 	}
-	return realExecutor{c}, nil
+	return realExecutor{c, r}, nil
 }
 
 // FindByNonce implements Executors.
@@ -79,12 +99,66 @@ func (r *Real) Kill(ctx context.Context, task string, id fsm.Identity) error {
 	return worldErr(executor.Kill(ctx, id))
 }
 
-// KillTask implements Executors.
+// KillTask implements Executors: the cgroup named by id.Cgroup, once
+// cgroup.OpenRecorded has proved it is this task's (it names the task and
+// id.Nonce), is killed, confirmed empty and removed, whether or not a
+// launch was recorded (pid 0: the launch may have happened unrecorded).
+// Only a task without a cgroup falls back to its process group, by pid and
+// start time.
 func (r *Real) KillTask(ctx context.Context, task string, id fsm.Identity, pid int, start uint64) error {
-	if pid == 0 {
-		return nil
+	if id.Cgroup == "" {
+		if pid == 0 {
+			return nil
+		}
+		return worldErr(executor.KillGroup(ctx, pid, start))
 	}
-	return worldErr(executor.KillGroup(ctx, pid, start))
+	if boot, err := executor.BootID(); err == nil && id.BootID != "" && id.BootID != boot {
+		return nil // cgroups do not outlive a boot
+	}
+	h, err := cgroup.Probe()
+	if err != nil {
+		return err
+	}
+	cg, err := cgroup.OpenRecorded(h, id.Cgroup, task, id.Nonce)
+	if err != nil {
+		if errors.Is(err, cgroup.ErrNotOurs) || errors.Is(err, cgroup.ErrBadLocation) {
+			return fmt.Errorf("%w: the recorded cgroup: %w", ErrNotOurs, err)
+		}
+		return err
+	}
+	if err := cg.Kill(ctx); err != nil {
+		return err
+	}
+	return cg.Remove()
+}
+
+// CheckSpec is the host-dependent check of a spec, for the driver to run
+// before it spawns anything: the user (exec: nobody by default) exists,
+// exec's capabilities are in allowed and its chroot entries exist, and the
+// host can contain the task as it asks (task cgroups for exec and for any
+// limit; each limit's controller, named in the error). See
+// executor.CheckSpec.
+func (r *Real) CheckSpec(spec fsm.Spec, allowed []string) error {
+	return executor.CheckSpec(r.launchSpec(spec, allowed))
+}
+
+// launchSpec is what the executor is asked to launch for spec.
+func (r *Real) launchSpec(spec fsm.Spec, allowed []string) executor.LaunchSpec {
+	res := spec.Resources
+	ls := executor.LaunchSpec{
+		Mode: spec.Driver, Command: spec.Command, Args: spec.Args, Env: spec.Env, Dir: spec.Dir,
+		User: spec.User, CapAdd: spec.CapAdd, CapDrop: spec.CapDrop, AllowedCaps: allowed,
+		Limits: cgroup.Limits{Memory: int64(res.MemoryMB), MemoryMax: int64(res.MemoryMaxMB),
+			CPU: int64(res.CPU), Cores: res.Cores, Pids: int64(res.PIDs)},
+		OOMScoreAdj: spec.OOMScoreAdj,
+		PIDMode:     spec.PIDMode, IPCMode: spec.IPCMode,
+		Logs: logs.Config{MaxFiles: spec.Logs.MaxFiles, MaxFileSizeMB: spec.Logs.MaxFileSizeMB, Disabled: spec.Logs.Disabled},
+		Name: spec.Name, Job: spec.Job, Group: spec.Group,
+	}
+	if spec.Driver == executor.ModeExec {
+		ls.Chroot = r.chroot
+	}
+	return ls
 }
 
 // ExitStatus implements Executors.
@@ -123,15 +197,21 @@ func worldErr(err error) error {
 	return err
 }
 
-type realExecutor struct{ c *executor.Client }
+type realExecutor struct {
+	c *executor.Client
+	r *Real
+}
 
 func (e realExecutor) Identity() fsm.Identity { return e.c.Identity() }
 
 func (e realExecutor) Launch(ctx context.Context, spec fsm.Spec, allowed []string) (Status, error) {
-	st, err := e.c.Launch(ctx, executor.LaunchSpec{
-		Mode: spec.Driver, Command: spec.Command, Args: spec.Args, Env: spec.Env, Dir: spec.Dir,
-		User: spec.User, CapAdd: spec.CapAdd, CapDrop: spec.CapDrop, AllowedCaps: allowed,
-	})
+	st, err := e.c.Launch(ctx, e.r.launchSpec(spec, allowed))
+	return st, worldErr(err)
+}
+
+// Stats reads the task cgroup's figures through the executor.
+func (e realExecutor) Stats(ctx context.Context) (cgroup.Stats, error) {
+	st, err := e.c.Stats(ctx)
 	return st, worldErr(err)
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/fsm"
 )
 
@@ -477,6 +478,21 @@ func (c *Client) finalStatus(ctx context.Context, r response, err error) (fsm.Ex
 		return fsm.ExitStatus{}, merr
 	}
 	return rec.Exit, nil
+}
+
+// Stats returns the figures of the task's cgroup: memory now and at its
+// peak, CPU time (user, system, throttled), the number of tasks, the OOM
+// kill count. ErrNoStats when the task has no cgroup (the host gives none)
+// or it is gone; ErrNotLaunched before the launch.
+func (c *Client) Stats(ctx context.Context) (cgroup.Stats, error) {
+	r, err := c.call(ctx, request{Op: opStats})
+	if err != nil {
+		return cgroup.Stats{}, err
+	}
+	if r.Stats == nil {
+		return cgroup.Stats{}, fmt.Errorf("%w: stats answered without stats", ErrProtocol)
+	}
+	return *r.Stats, nil
 }
 
 // Signal sends sig to every member of the task's process group.

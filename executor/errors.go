@@ -69,8 +69,19 @@ var (
 	// ErrBadSpec is returned for a malformed LaunchSpec (unknown mode, empty
 	// command).
 	ErrBadSpec = errors.New("executor: bad launch spec")
-	// ErrLaunch is returned for any other launch failure (fork or exec failed).
+	// ErrLaunch is returned for any other launch failure: fork or exec
+	// failed, or a step of the init shim did (the message names the step).
 	ErrLaunch = errors.New("executor: launch failed")
+	// ErrNoCgroup is returned when a task needs a cgroup of its own (exec,
+	// or any limit) and the host gives none (not root, no delegation); the
+	// message says why.
+	ErrNoCgroup = errors.New("executor: no cgroup for the task")
+	// ErrLimit wraps a *cgroup.LimitError: a limit whose controller this
+	// host lacks.
+	ErrLimit = errors.New("executor: limit cannot be enforced on this host")
+	// ErrIsolation is returned when an exec task cannot be isolated here
+	// (the executor is not root).
+	ErrIsolation = errors.New("executor: cannot isolate the task")
 )
 
 // Errors returned by the control calls.
@@ -79,6 +90,9 @@ var (
 	ErrNotLaunched = errors.New("executor: task not launched")
 	// ErrTaskExited is returned by Signal after the task has exited.
 	ErrTaskExited = errors.New("executor: task already exited")
+	// ErrNoStats is returned by Stats for a task without a cgroup (the host
+	// gives none) or whose cgroup is gone.
+	ErrNoStats = errors.New("executor: no stats for the task")
 	// ErrClosed is returned by calls on a closed client or after the control
 	// connection was lost.
 	ErrClosed = errors.New("executor: connection closed")

@@ -51,7 +51,7 @@ func TestLaunch_ExitCode(t *testing.T) {
 		t.Fatalf("ReadExitStatus = %+v %v %v", got, ok, err)
 	}
 	out := readFileString(t, filepath.Join(dir, StdoutFile))
-	if want := fmt.Sprintf("hello stdout dir=%s var=task-value\n", dir); out != want {
+	if want := fmt.Sprintf("hello stdout dir=%s var=task-value\n", filepath.Join(dir, TaskLocalDir)); out != want {
 		t.Errorf("stdout %q, want %q", out, want)
 	}
 	if e := readFileString(t, filepath.Join(dir, StderrFile)); e != "hello stderr\n" {
@@ -163,11 +163,11 @@ func TestStop_GrandchildrenLeaveNothing(t *testing.T) {
 		assertNoMarked(t, m)
 	})
 	t.Run("stopped in exec mode", func(t *testing.T) {
+		needIsolation(t)
 		dir := filepath.Join(t.TempDir(), "task")
-		readyPath, ready := fifo(t, dir, "ready")
+		_, readyPath, ready := execFifo(t, dir, "ready")
 		c := spawn(t, m, dir)
-		spec := m.taskSpec(t, "serve", "-ready", readyPath, "-kids", "2", "-escapee")
-		spec.Mode = ModeExec
+		spec := m.execSpec(t, "serve", "-ready", readyPath, "-kids", "2", "-escapee")
 		if _, err := c.Launch(ctx, spec); err != nil {
 			t.Fatal(err)
 		}
@@ -577,8 +577,8 @@ func TestLaunch_ExecCapsApplied(t *testing.T) {
 		wantUID string
 	}{
 		{"root task, chown dropped", func() LaunchSpec {
-			s := m.taskSpec(t, "caps")
-			s.Mode, s.CapDrop = ModeExec, []string{"CAP_CHOWN"}
+			s := m.execSpec(t, "caps")
+			s.CapDrop, s.User = []string{"CAP_CHOWN"}, "root"
 			return s
 		}, map[string]uint64{"CapEff": capMask(withoutChown), "CapPrm": capMask(withoutChown), "CapBnd": capMask(withoutChown), "CapAmb": 0}, "0"},
 		{"nobody task, defaults as ambient", func() LaunchSpec {
@@ -653,7 +653,12 @@ func TestLaunch_TypedErrors(t *testing.T) {
 		{"bad work dir", func(s *LaunchSpec) { s.Dir = "/nonexistent/dir" }, ErrWorkDir},
 		{"work dir is a file", func(s *LaunchSpec) { s.Dir = plain }, ErrWorkDir},
 		{"bad mode", func(s *LaunchSpec) { s.Mode = "docker" }, ErrBadSpec},
-		{"exec mode, not executable", func(s *LaunchSpec) { s.Mode, s.Command = ModeExec, noexec }, ErrNotExecutable},
+		{"exec mode, not executable", func(s *LaunchSpec) {
+			s.Mode, s.Command, s.Chroot = ModeExec, "/bad/garbage", testChroot(t, filepath.Dir(noexec)+":/bad")
+		}, ErrNotExecutable},
+		{"exec mode, missing in the root", func(s *LaunchSpec) {
+			s.Mode, s.Command, s.Chroot = ModeExec, noexec, testChroot(t)
+		}, ErrCommandNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := m.taskSpec(t, "exit", "0")

@@ -24,6 +24,7 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
+	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/fsm"
 )
 
@@ -120,6 +121,63 @@ func (m marker) taskSpec(t testing.TB, mode string, args ...string) LaunchSpec {
 		Args:    append([]string{"task", m.arg(), mode}, args...),
 		Env:     map[string]string{"TETHER_TEST_MARKER": string(m), "TASK_VAR": "task-value", "GORACE": os.Getenv("GORACE")},
 	}
+}
+
+// execSpec runs the test binary as an exec task: the binary's directory is
+// bound into the task's root at /testbin.
+func (m marker) execSpec(t testing.TB, mode string, args ...string) LaunchSpec {
+	s := m.taskSpec(t, mode, args...)
+	bin := testBinary(t)
+	s.Mode = ModeExec
+	s.Command = "/testbin/" + filepath.Base(bin)
+	s.Chroot = testChroot(t, filepath.Dir(bin)+":/testbin")
+	return s
+}
+
+// testChroot is DefaultChroot's entries that exist here, and extra.
+func testChroot(t testing.TB, extra ...string) []string {
+	var out []string
+	for _, e := range DefaultChroot {
+		if _, err := os.Lstat(e); err == nil {
+			out = append(out, e)
+		}
+	}
+	return append(out, extra...)
+}
+
+// needIsolation skips a test on a host where exec tasks cannot run,
+// naming what is missing.
+func needIsolation(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("exec isolation needs root")
+	}
+	needCgroups(t)
+}
+
+// needCgroups skips a test on a host without task cgroups.
+func needCgroups(t testing.TB) cgroup.Host {
+	t.Helper()
+	h, err := cgroup.Probe()
+	if err == nil {
+		err = h.Usable()
+	}
+	if err != nil {
+		t.Skipf("needs task cgroups (root, or a delegated cgroup): %v", err)
+	}
+	return h
+}
+
+// execFifo makes a fifo an exec task (of any user) can open, in the local
+// directory of task directory dir, and returns its path on the host, its
+// path in the task's root and the test's read-write end.
+func execFifo(t *testing.T, dir, name string) (string, string, *os.File) {
+	t.Helper()
+	p, f := fifo(t, filepath.Join(dir, TaskLocalDir), name)
+	if err := os.Chmod(p, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	return p, "/" + TaskLocalDir + "/" + name, f
 }
 
 // checkLeaks fails the test for any live process that carries the marker.

@@ -9,65 +9,139 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
-	"github.com/moby/sys/capability"
-	"golang.org/x/sys/unix"
-
+	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/logs"
 )
 
 // Launch modes.
 const (
-	// ModeExec runs the task with a restricted capability set: the
-	// capabilities in DefaultAllowedCaps ∩ AllowedCaps, plus CapAdd, minus
-	// CapDrop, as its bounding, permitted, effective and inheritable sets
-	// (and ambient for a non-root task).
+	// ModeExec runs the task isolated: in a cgroup of its own; in new PID,
+	// mount, IPC and UTS namespaces (PIDMode and IPCMode "host" opt out of
+	// the first and third); pivoted into a root of read-only bind mounts
+	// (Chroot) and its own writable directories; as nobody unless User is
+	// set; with no new privileges; and with the capabilities
+	// DefaultAllowedCaps ∩ AllowedCaps, minus CapDrop, plus CapAdd, as its
+	// bounding, permitted, effective and inheritable sets (and ambient for
+	// a non-root task). It needs root and task cgroups.
 	ModeExec = "exec"
-	// ModeRawExec runs the command as is, with the executor's capabilities
-	// (or the user's, when User is set). CapAdd and CapDrop are ignored.
+	// ModeRawExec runs the command as is, in a cgroup of its own where the
+	// host allows one (else uncontained, with a warning), with the
+	// executor's user and capabilities, or the user's when User is set.
+	// CapAdd and CapDrop are ignored.
 	ModeRawExec = "raw_exec"
 )
 
+// Host modes for LaunchSpec.PIDMode and IPCMode.
+const ModeHost = "host"
+
 // LaunchSpec describes the task to launch.
 type LaunchSpec struct {
-	Mode    string            `json:"mode"`    // ModeExec or ModeRawExec
-	Command string            `json:"command"` // a path, or a name looked up in Env's PATH (else the executor's)
-	Args    []string          `json:"args,omitempty"`
-	Env     map[string]string `json:"env,omitempty"` // the task's whole environment
-	Dir     string            `json:"dir,omitempty"` // working directory; "" is the task directory; relative to it otherwise
-	User    string            `json:"user,omitempty"`
-	CapAdd  []string          `json:"cap_add,omitempty"`
-	CapDrop []string          `json:"cap_drop,omitempty"`
+	Mode    string   `json:"mode"`    // ModeExec or ModeRawExec
+	Command string   `json:"command"` // a path, or a name looked up in the task's PATH
+	Args    []string `json:"args,omitempty"`
+	// Env is the task file's environment. It is laid over the variables
+	// the executor sets (PATH, HOME, TETHER_TASK_*, and NOMAD_* for a job
+	// file): see TaskEnv.
+	Env map[string]string `json:"env,omitempty"`
+	// Dir is the working directory. "" is the task's own directory
+	// (TaskLocalDir). For raw_exec a relative Dir is relative to it; for
+	// exec Dir is a path inside the task's root, a relative one relative
+	// to /local.
+	Dir string `json:"dir,omitempty"`
+	// User is a user name or uid. "": the executor's own user for
+	// raw_exec, nobody for exec.
+	User    string   `json:"user,omitempty"`
+	CapAdd  []string `json:"cap_add,omitempty"`
+	CapDrop []string `json:"cap_drop,omitempty"`
 	// AllowedCaps is the allow list for CapAdd; nil means DefaultAllowedCaps.
 	AllowedCaps []string `json:"allowed_caps"`
+
+	// Limits are the task cgroup's limits (the task file's resources).
+	Limits cgroup.Limits `json:"limits,omitzero"`
+	// OOMScoreAdj is the task's oom_score_adj; nil means 0.
+	OOMScoreAdj *int `json:"oom_score_adj,omitempty"`
+	// PIDMode and IPCMode are "" (namespaces of the task's own) or
+	// ModeHost; exec only.
+	PIDMode string `json:"pid_mode,omitempty"`
+	IPCMode string `json:"ipc_mode,omitempty"`
+	// Chroot lists what an exec task's root is built from: "SRC" or
+	// "SRC:DST" (DST a path inside the root), each a read-only bind mount
+	// of an existing host path; nil means DefaultChroot.
+	Chroot []string `json:"chroot,omitempty"`
+	// Logs configures the rotation of the task's stdout and stderr; zero
+	// fields take Nomad's defaults (10 files of 10 MB).
+	Logs logs.Config `json:"logs,omitzero"`
+
+	// Name is the task's name (TETHER_TASK_NAME, NOMAD_TASK_NAME); Job and
+	// Group the Nomad job and group of a job file (then NOMAD_* are set).
+	Name  string `json:"name,omitempty"`
+	Job   string `json:"job,omitempty"`
+	Group string `json:"group,omitempty"`
 }
 
 // Status is what the executor knows of its task.
 type Status struct {
-	Launched  bool           `json:"launched"`
-	PID       int            `json:"pid"`
-	StartTime uint64         `json:"start_time"`
-	Exited    bool           `json:"exited"` // the task (its leader) has exited; Wait also waits for the rest of its tree
-	Exit      fsm.ExitStatus `json:"exit"`
+	Launched  bool   `json:"launched"`
+	PID       int    `json:"pid"`
+	StartTime uint64 `json:"start_time"`
+	// Exited: the task (its leader) has exited; Wait also waits for the
+	// rest of its tree.
+	Exited bool           `json:"exited"`
+	Exit   fsm.ExitStatus `json:"exit"`
+	// Warnings are what the launch did differently from what was asked,
+	// for the caller to show once (a raw_exec task that runs uncontained
+	// because the host has no usable cgroups).
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// The task's own directories, below its task directory. An exec task sees
+// them at /local, /secrets, /tmp and /alloc in its root.
+const (
+	TaskLocalDir   = "local"   // its working directory by default, and HOME for exec
+	TaskSecretsDir = "secrets" // 0700
+	TaskTmpDir     = "tmp"
+	TaskAllocDir   = "alloc" // NOMAD_ALLOC_DIR
+	// rootDir is the empty mount point an exec task's root is built on
+	// (in the task's mount namespace only).
+	rootDir = "root"
+)
+
+// taskDirs are the task's writable directories with their modes.
+var taskDirs = []struct {
+	name string
+	mode os.FileMode
+}{
+	{TaskLocalDir, 0o755}, {TaskSecretsDir, 0o700}, {TaskTmpDir, 0o1777}, {TaskAllocDir, 0o755},
 }
 
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// nobody is the user an exec task runs as by default.
+const nobody = "nobody"
 
 // taskUser is a resolved LaunchSpec.User; uid -1 means the executor's own.
 type taskUser struct {
 	uid, gid int
 	groups   []int
+	home     string
 }
 
+func (tu taskUser) set() bool { return tu.uid >= 0 }
+
+// lookupUser resolves a user name or uid. "" is the executor's own user.
 func lookupUser(name string) (taskUser, error) {
 	if name == "" {
-		return taskUser{uid: -1, gid: -1}, nil
+		tu := taskUser{uid: -1, gid: -1, home: os.Getenv("HOME")}
+		if u, err := user.LookupId(strconv.Itoa(os.Geteuid())); err == nil && u.HomeDir != "" {
+			tu.home = u.HomeDir
+		}
+		return tu, nil
 	}
 	var u *user.User
 	var err error
@@ -77,6 +151,10 @@ func lookupUser(name string) (taskUser, error) {
 		u, err = user.Lookup(name)
 	}
 	if err != nil {
+		if name == nobody || name == "65534" {
+			// A host without a nobody entry still has the overflow uid.
+			return taskUser{uid: 65534, gid: 65534, home: "/"}, nil
+		}
 		return taskUser{}, fmt.Errorf("%w: %q: %w", ErrUnknownUser, name, err)
 	}
 	uid, err1 := strconv.Atoi(u.Uid)
@@ -84,7 +162,7 @@ func lookupUser(name string) (taskUser, error) {
 	if err1 != nil || err2 != nil {
 		return taskUser{}, fmt.Errorf("%w: %q has no numeric uid/gid", ErrUnknownUser, name)
 	}
-	tu := taskUser{uid: uid, gid: gid}
+	tu := taskUser{uid: uid, gid: gid, home: u.HomeDir}
 	if ids, err := u.GroupIds(); err == nil {
 		for _, g := range ids {
 			if n, err := strconv.Atoi(g); err == nil {
@@ -93,6 +171,23 @@ func lookupUser(name string) (taskUser, error) {
 		}
 	}
 	return tu, nil
+}
+
+// userOf is the user a task of spec runs as: exec defaults to nobody.
+func userOf(spec LaunchSpec) (taskUser, error) {
+	name := spec.User
+	if name == "" && spec.Mode == ModeExec {
+		name = nobody
+	}
+	return lookupUser(name)
+}
+
+// ValidateUser checks that name (a user name or uid) exists on this host,
+// as a launch would: the driver runs it before spawning anything. "" is
+// fine (the executor's own user, or nobody for exec).
+func ValidateUser(name string) error {
+	_, err := lookupUser(name)
+	return err
 }
 
 // resolveCommand finds the executable the way execvp would, telling a
@@ -166,242 +261,118 @@ func envList(env map[string]string) []string {
 	return out
 }
 
-// startTask starts the task as a child of the executor, in its own process
-// group, with stdout and stderr going to files in the task directory. In
-// exec mode the child is this binary in shim mode, which sets the
-// capabilities and the user on its one thread and then execs the task.
-func (s *server) startTask(spec LaunchSpec) (int, uint64, error) {
-	if spec.Mode != ModeExec && spec.Mode != ModeRawExec {
-		return 0, 0, fmt.Errorf("%w: mode %q (want %q or %q)", ErrBadSpec, spec.Mode, ModeExec, ModeRawExec)
+// taskPaths are where a task finds its directories: host paths for
+// raw_exec, paths inside its root for exec.
+type taskPaths struct{ local, secrets, tmp, alloc string }
+
+func pathsFor(mode, taskDir string) taskPaths {
+	if mode == ModeExec {
+		return taskPaths{"/" + TaskLocalDir, "/" + TaskSecretsDir, "/" + TaskTmpDir, "/" + TaskAllocDir}
 	}
-	if spec.Command == "" {
-		return 0, 0, fmt.Errorf("%w: empty command", ErrBadSpec)
+	j := func(n string) string { return filepath.Join(taskDir, n) }
+	return taskPaths{j(TaskLocalDir), j(TaskSecretsDir), j(TaskTmpDir), j(TaskAllocDir)}
+}
+
+// TaskEnv is the environment a task of spec gets from an executor of
+// taskDir running it as a user whose home is home: PATH (a default when
+// the spec has none: the executor's own PATH for raw_exec, a standard one
+// for exec), HOME (the user's; /local for exec), TETHER_TASK_ID (the task
+// directory's name), TETHER_TASK_NAME, TETHER_TASK_DIR (its local
+// directory), and for a job file (Job set) Nomad's NOMAD_TASK_NAME,
+// NOMAD_TASK_DIR, NOMAD_ALLOC_DIR, NOMAD_SECRETS_DIR, NOMAD_JOB_NAME,
+// NOMAD_GROUP_NAME and, for the limits that are set, NOMAD_MEMORY_LIMIT,
+// NOMAD_MEMORY_MAX_LIMIT and NOMAD_CPU_LIMIT. The spec's Env overrides any
+// of them.
+func TaskEnv(spec LaunchSpec, taskDir, home string) map[string]string {
+	p := pathsFor(spec.Mode, taskDir)
+	id := filepath.Base(taskDir)
+	name := spec.Name
+	if name == "" {
+		name = id
 	}
-	dir := spec.Dir
-	if dir == "" {
-		dir = s.taskDir
-	} else if !filepath.IsAbs(dir) {
-		dir = filepath.Join(s.taskDir, dir)
+	env := map[string]string{
+		"PATH":             defaultPath,
+		"HOME":             home,
+		"TETHER_TASK_ID":   id,
+		"TETHER_TASK_NAME": name,
+		"TETHER_TASK_DIR":  p.local,
 	}
-	if fi, err := os.Stat(dir); err != nil {
-		return 0, 0, fmt.Errorf("%w: %w", ErrWorkDir, err)
-	} else if !fi.IsDir() {
-		return 0, 0, fmt.Errorf("%w: %s is not a directory", ErrWorkDir, dir)
-	}
-	var caps []capability.Cap
 	if spec.Mode == ModeExec {
-		var err error
-		if caps, err = resolveCaps(spec.CapAdd, spec.CapDrop, spec.AllowedCaps); err != nil {
-			return 0, 0, err
+		env["HOME"] = p.local
+	} else if own := os.Getenv("PATH"); own != "" {
+		env["PATH"] = own
+	}
+	if env["HOME"] == "" {
+		env["HOME"] = p.local
+	}
+	if spec.Job != "" {
+		env["NOMAD_JOB_NAME"] = spec.Job
+		env["NOMAD_GROUP_NAME"] = spec.Group
+		env["NOMAD_TASK_NAME"] = name
+		env["NOMAD_TASK_DIR"] = p.local
+		env["NOMAD_ALLOC_DIR"] = p.alloc
+		env["NOMAD_SECRETS_DIR"] = p.secrets
+		if spec.Limits.Memory > 0 {
+			env["NOMAD_MEMORY_LIMIT"] = strconv.FormatInt(spec.Limits.Memory, 10)
+		}
+		if spec.Limits.MemoryMax > 0 {
+			env["NOMAD_MEMORY_MAX_LIMIT"] = strconv.FormatInt(spec.Limits.MemoryMax, 10)
+		}
+		if spec.Limits.CPU > 0 {
+			env["NOMAD_CPU_LIMIT"] = strconv.FormatInt(spec.Limits.CPU, 10)
 		}
 	}
-	tu, err := lookupUser(spec.User)
-	if err != nil {
-		return 0, 0, err
+	for k, v := range spec.Env {
+		env[k] = v
 	}
-	if euid := os.Geteuid(); tu.uid >= 0 && euid != 0 && tu.uid != euid {
-		return 0, 0, fmt.Errorf("%w: an executor running as uid %d cannot run a task as uid %d", ErrLaunch, euid, tu.uid)
-	}
-	pathEnv, ok := spec.Env["PATH"]
-	if !ok {
-		pathEnv = os.Getenv("PATH")
-	}
-	path, err := resolveCommand(spec.Command, dir, pathEnv)
-	if err != nil {
-		return 0, 0, err
-	}
+	return env
+}
 
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		return 0, 0, fmt.Errorf("%w: %w", ErrLaunch, err)
-	}
-	defer devnull.Close()
-	var outs [2]*os.File
-	for i, name := range []string{StdoutFile, StderrFile} {
-		f, err := os.OpenFile(filepath.Join(s.taskDir, name), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+// prepareTaskDirs makes the task's writable directories (and, for exec,
+// the empty mount point of its root) in taskDir, owned by the task's user.
+// An existing entry that is not a directory of its own (a symbolic link a
+// raw_exec task planted) is an error.
+func prepareTaskDirs(taskDir string, tu taskUser, exec bool) error {
+	mk := func(name string, mode os.FileMode, chown bool) error {
+		p := filepath.Join(taskDir, name)
+		if err := os.Mkdir(p, mode); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("%w: create %s: %w", ErrWorkDir, p, err)
+		}
+		fi, err := os.Lstat(p)
 		if err != nil {
-			return 0, 0, fmt.Errorf("%w: %w", ErrLaunch, err)
+			return fmt.Errorf("%w: %s: %w", ErrWorkDir, p, err)
 		}
-		defer f.Close()
-		if tu.uid >= 0 {
-			_ = f.Chown(tu.uid, tu.gid)
+		if !fi.IsDir() {
+			return fmt.Errorf("%w: %s is not a directory (%s); remove it", ErrWorkDir, p, fi.Mode().Type())
 		}
-		outs[i] = f
-	}
-	argv := append([]string{spec.Command}, spec.Args...)
-	sys := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	files := []uintptr{devnull.Fd(), outs[0].Fd(), outs[1].Fd()}
-	exe := path
-
-	var errR, errW *os.File
-	if spec.Mode == ModeExec {
-		if s.prefix == nil {
-			return 0, 0, fmt.Errorf("%w: exec mode needs Serve called with a tail of os.Args", ErrLaunch)
+		if err := os.Chmod(p, mode); err != nil {
+			return fmt.Errorf("%w: chmod %s: %w", ErrWorkDir, p, err)
 		}
-		r, w, err := os.Pipe()
-		if err != nil {
-			return 0, 0, fmt.Errorf("%w: %w", ErrLaunch, err)
-		}
-		defer r.Close()
-		defer w.Close()
-		errR, errW = r, w
-		files = append(files, w.Fd())
-		exe = "/proc/self/exe"
-		argv = shimArgv(s.prefix, caps, tu, path, argv)
-	} else if tu.uid >= 0 {
-		sys.Credential = &syscall.Credential{Uid: uint32(tu.uid), Gid: uint32(tu.gid), Groups: toU32(tu.groups)}
-	}
-	pid, err := syscall.ForkExec(exe, argv, &syscall.ProcAttr{Dir: dir, Env: envList(spec.Env), Files: files, Sys: sys})
-	if err != nil {
-		return 0, 0, execErr(path, err)
-	}
-	start, serr := ProcStartTime(pid) // our unreaped child: the pid cannot be reused yet
-	if errR != nil {
-		errW.Close() // or the read never sees EOF
-		if err := shimResult(errR); err != nil {
-			return 0, 0, err // the shim exited; reap collects it
-		}
-	}
-	if serr != nil {
-		return 0, 0, fmt.Errorf("%w: %w", ErrLaunch, serr)
-	}
-	return pid, start, nil
-}
-
-func toU32(in []int) []uint32 {
-	out := make([]uint32, len(in))
-	for i, v := range in {
-		out[i] = uint32(v)
-	}
-	return out
-}
-
-// shimResult waits for the shim's verdict: EOF with nothing written means the
-// exec succeeded (the pipe is close-on-exec in the shim); otherwise the shim
-// wrote why it failed.
-func shimResult(r *os.File) error {
-	_ = r.SetReadDeadline(time.Now().Add(10 * time.Second))
-	var w wireError
-	err := readFrame(r, &w)
-	switch {
-	case err == nil:
-		return w.err()
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return fmt.Errorf("%w: shim gave no verdict", ErrLaunch)
-	default:
-		return nil // EOF: exec happened
-	}
-}
-
-const shimFlag = "-shim"
-
-// shimArgv builds the argv that re-executes this binary as the shim:
-// prefix, -shim, caps mask, uid, gid, groups, then the task's path and argv.
-func shimArgv(prefix []string, caps []capability.Cap, tu taskUser, path string, argv []string) []string {
-	groups := make([]string, len(tu.groups))
-	for i, g := range tu.groups {
-		groups[i] = strconv.Itoa(g)
-	}
-	out := slices.Clone(prefix)
-	out = append(out, shimFlag,
-		strconv.FormatUint(capMask(caps), 16),
-		strconv.Itoa(tu.uid), strconv.Itoa(tu.gid), strings.Join(groups, ","),
-		path)
-	return append(out, argv...)
-}
-
-// runShim is the init mode: on one locked thread it drops the bounding set,
-// switches user (keeping capabilities), sets the permitted, effective,
-// inheritable and ambient sets, and execs the task. Failures are reported on
-// descriptor 3, which is close-on-exec, so the executor reads EOF on success.
-func runShim(args []string) int {
-	report := os.NewFile(3, "shim-report")
-	unix.CloseOnExec(3)
-	fail := func(err error) int {
-		_ = writeFrame(report, toWire(err))
-		return 127
-	}
-	if len(args) < 6 {
-		return fail(fmt.Errorf("%w: shim needs mask, uid, gid, groups, path, argv", ErrLaunch))
-	}
-	mask, err1 := strconv.ParseUint(args[0], 16, 64)
-	uid, err2 := strconv.Atoi(args[1])
-	gid, err3 := strconv.Atoi(args[2])
-	if err := errors.Join(err1, err2, err3); err != nil {
-		return fail(fmt.Errorf("%w: shim arguments: %w", ErrLaunch, err))
-	}
-	var groups []int
-	if args[3] != "" {
-		for g := range strings.SplitSeq(args[3], ",") {
-			n, err := strconv.Atoi(g)
-			if err != nil {
-				return fail(fmt.Errorf("%w: shim groups: %w", ErrLaunch, err))
+		if chown && tu.set() {
+			if err := os.Lchown(p, tu.uid, tu.gid); err != nil {
+				return fmt.Errorf("%w: chown %s to %d:%d: %w", ErrWorkDir, p, tu.uid, tu.gid, err)
 			}
-			groups = append(groups, n)
+		}
+		return nil
+	}
+	for _, d := range taskDirs {
+		if err := mk(d.name, d.mode, true); err != nil {
+			return err
 		}
 	}
-	path, argv := args[4], args[5:]
-	if err := applyCaps(capsFromMask(mask), uid, gid, groups); err != nil {
-		return fail(fmt.Errorf("%w: %w", ErrLaunch, err))
-	}
-	err := syscall.Exec(path, argv, os.Environ())
-	return fail(execErr(path, err))
-}
-
-// applyCaps must run on a locked thread that then execs: capability sets,
-// the bounding set and (with raw syscalls) the credentials are per thread.
-func applyCaps(caps []capability.Cap, uid, gid int, groups []int) error {
-	runtime.LockOSThread() // never unlocked: the thread execs or the process exits
-	if os.Geteuid() != 0 {
-		return nil // an unprivileged executor can grant nothing; the task inherits its (empty) sets
-	}
-	ppid := os.Getppid()
-	c, err := capability.NewPid2(0)
-	if err != nil {
-		return err
-	}
-	c.Clear(capability.CAPS | capability.BOUNDS | capability.AMBS)
-	c.Set(capability.BOUNDING, caps...)
-	if err := c.Apply(capability.BOUNDS); err != nil {
-		return fmt.Errorf("drop bounding set: %w", err)
-	}
-	if uid >= 0 && uid != 0 {
-		if err := unix.Prctl(unix.PR_SET_KEEPCAPS, 1, 0, 0, 0); err != nil {
-			return fmt.Errorf("keepcaps: %w", err)
-		}
-		if err := unix.Setgroups(groups); err != nil { // a raw, per-thread syscall
-			return fmt.Errorf("setgroups: %w", err)
-		}
-		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), uintptr(gid)); e != 0 {
-			return fmt.Errorf("setresgid: %w", e)
-		}
-		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
-			return fmt.Errorf("setresuid: %w", e)
-		}
-		// A credential change clears the parent-death signal; set it again
-		// and make sure the executor did not die meanwhile.
-		if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0, 0, 0); err != nil {
-			return fmt.Errorf("pdeathsig: %w", err)
-		}
-		if os.Getppid() != ppid {
-			return errors.New("executor died during launch")
-		}
-	} else if uid == 0 && gid >= 0 {
-		if err := unix.Setgroups(groups); err != nil {
-			return fmt.Errorf("setgroups: %w", err)
-		}
-		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), uintptr(gid)); e != 0 {
-			return fmt.Errorf("setresgid: %w", e)
-		}
-	}
-	c.Set(capability.PERMITTED|capability.EFFECTIVE|capability.INHERITABLE, caps...)
-	kind := capability.CAPS
-	if uid > 0 {
-		c.Set(capability.AMBIENT, caps...)
-		kind |= capability.AMBS
-	}
-	if err := c.Apply(kind); err != nil {
-		return fmt.Errorf("set capabilities: %w", err)
+	if exec {
+		return mk(rootDir, 0o700, false)
 	}
 	return nil
+}
+
+// logsConfig fills a spec's logs block with Nomad's defaults.
+func logsConfig(c logs.Config) logs.Config {
+	if c.MaxFiles == 0 {
+		c.MaxFiles = logs.DefaultMaxFiles
+	}
+	if c.MaxFileSizeMB == 0 {
+		c.MaxFileSizeMB = logs.DefaultMaxFileSizeMB
+	}
+	return c
 }

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/fsm"
 )
 
@@ -441,6 +442,16 @@ func FindByNonce(taskDir, nonce string) (fsm.Identity, bool, error) {
 	})
 	if err != nil {
 		return fsm.Identity{}, false, err
+	}
+	if ok {
+		// The cgroup the executor announced, as it computed it (its own
+		// cgroups, the task and the nonce), so that its task can be
+		// killed by cgroup too.
+		if h, err := cgroup.ProbeFor(found.PID); err == nil && h.Usable() == nil {
+			if loc, err := cgroup.LocationFor(h, filepath.Base(dir), nonce); err == nil {
+				found.Cgroup = loc.String()
+			}
+		}
 	}
 	return found, ok, nil
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/fsm"
 )
 
@@ -22,7 +23,10 @@ import (
 // answers each with a response carrying the same id, in any order (a wait
 // answers when the task has exited). The first request on a connection must
 // be a hello with the protocol version and the executor's nonce.
-const ProtocolVersion = 2
+//
+// Version 3 added the stats request, the launch's containment, isolation
+// and logs fields, and the launch reply's warnings.
+const ProtocolVersion = 3
 
 const maxFrame = 1 << 20
 
@@ -37,6 +41,7 @@ const (
 	opSignal
 	opStop
 	opShutdown
+	opStats
 )
 
 func (o op) String() string {
@@ -55,6 +60,8 @@ func (o op) String() string {
 		return "stop"
 	case opShutdown:
 		return "shutdown"
+	case opStats:
+		return "stats"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
@@ -75,6 +82,7 @@ type response struct {
 	Version  int           `json:"version,omitempty"`  // hello
 	Identity *fsm.Identity `json:"identity,omitempty"` // hello
 	Status   *Status       `json:"status,omitempty"`   // launch, status, wait, stop
+	Stats    *cgroup.Stats `json:"stats,omitempty"`    // stats
 }
 
 // errCode is the wire name of a named error.
@@ -96,6 +104,10 @@ const (
 	codeNonceMismatch
 	codeProtocol
 	codeUnknownCap
+	codeNoCgroup
+	codeLimit
+	codeIsolation
+	codeNoStats
 )
 
 // wireErrors maps codes to named errors; the index is the code.
@@ -115,6 +127,10 @@ var wireErrors = [...]error{
 	codeNonceMismatch:   ErrNonceMismatch,
 	codeProtocol:        ErrProtocol,
 	codeUnknownCap:      ErrUnknownCap,
+	codeNoCgroup:        ErrNoCgroup,
+	codeLimit:           ErrLimit,
+	codeIsolation:       ErrIsolation,
+	codeNoStats:         ErrNoStats,
 }
 
 type wireError struct {

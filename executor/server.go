@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
+	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/fsm"
 )
 
@@ -121,11 +122,29 @@ type server struct {
 	shutdown   bool
 	complete   bool
 	exitCode   int
+
+	// Containment (see contain.go): the host's layout, the task cgroup's
+	// location (zero, with noCgroup saying why, when the host gives
+	// none), the cgroup once created, and its kill in flight.
+	host      cgroup.Host
+	loc       cgroup.Location
+	noCgroup  error
+	cg        *cgroup.Cgroup
+	cgKilling bool
+	cgKilled  chan error
+	cgEmpty   bool
+	cgTries   int
+	cgGaveUp  bool
+
+	// The task's output streams, and the bound on their last copies.
+	outs     []*output
+	outTimer *time.Timer
 }
 
 type taskState struct {
 	pid    int
 	start  uint64
+	nsInit bool // pid 1 of a PID namespace of its own
 	exited bool
 	exit   fsm.ExitStatus
 }
@@ -172,6 +191,7 @@ func newServer(log hclog.Logger, dir, nonce string, prefix []string) (*server, e
 		gone:     make(chan *sconn),
 		quit:     make(chan struct{}),
 		conns:    map[*sconn]bool{},
+		cgKilled: make(chan error, 1),
 	}
 	if sid, err := unix.Getsid(0); err == nil && sid == s.self {
 		s.ownSess = true
@@ -194,6 +214,14 @@ func newServer(log hclog.Logger, dir, nonce string, prefix []string) (*server, e
 		return nil, err
 	}
 	s.id = fsm.Identity{PID: s.self, StartTime: start, BootID: boot, Nonce: nonce, Socket: socketPath(dir)}
+	// Where the task will be contained is part of the identity, so the
+	// driver records it before the cgroup exists.
+	s.host, s.loc, s.noCgroup = probeContainment(dir, nonce)
+	if s.noCgroup == nil {
+		s.id.Cgroup = s.loc.String()
+	} else {
+		s.log.Warn("no task cgroup on this host: exec tasks are refused, raw_exec tasks run uncontained", "err", s.noCgroup)
+	}
 
 	sp, dfd, err := shortPath(s.id.Socket)
 	if err != nil {
@@ -236,9 +264,16 @@ func (s *server) run(lease time.Duration) int {
 	s.log.Info("executor ready", "socket", s.id.Socket)
 
 	for !s.complete {
-		var killC <-chan time.Time
+		var killC, outC <-chan time.Time
 		if s.killTimer != nil {
 			killC = s.killTimer.C
+		}
+		if s.outTimer != nil {
+			outC = s.outTimer.C
+		}
+		var out0, out1 <-chan struct{}
+		if len(s.outs) == 2 {
+			out0, out1 = s.outs[0].doneC(), s.outs[1].doneC()
 		}
 		select {
 		case <-sigchld:
@@ -262,8 +297,20 @@ func (s *server) run(lease time.Duration) int {
 			}
 		case <-killC:
 			s.killTimer = nil
-			s.log.Info("stop grace expired, killing the task group")
+			s.log.Info("stop grace expired, killing the task")
 			s.killAll()
+		case err := <-s.cgKilled:
+			s.cgroupKilled(err)
+		case <-out0:
+			s.finishOutput(s.outs[0])
+			s.reap()
+		case <-out1:
+			s.finishOutput(s.outs[1])
+			s.reap()
+		case <-outC:
+			s.outTimer = nil
+			s.log.Warn("the task's output pipes are still open after its whole tree ended; cutting the copies")
+			s.cutOutput()
 		}
 	}
 	return s.close()
@@ -429,20 +476,22 @@ func (s *server) handle(sc *sconn, req request) {
 			s.send(sc, response{ID: req.ID, Err: toWire(fmt.Errorf("%w: executor shutting down or no spec", ErrBadSpec))})
 			return
 		}
-		pid, start, err := s.startTask(*req.Spec)
+		l, err := s.startTask(*req.Spec)
 		if err != nil {
 			s.log.Warn("launch failed", "err", err)
 			s.send(sc, response{ID: req.ID, Err: toWire(err)})
 			return
 		}
-		s.task = &taskState{pid: pid, start: start}
-		rec := LaunchRecord{Nonce: s.nonce, BootID: s.id.BootID, PID: pid, StartTime: start}
+		s.task = &taskState{pid: l.pid, start: l.start, nsInit: l.nsInit}
+		s.outs = l.outs
+		rec := LaunchRecord{Nonce: s.nonce, BootID: s.id.BootID, PID: l.pid, StartTime: l.start}
 		if err := writeFile(s.taskDir, LaunchFile, rec, false); err != nil {
 			s.log.Warn("writing the launch record failed", "err", err)
 		}
-		s.log.Info("task launched", "task_pid", pid, "command", req.Spec.Command)
+		s.log.Info("task launched", "task_pid", l.pid, "command", req.Spec.Command, "mode", req.Spec.Mode, "cgroup", s.cg != nil)
 		s.reap() // it may already have exited
 		st := s.status()
+		st.Warnings = l.warnings
 		s.send(sc, response{ID: req.ID, Status: &st})
 	case opStatus:
 		st := s.status()
@@ -470,15 +519,29 @@ func (s *server) handle(sc *sconn, req request) {
 			return
 		}
 		if !s.task.exited {
-			if req.Signal > 0 {
-				s.signalGroup(syscall.Signal(req.Signal))
+			sig := syscall.Signal(req.Signal)
+			switch {
+			case sig > 0 && s.undeliverable(sig):
+				s.log.Info("the task is its PID namespace's init, does not catch the stop signal and is alone: killing it now", "signal", sig)
+				s.killAll()
+			case sig > 0:
+				s.signalGroup(sig)
+				s.armKill(req.Grace)
+			default:
+				s.armKill(req.Grace)
 			}
-			s.armKill(req.Grace)
 		}
 		s.waitFor(sc, req.ID)
 	case opShutdown:
 		s.waiters = append(s.waiters, waiter{sc, req.ID})
 		s.beginShutdown()
+	case opStats:
+		st, err := s.stats()
+		if err != nil {
+			s.send(sc, response{ID: req.ID, Err: toWire(err)})
+			return
+		}
+		s.send(sc, response{ID: req.ID, Stats: &st})
 	default:
 		s.send(sc, response{ID: req.ID, Err: toWire(fmt.Errorf("%w: unknown op %v", ErrProtocol, req.Op))})
 	}
@@ -489,6 +552,23 @@ func (s *server) status() Status {
 		return Status{}
 	}
 	return Status{Launched: true, PID: s.task.pid, StartTime: s.task.start, Exited: s.task.exited, Exit: s.task.exit}
+}
+
+// stats reads the task cgroup's figures.
+func (s *server) stats() (cgroup.Stats, error) {
+	switch {
+	case s.task == nil:
+		return cgroup.Stats{}, ErrNotLaunched
+	case s.cg == nil && s.noCgroup != nil:
+		return cgroup.Stats{}, fmt.Errorf("%w: the task has no cgroup: %w", ErrNoStats, s.noCgroup)
+	case s.cg == nil:
+		return cgroup.Stats{}, fmt.Errorf("%w: the task has ended and its cgroup is gone", ErrNoStats)
+	}
+	st, err := s.cg.Stats()
+	if err != nil {
+		return cgroup.Stats{}, fmt.Errorf("%w: %w", ErrNoStats, err)
+	}
+	return st, nil
 }
 
 func (s *server) checkRunning() error {
@@ -549,11 +629,15 @@ func (s *server) signalGroup(sig syscall.Signal) {
 	}
 }
 
-// killAll SIGKILLs every descendant the executor can see: its children
-// (the task and reparented orphans) and every member of its session (the
-// task's group and their children). Deeper descendants surface as children
-// when their parents die; reap calls killAll again until none is left.
+// killAll kills the task's cgroup (in the background: see killCgroup), and
+// SIGKILLs every descendant the executor can see: its children (the task
+// and reparented orphans) and every member of its session (the task's
+// group and their children). Deeper descendants surface as children when
+// their parents die; reap calls killAll again until none is left. Where
+// there is no cgroup, a descendant that left the session is out of reach
+// once its parent died.
 func (s *server) killAll() {
+	s.killCgroup()
 	self, own := s.self, s.ownSess
 	fds, err := signalMatching(syscall.SIGKILL, func(pid int, st procStat) bool {
 		return pid != self && (st.PPID == self || (own && st.SID == self) || (s.task != nil && st.PGID == s.task.pid))
@@ -564,8 +648,8 @@ func (s *server) killAll() {
 	}
 }
 
-// reap collects every child that exited. Once the task has exited it kills
-// what is left of its tree, and when no child remains it completes.
+// reap collects every child that exited. Once the task has exited it
+// drains what is left of it (see drain).
 func (s *server) reap() {
 	for {
 		var ws unix.WaitStatus
@@ -596,11 +680,26 @@ func (s *server) reap() {
 	if s.task == nil || !s.task.exited {
 		return
 	}
-	if !s.noChildren {
+	s.drain()
+}
+
+// drain runs once the task (its leader) has exited, and again on every
+// step it waits for: kill everything left in its cgroup and confirm it
+// empty; kill and reap every child left; let the copies of its output reach
+// the end of their pipes; then complete.
+func (s *server) drain() {
+	switch {
+	case s.cg != nil && !s.cgEmpty && !s.cgGaveUp:
+		s.killCgroup()
+	case !s.noChildren:
 		s.killAll()
-		return
+	case !s.outputDone():
+		if s.outTimer == nil {
+			s.outTimer = time.NewTimer(outputGrace)
+		}
+	default:
+		s.completeTask()
 	}
-	s.completeTask()
 }
 
 func exitOf(ws unix.WaitStatus) fsm.ExitStatus {
@@ -610,13 +709,25 @@ func exitOf(ws unix.WaitStatus) fsm.ExitStatus {
 	return fsm.ExitStatus{Code: ws.ExitStatus()}
 }
 
-// completeTask runs once the task exited and its whole tree is gone: record
-// the exit status on disk, answer every waiter, exit.
+// completeTask runs once the task exited, its cgroup is empty, its whole
+// tree is gone and its output copied: read the OOM kill count, remove the
+// cgroup, record the exit status on disk, answer every waiter, exit.
 func (s *server) completeTask() {
 	if s.killTimer != nil {
 		s.killTimer.Stop()
 		s.killTimer = nil
 	}
+	if s.outTimer != nil {
+		s.outTimer.Stop()
+		s.outTimer = nil
+	}
+	if s.oomKilled() {
+		s.task.exit.OOM = true
+	}
+	if !s.cgGaveUp {
+		s.removeCgroup()
+	}
+	s.release()
 	rec := ExitRecord{Exit: s.task.exit, Nonce: s.nonce, BootID: s.id.BootID, PID: s.task.pid, StartTime: s.task.start}
 	code := 0
 	if err := writeFileAtomic(s.taskDir, ExitStatusFile, rec); err != nil {
@@ -628,6 +739,10 @@ func (s *server) completeTask() {
 
 // finish answers every waiter with the final status and ends the loop.
 func (s *server) finish(code int) {
+	if s.task == nil {
+		s.removeCgroup()
+		s.release()
+	}
 	st := s.status()
 	for _, w := range s.waiters {
 		s.send(w.c, response{ID: w.id, Status: &st})

@@ -1,0 +1,190 @@
+package driver
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/cgroup"
+	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/fsm"
+)
+
+// needCgroups skips a test on a host where this process cannot make task
+// cgroups, naming what is missing.
+func needCgroups(t testing.TB) cgroup.Host {
+	t.Helper()
+	h, err := cgroup.Probe()
+	if err != nil {
+		t.Skipf("needs cgroups: %v", err)
+	}
+	if err := h.Usable(); err != nil {
+		t.Skipf("needs task cgroups (root or a delegated cgroup): %v", err)
+	}
+	return h
+}
+
+func needBinaries(t testing.TB, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		if _, err := os.Stat(n); err != nil {
+			t.Skipf("needs %s: %v", n, err)
+		}
+	}
+}
+
+// randomDigits is a random decimal string, to tag processes (sleep 301.N)
+// that carry no other marker.
+func randomDigits(t testing.TB) string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return strconv.FormatUint(binary.BigEndian.Uint64(b[:])>>20, 10)
+}
+
+// openFifo makes a fifo in dir and opens it read-write, so that a writer's
+// open never blocks and a read honours deadlines.
+func openFifo(t *testing.T, dir string) (string, *os.File) {
+	t.Helper()
+	p := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(p, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return p, f
+}
+
+func readLineDeadline(t *testing.T, f *os.File) string {
+	t.Helper()
+	if err := f.SetReadDeadline(time.Now().Add(20 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(f).ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading %s: %v", f.Name(), err)
+	}
+	return strings.TrimSpace(line)
+}
+
+// alive reports whether pid is a live (non-zombie) process started at
+// start.
+func alive(pid int, start uint64) bool {
+	ok, err := executor.Alive(fsm.Identity{PID: pid, StartTime: start})
+	return err == nil && ok
+}
+
+// TestRecover_SetsidDescendantOfKilledExecutorIsKilled is the regression
+// for the leak of issue 12 (Nomad issue 24219): a raw_exec task
+// `sh -c 'setsid sleep 301 & exec sleep 302'` whose executor is SIGKILLed
+// leaves the setsid'd sleep outside the task's process group; a process
+// group kill misses it, so before the task cgroup it lived on, reparented,
+// after Recover had recorded the task lost. Now Recover kills the task's
+// cgroup from the log and nothing of the task is left.
+func TestRecover_SetsidDescendantOfKilledExecutorIsKilled(t *testing.T) {
+	needCgroups(t)
+	needBinaries(t, "/bin/sh", "/usr/bin/setsid", "/bin/sleep")
+	dir := stateDir(t)
+	fifo, rd := openFifo(t, t.TempDir())
+	suffix := randomDigits(t)
+	d := newDriver(t, dir, Hooks{})
+	ctx := ctxT(t)
+	// The descendant reports its pid once it has left the session (setsid
+	// runs the inner sh), then becomes sleep 301.
+	script := fmt.Sprintf("setsid sh -c 'echo $$ > %s; exec sleep 301.%s' & exec sleep 302.%s", fifo, suffix, suffix)
+	st, err := d.StartTask(ctx, "leaky", fsm.Spec{Driver: "raw_exec", Command: "/bin/sh", Args: []string{"-c", script, dir}})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, f := range []string{"stdout.log", "stderr.log", "executor.log"} {
+				b, _ := os.ReadFile(filepath.Join(d.TaskDir("leaky"), f))
+				t.Logf("%s:\n%s", f, b)
+			}
+		}
+	})
+	escapee, err := strconv.Atoi(readLineDeadline(t, rd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	escStart, err := executor.ProcStartTime(escapee)
+	if err != nil {
+		t.Fatalf("the setsid'd sleep: %v", err)
+	}
+	if sid, _ := unix.Getsid(escapee); sid != escapee {
+		t.Fatalf("the descendant did not leave the task's session: sid %d", sid)
+	}
+	if st.Executor == nil || st.Executor.Cgroup == "" {
+		t.Errorf("executor-up recorded no cgroup: %+v", st.Executor)
+	}
+	// The driver goes away (as a CLI command does), then the executor is
+	// SIGKILLed behind its back.
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := executor.Kill(ctx, *st.Executor); err != nil {
+		t.Fatal(err)
+	}
+
+	d2 := newDriver(t, dir, Hooks{})
+	defer d2.Close()
+	if _, err := d2.Recover(ctx); err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	final, err := d2.InspectTask(ctx, "leaky")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final.State != fsm.StateLost {
+		t.Errorf("task %s after recover, want lost", final.State)
+	}
+	if alive(escapee, escStart) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", escapee))
+		_ = syscall.Kill(escapee, syscall.SIGKILL)
+		t.Fatalf("the setsid'd descendant %d (%q) outlived Recover: the task is %s", escapee, strings.ReplaceAll(string(b), "\x00", " "), final.State)
+	}
+	if final.TaskPID != 0 && alive(final.TaskPID, final.TaskStartTime) {
+		t.Errorf("the task's main process %d is alive", final.TaskPID)
+	}
+	for _, p := range liveWith(suffix) {
+		t.Errorf("left in /proc: %s", p)
+	}
+	checkCgroupGone(t, final.Task)
+}
+
+// checkCgroupGone checks that a terminal task's cgroup no longer exists in
+// any hierarchy.
+func checkCgroupGone(t *testing.T, st fsm.Task) {
+	t.Helper()
+	if st.Executor == nil || st.Executor.Cgroup == "" {
+		return
+	}
+	h, err := cgroup.Probe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg, err := cgroup.OpenRecorded(h, st.Executor.Cgroup, st.ID, st.Executor.Nonce)
+	if err != nil {
+		t.Fatalf("recorded cgroup: %v", err)
+	}
+	for key, d := range cg.Dirs() {
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("task %s is %s but its %s cgroup %s is still there", st.ID, st.State, key, d)
+		}
+	}
+}

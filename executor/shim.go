@@ -1,0 +1,280 @@
+//go:build linux
+
+package executor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/moby/sys/capability"
+	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/cgroup"
+)
+
+// The init shim is this binary again, re-executed by the executor with
+// shimFlag, between clone and the task's exec: every task, raw_exec and
+// exec, starts through it, so that nothing of the task runs before it is
+// in its cgroup. On one locked thread it
+//
+//  1. joins the task's cgroup (every hierarchy);
+//  2. sets oom_score_adj (0 unless the task sets it);
+//  3. for exec, builds the task's root and pivots into it (it was cloned
+//     into new mount, PID, IPC and UTS namespaces);
+//  4. changes to the working directory, still as root, so that a task
+//     with a user starts in its own directory even though it could not
+//     traverse the root-owned 0700 task directory;
+//  5. switches to the task's user (keeping, for exec, the task's
+//     capabilities), sets the capability sets and no_new_privs (exec);
+//  6. execs the task.
+//
+// It reports a failure, naming the step, on descriptor 3 (close-on-exec,
+// so the executor reads EOF when the exec happened) and exits 127.
+const shimFlag = "-shim"
+
+// Shim steps, as a failure names them.
+const (
+	stepCgroup = "join the task's cgroup"
+	stepOOMAdj = "set oom_score_adj"
+	stepRoot   = "build the task's root"
+	stepDir    = "change to the working directory"
+	stepUser   = "switch to the task's user"
+	stepCaps   = "set the task's capabilities"
+	stepNNP    = "set no_new_privs"
+	stepExec   = "exec the task"
+)
+
+// shimConfig is what the executor tells the shim, as one JSON argument.
+type shimConfig struct {
+	// Path is the resolved program for raw_exec, the command to resolve in
+	// the task's root (with its PATH) for exec.
+	Path string `json:"path"`
+	// Dir is the working directory (in the task's root, for exec).
+	Dir string `json:"dir"`
+	// Cgroup is the task cgroup's location; "" when there is none.
+	Cgroup      string `json:"cgroup,omitempty"`
+	OOMScoreAdj int    `json:"oom_score_adj"`
+	// UID -1 keeps the executor's user.
+	UID    int   `json:"uid"`
+	GID    int   `json:"gid"`
+	Groups []int `json:"groups,omitempty"`
+	// Caps is the exec task's capability set as a mask; nil (raw_exec)
+	// leaves the capabilities to the user switch.
+	Caps *uint64 `json:"caps,omitempty"`
+	// Root is the exec task's root; nil for raw_exec.
+	Root *rootPlan `json:"root,omitempty"`
+}
+
+// shimArgv builds the argv that re-executes this binary as the shim:
+// prefix, shimFlag, the config, then the task's argv.
+func shimArgv(prefix []string, cfg shimConfig, argv []string) ([]string, error) {
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: encode the shim's config: %w", ErrLaunch, err)
+	}
+	out := slices.Clone(prefix)
+	out = append(out, shimFlag, string(b))
+	return append(out, argv...), nil
+}
+
+// shimResult waits for the shim's verdict: EOF with nothing written means the
+// exec succeeded (the pipe is close-on-exec in the shim); otherwise the shim
+// wrote why it failed.
+func shimResult(r *os.File) error {
+	_ = r.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var w wireError
+	err := readFrame(r, &w)
+	switch {
+	case err == nil:
+		return w.err()
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("%w: the init shim gave no verdict within 10s", ErrLaunch)
+	default:
+		return nil // EOF: exec happened
+	}
+}
+
+// runShim is the init mode (see shimFlag).
+func runShim(args []string) int {
+	report := os.NewFile(3, "shim-report")
+	unix.CloseOnExec(3)
+	runtime.LockOSThread() // never unlocked: the thread execs or the process exits
+	fail := func(step string, err error) int {
+		_ = writeFrame(report, toWire(fmt.Errorf("%w: %s: %w", ErrLaunch, step, err)))
+		return 127
+	}
+	if len(args) < 2 {
+		return fail("start", errors.New("the shim needs its config and the task's argv"))
+	}
+	var cfg shimConfig
+	if err := json.Unmarshal([]byte(args[0]), &cfg); err != nil {
+		return fail("start", fmt.Errorf("the shim's config: %w", err))
+	}
+	argv := args[1:]
+	if cfg.Cgroup != "" {
+		if err := joinCgroup(cfg.Cgroup); err != nil {
+			return fail(stepCgroup, err)
+		}
+	}
+	if err := cgroup.SetOOMScoreAdj(cfg.OOMScoreAdj); err != nil {
+		return fail(stepOOMAdj, err)
+	}
+	if cfg.Root != nil {
+		if err := cfg.Root.build(); err != nil {
+			return fail(stepRoot, err)
+		}
+	}
+	if err := unix.Chdir(cfg.Dir); err != nil {
+		return fail(stepDir, fmt.Errorf("%w: %s: %w", ErrWorkDir, cfg.Dir, err))
+	}
+	var caps []capability.Cap
+	if cfg.Caps != nil {
+		caps = capsFromMask(*cfg.Caps)
+		if err := dropBounding(caps); err != nil {
+			return fail(stepCaps, err)
+		}
+	}
+	if err := switchUser(cfg.UID, cfg.GID, cfg.Groups, cfg.Caps != nil); err != nil {
+		return fail(stepUser, err)
+	}
+	// A credential change clears the parent-death signal: set it again,
+	// then make sure the executor did not die meanwhile (in a PID
+	// namespace of its own the shim cannot see its parent: the report
+	// pipe's reader, the executor, tells).
+	if cfg.UID >= 0 {
+		if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0, 0, 0); err != nil {
+			return fail(stepUser, fmt.Errorf("pdeathsig: %w", err))
+		}
+		if readerGone(3) {
+			return 127
+		}
+	}
+	if cfg.Caps != nil {
+		if err := setCaps(caps, cfg.UID); err != nil {
+			return fail(stepCaps, err)
+		}
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return fail(stepNNP, err)
+		}
+	}
+	path := cfg.Path
+	if cfg.Root != nil {
+		var err error
+		if path, err = resolveCommand(cfg.Path, cfg.Dir, os.Getenv("PATH")); err != nil {
+			return fail(stepExec, err)
+		}
+	} else if rel, ok := strings.CutPrefix(path, filepath.Clean(cfg.Dir)+"/"); ok {
+		// Through the working directory: a task user may not traverse
+		// the task directory above it.
+		path = "./" + rel
+	}
+	err := syscall.Exec(path, argv, os.Environ())
+	return fail(stepExec, execErr(path, err))
+}
+
+// joinCgroup moves the shim into the cgroup at location loc.
+func joinCgroup(loc string) error {
+	l, err := cgroup.ParseLocation(loc)
+	if err != nil {
+		return err
+	}
+	h, err := cgroup.Probe()
+	if err != nil {
+		return err
+	}
+	cg, err := cgroup.Open(h, l)
+	if err != nil {
+		return err
+	}
+	return cg.Join()
+}
+
+// readerGone reports whether the read end of the pipe at fd was closed
+// (the executor died).
+func readerGone(fd int) bool {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+	for {
+		n, err := unix.Poll(fds, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		return err == nil && n > 0 && fds[0].Revents&unix.POLLERR != 0
+	}
+}
+
+// dropBounding limits the bounding set to caps (before the user switch: it
+// needs CAP_SETPCAP).
+func dropBounding(caps []capability.Cap) error {
+	if os.Geteuid() != 0 {
+		return errors.New("an unprivileged executor cannot set capabilities")
+	}
+	c, err := capability.NewPid2(0)
+	if err != nil {
+		return err
+	}
+	c.Clear(capability.BOUNDS)
+	c.Set(capability.BOUNDING, caps...)
+	if err := c.Apply(capability.BOUNDS); err != nil {
+		return fmt.Errorf("drop the bounding set: %w", err)
+	}
+	return nil
+}
+
+// switchUser sets the groups, gid and uid of this thread (raw, per-thread
+// syscalls: the thread then execs). keepCaps keeps the permitted set
+// across a switch away from root, for setCaps. uid -1 changes nothing; uid
+// 0 sets only the groups and gid.
+func switchUser(uid, gid int, groups []int, keepCaps bool) error {
+	if uid < 0 {
+		return nil
+	}
+	if uid != 0 && keepCaps {
+		if err := unix.Prctl(unix.PR_SET_KEEPCAPS, 1, 0, 0, 0); err != nil {
+			return fmt.Errorf("keepcaps: %w", err)
+		}
+	}
+	if os.Geteuid() == 0 {
+		if err := unix.Setgroups(groups); err != nil {
+			return fmt.Errorf("setgroups: %w", err)
+		}
+	}
+	if gid >= 0 {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), uintptr(gid)); e != 0 {
+			return fmt.Errorf("setresgid %d: %w", gid, e)
+		}
+	}
+	if uid != 0 {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
+			return fmt.Errorf("setresuid %d: %w", uid, e)
+		}
+	}
+	return nil
+}
+
+// setCaps sets the permitted, effective and inheritable sets to caps, and
+// for a non-root task the ambient set too, so that they survive its exec.
+func setCaps(caps []capability.Cap, uid int) error {
+	c, err := capability.NewPid2(0)
+	if err != nil {
+		return err
+	}
+	c.Clear(capability.CAPS | capability.AMBS)
+	c.Set(capability.PERMITTED|capability.EFFECTIVE|capability.INHERITABLE, caps...)
+	kind := capability.CAPS
+	if uid > 0 {
+		c.Set(capability.AMBIENT, caps...)
+		kind |= capability.AMBS
+	}
+	if err := c.Apply(kind); err != nil {
+		return fmt.Errorf("set capabilities: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,191 @@
+//go:build linux
+
+package executor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/cgroup"
+)
+
+// launched is what startTask started.
+type launched struct {
+	pid      int
+	start    uint64
+	nsInit   bool // the task is pid 1 of a PID namespace of its own
+	outs     []*output
+	warnings []string
+}
+
+// startTask starts the task as a child of the executor, in its own process
+// group, through the init shim (see shimFlag): in the task's cgroup, which
+// it creates first with the spec's limits; for exec in new namespaces and
+// a root of its own. stdout and stderr go to pipes the executor copies into
+// rotating log files. It returns once the shim has exec'd the task, or
+// with the failure it reported (the shim reaped, the cgroup removed).
+func (s *server) startTask(spec LaunchSpec) (launched, error) {
+	var l launched
+	if err := checkSpec(spec, s.host, s.noCgroup); err != nil {
+		return l, err
+	}
+	if s.prefix == nil {
+		return l, fmt.Errorf("%w: the init shim needs Serve called with a tail of os.Args", ErrLaunch)
+	}
+	exec := spec.Mode == ModeExec
+	tu, err := userOf(spec)
+	if err != nil {
+		return l, err
+	}
+	if err := prepareTaskDirs(s.taskDir, tu, exec); err != nil {
+		return l, err
+	}
+	env := TaskEnv(spec, s.taskDir, tu.home)
+	local := filepath.Join(s.taskDir, TaskLocalDir)
+	cfg := shimConfig{UID: tu.uid, GID: tu.gid, Groups: tu.groups}
+	if spec.OOMScoreAdj != nil {
+		cfg.OOMScoreAdj = *spec.OOMScoreAdj
+	}
+	sys := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if exec {
+		caps, err := resolveCaps(spec.CapAdd, spec.CapDrop, spec.AllowedCaps)
+		if err != nil {
+			return l, err
+		}
+		mask := capMask(caps)
+		cfg.Caps = &mask
+		if cfg.Root, err = planRoot(s.taskDir, spec.Chroot); err != nil {
+			return l, err
+		}
+		cfg.Path, cfg.Dir = spec.Command, spec.Dir
+		switch {
+		case cfg.Dir == "":
+			cfg.Dir = "/" + TaskLocalDir
+		case !filepath.IsAbs(cfg.Dir):
+			cfg.Dir = filepath.Join("/"+TaskLocalDir, cfg.Dir)
+		}
+		sys.Cloneflags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS
+		if spec.PIDMode != ModeHost {
+			sys.Cloneflags |= unix.CLONE_NEWPID
+			l.nsInit = true
+		}
+		if spec.IPCMode != ModeHost {
+			sys.Cloneflags |= unix.CLONE_NEWIPC
+		}
+	} else {
+		dir := spec.Dir
+		switch {
+		case dir == "":
+			dir = local
+		case !filepath.IsAbs(dir):
+			dir = filepath.Join(local, dir)
+		}
+		if fi, err := os.Stat(dir); err != nil {
+			return l, fmt.Errorf("%w: %w", ErrWorkDir, err)
+		} else if !fi.IsDir() {
+			return l, fmt.Errorf("%w: %s is not a directory", ErrWorkDir, dir)
+		}
+		if cfg.Path, err = resolveCommand(spec.Command, dir, env["PATH"]); err != nil {
+			return l, err
+		}
+		cfg.Dir = dir
+	}
+
+	// The cgroup, with its limits, before anything of the task exists.
+	if s.loc.IsZero() {
+		s.log.Warn("no cgroup for this task: it runs uncontained", "err", s.noCgroup)
+		l.warnings = append(l.warnings, fmt.Sprintf("no cgroup for this task, so it runs uncontained (a process it starts in a new session can outlive it): %v", s.noCgroup))
+	} else {
+		cg, err := cgroup.Create(s.host, s.loc, spec.Limits)
+		if err != nil {
+			var le *cgroup.LimitError
+			if errors.As(err, &le) {
+				return l, fmt.Errorf("%w: %w", ErrLimit, err)
+			}
+			return l, fmt.Errorf("%w: create the task's cgroup: %w", ErrLaunch, err)
+		}
+		s.cg = cg
+		cfg.Cgroup = s.loc.String()
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			s.removeCgroup()
+		}
+	}()
+	if err := s.reserve(); err != nil {
+		s.log.Warn("could not reserve room for the exit status", "err", err)
+	}
+
+	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		return l, fmt.Errorf("%w: %w", ErrLaunch, err)
+	}
+	defer devnull.Close()
+	outs, childEnds, err := s.openOutputs(logsConfig(spec.Logs), tu, devnull)
+	if err != nil {
+		return l, err
+	}
+	defer func() {
+		for _, f := range childEnds {
+			if f != devnull {
+				f.Close()
+			}
+		}
+		if !ok {
+			for _, o := range outs {
+				o.abort()
+			}
+		}
+	}()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return l, fmt.Errorf("%w: %w", ErrLaunch, err)
+	}
+	defer errR.Close()
+	defer errW.Close()
+	argv, err := shimArgv(s.prefix, cfg, append([]string{spec.Command}, spec.Args...))
+	if err != nil {
+		return l, err
+	}
+	files := []uintptr{devnull.Fd(), childEnds[0].Fd(), childEnds[1].Fd(), errW.Fd()}
+	pid, err := syscall.ForkExec("/proc/self/exe", argv, &syscall.ProcAttr{Dir: s.taskDir, Env: envList(env), Files: files, Sys: sys})
+	if err != nil {
+		return l, fmt.Errorf("%w: start the init shim: %w", ErrLaunch, err)
+	}
+	start, serr := ProcStartTime(pid) // our unreaped child: the pid cannot be reused yet
+	errW.Close()                      // or the read never sees EOF
+	if err := shimResult(errR); err != nil {
+		s.reapShim(pid)
+		return l, err
+	}
+	if serr != nil {
+		return l, fmt.Errorf("%w: %w", ErrLaunch, serr)
+	}
+	for _, o := range outs {
+		o.start()
+	}
+	ok = true
+	l.pid, l.start, l.outs = pid, start, outs
+	return l, nil
+}
+
+// reapShim kills and collects a shim that failed (it exits right after
+// its report; one that gave none may hang), so that it has left the cgroup
+// before the cgroup is removed. It is the executor's unreaped child, so
+// its pid cannot have been reused.
+func (s *server) reapShim(pid int) {
+	_ = unix.Kill(pid, unix.SIGKILL)
+	for {
+		var ws unix.WaitStatus
+		_, err := unix.Wait4(pid, &ws, 0, nil)
+		if !errors.Is(err, unix.EINTR) {
+			return
+		}
+	}
+}
