@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -302,6 +303,42 @@ func (s *Store) importTasks(tasks []salvaged) error {
 		if err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// Install puts the salvaged store at newPath in the place of the store at
+// path, keeping the old file as aside: it takes the store's lock
+// exclusively (waiting up to opts.LockTimeout), so that no other process
+// uses either file meanwhile, links the old file to aside, renames the new
+// one over path and syncs the directory. A crash leaves the old store in
+// place or the new one, and aside either way. aside must not exist.
+func Install(ctx context.Context, path, newPath, aside string, opts Options) error {
+	opts = opts.withDefaults()
+	path, err := preparePath(path, false)
+	if err != nil {
+		return fmt.Errorf("store: install: %w", err)
+	}
+	newPath, err = preparePath(newPath, true)
+	if err != nil {
+		return fmt.Errorf("store: install: %w", err)
+	}
+	if filepath.Dir(newPath) != filepath.Dir(path) || filepath.Dir(aside) != filepath.Dir(path) {
+		return fmt.Errorf("store: install %s: the new store and the old one's new name must be in its directory", path)
+	}
+	lk, err := lockStore(ctx, path, true, opts.LockTimeout)
+	if err != nil {
+		return err
+	}
+	defer lk.release()
+	if err := os.Link(path, aside); err != nil {
+		return fmt.Errorf("%w: install: keep the old store as %s: %w", ErrWrite, aside, err)
+	}
+	if err := os.Rename(newPath, path); err != nil {
+		return fmt.Errorf("%w: install %s over %s: %w", ErrWrite, newPath, path, err)
+	}
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("%w: install: %w", ErrWrite, err)
 	}
 	return nil
 }

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/tether-fsm/tether/driver"
+	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/store"
 )
@@ -146,6 +148,7 @@ func (c *cli) cmdGraph(args []string) int {
 
 func (c *cli) cmdCheck(args []string) int {
 	fs := c.flags("check")
+	salvage := fs.Bool("salvage", false, "copy every readable task into a new store, kill the processes of the live tasks that cannot be read, and put the new store in place (the damaged file is kept beside it)")
 	if code, ok := c.parse(fs, args); !ok {
 		return code
 	}
@@ -158,25 +161,100 @@ func (c *cli) cmdCheck(args []string) int {
 		fmt.Fprintf(c.stdout, "%s: no store yet; nothing to check\n", path)
 		return exitOK
 	}
-	opts := c.storeOptions()
-	opts.ReadOnly = true
-	st, err := store.Open(path, opts)
-	if err != nil {
-		return c.fail(err)
+	ctx := context.Background()
+	if *salvage {
+		return c.salvage(ctx, path)
 	}
-	rep, err := st.Check(context.Background())
-	if cerr := st.Close(); err == nil && cerr != nil {
-		err = cerr
-	}
+	// CheckFile reads the file page by page, so it reports on a file that
+	// Open refuses.
+	rep, err := store.CheckFile(ctx, path, c.storeOptions())
 	if err != nil {
 		return c.fail(fmt.Errorf("check could not finish: %w", err))
 	}
-	fmt.Fprintln(c.stdout, rep.String())
+	for _, line := range strings.Split(rep.String(), "\n") {
+		fmt.Fprintln(c.stdout, printable(line))
+	}
 	if !rep.OK() {
-		c.errorf("the store has %d problems (above); move the file aside to start afresh, or keep it for inspection", len(rep.Problems))
+		c.errorf("the store has %d problems (above)", len(rep.Problems))
+		fmt.Fprintln(c.stderr, "  'tether check --salvage' copies every readable task into a new store, kills what it cannot keep under control, and keeps the damaged file")
 		return exitError
 	}
 	return exitOK
+}
+
+// salvage is check --salvage: the way out of a damaged store that keeps
+// the running tasks under control. Every readable task is copied into a
+// new store; the live tasks that cannot be read have their processes
+// killed by proven identity (from what of their log could be read), so
+// none runs on unknown to the new store; then the new store is put in
+// place and the damaged one kept beside it.
+func (c *cli) salvage(ctx context.Context, path string) int {
+	stamp := time.Now().UTC().Format("20060102T150405")
+	dst := path + ".salvaged-" + stamp
+	aside := path + ".damaged-" + stamp
+	rep, err := store.Salvage(ctx, path, dst, c.storeOptions())
+	if err != nil {
+		_ = os.Remove(dst)
+		return c.fail(fmt.Errorf("salvage: %w", err))
+	}
+	fmt.Fprintf(c.stdout, "copied %d tasks into a new store", len(rep.Copied))
+	if len(rep.HeadsRebuilt) > 0 {
+		fmt.Fprintf(c.stdout, " (%d with a rebuilt head)", len(rep.HeadsRebuilt))
+	}
+	fmt.Fprintln(c.stdout)
+	for _, d := range rep.Damage {
+		fmt.Fprintf(c.stdout, "damage not attributable to one task: %s\n", printable(d.Error()))
+	}
+	cmd, err := executorCommand()
+	if err != nil {
+		return c.fail(err)
+	}
+	world := driver.NewReal(c.stateDir, cmd, c.log.Named("driver"))
+	code := exitOK
+	for _, l := range rep.Lost {
+		what := c.settleLost(ctx, world, l)
+		fmt.Fprintf(c.stdout, "lost task %s (%s): %s\n  why: %s\n", printable(l.ID), l.State, what, printable(l.Err.Error()))
+		if strings.HasPrefix(what, "NOT") {
+			code = exitError
+		}
+	}
+	if err := store.Install(ctx, path, dst, aside, c.storeOptions()); err != nil {
+		c.errorf("putting the salvaged store in place: %v", err)
+		fmt.Fprintf(c.stderr, "  the salvaged store is %s; the damaged one is still %s\n", dst, path)
+		return exitError
+	}
+	fmt.Fprintf(c.stdout, "the salvaged store is in place; the damaged one is kept as %s\n", aside)
+	return code
+}
+
+// settleLost kills the processes of a task that could not be salvaged,
+// when the readable part of its log proves which they are, and says what
+// it did.
+func (c *cli) settleLost(ctx context.Context, world driver.Executors, l store.LostTask) string {
+	if !l.Live && l.State.Terminal() {
+		return "it had ended; nothing to kill"
+	}
+	id := l.Prefix.Executor
+	if id == nil && l.Nonce != "" {
+		found, ok, err := world.FindByNonce(ctx, l.ID, l.Nonce)
+		if err != nil {
+			return "NOT killed: looking its executor up by nonce failed: " + err.Error()
+		}
+		if !ok {
+			return "no executor with its spawn nonce is alive; nothing to kill"
+		}
+		id = &found
+	}
+	if id == nil {
+		return fmt.Sprintf("NOT killed: nothing readable proves which processes are its own; look at %s", c.taskDir(l.ID))
+	}
+	if err := world.Kill(ctx, l.ID, *id); err != nil && !errors.Is(err, driver.ErrNotOurs) {
+		return "NOT killed: " + err.Error()
+	}
+	if err := world.KillTask(ctx, l.ID, *id, l.Prefix.TaskPID, l.Prefix.TaskStartTime); err != nil && !errors.Is(err, driver.ErrNotOurs) {
+		return "executor killed; NOT all of its task: " + err.Error()
+	}
+	return fmt.Sprintf("its executor (pid %d) and everything of its task were killed by proven identity", id.PID)
 }
 
 func (c *cli) cmdGC(args []string) int {
@@ -199,7 +277,17 @@ func (c *cli) cmdGC(args []string) int {
 		return c.fail(err)
 	}
 	defer c.closeSession(s)
-	removed, err := s.st.Remove(ctx, time.Now().Add(-*olderThan))
+	cutoff := time.Now().Add(-*olderThan)
+	removed, err := s.st.Remove(ctx, cutoff)
+	if errors.Is(err, store.ErrCorrupt) {
+		// A damaged freelist refuses writes; compaction rewrites the file
+		// from its (checked) tree, and the removal can then proceed.
+		c.errorf("warning: %v; compacting first", err)
+		if _, _, cerr := s.st.Compact(ctx); cerr != nil {
+			return c.fail(fmt.Errorf("compact: %w", cerr))
+		}
+		removed, err = s.st.Remove(ctx, cutoff)
+	}
 	if err != nil {
 		return c.fail(err)
 	}
@@ -213,9 +301,17 @@ func (c *cli) cmdGC(args []string) int {
 			code = exitError
 		}
 	}
+	orphans, err := c.removeOrphanDirs(ctx, s)
+	if err != nil {
+		c.errorf("looking for task directories the store does not know: %v", err)
+		code = exitError
+	}
 	before, after, err := s.st.Compact(ctx)
 	if err != nil {
 		return c.fail(fmt.Errorf("compact: %w", err))
+	}
+	if len(orphans) > 0 {
+		fmt.Fprintf(c.stdout, "removed %d task directories the store does not know: %s\n", len(orphans), strings.Join(orphans, ", "))
 	}
 	if len(removed) == 0 {
 		fmt.Fprintln(c.stdout, "no ended tasks to remove")
@@ -224,6 +320,51 @@ func (c *cli) cmdGC(args []string) int {
 	}
 	fmt.Fprintf(c.stdout, "store compacted: %d -> %d bytes\n", before, after)
 	return code
+}
+
+// removeOrphanDirs removes the task directories the store does not know
+// (left by a start that crashed before it recorded the task, or by a
+// salvage), unless a process holds the task's lock or an executor whose
+// identity file is there is alive.
+func (c *cli) removeOrphanDirs(ctx context.Context, s *session) ([]string, error) {
+	ents, err := os.ReadDir(filepath.Join(c.stateDir, "tasks"))
+	if err != nil {
+		return nil, err
+	}
+	cmd, err := executorCommand()
+	if err != nil {
+		return nil, err
+	}
+	world := driver.NewReal(c.stateDir, cmd, c.log.Named("driver"))
+	var out []string
+	for _, e := range ents {
+		id := e.Name()
+		if !e.IsDir() || driver.ValidateTaskID(id) != nil {
+			continue // never a path outside the state directory
+		}
+		if _, err := s.st.LoadTask(ctx, id); !errors.Is(err, store.ErrUnknownTask) {
+			continue // known (or unreadable: not ours to judge)
+		}
+		unlock, holder, err := world.LockTask(id)
+		if err != nil || unlock == nil {
+			c.log.Debug("task directory in use; kept", "task_id", id, "holder", holder, "err", err)
+			continue
+		}
+		if x, err := executor.ReadIdentity(c.taskDir(id)); err == nil {
+			if alive, _ := executor.Alive(x); alive {
+				unlock()
+				c.errorf("warning: task directory %s is unknown to the store but its executor (pid %d) is alive; kept", id, x.PID)
+				continue
+			}
+		}
+		err = os.RemoveAll(c.taskDir(id))
+		unlock()
+		if err != nil {
+			return out, err
+		}
+		out = append(out, id)
+	}
+	return out, nil
 }
 
 func (c *cli) cmdDebug(args []string) int {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
 )
 
@@ -299,5 +301,75 @@ func TestLogs_DoesNotFollowAPlantedSymlink(t *testing.T) {
 	}
 	if r := e.tether("logs", id); strings.Contains(r.stdout, "TOP SECRET") {
 		t.Fatalf("tether logs followed a symlink out of the state directory: %s", r)
+	}
+}
+
+// damageRecord flips a byte of one record of a task's log in the store
+// file, as a bad sector would (the checksum no longer matches).
+func damageRecord(t *testing.T, dbPath, id string, seq uint64) {
+	t.Helper()
+	db, err := bolt.Open(dbPath, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	key := binary.BigEndian.AppendUint64(nil, seq)
+	if err := db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("tasks")).Bucket([]byte(id))
+		v := bytes.Clone(b.Get(key))
+		if v == nil {
+			return fmt.Errorf("task %s has no record %d", id, seq)
+		}
+		v[len(v)/2] ^= 0xff
+		return b.Put(key, v)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Issue 11, item 5: a damaged record is named by check (task and
+// sequence, exit 1); status lists every readable task and marks the
+// unreadable one; check --salvage copies the readable tasks into a new
+// store, kills the processes of the live task it cannot keep (by the
+// identity its readable prefix proves), keeps the damaged file, and the
+// surviving task stays under control.
+func TestSalvage_DamagedStoreKeepsRunningTasksUnderControl(t *testing.T) {
+	e := newEnv(t)
+	hurt := strings.TrimSpace(e.must(e.runArgs("start", []string{"--name", "hurt"}, "sleep")...).stdout)
+	fine := strings.TrimSpace(e.must(e.runArgs("start", []string{"--name", "fine"}, "sleep")...).stdout)
+	hurtSt := e.status(hurt)[0]
+	// Record 5 is the launch: the prefix before it names the executor.
+	damageRecord(t, filepath.Join(e.dir, "tether.db"), hurt, 5)
+
+	r := e.tether("check")
+	if r.code != exitError || !strings.Contains(r.stdout, fmt.Sprintf("task %q seq 5", hurt)) {
+		t.Fatalf("check of a damaged store: %s", r)
+	}
+	r = e.tether("status")
+	if r.code != exitOK || !strings.Contains(r.stdout, fine) || !strings.Contains(r.stderr, hurt) || !strings.Contains(r.stderr, "cannot be read") {
+		t.Fatalf("status of a damaged store must list %s and mark %s: %s", fine, hurt, r)
+	}
+	r = e.tether("check", "--salvage")
+	if r.code != exitOK || !strings.Contains(r.stdout, "copied 1 tasks") || !strings.Contains(r.stdout, "killed by proven identity") {
+		t.Fatalf("salvage: %s", r)
+	}
+	if alive(hurtSt.ExecutorPID) || alive(hurtSt.PID) {
+		t.Fatalf("the lost task's processes live on after the salvage (executor %v, task %v)", alive(hurtSt.ExecutorPID), alive(hurtSt.PID))
+	}
+	if damaged, _ := filepath.Glob(filepath.Join(e.dir, "tether.db.damaged-*")); len(damaged) != 1 {
+		t.Fatalf("the damaged store was not kept: %v", damaged)
+	}
+	e.checkStore()
+	if s := e.status(fine); len(s) != 1 || s[0].State != "running" || !alive(s[0].PID) {
+		t.Fatalf("the readable task after the salvage: %+v", s)
+	}
+	e.must("stop", fine)
+	// gc removes the lost task's directory, which the new store does not
+	// know and no live process uses.
+	if r := e.must("gc"); !strings.Contains(r.stdout, hurt) {
+		t.Fatalf("gc kept the orphaned directory of %s: %s", hurt, r)
+	}
+	if _, err := os.Stat(filepath.Join(e.dir, "tasks", hurt)); !os.IsNotExist(err) {
+		t.Fatalf("task directory of %s after gc: %v", hurt, err)
 	}
 }
