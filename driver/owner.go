@@ -396,7 +396,7 @@ func (o *owner) recover(req request) {
 }
 
 // reconcile decides, from the log and reality, what happened to a task
-// nobody here is driving (the crash-window table of the design):
+// nobody here is driving (the crash-window table of docs/DESIGN.md):
 //
 //	created        nothing was spawned: start-interrupted, failed
 //	spawning       start-interrupted; the executor is found by nonce, killed

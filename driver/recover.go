@@ -35,7 +35,8 @@ func (d *Driver) Recover(ctx context.Context) (Report, error) {
 }
 
 // Reconcile replays the given tasks from the store and reconciles each with
-// reality, as the design's crash-window table says (see owner.reconcile):
+// reality, as the crash-window table of docs/DESIGN.md says (see
+// owner.reconcile):
 //
 //	created        nothing was spawned: start-interrupted, failed
 //	spawning       start-interrupted; the executor found by nonce is killed

@@ -25,7 +25,7 @@
 //     executor-reaped or kill-failed after a kill.
 //
 // After a crash, folding the log yields the state; [Pending] gives the
-// effects still owed, and the crash-window table in the design says how to
+// effects still owed, and the crash-window table in docs/DESIGN.md says how to
 // reconcile each against the process table. Replay runs no effects.
 //
 // # The table

@@ -94,7 +94,7 @@ func (s State) Terminal() bool {
 
 // OwnsExecutor reports whether a task in state s may own an executor
 // process (or, in spawning, an executor not yet confirmed). Invariant 1 of
-// the design: the live executors are exactly those of tasks in such states.
+// docs/DESIGN.md: the live executors are exactly those of tasks in such states.
 func (s State) OwnsExecutor() bool {
 	return s >= StateSpawning && s <= StateReaping || s == StateRestarting
 }

@@ -363,7 +363,7 @@ func TestStepAll_LaunchedAndRunningInOneAppend(t *testing.T) {
 func TestNewTable_RefusesBadFollowOn(t *testing.T) {
 	for name, then := range map[string]EventType{
 		"not an edge out of the destination": EventRunning,
-		"a follow-on that needs a payload":    EventLaunched,
+		"a follow-on that needs a payload":   EventLaunched,
 	} {
 		edges := slices.Clone(Edges)
 		for i, e := range edges {
