@@ -582,8 +582,9 @@ func (s *server) checkRunning() error {
 }
 
 // waitFor answers now if the task is over, or when it is.
+// The answer comes from finish, after the exit status is on disk.
 func (s *server) waitFor(sc *sconn, id uint64) {
-	if s.task != nil && s.task.exited && s.noChildren {
+	if s.complete {
 		st := s.status()
 		s.send(sc, response{ID: id, Status: &st})
 		return

@@ -79,8 +79,8 @@ func (s *CrashState) String() string {
 // interval, the durable image alone, with each single operation issued
 // since the last boundary, with each prefix of those, with every pending
 // operation, and with opts.Subsets random subsets of the pending ones.
-// States with the same content are returned once, as the latest of them
-// (whose Before holds for the most marks).
+// States with the same content are returned once, as the one of the latest
+// interval (whose Before holds for the most marks), the first made there.
 func (f *FS) CrashStates(opts StateOptions) []*CrashState {
 	return crashStates(f.initial, f.Ops(), opts)
 }
@@ -109,7 +109,9 @@ func crashStates(initial *image, ops []Op, opts StateOptions) []*CrashState {
 		}
 		k := img.key()
 		if at, ok := seen[k]; ok {
-			states[at] = st // the later crash: Before holds for more marks
+			if moment > states[at].moment {
+				states[at] = st // the later crash: Before holds for more marks
+			}
 			return
 		}
 		seen[k] = len(states)
