@@ -51,7 +51,7 @@ func runCLI(b *testing.B, tether, stateDir string, env []string, wantCode int, w
 // second" (Nomad's comparable test took 12 s).
 func BenchmarkCLISeed(b *testing.B) {
 	tether := bin(b, "tether")
-	dir := b.TempDir()
+	dir := filepath.Join(b.TempDir(), "state")
 	for _, c := range []struct {
 		name string
 		env  []string

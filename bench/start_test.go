@@ -78,7 +78,7 @@ func gpStop(c *plugin.Client, pid int) {
 // on go-plugin (see gpStart). Target: ratio <= 0.6.
 func BenchmarkStartVsGoPlugin(b *testing.B) {
 	exe, gph := bin(b, "tether-executor"), bin(b, "gphelper")
-	dir := b.TempDir()
+	dir := filepath.Join(b.TempDir(), "state")
 	d, err := driver.Open(driver.Config{StateDir: dir, ExecutorCommand: []string{exe}, KillTimeout: time.Second})
 	if err != nil {
 		b.Fatal(err)
