@@ -370,12 +370,27 @@ func (d *Driver) StartTask(ctx context.Context, id string, spec fsm.Spec) (fsm.T
 	}
 }
 
+// SpecChecker is implemented by a process world that can tell, before
+// anything is spawned, whether the host can run a spec as it asks (Real:
+// the user exists, exec's capabilities are allowed, the cgroup controllers
+// its limits need are there). The driver runs it after fsm's own checks.
+type SpecChecker interface {
+	CheckSpec(spec fsm.Spec, allowedCaps []string) error
+}
+
 // validateSpec is the check that can fail before anything is spawned.
 func (d *Driver) validateSpec(spec fsm.Spec) error {
 	if err := spec.Validate(); err != nil {
 		return err
 	}
-	if spec.Driver == "exec" && !d.skipEarlyChecks {
+	if d.skipEarlyChecks {
+		return nil
+	}
+	if c, ok := d.world.(SpecChecker); ok {
+		if err := c.CheckSpec(spec, d.cfg.AllowedCaps); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
+		}
+	} else if spec.Driver == "exec" {
 		if err := validateCaps(spec.CapAdd, spec.CapDrop, d.cfg.AllowedCaps); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
 		}

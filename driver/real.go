@@ -241,3 +241,4 @@ func (e realExecutor) Close() error                       { return e.c.Close() }
 func validateCaps(add, drop, allowed []string) error {
 	return executor.ValidateCaps(add, drop, allowed)
 }
+var _ SpecChecker = (*Real)(nil)

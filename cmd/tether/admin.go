@@ -175,7 +175,7 @@ func (c *cli) cmdCheck(args []string) int {
 		fmt.Fprintln(c.stdout, printable(line))
 	}
 	if !rep.OK() {
-		c.errorf("the store has %d problems (above)", len(rep.Problems))
+		c.errorf("the store %s is damaged: %d problems (above)", path, len(rep.Problems))
 		fmt.Fprintln(c.stderr, "  'tether check --salvage' copies every readable task into a new store, kills what it cannot keep under control, and keeps the damaged file")
 		return exitError
 	}

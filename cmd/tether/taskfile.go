@@ -25,14 +25,33 @@ import (
 //	  kill_timeout = "10s"
 //	  kill_signal  = "SIGINT"
 //	  config {
-//	    command  = "/usr/bin/python3"
-//	    args     = ["-m", "http.server"]
-//	    cap_add  = ["net_bind_service"]  # exec only
-//	    cap_drop = ["all"]               # exec only
-//	    work_dir = "/srv"
+//	    command       = "/usr/bin/python3"
+//	    args          = ["-m", "http.server"]
+//	    cap_add       = ["net_bind_service"]  # exec only
+//	    cap_drop      = ["all"]               # exec only
+//	    work_dir      = "/srv"
+//	    pid_mode      = "host"                # exec only: share the host's PID namespace
+//	    ipc_mode      = "host"                # exec only
+//	    oom_score_adj = 500                   # default 0, whatever the agent's is
 //	  }
 //	  env { GREETING = "hello" }
+//	  resources {
+//	    memory     = 256   # MB, the hard limit (the soft one when memory_max is set)
+//	    memory_max = 512   # MB
+//	    cpu        = 500   # MHz, a relative share
+//	    cores      = 1     # CPUs the task is pinned to
+//	    pids       = 100   # most processes (tether's addition)
+//	  }
+//	  logs    { max_files = 10, max_file_size = 10 }   # MB; disabled = true discards
+//	  restart { attempts = 2, interval = "30m", delay = "15s", mode = "fail" }
 //	}
+//
+// In a Nomad job file (job "j" { type = "service" group "g" { task ... } }),
+// a restart block may sit in the group (its tasks inherit it) or the task;
+// with none, Nomad's default for the job's type applies (service: 2
+// attempts in 30m, 15s apart, mode fail, successful exits restarted too;
+// batch: 3 in 24h, successful exits not restarted). A task file without a
+// job restarts a task only when it has a restart block (service semantics).
 
 // TaskDef is one task read from a task file.
 type TaskDef struct {
@@ -163,27 +182,52 @@ func (p *parser) top(body *hclsyntax.Body) {
 	for _, b := range body.Blocks {
 		switch b.Type {
 		case "task":
-			p.task(b)
+			p.task(b, nil)
 		case "job":
-			if _, ok := p.label(b); !ok {
+			job, ok := p.label(b)
+			if !ok {
 				continue
 			}
-			p.attrs(b.Body, "a job")
+			jobType := "service"
+			for _, a := range p.attrs(b.Body, "a job", "type") {
+				if v, ok := p.str(a); ok {
+					switch v {
+					case "service", "batch":
+						jobType = v
+					default:
+						p.errorf(a.Expr.Range(), "Unsupported job type", "Job %q has type %q; tether runs \"service\" and \"batch\" jobs.", job, v)
+					}
+				}
+			}
 			for _, g := range b.Body.Blocks {
 				if g.Type != "group" {
 					p.warnf(g.TypeRange, "Unsupported block", "tether ignores the %q block in a job.", g.Type)
 					continue
 				}
-				if _, ok := p.label(g); !ok {
+				group, ok := p.label(g)
+				if !ok {
 					continue
 				}
 				p.attrs(g.Body, "a group")
-				for _, t := range g.Body.Blocks {
-					if t.Type != "task" {
-						p.warnf(t.TypeRange, "Unsupported block", "tether ignores the %q block in a group.", t.Type)
-						continue
+				ctx := jobContext{job: job, group: group, typ: jobType}
+				def := fsm.DefaultServiceRestart
+				if jobType == "batch" {
+					def = fsm.DefaultBatchRestart
+				}
+				ctx.restart = &def
+				for _, rb := range g.Body.Blocks {
+					if rb.Type == "restart" {
+						ctx.restart = p.restart(rb, def)
 					}
-					p.task(t)
+				}
+				for _, t := range g.Body.Blocks {
+					switch t.Type {
+					case "task":
+						p.task(t, &ctx)
+					case "restart":
+					default:
+						p.warnf(t.TypeRange, "Unsupported block", "tether ignores the %q block in a group.", t.Type)
+					}
 				}
 			}
 		default:
@@ -192,7 +236,14 @@ func (p *parser) top(body *hclsyntax.Body) {
 	}
 }
 
-func (p *parser) task(b *hclsyntax.Block) {
+// jobContext is what a task inside a Nomad job inherits: the job and
+// group names, the job's type and the group's restart policy.
+type jobContext struct {
+	job, group, typ string
+	restart         *fsm.RestartPolicy
+}
+
+func (p *parser) task(b *hclsyntax.Block, job *jobContext) {
 	name, ok := p.label(b)
 	if !ok {
 		return
@@ -206,6 +257,13 @@ func (p *parser) task(b *hclsyntax.Block) {
 	}
 	p.seen[name] = b.LabelRanges[0]
 	spec := fsm.Spec{Name: name}
+	restartDefault := fsm.DefaultServiceRestart
+	if job != nil {
+		spec.Job, spec.Group, spec.Restart = job.job, job.group, job.restart
+		if job.typ == "batch" {
+			restartDefault = fsm.DefaultBatchRestart
+		}
+	}
 	var driverRange hcl.Range
 	for _, a := range p.attrs(b.Body, fmt.Sprintf("task %q", name), "driver", "user", "kill_timeout", "kill_signal") {
 		switch a.Name {
@@ -257,6 +315,12 @@ func (p *parser) task(b *hclsyntax.Block) {
 					spec.Env[a.Name] = v
 				}
 			}
+		case "resources":
+			spec.Resources = p.resources(c, name)
+		case "logs":
+			spec.Logs = p.logs(c, name)
+		case "restart":
+			spec.Restart = p.restart(c, restartDefault)
 		default:
 			p.warnf(c.TypeRange, "Unsupported block", "tether ignores the %q block in task %q.", c.Type, name)
 		}
@@ -287,7 +351,7 @@ func (p *parser) config(c *hclsyntax.Block, name string, spec *fsm.Spec) (hasCom
 	for _, nb := range c.Body.Blocks {
 		p.warnf(nb.TypeRange, "Unsupported block", "tether ignores the %q block in the config of task %q.", nb.Type, name)
 	}
-	for _, a := range p.attrs(c.Body, fmt.Sprintf("the config of task %q", name), "command", "args", "cap_add", "cap_drop", "work_dir") {
+	for _, a := range p.attrs(c.Body, fmt.Sprintf("the config of task %q", name), "command", "args", "cap_add", "cap_drop", "work_dir", "pid_mode", "ipc_mode", "oom_score_adj") {
 		switch a.Name {
 		case "command":
 			hasCommand = true
@@ -303,9 +367,145 @@ func (p *parser) config(c *hclsyntax.Block, name string, spec *fsm.Spec) (hasCom
 			spec.CapDrop = p.list(a)
 		case "work_dir":
 			spec.Dir, _ = p.str(a)
+		case "pid_mode":
+			spec.PIDMode = p.mode(a)
+		case "ipc_mode":
+			spec.IPCMode = p.mode(a)
+		case "oom_score_adj":
+			if v, ok := p.int(a); ok {
+				if v < -1000 || v > 1000 {
+					p.errorf(a.Expr.Range(), "Bad oom_score_adj", "oom_score_adj is %d; use -1000 to 1000.", v)
+				}
+				spec.OOMScoreAdj = &v
+			}
 		}
 	}
 	return hasCommand
+}
+
+// mode reads pid_mode or ipc_mode: "host", or unset for the task's own.
+func (p *parser) mode(a *hclsyntax.Attribute) string {
+	v, ok := p.str(a)
+	if ok && v != "" && v != "host" {
+		p.errorf(a.Expr.Range(), "Bad "+a.Name, "%s is %q; use \"host\" to share the host's, or leave it out for the task's own.", a.Name, v)
+	}
+	return v
+}
+
+// resources reads a resources block, with Nomad's names and units.
+func (p *parser) resources(c *hclsyntax.Block, name string) fsm.Resources {
+	var r fsm.Resources
+	p.noLabels(c)
+	for _, a := range p.attrs(c.Body, fmt.Sprintf("the resources of task %q", name), "memory", "memory_max", "cpu", "cores", "pids") {
+		v, ok := p.int(a)
+		if !ok {
+			continue
+		}
+		if v < 0 {
+			p.errorf(a.Expr.Range(), "Bad "+a.Name, "%s must not be negative.", a.Name)
+		}
+		switch a.Name {
+		case "memory":
+			r.MemoryMB = v
+		case "memory_max":
+			r.MemoryMaxMB = v
+		case "cpu":
+			r.CPU = v
+		case "cores":
+			r.Cores = v
+		case "pids":
+			r.PIDs = v
+		}
+	}
+	if r.MemoryMaxMB > 0 && r.MemoryMB > r.MemoryMaxMB {
+		p.errorf(c.TypeRange, "Bad resources", "memory (%d MB) is above memory_max (%d MB) in task %q.", r.MemoryMB, r.MemoryMaxMB, name)
+	}
+	return r
+}
+
+// logs reads a logs block; what it leaves out keeps Nomad's default.
+func (p *parser) logs(c *hclsyntax.Block, name string) fsm.LogConfig {
+	l := fsm.LogConfig{}.WithDefaults()
+	p.noLabels(c)
+	for _, a := range p.attrs(c.Body, fmt.Sprintf("the logs of task %q", name), "max_files", "max_file_size", "disabled") {
+		if a.Name == "disabled" {
+			if v, ok := p.value(a, cty.Bool); ok {
+				l.Disabled = v.True()
+			}
+			continue
+		}
+		v, ok := p.int(a)
+		if !ok {
+			continue
+		}
+		if v < 1 {
+			p.errorf(a.Expr.Range(), "Bad "+a.Name, "%s must be at least 1.", a.Name)
+		}
+		if a.Name == "max_files" {
+			l.MaxFiles = v
+		} else {
+			l.MaxFileSizeMB = v
+		}
+	}
+	return l
+}
+
+// restart reads a restart block; what it leaves out keeps def's value.
+func (p *parser) restart(c *hclsyntax.Block, def fsm.RestartPolicy) *fsm.RestartPolicy {
+	r := def
+	p.noLabels(c)
+	for _, a := range p.attrs(c.Body, "a restart block", "attempts", "interval", "delay", "mode") {
+		switch a.Name {
+		case "attempts":
+			if v, ok := p.int(a); ok {
+				r.Attempts = v
+			}
+		case "interval", "delay":
+			if s, ok := p.str(a); ok {
+				d, err := time.ParseDuration(s)
+				if err != nil || d < 0 {
+					p.errorf(a.Expr.Range(), "Bad "+a.Name, "%q is not a duration: use a value like \"15s\" or \"30m\".", s)
+				}
+				if a.Name == "interval" {
+					r.Interval = d
+				} else {
+					r.Delay = d
+				}
+			}
+		case "mode":
+			if s, ok := p.str(a); ok {
+				r.Mode = fsm.RestartMode(s)
+			}
+		}
+	}
+	if err := r.Validate(); err != nil {
+		p.errorf(c.TypeRange, "Bad restart block", "%v.", err)
+	}
+	return &r
+}
+
+func (p *parser) noLabels(c *hclsyntax.Block) {
+	if len(c.Labels) > 0 {
+		p.errorf(c.LabelRanges[0], fmt.Sprintf("Bad %s block", c.Type), "A %s block takes no label.", c.Type)
+	}
+	for _, nb := range c.Body.Blocks {
+		p.warnf(nb.TypeRange, "Unsupported block", "tether ignores the %q block in a %s block.", nb.Type, c.Type)
+	}
+}
+
+// int reads a whole number.
+func (p *parser) int(a *hclsyntax.Attribute) (int, bool) {
+	v, ok := p.value(a, cty.Number)
+	if !ok {
+		return 0, false
+	}
+	bf := v.AsBigFloat()
+	i, acc := bf.Int64()
+	if !bf.IsInt() || acc != 0 || i < -1<<31 || i > 1<<31-1 {
+		p.errorf(a.Expr.Range(), "Bad "+a.Name, "%s must be a whole number.", a.Name)
+		return 0, false
+	}
+	return int(i), true
 }
 
 // value evaluates an attribute without variables or functions: task files

@@ -102,7 +102,7 @@ job "example" {
 		warned = append(warned, formatDiag(d))
 	}
 	text := strings.Join(warned, "\n")
-	for _, name := range []string{`"datacenters"`, `"count"`, `"network"`, `"resources"`, `"volumes"`} {
+	for _, name := range []string{`"datacenters"`, `"count"`, `"network"`, `"volumes"`} {
 		if !strings.Contains(text, name) {
 			t.Errorf("no warning names %s:\n%s", name, text)
 		}
@@ -118,6 +118,103 @@ job "example" {
 	}
 	if _, err := tf.Find("t.hcl", "zzz"); err == nil || !strings.Contains(err.Error(), "a, b") {
 		t.Errorf("Find of a missing task: %v", err)
+	}
+	a, _ := tf.Find("t.hcl", "a")
+	if a.Spec.Resources.CPU != 100 || a.Spec.Job != "example" || a.Spec.Group != "g" {
+		t.Errorf("task a: resources %+v job %q group %q", a.Spec.Resources, a.Spec.Job, a.Spec.Group)
+	}
+	// No restart block in a job: Nomad's default for a service job.
+	if a.Spec.Restart == nil || *a.Spec.Restart != fsm.DefaultServiceRestart {
+		t.Errorf("task a's restart policy %+v, want the service default", a.Spec.Restart)
+	}
+}
+
+func TestParseTaskFile_ServiceBlocks(t *testing.T) {
+	tf, diags := parseOK(t, `
+job "j" {
+  type = "batch"
+  group "g" {
+    restart { attempts = 1 }
+    task "inherits" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+    task "own" {
+      driver = "exec"
+      config {
+        command       = "/bin/true"
+        pid_mode      = "host"
+        ipc_mode      = "host"
+        oom_score_adj = 500
+      }
+      resources {
+        memory     = 64
+        memory_max = 128
+        cpu        = 250
+        cores      = 1
+        pids       = 20
+      }
+      logs {
+        max_files     = 2
+        max_file_size = 1
+      }
+      restart {
+        attempts = 3
+        interval = "1m"
+        delay    = "2s"
+        mode     = "delay"
+      }
+    }
+  }
+}
+`)
+	if len(diags) != 0 {
+		t.Errorf("unexpected diagnostics: %v", diags)
+	}
+	in, _ := tf.Find("t.hcl", "inherits")
+	want := fsm.DefaultBatchRestart
+	want.Attempts = 1
+	if in.Spec.Restart == nil || *in.Spec.Restart != want {
+		t.Errorf("inherited restart %+v, want the group's over the batch default %+v", in.Spec.Restart, want)
+	}
+	own, _ := tf.Find("t.hcl", "own")
+	s := own.Spec
+	if s.Resources != (fsm.Resources{MemoryMB: 64, MemoryMaxMB: 128, CPU: 250, Cores: 1, PIDs: 20}) {
+		t.Errorf("resources %+v", s.Resources)
+	}
+	if s.Logs != (fsm.LogConfig{MaxFiles: 2, MaxFileSizeMB: 1}) {
+		t.Errorf("logs %+v", s.Logs)
+	}
+	if s.Restart == nil || *s.Restart != (fsm.RestartPolicy{Attempts: 3, Interval: time.Minute, Delay: 2 * time.Second, Mode: fsm.RestartDelay}) {
+		t.Errorf("restart %+v (a batch job's task does not restart a successful exit)", s.Restart)
+	}
+	if s.PIDMode != "host" || s.IPCMode != "host" || s.OOMScoreAdj == nil || *s.OOMScoreAdj != 500 {
+		t.Errorf("modes %q %q oom_score_adj %v", s.PIDMode, s.IPCMode, s.OOMScoreAdj)
+	}
+	if err := s.Validate(); err != nil {
+		t.Errorf("the parsed spec does not validate: %v", err)
+	}
+	// A task file without a job restarts only with a restart block.
+	tf, _ = parseOK(t, `task "x" {
+  driver = "raw_exec"
+  config { command = "/bin/true" }
+}`)
+	if tf.Tasks[0].Spec.Restart != nil {
+		t.Errorf("a bare task got a restart policy: %+v", tf.Tasks[0].Spec.Restart)
+	}
+	for name, src := range map[string]string{
+		"negative memory": `resources { memory = -1 }`,
+		"memory over max": `resources { memory = 256
+  memory_max = 128 }`,
+		"fractional cpu":   `resources { cpu = 1.5 }`,
+		"zero log files":   `logs { max_files = 0 }`,
+		"bad restart mode": `restart { mode = "sometimes" }`,
+		"bad interval":     `restart { interval = "soon" }`,
+	} {
+		msg := parseErr(t, "task \"x\" {\n  driver = \"raw_exec\"\n  config { command = \"/bin/true\" }\n  "+src+"\n}\n")
+		if !strings.Contains(msg, "t.hcl:") {
+			t.Errorf("%s: the error does not say where: %s", name, msg)
+		}
 	}
 }
 
