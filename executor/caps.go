@@ -37,16 +37,19 @@ func normCap(name string) string {
 
 // ValidateCaps checks cap_add and cap_drop against allowed (nil means
 // DefaultAllowedCaps). Names are case-insensitive, with or without the CAP_
-// prefix; "all" is accepted in drop. Unknown names and added names outside
-// allowed are refused with a *CapError naming them (lower case, no prefix).
-// It is pure: the driver runs it before spawning anything.
+// prefix; "all" is accepted in both. Unknown names and added names outside
+// allowed are refused with a *CapError naming them (lower case, no prefix):
+// adding "all" needs an allow list of every capability. It is pure: the
+// driver runs it before spawning anything.
 func ValidateCaps(add, drop, allowed []string) error {
 	_, err := resolveCaps(add, drop, allowed)
 	return err
 }
 
-// resolveCaps validates like ValidateCaps and returns the task's final set:
-// (DefaultAllowedCaps ∩ allowed) ∪ add − drop.
+// resolveCaps validates like ValidateCaps and returns the task's final set
+// as Nomad computes it: the basis DefaultAllowedCaps ∩ allowed, minus
+// drop, plus add. So cap_drop = ["all"] with cap_add = ["chown"] is
+// CAP_CHOWN alone.
 func resolveCaps(add, drop, allowed []string) ([]capability.Cap, error) {
 	if allowed == nil {
 		allowed = DefaultAllowedCaps
@@ -73,17 +76,6 @@ func resolveCaps(add, drop, allowed []string) ([]capability.Cap, error) {
 			final[c] = true
 		}
 	}
-	for _, n := range add {
-		c, ok := capByName(n)
-		switch {
-		case !ok:
-			ce.Unknown = appendUniq(ce.Unknown, normCap(n))
-		case !allowSet[c]:
-			ce.NotAllowed = appendUniq(ce.NotAllowed, c.String())
-		default:
-			final[c] = true
-		}
-	}
 	for _, n := range drop {
 		if normCap(n) == "all" {
 			clear(final)
@@ -95,6 +87,27 @@ func resolveCaps(add, drop, allowed []string) ([]capability.Cap, error) {
 			continue
 		}
 		delete(final, c)
+	}
+	for _, n := range add {
+		if normCap(n) == "all" {
+			for _, c := range capability.ListKnown() {
+				if allowSet[c] {
+					final[c] = true
+				} else {
+					ce.NotAllowed = appendUniq(ce.NotAllowed, c.String())
+				}
+			}
+			continue
+		}
+		c, ok := capByName(n)
+		switch {
+		case !ok:
+			ce.Unknown = appendUniq(ce.Unknown, normCap(n))
+		case !allowSet[c]:
+			ce.NotAllowed = appendUniq(ce.NotAllowed, c.String())
+		default:
+			final[c] = true
+		}
 	}
 	if len(ce.NotAllowed) > 0 || len(ce.Unknown) > 0 {
 		return nil, ce

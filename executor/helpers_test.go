@@ -35,6 +35,7 @@ import (
 //	task -marker=M <mode> ...          a task (see runTask)
 //	driver -marker=M <json>            a driver process that spawns (and maybe launches), then blocks
 //	dialer -marker=M <dir> <json>      a client that reattaches and reports the error
+//	unpriv -marker=M <dir>             a driver without cgroups (see TestContain_UnprivilegedExecutor)
 func TestMain(m *testing.M) {
 	if len(os.Args) > 2 {
 		switch os.Args[1] {
@@ -50,6 +51,8 @@ func TestMain(m *testing.M) {
 			os.Exit(runDriver(os.Args[3]))
 		case "dialer":
 			os.Exit(runDialer(os.Args[3], os.Args[4]))
+		case "unpriv":
+			os.Exit(runUnpriv(os.Args[3]))
 		}
 	}
 	// Helper processes built with -race would otherwise sleep 1s at exit.
@@ -220,6 +223,12 @@ func carries(pid int, m string) bool {
 	return false
 }
 
+// testCtxBackground bounds a helper process's calls (the helper exits
+// long before; cancel is for vet).
+func testCtxBackground() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 30*time.Second)
+}
+
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
@@ -321,7 +330,7 @@ func runTask(args []string) int {
 	case "serve":
 		return serveTask(args[1:])
 	}
-	return 100
+	return runMoreTask(args)
 }
 
 func serveTask(args []string) int {

@@ -1,0 +1,350 @@
+//go:build linux
+
+package executor
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/moby/sys/capability"
+)
+
+// stateLayout is a state directory as the driver lays it out: the store
+// file and one directory per task under tasks/, with the test's task "a"
+// and a neighbour "b" holding a file.
+type stateLayout struct {
+	state, store, dir, other string
+}
+
+func newStateLayout(t *testing.T) stateLayout {
+	t.Helper()
+	state := filepath.Join(t.TempDir(), "state")
+	l := stateLayout{state: state, store: filepath.Join(state, "tether.db"),
+		dir: filepath.Join(state, "tasks", "a"), other: filepath.Join(state, "tasks", "b")}
+	for _, d := range []string{state, filepath.Join(state, "tasks"), l.other} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(l.store, []byte("the store"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(l.other, "data"), []byte("b's data"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// inspectExec runs an inspect task of spec and returns what it saw.
+func inspectExec(t *testing.T, c *Client, spec LaunchSpec) inspectReport {
+	t.Helper()
+	ctx := testCtx(t)
+	if _, err := c.Launch(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if x, err := c.Wait(ctx); err != nil || x.Code != 0 {
+		t.Fatalf("Wait = %+v %v\nstderr: %s", x, err, readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), StderrFile)))
+	}
+	out := readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), StdoutFile))
+	var r inspectReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("report %q: %v", out, err)
+	}
+	return r
+}
+
+// hostMountsMention lists the host's mount points under dir.
+func hostMountsMention(t *testing.T, dir string) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for l := range strings.SplitSeq(string(b), "\n") {
+		if strings.Contains(l, dir) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// TestExec_IsolatedView checks an exec task from the inside: it sees only
+// its own processes, runs as nobody in its own directory, has Nomad's
+// default capabilities and no new privileges, cannot read /etc/shadow, sees
+// neither the state directory nor the store, and has PATH, HOME and the
+// task variables. Its mounts never reach the host's mount table, during
+// its run or after.
+func TestExec_IsolatedView(t *testing.T) {
+	needIsolation(t)
+	m := newMarker(t)
+	l := newStateLayout(t)
+	c := spawn(t, m, l.dir)
+	spec := m.execSpec(t, "inspect", "/etc/shadow", "/etc/passwd", l.state, l.store, l.other, filepath.Join(l.dir, IdentityFile), "/local")
+	spec.Name = "web"
+	r := inspectExec(t, c, spec)
+	if r.UID != 65534 || r.GID != 65534 {
+		t.Errorf("uid %d gid %d, want nobody (65534)", r.UID, r.GID)
+	}
+	if r.Self != 1 || !slices.Equal(r.PIDs, []int{1}) {
+		t.Errorf("the task is pid %d and sees pids %v; want pid 1 alone", r.Self, r.PIDs)
+	}
+	if r.Cwd != "/local" {
+		t.Errorf("working directory %q, want /local", r.Cwd)
+	}
+	def, _ := resolveCaps(nil, nil, nil)
+	if r.CapEff != capMask(def) || r.CapBnd != capMask(def) {
+		t.Errorf("CapEff %x CapBnd %x, want Nomad's default set %x", r.CapEff, r.CapBnd, capMask(def))
+	}
+	if r.NoNewPrivs != "1" {
+		t.Errorf("NoNewPrivs %q, want 1", r.NoNewPrivs)
+	}
+	for p, wantReadable := range map[string]bool{
+		"/etc/shadow": false, "/etc/passwd": true, "/local": false, // local is empty
+		l.state: false, l.store: false, l.other: false, filepath.Join(l.dir, IdentityFile): false,
+	} {
+		if got := r.Readable[p] == ""; got != wantReadable {
+			t.Errorf("%s readable=%v (%s), want %v", p, got, r.Readable[p], wantReadable)
+		}
+	}
+	for k, want := range map[string]string{
+		"PATH": defaultPath, "HOME": "/local", "TETHER_TASK_ID": "a", "TETHER_TASK_NAME": "web", "TETHER_TASK_DIR": "/local",
+		"TASK_VAR": "task-value",
+	} {
+		if r.Env[k] != want {
+			t.Errorf("%s=%q, want %q", k, r.Env[k], want)
+		}
+	}
+	for _, p := range []string{"/proc", "/dev", "/dev/pts", "/dev/shm", "/local", "/secrets", "/tmp", "/alloc", "/usr", "/etc"} {
+		if !slices.Contains(r.MountInfo, p) {
+			t.Errorf("no %s mount in the task's mount table %v", p, r.MountInfo)
+		}
+	}
+	if leaked := hostMountsMention(t, l.dir); len(leaked) > 0 {
+		t.Errorf("the task's mounts are in the host's mount table:\n%s", strings.Join(leaked, "\n"))
+	}
+	fi, err := os.Stat(filepath.Join(l.dir, TaskSecretsDir))
+	if err != nil || fi.Mode().Perm() != 0o700 || fi.Sys().(*syscall.Stat_t).Uid != 65534 {
+		t.Errorf("secrets/: %v %v, want 0700 owned by nobody", fi.Mode(), err)
+	}
+}
+
+// TestExec_CapDropAllAddChown: cap_drop = ["all"] with cap_add = ["chown"]
+// is exactly CAP_CHOWN, as Nomad computes it; so is it for a root task.
+func TestExec_CapDropAllAddChown(t *testing.T) {
+	needIsolation(t)
+	m := newMarker(t)
+	for _, user := range []string{"", "root"} {
+		c := spawn(t, m, "")
+		spec := m.execSpec(t, "inspect")
+		spec.CapDrop, spec.CapAdd, spec.User = []string{"all"}, []string{"chown"}, user
+		r := inspectExec(t, c, spec)
+		want := uint64(1) << uint(capability.CAP_CHOWN)
+		if r.CapEff != want || r.CapBnd != want {
+			t.Errorf("user %q: CapEff %x CapBnd %x, want exactly CAP_CHOWN (%x)", user, r.CapEff, r.CapBnd, want)
+		}
+	}
+}
+
+// TestExec_StateDirHiddenInsideABind: a chroot entry that would show the
+// state directory (here the directory above it) has it covered.
+func TestExec_StateDirHiddenInsideABind(t *testing.T) {
+	needIsolation(t)
+	m := newMarker(t)
+	l := newStateLayout(t)
+	c := spawn(t, m, l.dir)
+	spec := m.execSpec(t, "inspect", "/data/state", "/data/state/tether.db", "/data/state/tasks/b/data")
+	spec.Chroot = append(spec.Chroot, filepath.Dir(l.state)+":/data")
+	r := inspectExec(t, c, spec)
+	for _, p := range []string{"/data/state", "/data/state/tether.db", "/data/state/tasks/b/data"} {
+		if r.Readable[p] == "" {
+			t.Errorf("%s is readable inside the task", p)
+		}
+	}
+}
+
+// TestExec_HostileTask: an exec task trying to reach the store, another
+// task's files and its own executor (its files, its socket, its pid) and
+// the host's kernel, as nobody and as root with the default capabilities,
+// gets nowhere.
+func TestExec_HostileTask(t *testing.T) {
+	needIsolation(t)
+	m := newMarker(t)
+	for _, user := range []string{"", "root"} {
+		t.Run("user="+user, func(t *testing.T) {
+			l := newStateLayout(t)
+			ctx := testCtx(t)
+			c := spawn(t, m, l.dir)
+			id := c.Identity()
+			tg, _ := json.Marshal(hostileTargets{Store: l.store, OtherTask: l.other, SideFile: filepath.Join(l.dir, IdentityFile),
+				Socket: id.Socket, ExecutorPID: id.PID})
+			spec := m.execSpec(t, "hostile", string(tg))
+			spec.User = user
+			if _, err := c.Launch(ctx, spec); err != nil {
+				t.Fatal(err)
+			}
+			if x, err := c.Wait(ctx); err != nil || x.Code != 0 {
+				t.Fatalf("Wait = %+v %v", x, err)
+			}
+			var r hostileReport
+			out := readFileString(t, filepath.Join(l.dir, StdoutFile))
+			if err := json.Unmarshal([]byte(out), &r); err != nil {
+				t.Fatalf("report %q: %v", out, err)
+			}
+			if len(r) < 10 {
+				t.Fatalf("report %v has too few attempts", r)
+			}
+			if w := r.worked(); len(w) > 0 {
+				t.Errorf("a hostile task (user %q) managed: %s\n%v", user, strings.Join(w, "; "), r)
+			}
+			if b, _ := os.ReadFile(l.store); string(b) != "the store" {
+				t.Errorf("the store was changed: %q", b)
+			}
+			if _, err := os.Stat(filepath.Join(l.other, "planted")); err == nil {
+				t.Error("a file was planted in another task's directory")
+			}
+			if _, err := ReadIdentity(l.dir); err != nil {
+				t.Errorf("the identity file: %v", err)
+			}
+			t.Logf("user %q: %v", user, r)
+		})
+	}
+}
+
+// TestExec_PIDModeHost: pid_mode = "host" shares the host's PID namespace.
+func TestExec_PIDModeHost(t *testing.T) {
+	needIsolation(t)
+	m := newMarker(t)
+	c := spawn(t, m, "")
+	spec := m.execSpec(t, "inspect")
+	spec.PIDMode = ModeHost
+	r := inspectExec(t, c, spec)
+	if r.Self == 1 || !slices.Contains(r.PIDs, os.Getpid()) {
+		t.Errorf("pid_mode host: the task is pid %d and does not see the test (pid %d)", r.Self, os.Getpid())
+	}
+}
+
+// TestExec_StopOfAnInitThatIgnoresSIGTERM: the task is its PID namespace's
+// init, which the kernel shields from signals it has no handler for. A
+// task that handles SIGTERM gets it and exits as it chooses; one that does
+// not (and is alone) is killed at once rather than after the grace.
+func TestExec_StopOfAnInitThatIgnoresSIGTERM(t *testing.T) {
+	needIsolation(t)
+	m := newMarker(t)
+	ctx := testCtx(t)
+	for _, tc := range []struct {
+		name string
+		spec func(ready string) LaunchSpec
+		want int // exit code, or -signal
+	}{
+		{"handles SIGTERM", func(ready string) LaunchSpec {
+			return m.execSpec(t, "serve", "-ready", ready, "-on-term", "3")
+		}, 3},
+		// sleep installs no handler (a Go task would: the runtime
+		// catches SIGTERM, and exits 2 when it cannot die of it).
+		{"no handler", func(ready string) LaunchSpec {
+			s := m.execSpec(t, "unused")
+			s.Command, s.Args = "/bin/sh", []string{"-c", "echo ready > " + ready + "; exec sleep 1000", string(m)}
+			return s
+		}, -int(syscall.SIGKILL)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "task")
+			_, ready, f := execFifo(t, dir, "ready")
+			c := spawn(t, m, dir)
+			if _, err := c.Launch(ctx, tc.spec(ready)); err != nil {
+				t.Fatal(err)
+			}
+			readLine(t, f)
+			x, err := c.Stop(ctx, syscall.SIGTERM, time.Minute) // the grace never runs out in this test
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := x.Code
+			if x.Signal > 0 {
+				got = -x.Signal
+			}
+			if got != tc.want {
+				t.Fatalf("Stop = %+v, want %d", x, tc.want)
+			}
+		})
+	}
+}
+
+// TestExec_JobEnvironment: a job file's task gets Nomad's variables, and
+// its env block overrides any variable.
+func TestExec_JobEnvironment(t *testing.T) {
+	needIsolation(t)
+	m := newMarker(t)
+	c := spawn(t, m, "")
+	spec := m.execSpec(t, "inspect")
+	spec.Job, spec.Group, spec.Name = "shop", "frontend", "web"
+	spec.Limits.Memory, spec.Limits.CPU = 128, 500
+	spec.Env["HOME"] = "/secrets"
+	r := inspectExec(t, c, spec)
+	for k, want := range map[string]string{
+		"NOMAD_JOB_NAME": "shop", "NOMAD_GROUP_NAME": "frontend", "NOMAD_TASK_NAME": "web",
+		"NOMAD_TASK_DIR": "/local", "NOMAD_ALLOC_DIR": "/alloc", "NOMAD_SECRETS_DIR": "/secrets",
+		"NOMAD_MEMORY_LIMIT": "128", "NOMAD_CPU_LIMIT": "500", "HOME": "/secrets",
+	} {
+		if r.Env[k] != want {
+			t.Errorf("%s=%q, want %q", k, r.Env[k], want)
+		}
+	}
+}
+
+// TestResolveCaps_NomadOrder: the basis (the default set within the allow
+// list), minus cap_drop, plus cap_add; "all" in both; an added capability
+// outside the allow list refused.
+func TestResolveCaps_NomadOrder(t *testing.T) {
+	names := func(cs []capability.Cap) string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, c.String())
+		}
+		slices.Sort(out)
+		return strings.Join(out, ",")
+	}
+	sorted := func(s string) string {
+		f := strings.Split(s, ",")
+		slices.Sort(f)
+		return strings.Join(f, ",")
+	}
+	for _, tc := range []struct {
+		add, drop, allowed []string
+		want               string
+		refused            string
+	}{
+		{drop: []string{"all"}, add: []string{"chown"}, want: "chown"},
+		{drop: []string{"ALL"}, add: []string{"CAP_KILL", "net_bind_service"}, want: "kill,net_bind_service"},
+		{drop: []string{"all"}, want: ""},
+		{drop: []string{"chown", "kill"}, add: []string{"kill"}, want: "dac_override,fowner,fsetid,kill,mknod,net_bind_service,setgid,setuid,setfcap,setpcap,sys_chroot,audit_write"},
+		{add: []string{"net_raw"}, refused: "net_raw"},
+		{add: []string{"net_raw"}, allowed: append(slices.Clone(DefaultAllowedCaps), "net_raw"), want: "chown,dac_override,fowner,fsetid,kill,setgid,setuid,setpcap,net_bind_service,net_raw,sys_chroot,mknod,audit_write,setfcap"},
+		{add: []string{"all"}, refused: "sys_admin"},
+		{drop: []string{"all"}, add: []string{"all"}, allowed: []string{"all"}, want: names(capability.ListKnown())},
+	} {
+		got, err := resolveCaps(tc.add, tc.drop, tc.allowed)
+		if tc.refused != "" {
+			var ce *CapError
+			if !errors.As(err, &ce) || !slices.Contains(ce.NotAllowed, tc.refused) {
+				t.Errorf("add %v drop %v allowed %v: %v, want %s refused", tc.add, tc.drop, tc.allowed, err, tc.refused)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("add %v drop %v: %v", tc.add, tc.drop, err)
+			continue
+		}
+		if names(got) != sorted(tc.want) {
+			t.Errorf("add %v drop %v allowed %v = %s, want %s", tc.add, tc.drop, tc.allowed, names(got), tc.want)
+		}
+	}
+}
