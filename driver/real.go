@@ -241,4 +241,5 @@ func (e realExecutor) Close() error                       { return e.c.Close() }
 func validateCaps(add, drop, allowed []string) error {
 	return executor.ValidateCaps(add, drop, allowed)
 }
+
 var _ SpecChecker = (*Real)(nil)
