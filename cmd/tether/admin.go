@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
@@ -378,8 +379,19 @@ func (c *cli) cmdDebug(args []string) int {
 		points = driver.CrashPoints()
 	case "faultpoints":
 		points = driver.FaultPoints()
+	case "host":
+		if fs.NArg() != 1 {
+			c.errorf("debug host takes no arguments")
+			return exitUsage
+		}
+		h, err := cgroup.Probe()
+		if err != nil {
+			return c.fail(err)
+		}
+		fmt.Fprint(c.stdout, h.String())
+		return exitOK
 	default:
-		c.errorf("debug: use 'tether debug crashpoints' or 'tether debug faultpoints'")
+		c.errorf("debug: use 'tether debug crashpoints', 'tether debug faultpoints' or 'tether debug host'")
 		return exitUsage
 	}
 	if fs.NArg() != 1 {

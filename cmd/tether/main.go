@@ -85,13 +85,14 @@ func commands() []command {
 		{name: "status", alias: "ps", args: "[--all] [--json] [ID]", summary: "list tasks (live ones unless --all)", run: (*cli).cmdStatus},
 		{name: "events", args: "[--json] ID", summary: "show a task's event history", run: (*cli).cmdEvents},
 		{name: "logs", args: "[--stderr] [-f] ID", summary: "print a task's output", run: (*cli).cmdLogs},
+		{name: "stats", args: "[--json] ID", summary: "show a running task's memory, CPU and process counts from its cgroup", run: (*cli).cmdStats},
 		{name: "stop", args: "[--signal SIG] [--timeout DUR] ID", summary: "stop a task: signal, grace, then SIGKILL", run: (*cli).cmdStop},
 		{name: "wait", args: "ID", summary: "wait for a task and exit with its code", run: (*cli).cmdWait},
 		{name: "recover", args: "", summary: "replay the store and reconcile it with the process table", run: (*cli).cmdRecover},
 		{name: "graph", args: "[--format mermaid|dot]", summary: "print the lifecycle graph (kill-executor edges marked)", run: (*cli).cmdGraph},
 		{name: "check", args: "", summary: "verify the store: checksums, legal paths, index", run: (*cli).cmdCheck},
 		{name: "gc", args: "[--older-than DUR]", summary: "remove terminal tasks and their directories, compact the store", run: (*cli).cmdGC},
-		{name: "debug", args: "crashpoints|faultpoints", summary: "list the crash or fault injection points", run: (*cli).cmdDebug},
+		{name: "debug", args: "crashpoints|faultpoints|host", summary: "list the crash or fault injection points, or what the host can contain", run: (*cli).cmdDebug},
 	}
 }
 

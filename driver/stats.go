@@ -1,0 +1,54 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tether-fsm/tether/cgroup"
+	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/fsm"
+)
+
+// statser is an Executor that can read its task cgroup's figures (the
+// real one; a simulated world's need not).
+type statser interface {
+	Stats(ctx context.Context) (cgroup.Stats, error)
+}
+
+var _ statser = realExecutor{}
+
+// TaskStats returns the figures of a running task's cgroup: memory now and
+// at its peak, CPU time (user, system, throttled), the number of its tasks
+// and the OOM kill count. Like SignalTask it needs no owner: it reattaches
+// through the recorded identity (bounded by ProbeTimeout) and asks the
+// executor. A task that is not running is ErrNotRunning; one without a
+// cgroup (the host gives none) wraps executor.ErrNoStats.
+//
+//	st, err := d.TaskStats(ctx, "web")
+//	fmt.Println(st.MemoryBytes, st.CPUUser, st.Pids)
+func (d *Driver) TaskStats(ctx context.Context, id string) (cgroup.Stats, error) {
+	info, err := d.InspectTask(ctx, id)
+	if err != nil {
+		return cgroup.Stats{}, err
+	}
+	st := info.Task
+	if st.State != fsm.StateRunning && st.State != fsm.StateLaunched || st.Executor == nil {
+		return cgroup.Stats{}, &TaskError{Task: id, State: st.State, Err: ErrNotRunning}
+	}
+	pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
+	defer cancel()
+	h, err := d.world.Reattach(pctx, id, *st.Executor)
+	if err != nil {
+		return cgroup.Stats{}, &TaskError{Task: id, State: st.State, Err: err}
+	}
+	defer h.Close()
+	s, ok := h.(statser)
+	if !ok {
+		return cgroup.Stats{}, &TaskError{Task: id, State: st.State, Err: fmt.Errorf("%w: this process world (%T) has none", executor.ErrNoStats, h)}
+	}
+	stats, err := s.Stats(pctx)
+	if err != nil {
+		return cgroup.Stats{}, &TaskError{Task: id, State: st.State, Err: err}
+	}
+	return stats, nil
+}
