@@ -2,6 +2,7 @@ package driver
 
 import (
 	"bufio"
+	"errors"
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
@@ -19,6 +20,33 @@ import (
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 )
+
+// modeContainTask is a task mode of this file's tests, dispatched in init
+// (before TestMain): "alloc MB" maps and touches MB megabytes.
+const modeContainTask = "tether-contain-task"
+
+func init() {
+	if len(os.Args) > 2 && os.Args[1] == modeContainTask {
+		os.Exit(runContainTask(os.Args[2:]))
+	}
+}
+
+func runContainTask(args []string) int {
+	switch args[0] {
+	case "alloc":
+		mb, _ := strconv.Atoi(args[1])
+		mem, err := unix.Mmap(-1, 0, mb<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			return 2
+		}
+		for i := 0; i < len(mem); i += 4096 {
+			mem[i] = 1
+		}
+		fmt.Println("survived")
+		return 0
+	}
+	return 100
+}
 
 // needCgroups skips a test on a host where this process cannot make task
 // cgroups, naming what is missing.
@@ -185,6 +213,127 @@ func checkCgroupGone(t *testing.T, st fsm.Task) {
 	for key, d := range cg.Dirs() {
 		if _, err := os.Stat(d); err == nil {
 			t.Errorf("task %s is %s but its %s cgroup %s is still there", st.ID, st.State, key, d)
+		}
+	}
+}
+
+// escapingSpec is a raw_exec task whose main process is a sleeper and which
+// has started a second one in a session of its own; both carry marker.
+func escapingSpec(t testing.TB, marker string) fsm.Spec { return escapingSpecOf(self(t), marker) }
+
+func escapingSpecOf(bin, marker string) fsm.Spec {
+	return fsm.Spec{Driver: "raw_exec", Command: "/bin/sh", Args: []string{"-c",
+		`setsid "$0" ` + modeTask + ` sleep "$1" & exec "$0" ` + modeTask + ` sleep "$1"`, bin, marker}}
+}
+
+// cgroupsUsable reports whether this host gives task cgroups (then the
+// crash test's tasks leave a descendant in a session of its own, which
+// only the cgroup can find).
+func cgroupsUsable() bool {
+	h, err := cgroup.Probe()
+	return err == nil && h.Usable() == nil
+}
+
+// cgroupMembers lists the processes in a running task's recorded cgroup.
+func cgroupMembers(t *testing.T, st fsm.Task) []int {
+	t.Helper()
+	if st.Executor == nil || st.Executor.Cgroup == "" {
+		return nil
+	}
+	h, err := cgroup.Probe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg, err := cgroup.OpenRecorded(h, st.Executor.Cgroup, st.ID, st.Executor.Nonce)
+	if err != nil {
+		t.Fatalf("recorded cgroup: %v", err)
+	}
+	procs, err := cg.Procs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return procs
+}
+
+// TestStopTask_ConfirmsCgroupEmpty: a stop kills a task's descendant that
+// left its session, confirms the cgroup empty and removes it.
+func TestStopTask_ConfirmsCgroupEmpty(t *testing.T) {
+	needCgroups(t)
+	dir := stateDir(t)
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	ctx := ctxT(t)
+	if _, err := d.StartTask(ctx, "esc", escapingSpec(t, dir)); err != nil {
+		t.Fatal(err)
+	}
+	final, err := d.StopTask(ctx, "esc", syscall.SIGTERM, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReaped(t, d, final)
+	checkCgroupGone(t, final)
+	for _, p := range liveWith(dir) {
+		t.Errorf("left after the stop: %s", p)
+	}
+}
+
+// TestStartTask_OOMKilledIsRecorded: a task touching 400 MB under memory =
+// 64 is killed by the kernel, and the driver records it exited with an OOM
+// kill, in its state and its terminal event.
+func TestStartTask_OOMKilledIsRecorded(t *testing.T) {
+	h := needCgroups(t)
+	if _, why, ok := h.For(cgroup.Memory); !ok {
+		t.Skipf("needs the memory controller: %s", why)
+	}
+	dir := stateDir(t)
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	ctx := ctxT(t)
+	spec := fsm.Spec{Driver: "raw_exec", Command: self(t), Args: []string{modeContainTask, "alloc", "400", dir},
+		Resources: fsm.Resources{MemoryMB: 64}}
+	if _, err := d.StartTask(ctx, "hog", spec); err != nil {
+		t.Fatal(err)
+	}
+	final, err := d.WaitTask(ctx, "hog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final.State != fsm.StateExited || final.Exit == nil || !final.Exit.OOM || final.Exit.Signal != int(syscall.SIGKILL) {
+		t.Fatalf("final %s exit %v, want exited, SIGKILL, OOM killed", final.State, final.Exit)
+	}
+	evs, err := d.TaskEvents(ctx, "hog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := evs[len(evs)-1]
+	if last.Type != fsm.EventExecutorReaped || last.Exit == nil || !last.Exit.OOM {
+		t.Errorf("terminal event %s exit %v, want executor-reaped with the OOM kill", last.Type, last.Exit)
+	}
+	checkCgroupGone(t, final)
+}
+
+// TestReal_CheckSpec: the host-dependent checks the driver can run before
+// spawning anything.
+func TestReal_CheckSpec(t *testing.T) {
+	r := NewReal(t.TempDir(), nil, nil)
+	for _, tc := range []struct {
+		spec fsm.Spec
+		want error
+	}{
+		{fsm.Spec{Driver: "raw_exec", Command: "/bin/true", User: "tether-no-such-user"}, executor.ErrUnknownUser},
+		{fsm.Spec{Driver: "exec", Command: "/bin/true", CapAdd: []string{"net_raw"}}, executor.ErrCapNotAllowed},
+		{fsm.Spec{Driver: "exec", Command: "/bin/true", PIDMode: "host", IPCMode: "host"}, nil},
+		{fsm.Spec{Driver: "raw_exec", Command: "/bin/true", Resources: fsm.Resources{MemoryMB: 64, PIDs: 10}}, nil},
+	} {
+		err := r.CheckSpec(tc.spec, nil)
+		if tc.want == nil && err != nil {
+			if h, perr := cgroup.Probe(); perr != nil || h.Usable() != nil || os.Geteuid() != 0 {
+				continue // a host without cgroups refuses these, as it should
+			}
+			t.Errorf("%+v: %v", tc.spec, err)
+		}
+		if tc.want != nil && !errors.Is(err, tc.want) {
+			t.Errorf("%+v: %v, want %v", tc.spec, err, tc.want)
 		}
 	}
 }

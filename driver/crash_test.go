@@ -50,15 +50,21 @@ func runChild(args []string) int {
 	task := func(a ...string) fsm.Spec {
 		return fsm.Spec{Driver: "raw_exec", Command: os.Args[0], Args: append(append([]string{modeTask}, a...), dir)}
 	}
+	// A long-running task leaves a descendant in a session of its own
+	// where the host can contain it: only its cgroup finds it.
+	sleeper := task("sleep")
+	if cgroupsUsable() {
+		sleeper = escapingSpecOf(os.Args[0], dir)
+	}
 	switch scenario {
 	case "start":
-		_, err = d.StartTask(ctx, "a", task("sleep"))
+		_, err = d.StartTask(ctx, "a", sleeper)
 	case "start-exit":
 		if _, err = d.StartTask(ctx, "a", task("exit", "0")); err == nil || errors.Is(err, ErrStartFailed) {
 			_, err = d.WaitTask(ctx, "a")
 		}
 	case "stop":
-		if _, err = d.StartTask(ctx, "a", task("sleep")); err == nil {
+		if _, err = d.StartTask(ctx, "a", sleeper); err == nil {
 			_, err = d.StopTask(ctx, "a", syscall.SIGTERM, time.Second)
 		}
 	case "seed":
@@ -72,7 +78,7 @@ func runChild(args []string) int {
 		_, err = d.StartTask(ctx, "a", spec)
 	case "lost":
 		var st fsm.Task
-		if st, err = d.StartTask(ctx, "a", task("sleep")); err == nil {
+		if st, err = d.StartTask(ctx, "a", sleeper); err == nil {
 			if err = executor.Kill(ctx, *st.Executor); err == nil {
 				_, err = d.WaitTask(ctx, "a")
 			}
@@ -311,8 +317,10 @@ func checkRecovery(t *testing.T, dir string, acks map[string]int) {
 				t.Errorf("task %s running but its executor is dead", id)
 			}
 			owned = append(owned, info.Executor.PID, info.TaskPID)
+			owned = append(owned, cgroupMembers(t, info.Task)...)
 		case info.State.Terminal():
 			checkReaped(t, d, info.Task)
+			checkCgroupGone(t, info.Task)
 		default:
 			t.Errorf("task %s left in %s after Recover (log %v)", id, info.State, logs[id])
 		}
