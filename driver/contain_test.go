@@ -2,9 +2,9 @@ package driver
 
 import (
 	"bufio"
-	"errors"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
