@@ -167,7 +167,10 @@ func PrepareStateDir(dir string) error {
 	fi, err := os.Lstat(dir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		if err := os.MkdirAll(dir, 0o700); err != nil {
+		if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+			return fmt.Errorf("driver: create state directory %s: %w", dir, err)
+		}
+		if err := mkdirDurable(dir); err != nil {
 			return fmt.Errorf("driver: create state directory %s: %w", dir, err)
 		}
 		if fi, err = os.Lstat(dir); err != nil {
@@ -180,7 +183,7 @@ func PrepareStateDir(dir string) error {
 		return err
 	}
 	tasks := filepath.Join(dir, "tasks")
-	if err := os.Mkdir(tasks, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+	if err := mkdirDurable(tasks); err != nil {
 		return fmt.Errorf("driver: create %s: %w", tasks, err)
 	}
 	fi, err = os.Lstat(tasks)

@@ -28,7 +28,7 @@ type taskLock struct{ f *os.File }
 // (nil, holder pid, nil) when another process (or another open file in this
 // one) holds it.
 func tryLockTask(dir string) (*taskLock, int, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := mkdirDurable(dir); err != nil {
 		return nil, 0, fmt.Errorf("driver: task directory: %w", err)
 	}
 	path := filepath.Join(dir, LockFile)
@@ -128,4 +128,23 @@ func (r *Real) WaitLockTask(ctx context.Context, task string) (func(), error) {
 		return nil, err
 	}
 	return l.release, nil
+}
+
+// mkdirDurable creates dir (0700, its parent must exist) and fsyncs the
+// parent, so that the directory (and what is written durably into it: the
+// executor's identity, the task's exit status) survives a power loss. An
+// existing directory is left as it is.
+func mkdirDurable(dir string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return nil
+		}
+		return err
+	}
+	d, err := os.Open(filepath.Dir(dir))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }

@@ -147,7 +147,7 @@ func preparePath(path string, readOnly bool) (string, error) {
 		path = abs
 	}
 	if !readOnly {
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		if err := mkdirAllDurable(filepath.Dir(path)); err != nil {
 			return "", fmt.Errorf("store: create directory for %s: %w", path, err)
 		}
 	}
@@ -163,9 +163,72 @@ func preparePath(path string, readOnly bool) (string, error) {
 	return path, nil
 }
 
+// mkdirAllDurable is os.MkdirAll (0700) that also makes each directory it
+// creates durable: it fsyncs the parent of every one, so a power loss
+// cannot take a new store's directory (and the store with it) away.
+func mkdirAllDurable(dir string) error {
+	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+		return nil
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := mkdirAllDurable(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return nil
+		}
+		return err
+	}
+	return syncDir(parent)
+}
+
+// createStore lays out a new store at path durably: the file is made
+// whole beside it, synced, renamed into place and its directory synced, so
+// a crash during creation leaves no half-made store file (which every
+// later open would refuse as damaged).
+func createStore(path string, opts Options) error {
+	tmp := path + ".new"
+	_ = os.Remove(tmp) // a leftover of a creation cut short
+	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: time.Second, NoSync: opts.NoSync,
+		OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
+			return openNoFollow(name, flag|os.O_EXCL, mode)
+		}})
+	if err != nil {
+		return fmt.Errorf("%w: create %s: %w", ErrWrite, path, err)
+	}
+	if err := prepare(db, path, false); err != nil {
+		_ = db.Close()
+		_ = os.Remove(tmp)
+		return err
+	}
+	if err := db.Close(); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("%w: create %s: %w", ErrWrite, path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("%w: create %s: %w", ErrWrite, path, err)
+	}
+	if opts.NoSync {
+		return nil
+	}
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("%w: create %s: %w", ErrWrite, path, err)
+	}
+	return nil
+}
+
 // openLocked opens the store file at path, whose lock the caller holds.
 func openLocked(path string, opts Options, boltTimeout time.Duration) (*Store, error) {
 	if !opts.ReadOnly {
+		if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+			if err := createStore(path, opts); err != nil {
+				return nil, err
+			}
+		}
 		if err := checkFreelist(path); err != nil {
 			return nil, err
 		}
