@@ -2,6 +2,7 @@ package proptest
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 
@@ -78,20 +79,34 @@ func TestHarness_SeedCapRefusedLeavesNothing(t *testing.T) {
 	})
 }
 
+// A crash right after executor-up (recorded with its launch intent) leaves
+// a task in launching. Without the lease its executor lives on, has not
+// launched, and is killed: the start was interrupted (failed). With the
+// lease it has exited by itself, so nobody can say whether it launched:
+// the task is lost, its group killed.
 func TestHarness_CrashAfterExecutorUpRecovers(t *testing.T) {
-	within(t, func(t *testing.T, h *Harness) {
-		s := h.Start(Plan{Crash: Point{"after-append:executor-up", 1}}, []string{"a"}, []fsm.Spec{SpecFor("run")})
-		if !s.Crashed || !s.Outcomes[0].Died {
-			t.Fatalf("crash did not fire: %+v", s)
-		}
-		h.Check(t)
-		r, err := h.Recover(Plan{})
-		if err != nil || r.Outcomes[0].Err != nil {
-			t.Fatalf("recover: %v %v", err, r.Outcomes[0].Err)
-		}
-		h.CheckRecovered(t)
-		if got := state(t, h, "a"); got != fsm.StateFailed {
-			t.Fatalf("state %s, want failed", got)
-		}
-	})
+	for _, lease := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lease=%v", lease), func(t *testing.T) {
+			within(t, func(t *testing.T, h *Harness) {
+				h.World.SetLease(lease)
+				s := h.Start(Plan{Crash: Point{"after-append:executor-up", 1}}, []string{"a"}, []fsm.Spec{SpecFor("run")})
+				if !s.Crashed || !s.Outcomes[0].Died {
+					t.Fatalf("crash did not fire: %+v", s)
+				}
+				h.Check(t)
+				r, err := h.Recover(Plan{})
+				if err != nil || r.Outcomes[0].Err != nil {
+					t.Fatalf("recover: %v %v", err, r.Outcomes[0].Err)
+				}
+				h.CheckRecovered(t)
+				want := fsm.StateFailed
+				if lease {
+					want = fsm.StateLost
+				}
+				if got := state(t, h, "a"); got != want {
+					t.Fatalf("state %s, want %s", got, want)
+				}
+			})
+		})
+	}
 }
