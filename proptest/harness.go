@@ -527,6 +527,41 @@ func (h *Harness) Crash() {
 	h.release()
 }
 
+// Reboot restarts the host (World.Reboot), killing the driver generation
+// with it. With collide, every process the log records (an executor, a
+// task) gets a look-alike of the new boot at its pid, with its start time
+// and (an executor's) nonce: only the boot id tells them apart.
+func (h *Harness) Reboot(collide bool) {
+	h.Crash()
+	type look struct {
+		pid   int
+		start uint64
+		nonce string
+	}
+	var looks []look
+	_ = h.withLog(func(l store.Log) error {
+		return l.All(context.Background(), func(id string) error {
+			t, err := l.LoadTask(context.Background(), id)
+			if err != nil {
+				return err
+			}
+			if t.Executor != nil {
+				looks = append(looks, look{t.Executor.PID, t.Executor.StartTime, t.Executor.Nonce})
+			}
+			if t.TaskPID != 0 {
+				looks = append(looks, look{t.TaskPID, t.TaskStartTime, ""})
+			}
+			return nil
+		})
+	})
+	h.World.Reboot()
+	if collide {
+		for _, l := range looks {
+			h.World.Collide(l.pid, l.start, l.nonce)
+		}
+	}
+}
+
 // Restart closes the live driver cleanly and opens a new generation (no
 // Recover).
 func (h *Harness) Restart() error {

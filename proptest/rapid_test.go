@@ -216,6 +216,11 @@ func (m *machine) kinds() map[string]func(*rapid.T) {
 			m.h.Crash()
 			t.Logf("agent crashed while idle")
 		},
+		"reboot": func(t *rapid.T) {
+			collide := rapid.Bool().Draw(t, "look-alikes")
+			m.h.Reboot(collide)
+			t.Logf("host rebooted (look-alikes of the new boot at every recorded pid: %v)", collide)
+		},
 		"restart": func(t *rapid.T) {
 			m.needAlive(t)
 			if err := m.h.Restart(); err != nil {
@@ -317,6 +322,7 @@ func (m *machine) applicable() []string {
 	if m.next < maxTasks {
 		out = append(out, "adopt")
 	}
+	out = append(out, "reboot")
 	if alive {
 		out = append(out, "crash", "recover", "restart", "recover beside calls", "recover beside calls")
 	}

@@ -24,7 +24,8 @@ var Ops = []string{
 }
 
 // Scenario is one replayable run: Op on Tasks concurrent tasks under Plan,
-// then (DieBetween) the death of every executor, then a Recover under
+// then (DieBetween) the death of every executor or (RebootBetween) a
+// reboot of the host, then a Recover under
 // Recover, then a Recover with nothing injected on a fresh generation,
 // after which the strong invariants must hold. Its String form is its
 // seed: ParseScenario reads it back.
@@ -40,6 +41,10 @@ type Scenario struct {
 	// crash) and the first Recover: the windows that only matter once an
 	// executor is gone (its launch record, its task's orphaned tree).
 	DieBetween bool
+	// RebootBetween reboots the host between the operation and the first
+	// Recover, with a look-alike of the new boot at every recorded pid
+	// (Harness.Reboot).
+	RebootBetween bool
 	// Bolt runs the scenario on the real bbolt store (the default is the
 	// MemLog).
 	Bolt    bool
@@ -57,6 +62,7 @@ var scenarioFlags = []scenarioFlag{
 	{"nolease", func(s *Scenario) *bool { return &s.NoLease }},
 	{"cgroups", func(s *Scenario) *bool { return &s.Cgroups }},
 	{"die-between", func(s *Scenario) *bool { return &s.DieBetween }},
+	{"reboot-between", func(s *Scenario) *bool { return &s.RebootBetween }},
 	{"bolt", func(s *Scenario) *bool { return &s.Bolt }},
 }
 
@@ -171,6 +177,9 @@ func (sc Scenario) Run(t TestingT, dir string) Result {
 	if sc.DieBetween {
 		h.World.KillExecutors()
 	}
+	if sc.RebootBetween {
+		h.Reboot(true)
+	}
 	var err error
 	if res.Recover, err = h.Recover(sc.Recover); err != nil {
 		t.Fatalf("%s: recover: %v", sc, err)
@@ -199,7 +208,7 @@ func (sc Scenario) Run(t TestingT, dir string) Result {
 		if err != nil {
 			t.Fatalf("%s: inspect %s: %v", sc, ids[i], err)
 		}
-		deaths := sc.DieBetween || res.Op.Died
+		deaths := sc.DieBetween || sc.RebootBetween || res.Op.Died
 		switch {
 		case verb == "stop" && !info.State.Terminal():
 			t.Fatalf("scenario %q: StopTask(%s) succeeded, yet after recovery the task is %s", sc, ids[i], info.State)
@@ -274,7 +283,8 @@ func (c *Coverage) MissingFaults() []string {
 //
 //   - a crash at every crash-point hit (each occurrence), nested with a
 //     crash at every crash-point hit of the following Recover;
-//   - the same crash with every executor dead before the Recover;
+//   - the same crash with every executor dead before the Recover, and with
+//     the host rebooted before it (look-alikes at every recorded pid);
 //   - every executor's death at every crash-point hit (no crash);
 //   - a fault at every fault-point hit (a world operation's both failing
 //     and hanging), nested likewise, followed by a crash at every later
@@ -310,6 +320,8 @@ func Enumerate(t TestingT, dir string, base Scenario, cov *Coverage) {
 		sc.Plan = Plan{Crash: c}
 		nest(sc, run(sc))
 		sc.DieBetween = true
+		run(sc)
+		sc.DieBetween, sc.RebootBetween = false, true
 		run(sc)
 		sc = base
 		sc.Plan = Plan{Die: c}

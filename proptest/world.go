@@ -115,12 +115,14 @@ type Refusal struct {
 type disk struct {
 	exit      *fsm.ExitStatus
 	exitNonce string // the nonce of the executor that wrote exit, and its task
+	exitBoot  string
 	exitPID   int
 	exitSt    uint64
 	launchPID int
 	launchSt  uint64
 	launched  bool
 	nonce     string // the nonce of the executor that wrote the launch record
+	boot      string // and the boot it ran in
 }
 
 // WorldFault is what an injected fault does to one world operation.
@@ -184,6 +186,7 @@ type World struct {
 	failSpawns int
 	noLease    bool
 	cgroups    bool
+	boots      int
 	trusted    []Refusal // identity checks a stranger passed
 
 	// BeforeEffect, when set, is called (without the world's lock) as an
@@ -379,6 +382,9 @@ func (w *World) FailSpawns(n int) {
 
 func (w *World) newProcLocked(kind Kind, task string) *Proc {
 	w.ticks++
+	for p := w.procs[w.nextPID]; p != nil && p.Alive; p = w.procs[w.nextPID] {
+		w.nextPID++ // taken (a stranger placed after a reboot)
+	}
 	pid := w.nextPID
 	w.nextPID++
 	p := &Proc{PID: pid, Start: w.ticks * 100, Kind: kind, Task: task, PGID: pid, Alive: true, died: make(chan struct{})}
@@ -423,7 +429,7 @@ func (w *World) dieLocked(p *Proc, x fsm.ExitStatus) {
 		p.recorded = true
 		xx := x
 		d := w.diskLocked(p.Task)
-		d.exit, d.exitNonce, d.exitPID, d.exitSt = &xx, p.exec.Nonce, p.PID, p.Start
+		d.exit, d.exitNonce, d.exitBoot, d.exitPID, d.exitSt = &xx, p.exec.Nonce, w.bootID, p.PID, p.Start
 	}
 }
 
@@ -446,18 +452,22 @@ func (w *World) signalLocked(p *Proc, sig syscall.Signal, via, task string) {
 // ours is the identity check: pid + start time + boot id + nonce, which is
 // all the real one can observe (/proc/PID/stat, the boot id, the nonce
 // argument on /proc/PID/cmdline); a process's kind is not observable, so a
-// look-alike stranger (see ReusePID) is told apart by its start time alone.
+// look-alike stranger (see ReusePID) is told apart by its start time alone,
+// and one after a reboot (see Reboot) by the boot id alone.
 func (w *World) ours(p *Proc, id fsm.Identity) (bool, string) {
 	switch {
 	case p.Start != id.StartTime:
 		return false, fmt.Sprintf("start time %d, recorded %d", p.Start, id.StartTime)
-	case id.BootID != w.bootID:
-		return false, fmt.Sprintf("boot id %q, recorded %q", w.bootID, id.BootID)
 	case p.Nonce != id.Nonce:
 		return false, fmt.Sprintf("nonce %q, recorded %q", p.Nonce, id.Nonce)
 	}
 	return true, ""
 }
+
+// otherBoot reports whether id was recorded in another boot: its process
+// is gone, whatever now runs at its pid (executor.checkIdentity's first
+// test).
+func (w *World) otherBoot(id fsm.Identity) bool { return id.BootID != w.bootID }
 
 // Executors returns the world as seen by driver generation g.
 func (w *World) Executors(g *Generation) driver.Executors { return &view{w: w, g: g} }
@@ -513,8 +523,8 @@ func (v *view) Reattach(ctx context.Context, task string, id fsm.Identity) (driv
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.procs[id.PID]
-	if p == nil || !p.Alive {
-		return nil, fmt.Errorf("%w: pid %d", driver.ErrGone, id.PID)
+	if p == nil || !p.Alive || w.otherBoot(id) {
+		return nil, fmt.Errorf("%w: pid %d (boot %q)", driver.ErrGone, id.PID, id.BootID)
 	}
 	if ok, why := w.ours(p, id); !ok {
 		w.refused = append(w.refused, Refusal{Via: "reattach", PID: id.PID, Task: task, Why: why})
@@ -564,7 +574,7 @@ func (v *view) Kill(ctx context.Context, task string, id fsm.Identity) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.procs[id.PID]
-	if p == nil || !p.Alive {
+	if p == nil || !p.Alive || w.otherBoot(id) {
 		return nil
 	}
 	if ok, why := w.ours(p, id); !ok {
@@ -580,11 +590,18 @@ func (v *view) Kill(ctx context.Context, task string, id fsm.Identity) error {
 // checking that its path names the task and the nonce), else the process
 // group led by pid, as executor.KillGroup does: the leader, when alive,
 // must have the recorded start time, and members are those of the group
-// that started no earlier than it.
+// that started no earlier than it. A task of another boot is gone: nothing
+// is signalled (driver.Real.KillTask checks the boot id first).
 func (v *view) KillTask(ctx context.Context, task string, id fsm.Identity, pid int, start uint64) error {
 	v.g.enter()
 	w := v.w
 	if id.Cgroup == "" && pid == 0 {
+		return nil
+	}
+	w.mu.Lock()
+	other := w.otherBoot(id)
+	w.mu.Unlock()
+	if other {
 		return nil
 	}
 	if err := w.inject(ctx, v.g, OpKillTask); err != nil {
@@ -624,7 +641,7 @@ func (v *view) Alive(ctx context.Context, task string, id fsm.Identity) (bool, e
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.procs[id.PID]
-	if p == nil || !p.Alive {
+	if p == nil || !p.Alive || w.otherBoot(id) {
 		return false, nil
 	}
 	ok, _ := w.ours(p, id)
@@ -640,8 +657,8 @@ func (v *view) ExitStatus(ctx context.Context, task string, id fsm.Identity, pid
 	if d == nil || d.exit == nil {
 		return fsm.ExitStatus{}, false, nil
 	}
-	if d.exitNonce != id.Nonce || pid > 0 && (d.exitPID != pid || d.exitSt != start) {
-		why := fmt.Sprintf("exit record of nonce %q pid %d, the log has nonce %q pid %d", d.exitNonce, d.exitPID, id.Nonce, pid)
+	if d.exitNonce != id.Nonce || d.exitBoot != id.BootID || pid > 0 && (d.exitPID != pid || d.exitSt != start) {
+		why := fmt.Sprintf("exit record of nonce %q boot %q pid %d, the log has nonce %q boot %q pid %d", d.exitNonce, d.exitBoot, d.exitPID, id.Nonce, id.BootID, pid)
 		w.refused = append(w.refused, Refusal{Via: "exit-status", PID: d.exitPID, Task: task, Why: why})
 		return fsm.ExitStatus{}, false, fmt.Errorf("%w: %s", driver.ErrNotOurs, why)
 	}
@@ -657,8 +674,8 @@ func (v *view) LaunchRecord(ctx context.Context, task string, id fsm.Identity) (
 	if d == nil || !d.launched {
 		return 0, 0, false, nil
 	}
-	if d.nonce != id.Nonce {
-		why := fmt.Sprintf("launch record of nonce %q, the log has %q", d.nonce, id.Nonce)
+	if d.nonce != id.Nonce || d.boot != id.BootID {
+		why := fmt.Sprintf("launch record of nonce %q boot %q, the log has %q boot %q", d.nonce, d.boot, id.Nonce, id.BootID)
 		w.refused = append(w.refused, Refusal{Via: "launch-record", PID: d.launchPID, Task: task, Why: why})
 		return 0, 0, false, fmt.Errorf("%w: %s", driver.ErrNotOurs, why)
 	}
@@ -737,7 +754,7 @@ func (w *World) launchLocked(p *Proc, spec fsm.Spec) {
 	c.exec, c.Cgroup = p, p.Cgroup
 	p.launched, p.child = true, c
 	d := w.diskLocked(p.Task)
-	d.launched, d.launchPID, d.launchSt, d.nonce = true, c.PID, c.Start, p.Nonce
+	d.launched, d.launchPID, d.launchSt, d.nonce, d.boot = true, c.PID, c.Start, p.Nonce, w.bootID
 	for _, a := range spec.Args {
 		switch a {
 		case ArgFork, ArgSetsid, ArgDaemon:
@@ -1003,6 +1020,53 @@ func (w *World) Relaunched(task, nonce string, spec fsm.Spec) (fsm.Identity, int
 	p := w.newExecutorLocked(task, nonce)
 	w.launchLocked(p, spec)
 	return w.identity(p), p.child.PID, p.child.Start
+}
+
+// Reboot restarts the host: every process dies at once and nothing is
+// written (no exit status), every connection and task lock is let go of,
+// the boot id changes, and pids and start times count again from where
+// they began, so that a new process may have the pid and the start time of
+// a process of the last boot (see Collide). The task directories (side
+// files) and the log survive. The driver generation must be dead already
+// (Harness.Reboot crashes it first).
+func (w *World) Reboot() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, p := range w.all {
+		if p.Alive {
+			p.Alive, p.Exit = false, fsm.ExitStatus{Code: -1, Signal: int(syscall.SIGKILL)}
+			close(p.died)
+		}
+	}
+	for g, hs := range w.handles {
+		for _, h := range hs {
+			w.closeHandleLocked(h)
+		}
+		delete(w.handles, g)
+	}
+	for task, l := range w.locks {
+		w.unlockLocked(task, l)
+	}
+	w.boots++
+	w.bootID = fmt.Sprintf("boot-%d", w.boots+1)
+	w.nextPID, w.ticks = 1000, 0
+	w.procs = map[int]*Proc{}
+}
+
+// Collide starts, after a reboot, a stranger at pid with start time start
+// and nonce on its command line: a process of the new boot that looks, by
+// everything but the boot id, like a process of the last one. It reports
+// whether the pid was free.
+func (w *World) Collide(pid int, start uint64, nonce string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p := w.procs[pid]; p != nil && p.Alive {
+		return false
+	}
+	s := &Proc{PID: pid, Start: start, Kind: KindStranger, PGID: pid, Nonce: nonce, Alive: true, died: make(chan struct{})}
+	w.procs[pid] = s
+	w.all = append(w.all, s)
+	return true
 }
 
 // ReusePID starts a stranger process at the pid of a dead process, with a
