@@ -104,16 +104,18 @@ func (r *Real) Kill(ctx context.Context, task string, id fsm.Identity) error {
 // id.Nonce), is killed, confirmed empty and removed, whether or not a
 // launch was recorded (pid 0: the launch may have happened unrecorded).
 // Only a task without a cgroup falls back to its process group, by pid and
-// start time.
+// start time. A task of another boot (id.BootID) is gone: nothing is
+// signalled, whatever now has its pid and start time (they count from
+// boot).
 func (r *Real) KillTask(ctx context.Context, task string, id fsm.Identity, pid int, start uint64) error {
+	if boot, err := executor.BootID(); err == nil && id.BootID != "" && id.BootID != boot {
+		return nil // neither processes nor cgroups outlive a boot
+	}
 	if id.Cgroup == "" {
 		if pid == 0 {
 			return nil
 		}
 		return worldErr(executor.KillGroup(ctx, pid, start))
-	}
-	if boot, err := executor.BootID(); err == nil && id.BootID != "" && id.BootID != boot {
-		return nil // cgroups do not outlive a boot
 	}
 	h, err := cgroup.Probe()
 	if err != nil {

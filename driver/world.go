@@ -31,7 +31,8 @@ type Executors interface {
 	// KillTask kills every process of the task and confirms none is left:
 	// the task's cgroup (id.Cgroup, checked to name the task and id.Nonce)
 	// where it has one, else the process group led by pid (started at
-	// start; pid 0: nothing was launched). Nothing left: nil.
+	// start; pid 0: nothing was launched). Nothing left: nil. A task of
+	// another boot (id.BootID) is gone: nil, nothing signalled.
 	KillTask(ctx context.Context, task string, id fsm.Identity, pid int, start uint64) error
 	// Alive reports whether the executor with this identity is alive (a
 	// pid that now belongs to a stranger is not).

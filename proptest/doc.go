@@ -1,36 +1,61 @@
 // Package proptest is tether's property-test harness: a deterministic
 // simulated process world, fault and crash injection at every named point of
-// the driver, and the design's invariants, checked after every step.
+// the driver, the store boundary and the world, and the design's
+// invariants, checked after every step.
 //
 // # Pieces
 //
 //   - World: processes with pids, start times and a boot id; executors with
 //     a lease (an executor whose connection drops before launch exits by
-//     itself); tasks that exit; executors that die behind the driver's back;
+//     itself) that are child subreapers (a live one kills its task's whole
+//     tree); tasks with descendants, some of which escape the task's
+//     process group (setsid, a daemonized grandchild); on a host with
+//     cgroups, a cgroup per task named for the task and the nonce; tasks
+//     that exit; executors that die behind the driver's back (their task
+//     trees live on), or relaunched their task with no driver (Relaunched);
 //     pid reuse by strangers. Identity checks are pid, start time, boot id
-//     and nonce; every signal is logged, so "never a stranger signalled" is
-//     a query.
+//     and nonce; a cgroup is killed only when its path names the task and
+//     the nonce; every signal is logged, so "never a stranger signalled" is
+//     a query. World operations (kill, kill-task, reattach, stop, status,
+//     shutdown) can be made to fail or to hang until their context ends.
 //   - Generation: one life of a driver process. A crash (Hooks.Crash at a
 //     drawn crash point) kills it as SIGKILL would: the goroutine that hit
 //     the point exits (runtime.Goexit), every other goroutine of that
 //     generation stops at its next contact with the world or the store, its
 //     connections drop, and its store writes stop: what was committed stays,
 //     nothing else lands, no acknowledgement reaches it.
-//   - Harness: a driver over a World and a real bbolt store, run step by
-//     step under a Plan (the crash point and the fault points of the step),
-//     with Check and CheckRecovered holding the invariants.
+//   - The log: the real bbolt store (Options.Bolt), closed and reopened by
+//     every generation, or MemLog, a simulated log with store.Log's
+//     contract, the way a deterministic simulation replaces a disk. At its
+//     boundary the plan can fail an Append before it commits
+//     (store:fail:<event>) or after (store:lost-ack:<event>).
+//   - Harness: a driver over a World and a log, run step by step under a
+//     Plan (the crash point, the point where every executor dies, and the
+//     fault points of the step), with Check and CheckRecovered holding the
+//     invariants: no process of a task outlives its terminal state (an
+//     escaped descendant on a host without cgroups excepted, and listed by
+//     Escapes: the host's limit, not the driver's), no leak, never a
+//     stranger signalled, no acknowledged event lost, every log a legal
+//     path, fold(log) == live state; write-ahead is checked as each effect
+//     reaches the world.
 //   - Scenario: one replayable run (its String is its seed), and Enumerate,
-//     which runs every crash point x {crash, fault} nested once inside the
-//     following Recover.
+//     which runs every crash point x {crash, executors' death, fault}
+//     nested once inside the following Recover, with executors killed
+//     between a crash and its Recover.
+//   - History and LifecycleModel: concurrent driver calls (Recover among
+//     them) recorded for porcupine's linearizability check.
 //
 // # Determinism
 //
 // The harness runs inside a testing/synctest bubble (rapid.SyncTest, or
 // synctest.Test): a step returns when every goroutine is durably blocked,
-// after the bubble's fake clock has run past any back-off the driver sleeps,
-// so nothing waits on real time. The driver's clock and nonces are
-// counters; every listing is sorted. rapid can therefore replay and shrink a
-// failing sequence, and keeps it under testdata/rapid.
+// after the bubble's fake clock has run past any back-off or timeout the
+// driver waits out (a hanging world operation ends with its context), so
+// nothing waits on real time. The driver's clock and nonces are counters;
+// every listing is sorted. rapid can therefore replay and shrink a failing
+// sequence, and keeps it under testdata/rapid. (Calls of one step run
+// concurrently, as the driver's own goroutines do: their interleaving is
+// the scheduler's, so a replay may need a few tries.)
 //
 // # Usage
 //
@@ -40,7 +65,7 @@
 //	func TestMyAgent_Lifecycle(t *testing.T) {
 //		dir := t.TempDir()
 //		synctest.Test(t, func(t *testing.T) {
-//			h := proptest.New(t, dir)
+//			h := proptest.Open(t, proptest.Options{Dir: dir, Cgroups: true})
 //			defer h.Close()
 //			h.Start(proptest.Plan{Crash: proptest.Point{Name: "after-append:executor-up", Nth: 1}},
 //				[]string{"web"}, []fsm.Spec{mySpec})
@@ -59,10 +84,11 @@
 // TestDriver_RealProperties runs the same state machine (without crash
 // points, which a test process cannot survive) against driver.NewReal and
 // this test binary serving executor and task modes, and finds leaks by
-// scanning /proc for each check's marker. testdata/mutants holds planted
-// bugs as find/replace data; `make mutants` (cmd/mutants) applies each one
-// through go test -overlay and fails if the suite lets one survive.
+// scanning /proc for each check's marker; TestDriver_RealPropertiesRepeated
+// runs it 20 times in a row. testdata/mutants holds planted bugs as
+// find/replace data; `make mutants` (cmd/mutants) applies each one through
+// go test -overlay and fails if the suite lets one survive.
 //
 // The simulated World stands in for the real executor; the driver's table is
-// fsm.Lifecycle (the store checks every append against it).
+// fsm.Lifecycle (the log checks every append against it).
 package proptest

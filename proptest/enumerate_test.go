@@ -1,7 +1,6 @@
 package proptest
 
 import (
-	"fmt"
 	"sort"
 	"strings"
 	"testing"
@@ -26,12 +25,25 @@ func TestEnumerate_EveryCrashPoint(t *testing.T) {
 	// Without the lease, only the log leads recovery to an executor whose
 	// connection dropped before launch.
 	cfgs = append(cfgs, Scenario{Op: "start:run", Tasks: 1, NoLease: true}, Scenario{Op: "start:netraw", Tasks: 1, NoLease: true})
+	// A log that ends at launched (an executor's relaunch, an older
+	// driver): the attach effect and reattached.
+	cfgs = append(cfgs, Scenario{Op: "recover:launched", Tasks: 1}, Scenario{Op: "recover:launched", Tasks: 2})
+	// Recover beside starts on the same driver.
+	cfgs = append(cfgs, Scenario{Op: "race:run", Tasks: 1}, Scenario{Op: "race:run", Tasks: 2}, Scenario{Op: "race:exit", Tasks: 1})
+	// Descendants that escape the task's group, on hosts with and without
+	// cgroups.
+	for _, cg := range []bool{false, true} {
+		for _, op := range []string{"start:fork", "start:setsid", "start:daemon", "stop:setsid"} {
+			cfgs = append(cfgs, Scenario{Op: op, Tasks: 1, Cgroups: cg})
+		}
+	}
+	// The real bbolt store under the same enumeration (its commits, its
+	// acknowledgements, its reopen by every generation).
+	cfgs = append(cfgs, Scenario{Op: "start:run", Tasks: 1, Bolt: true}, Scenario{Op: "stop", Tasks: 2, Bolt: true},
+		Scenario{Op: "recover:launched", Tasks: 1, Bolt: true})
 	ran := 0
 	for _, c := range cfgs {
-		name := fmt.Sprintf("%s_x%d", strings.ReplaceAll(c.Op, ":", "_"), c.Tasks)
-		if c.NoLease {
-			name += "_nolease"
-		}
+		name := strings.ReplaceAll(strings.ReplaceAll(strings.Split(c.String(), " | ")[0], ":", "_"), " ", "_")
 		t.Run(name, func(t *testing.T) {
 			ran++
 			dir := scratch(t)
@@ -41,8 +53,9 @@ func TestEnumerate_EveryCrashPoint(t *testing.T) {
 		})
 	}
 	el := time.Since(began)
-	t.Logf("%d enumerated runs in %s (%.0f runs/s); %d crash points registered, %d crashed at",
-		cov.Runs, el.Round(time.Millisecond), float64(cov.Runs)/el.Seconds(), len(crashPoints), len(crashPoints)-len(cov.Missing()))
+	t.Logf("%d enumerated runs in %s (%.0f runs/s); %d crash points registered, %d crashed at, executors killed at %d",
+		cov.Runs, el.Round(time.Millisecond), float64(cov.Runs)/el.Seconds(), len(crashPoints), len(crashPoints)-len(cov.Missing()), len(cov.Died))
+	t.Logf("fault points fired: %d of %d; never: %v", len(FaultPoints())-len(cov.MissingFaults()), len(FaultPoints()), cov.MissingFaults())
 	if cov.Runs == 0 || ran < len(cfgs) {
 		return
 	}

@@ -24,7 +24,7 @@ var linChecks = flag.Int("proptest.linchecks", 0, "checks of TestDriver_Lineariz
 
 // linCall is one drawn driver call.
 type linCall struct {
-	Op   string // start, stop, inspect, wait
+	Op   string // start, stop, inspect, wait, recover (Task unused)
 	Task int
 }
 
@@ -93,6 +93,8 @@ func runHistory(t *rapid.T, dir string, clients [][]linCall, tasks int) ([]porcu
 					_, _ = h.StopTask(ctx, d, c, id(call.Task), 0, 0)
 				case "inspect":
 					_, _ = h.InspectTask(ctx, d, c, id(call.Task))
+				case "recover":
+					_, _ = h.Recover(ctx, d, c)
 				case "wait":
 					wmu.Lock()
 					wc := waitClient
@@ -156,12 +158,13 @@ func checkHistory(t *rapid.T, model porcupine.Model, ops []porcupine.Operation, 
 }
 
 // TestDriver_Linearizable checks that concurrent StartTask, StopTask,
-// InspectTask and WaitTask calls on a few task ids of ONE driver (over the
+// InspectTask, WaitTask and Recover calls on a few task ids of ONE driver (over the
 // simulated world, no faults, tasks that run until stopped) form histories
 // that porcupine can linearize against LifecycleModel, partitioned by task
 // id: one claim per id, ErrTaskExists and ErrUnknownTask only when the id
-// is claimed and unclaimed, stops that end in stopped, and every snapshot a
-// step forward along the lifecycle. -proptest.linchecks sets the number of
+// is claimed and unclaimed, stops that end in stopped, every snapshot a
+// step forward along the lifecycle, and a Recover beside them that fails
+// no start in progress. -proptest.linchecks sets the number of
 // checks (default 5 x rapid.checks, at most 2000).
 func TestDriver_Linearizable(t *testing.T) {
 	n := *linChecks
@@ -179,7 +182,7 @@ func TestDriver_Linearizable(t *testing.T) {
 		tasks := rapid.IntRange(1, 3).Draw(rt, "tasks")
 		call := rapid.Custom(func(t *rapid.T) linCall {
 			return linCall{
-				Op:   rapid.SampledFrom([]string{"start", "inspect", "stop", "wait"}).Draw(t, "op"),
+				Op:   rapid.SampledFrom([]string{"start", "inspect", "stop", "wait", "recover"}).Draw(t, "op"),
 				Task: rapid.IntRange(0, tasks-1).Draw(t, "task"),
 			}
 		})

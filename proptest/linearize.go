@@ -41,10 +41,15 @@ const (
 	StepInspect
 	// StepWait is WaitTask: driver.ErrUnknownTask or the terminal state.
 	StepWait
+	// StepRecover is what Recover reported of one task it found live in
+	// the store: the state it left it in (no version: a report carries
+	// none). Recover is an input like any other: it must not fail a
+	// start in progress, nor end a task no stop was requested of.
+	StepRecover
 )
 
 var linStepNames = map[LinStep]string{StepRegister: "start/register", StepStartResult: "start/result",
-	StepStopRequest: "stop/request", StepStopResult: "stop/result", StepInspect: "inspect", StepWait: "wait"}
+	StepStopRequest: "stop/request", StepStopResult: "stop/result", StepInspect: "inspect", StepWait: "wait", StepRecover: "recover"}
 
 func (s LinStep) String() string {
 	if n, ok := linStepNames[s]; ok {
@@ -178,6 +183,9 @@ func reachable(s, t fsm.State, n uint64) bool {
 //     terminal state the task had already reached: a no-op).
 //   - InspectTask returns ErrUnknownTask before the claim, then the current
 //     state; WaitTask returns the terminal state.
+//   - Recover reports a task it found in the store (so claimed) in a state
+//     it may be in: it fails no start in progress and ends no task that
+//     no stop was requested of (with StopsOnly).
 //   - Every snapshot is a step along the lifecycle: versions never go back,
 //     an equal version is the same state, and a version n higher is a state
 //     exactly n edges away. After a stop request the task is reaping or
@@ -300,6 +308,18 @@ func linStep(opts LinOptions, s LinState, in LinInput, out LinOutput) (bool, any
 			return false, s
 		}
 		return snapshot(opts, s, out)
+	case StepRecover:
+		switch {
+		case out.Result != ResOK || !s.Registered:
+			return false, s
+		case s.StopRequested && out.State != fsm.StateReaping && !out.State.Terminal():
+			return false, s // live after the stop request
+		case out.State == fsm.StateStopped && !s.StopRequested:
+			return false, s
+		case opts.StopsOnly && (out.State == fsm.StateReaping || out.State.Terminal()) && !s.StopRequested:
+			return false, s // recovery failed (or ended) a task nobody stopped
+		}
+		return true, s
 	case StepInspect, StepWait:
 		switch out.Result {
 		case ResUnknown:
@@ -386,6 +406,25 @@ func (h *History) WaitTask(ctx context.Context, d *driver.Driver, client int, id
 	ret := h.clock.Add(1)
 	h.add(client, call, ret, LinInput{StepWait, id}, output(err, t))
 	return t, err
+}
+
+// Recover calls d.Recover and records a recover step for every task it
+// reported on (an error for a task is ResOther, which the model refuses).
+func (h *History) Recover(ctx context.Context, d *driver.Driver, client int) (driver.Report, error) {
+	call := h.clock.Add(1)
+	rep, err := d.Recover(ctx)
+	ret := h.clock.Add(1)
+	for _, r := range rep.Tasks {
+		out := LinOutput{Result: ResOK, State: r.To}
+		if r.Err != nil {
+			out.Result, out.Err = ResOther, r.Err.Error()
+		}
+		h.add(client, call, ret, LinInput{StepRecover, r.ID}, out)
+	}
+	if err != nil && len(rep.Tasks) == 0 {
+		h.add(client, call, ret, LinInput{StepRecover, "*"}, LinOutput{Result: ResOther, Err: err.Error()})
+	}
+	return rep, err
 }
 
 // Operations returns the recorded operations.

@@ -2,22 +2,28 @@ package proptest
 
 import (
 	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sort"
+	"sync"
 
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/store"
 )
 
-// genLog is the event log as one driver generation sees it: a real
-// store.Store (bbolt, NoSync, on a file in the harness's directory) that
-// refuses every call of a dead generation. A commit that was under way when
-// its generation died stands, as it would in bbolt; its acknowledgement
-// never reaches the driver. Every acknowledged append is entered in the
-// harness's ledger, so that "no acknowledged event lost" can be checked
-// after the next open.
+// genLog is the event log as one driver generation sees it: the harness's
+// log (a real store.Store, or the simulated MemLog) that refuses every call
+// of a dead generation, and where the plan's store faults fire. A commit
+// that was under way when its generation died stands, as it would in
+// bbolt; its acknowledgement never reaches the driver, and nothing the dead
+// process had not yet committed lands afterwards. Every acknowledged append
+// is entered in the harness's ledger, so that "no acknowledged event lost"
+// can be checked after the next open.
 type genLog struct {
 	h *Harness
 	g *Generation
-	s *store.Store
+	s store.Log
 }
 
 var _ store.Log = (*genLog)(nil)
@@ -25,15 +31,43 @@ var _ store.Log = (*genLog)(nil)
 func (l *genLog) Append(ctx context.Context, task string, expected uint64, events ...fsm.Event) (uint64, error) {
 	l.g.enter()
 	l.h.checkAppend(task, expected, events)
-	l.h.commits.RLock() // freeze waits for commits in flight: a process dies between writes, never inside one
+	// The store's fault points: one of each kind per event of the batch.
+	fail, lostAck := false, false
+	for _, e := range events {
+		f, _ := storeFaultOf(e.Type)
+		if hit, _ := l.h.hitFault(f); hit {
+			fail = true
+		}
+	}
+	if !fail {
+		for _, e := range events {
+			_, la := storeFaultOf(e.Type)
+			if hit, _ := l.h.hitFault(la); hit {
+				lostAck = true
+			}
+		}
+	}
+	if fail {
+		return 0, fmt.Errorf("%w: task %q at version %d", ErrStoreFault, task, expected)
+	}
+	l.h.commits.RLock() // a crash waits for commits in flight: a process dies between writes, never inside one
+	if l.g.Dead() {
+		// Died before this commit began: nothing of it lands.
+		l.h.commits.RUnlock()
+		runtime.Goexit()
+	}
 	v, err := l.s.Append(ctx, task, expected, events...)
 	l.h.commits.RUnlock()
 	l.g.enter() // died while committing: the commit stands, no acknowledgement
-	if err == nil {
-		l.h.committed(l.s, task, v)
-		l.h.acknowledge(task, expected, events)
+	if err != nil {
+		return v, err
 	}
-	return v, err
+	l.h.committed(l.s, task, v)
+	if lostAck {
+		return 0, fmt.Errorf("%w: task %q committed at version %d", ErrLostAck, task, v)
+	}
+	l.h.acknowledge(task, expected, events)
+	return v, nil
 }
 
 func (l *genLog) Load(ctx context.Context, task string) ([]fsm.Event, error) {
@@ -56,6 +90,172 @@ func (l *genLog) All(ctx context.Context, fn func(task string) error) error {
 	return l.s.All(ctx, fn)
 }
 
-// Close does nothing: the harness owns the file and closes it when the
+// Close does nothing: the harness owns the log and closes it when the
 // generation is over.
 func (l *genLog) Close() error { return nil }
+
+// MemLog is a simulated event log: store.Log's contract (optimistic
+// appends at an expected version, every event checked against the
+// lifecycle before anything is written, an append that fails writes
+// nothing, a live index) held in memory, the way a deterministic
+// simulation replaces a disk. An append is atomic: it happens entirely or
+// not at all, and once it returned it is durable for every later reader.
+// The property runs on it for speed; Enumerate and TestDriver_PropertiesBolt
+// run the same harness on the real bbolt store.
+type MemLog struct {
+	mu    sync.Mutex
+	logs  map[string][]fsm.Event
+	tasks map[string]fsm.Task
+}
+
+var _ store.Log = (*MemLog)(nil)
+
+// NewMemLog returns an empty log.
+func NewMemLog() *MemLog {
+	return &MemLog{logs: map[string][]fsm.Event{}, tasks: map[string]fsm.Task{}}
+}
+
+// Append implements store.Log with the store's errors: *store.ConflictError
+// at a version other than the task's, store.ErrUnknownTask for an unknown
+// task at a version above 0, fsm.ErrIllegalTransition (wrapped) for an
+// event the table does not allow, store.ErrSequence for a bad Seq.
+func (m *MemLog) Append(ctx context.Context, task string, expected uint64, events ...fsm.Event) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if len(events) == 0 {
+		return 0, store.ErrNoEvents
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, known := m.tasks[task]
+	switch {
+	case !known && expected != 0:
+		return 0, fmt.Errorf("%w: %q (appending at version %d)", store.ErrUnknownTask, task, expected)
+	case known && t.Version != expected:
+		return 0, &store.ConflictError{Task: task, Expected: expected, Actual: t.Version}
+	case !known:
+		t = fsm.Task{ID: task}
+	}
+	evs := make([]fsm.Event, len(events))
+	for i, e := range events {
+		seq := expected + uint64(i) + 1
+		switch e.Seq {
+		case 0:
+			e.Seq = seq
+		case seq:
+		default:
+			return 0, fmt.Errorf("%w: task %q: event %s has seq %d, expected %d", store.ErrSequence, task, e.Type, e.Seq, seq)
+		}
+		var err error
+		if t, err = fsm.Fold(t, e); err != nil {
+			return 0, fmt.Errorf("store: append to task %q: %w", task, err)
+		}
+		evs[i] = copyEvent(e)
+	}
+	m.logs[task] = append(m.logs[task], evs...)
+	m.tasks[task] = t
+	return t.Version, nil
+}
+
+// copyEvent copies what an event points to, as an encode and a decode
+// would: a stored event shares nothing with its caller's.
+func copyEvent(e fsm.Event) fsm.Event {
+	if e.Spec != nil {
+		s := *e.Spec
+		e.Spec = &s
+	}
+	if e.Executor != nil {
+		x := *e.Executor
+		e.Executor = &x
+	}
+	if e.Exit != nil {
+		x := *e.Exit
+		e.Exit = &x
+	}
+	return e
+}
+
+func copyTask(t fsm.Task) fsm.Task {
+	if t.Spec != nil {
+		s := *t.Spec
+		t.Spec = &s
+	}
+	if t.Executor != nil {
+		x := *t.Executor
+		t.Executor = &x
+	}
+	if t.Exit != nil {
+		x := *t.Exit
+		t.Exit = &x
+	}
+	return t
+}
+
+// Load implements store.Log.
+func (m *MemLog) Load(ctx context.Context, task string) ([]fsm.Event, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, ok := m.logs[task]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", store.ErrUnknownTask, task)
+	}
+	out := make([]fsm.Event, len(l))
+	for i, e := range l {
+		out[i] = copyEvent(e)
+	}
+	return out, nil
+}
+
+// LoadTask implements store.Log.
+func (m *MemLog) LoadTask(ctx context.Context, task string) (fsm.Task, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.tasks[task]
+	if !ok {
+		return fsm.Task{}, fmt.Errorf("%w: %q", store.ErrUnknownTask, task)
+	}
+	return copyTask(t), nil
+}
+
+// Live implements store.Log: the tasks not in a terminal state, by id.
+func (m *MemLog) Live(ctx context.Context, fn func(task string) error) error {
+	return m.each(fn, func(t fsm.Task) bool { return !t.State.Terminal() })
+}
+
+// All implements store.Log.
+func (m *MemLog) All(ctx context.Context, fn func(task string) error) error {
+	return m.each(fn, func(fsm.Task) bool { return true })
+}
+
+func (m *MemLog) each(fn func(string) error, keep func(fsm.Task) bool) error {
+	m.mu.Lock()
+	ids := make([]string, 0, len(m.tasks))
+	for id, t := range m.tasks {
+		if keep(t) {
+			ids = append(ids, id)
+		}
+	}
+	m.mu.Unlock()
+	sort.Strings(ids)
+	for _, id := range ids {
+		if err := fn(id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close implements store.Log.
+func (m *MemLog) Close() error { return nil }
+
+// snapshot returns every task's log, by id (for the harness's checks).
+func (m *MemLog) snapshot() map[string][]fsm.Event {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string][]fsm.Event, len(m.logs))
+	for id, l := range m.logs {
+		out[id] = slices.Clone(l)
+	}
+	return out
+}

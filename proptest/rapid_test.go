@@ -9,33 +9,45 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
 )
 
 var (
-	crashPoints = driver.CrashPoints()
-	faultPoints = driver.FaultPoints()
+	crashPoints = CrashPoints()
+	faultDraws  = drawnFaultPoints()
 )
 
-// drawPlan draws the faults and the crash of one step. Every draw shrinks
-// towards "nothing injected". Half the injections name their point; the
-// other half are the n-th point of the step whatever its name (Any), which
-// fires whenever the step gets that far, where most named points are never
-// reached by a given step.
-func drawPlan(t *rapid.T) Plan {
+// drawPlan draws the faults, the crash and the executor deaths of one step.
+// Every draw shrinks towards "nothing injected". Half the injections name
+// their point; the other half are the n-th point of the step whatever its
+// name (Any), which fires whenever the step gets that far, where most
+// named points are never reached by a given step. n ranges over every
+// point a step has reached so far in this check (Harness.Longest), so that
+// a crash can land on the last point of the longest start or recovery.
+func drawPlan(t *rapid.T, h *Harness) Plan {
+	return drawPlanOf(t, max(18, h.Longest()+2), crashPoints, faultDraws)
+}
+
+// drawPlanOf draws a plan over the given points, the n-th of a step
+// ranging up to reach.
+func drawPlanOf(t *rapid.T, reach int, crashPoints, faultDraws []string) Plan {
 	var p Plan
-	point := func(names []string, label string) Point {
+	point := func(names []string, label string, reach int) Point {
 		if rapid.Bool().Draw(t, label+" named?") {
-			return Point{rapid.SampledFrom(names).Draw(t, label), rapid.IntRange(1, 2).Draw(t, label+"#")}
+			return Point{rapid.SampledFrom(names).Draw(t, label), rapid.IntRange(1, 3).Draw(t, label+"#")}
 		}
-		return Point{Any, rapid.IntRange(1, 10).Draw(t, label+" at")}
+		return Point{Any, rapid.IntRange(1, reach).Draw(t, label+" at")}
 	}
-	if rapid.IntRange(0, 3).Draw(t, "crash?") == 3 {
-		p.Crash = point(crashPoints, "crash")
+	if len(crashPoints) > 0 {
+		if rapid.IntRange(0, 3).Draw(t, "crash?") == 3 {
+			p.Crash = point(crashPoints, "crash", reach)
+		}
+		if rapid.IntRange(0, 7).Draw(t, "executors die?") == 7 {
+			p.Die = point(crashPoints, "die", reach)
+		}
 	}
 	for range rapid.IntRange(0, 2).Draw(t, "faults") {
-		p.Faults = append(p.Faults, point(faultPoints, "fault"))
+		p.Faults = append(p.Faults, point(faultDraws, "fault", 12))
 	}
 	return p
 }
@@ -49,6 +61,9 @@ type machine struct {
 }
 
 const maxTasks = 5
+
+// startKinds are the task kinds a start draws from.
+var startKinds = []string{"run", "run", "exit", "netraw", "invalid", "fork", "setsid", "daemon"}
 
 func (m *machine) tasks(t *rapid.T) string {
 	ids := m.h.Tasks()
@@ -72,6 +87,32 @@ func (m *machine) stateOf(t *rapid.T, id string) fsm.State {
 	return info.State
 }
 
+func (m *machine) newID() string {
+	id := fmt.Sprintf("t%d", m.next)
+	m.next++
+	return id
+}
+
+// expectStart holds what a clean start of kind must do.
+func (m *machine) expectStart(t *rapid.T, id, kind string, err error) {
+	st := m.stateOf(t, id)
+	switch kind {
+	case "run", "fork", "setsid", "daemon":
+		if err != nil || st != fsm.StateRunning {
+			t.Fatalf("clean start of %s (%s): %v, state %s; want running", id, kind, err, st)
+		}
+	case "exit":
+		// A quick task ran and exited before the start returned: a success.
+		if err != nil || st != fsm.StateExited {
+			t.Fatalf("clean start of %s (exits at once): %v, state %s; want success, exited", id, err, st)
+		}
+	case "netraw", "invalid":
+		if err == nil || st != fsm.StateFailed {
+			t.Fatalf("clean start of %s (%s): %v, state %s; want an error, failed", id, kind, err, st)
+		}
+	}
+}
+
 func (m *machine) kinds() map[string]func(*rapid.T) {
 	return map[string]func(*rapid.T){
 		"start": func(t *rapid.T) {
@@ -79,29 +120,30 @@ func (m *machine) kinds() map[string]func(*rapid.T) {
 			if m.next >= maxTasks {
 				t.Skip("enough tasks")
 			}
-			id := fmt.Sprintf("t%d", m.next)
-			m.next++
-			kind := rapid.SampledFrom([]string{"run", "run", "exit", "netraw", "invalid"}).Draw(t, "kind")
-			s := m.h.Start(drawPlan(t), []string{id}, []fsm.Spec{SpecFor(kind)})
-			t.Logf("start %s (%s): %+v", id, kind, s.Outcomes[0])
+			id := m.newID()
+			kind := rapid.SampledFrom(startKinds).Draw(t, "kind")
+			s := m.h.Start(drawPlan(t, m.h), []string{id}, []fsm.Spec{SpecFor(kind)})
+			t.Logf("start %s (%s): %+v fired=%v", id, kind, s.Outcomes[0], s.Fired)
 			if s.Clean() {
-				err, st := s.Outcomes[0].Err, m.stateOf(t, id)
-				switch {
-				case kind == "run" && (err != nil || st != fsm.StateRunning):
-					t.Fatalf("clean start of %s: %v, state %s; want running", id, err, st)
-				case kind == "exit" && (err != nil || st != fsm.StateExited):
-					// A quick task ran and exited before the start returned: a success.
-					t.Fatalf("clean start of %s (exits at once): %v, state %s; want success, exited", id, err, st)
-				case (kind == "netraw" || kind == "invalid") && (err == nil || st != fsm.StateFailed):
-					t.Fatalf("clean start of %s (%s): %v, state %s; want an error, failed", id, kind, err, st)
-				}
+				m.expectStart(t, id, kind, s.Outcomes[0].Err)
 			}
+		},
+		"adopt": func(t *rapid.T) {
+			if m.next >= maxTasks {
+				t.Skip("enough tasks")
+			}
+			id := m.newID()
+			kind := rapid.SampledFrom([]string{"run", "setsid"}).Draw(t, "kind")
+			if err := m.h.Adopt(id, SpecFor(kind)); err != nil {
+				t.Fatalf("adopt %s: %v", id, err)
+			}
+			t.Logf("task %s (%s) relaunched by its executor, no driver: its log ends at launched", id, kind)
 		},
 		"stop": func(t *rapid.T) {
 			m.needAlive(t)
 			id := m.tasks(t)
-			s := m.h.Stop(drawPlan(t), id)
-			t.Logf("stop %s: %+v", id, s.Outcomes[0])
+			s := m.h.Stop(drawPlan(t, m.h), id)
+			t.Logf("stop %s: %+v fired=%v", id, s.Outcomes[0], s.Fired)
 			if s.Clean() {
 				if err, st := s.Outcomes[0].Err, m.stateOf(t, id); err != nil || !st.Terminal() {
 					t.Fatalf("clean stop of %s: %v, state %s; want terminal", id, err, st)
@@ -111,8 +153,8 @@ func (m *machine) kinds() map[string]func(*rapid.T) {
 		"destroy": func(t *rapid.T) {
 			m.needAlive(t)
 			id := m.tasks(t)
-			s := m.h.Destroy(drawPlan(t), id)
-			t.Logf("destroy %s: %+v", id, s.Outcomes[0])
+			s := m.h.Destroy(drawPlan(t, m.h), id)
+			t.Logf("destroy %s: %+v fired=%v", id, s.Outcomes[0], s.Fired)
 			if s.Clean() {
 				if err, st := s.Outcomes[0].Err, m.stateOf(t, id); err != nil || !st.Terminal() {
 					t.Fatalf("clean destroy of %s: %v, state %s; want terminal", id, err, st)
@@ -123,7 +165,7 @@ func (m *machine) kinds() map[string]func(*rapid.T) {
 			m.needAlive(t)
 			id := m.tasks(t)
 			sig := rapid.SampledFrom([]syscall.Signal{syscall.SIGUSR1, syscall.SIGTERM}).Draw(t, "sig")
-			s := m.h.Signal(drawPlan(t), id, sig)
+			s := m.h.Signal(drawPlan(t, m.h), id, sig)
 			t.Logf("signal %s %s: %+v", id, sig, s.Outcomes[0])
 		},
 		"task exits": func(t *rapid.T) {
@@ -138,7 +180,7 @@ func (m *machine) kinds() map[string]func(*rapid.T) {
 			}
 			id := rapid.SampledFrom(tasks).Draw(t, "task")
 			code := rapid.IntRange(0, 2).Draw(t, "code")
-			m.h.Behind(drawPlan(t), func(w *World) { w.ExitTask(id, code) })
+			m.h.Behind(drawPlan(t, m.h), func(w *World) { w.ExitTask(id, code) })
 			t.Logf("task %s exits %d", id, code)
 		},
 		"executor dies": func(t *rapid.T) {
@@ -152,8 +194,8 @@ func (m *machine) kinds() map[string]func(*rapid.T) {
 				t.Skip("no live executor")
 			}
 			pid := rapid.SampledFrom(pids).Draw(t, "pid")
-			m.h.Behind(drawPlan(t), func(w *World) { w.KillProc(pid) })
-			t.Logf("executor pid %d killed behind the driver's back", pid)
+			m.h.Behind(drawPlan(t, m.h), func(w *World) { w.KillProc(pid) })
+			t.Logf("executor pid %d killed behind the driver's back (agent alive: %v)", pid, m.h.Alive())
 		},
 		"pid reuse": func(t *rapid.T) {
 			pids := m.h.World.ReusablePIDs()
@@ -174,6 +216,11 @@ func (m *machine) kinds() map[string]func(*rapid.T) {
 			m.h.Crash()
 			t.Logf("agent crashed while idle")
 		},
+		"reboot": func(t *rapid.T) {
+			collide := rapid.Bool().Draw(t, "look-alikes")
+			m.h.Reboot(collide)
+			t.Logf("host rebooted (look-alikes of the new boot at every recorded pid: %v)", collide)
+		},
 		"restart": func(t *rapid.T) {
 			m.needAlive(t)
 			if err := m.h.Restart(); err != nil {
@@ -184,7 +231,62 @@ func (m *machine) kinds() map[string]func(*rapid.T) {
 		"recover": func(t *rapid.T) {
 			m.recover(t)
 		},
+		"recover beside calls": func(t *rapid.T) {
+			m.needAlive(t)
+			m.recoverBeside(t)
+		},
 	}
+}
+
+// recoverBeside runs Recover in one step with other calls on the same
+// driver: a start of a new task, a stop of a task (and a wait for it), an
+// inspect. Recover is an input like any other: a clean step must do what
+// each call would do alone (a start in progress is never failed), and
+// leave the strong invariant.
+func (m *machine) recoverBeside(t *rapid.T) {
+	calls := []Call{RecoverCall()}
+	var what []string
+	startID, kind := "", ""
+	if m.next < maxTasks && rapid.Bool().Draw(t, "start beside?") {
+		startID, kind = m.newID(), rapid.SampledFrom(startKinds).Draw(t, "kind")
+		calls = append(calls, StartCall(startID, SpecFor(kind)))
+		what = append(what, "start "+startID+" ("+kind+")")
+	}
+	stopID := ""
+	ids := m.h.Tasks()
+	if len(ids) > 0 && rapid.Bool().Draw(t, "stop beside?") {
+		stopID = rapid.SampledFrom(ids).Draw(t, "stop task")
+		calls = append(calls, StopCall(stopID))
+		what = append(what, "stop "+stopID)
+		if rapid.Bool().Draw(t, "wait beside?") {
+			calls = append(calls, WaitCall(stopID))
+			what = append(what, "wait "+stopID)
+		}
+	}
+	if len(ids) > 0 && rapid.Bool().Draw(t, "inspect beside?") {
+		id := rapid.SampledFrom(ids).Draw(t, "inspect task")
+		calls = append(calls, InspectCall(id))
+		what = append(what, "inspect "+id)
+	}
+	s := m.h.Run(drawPlan(t, m.h), calls...)
+	t.Logf("recover beside %v: %+v fired=%v", what, s.Outcomes, s.Fired)
+	if !s.Clean() {
+		return
+	}
+	for i, o := range s.Outcomes {
+		if o.Err != nil && (startID == "" || i != 1) {
+			t.Fatalf("clean recover beside %v: call %d failed: %v", what, i, o.Err)
+		}
+	}
+	if startID != "" {
+		m.expectStart(t, startID, kind, s.Outcomes[1].Err)
+	}
+	if stopID != "" {
+		if st := m.stateOf(t, stopID); !st.Terminal() {
+			t.Fatalf("clean stop of %s beside Recover: state %s; want terminal", stopID, st)
+		}
+	}
+	m.h.CheckRecovered(t)
 }
 
 // applicable lists the actions that apply now, most basic first (rapid
@@ -217,8 +319,12 @@ func (m *machine) applicable() []string {
 	if len(m.h.World.ReusablePIDs()) > 0 {
 		out = append(out, "pid reuse")
 	}
+	if m.next < maxTasks {
+		out = append(out, "adopt")
+	}
+	out = append(out, "reboot")
 	if alive {
-		out = append(out, "crash", "recover", "restart")
+		out = append(out, "crash", "recover", "restart", "recover beside calls", "recover beside calls")
 	}
 	return out
 }
@@ -237,11 +343,11 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 }
 
 func (m *machine) recover(t *rapid.T) {
-	s, err := m.h.Recover(drawPlan(t))
+	s, err := m.h.Recover(drawPlan(t, m.h))
 	if err != nil {
 		t.Fatalf("open a new generation: %v", err)
 	}
-	t.Logf("recover (generation %d): %+v crashed=%v fired=%v", m.h.Generation(), s.Outcomes[0], s.Crashed, s.Fired)
+	t.Logf("recover (generation %d): %+v crashed=%v died=%v fired=%v", m.h.Generation(), s.Outcomes[0], s.Crashed, s.Died, s.Fired)
 	if s.Clean() {
 		if err := s.Outcomes[0].Err; err != nil {
 			t.Fatalf("clean Recover failed: %v", err)
@@ -250,26 +356,37 @@ func (m *machine) recover(t *rapid.T) {
 	}
 }
 
-// TestDriver_Properties is the state-machine property test of the driver
-// over the simulated world: random starts, stops, destroys, signals, task
-// exits, executor deaths, pid reuse, crashes (idle, at a drawn crash point,
-// during Recover) and faults at every effect and append, with the design's
-// invariants checked after every step. RAPID_CHECKS / -rapid.checks sets
-// the number of checks; failures are kept under testdata/rapid.
-func TestDriver_Properties(t *testing.T) {
+// propertyRun is one run of the property: its counts and time.
+type propertyRun struct {
+	checks, steps int
+	took          time.Duration
+}
+
+func (r propertyRun) String() string {
+	return fmt.Sprintf("%d checks, %d steps in %s: %.0f checks/s, %.0f steps/s", r.checks, r.steps, r.took.Round(time.Millisecond),
+		float64(r.checks)/r.took.Seconds(), float64(r.steps)/r.took.Seconds())
+}
+
+// runProperty runs the state machine over harnesses made by opts.
+func runProperty(t *testing.T, bolt bool) propertyRun {
 	dir := scratch(t)
-	checks, steps := 0, 0
+	var r propertyRun
 	began := time.Now()
 	rapid.Check(t, func(rt *rapid.T) {
-		checks++
-		sub, err := os.MkdirTemp(dir, "case")
-		if err != nil {
-			rt.Fatal(err)
+		r.checks++
+		sub := dir
+		if bolt {
+			var err error
+			if sub, err = os.MkdirTemp(dir, "case"); err != nil {
+				rt.Fatal(err)
+			}
+			defer os.RemoveAll(sub)
 		}
-		defer os.RemoveAll(sub)
 		rapid.SyncTest(rt, func(rt *rapid.T) {
-			m := &machine{h: New(rt, sub), steps: &steps}
-			m.h.World.SetLease(rapid.Bool().Draw(rt, "lease"))
+			o := Options{Dir: sub, Bolt: bolt}
+			o.NoLease = !rapid.Bool().Draw(rt, "lease")
+			o.Cgroups = rapid.Bool().Draw(rt, "cgroups")
+			m := &machine{h: Open(rt, o), steps: &r.steps}
 			defer func() {
 				if err := m.h.Close(); err != nil {
 					rt.Errorf("close: %v", err)
@@ -278,7 +395,30 @@ func TestDriver_Properties(t *testing.T) {
 			rt.Repeat(m.actions())
 		})
 	})
-	el := time.Since(began)
-	t.Logf("%d checks, %d steps in %s: %.0f checks/s, %.0f steps/s", checks, steps, el.Round(time.Millisecond),
-		float64(checks)/el.Seconds(), float64(steps)/el.Seconds())
+	r.took = time.Since(began)
+	return r
+}
+
+// TestDriver_Properties is the state-machine property test of the driver
+// over the simulated world and the simulated log: random starts (of tasks
+// that run, exit, are refused, fork, escape their group), stops, destroys,
+// signals, task exits, executor deaths, pid reuse, tasks relaunched by
+// their executors, crashes (idle, at a drawn crash point, during Recover),
+// Recover beside other calls, executor deaths at a drawn point, and faults
+// at every effect, every store append (failing, or committing and then
+// failing) and every world operation (failing, or hanging), on hosts with
+// and without cgroups, with the design's invariants checked after every
+// step. RAPID_CHECKS / -rapid.checks sets the number of checks; failures
+// are kept under testdata/rapid.
+func TestDriver_Properties(t *testing.T) {
+	t.Logf("simulated log: %s", runProperty(t, false))
+}
+
+// TestDriver_PropertiesBolt is TestDriver_Properties on the real bbolt
+// store (closed and reopened by every driver generation), with a fifth of
+// the checks: the store's own behaviour under the driver (its legality
+// check, its conflicts, its acknowledgements) stays inside the property.
+func TestDriver_PropertiesBolt(t *testing.T) {
+	defer setFlag(t, "rapid.checks", fmt.Sprint(max(rapidChecks()/5, 20)))()
+	t.Logf("bbolt store: %s", runProperty(t, true))
 }

@@ -1,8 +1,11 @@
 package proptest
 
 import (
+	"context"
 	"testing"
+	"testing/synctest"
 
+	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
 )
 
@@ -74,5 +77,92 @@ func TestDriver_RecoverDrivesASupervisedTaskThatOwesAKill(t *testing.T) {
 			t.Errorf("state %s after Recover, want terminal", got)
 		}
 		h.CheckRecovered(t)
+	})
+}
+
+// TestDriver_AppendCommittedThenFailedKeepsTheDurableState: an append
+// that committed and then reported failure (its acknowledgement lost: a
+// context cancelled once the commit was claimed) left the driver holding
+// the state before it, while the log held the events: InspectTask
+// answered a state the log had left behind (fold(log) != live state), and
+// the driver's next decisions started from it. Found by the store-boundary
+// fault store:lost-ack:<event> (TestEnumerate_EveryCrashPoint, and
+// TestDriver_Properties at its first check).
+//
+// Fix (driver/owner.go apply): an append that fails for any reason but a
+// conflict has an unknown outcome; the owner reloads the task from the log
+// before it reports the error, so it holds what is durable.
+func TestDriver_AppendCommittedThenFailedKeepsTheDurableState(t *testing.T) {
+	for _, ev := range []string{"task-created", "executor-up", "launched", "stop-requested", "executor-reaped"} {
+		t.Run(ev, func(t *testing.T) {
+			within(t, func(t *testing.T, h *Harness) {
+				plan := Plan{Faults: []Point{{Name: storeLostAck + ev, Nth: 1}}}
+				if ev == "stop-requested" || ev == "executor-reaped" {
+					h.Start(Plan{}, []string{"a"}, []fsm.Spec{SpecFor("run")})
+					if s := h.Stop(plan, "a"); len(s.Fired) != 1 {
+						t.Fatalf("the fault did not fire: %+v", s)
+					}
+				} else if s := h.Start(plan, []string{"a"}, []fsm.Spec{SpecFor("run")}); len(s.Fired) != 1 {
+					t.Fatalf("the fault did not fire: %+v", s)
+				}
+				h.Check(t) // fold(log) == live state
+				if _, err := h.Recover(Plan{}); err != nil {
+					t.Fatal(err)
+				}
+				h.CheckRecovered(t)
+			})
+		})
+	}
+}
+
+// TestDriver_StartReturnsRunningWhenAStopFollows is the deterministic
+// regression test of the race TestDriver_Linearizable found in the old
+// driver: StartTask read its result after its effect loop returned,
+// without holding the task, so a StopTask landing in between made a start
+// that had reached running return "ended reaping". Here the start is held
+// just after running is durable, a stop is queued behind it, and only
+// then is the start let go: it must return running, and the stop stopped.
+//
+// Fix (driver/owner.go, the task owner): the owner answers the starter in
+// the same turn that records running, before it takes the next input.
+func TestDriver_StartReturnsRunningWhenAStopFollows(t *testing.T) {
+	dir := scratch(t)
+	synctest.Test(t, func(t *testing.T) {
+		w := NewWorld()
+		reached, release := make(chan struct{}), make(chan struct{})
+		hooks := driver.Hooks{Crash: func(point string) {
+			if point == "after-append:running" {
+				close(reached)
+				<-release
+			}
+		}}
+		d, err := driver.Open(driver.Config{StateDir: dir, Store: NewMemLog(), Executors: w.Executors(w.NewGeneration(1)), Hooks: hooks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		ctx := context.Background()
+		type result struct {
+			st  fsm.Task
+			err error
+		}
+		started, stopped := make(chan result, 1), make(chan result, 1)
+		go func() {
+			st, err := d.StartTask(ctx, "a", SpecFor("run"))
+			started <- result{st, err}
+		}()
+		<-reached
+		go func() {
+			st, err := d.StopTask(ctx, "a", 0, 0)
+			stopped <- result{st, err}
+		}()
+		synctest.Wait() // the stop is queued behind the start's turn
+		close(release)
+		if r := <-started; r.err != nil || r.st.State != fsm.StateRunning {
+			t.Errorf("StartTask with a stop queued behind it: %v, %s; want running", r.err, r.st.State)
+		}
+		if r := <-stopped; r.err != nil || r.st.State != fsm.StateStopped {
+			t.Errorf("StopTask: %v, %s; want stopped", r.err, r.st.State)
+		}
 	})
 }

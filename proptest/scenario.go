@@ -8,34 +8,72 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
 )
 
-// Ops are the operations a Scenario can run: a start of tasks of one kind
-// (see SpecFor), or a stop of running tasks.
-var Ops = []string{"start:run", "start:exit", "start:netraw", "start:invalid", "stop"}
+// Ops are the operations a Scenario can run, on its tasks at once:
+//
+//	start:KIND       StartTask of tasks of that kind (see SpecFor)
+//	stop, stop:KIND  StopTask of running tasks (of kind run, or KIND)
+//	race:KIND        StartTask of tasks of that kind with a Recover beside them
+//	recover:launched Recover of tasks whose log ends at launched, their
+//	                 executors alive with no driver (Harness.Adopt)
+var Ops = []string{
+	"start:run", "start:exit", "start:netraw", "start:invalid", "start:fork", "start:setsid", "start:daemon",
+	"stop", "stop:setsid", "stop:daemon", "race:run", "race:exit", "recover:launched",
+}
 
 // Scenario is one replayable run: Op on Tasks concurrent tasks under Plan,
-// then a Recover under Recover, then a Recover with nothing injected on a
-// fresh generation, after which the strong invariants must hold. Its String
-// form is its seed: ParseScenario reads it back.
+// then (DieBetween) the death of every executor or (RebootBetween) a
+// reboot of the host, then a Recover under
+// Recover, then a Recover with nothing injected on a fresh generation,
+// after which the strong invariants must hold. Its String form is its
+// seed: ParseScenario reads it back.
 type Scenario struct {
 	Op    string
 	Tasks int
 	// NoLease runs the world with the executors' lease off, so that only
 	// the log can lead recovery to an executor whose connection dropped.
 	NoLease bool
+	// Cgroups gives the simulated host cgroups.
+	Cgroups bool
+	// DieBetween kills every executor between the operation (and its
+	// crash) and the first Recover: the windows that only matter once an
+	// executor is gone (its launch record, its task's orphaned tree).
+	DieBetween bool
+	// RebootBetween reboots the host between the operation and the first
+	// Recover, with a look-alike of the new boot at every recorded pid
+	// (Harness.Reboot).
+	RebootBetween bool
+	// Bolt runs the scenario on the real bbolt store (the default is the
+	// MemLog).
+	Bolt    bool
 	Plan    Plan
 	Recover Plan
 }
 
+// The flags of a scenario's head, in String's order.
+type scenarioFlag struct {
+	name string
+	get  func(*Scenario) *bool
+}
+
+var scenarioFlags = []scenarioFlag{
+	{"nolease", func(s *Scenario) *bool { return &s.NoLease }},
+	{"cgroups", func(s *Scenario) *bool { return &s.Cgroups }},
+	{"die-between", func(s *Scenario) *bool { return &s.DieBetween }},
+	{"reboot-between", func(s *Scenario) *bool { return &s.RebootBetween }},
+	{"bolt", func(s *Scenario) *bool { return &s.Bolt }},
+}
+
 func (sc Scenario) String() string {
-	lease := ""
-	if sc.NoLease {
-		lease = " nolease"
+	head := fmt.Sprintf("%s x%d", sc.Op, sc.Tasks)
+	for _, f := range scenarioFlags {
+		if *f.get(&sc) {
+			head += " " + f.name
+		}
 	}
-	return fmt.Sprintf("%s x%d%s | op %s | recover %s", sc.Op, sc.Tasks, lease, sc.Plan, sc.Recover)
+	return fmt.Sprintf("%s | op %s | recover %s", head, sc.Plan, sc.Recover)
 }
 
 // ParseScenario parses Scenario.String's form.
@@ -43,19 +81,23 @@ func ParseScenario(s string) (Scenario, error) {
 	var sc Scenario
 	parts := strings.Split(s, " | ")
 	if len(parts) != 3 {
-		return sc, fmt.Errorf("proptest: scenario %q: want \"op xN | op PLAN | recover PLAN\"", s)
+		return sc, fmt.Errorf("%w: scenario %q: want \"op xN [flags] | op PLAN | recover PLAN\"", ErrBadScenario, s)
 	}
 	head := strings.Fields(parts[0])
-	if len(head) == 3 && head[2] == "nolease" {
-		sc.NoLease, head = true, head[:2]
+	if len(head) < 2 || !strings.HasPrefix(head[1], "x") {
+		return sc, fmt.Errorf("%w: scenario %q: bad head", ErrBadScenario, s)
 	}
-	if len(head) != 2 || !strings.HasPrefix(head[1], "x") {
-		return sc, fmt.Errorf("proptest: scenario %q: bad head", s)
+	for _, flag := range head[2:] {
+		i := slices.IndexFunc(scenarioFlags, func(f scenarioFlag) bool { return f.name == flag })
+		if i < 0 {
+			return sc, fmt.Errorf("%w: scenario %q: unknown flag %q", ErrBadScenario, s, flag)
+		}
+		*scenarioFlags[i].get(&sc) = true
 	}
 	sc.Op = head[0]
 	n, err := strconv.Atoi(head[1][1:])
 	if err != nil || n < 1 || !slices.Contains(Ops, sc.Op) {
-		return sc, fmt.Errorf("proptest: scenario %q: bad op or count", s)
+		return sc, fmt.Errorf("%w: scenario %q: bad op or count (ops: %s)", ErrBadScenario, s, strings.Join(Ops, " "))
 	}
 	sc.Tasks = n
 	if sc.Plan, err = parsePlan(strings.TrimPrefix(parts[1], "op ")); err != nil {
@@ -63,28 +105,6 @@ func ParseScenario(s string) (Scenario, error) {
 	}
 	sc.Recover, err = parsePlan(strings.TrimPrefix(parts[2], "recover "))
 	return sc, err
-}
-
-func parsePlan(s string) (Plan, error) {
-	var p Plan
-	var crash, faults string
-	i := strings.Index(s, " faults=[")
-	if !strings.HasPrefix(s, "crash=") || i < 0 || !strings.HasSuffix(s, "]") {
-		return p, fmt.Errorf("proptest: plan %q: want crash=P faults=[P ...]", s)
-	}
-	crash, faults = s[len("crash="):i], s[i+len(" faults=["):len(s)-1]
-	var err error
-	if p.Crash, err = ParsePoint(crash); err != nil {
-		return p, err
-	}
-	for _, f := range strings.Fields(faults) {
-		pt, err := ParsePoint(f)
-		if err != nil {
-			return p, err
-		}
-		p.Faults = append(p.Faults, pt)
-	}
-	return p, nil
 }
 
 // Result is what a Scenario run did: the crash and fault points its
@@ -99,24 +119,24 @@ type Result struct {
 // run inside a testing/synctest bubble.
 func (sc Scenario) Run(t TestingT, dir string) Result {
 	t.Helper()
-	h := New(t, dir)
+	h := Open(t, Options{Dir: dir, Bolt: sc.Bolt, Cgroups: sc.Cgroups, NoLease: sc.NoLease})
 	defer func() {
 		if err := h.Close(); err != nil {
 			t.Fatalf("%s: close: %v", sc, err)
 		}
 	}()
-	h.World.SetLease(!sc.NoLease)
-	ids := make([]string, sc.Tasks)
-	specs := make([]fsm.Spec, sc.Tasks)
-	kind, _ := strings.CutPrefix(sc.Op, "start:")
-	if sc.Op == "stop" {
+	verb, kind, _ := strings.Cut(sc.Op, ":")
+	if kind == "" {
 		kind = "run"
 	}
+	ids := make([]string, sc.Tasks)
+	specs := make([]fsm.Spec, sc.Tasks)
 	for i := range ids {
 		ids[i], specs[i] = fmt.Sprintf("t%d", i+1), SpecFor(kind)
 	}
 	var res Result
-	if sc.Op == "stop" {
+	switch verb {
+	case "stop":
 		s := h.Start(Plan{}, ids, specs)
 		for i, o := range s.Outcomes {
 			if o.Err != nil {
@@ -124,7 +144,21 @@ func (sc Scenario) Run(t TestingT, dir string) Result {
 			}
 		}
 		res.Op = h.Stop(sc.Plan, ids...)
-	} else {
+	case "race":
+		calls := []Call{RecoverCall()}
+		for i := range ids {
+			calls = append(calls, StartCall(ids[i], specs[i]))
+		}
+		res.Op = h.Run(sc.Plan, calls...)
+		res.Op.Outcomes = res.Op.Outcomes[1:] // the starts', in order of ids
+	case "recover":
+		for _, id := range ids {
+			if err := h.Adopt(id, SpecFor("run")); err != nil {
+				t.Fatalf("%s: setup: adopt %s: %v", sc, id, err)
+			}
+		}
+		res.Op = h.Run(sc.Plan, RecoverCall())
+	default:
 		res.Op = h.Start(sc.Plan, ids, specs)
 	}
 	fail := func(when string, v []string) {
@@ -139,6 +173,12 @@ func (sc Scenario) Run(t TestingT, dir string) Result {
 		if err := h.Restart(); err != nil {
 			t.Fatalf("%s: restart: %v", sc, err)
 		}
+	}
+	if sc.DieBetween {
+		h.World.KillExecutors()
+	}
+	if sc.RebootBetween {
+		h.Reboot(true)
 	}
 	var err error
 	if res.Recover, err = h.Recover(sc.Recover); err != nil {
@@ -158,19 +198,21 @@ func (sc Scenario) Run(t TestingT, dir string) Result {
 	h.CheckRecovered(t)
 
 	// No acknowledged operation lost: a start that returned success is
-	// still running, a stop that did is terminal.
+	// still running (unless its executor was killed since), a stop that
+	// did is terminal.
 	for i, o := range res.Op.Outcomes {
-		if o.Died || o.Err != nil {
+		if o.Died || o.Err != nil || verb == "recover" {
 			continue
 		}
 		info, err := h.Driver().InspectTask(context.Background(), ids[i])
 		if err != nil {
 			t.Fatalf("%s: inspect %s: %v", sc, ids[i], err)
 		}
+		deaths := sc.DieBetween || sc.RebootBetween || res.Op.Died
 		switch {
-		case sc.Op == "stop" && !info.State.Terminal():
+		case verb == "stop" && !info.State.Terminal():
 			t.Fatalf("scenario %q: StopTask(%s) succeeded, yet after recovery the task is %s", sc, ids[i], info.State)
-		case sc.Op == "start:run" && info.State != fsm.StateRunning:
+		case verb != "stop" && !deaths && slices.Contains([]string{"run", "fork", "setsid", "daemon"}, kind) && info.State != fsm.StateRunning:
 			t.Fatalf("scenario %q: StartTask(%s) succeeded, yet after recovery the task is %s", sc, ids[i], info.State)
 		}
 	}
@@ -178,16 +220,19 @@ func (sc Scenario) Run(t TestingT, dir string) Result {
 }
 
 // Coverage accumulates, over many scenarios, the crash points that were
-// hit and those at which a crash fired.
+// hit, those at which a crash fired and those at which executors died, and
+// the fault points that fired.
 type Coverage struct {
 	Runs    int
 	Hit     map[string]int
 	Crashed map[string]int
+	Died    map[string]int
+	Fired   map[string]int
 }
 
 // NewCoverage returns an empty coverage.
 func NewCoverage() *Coverage {
-	return &Coverage{Hit: map[string]int{}, Crashed: map[string]int{}}
+	return &Coverage{Hit: map[string]int{}, Crashed: map[string]int{}, Died: map[string]int{}, Fired: map[string]int{}}
 }
 
 func (c *Coverage) add(r Result) {
@@ -199,14 +244,22 @@ func (c *Coverage) add(r Result) {
 		if s.Crashed {
 			c.Crashed[s.CrashAt.Name]++
 		}
+		if s.Died {
+			c.Died[s.Plan.Die.Name]++
+		}
+		for _, f := range s.Fired {
+			if p, err := ParsePoint(f); err == nil {
+				c.Fired[p.Name]++
+			}
+		}
 	}
 }
 
-// Missing lists the registered crash points (driver.CrashPoints) at which
-// no crash fired.
+// Missing lists the registered crash points (CrashPoints) at which no
+// crash fired.
 func (c *Coverage) Missing() []string {
 	var out []string
-	for _, p := range driver.CrashPoints() {
+	for _, p := range CrashPoints() {
 		if c.Crashed[p] == 0 {
 			out = append(out, p)
 		}
@@ -214,12 +267,32 @@ func (c *Coverage) Missing() []string {
 	return out
 }
 
-// Enumerate runs, for base's op on its tasks, every scenario reachable from a clean
-// run: a crash at every crash-point hit (each occurrence), a fault at every
-// fault-point hit, a fault followed by a crash at every later crash-point
-// hit; and nested in the following Recover, a crash at every crash-point
-// hit of that Recover. Each run gets a directory under dir. It must run
-// inside a testing/synctest bubble.
+// MissingFaults lists the fault points (FaultPoints) that never fired.
+func (c *Coverage) MissingFaults() []string {
+	var out []string
+	for _, p := range FaultPoints() {
+		if c.Fired[p] == 0 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Enumerate runs, for base's op on its tasks, every scenario reachable from
+// a clean run:
+//
+//   - a crash at every crash-point hit (each occurrence), nested with a
+//     crash at every crash-point hit of the following Recover;
+//   - the same crash with every executor dead before the Recover, and with
+//     the host rebooted before it (look-alikes at every recorded pid);
+//   - every executor's death at every crash-point hit (no crash);
+//   - a fault at every fault-point hit (a world operation's both failing
+//     and hanging), nested likewise, followed by a crash at every later
+//     crash-point hit, and by a second fault at every fault point that
+//     only the first one reached.
+//
+// Each run gets a directory under dir. It must run inside a
+// testing/synctest bubble.
 func Enumerate(t TestingT, dir string, base Scenario, cov *Coverage) {
 	t.Helper()
 	run := func(sc Scenario) Result {
@@ -246,8 +319,26 @@ func Enumerate(t TestingT, dir string, base Scenario, cov *Coverage) {
 		sc := base
 		sc.Plan = Plan{Crash: c}
 		nest(sc, run(sc))
+		sc.DieBetween = true
+		run(sc)
+		sc.DieBetween, sc.RebootBetween = false, true
+		run(sc)
+		sc = base
+		sc.Plan = Plan{Die: c}
+		run(sc)
 	}
+	var faults []Point
 	for _, f := range clean.Op.Faults {
+		faults = append(faults, f)
+		if strings.HasPrefix(f.Name, worldPrefix) {
+			faults = append(faults, Point{f.Name + HangSuffix, f.Nth})
+		}
+	}
+	clean1 := map[Point]bool{}
+	for _, f := range clean.Op.Faults {
+		clean1[f] = true
+	}
+	for _, f := range faults {
 		sc := base
 		sc.Plan = Plan{Faults: []Point{f}}
 		r := run(sc)
@@ -256,6 +347,15 @@ func Enumerate(t TestingT, dir string, base Scenario, cov *Coverage) {
 			sc := sc
 			sc.Plan.Crash = c
 			run(sc)
+		}
+		// A second fault at every point only the first one reached (the
+		// append of a failure's outcome, the kill after it).
+		for _, g := range r.Op.Faults {
+			if !clean1[g] {
+				sc := sc
+				sc.Plan.Faults = []Point{f, g}
+				run(sc)
+			}
 		}
 	}
 }

@@ -1,7 +1,9 @@
 package proptest
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 
@@ -78,20 +80,129 @@ func TestHarness_SeedCapRefusedLeavesNothing(t *testing.T) {
 	})
 }
 
+// A crash right after executor-up (recorded with its launch intent) leaves
+// a task in launching. Without the lease its executor lives on, has not
+// launched, and is killed: the start was interrupted (failed). With the
+// lease it has exited by itself, so nobody can say whether it launched:
+// the task is lost, its group killed.
 func TestHarness_CrashAfterExecutorUpRecovers(t *testing.T) {
-	within(t, func(t *testing.T, h *Harness) {
-		s := h.Start(Plan{Crash: Point{"after-append:executor-up", 1}}, []string{"a"}, []fsm.Spec{SpecFor("run")})
-		if !s.Crashed || !s.Outcomes[0].Died {
-			t.Fatalf("crash did not fire: %+v", s)
+	for _, lease := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lease=%v", lease), func(t *testing.T) {
+			within(t, func(t *testing.T, h *Harness) {
+				h.World.SetLease(lease)
+				s := h.Start(Plan{Crash: Point{"after-append:executor-up", 1}}, []string{"a"}, []fsm.Spec{SpecFor("run")})
+				if !s.Crashed || !s.Outcomes[0].Died {
+					t.Fatalf("crash did not fire: %+v", s)
+				}
+				h.Check(t)
+				r, err := h.Recover(Plan{})
+				if err != nil || r.Outcomes[0].Err != nil {
+					t.Fatalf("recover: %v %v", err, r.Outcomes[0].Err)
+				}
+				h.CheckRecovered(t)
+				want := fsm.StateFailed
+				if lease {
+					want = fsm.StateLost
+				}
+				if got := state(t, h, "a"); got != want {
+					t.Fatalf("state %s, want %s", got, want)
+				}
+			})
+		})
+	}
+}
+
+// The simulated identity check refuses a wrong pid start time, nonce or
+// boot id, each alone: nothing is signalled, nothing reattached, and the
+// executor is not alive by that identity.
+func TestWorld_IdentityCheckedOnEveryField(t *testing.T) {
+	ctx := context.Background()
+	w := NewWorld()
+	g := w.NewGeneration(1)
+	ex := w.Executors(g)
+	defer g.Kill()
+	h, err := ex.Spawn(ctx, "web", "nonce-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Launch(ctx, SpecFor("run"), nil); err != nil {
+		t.Fatal(err)
+	}
+	id := h.Identity()
+	for name, fake := range map[string]fsm.Identity{
+		"start time": {PID: id.PID, StartTime: id.StartTime + 1, BootID: id.BootID, Nonce: id.Nonce},
+		"nonce":      {PID: id.PID, StartTime: id.StartTime, BootID: id.BootID, Nonce: "nonce-2"},
+		"boot id":    {PID: id.PID, StartTime: id.StartTime, BootID: "boot-0", Nonce: id.Nonce},
+	} {
+		if alive, err := ex.Alive(ctx, "web", fake); alive || err != nil {
+			t.Errorf("%s: Alive = %v %v, want false", name, alive, err)
 		}
-		h.Check(t)
-		r, err := h.Recover(Plan{})
-		if err != nil || r.Outcomes[0].Err != nil {
-			t.Fatalf("recover: %v %v", err, r.Outcomes[0].Err)
+		if _, err := ex.Reattach(ctx, "web", fake); err == nil {
+			t.Errorf("%s: Reattach succeeded", name)
 		}
-		h.CheckRecovered(t)
-		if got := state(t, h, "a"); got != fsm.StateFailed {
-			t.Fatalf("state %s, want failed", got)
+		if err := ex.Kill(ctx, "web", fake); err != nil && !errors.Is(err, driver.ErrNotOurs) {
+			t.Errorf("%s: Kill = %v", name, err)
 		}
-	})
+	}
+	if n := len(w.Signals()); n != 0 {
+		t.Fatalf("%d signals sent on identities that are not the executor's: %+v", n, w.Signals())
+	}
+	if err := ex.Kill(ctx, "web", id); err != nil || len(w.Signals()) != 1 {
+		t.Fatalf("Kill by the real identity: %v, %d signals", err, len(w.Signals()))
+	}
+}
+
+// After a reboot, a process of the new boot at every pid the log records,
+// with the recorded start time and nonce, is told apart by the boot id
+// alone: recovery signals none of them (see
+// TestRealKillTask_OtherBootSignalsNothing for the bug this found).
+func TestHarness_RebootLookAlikesAreNeverSignalled(t *testing.T) {
+	for _, cg := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cgroups=%v", cg), func(t *testing.T) {
+			within(t, func(t *testing.T, h *Harness) {
+				h.World.SetCgroups(cg)
+				h.Start(Plan{}, []string{"a", "b"}, []fsm.Spec{SpecFor("run"), SpecFor("setsid")})
+				h.Reboot(true)
+				if _, err := h.Recover(Plan{}); err != nil {
+					t.Fatal(err)
+				}
+				h.CheckRecovered(t)
+				for _, id := range []string{"a", "b"} {
+					if got := state(t, h, id); got != fsm.StateLost {
+						t.Errorf("task %s is %s after the reboot, want lost", id, got)
+					}
+				}
+			})
+		})
+	}
+}
+
+// A host without cgroups cannot contain a descendant that left its task's
+// process group once the executor is gone: it outlives the task, and the
+// harness says so (Escapes) rather than blaming the driver. With cgroups,
+// nothing of the task is left.
+func TestHarness_EscapesOutliveTheirTaskOnlyWithoutCgroups(t *testing.T) {
+	for _, cg := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cgroups=%v", cg), func(t *testing.T) {
+			within(t, func(t *testing.T, h *Harness) {
+				h.World.SetCgroups(cg)
+				h.Start(Plan{}, []string{"a"}, []fsm.Spec{SpecFor("setsid")})
+				h.Behind(Plan{}, func(w *World) { w.KillExecutors() })
+				h.Check(t)
+				if got := state(t, h, "a"); got != fsm.StateLost {
+					t.Fatalf("state %s after its executor died, want lost", got)
+				}
+				var alive []string
+				for _, p := range h.World.Live() {
+					alive = append(alive, describe(p))
+				}
+				switch {
+				case cg && len(alive) > 0:
+					t.Errorf("with cgroups, alive after the task was lost: %v", alive)
+				case !cg && (len(alive) != 1 || len(h.Escapes()) != 1):
+					t.Errorf("without cgroups: alive %v, escapes reported %v; want the setsid child in both", alive, h.Escapes())
+				}
+			})
+		})
+	}
 }

@@ -2,10 +2,10 @@ package proptest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -14,25 +14,22 @@ import (
 	"github.com/tether-fsm/tether/fsm"
 )
 
-// Errors of the simulated world, besides driver.ErrNotOurs and
-// driver.ErrGone.
-var (
-	// ErrNotLaunched: the executor has not launched its task.
-	ErrNotLaunched = errors.New("proptest: executor has not launched a task")
-	// ErrConnClosed: the connection to the executor was closed.
-	ErrConnClosed = errors.New("proptest: executor connection closed")
-	// ErrCapRefused: the executor refused a capability (the seed of the
-	// design: cap_add = ["net_raw"]), after it was spawned.
-	ErrCapRefused = errors.New("proptest: executor refused capability net_raw")
-	// ErrSpawnRefused: a spawn failed on demand (World.FailSpawns).
-	ErrSpawnRefused = errors.New("proptest: spawn failed on demand")
-)
-
 // Spec arguments the simulated executor understands.
 const (
 	// ArgExitNow makes the simulated task exit with code 0 as soon as it
 	// is launched.
 	ArgExitNow = "sim:exit-now"
+	// ArgFork makes the task fork a child that stays in its process group.
+	ArgFork = "sim:fork"
+	// ArgSetsid makes the task fork a child that calls setsid: it leaves
+	// the task's process group (and session), so a kill of the group
+	// misses it; only the task's cgroup, or the executor (a subreaper
+	// that kills its whole tree), still holds it.
+	ArgSetsid = "sim:setsid"
+	// ArgDaemon makes the task daemonize a grandchild (double fork, then
+	// setsid): its parent exits at once, so it is reparented to the
+	// executor, in a group of its own.
+	ArgDaemon = "sim:daemon"
 	// CapRefused is the capability the simulated executor refuses at
 	// launch, after it has been spawned (Nomad issue 11958).
 	CapRefused = "net_raw"
@@ -43,9 +40,10 @@ type Kind uint8
 
 // The kinds of simulated process.
 const (
-	KindExecutor Kind = iota + 1
-	KindTask
-	KindStranger // a process that took a dead process's pid
+	KindExecutor   Kind = iota + 1
+	KindTask            // the task's first process (its group leader)
+	KindStranger        // a process that took a dead process's pid
+	KindDescendant      // a process the task started (a child, an escaped setsid child, a daemon)
 )
 
 func (k Kind) String() string {
@@ -56,6 +54,8 @@ func (k Kind) String() string {
 		return "task"
 	case KindStranger:
 		return "stranger"
+	case KindDescendant:
+		return "descendant"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -65,20 +65,31 @@ type Proc struct {
 	PID   int
 	Start uint64 // start time in ticks; unique per process
 	Kind  Kind
-	Task  string // owning task (executor and task processes)
+	Task  string // owning task (executor, task and descendant processes)
 	Nonce string // the nonce argument on its command line: an executor's spawn nonce, or a look-alike's copy
-	Alive bool
-	Exit  fsm.ExitStatus // valid once dead
+	// PGID is the process group: the task's leader's pid for the task and
+	// the descendants that stayed in its group, a pid of its own for an
+	// escaped descendant, an executor and a stranger.
+	PGID int
+	// Cgroup is the task cgroup the process lives in (the executor's
+	// Identity.Cgroup), empty where the host has no cgroups. An
+	// executor's own cgroup is not its task's: an executor has none here.
+	Cgroup string
+	// Escaped is set for a descendant that left the task's process group
+	// (setsid).
+	Escaped bool
+	Alive   bool
+	Exit    fsm.ExitStatus // valid once dead
 
 	died chan struct{} // closed at death
 
 	// executor only
 	conns    int
 	launched bool
-	child    *Proc
-	// task only
-	parent   *Proc
-	recorded bool // its exit status was written by a live executor
+	child    *Proc // the task's leader
+	// task tree (task and descendants)
+	exec     *Proc // the executor that launched the tree
+	recorded bool  // leader: its exit status was written by a live executor
 }
 
 // Signal is one signal the world delivered (or was asked to deliver).
@@ -87,7 +98,7 @@ type Signal struct {
 	Start  uint64
 	Kind   Kind
 	Sig    syscall.Signal
-	Via    string // "kill", "kill-group", "executor"
+	Via    string // "kill", "kill-group", "kill-cgroup", "executor", "shutdown"
 	Task   string // the task the sender acted for
 	Target string // the target's task, empty for a stranger
 }
@@ -104,23 +115,57 @@ type Refusal struct {
 type disk struct {
 	exit      *fsm.ExitStatus
 	exitNonce string // the nonce of the executor that wrote exit, and its task
+	exitBoot  string
 	exitPID   int
 	exitSt    uint64
 	launchPID int
 	launchSt  uint64
 	launched  bool
 	nonce     string // the nonce of the executor that wrote the launch record
+	boot      string // and the boot it ran in
 }
 
+// WorldFault is what an injected fault does to one world operation.
+type WorldFault uint8
+
+// The world faults.
+const (
+	NoFault   WorldFault = iota
+	FaultFail            // the operation fails at once, having done nothing
+	FaultHang            // the operation blocks until its context ends (a frozen executor, a stuck kernel call)
+)
+
+// The world operations a fault can be injected into (World.Fault).
+const (
+	OpKill     = "kill"      // Executors.Kill
+	OpKillTask = "kill-task" // Executors.KillTask
+	OpReattach = "reattach"  // Executors.Reattach
+	OpStop     = "stop"      // Executor.Stop
+	OpStatus   = "status"    // Executor.Status
+	OpShutdown = "shutdown"  // Executor.Shutdown
+)
+
+// WorldOps lists the operations a world fault can hit.
+var WorldOps = []string{OpKill, OpKillTask, OpReattach, OpStop, OpStatus, OpShutdown}
+
 // World is a deterministic simulated process table with executors, tasks
-// and strangers. It implements driver.Executors through per-generation
+// (with their descendants), strangers and, on a host that has them, a
+// cgroup per task. It implements driver.Executors through per-generation
 // views (World.Executors), so that a crashed driver generation loses its
 // connections exactly as a SIGKILLed agent would: an executor that had not
 // launched its task sees its lease drop and exits by itself; one that had
 // keeps running with its task.
 //
+// An executor is a child subreaper: while it lives, a task that ends has
+// the rest of its tree killed by it before its exit status is recorded, and
+// its Stop and Shutdown kill the whole tree. When an executor dies, its
+// task's tree lives on; then only a kill of the task's cgroup reaches a
+// descendant that left the task's process group (setsid). Without
+// cgroups, such a descendant outlives its task: Escapes lists them.
+//
 // Every identity check is pid + start time + boot id + nonce, as the real
-// one; every signal is logged (Signals), and every refusal (Refusals).
+// one; a cgroup is killed only when its path names the task and the
+// nonce. Every signal is logged (Signals), and every refusal (Refusals).
 type World struct {
 	mu      sync.Mutex
 	bootID  string
@@ -140,6 +185,8 @@ type World struct {
 
 	failSpawns int
 	noLease    bool
+	cgroups    bool
+	boots      int
 	trusted    []Refusal // identity checks a stranger passed
 
 	// BeforeEffect, when set, is called (without the world's lock) as an
@@ -147,6 +194,16 @@ type World struct {
 	// The harness checks write-ahead there: the intent that demands the
 	// effect must already be acknowledged.
 	BeforeEffect func(effect, task, nonce string)
+	// Fault, when set, is asked (without the world's lock) before every
+	// operation of WorldOps whether it fails or hangs.
+	Fault func(op string) WorldFault
+}
+
+// NewWorld returns an empty world with boot id "boot-1", the executors'
+// lease on and no cgroups.
+func NewWorld() *World {
+	return &World{bootID: "boot-1", nextPID: 1000, procs: map[int]*Proc{}, disk: map[string]*disk{}, handles: map[*Generation][]*handle{},
+		locks: map[string]*lockEntry{}, freed: make(chan struct{})}
 }
 
 // SetLease turns the executors' lease on (the default) or off. Without it,
@@ -158,14 +215,27 @@ func (w *World) SetLease(on bool) {
 	w.noLease = !on
 }
 
-// NewWorld returns an empty world with boot id "boot-1".
-func NewWorld() *World {
-	return &World{bootID: "boot-1", nextPID: 1000, procs: map[int]*Proc{}, disk: map[string]*disk{}, handles: map[*Generation][]*handle{},
-		locks: map[string]*lockEntry{}, freed: make(chan struct{})}
+// SetCgroups gives the host cgroups (or takes them away, for executors
+// spawned from now on): each executor then names a cgroup for its task in
+// its identity, and its task's whole tree lives in it.
+func (w *World) SetCgroups(on bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.cgroups = on
+}
+
+// Cgroups reports whether the host has cgroups.
+func (w *World) Cgroups() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.cgroups
 }
 
 // BootID is the world's boot id.
 func (w *World) BootID() string { return w.bootID }
+
+// CgroupFor is the cgroup an executor spawned with nonce names for task.
+func CgroupFor(task, nonce string) string { return "/sim/tether/" + task + "." + nonce }
 
 // Generation is one life of a driver process. When it dies (Kill), every
 // call it makes into the world or the store stops its goroutine, as if the
@@ -224,6 +294,27 @@ func (w *World) dropGeneration(g *Generation) {
 			w.unlockLocked(task, l)
 		}
 	}
+}
+
+// inject asks the harness whether op fails or hangs now. A hang lasts
+// until ctx ends (its caller's deadline) or the generation dies.
+func (w *World) inject(ctx context.Context, g *Generation, op string) error {
+	if w.Fault == nil {
+		return nil
+	}
+	switch w.Fault(op) {
+	case FaultFail:
+		return fmt.Errorf("%w: %s", ErrWorldFault, op)
+	case FaultHang:
+		select {
+		case <-ctx.Done():
+			g.enter()
+			return fmt.Errorf("proptest: %s hung (injected) until its context ended: %w", op, context.Cause(ctx))
+		case <-g.dead:
+			runtime.Goexit()
+		}
+	}
+	return nil
 }
 
 // lockEntry is a held task lock.
@@ -291,9 +382,12 @@ func (w *World) FailSpawns(n int) {
 
 func (w *World) newProcLocked(kind Kind, task string) *Proc {
 	w.ticks++
+	for p := w.procs[w.nextPID]; p != nil && p.Alive; p = w.procs[w.nextPID] {
+		w.nextPID++ // taken (a stranger placed after a reboot)
+	}
 	pid := w.nextPID
 	w.nextPID++
-	p := &Proc{PID: pid, Start: w.ticks * 100, Kind: kind, Task: task, Alive: true, died: make(chan struct{})}
+	p := &Proc{PID: pid, Start: w.ticks * 100, Kind: kind, Task: task, PGID: pid, Alive: true, died: make(chan struct{})}
 	w.procs[pid] = p
 	w.all = append(w.all, p)
 	return p
@@ -308,19 +402,34 @@ func (w *World) diskLocked(task string) *disk {
 	return d
 }
 
-// dieLocked ends p with exit status x. A task whose executor is alive has
-// its exit status written to disk by that executor.
+// treeLocked lists the live processes of the tree executor e launched.
+func (w *World) treeLocked(e *Proc) []*Proc {
+	var out []*Proc
+	for _, p := range w.all {
+		if p.Alive && p.exec == e && p.exec != nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// dieLocked ends p with exit status x. A task leader whose executor is
+// alive has the rest of its tree killed by that executor (a subreaper),
+// then its exit status written to disk.
 func (w *World) dieLocked(p *Proc, x fsm.ExitStatus) {
 	if !p.Alive {
 		return
 	}
 	p.Alive, p.Exit = false, x
 	close(p.died)
-	if p.Kind == KindTask && p.parent != nil && p.parent.Alive {
+	if p.Kind == KindTask && p.exec != nil && p.exec.Alive {
+		for _, q := range w.treeLocked(p.exec) {
+			w.signalLocked(q, syscall.SIGKILL, "executor", p.Task)
+		}
 		p.recorded = true
 		xx := x
 		d := w.diskLocked(p.Task)
-		d.exit, d.exitNonce, d.exitPID, d.exitSt = &xx, p.parent.Nonce, p.PID, p.Start
+		d.exit, d.exitNonce, d.exitBoot, d.exitPID, d.exitSt = &xx, p.exec.Nonce, w.bootID, p.PID, p.Start
 	}
 }
 
@@ -343,18 +452,22 @@ func (w *World) signalLocked(p *Proc, sig syscall.Signal, via, task string) {
 // ours is the identity check: pid + start time + boot id + nonce, which is
 // all the real one can observe (/proc/PID/stat, the boot id, the nonce
 // argument on /proc/PID/cmdline); a process's kind is not observable, so a
-// look-alike stranger (see ReusePID) is told apart by its start time alone.
+// look-alike stranger (see ReusePID) is told apart by its start time alone,
+// and one after a reboot (see Reboot) by the boot id alone.
 func (w *World) ours(p *Proc, id fsm.Identity) (bool, string) {
 	switch {
 	case p.Start != id.StartTime:
 		return false, fmt.Sprintf("start time %d, recorded %d", p.Start, id.StartTime)
-	case id.BootID != w.bootID:
-		return false, fmt.Sprintf("boot id %q, recorded %q", w.bootID, id.BootID)
 	case p.Nonce != id.Nonce:
 		return false, fmt.Sprintf("nonce %q, recorded %q", p.Nonce, id.Nonce)
 	}
 	return true, ""
 }
+
+// otherBoot reports whether id was recorded in another boot: its process
+// is gone, whatever now runs at its pid (executor.checkIdentity's first
+// test).
+func (w *World) otherBoot(id fsm.Identity) bool { return id.BootID != w.bootID }
 
 // Executors returns the world as seen by driver generation g.
 func (w *World) Executors(g *Generation) driver.Executors { return &view{w: w, g: g} }
@@ -381,9 +494,17 @@ func (v *view) Spawn(ctx context.Context, task, nonce string) (driver.Executor, 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	p := w.newExecutorLocked(task, nonce)
+	return w.connectLocked(v.g, p), nil
+}
+
+func (w *World) newExecutorLocked(task, nonce string) *Proc {
 	p := w.newProcLocked(KindExecutor, task)
 	p.Nonce = nonce
-	return w.connectLocked(v.g, p), nil
+	if w.cgroups {
+		p.Cgroup = CgroupFor(task, nonce)
+	}
+	return p
 }
 
 func (w *World) connectLocked(g *Generation, p *Proc) *handle {
@@ -396,11 +517,14 @@ func (w *World) connectLocked(g *Generation, p *Proc) *handle {
 func (v *view) Reattach(ctx context.Context, task string, id fsm.Identity) (driver.Executor, error) {
 	v.g.enter()
 	w := v.w
+	if err := w.inject(ctx, v.g, OpReattach); err != nil {
+		return nil, err
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.procs[id.PID]
-	if p == nil || !p.Alive {
-		return nil, fmt.Errorf("%w: pid %d", driver.ErrGone, id.PID)
+	if p == nil || !p.Alive || w.otherBoot(id) {
+		return nil, fmt.Errorf("%w: pid %d (boot %q)", driver.ErrGone, id.PID, id.BootID)
 	}
 	if ok, why := w.ours(p, id); !ok {
 		w.refused = append(w.refused, Refusal{Via: "reattach", PID: id.PID, Task: task, Why: why})
@@ -437,16 +561,20 @@ func (w *World) trustLocked(p *Proc, via, task string) {
 }
 
 func (w *World) identity(p *Proc) fsm.Identity {
-	return fsm.Identity{PID: p.PID, StartTime: p.Start, BootID: w.bootID, Nonce: p.Nonce, Socket: fmt.Sprintf("/sim/%s/%d.sock", p.Task, p.PID)}
+	return fsm.Identity{PID: p.PID, StartTime: p.Start, BootID: w.bootID, Nonce: p.Nonce,
+		Socket: fmt.Sprintf("/sim/%s/%d.sock", p.Task, p.PID), Cgroup: p.Cgroup}
 }
 
 func (v *view) Kill(ctx context.Context, task string, id fsm.Identity) error {
 	v.g.enter()
 	w := v.w
+	if err := w.inject(ctx, v.g, OpKill); err != nil {
+		return err
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.procs[id.PID]
-	if p == nil || !p.Alive {
+	if p == nil || !p.Alive || w.otherBoot(id) {
 		return nil
 	}
 	if ok, why := w.ours(p, id); !ok {
@@ -458,24 +586,52 @@ func (v *view) Kill(ctx context.Context, task string, id fsm.Identity) error {
 	return nil
 }
 
-func (v *view) KillTask(ctx context.Context, task string, _ fsm.Identity, pid int, start uint64) error {
-	if pid == 0 {
-		return nil
-	}
+// KillTask kills the task's cgroup when the identity names one (after
+// checking that its path names the task and the nonce), else the process
+// group led by pid, as executor.KillGroup does: the leader, when alive,
+// must have the recorded start time, and members are those of the group
+// that started no earlier than it. A task of another boot is gone: nothing
+// is signalled (driver.Real.KillTask checks the boot id first).
+func (v *view) KillTask(ctx context.Context, task string, id fsm.Identity, pid int, start uint64) error {
 	v.g.enter()
 	w := v.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	p := w.procs[pid]
-	if p == nil || !p.Alive {
+	if id.Cgroup == "" && pid == 0 {
 		return nil
 	}
-	if p.Kind != KindTask || p.Start != start {
+	w.mu.Lock()
+	other := w.otherBoot(id)
+	w.mu.Unlock()
+	if other {
+		return nil
+	}
+	if err := w.inject(ctx, v.g, OpKillTask); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if id.Cgroup != "" {
+		if want := CgroupFor(task, id.Nonce); id.Cgroup != want || id.Nonce == "" {
+			why := fmt.Sprintf("cgroup %q does not name task %q and nonce %q", id.Cgroup, task, id.Nonce)
+			w.refused = append(w.refused, Refusal{Via: "kill-cgroup", Task: task, Why: why})
+			return fmt.Errorf("%w: %s", driver.ErrNotOurs, why)
+		}
+		for _, p := range w.all {
+			if p.Alive && p.Cgroup == id.Cgroup && p.Kind != KindExecutor {
+				w.signalLocked(p, syscall.SIGKILL, "kill-cgroup", task)
+			}
+		}
+		return nil
+	}
+	if p := w.procs[pid]; p != nil && p.Alive && p.Start != start {
 		why := fmt.Sprintf("pid %d is a %s started at %d, recorded start %d", pid, p.Kind, p.Start, start)
 		w.refused = append(w.refused, Refusal{Via: "kill-group", PID: pid, Task: task, Why: why})
 		return fmt.Errorf("%w: %s", driver.ErrNotOurs, why)
 	}
-	w.signalLocked(p, syscall.SIGKILL, "kill-group", task)
+	for _, p := range w.all {
+		if p.Alive && p.PGID == pid && p.Start >= start {
+			w.signalLocked(p, syscall.SIGKILL, "kill-group", task)
+		}
+	}
 	return nil
 }
 
@@ -485,7 +641,7 @@ func (v *view) Alive(ctx context.Context, task string, id fsm.Identity) (bool, e
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.procs[id.PID]
-	if p == nil || !p.Alive {
+	if p == nil || !p.Alive || w.otherBoot(id) {
 		return false, nil
 	}
 	ok, _ := w.ours(p, id)
@@ -501,8 +657,8 @@ func (v *view) ExitStatus(ctx context.Context, task string, id fsm.Identity, pid
 	if d == nil || d.exit == nil {
 		return fsm.ExitStatus{}, false, nil
 	}
-	if d.exitNonce != id.Nonce || pid > 0 && (d.exitPID != pid || d.exitSt != start) {
-		why := fmt.Sprintf("exit record of nonce %q pid %d, the log has nonce %q pid %d", d.exitNonce, d.exitPID, id.Nonce, pid)
+	if d.exitNonce != id.Nonce || d.exitBoot != id.BootID || pid > 0 && (d.exitPID != pid || d.exitSt != start) {
+		why := fmt.Sprintf("exit record of nonce %q boot %q pid %d, the log has nonce %q boot %q pid %d", d.exitNonce, d.exitBoot, d.exitPID, id.Nonce, id.BootID, pid)
 		w.refused = append(w.refused, Refusal{Via: "exit-status", PID: d.exitPID, Task: task, Why: why})
 		return fsm.ExitStatus{}, false, fmt.Errorf("%w: %s", driver.ErrNotOurs, why)
 	}
@@ -518,8 +674,8 @@ func (v *view) LaunchRecord(ctx context.Context, task string, id fsm.Identity) (
 	if d == nil || !d.launched {
 		return 0, 0, false, nil
 	}
-	if d.nonce != id.Nonce {
-		why := fmt.Sprintf("launch record of nonce %q, the log has %q", d.nonce, id.Nonce)
+	if d.nonce != id.Nonce || d.boot != id.BootID {
+		why := fmt.Sprintf("launch record of nonce %q boot %q, the log has %q boot %q", d.nonce, d.boot, id.Nonce, id.BootID)
 		w.refused = append(w.refused, Refusal{Via: "launch-record", PID: d.launchPID, Task: task, Why: why})
 		return 0, 0, false, fmt.Errorf("%w: %s", driver.ErrNotOurs, why)
 	}
@@ -582,24 +738,41 @@ func (h *handle) Launch(ctx context.Context, spec fsm.Spec, allowed []string) (d
 	}
 	p := h.p
 	if p.launched {
-		return h.statusLocked(), nil
+		return statusOf(p), nil
 	}
 	if slices.Contains(spec.CapAdd, CapRefused) {
 		return driver.Status{}, ErrCapRefused
 	}
+	w.launchLocked(p, spec)
+	return statusOf(p), nil
+}
+
+// launchLocked starts executor p's task (and the descendants its spec
+// asks for) in its cgroup, and writes the launch record.
+func (w *World) launchLocked(p *Proc, spec fsm.Spec) {
 	c := w.newProcLocked(KindTask, p.Task)
-	c.parent = p
+	c.exec, c.Cgroup = p, p.Cgroup
 	p.launched, p.child = true, c
 	d := w.diskLocked(p.Task)
-	d.launched, d.launchPID, d.launchSt, d.nonce = true, c.PID, c.Start, p.Nonce
+	d.launched, d.launchPID, d.launchSt, d.nonce, d.boot = true, c.PID, c.Start, p.Nonce, w.bootID
+	for _, a := range spec.Args {
+		switch a {
+		case ArgFork, ArgSetsid, ArgDaemon:
+			k := w.newProcLocked(KindDescendant, p.Task)
+			k.exec, k.Cgroup = p, p.Cgroup
+			if a == ArgFork {
+				k.PGID = c.PID
+			} else {
+				k.Escaped = true // setsid: a group (and session) of its own
+			}
+		}
+	}
 	if slices.Contains(spec.Args, ArgExitNow) {
 		w.dieLocked(c, fsm.ExitStatus{Code: 0})
 	}
-	return h.statusLocked(), nil
 }
 
-func (h *handle) statusLocked() driver.Status {
-	p := h.p
+func statusOf(p *Proc) driver.Status {
 	if !p.launched {
 		return driver.Status{}
 	}
@@ -613,12 +786,15 @@ func (h *handle) statusLocked() driver.Status {
 func (h *handle) Status(ctx context.Context) (driver.Status, error) {
 	h.g.enter()
 	w := h.w
+	if err := w.inject(ctx, h.g, OpStatus); err != nil {
+		return driver.Status{}, err
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := h.usableLocked(); err != nil {
 		return driver.Status{}, err
 	}
-	return h.statusLocked(), nil
+	return statusOf(h.p), nil
 }
 
 func (h *handle) Wait(ctx context.Context) (fsm.ExitStatus, error) {
@@ -657,6 +833,7 @@ func (h *handle) Wait(ctx context.Context) (fsm.ExitStatus, error) {
 	return fsm.ExitStatus{}, ctx.Err()
 }
 
+// Signal sends sig to the task's process group.
 func (h *handle) Signal(ctx context.Context, sig syscall.Signal) error {
 	h.g.enter()
 	w := h.w
@@ -668,15 +845,27 @@ func (h *handle) Signal(ctx context.Context, sig syscall.Signal) error {
 	if !h.p.launched {
 		return ErrNotLaunched
 	}
-	if h.p.child.Alive {
-		w.signalLocked(h.p.child, sig, "executor", h.p.Task)
-	}
+	w.signalGroupLocked(h.p, sig)
 	return nil
 }
 
+func (w *World) signalGroupLocked(e *Proc, sig syscall.Signal) {
+	leader := e.child
+	for _, q := range w.treeLocked(e) {
+		if q.PGID == leader.PID {
+			w.signalLocked(q, sig, "executor", e.Task)
+		}
+	}
+}
+
+// Stop signals the task's group, and after the grace SIGKILLs the whole
+// tree (the executor is a subreaper: escaped descendants too).
 func (h *handle) Stop(ctx context.Context, sig syscall.Signal, grace time.Duration) (fsm.ExitStatus, error) {
 	h.g.enter()
 	w := h.w
+	if err := w.inject(ctx, h.g, OpStop); err != nil {
+		return fsm.ExitStatus{}, err
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := h.usableLocked(); err != nil {
@@ -687,10 +876,10 @@ func (h *handle) Stop(ctx context.Context, sig syscall.Signal, grace time.Durati
 	}
 	c := h.p.child
 	if c.Alive {
-		w.signalLocked(c, sig, "executor", h.p.Task)
+		w.signalGroupLocked(h.p, sig)
 	}
-	if c.Alive { // the signal was ignored: SIGKILL after grace
-		w.signalLocked(c, syscall.SIGKILL, "executor", h.p.Task)
+	for _, q := range w.treeLocked(h.p) { // what ignored the signal: SIGKILL after grace
+		w.signalLocked(q, syscall.SIGKILL, "executor", h.p.Task)
 	}
 	return c.Exit, nil
 }
@@ -698,6 +887,9 @@ func (h *handle) Stop(ctx context.Context, sig syscall.Signal, grace time.Durati
 func (h *handle) Shutdown(ctx context.Context) error {
 	h.g.enter()
 	w := h.w
+	if err := w.inject(ctx, h.g, OpShutdown); err != nil {
+		return err
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := h.usableLocked(); err != nil {
@@ -708,8 +900,8 @@ func (h *handle) Shutdown(ctx context.Context) error {
 		w.signalLocked(p, syscall.SIGKILL, "shutdown", p.Task)
 		return nil
 	}
-	if p.launched && p.child.Alive {
-		w.signalLocked(p.child, syscall.SIGKILL, "executor", p.Task)
+	for _, q := range w.treeLocked(p) {
+		w.signalLocked(q, syscall.SIGKILL, "executor", p.Task)
 	}
 	w.dieLocked(p, fsm.ExitStatus{Code: 0})
 	return nil
@@ -730,23 +922,27 @@ func (h *handle) Close() error {
 func (w *World) Procs() []Proc {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make([]Proc, len(w.all))
-	for i, p := range w.all {
-		out[i] = *p
-		out[i].child, out[i].parent, out[i].died = nil, nil, nil
+	return w.procsLocked(false)
+}
+
+func (w *World) procsLocked(liveOnly bool) []Proc {
+	out := make([]Proc, 0, len(w.all))
+	for _, p := range w.all {
+		if liveOnly && (!p.Alive || p.Kind == KindStranger) {
+			continue
+		}
+		q := *p
+		q.child, q.exec, q.died = nil, nil, nil
+		out = append(out, q)
 	}
 	return out
 }
 
-// Live returns the live executor and task processes, by pid.
+// Live returns the live executor, task and descendant processes, by pid.
 func (w *World) Live() []Proc {
-	var out []Proc
-	for _, p := range w.Procs() {
-		if p.Alive && p.Kind != KindStranger {
-			out = append(out, p)
-		}
-	}
-	return out
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.procsLocked(true)
 }
 
 // Signals returns the log of every signal the world delivered.
@@ -786,7 +982,7 @@ func (w *World) ExitTask(task string, code int) bool {
 }
 
 // KillProc kills the process at pid behind the driver's back (an OOM
-// killer, an operator's kill -9). An executor's task survives it.
+// killer, an operator's kill -9). An executor's task tree survives it.
 func (w *World) KillProc(pid int) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -795,6 +991,81 @@ func (w *World) KillProc(pid int) bool {
 		return false
 	}
 	w.dieLocked(p, fsm.ExitStatus{Code: -1, Signal: int(syscall.SIGKILL)})
+	return true
+}
+
+// KillExecutors kills every live executor behind the driver's back and
+// returns how many died.
+func (w *World) KillExecutors() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, p := range w.all {
+		if p.Alive && p.Kind == KindExecutor {
+			w.dieLocked(p, fsm.ExitStatus{Code: -1, Signal: int(syscall.SIGKILL)})
+			n++
+		}
+	}
+	return n
+}
+
+// Relaunched starts, for task, an executor with nonce that has launched
+// the task of spec with no driver connected: what an executor that
+// relaunched its task (restart policy), or a driver of an older version
+// that recorded launched alone, leaves behind. It returns the executor's
+// identity and the task's pid and start time, for the log to record.
+func (w *World) Relaunched(task, nonce string, spec fsm.Spec) (fsm.Identity, int, uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.newExecutorLocked(task, nonce)
+	w.launchLocked(p, spec)
+	return w.identity(p), p.child.PID, p.child.Start
+}
+
+// Reboot restarts the host: every process dies at once and nothing is
+// written (no exit status), every connection and task lock is let go of,
+// the boot id changes, and pids and start times count again from where
+// they began, so that a new process may have the pid and the start time of
+// a process of the last boot (see Collide). The task directories (side
+// files) and the log survive. The driver generation must be dead already
+// (Harness.Reboot crashes it first).
+func (w *World) Reboot() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, p := range w.all {
+		if p.Alive {
+			p.Alive, p.Exit = false, fsm.ExitStatus{Code: -1, Signal: int(syscall.SIGKILL)}
+			close(p.died)
+		}
+	}
+	for g, hs := range w.handles {
+		for _, h := range hs {
+			w.closeHandleLocked(h)
+		}
+		delete(w.handles, g)
+	}
+	for task, l := range w.locks {
+		w.unlockLocked(task, l)
+	}
+	w.boots++
+	w.bootID = fmt.Sprintf("boot-%d", w.boots+1)
+	w.nextPID, w.ticks = 1000, 0
+	w.procs = map[int]*Proc{}
+}
+
+// Collide starts, after a reboot, a stranger at pid with start time start
+// and nonce on its command line: a process of the new boot that looks, by
+// everything but the boot id, like a process of the last one. It reports
+// whether the pid was free.
+func (w *World) Collide(pid int, start uint64, nonce string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p := w.procs[pid]; p != nil && p.Alive {
+		return false
+	}
+	s := &Proc{PID: pid, Start: start, Kind: KindStranger, PGID: pid, Nonce: nonce, Alive: true, died: make(chan struct{})}
+	w.procs[pid] = s
+	w.all = append(w.all, s)
 	return true
 }
 
@@ -816,7 +1087,7 @@ func (w *World) reuse(pid int, lookAlike bool) bool {
 		return false
 	}
 	w.ticks++
-	s := &Proc{PID: pid, Start: w.ticks * 100, Kind: KindStranger, Alive: true, died: make(chan struct{})}
+	s := &Proc{PID: pid, Start: w.ticks * 100, Kind: KindStranger, PGID: pid, Alive: true, died: make(chan struct{})}
 	if lookAlike {
 		s.Nonce = p.Nonce
 	}
@@ -838,4 +1109,40 @@ func (w *World) ReusablePIDs() []int {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// Outlives reports whether p, a live process of a task whose log is
+// terminal, breaks "no process of a task outlives its terminal state":
+// every one does, except (where the host has no cgroups) a descendant that
+// escaped the task's process group, which nothing can find once its
+// executor is gone. That is the host's limit, not the driver's: Escapes
+// lists them.
+func (w *World) Outlives(p Proc) bool {
+	return !(p.Kind == KindDescendant && p.Escaped && p.Cgroup == "")
+}
+
+// Escapes returns the live escaped descendants outside any cgroup, one line
+// each (pid and task): what a host without cgroups leaks when an executor
+// dies, which the property reports and does not count against the driver.
+func (w *World) Escapes() []string {
+	var out []string
+	for _, p := range w.Live() {
+		if !w.Outlives(p) {
+			out = append(out, fmt.Sprintf("%s pid %d of task %q", p.Kind, p.PID, p.Task))
+		}
+	}
+	return out
+}
+
+// describe is a short line about a process, for violations.
+func describe(p Proc) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s pid %d of task %q", p.Kind, p.PID, p.Task)
+	if p.Escaped {
+		b.WriteString(" (escaped its group)")
+	}
+	if p.Cgroup != "" {
+		b.WriteString(" in cgroup " + p.Cgroup)
+	}
+	return b.String()
 }

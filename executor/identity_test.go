@@ -1,0 +1,257 @@
+//go:build linux
+
+package executor
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+
+	"github.com/tether-fsm/tether/fsm"
+)
+
+// The identity check, field by field, and the pid recycled under it.
+
+// TestIdentity_WrongBootIDAloneIsRefused gives the executor's identity with
+// only its boot id changed (pid, start time and nonce right): a process of
+// another boot is gone, whatever runs at its pid now. Nothing is signalled,
+// nothing reattached, and no side file of the other boot is believed.
+func TestIdentity_WrongBootIDAloneIsRefused(t *testing.T) {
+	m := newMarker(t)
+	ctx := testCtx(t)
+	c := spawn(t, m, "")
+	id := c.Identity()
+	if _, err := c.Launch(ctx, m.taskSpec(t, "sleep")); err != nil {
+		t.Fatal(err)
+	}
+	fake := id
+	fake.BootID = "00000000-0000-0000-0000-000000000000"
+	if fake.BootID == id.BootID {
+		t.Fatal("the fake boot id is this boot's")
+	}
+	if alive, err := Alive(fake); alive || err != nil {
+		t.Errorf("Alive(other boot) = %v %v, want false", alive, err)
+	}
+	if err := checkIdentity(fake); !errors.Is(err, ErrGone) {
+		t.Errorf("checkIdentity(other boot) = %v, want ErrGone", err)
+	}
+	if err := Kill(ctx, fake); err != nil {
+		t.Errorf("Kill(other boot) = %v, want nil (gone; nothing sent)", err)
+	}
+	if r, err := Reattach(ctx, filepath.Dir(id.Socket), fake); err == nil {
+		r.Close()
+		t.Errorf("Reattach(other boot) connected")
+	}
+	if alive, err := Alive(id); !alive || err != nil {
+		t.Fatalf("the executor was hurt by a refused kill: %v %v", alive, err)
+	}
+	if st, err := c.Status(ctx); err != nil || st.Exited {
+		t.Fatalf("the task was hurt by a refused kill: %+v %v", st, err)
+	}
+	rec := ExitRecord{Nonce: id.Nonce, BootID: id.BootID, PID: 10, StartTime: 20}
+	if err := rec.Match(fake, 10, 20); !errors.Is(err, ErrSideFileMismatch) {
+		t.Errorf("exit record of this boot matched an identity of another: %v", err)
+	}
+	lrec := LaunchRecord{Nonce: id.Nonce, BootID: id.BootID, PID: 10, StartTime: 20}
+	if err := lrec.Match(fake); !errors.Is(err, ErrSideFileMismatch) {
+		t.Errorf("launch record of this boot matched an identity of another: %v", err)
+	}
+}
+
+// needPIDControl skips a test where the next pid cannot be chosen
+// (/proc/sys/kernel/ns_last_pid needs CAP_SYS_ADMIN or
+// CAP_CHECKPOINT_RESTORE).
+func needPIDControl(t *testing.T) {
+	t.Helper()
+	f, err := os.OpenFile("/proc/sys/kernel/ns_last_pid", os.O_WRONLY, 0)
+	if err != nil {
+		t.Skipf("needs a writable /proc/sys/kernel/ns_last_pid (root) to recycle a pid: %v", err)
+	}
+	f.Close()
+}
+
+// startAtPID starts a marked process that never exits at pid (which must be
+// free), by setting the pid namespace's last pid just below it, with a start
+// time other than notStart (start times count clock ticks, 10 ms here: a
+// pid recycled within one tick is indistinguishable by it, so it tries
+// again until the tick has passed). Other processes and threads of the
+// machine take pids too, so it retries; a pid it cannot get is a skip
+// naming why, not a failure.
+func startAtPID(t *testing.T, m marker, pid int, notStart uint64) *exec.Cmd {
+	t.Helper()
+	return startAtPIDWith(t, m, pid, func(st uint64) bool { return st != notStart }, "a start time other than the first's")
+}
+
+// startAtPIDWith is startAtPID for a start time that wantStart accepts.
+func startAtPIDWith(t *testing.T, m marker, pid int, wantStart func(uint64) bool, what string) *exec.Cmd {
+	t.Helper()
+	for range 2000 {
+		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(pid-1)), 0); err != nil {
+			t.Skipf("cannot set ns_last_pid: %v", err)
+		}
+		cmd := exec.Command(testBinary(t), "executor-hang", m.arg())
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if cmd.Process.Pid == pid {
+			if st, err := ProcStartTime(pid); err == nil && wantStart(st) {
+				t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+				return cmd
+			}
+		}
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+	t.Skipf("could not start a process at pid %d with %s: other processes took the pid, or the clock ticked, on every try", pid, what)
+	return nil
+}
+
+// alive reports whether the test's child cmd is still running.
+func childAlive(t *testing.T, cmd *exec.Cmd) bool {
+	t.Helper()
+	var ws syscall.WaitStatus
+	got, err := syscall.Wait4(cmd.Process.Pid, &ws, syscall.WNOHANG, nil)
+	if err != nil {
+		t.Fatalf("wait4 %d: %v", cmd.Process.Pid, err)
+	}
+	return got == 0
+}
+
+// TestPidfd_SignalAfterPIDRecycledMissesTheNewProcess: a pidfd opened on a
+// process that then dies, is reaped, and has its pid taken by another
+// process signals nothing: the new process at the same pid lives. This is
+// what Kill and signalMatching rely on when the pid is recycled between
+// their identity check and their signal (a kill(2) by pid would hit the
+// stranger: shown below by signal 0).
+func TestPidfd_SignalAfterPIDRecycledMissesTheNewProcess(t *testing.T) {
+	needPIDControl(t)
+	m := newMarker(t)
+	first := exec.Command(testBinary(t), "executor-hang", m.arg())
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := first.Process.Pid
+	firstStart, err := ProcStartTime(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := openPidfd(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	// The identity check passes here; then the process dies and is reaped.
+	if err := checkIdentity(fsm.Identity{PID: pid, StartTime: firstStart}); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Process.Kill()
+	_ = first.Wait()
+	stranger := startAtPID(t, m, pid, firstStart)
+	if st, err := ProcStartTime(pid); err != nil || st == firstStart {
+		t.Fatalf("pid %d was not recycled: start %d (first %d) %v", pid, st, firstStart, err)
+	}
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Fatalf("the recycled pid is not signallable by number: %v", err)
+	}
+	// The signal goes through the pidfd of the first process: nowhere.
+	if err := p.signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("pidfd signal to a reaped process = %v, want nil", err)
+	}
+	if !childAlive(t, stranger) {
+		t.Fatal("the process that took the recycled pid was killed through the first one's pidfd")
+	}
+}
+
+// TestKill_PIDRecycledAfterItsPidfdOpenedSignalsNothing recycles the
+// executor's pid inside Kill, after its pidfd is open and before its
+// identity check reads /proc (through the boot id it reads first): the
+// check sees the stranger's start time and refuses, and the pidfd, open
+// on the dead executor, could not have reached the stranger anyway.
+func TestKill_PIDRecycledAfterItsPidfdOpenedSignalsNothing(t *testing.T) {
+	needPIDControl(t)
+	m := newMarker(t)
+	ctx := testCtx(t)
+	first := exec.Command(testBinary(t), "executor-hang", m.arg())
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := first.Process.Pid
+	start, err := ProcStartTime(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot, err := BootID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stranger *exec.Cmd
+	real := bootID
+	defer func() { bootID = real }()
+	bootID = func() (string, error) {
+		if stranger == nil { // inside Kill: its pidfd on the first process is open
+			_ = first.Process.Kill()
+			_ = first.Wait()
+			stranger = startAtPID(t, m, pid, start)
+		}
+		return real()
+	}
+	err = Kill(ctx, fsm.Identity{PID: pid, StartTime: start, BootID: boot})
+	if stranger == nil {
+		t.Fatal("Kill did not read the boot id: the pid was never recycled")
+	}
+	if !errors.Is(err, ErrNotOurs) {
+		t.Errorf("Kill of a recycled pid = %v, want ErrNotOurs", err)
+	}
+	if !childAlive(t, stranger) {
+		t.Fatalf("Kill signalled the process that took pid %d", pid)
+	}
+}
+
+// TestKill_PIDRecycledWithinATickSignalsThroughThePidfd: a pid recycled
+// within one clock tick gets the dead process's start time, so an identity
+// without a nonce cannot tell the stranger from it: the check passes. The
+// kill must still not reach the stranger: it goes through the pidfd Kill
+// opened before its check, on the process that is now dead. (A kill by
+// pid number would SIGKILL the stranger.)
+func TestKill_PIDRecycledWithinATickSignalsThroughThePidfd(t *testing.T) {
+	needPIDControl(t)
+	m := newMarker(t)
+	ctx := testCtx(t)
+	first := exec.Command(testBinary(t), "executor-hang", m.arg())
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := first.Process.Pid
+	start, err := ProcStartTime(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot, err := BootID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stranger *exec.Cmd
+	real := bootID
+	defer func() { bootID = real }()
+	bootID = func() (string, error) {
+		if stranger == nil { // inside Kill, its pidfd open on the first process
+			_ = first.Process.Kill()
+			_ = first.Wait()
+			stranger = startAtPIDWith(t, m, pid, func(st uint64) bool { return st == start }, "the first's start time (within its clock tick)")
+		}
+		return real()
+	}
+	if err := Kill(ctx, fsm.Identity{PID: pid, StartTime: start, BootID: boot}); err != nil {
+		t.Errorf("Kill of a process whose pid was recycled within its tick = %v, want nil (it is dead)", err)
+	}
+	if stranger == nil {
+		t.Fatal("Kill did not read the boot id: the pid was never recycled")
+	}
+	if !childAlive(t, stranger) {
+		t.Fatalf("Kill signalled the process that took pid %d: the kill went by pid, not through the pidfd", pid)
+	}
+}

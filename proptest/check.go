@@ -1,0 +1,328 @@
+package proptest
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/store"
+)
+
+// The invariants the harness holds at the moment they matter (an append,
+// an effect reaching the world, an acknowledgement) and at every quiescent
+// point (Check, CheckRecovered).
+
+// checkAppend holds "no process of a task outlives its terminal state" at
+// the moment it matters: an event that makes a task terminal is appended
+// only once every process of the task is dead (an escaped descendant on a
+// host without cgroups excepted: see World.Outlives).
+func (h *Harness) checkAppend(task string, expected uint64, events []fsm.Event) {
+	for _, e := range events {
+		if e.Type != fsm.EventExecutorReaped && e.Type != fsm.EventConfigRejected {
+			continue
+		}
+		for _, p := range h.World.Live() {
+			if p.Task != task {
+				continue
+			}
+			if !h.World.Outlives(p) {
+				h.noteEscape(p)
+				continue
+			}
+			h.violate("terminal means dead: task %q appended %s (target %s) while its %s is alive",
+				task, e.Type, e.Target, describe(p))
+		}
+	}
+}
+
+func (h *Harness) noteEscape(p Proc) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.escapes[p.PID] = describe(p)
+}
+
+// Escapes lists the escaped descendants (on a host without cgroups) that
+// the harness saw outlive their task's terminal state: the host's limit,
+// reported rather than counted as a violation.
+func (h *Harness) Escapes() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]string, 0, len(h.escapes))
+	for _, pid := range sortedKeys(h.escapes) {
+		out = append(out, h.escapes[pid])
+	}
+	return out
+}
+
+// writeAhead holds invariant 4 at the moment an effect reaches the world:
+// the intent that demands it is durable already (acknowledged, or committed
+// by an append whose acknowledgement was lost). A spawn needs the spawn
+// intent with its nonce, a launch a launch intent.
+func (h *Harness) writeAhead(effect, task, nonce string) {
+	want := fsm.EventLaunchIntent
+	if effect == "spawn" {
+		want = fsm.EventSpawnIntent
+	}
+	var evs []fsm.Event
+	if h.mem != nil {
+		evs, _ = h.mem.Load(context.Background(), task)
+	} else if h.st != nil {
+		evs, _ = h.st.Load(context.Background(), task)
+	}
+	for _, e := range evs {
+		if e.Type == want && (effect != "spawn" || e.Nonce == nonce) {
+			return
+		}
+	}
+	h.violate("write-ahead: %s of task %q (nonce %q) before its %s was durable", effect, task, nonce, want)
+}
+
+// committed holds invariant 7 at the moment of an acknowledgement: the
+// log's committed head is at least at the acknowledged version.
+func (h *Harness) committed(l store.Log, task string, version uint64) {
+	t, err := l.LoadTask(context.Background(), task)
+	switch {
+	case err != nil:
+		h.violate("acknowledged before commit: task %q v%d acknowledged, the store cannot load it: %v", task, version, err)
+	case t.Version < version:
+		h.violate("acknowledged before commit: task %q v%d acknowledged, the store has committed v%d", task, version, t.Version)
+	}
+}
+
+func (h *Harness) acknowledge(task string, expected uint64, events []fsm.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	l := h.ledger[task]
+	if expected < uint64(len(l)) && l[expected].Type != fsm.EventNone {
+		// Optimistic concurrency: an append at a version already
+		// acknowledged means acknowledged history was overwritten.
+		h.violations = append(h.violations, fmt.Sprintf("acknowledged lost: task %q: store acknowledged an append at version %d over acknowledged %s", task, expected, l[expected]))
+		return
+	}
+	// Events committed by a generation that died before their
+	// acknowledgement (or whose acknowledgement was lost) leave a gap:
+	// placeholders, not checked.
+	for uint64(len(l)) < expected {
+		l = append(l, fsm.Event{Seq: uint64(len(l)) + 1})
+	}
+	l = l[:expected]
+	for i, e := range events {
+		e.Seq = expected + uint64(i) + 1
+		l = append(l, e)
+	}
+	h.ledger[task] = l
+}
+
+// Violations returns the invariant violations found so far (by Check, and
+// at the moment of an append or a call).
+func (h *Harness) Violations() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.violations)
+}
+
+// Check verifies the invariants of the design that hold at every quiescent
+// point, and fails t with every violation found:
+//
+//   - no process of a task outlives its terminal state (also checked at
+//     the append of every terminal event): no live executor, task or
+//     descendant of a task whose log is terminal (an escaped descendant on
+//     a host without cgroups excepted, and listed by Escapes), and none of
+//     a task the log does not know;
+//   - no leak between recoveries: every live process belongs to a task in
+//     a state that may own one;
+//   - never a stranger signalled, and no stranger trusted;
+//   - no acknowledged event lost: every acknowledged append is in the log;
+//   - every log is a legal path (its fold; with Bolt, store.Check with
+//     bbolt's own check too);
+//   - fold(log) == live state: the driver's InspectTask equals the log's
+//     fold (LoadTask) and a fold of its events (Load).
+func (h *Harness) Check(t TestingT) {
+	t.Helper()
+	if v := h.check(); len(v) > 0 {
+		t.Fatalf("invariants violated:\n  %s", strings.Join(v, "\n  "))
+	}
+}
+
+// logs reads every task's events and folded state from the log, and (Bolt)
+// the store's own check.
+func (h *Harness) logs() (events map[string][]fsm.Event, states map[string]fsm.Task, problems []string, err error) {
+	states = map[string]fsm.Task{}
+	if h.mem != nil {
+		events = h.mem.snapshot()
+		for id := range events {
+			t, err := h.mem.LoadTask(context.Background(), id)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			states[id] = t
+		}
+		return events, states, nil, nil
+	}
+	events = map[string][]fsm.Event{}
+	ctx := context.Background()
+	err = h.withStore(func(s *store.Store) error {
+		rep, err := s.Check(ctx)
+		if err != nil {
+			return err
+		}
+		for _, p := range rep.Problems {
+			problems = append(problems, "legal path: store check: "+p.String())
+		}
+		return s.All(ctx, func(id string) error {
+			t, err := s.LoadTask(ctx, id)
+			if err != nil {
+				return err
+			}
+			states[id] = t
+			evs, err := s.Load(ctx, id)
+			events[id] = evs
+			return err
+		})
+	})
+	return events, states, problems, err
+}
+
+func (h *Harness) check() []string {
+	v := h.Violations()
+	ctx := context.Background()
+	events, states, problems, err := h.logs()
+	if err != nil {
+		return append(v, "check could not run: "+err.Error())
+	}
+	v = append(v, problems...)
+	for _, id := range sortedKeys(events) {
+		f, err := fsm.FoldAll(fsm.Task{ID: id}, events[id]...)
+		if err != nil {
+			v = append(v, fmt.Sprintf("legal path: task %q: fold of its log: %v", id, err))
+		} else if !reflect.DeepEqual(f, states[id]) {
+			v = append(v, fmt.Sprintf("fold: task %q: LoadTask %+v != fold of Load %+v", id, states[id], f))
+		}
+	}
+	// No acknowledged event lost.
+	h.mu.Lock()
+	ledger := make(map[string][]fsm.Event, len(h.ledger))
+	for k, l := range h.ledger {
+		ledger[k] = l
+	}
+	h.mu.Unlock()
+	for _, id := range sortedKeys(ledger) {
+		acked := ledger[id]
+		evs, ok := events[id]
+		if !ok {
+			v = append(v, fmt.Sprintf("acknowledged lost: task %q had %d acknowledged events; the log does not know it", id, len(acked)))
+			continue
+		}
+		if len(evs) < len(acked) {
+			v = append(v, fmt.Sprintf("acknowledged lost: task %q had %d acknowledged events, the log holds %d", id, len(acked), len(evs)))
+			continue
+		}
+		for i, a := range acked {
+			if a.Type == fsm.EventNone {
+				continue // committed, never acknowledged
+			}
+			if e := evs[i]; e.Seq != a.Seq || e.Type != a.Type || e.Time != a.Time || e.Nonce != a.Nonce {
+				v = append(v, fmt.Sprintf("acknowledged lost: task %q seq %d: acknowledged %s, the log holds %s", id, a.Seq, a, e))
+			}
+		}
+	}
+	// No process of a task outlives its terminal state; none of a task
+	// in a state that owns none.
+	for _, p := range h.World.Live() {
+		st, ok := states[p.Task]
+		switch {
+		case !ok:
+			v = append(v, fmt.Sprintf("leak: %s, a task the log does not know", describe(p)))
+		case st.State.OwnsExecutor():
+		case !h.World.Outlives(p):
+			h.noteEscape(p)
+		case st.State.Terminal():
+			v = append(v, fmt.Sprintf("terminal means dead: %s alive, its task is %s", describe(p), st.State))
+		default:
+			v = append(v, fmt.Sprintf("leak: %s alive in state %s", describe(p), st.State))
+		}
+	}
+	// fold(log) == live state.
+	if h.Alive() {
+		for _, id := range sortedKeys(states) {
+			info, err := h.d.InspectTask(ctx, id)
+			if err != nil {
+				v = append(v, fmt.Sprintf("inspect: task %q: %v", id, err))
+				continue
+			}
+			if !reflect.DeepEqual(info.Task, states[id]) {
+				v = append(v, fmt.Sprintf("fold != live: task %q: driver holds %s v%d %+v, its log folds to %s v%d %+v",
+					id, info.State, info.Version, info.Task, states[id].State, states[id].Version, states[id]))
+			}
+		}
+	}
+	for _, r := range h.World.Trusted() {
+		v = append(v, fmt.Sprintf("stranger trusted: %s of pid %d for task %q: %s", r.Via, r.PID, r.Task, r.Why))
+	}
+	for _, s := range h.World.Signals() {
+		if s.Kind == KindStranger {
+			v = append(v, fmt.Sprintf("stranger signalled: %s to pid %d (start %d) via %s for task %q", s.Sig, s.PID, s.Start, s.Via, s.Task))
+		}
+	}
+	return v
+}
+
+// CheckRecovered verifies invariant 1 in its strong form, which holds after
+// a Recover that ran with nothing injected and returned no error: the live
+// executors are exactly those of the live tasks, one each, every live task
+// is running with its recorded executor and task process alive, and no
+// process of any other task lives (escaped descendants on a host without
+// cgroups excepted, as in Check).
+func (h *Harness) CheckRecovered(t TestingT) {
+	t.Helper()
+	v := h.check()
+	_, states, _, err := h.logs()
+	if err != nil {
+		v = append(v, "check could not run: "+err.Error())
+	}
+	want := map[int]string{}
+	running := map[string]bool{}
+	for _, id := range sortedKeys(states) {
+		st := states[id]
+		if st.State.Terminal() {
+			continue
+		}
+		if st.State != fsm.StateRunning || st.Executor == nil {
+			v = append(v, fmt.Sprintf("no leak: after a clean Recover task %q is %s, not running", id, st.State))
+			continue
+		}
+		running[id] = true
+		want[st.Executor.PID] = id
+		want[st.TaskPID] = id
+	}
+	got := map[int]bool{}
+	for _, p := range h.World.Live() {
+		got[p.PID] = true
+		switch {
+		case running[p.Task] && (want[p.PID] == p.Task || p.Kind == KindDescendant):
+		case !running[p.Task] && !h.World.Outlives(p):
+		default:
+			v = append(v, fmt.Sprintf("no leak: after a clean Recover %s is alive but not recorded as its running task's", describe(p)))
+		}
+	}
+	for _, pid := range sortedKeys(want) {
+		if !got[pid] {
+			v = append(v, fmt.Sprintf("no leak: after a clean Recover task %q is running but its pid %d is dead", want[pid], pid))
+		}
+	}
+	if len(v) > 0 {
+		t.Fatalf("invariants violated after a clean Recover:\n  %s", strings.Join(v, "\n  "))
+	}
+}
+
+func sortedKeys[K int | string, V any](m map[K]V) []K {
+	out := make([]K, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
