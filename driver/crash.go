@@ -9,6 +9,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 )
 
@@ -29,7 +30,7 @@ const (
 // themselves: the driver records the specific failure instead.)
 func Recorded() []fsm.EventType {
 	return slices.DeleteFunc(fsm.EventTypes(), func(e fsm.EventType) bool {
-		return e == fsm.EventFault || e == fsm.EventRestartIntent
+		return e == fsm.EventFault
 	})
 }
 
@@ -45,7 +46,9 @@ func CrashPoints() []string {
 	for _, e := range []fsm.EffectType{fsm.EffectSpawnExecutor, fsm.EffectLaunchTask, fsm.EffectAttach, fsm.EffectKillExecutor} {
 		out = append(out, crashBeforeEffect+e.String(), crashAfterEffect+e.String())
 	}
-	return out
+	// The executor's, on its restart path: TETHER_CRASHPOINT reaches it
+	// through the environment it inherits, and it SIGKILLs itself there.
+	return append(out, executor.CrashPoints()...)
 }
 
 // FaultPoints lists the operations a fault can be injected into: every

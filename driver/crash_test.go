@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -83,6 +84,17 @@ func runChild(args []string) int {
 				_, err = d.WaitTask(ctx, "a")
 			}
 		}
+	case "restart":
+		// Exits 1 and is restarted by its executor; the restarted run
+		// sleeps (a stable reality for Recover to be idempotent against).
+		// The driver folds the restart from the executor's journal.
+		spec := task("exit-once", "1", filepath.Join(filepath.Dir(dir), "ran-once"))
+		spec.Restart = &fsm.RestartPolicy{Attempts: 1, Interval: time.Hour, Mode: fsm.RestartFail, OnSuccess: true}
+		var final fsm.Task
+		if _, err = d.StartTask(ctx, "a", spec); err == nil || errors.Is(err, ErrStartFailed) {
+			final, err = d.WaitTask(ctx, "a")
+		}
+		fmt.Println("final", final.State, final.Restarts)
 	case "recover":
 		_, err = d.Recover(ctx)
 	case "launched-log":
@@ -137,6 +149,9 @@ type crashCase struct {
 	prep, prepPoint string
 	scenario        string
 	fault           string
+	// executorCrash: the point is the executor's; the driver child runs
+	// to its end and must see the task lost.
+	executorCrash bool
 }
 
 func crashCases() map[string]crashCase {
@@ -170,6 +185,13 @@ func crashCases() map[string]crashCase {
 	launched := crashCase{prep: "launched-log", scenario: "recover"}
 	set(launched, both("reattached")...)
 	set(launched, crashBeforeEffect+"attach", crashAfterEffect+"attach")
+	set(crashCase{scenario: "restart"}, both("restart-intent")...)
+	// The executor's own points: it SIGKILLs itself on its restart path;
+	// the driver (not killed) finds it gone, folds what it journalled and
+	// kills everything of the task with its cgroup.
+	for _, p := range executor.CrashPoints() {
+		cases[p] = crashCase{scenario: "restart", executorCrash: true}
+	}
 	return cases
 }
 
@@ -246,7 +268,10 @@ func TestCrashPoints_EveryPointRecovers(t *testing.T) {
 				}
 			}
 			r := runCrashChild(t, dir, c.scenario, point, c.fault)
-			if !r.killed {
+			switch {
+			case c.executorCrash && (r.killed || !strings.Contains(r.out, "final lost")):
+				t.Fatalf("executor crash point %s: the driver child should end, with the task lost:\n%s", point, r.out)
+			case !c.executorCrash && !r.killed:
 				t.Fatalf("crash point %s was not reached by scenario %s:\n%s", point, c.scenario, r.out)
 			}
 			checkRecovery(t, dir, r.acks)
@@ -342,7 +367,7 @@ func checkRecovery(t *testing.T, dir string, acks map[string]int) {
 	}
 	for _, id := range ids {
 		if got := eventTypes(t, d2, id); !slices.Equal(got, logs[id]) {
-			t.Errorf("second Recover changed task %s: %v -> %v", id, logs[id], got)
+			t.Errorf("second Recover changed task %s: %v -> %v (first Recover: %+v)", id, logs[id], got, rep)
 		}
 		if st, _ := d2.InspectTask(ctx, id); st.State == fsm.StateRunning {
 			final, err := d2.StopTask(ctx, id, syscall.SIGKILL, time.Second)

@@ -199,7 +199,7 @@ func (j job) launch(ctx context.Context) jobResult {
 	}
 	launched := j.d.event(fsm.EventLaunched)
 	launched.TaskPID, launched.TaskStartTime = s.PID, s.StartTime
-	if s.Exited {
+	if s.Over() {
 		ex := j.d.event(fsm.EventTaskExited)
 		ex.Exit = &s.Exit
 		return jobResult{inputs: []fsm.Event{launched, ex}, h: h}
@@ -209,34 +209,50 @@ func (j job) launch(ctx context.Context) jobResult {
 
 // attach confirms a launched task alive and attaches supervision; a
 // connection it had to open through the recorded identity is recorded as
-// reattached.
+// reattached. Restarts its executor journalled meanwhile are folded first.
 func (j job) attach(ctx context.Context) jobResult {
-	end, h, alive := j.d.endOf(ctx, j.st, j.h)
+	rd := j.d.endOf(ctx, j.st, j.h)
 	switch {
-	case alive && j.h == nil:
-		re := j.d.event(fsm.EventReattached)
-		id := h.Identity()
-		re.Executor = &id
-		return jobResult{inputs: []fsm.Event{re, j.d.event(fsm.EventRunning)}, h: h, supervise: true}
-	case alive:
-		return jobResult{inputs: []fsm.Event{j.d.event(fsm.EventRunning)}, h: h, supervise: true}
-	case end == nil: // alive but not answering
-		return jobResult{h: h, retry: true, delay: j.d.cfg.ProbeTimeout}
+	case rd.alive:
+		var inputs []fsm.Event
+		if j.h == nil {
+			re := j.d.event(fsm.EventReattached)
+			id := rd.h.Identity()
+			re.Executor = &id
+			inputs = append(inputs, re)
+		}
+		if caught := j.d.inputs(j.st, rd.r); len(caught) > 0 {
+			inputs = append(inputs, caught...) // a relaunch in them brings its own running
+		} else {
+			inputs = append(inputs, j.d.event(fsm.EventRunning))
+		}
+		return jobResult{inputs: inputs, h: rd.h, supervise: true}
+	case rd.unreachable:
+		return jobResult{h: rd.h, retry: true, delay: j.d.cfg.ProbeTimeout}
 	}
-	return jobResult{inputs: []fsm.Event{*end}, h: h}
+	return jobResult{inputs: j.d.inputs(j.st, rd.r), h: rd.h}
+}
+
+// reading is what endOf found.
+type reading struct {
+	r     report   // restart journal entries the log lacks, and the end if the task is over
+	h     Executor // a connection to the executor, if one was made
+	alive bool     // the task lives (between restarts too)
+	// unreachable: the executor is alive but does not answer (frozen);
+	// nothing is concluded from that.
+	unreachable bool
 }
 
 // endOf asks the executor about its task: alive (with a connection), or
 // how it ended. It is the one place that collects a task's end: the
 // executor's answer, else the exit status it left on disk (matched against
-// the log), else lost. end is nil and alive false when the executor is
-// alive but does not answer (frozen): nothing is concluded from that.
-func (d *Driver) endOf(ctx context.Context, st fsm.Task, h Executor) (end *fsm.Event, conn Executor, alive bool) {
+// the log), else lost; with the restarts its journal holds that the log
+// lacks, in order, before the end.
+func (d *Driver) endOf(ctx context.Context, st fsm.Task, h Executor) reading {
 	var err error
 	if h == nil {
 		if st.Executor == nil {
-			ev := d.collectEnd(ctx, st, ErrGone)
-			return &ev, nil, false
+			return reading{r: d.collectEnd(ctx, st, ErrGone)}
 		}
 		pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
 		h, err = d.world.Reattach(pctx, st.ID, *st.Executor)
@@ -248,35 +264,65 @@ func (d *Driver) endOf(ctx context.Context, st fsm.Task, h Executor) (end *fsm.E
 		s, err = h.Status(pctx)
 		cancel()
 		if err == nil {
-			if s.Exited {
+			r := d.catchUp(ctx, st, h, s)
+			if !s.Over() {
+				return reading{r: r, h: h, alive: true}
+			}
+			if cur := foldReport(st, r, d); cur.State != fsm.StateReaping && !cur.State.Terminal() {
 				ev := d.event(fsm.EventTaskExited)
 				ev.Exit = &s.Exit
-				return &ev, h, false
+				r.end = []fsm.Event{ev}
 			}
-			return nil, h, true
+			return reading{r: r, h: h}
 		}
 	}
 	if st.Executor != nil && !errors.Is(err, ErrNotOurs) && !errors.Is(err, ErrGone) {
 		if live, aerr := d.world.Alive(ctx, st.ID, *st.Executor); aerr == nil && live {
-			return nil, h, false
+			// An executor on its way out (its task over, its socket
+			// closed) no longer answers: what it left on disk says the
+			// end. Anything else alive that does not answer is left
+			// alone.
+			if r := d.collectEnd(ctx, st, err); !lostEnd(r) {
+				return reading{r: r, h: h}
+			}
+			return reading{h: h, unreachable: true}
 		}
 	}
-	ev := d.collectEnd(ctx, st, err)
-	return &ev, h, false
+	return reading{r: d.collectEnd(ctx, st, err), h: h}
 }
 
-// collectEnd is the end of a task whose executor cannot be asked: the exit
+// lostEnd reports whether r ends the task lost (no exit status found).
+func lostEnd(r report) bool {
+	return len(r.end) > 0 && r.end[0].Type == fsm.EventExecutorLost
+}
+
+// collectEnd is the end of a task whose executor cannot be asked: the
+// restarts its journal on disk holds that the log lacks, then the exit
 // status it left on disk, once matched against the log, else lost.
-func (d *Driver) collectEnd(ctx context.Context, st fsm.Task, cause error) fsm.Event {
+func (d *Driver) collectEnd(ctx context.Context, st fsm.Task, cause error) report {
+	r, jerr := d.journalReport(ctx, st)
+	if jerr != nil {
+		if errors.Is(jerr, ErrNotOurs) {
+			r.end = []fsm.Event{d.lost(fmt.Errorf("the restart journal did not match the log, so it was not believed: %w", jerr))}
+			return r
+		}
+		cause = errors.Join(cause, jerr)
+	}
+	cur := foldReport(st, r, d) // the process of the last relaunch, if any
+	if cur.State == fsm.StateReaping || cur.State.Terminal() {
+		return r // a failed relaunch ended it
+	}
 	if st.Executor != nil {
-		x, ok, err := d.world.ExitStatus(ctx, st.ID, *st.Executor, st.TaskPID, st.TaskStartTime)
+		x, ok, err := d.world.ExitStatus(ctx, st.ID, *st.Executor, cur.TaskPID, cur.TaskStartTime)
 		switch {
 		case err == nil && ok:
 			ev := d.event(fsm.EventTaskExited)
 			ev.Exit = &x
-			return ev
+			r.end = []fsm.Event{ev}
+			return r
 		case errors.Is(err, ErrNotOurs):
-			return d.lost(fmt.Errorf("the exit status file did not match the log, so it was not believed: %w", err))
+			r.end = []fsm.Event{d.lost(fmt.Errorf("the exit status file did not match the log, so it was not believed: %w", err))}
+			return r
 		case err != nil:
 			cause = errors.Join(cause, err)
 		}
@@ -284,7 +330,8 @@ func (d *Driver) collectEnd(ctx context.Context, st fsm.Task, cause error) fsm.E
 	if cause == nil {
 		cause = ErrGone
 	}
-	return d.lost(fmt.Errorf("executor gone without leaving an exit status: %w", cause))
+	r.end = []fsm.Event{d.lost(fmt.Errorf("executor gone without leaving an exit status: %w", cause))}
+	return r
 }
 
 // probeLaunch reconciles a launch whose outcome was never recorded: the
@@ -323,7 +370,7 @@ func (j job) probeLaunch(ctx context.Context) jobResult {
 	}
 	launched := j.d.event(fsm.EventLaunched)
 	launched.TaskPID, launched.TaskStartTime = s.PID, s.StartTime
-	if s.Exited {
+	if s.Over() {
 		ex := j.d.event(fsm.EventTaskExited)
 		ex.Exit = &s.Exit
 		return jobResult{h: h, inputs: []fsm.Event{launched, ex}, action: "launch had happened and the task has exited (" + s.Exit.String() + "); reaped"}
@@ -332,18 +379,26 @@ func (j job) probeLaunch(ctx context.Context) jobResult {
 }
 
 // probe reconciles a running or restarting task: reattach by proven
-// identity and supervise, or collect its end.
+// identity and supervise, or collect its end (with the restarts the log
+// lacks, first).
 func (j job) probe(ctx context.Context) jobResult {
-	end, h, alive := j.d.endOf(ctx, j.st, j.h)
-	switch {
-	case alive:
-		return jobResult{h: h, supervise: true, action: "reattached; still " + j.st.State.String()}
-	case end == nil:
-		return jobResult{h: h, action: "the executor is alive but does not answer; left alone"}
-	case end.Type == fsm.EventTaskExited:
-		return jobResult{h: h, inputs: []fsm.Event{*end}, action: "task had exited (" + end.Exit.String() + "); reaped"}
+	rd := j.d.endOf(ctx, j.st, j.h)
+	inputs := j.d.inputs(j.st, rd.r)
+	restarts := ""
+	if n := len(rd.r.entries); n > 0 {
+		restarts = fmt.Sprintf("; %d restart journal entries folded", n)
 	}
-	return jobResult{h: h, inputs: []fsm.Event{*end}, action: "executor gone and no exit status; task killed, lost"}
+	switch {
+	case rd.alive:
+		return jobResult{h: rd.h, inputs: inputs, supervise: true, action: "reattached; still " + j.st.State.String() + restarts}
+	case rd.unreachable:
+		return jobResult{h: rd.h, action: "the executor is alive but does not answer; left alone"}
+	case len(rd.r.end) > 0 && rd.r.end[0].Type == fsm.EventTaskExited:
+		return jobResult{h: rd.h, inputs: inputs, action: "task had exited (" + rd.r.end[0].Exit.String() + "); reaped" + restarts}
+	case len(rd.r.end) == 0:
+		return jobResult{h: rd.h, inputs: inputs, action: "its last relaunch failed" + restarts}
+	}
+	return jobResult{h: rd.h, inputs: inputs, action: "executor gone and no exit status; task killed, lost" + restarts}
 }
 
 // lockWait waits for another process to let go of the task's lock.

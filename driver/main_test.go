@@ -44,14 +44,22 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// runTask is the user's task: "exit N", "sleep", "ignore-term", or
-// "grandchildren" (forks two sleeping grandchildren, then sleeps). Every
-// task carries its test's marker as its last argument.
+// runTask is the user's task: "exit N", "sleep", "ignore-term",
+// "grandchildren" (forks two sleeping grandchildren, then sleeps), or
+// "exit-once N FILE" (exits N if it can create FILE, else sleeps: a task
+// whose restart runs on). Every task carries its test's marker as its last
+// argument.
 func runTask(args []string) int {
 	switch args[0] {
 	case "exit":
 		n, _ := strconv.Atoi(args[1])
 		return n
+	case "exit-once":
+		if f, err := os.OpenFile(args[2], os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600); err == nil {
+			f.Close()
+			n, _ := strconv.Atoi(args[1])
+			return n
+		}
 	case "ignore-term":
 		signal.Ignore(syscall.SIGTERM)
 	case "grandchildren":

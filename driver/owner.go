@@ -89,7 +89,7 @@ type owner struct {
 	jobC      chan jobResult
 	cancelJob context.CancelCauseFunc
 
-	supC    chan fsm.Event // the supervisor's report of the task's end; nil: none
+	supC    chan report // the supervisor's reports: restarts, and the task's end; nil: none
 	supStop context.CancelFunc
 
 	retryC <-chan time.Time // a kill's back-off; nil: none
@@ -148,8 +148,8 @@ func (o *owner) run(first *request) {
 			o.handle(req)
 		case r := <-jobC:
 			o.jobDone(r)
-		case ev := <-o.supC:
-			o.supervised(ev)
+		case r := <-o.supC:
+			o.supervised(r)
 		case <-o.retryC:
 			o.retryC = nil
 		case <-closing:
@@ -656,28 +656,16 @@ func (o *owner) cancelStart(cause error) {
 	}
 }
 
-// supervise waits for the running task's end in the background. Closing
-// the driver ends supervision without touching the task.
+// supervise follows the running task in the background: the restarts
+// its executor performs and its end. Closing the driver ends supervision
+// without touching the task.
 func (o *owner) supervise() {
 	if o.supC != nil || o.h == nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(o.d.life)
-	c := make(chan fsm.Event, 1)
-	h, st, d := o.h, o.st, o.d
-	go func() {
-		x, err := h.Wait(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if err == nil {
-			ev := d.event(fsm.EventTaskExited)
-			ev.Exit = &x
-			c <- ev
-			return
-		}
-		c <- d.collectEnd(ctx, st, fmt.Errorf("executor connection lost: %w", err))
-	}()
+	c := make(chan report, 1)
+	go o.d.superviseLoop(ctx, o.h, o.st, c)
 	o.supC, o.supStop = c, cancel
 }
 
@@ -688,13 +676,23 @@ func (o *owner) stopSupervising() {
 	o.supC, o.supStop = nil, nil
 }
 
-// supervised records the task's end that the supervisor reported, and
-// drives its reaping.
-func (o *owner) supervised(ev fsm.Event) {
-	o.supC, o.supStop = nil, nil
-	o.drive()
-	if _, err := o.apply(ev); err != nil {
+// supervised records what the supervisor reported: restarts the log
+// lacks, and the task's end, whose reaping it then drives.
+func (o *owner) supervised(r report) {
+	if len(r.end) > 0 {
+		o.supC, o.supStop = nil, nil // the supervisor has ended
+		o.drive()
+	}
+	inputs := o.d.inputs(o.st, r)
+	if len(inputs) == 0 {
+		return
+	}
+	if _, err := o.apply(inputs...); err != nil {
 		o.giveUp(err)
+		return
+	}
+	if len(o.owed) > 0 {
+		o.drive() // a failed relaunch: reaping
 	}
 }
 

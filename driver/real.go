@@ -156,6 +156,7 @@ func (r *Real) launchSpec(spec fsm.Spec, allowed []string) executor.LaunchSpec {
 		PIDMode:     spec.PIDMode, IPCMode: spec.IPCMode,
 		Logs: logs.Config{MaxFiles: spec.Logs.MaxFiles, MaxFileSizeMB: spec.Logs.MaxFileSizeMB, Disabled: spec.Logs.Disabled},
 		Name: spec.Name, Job: spec.Job, Group: spec.Group,
+		Restart: spec.Restart,
 	}
 	if spec.Driver == executor.ModeExec {
 		ls.Chroot = r.chroot
@@ -236,6 +237,11 @@ func (e realExecutor) Stop(ctx context.Context, sig syscall.Signal, grace time.D
 	return x, worldErr(err)
 }
 
+func (e realExecutor) Watch(ctx context.Context, since int) (Status, []fsm.Event, error) {
+	st, evs, err := e.c.Watch(ctx, since)
+	return st, evs, worldErr(err)
+}
+
 func (e realExecutor) Shutdown(ctx context.Context) error { return worldErr(e.c.Shutdown(ctx)) }
 func (e realExecutor) Close() error                       { return e.c.Close() }
 
@@ -245,3 +251,20 @@ func validateCaps(add, drop, allowed []string) error {
 }
 
 var _ SpecChecker = (*Real)(nil)
+
+// Journal implements JournalReader.
+func (r *Real) Journal(ctx context.Context, task string, id fsm.Identity) ([]fsm.Event, error) {
+	j, ok, err := executor.ReadJournal(r.dir(task))
+	if err != nil || !ok {
+		return nil, worldErr(err)
+	}
+	if err := j.Match(id); err != nil {
+		return nil, worldErr(err)
+	}
+	return j.Entries, nil
+}
+
+var (
+	_ Watcher       = realExecutor{}
+	_ JournalReader = (*Real)(nil)
+)

@@ -82,3 +82,21 @@ type Executor interface {
 
 // Status is what an executor says about its task.
 type Status = executor.Status
+
+// Watcher is implemented by an Executor whose executor restarts its task
+// itself (the task's restart policy): Watch returns as soon as the
+// executor's restart journal holds entries past since (restart-intent,
+// then launched or launch-failed, for each restart, in order) or the task
+// is over for good (Status.Exited and not Restarting). An Executor without
+// it is supervised through Wait.
+type Watcher interface {
+	Watch(ctx context.Context, since int) (Status, []fsm.Event, error)
+}
+
+// JournalReader is implemented by a process world whose executors leave a
+// restart journal on disk: Journal returns its entries once it matches the
+// log's executor identity (ErrNotOurs otherwise), for the driver to fold
+// the restarts that happened while no driver watched.
+type JournalReader interface {
+	Journal(ctx context.Context, task string, id fsm.Identity) ([]fsm.Event, error)
+}

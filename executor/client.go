@@ -445,6 +445,54 @@ func (c *Client) Wait(ctx context.Context) (fsm.ExitStatus, error) {
 	return c.finalStatus(ctx, r, err)
 }
 
+// Watch returns as soon as the task's restart journal holds entries past
+// since (returned in order: restart-intent, then launched or
+// launch-failed, for each restart), or the task is over for good; the
+// status says which (Restarting, Exited). It is how a driver follows a
+// task that its executor restarts.
+//
+// If the executor went away meanwhile (it exits once the task is over),
+// the journal and the exit status it left on disk are returned, once they
+// match its identity.
+func (c *Client) Watch(ctx context.Context, since int) (Status, []fsm.Event, error) {
+	r, err := c.call(ctx, request{Op: opWatch, Since: since})
+	if errors.Is(err, ErrClosed) {
+		return c.watchOnDisk(ctx, since, err)
+	}
+	if err != nil {
+		return Status{}, nil, err
+	}
+	if r.Status == nil {
+		return Status{}, nil, fmt.Errorf("%w: watch answered without a status", ErrProtocol)
+	}
+	return *r.Status, r.Journal, nil
+}
+
+// watchOnDisk is Watch's answer from the files a dead executor left.
+func (c *Client) watchOnDisk(ctx context.Context, since int, cause error) (Status, []fsm.Event, error) {
+	x, err := c.finalStatus(ctx, response{}, cause)
+	if err != nil {
+		return Status{}, nil, err
+	}
+	j, ok, err := ReadJournal(c.taskDir)
+	if err != nil {
+		return Status{}, nil, err
+	}
+	var entries []fsm.Event
+	if ok {
+		if err := j.Match(c.id); err != nil {
+			return Status{}, nil, err
+		}
+		if since >= 0 && since < len(j.Entries) {
+			entries = j.Entries[since:]
+		}
+	}
+	c.mu.Lock()
+	pid, start := c.taskPID, c.taskStart
+	c.mu.Unlock()
+	return Status{Launched: true, PID: pid, StartTime: start, Exited: true, Exit: x, Journal: len(j.Entries)}, entries, nil
+}
+
 // finalStatus turns the answer to a wait-like call into an exit status,
 // falling back to the exit status file when the connection was lost.
 func (c *Client) finalStatus(ctx context.Context, r response, err error) (fsm.ExitStatus, error) {

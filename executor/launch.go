@@ -83,6 +83,11 @@ type LaunchSpec struct {
 	Name  string `json:"name,omitempty"`
 	Job   string `json:"job,omitempty"`
 	Group string `json:"group,omitempty"`
+
+	// Restart is the task's restart policy: the executor, which is there
+	// when the task exits, restarts it (journalled ahead: see
+	// JournalFile). nil never restarts.
+	Restart *fsm.RestartPolicy `json:"restart,omitempty"`
 }
 
 // Status is what the executor knows of its task.
@@ -98,7 +103,19 @@ type Status struct {
 	// for the caller to show once (a raw_exec task that runs uncontained
 	// because the host has no usable cgroups).
 	Warnings []string `json:"warnings,omitempty"`
+	// Restarting: the run that exited (Exit) may be restarted by the
+	// executor: its restart policy is being asked (the run's tree is
+	// still being drained), or a restart's delay runs. The task is not
+	// over; the journal (Client.Watch) says what was decided.
+	Restarting bool `json:"restarting,omitempty"`
+	// Journal is the number of entries in the executor's restart journal
+	// (see Client.Watch).
+	Journal int `json:"journal,omitempty"`
 }
+
+// Over reports whether the task is over for good: its last run exited and
+// no restart of it may follow.
+func (s Status) Over() bool { return s.Exited && !s.Restarting }
 
 // The task's own directories, below its task directory. An exec task sees
 // them at /local, /secrets, /tmp and /alloc in its root.

@@ -26,7 +26,7 @@ import (
 //
 // Version 3 added the stats request, the launch's containment, isolation
 // and logs fields, and the launch reply's warnings.
-const ProtocolVersion = 3
+const ProtocolVersion = 4
 
 const maxFrame = 1 << 20
 
@@ -42,6 +42,7 @@ const (
 	opStop
 	opShutdown
 	opStats
+	opWatch
 )
 
 func (o op) String() string {
@@ -62,6 +63,8 @@ func (o op) String() string {
 		return "shutdown"
 	case opStats:
 		return "stats"
+	case opWatch:
+		return "watch"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
@@ -74,6 +77,7 @@ type request struct {
 	Spec    *LaunchSpec   `json:"spec,omitempty"`    // launch
 	Signal  int           `json:"signal,omitempty"`  // signal, stop
 	Grace   time.Duration `json:"grace,omitempty"`   // stop
+	Since   int           `json:"since,omitempty"`   // watch
 }
 
 type response struct {
@@ -83,6 +87,7 @@ type response struct {
 	Identity *fsm.Identity `json:"identity,omitempty"` // hello
 	Status   *Status       `json:"status,omitempty"`   // launch, status, wait, stop
 	Stats    *cgroup.Stats `json:"stats,omitempty"`    // stats
+	Journal  []fsm.Event   `json:"journal,omitempty"`  // watch: the restart journal's entries from Since on
 }
 
 // errCode is the wire name of a named error.

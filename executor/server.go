@@ -139,6 +139,14 @@ type server struct {
 	// The task's output streams, and the bound on their last copies.
 	outs     []*output
 	outTimer *time.Timer
+
+	// Restarts (see restart.go): the spec to relaunch, the restart state
+	// and journal, whether a stop asked for the end (no more restarts),
+	// and the watches waiting for the journal to grow.
+	spec     LaunchSpec
+	rs       *restarts
+	stopping bool
+	watchers []watcher
 }
 
 type taskState struct {
@@ -147,6 +155,9 @@ type taskState struct {
 	nsInit bool // pid 1 of a PID namespace of its own
 	exited bool
 	exit   fsm.ExitStatus
+	// done: the run is over and drained (completeTask ran); a restart of
+	// it may be pending.
+	done bool
 }
 
 type waiter struct {
@@ -311,6 +322,8 @@ func (s *server) run(lease time.Duration) int {
 			s.outTimer = nil
 			s.log.Warn("the task's output pipes are still open after its whole tree ended; cutting the copies")
 			s.cutOutput()
+		case <-s.restartC():
+			s.relaunch()
 		}
 	}
 	return s.close()
@@ -488,6 +501,10 @@ func (s *server) handle(sc *sconn, req request) {
 		if err := writeFile(s.taskDir, LaunchFile, rec, false); err != nil {
 			s.log.Warn("writing the launch record failed", "err", err)
 		}
+		if err := s.startRestarts(*req.Spec); err != nil {
+			s.log.Error("no restarts: the restart journal cannot be written", "err", err)
+			l.warnings = append(l.warnings, "the task will not be restarted: its restart journal cannot be written: "+err.Error())
+		}
 		s.log.Info("task launched", "task_pid", l.pid, "command", req.Spec.Command, "mode", req.Spec.Mode, "cgroup", s.cg != nil)
 		s.reap() // it may already have exited
 		st := s.status()
@@ -498,6 +515,8 @@ func (s *server) handle(sc *sconn, req request) {
 		s.send(sc, response{ID: req.ID, Status: &st})
 	case opWait:
 		s.waitFor(sc, req.ID)
+	case opWatch:
+		s.watch(sc, req.ID, req.Since)
 	case opSignal:
 		if req.Signal < 0 || req.Signal > 64 {
 			s.send(sc, response{ID: req.ID, Err: toWire(fmt.Errorf("%w: signal %d", ErrBadSpec, req.Signal))})
@@ -518,6 +537,8 @@ func (s *server) handle(sc *sconn, req request) {
 			s.send(sc, response{ID: req.ID, Err: toWire(ErrNotLaunched)})
 			return
 		}
+		s.stopping = true // the task ends with this run: no more restarts
+		s.cancelRestart()
 		if !s.task.exited {
 			sig := syscall.Signal(req.Signal)
 			switch {
@@ -551,7 +572,8 @@ func (s *server) status() Status {
 	if s.task == nil {
 		return Status{}
 	}
-	return Status{Launched: true, PID: s.task.pid, StartTime: s.task.start, Exited: s.task.exited, Exit: s.task.exit}
+	return Status{Launched: true, PID: s.task.pid, StartTime: s.task.start, Exited: s.task.exited, Exit: s.task.exit,
+		Restarting: s.restarting(), Journal: s.journalLen()}
 }
 
 // stats reads the task cgroup's figures.
@@ -613,6 +635,10 @@ func (s *server) beginShutdown() {
 	s.shutdown = true
 	if s.task == nil {
 		s.finish(0)
+		return
+	}
+	if s.restartPending() {
+		s.cancelRestart()
 		return
 	}
 	s.killAll()
@@ -678,7 +704,7 @@ func (s *server) reap() {
 			s.log.Debug("reaped", "child", pid)
 		}
 	}
-	if s.task == nil || !s.task.exited {
+	if s.task == nil || !s.task.exited || s.task.done {
 		return
 	}
 	s.drain()
@@ -714,6 +740,7 @@ func exitOf(ws unix.WaitStatus) fsm.ExitStatus {
 // tree is gone and its output copied: read the OOM kill count, remove the
 // cgroup, record the exit status on disk, answer every waiter, exit.
 func (s *server) completeTask() {
+	s.task.done = true
 	if s.killTimer != nil {
 		s.killTimer.Stop()
 		s.killTimer = nil
@@ -729,6 +756,15 @@ func (s *server) completeTask() {
 		s.removeCgroup()
 	}
 	s.release()
+	if s.restartNext() {
+		return // journalled a restart; the relaunch follows its delay
+	}
+	s.writeExit()
+}
+
+// writeExit records the last run's exit status on disk and ends the
+// executor.
+func (s *server) writeExit() {
 	rec := ExitRecord{Exit: s.task.exit, Nonce: s.nonce, BootID: s.id.BootID, PID: s.task.pid, StartTime: s.task.start}
 	code := 0
 	if err := writeFileAtomic(s.taskDir, ExitStatusFile, rec); err != nil {
@@ -751,6 +787,10 @@ func (s *server) finish(code int) {
 	s.waiters = nil
 	s.exitCode = code
 	s.complete = true
+	s.notifyWatchers()
+	if s.rs != nil {
+		_ = s.rs.journal.close()
+	}
 }
 
 // close flushes the answers, closes every connection and the listener

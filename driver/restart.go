@@ -1,0 +1,149 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/fsm"
+)
+
+// Restarts.
+//
+// The executor restarts its task by the task's restart policy, whether a
+// driver watches or not, and journals each restart ahead: the intent (a
+// restart-intent event), then the outcome (launched or launch-failed). The
+// driver folds the entries its log lacks, in order: from a watch of the
+// live executor (Watcher, in the supervisor), or from the journal the
+// executor left on disk (JournalReader) when it is gone. How many entries
+// the log holds follows from the task's state (executor.JournalFolded), so
+// folding is idempotent: a report is cut to the entries past it.
+
+// report is what the supervisor, or a look at reality, found: restart
+// journal entries (from index from on), and the task's end if it is over.
+type report struct {
+	from    int
+	entries []fsm.Event
+	end     []fsm.Event // task-exited or executor-lost; nil while the task lives
+}
+
+// inputs are the events that record what the report found that st's log
+// lacks.
+func (d *Driver) inputs(st fsm.Task, r report) []fsm.Event {
+	folded := executor.JournalFolded(st)
+	var out []fsm.Event
+	for i, e := range r.entries {
+		if r.from+i < folded {
+			continue
+		}
+		out = append(out, e)
+		if e.Type == fsm.EventLaunched {
+			// The executor supervises a relaunched task from its first
+			// instruction, as it does a launched one: attach is done.
+			run := fsm.Event{Type: fsm.EventRunning, Time: e.Time}
+			out = append(out, run)
+		}
+	}
+	return append(out, r.end...)
+}
+
+// foldReport is st with the report's journal entries folded (best effort:
+// for following the task's current process, not for the log).
+func foldReport(st fsm.Task, r report, d *Driver) fsm.Task {
+	for _, e := range d.inputs(st, report{from: r.from, entries: r.entries}) {
+		if next, err := fsm.Fold(st, e); err == nil {
+			st = next
+		}
+	}
+	return st
+}
+
+// superviseLoop follows a running task until its end: through Watch when
+// the executor restarts its task itself (reporting each restart as it is
+// journalled), else through Wait.
+func (d *Driver) superviseLoop(ctx context.Context, h Executor, st fsm.Task, c chan<- report) {
+	send := func(r report) bool {
+		select {
+		case c <- r:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	w, ok := h.(Watcher)
+	if !ok {
+		x, err := h.Wait(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			send(d.collectEnd(ctx, st, fmt.Errorf("executor connection lost: %w", err)))
+			return
+		}
+		ev := d.event(fsm.EventTaskExited)
+		ev.Exit = &x
+		send(report{end: []fsm.Event{ev}})
+		return
+	}
+	since := executor.JournalFolded(st)
+	for {
+		s, entries, err := w.Watch(ctx, since)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			send(d.collectEnd(ctx, st, fmt.Errorf("executor connection lost: %w", err)))
+			return
+		}
+		r := report{from: since, entries: entries}
+		st = foldReport(st, r, d)
+		since += len(entries)
+		over := s.Over() && len(entries) == 0
+		if over {
+			ev := d.event(fsm.EventTaskExited)
+			ev.Exit = &s.Exit
+			r.end = []fsm.Event{ev}
+		}
+		if (len(r.entries) > 0 || over) && !send(r) {
+			return
+		}
+		if over || st.State == fsm.StateReaping || st.State.Terminal() {
+			return
+		}
+	}
+}
+
+// journalReport is what the executor's journal on disk holds past what
+// st's log has, when the world keeps one.
+func (d *Driver) journalReport(ctx context.Context, st fsm.Task) (report, error) {
+	jr, ok := d.world.(JournalReader)
+	if !ok || st.Executor == nil {
+		return report{}, nil
+	}
+	entries, err := jr.Journal(ctx, st.ID, *st.Executor)
+	if err != nil {
+		return report{}, err
+	}
+	folded := executor.JournalFolded(st)
+	if folded >= len(entries) {
+		return report{from: folded}, nil
+	}
+	return report{from: folded, entries: entries[folded:]}, nil
+}
+
+// catchUp asks a live executor for the restart journal entries st's log
+// lacks (its status says how many it has).
+func (d *Driver) catchUp(ctx context.Context, st fsm.Task, h Executor, s Status) report {
+	folded := executor.JournalFolded(st)
+	w, ok := h.(Watcher)
+	if !ok || s.Journal <= folded {
+		return report{from: folded}
+	}
+	pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
+	defer cancel()
+	_, entries, err := w.Watch(pctx, folded)
+	if err != nil {
+		return report{from: folded}
+	}
+	return report{from: folded, entries: entries}
+}

@@ -1,0 +1,131 @@
+package driver
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/fsm"
+)
+
+func restartSpec(t *testing.T, dir string, p fsm.RestartPolicy, args ...string) fsm.Spec {
+	spec := taskSpec(t, dir, args...)
+	spec.Restart = &p
+	return spec
+}
+
+// A task that keeps failing is restarted by its executor until the policy's
+// attempts are used; each restart is in the log (the intent with its
+// attempt, then the relaunch), and the task ends with its last exit.
+func TestRestart_AttemptsAreRecordedThenTheTaskEnds(t *testing.T) {
+	dir := stateDir(t)
+	ctx := ctxT(t)
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	p := fsm.RestartPolicy{Attempts: 2, Interval: time.Hour, Mode: fsm.RestartFail, OnSuccess: true}
+	if _, err := d.StartTask(ctx, "flaky", restartSpec(t, dir, p, "exit", "4")); err != nil {
+		t.Fatal(err)
+	}
+	final, err := d.WaitTask(ctx, "flaky")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final.State != fsm.StateExited || final.Exit == nil || final.Exit.Code != 4 || final.Restarts != 2 {
+		t.Fatalf("final %s %v restarts %d; want exited 4 after 2 restarts", final.State, final.Exit, final.Restarts)
+	}
+	evs := eventTypes(t, d, "flaky")
+	want := []string{"restart-intent", "launched", "running", "restart-intent", "launched", "running", "task-exited", "executor-reaped"}
+	if got := evs[len(evs)-len(want):]; !slices.Equal(got, want) {
+		t.Fatalf("events %v, want them to end with %v", evs, want)
+	}
+	checkReaped(t, d, final)
+}
+
+// Restarts that happen while no driver is attached are folded into the
+// log on the next contact (here a new driver's Recover, once the executor
+// has gone after its last restart), in order, once each.
+func TestRestart_FoldedFromTheJournalAfterTheDriverWasAway(t *testing.T) {
+	dir := stateDir(t)
+	ctx := ctxT(t)
+	d1 := newDriver(t, dir, Hooks{})
+	p := fsm.RestartPolicy{Attempts: 3, Interval: time.Hour, Mode: fsm.RestartFail, OnSuccess: true}
+	st, err := d1.StartTask(ctx, "away", restartSpec(t, dir, p, "exit", "5"))
+	if err != nil && st.Executor == nil {
+		t.Fatal(err)
+	}
+	if err := d1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitDead(t, *st.Executor) // three restarts, then the executor exits
+	d2 := newDriver(t, dir, Hooks{})
+	defer d2.Close()
+	if _, err := d2.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	final, err := d2.WaitTask(ctx, "away")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final.State != fsm.StateExited || final.Exit.Code != 5 || final.Restarts != 3 {
+		t.Fatalf("final %s %v restarts %d; want exited 5 after 3 restarts", final.State, final.Exit, final.Restarts)
+	}
+	evs := eventTypes(t, d2, "away")
+	if n := strings.Count(strings.Join(evs, " "), "restart-intent"); n != 3 {
+		t.Fatalf("%d restart-intents in %v, want 3", n, evs)
+	}
+	// Idempotent: another driver's Recover appends nothing.
+	if err := d2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d3 := newDriver(t, dir, Hooks{})
+	defer d3.Close()
+	if _, err := d3.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if again := eventTypes(t, d3, "away"); !slices.Equal(again, evs) {
+		t.Fatalf("a second Recover changed the log: %v -> %v", evs, again)
+	}
+}
+
+// A stop during a restart's delay stops the task for good: it is recorded
+// stopped and never relaunched.
+func TestRestart_StopDuringTheDelayEndsIt(t *testing.T) {
+	dir := stateDir(t)
+	ctx := ctxT(t)
+	folded := make(chan struct{})
+	var once sync.Once
+	d := newDriver(t, dir, Hooks{Crash: func(p string) {
+		if p == crashAfterAppend+"restart-intent" {
+			once.Do(func() { close(folded) })
+		}
+	}})
+	defer d.Close()
+	p := fsm.RestartPolicy{Attempts: 5, Interval: time.Hour, Delay: time.Hour, Mode: fsm.RestartFail, OnSuccess: true}
+	st, err := d.StartTask(ctx, "slow", restartSpec(t, dir, p, "exit", "6"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The executor journals the restart; the driver folds it: restarting.
+	<-folded
+	info, err := d.InspectTask(ctx, "slow")
+	if err != nil || info.State != fsm.StateRestarting || info.Restarts != 1 || info.Exit == nil || info.Exit.Code != 6 {
+		t.Fatalf("restarting: %+v %v", info.Task, err)
+	}
+	final, err := d.StopTask(ctx, "slow", syscall.SIGTERM, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final.State != fsm.StateStopped {
+		t.Fatalf("stop during the delay: %s", final.State)
+	}
+	checkReaped(t, d, final)
+	j, _, _ := executor.ReadJournal(d.TaskDir("slow"))
+	if len(j.Entries) != 1 || st.TaskPID == 0 {
+		t.Fatalf("journal after the stop: %v, want the one intent (no relaunch)", j.Entries)
+	}
+}
+
