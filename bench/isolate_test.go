@@ -272,7 +272,9 @@ func BenchmarkExecLaunchVsRunc(b *testing.B) {
 		_ = c.WaitDead(ctx)
 		return el
 	}
-	peer := func(i int) float64 { return runcRun(b, runc, runcRoot, filepath.Join(base, "bundles"), "launch-runc-"+strconv.Itoa(i+2), chroot) }
+	peer := func(i int) float64 {
+		return runcRun(b, runc, runcRoot, filepath.Join(base, "bundles"), "launch-runc-"+strconv.Itoa(i+2), chroot)
+	}
 	peer(-1) // warm both paths
 	tether(-1)
 	b.ResetTimer()
