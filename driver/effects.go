@@ -258,6 +258,14 @@ func (d *Driver) endOf(ctx context.Context, st fsm.Task, h Executor) (end *fsm.E
 	}
 	if st.Executor != nil && !errors.Is(err, ErrNotOurs) && !errors.Is(err, ErrGone) {
 		if live, aerr := d.world.Alive(ctx, st.ID, *st.Executor); aerr == nil && live {
+			// Alive but not answering: frozen, or on its way out (its
+			// task over, its exit status on disk, its socket closed). A
+			// record that matches the log is the task's end.
+			if x, ok, xerr := d.world.ExitStatus(ctx, st.ID, *st.Executor, st.TaskPID, st.TaskStartTime); xerr == nil && ok {
+				ev := d.event(fsm.EventTaskExited)
+				ev.Exit = &x
+				return &ev, h, false
+			}
 			return nil, h, false
 		}
 	}
@@ -504,6 +512,9 @@ func (o *owner) jobDone(r jobResult) {
 		o.driving = false // nothing to do: alive, supervised or left alone
 		o.release()
 		o.concludeRecovery("", nil)
+		if o.supC == nil && len(o.watchers) > 0 {
+			o.retryC = time.After(o.d.cfg.ProbeTimeout) // left alone while a watcher waits: ask again
+		}
 	}
 }
 
