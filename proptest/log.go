@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"slices"
 	"sort"
 	"sync"
 
@@ -249,13 +248,20 @@ func (m *MemLog) each(fn func(string) error, keep func(fsm.Task) bool) error {
 // Close implements store.Log.
 func (m *MemLog) Close() error { return nil }
 
-// snapshot returns every task's log, by id (for the harness's checks).
-func (m *MemLog) snapshot() map[string][]fsm.Event {
+// view returns every task's log and folded state, by id, for the
+// harness's checks: the logs as they are (a log is only ever appended to,
+// so the slices stay valid), the states as values (their specs and
+// identities shared with the log's: not to be changed).
+func (m *MemLog) view() (map[string][]fsm.Event, map[string]fsm.Task) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make(map[string][]fsm.Event, len(m.logs))
+	logs := make(map[string][]fsm.Event, len(m.logs))
 	for id, l := range m.logs {
-		out[id] = slices.Clone(l)
+		logs[id] = l[:len(l):len(l)]
 	}
-	return out
+	tasks := make(map[string]fsm.Task, len(m.tasks))
+	for id, t := range m.tasks {
+		tasks[id] = t
+	}
+	return logs, tasks
 }

@@ -1,6 +1,7 @@
 package proptest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -9,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 	"pgregory.net/rapid"
 
@@ -62,6 +65,7 @@ type fatalT interface {
 type realWorld struct {
 	dir    string            // the state directory, also the marker of every process
 	kinds  map[string]string // task id -> its kind (see spec)
+	logs   syncBuffer        // the current driver's log, for failure messages
 	st     *store.Store
 	d      *driver.Driver
 	exe    string
@@ -91,7 +95,9 @@ func (w *realWorld) open(t fatalT) {
 		_ = st.Close()
 		t.Fatalf("legal path: store check: %v", rep.Problems)
 	}
+	w.logs.Reset()
 	d, err := driver.Open(driver.Config{
+		Logger:      hclog.New(&hclog.LoggerOptions{Output: &w.logs, Level: hclog.Debug}),
 		StateDir:    w.dir,
 		Store:       st,
 		Executors:   driver.NewReal(w.dir, []string{w.exe, modeExecutor}, nil),
@@ -329,13 +335,66 @@ func (w *realWorld) waitEnd(t *rapid.T, id string) {
 	defer cancel()
 	info, err := w.d.WaitTask(ctx, id)
 	if err != nil {
-		t.Fatalf("liveness: task %s did not end: %v", id, err)
+		t.Fatalf("liveness: task %s did not end: %v\n%s", id, err, w.describeTask(id))
 	}
 	for _, p := range w.live() {
 		if p.task == id {
 			t.Fatalf("terminal means dead: task %s is %s, its pid %d (%s) is alive", id, info.State, p.pid, p.cmd)
 		}
 	}
+}
+
+// describeTask says what the driver, the log and /proc hold of task id,
+// for a failure message.
+func (w *realWorld) describeTask(id string) string {
+	var b strings.Builder
+	ctx := context.Background()
+	if info, err := w.d.InspectTask(ctx, id); err == nil {
+		fmt.Fprintf(&b, "  driver: %s v%d executor alive %v, reason %q\n", info.State, info.Version, info.ExecutorAlive, info.Reason)
+	}
+	if evs, err := w.st.Load(ctx, id); err == nil {
+		for _, e := range evs {
+			fmt.Fprintf(&b, "  log: %s\n", e)
+		}
+	}
+	for _, p := range w.live() {
+		if p.task == id {
+			fmt.Fprintf(&b, "  alive: pid %d %s\n", p.pid, p.cmd)
+		}
+	}
+	if l, err := os.ReadFile(filepath.Join(w.dir, "tasks", id, "executor.log")); err == nil {
+		fmt.Fprintf(&b, "  executor log:\n%s", l)
+	}
+	fmt.Fprintf(&b, "  driver log:\n%s", w.logs.String())
+	if os.Getenv("PROPTEST_DUMP") != "" {
+		buf := make([]byte, 1<<20)
+		fmt.Fprintf(&b, "  goroutines:\n%s", buf[:runtime.Stack(buf, true)])
+	}
+	return b.String()
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
 }
 
 // waitGone waits, on a pidfd, until process p has exited (bounded: a
@@ -457,7 +516,7 @@ func realProperty(t *testing.T, n int) propertyRun {
 			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
 			if _, err := w.d.WaitTask(wctx, id); err != nil {
-				rt.Fatalf("liveness: task %s did not end: %v", id, err)
+				rt.Fatalf("liveness: task %s did not end: %v\n%s", id, err, w.describeTask(id))
 			}
 		}
 		pick := func(rt *rapid.T) string {
