@@ -175,11 +175,8 @@ func copyEvent(e fsm.Event) fsm.Event {
 	return e
 }
 
+// copyTask copies what a task points to, but its spec (see LoadTask).
 func copyTask(t fsm.Task) fsm.Task {
-	if t.Spec != nil {
-		s := *t.Spec
-		t.Spec = &s
-	}
 	if t.Executor != nil {
 		x := *t.Executor
 		t.Executor = &x
@@ -206,7 +203,9 @@ func (m *MemLog) Load(ctx context.Context, task string) ([]fsm.Event, error) {
 	return out, nil
 }
 
-// LoadTask implements store.Log.
+// LoadTask implements store.Log. The task's spec is the log's own (a
+// spec is never changed once recorded: read it, do not write it); the rest
+// is the caller's.
 func (m *MemLog) LoadTask(ctx context.Context, task string) (fsm.Task, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -411,14 +411,25 @@ func runProperty(t *testing.T, bolt bool) propertyRun {
 // step. RAPID_CHECKS / -rapid.checks sets the number of checks; failures
 // are kept under testdata/rapid.
 func TestDriver_Properties(t *testing.T) {
+	defer setFlag(t, "rapid.checks", fmt.Sprint(propertyChecks()))()
 	t.Logf("simulated log: %s", runProperty(t, false))
 }
 
+// propertyChecks is the number of checks of TestDriver_Properties: the
+// -rapid.checks given, else 1,000 (ten times rapid's default: a check costs
+// about a millisecond, five to ten with -race).
+func propertyChecks() int {
+	if rapidChecksGiven {
+		return rapidChecks()
+	}
+	return 1000
+}
+
 // TestDriver_PropertiesBolt is TestDriver_Properties on the real bbolt
-// store (closed and reopened by every driver generation), with a fifth of
+// store (closed and reopened by every driver generation), with a tenth of
 // the checks: the store's own behaviour under the driver (its legality
 // check, its conflicts, its acknowledgements) stays inside the property.
 func TestDriver_PropertiesBolt(t *testing.T) {
-	defer setFlag(t, "rapid.checks", fmt.Sprint(max(rapidChecks()/5, 20)))()
+	defer setFlag(t, "rapid.checks", fmt.Sprint(max(propertyChecks()/10, 20)))()
 	t.Logf("bbolt store: %s", runProperty(t, true))
 }
