@@ -219,7 +219,9 @@ func (m *machine) kinds() map[string]func(*rapid.T) {
 		"reboot": func(t *rapid.T) {
 			collide := rapid.Bool().Draw(t, "look-alikes")
 			m.h.Reboot(collide)
-			t.Logf("host rebooted (look-alikes of the new boot at every recorded pid: %v)", collide)
+			cg := rapid.Bool().Draw(t, "cgroups after the reboot")
+			m.h.World.SetCgroups(cg)
+			t.Logf("host rebooted (look-alikes of the new boot at every recorded pid: %v; cgroups: %v)", collide, cg)
 		},
 		"restart": func(t *rapid.T) {
 			m.needAlive(t)
