@@ -358,15 +358,31 @@ func (m *machine) recover(t *rapid.T) {
 	}
 }
 
-// propertyRun is one run of the property: its counts and time.
+// propertyRun is one run of the property: its counts and time, and the
+// check at which it first failed (0: none), which rapid reports only when
+// it can replay the failure (a step's concurrent calls may interleave
+// differently in the replay).
 type propertyRun struct {
 	checks, steps int
+	firstFailure  int
 	took          time.Duration
 }
 
 func (r propertyRun) String() string {
-	return fmt.Sprintf("%d checks, %d steps in %s: %.0f checks/s, %.0f steps/s", r.checks, r.steps, r.took.Round(time.Millisecond),
+	s := fmt.Sprintf("%d checks, %d steps in %s: %.0f checks/s, %.0f steps/s", r.checks, r.steps, r.took.Round(time.Millisecond),
 		float64(r.checks)/r.took.Seconds(), float64(r.steps)/r.took.Seconds())
+	if r.firstFailure > 0 {
+		s += fmt.Sprintf("; first failure at check %d", r.firstFailure)
+	}
+	return s
+}
+
+// noteFailure records, once the check is over, whether it was the first to
+// fail.
+func (r *propertyRun) noteFailure(t *rapid.T) {
+	if t.Failed() && r.firstFailure == 0 {
+		r.firstFailure = r.checks
+	}
 }
 
 // runProperty runs the state machine over harnesses made by opts.
@@ -374,8 +390,15 @@ func runProperty(t *testing.T, bolt bool) propertyRun {
 	dir := scratch(t)
 	var r propertyRun
 	began := time.Now()
+	defer func() {
+		if r.took == 0 {
+			r.took = time.Since(began)
+		}
+		t.Logf("property: %s", r)
+	}()
 	rapid.Check(t, func(rt *rapid.T) {
 		r.checks++
+		defer r.noteFailure(rt)
 		sub := dir
 		if bolt {
 			var err error

@@ -551,8 +551,15 @@ func realProperty(t *testing.T, n int) propertyRun {
 	var r propertyRun
 	cgroups := hostCgroups()
 	began := time.Now()
+	defer func() {
+		if r.took == 0 {
+			r.took = time.Since(began)
+		}
+		t.Logf("real property: %s", r)
+	}()
 	rapid.Check(t, func(rt *rapid.T) {
 		r.checks++
+		defer r.noteFailure(rt)
 		dir, err := os.MkdirTemp("", "tpr-")
 		if err != nil {
 			rt.Fatal(err)
