@@ -3,8 +3,6 @@
 package cgroup
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -310,15 +308,7 @@ func (e probeEnv) unified(mounts []mount, own string) (Hierarchy, bool) {
 func (e probeEnv) v2Features(parentDir string, parentIsRoot bool) (kill, freeze, events bool) {
 	sample := parentDir
 	if parentIsRoot {
-		sample = ""
-		if ents, err := os.ReadDir(parentDir); err == nil {
-			for _, d := range ents {
-				if d.IsDir() {
-					sample = parentDir + "/" + d.Name()
-					break
-				}
-			}
-		}
+		sample = firstSubdir(parentDir)
 	}
 	if sample != "" {
 		return e.exists(sample + "/cgroup.kill"), e.exists(sample + "/cgroup.freeze"), e.exists(sample + "/cgroup.events")
@@ -326,6 +316,27 @@ func (e probeEnv) v2Features(parentDir string, parentIsRoot bool) (kill, freeze,
 	k := e.kernel
 	atLeast := func(maj, min int) bool { return k[0] > maj || k[0] == maj && k[1] >= min }
 	return atLeast(5, 14), atLeast(5, 2), atLeast(4, 5)
+}
+
+// firstSubdir is dir's first subdirectory ("" if none), read a few
+// entries at a time rather than the whole listing.
+func firstSubdir(dir string) string {
+	f, err := os.Open(dir)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	for {
+		ents, err := f.ReadDir(16)
+		for _, d := range ents {
+			if d.IsDir() {
+				return dir + "/" + d.Name()
+			}
+		}
+		if err != nil {
+			return ""
+		}
+	}
 }
 
 func (e probeEnv) exists(p string) bool {
@@ -440,10 +451,14 @@ func (m mount) controllers() []string {
 // parseMountinfo returns the cgroup and cgroup2 mounts of a mountinfo text.
 func parseMountinfo(b []byte) ([]mount, error) {
 	var out []mount
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
+	// The text is in memory already: split it in place (a bufio.Scanner's
+	// buffer was the probe's largest allocation, and stays resident in an
+	// idle executor).
+	for line := range strings.Lines(string(b)) {
+		line = strings.TrimSuffix(line, "\n")
+		if line == "" {
+			continue
+		}
 		pre, post, ok := strings.Cut(line, " - ")
 		if !ok {
 			return nil, fmt.Errorf("cgroup: probe: malformed mountinfo line %q", line)
@@ -458,9 +473,6 @@ func parseMountinfo(b []byte) ([]mount, error) {
 		m := mount{root: unescapeMount(f[3]), point: unescapeMount(f[4]), fstype: g[0], super: strings.Split(g[2], ",")}
 		m.readOnly = slices.Contains(strings.Split(f[5], ","), "ro") || slices.Contains(m.super, "ro")
 		out = append(out, m)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("cgroup: probe: mountinfo: %w", err)
 	}
 	return out, nil
 }

@@ -559,6 +559,9 @@ func (o *owner) jobDone(r jobResult) {
 		o.driving = false // nothing to do: alive, supervised or left alone
 		o.release()
 		o.concludeRecovery("", nil)
+		if o.supC == nil && len(o.watchers) > 0 {
+			o.retryC = time.After(o.d.cfg.ProbeTimeout) // left alone while a watcher waits: ask again
+		}
 	}
 }
 

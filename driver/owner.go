@@ -152,6 +152,9 @@ func (o *owner) run(first *request) {
 			o.supervised(r)
 		case <-o.retryC:
 			o.retryC = nil
+			if len(o.watchers) > 0 && !o.driving && o.job == jobNone && o.supC == nil && !o.st.State.Terminal() {
+				o.reconcile() // a watcher waits on a task nobody watches: ask again
+			}
 		case <-closing:
 			closing = nil
 			o.closing = true

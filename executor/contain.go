@@ -57,8 +57,8 @@ func probeContainment(taskDir, nonce string) (cgroup.Host, cgroup.Location, erro
 // killCgroup starts killing the task's cgroup in a goroutine, so the loop
 // goes on reaping and answering; the outcome arrives on cgKilled.
 func (s *server) killCgroup() {
-	if s.cg == nil || s.cgKilling {
-		return
+	if s.cg == nil || s.cgKilling || s.cgEmpty {
+		return // none, under way, or done: nothing of the task is left to join it
 	}
 	s.cgKilling = true
 	cg := s.cg

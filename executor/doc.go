@@ -17,25 +17,70 @@
 //  3. listens on SocketFile in the task directory (0700; the socket 0600;
 //     any path length, through /proc/self/fd/N/), accepting only peers of its
 //     own uid or root (SO_PEERCRED) that know its nonce;
-//  4. writes its Identity (pid, start time, boot id, nonce, socket) to
+//  4. writes its Identity (pid, start time, boot id, nonce, socket, cgroup) to
 //     IdentityFile atomically (write, fsync, rename, fsync of the directory)
 //     before it reports ready or answers anything;
 //  5. holds a lease until a task is launched: it exits by itself when no
 //     client said hello within the ready timeout, or when its last client
 //     disconnects; after launch it runs on without any driver;
-//  6. launches the task as its child in a new process group, stdout and
-//     stderr to StdoutFile and StderrFile, with the parent-death signal set
-//     to SIGKILL; in ModeExec through a shim (this binary again, with
-//     "-shim") that drops the bounding set, switches user on its one thread
-//     keeping the allowed capabilities (ambient for a non-root user) and
-//     execs the task;
-//  7. reaps every child in one loop (wait4(-1) on SIGCHLD; nothing else ever
-//     waits), and when the task has exited, SIGKILLs whatever is left of its
-//     tree (group members, reparented orphans, daemons that left the group)
-//     until it has no child at all;
-//  8. then writes the task's exit status to ExitStatusFile atomically,
-//     answers every waiting client, removes its socket and exits. An
-//     executor never outlives its task.
+//  6. launches the task as its child in a new process group through the
+//     init shim (this binary again, with "-shim"; see shimFlag), with the
+//     parent-death signal set to SIGKILL: the shim joins the task's cgroup,
+//     sets oom_score_adj, for exec builds the task's root, changes to the
+//     working directory, switches user, sets capabilities and execs the
+//     task, so no instruction of the task runs outside its cgroup or before
+//     its isolation is complete;
+//  7. copies the task's stdout and stderr from pipes into rotating log
+//     files (package logs), in goroutines of their own;
+//  8. reaps every child in one loop (wait4(-1) on SIGCHLD; nothing else ever
+//     waits), and when the task has exited kills everything left in its
+//     cgroup and confirms it empty, SIGKILLs whatever else is left of its
+//     tree (group members, reparented orphans) until it has no child at
+//     all, and lets the output copies reach the end of their pipes;
+//  9. then reads the cgroup's OOM kill count into the exit status, removes
+//     the cgroup, writes the task's exit status to ExitStatusFile
+//     atomically, answers every waiting client, removes its socket and
+//     exits. An executor never outlives its task.
+//
+// # Containment
+//
+// Every task, exec and raw_exec, runs in a cgroup of its own (package
+// cgroup), named for the task (the task directory's name) and the spawn
+// nonce, below the executor's own cgroups. The executor computes its
+// location at startup and announces it in its Identity (fsm.Identity.Cgroup:
+// ready report, hello, identity file), so that the driver records it in
+// executor-up before the cgroup exists; it creates the cgroup with
+// LaunchSpec.Limits at launch. Stop (signal, grace, then SIGKILL) and
+// Shutdown kill the whole cgroup, not only the process group; a driver
+// whose executor is gone kills the recorded cgroup itself, after
+// cgroup.OpenRecorded proved it the task's. Where this process can make no
+// cgroup (not root and no delegation, no cgroupfs), Identity.Cgroup is
+// empty: raw_exec runs uncontained with one warning (the executor's log and
+// Status.Warnings of the launch reply), exec and any limit are refused with
+// an error saying why (ErrNoCgroup). A limit whose controller the host
+// lacks is ErrLimit, naming the controller. CheckSpec makes these checks
+// before anything is spawned.
+//
+// # Isolation (exec)
+//
+// An exec task is cloned into new mount, UTS, PID and IPC namespaces
+// (LaunchSpec.PIDMode and IPCMode "host" opt out of the last two) and is
+// pid 1 of its PID namespace: the kernel gives it only the signals it
+// handles, so a stop whose signal it does not catch, while it is alone in
+// its cgroup, kills it at once instead of waiting out the grace. The shim
+// builds its root on a tmpfs in the task directory, in the task's mount
+// namespace only (so every mount vanishes with the task and nothing is
+// ever mounted in the host's namespace): read-only, nosuid, nodev bind
+// mounts of LaunchSpec.Chroot (default DefaultChroot, Nomad's chroot_env;
+// never copies), the task's writable directories (local, secrets 0700,
+// tmp, alloc) owned by its user, a proc of its own with the host's kernel
+// interfaces masked or read-only, and a minimal read-only /dev (null, zero,
+// full, random, urandom, tty, a devpts of its own, shm). /etc/shadow and
+// its kin are covered by an empty file of mode 0000; the state directory
+// is covered when a bind would show it. Then pivot_root, the root made
+// read-only, nobody (65534) unless User is set, the capabilities as Nomad
+// computes them (see ValidateCaps) and no_new_privs. TaskEnv is the
+// environment a task gets.
 //
 // Every signal, on either side, goes through a pidfd opened before the
 // target's identity was checked (pid, start time, boot id, and for
@@ -69,11 +114,14 @@
 //		TaskDir: dir, Nonce: nonce, Logger: log,
 //	})
 //	// on error nothing was left running; err is typed (ErrSpawn, ErrReadyTimeout, ...)
-//	id := c.Identity() // persist it
-//	pid, start, err := c.Launch(ctx, executor.LaunchSpec{Mode: executor.ModeExec, Command: "/bin/app"})
+//	id := c.Identity() // persist it: its Cgroup is where the task will be
+//	st, err := c.Launch(ctx, executor.LaunchSpec{Mode: executor.ModeExec, Command: "/bin/app",
+//		Limits: cgroup.Limits{Memory: 256, Pids: 100}})
 //	// launch errors: ErrCommandNotFound, ErrNotExecutable, ErrUnknownUser,
-//	// ErrCapNotAllowed (*CapError), ErrWorkDir, ErrBadSpec
-//	st, err := c.Wait(ctx)                          // or Stop(ctx, syscall.SIGTERM, grace)
+//	// ErrCapNotAllowed (*CapError), ErrWorkDir, ErrBadSpec, ErrNoCgroup,
+//	// ErrLimit, ErrIsolation, ErrLaunch (naming the shim's step)
+//	stats, err := c.Stats(ctx)                      // the task cgroup's figures
+//	x, err := c.Wait(ctx)                           // or Stop(ctx, syscall.SIGTERM, grace); x.OOM
 //
 // After a crash, a new driver process calls Reattach(ctx, dir, id) (identity
 // checked against the file and the live process), or, if the executor is

@@ -246,6 +246,7 @@ func spawn(t *testing.T, m marker, dir string) *Client {
 	if err != nil {
 		t.Fatalf("Spawn: %v", err)
 	}
+	id := c.Identity()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -253,8 +254,35 @@ func spawn(t *testing.T, m marker, dir string) *Client {
 			t.Errorf("Shutdown: %v", err)
 		}
 		c.Close()
+		removeTaskCgroup(t, id)
 	})
 	return c
+}
+
+// removeTaskCgroup kills and removes the cgroup an executor announced, as
+// a driver's kill of its task would: a test that killed the executor
+// behind its back (there is no driver here) leaves it otherwise.
+func removeTaskCgroup(t testing.TB, id fsm.Identity) {
+	if id.Cgroup == "" {
+		return
+	}
+	h, err := cgroup.Probe()
+	if err != nil {
+		return
+	}
+	cg, err := cgroup.OpenRecorded(h, id.Cgroup, filepath.Base(filepath.Dir(id.Socket)), id.Nonce)
+	if err != nil {
+		t.Errorf("the executor's cgroup %q: %v", id.Cgroup, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cg.Kill(ctx); err != nil {
+		t.Errorf("killing the task cgroup: %v", err)
+	}
+	if err := cg.Remove(); err != nil {
+		t.Errorf("removing the task cgroup: %v", err)
+	}
 }
 
 // fifo makes a named pipe in dir and opens it read-write (so neither side
@@ -522,6 +550,7 @@ func startDriver(t *testing.T, m marker, plan driverPlan) (driverReport, *exec.C
 	if rep.Err != "" {
 		t.Fatalf("driver: %s", rep.Err)
 	}
+	t.Cleanup(func() { removeTaskCgroup(t, rep.Identity) })
 	return rep, cmd
 }
 

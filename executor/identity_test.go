@@ -4,12 +4,17 @@ package executor
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/fsm"
 )
@@ -110,15 +115,40 @@ func startAtPIDWith(t *testing.T, m marker, pid int, wantStart func(uint64) bool
 	return nil
 }
 
-// alive reports whether the test's child cmd is still running.
+// childAlive reports whether the test's child cmd is alive and has no
+// SIGKILL on its way: a kill(2) queues SIGKILL before it returns, but the
+// target dies a moment later, so "not dead yet" alone would miss it.
 func childAlive(t *testing.T, cmd *exec.Cmd) bool {
 	t.Helper()
+	pid := cmd.Process.Pid
 	var ws syscall.WaitStatus
-	got, err := syscall.Wait4(cmd.Process.Pid, &ws, syscall.WNOHANG, nil)
+	got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
 	if err != nil {
-		t.Fatalf("wait4 %d: %v", cmd.Process.Pid, err)
+		t.Fatalf("wait4 %d: %v", pid, err)
 	}
-	return got == 0
+	if got != 0 {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return false
+	}
+	const sigkill = uint64(1) << (syscall.SIGKILL - 1)
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		v = strings.TrimSpace(v)
+		switch k {
+		case "State":
+			if strings.HasPrefix(v, "Z") || strings.HasPrefix(v, "X") {
+				return false
+			}
+		case "SigPnd", "ShdPnd":
+			if mask, err := strconv.ParseUint(v, 16, 64); err == nil && mask&sigkill != 0 {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // TestPidfd_SignalAfterPIDRecycledMissesTheNewProcess: a pidfd opened on a
@@ -216,42 +246,95 @@ func TestKill_PIDRecycledAfterItsPidfdOpenedSignalsNothing(t *testing.T) {
 // without a nonce cannot tell the stranger from it: the check passes. The
 // kill must still not reach the stranger: it goes through the pidfd Kill
 // opened before its check, on the process that is now dead. (A kill by
-// pid number would SIGKILL the stranger.)
+// pid number would SIGKILL the stranger.) The recycle has to fit in one
+// 10 ms tick: each try starts at the beginning of a tick, and a try that
+// misses it is made again.
 func TestKill_PIDRecycledWithinATickSignalsThroughThePidfd(t *testing.T) {
 	needPIDControl(t)
 	m := newMarker(t)
 	ctx := testCtx(t)
-	first := exec.Command(testBinary(t), "executor-hang", m.arg())
-	if err := first.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pid := first.Process.Pid
-	start, err := ProcStartTime(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
 	boot, err := BootID()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stranger *exec.Cmd
+	// A small process to start: the recycle is a race with the clock.
+	bin, args := testBinary(t), []string{"executor-hang", m.arg()}
+	if p, err := exec.LookPath("sleep"); err == nil {
+		bin, args = p, []string{"1000"}
+	}
+	start := func() *exec.Cmd {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), m.env())
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
 	real := bootID
 	defer func() { bootID = real }()
-	bootID = func() (string, error) {
-		if stranger == nil { // inside Kill, its pidfd open on the first process
-			_ = first.Process.Kill()
-			_ = first.Wait()
-			stranger = startAtPIDWith(t, m, pid, func(st uint64) bool { return st == start }, "the first's start time (within its clock tick)")
+	for try := 0; try < 50; try++ {
+		atTickStart()
+		first := start()
+		pid := first.Process.Pid
+		firstStart, err := ProcStartTime(pid)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return real()
+		var stranger *exec.Cmd
+		bootID = func() (string, error) {
+			if stranger == nil { // inside Kill, its pidfd open on the first process
+				_ = first.Process.Kill()
+				_ = first.Wait()
+				for range 20 {
+					if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(pid-1)), 0); err != nil {
+						break
+					}
+					c := start()
+					if c.Process.Pid == pid {
+						stranger = c
+						break
+					}
+					_ = c.Process.Kill()
+					_ = c.Wait()
+				}
+			}
+			return real()
+		}
+		err = Kill(ctx, fsm.Identity{PID: pid, StartTime: firstStart, BootID: boot})
+		bootID = real
+		if stranger == nil {
+			continue // the pid was taken by another process
+		}
+		st, serr := ProcStartTime(pid)
+		if serr != nil || st != firstStart {
+			_ = stranger.Process.Kill()
+			_ = stranger.Wait()
+			continue // the clock ticked: the check told them apart
+		}
+		defer func() { _ = stranger.Process.Kill(); _ = stranger.Wait() }()
+		if err != nil {
+			t.Errorf("Kill of a process whose pid was recycled within its tick = %v, want nil (it is dead)", err)
+		}
+		if !childAlive(t, stranger) {
+			t.Fatalf("Kill signalled the process that took pid %d: the kill went by pid, not through the pidfd", pid)
+		}
+		return
 	}
-	if err := Kill(ctx, fsm.Identity{PID: pid, StartTime: start, BootID: boot}); err != nil {
-		t.Errorf("Kill of a process whose pid was recycled within its tick = %v, want nil (it is dead)", err)
-	}
-	if stranger == nil {
-		t.Fatal("Kill did not read the boot id: the pid was never recycled")
-	}
-	if !childAlive(t, stranger) {
-		t.Fatalf("Kill signalled the process that took pid %d: the kill went by pid, not through the pidfd", pid)
+	t.Skip("could not recycle a pid within one clock tick in 50 tries (the machine is too loaded to fit a kill, a reap and a fork in 10 ms)")
+}
+
+// atTickStart returns just after the boot clock crossed into a new 10 ms
+// clock tick (the unit of /proc/PID/stat's start time), so that what
+// follows has most of a tick before the next one.
+func atTickStart() {
+	const tick = 10 * time.Millisecond
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts)
+	was := ts.Nano() / int64(tick)
+	for {
+		_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts)
+		if ts.Nano()/int64(tick) != was {
+			return
+		}
 	}
 }

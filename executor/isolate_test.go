@@ -5,6 +5,7 @@ package executor
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -346,5 +347,67 @@ func TestResolveCaps_NomadOrder(t *testing.T) {
 		if names(got) != sorted(tc.want) {
 			t.Errorf("add %v drop %v allowed %v = %s, want %s", tc.add, tc.drop, tc.allowed, names(got), tc.want)
 		}
+	}
+}
+
+// TestExec_MountsStayInTheTaskNamespace: while an exec task runs and after
+// it ended, nothing of its root is in the host's mount table: its mounts
+// live in its own mount namespace and vanish with it.
+func TestExec_MountsStayInTheTaskNamespace(t *testing.T) {
+	needIsolation(t)
+	m := newMarker(t)
+	ctx := testCtx(t)
+	dir := filepath.Join(t.TempDir(), "task")
+	_, ready, f := execFifo(t, dir, "ready")
+	c := spawn(t, m, dir)
+	st, err := c.Launch(ctx, m.execSpec(t, "serve", "-ready", ready))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readLine(t, f)
+	// The task's own view has its root; the host's has none of it.
+	own, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", st.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(own), " /local ") {
+		t.Fatalf("the task's mount table has no /local:\n%s", own)
+	}
+	if leaked := hostMountsMention(t, dir); len(leaked) > 0 {
+		t.Errorf("while the task runs, the host's mount table has its mounts:\n%s", strings.Join(leaked, "\n"))
+	}
+	if _, err := c.Stop(ctx, syscall.SIGKILL, 0); err != nil {
+		t.Fatal(err)
+	}
+	if leaked := hostMountsMention(t, dir); len(leaked) > 0 {
+		t.Errorf("after the task, the host's mount table has its mounts:\n%s", strings.Join(leaked, "\n"))
+	}
+	if ents, err := os.ReadDir(filepath.Join(dir, rootDir)); err != nil || len(ents) != 0 {
+		t.Errorf("the root's mount point is not an empty directory on the host: %v %v", ents, err)
+	}
+}
+
+// TestRawExec_UserWithoutWorkDir: a raw_exec task with a user and no
+// work_dir starts in its own directory, which it owns, although it could
+// not traverse the root-owned 0700 task directory above it.
+func TestRawExec_UserWithoutWorkDir(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("running a task as nobody needs root")
+	}
+	m := newMarker(t)
+	ctx := testCtx(t)
+	c := spawn(t, m, "")
+	dir := filepath.Dir(c.Identity().Socket)
+	spec := LaunchSpec{Mode: ModeRawExec, Command: "/bin/sh", User: "nobody",
+		Args: []string{"-c", "pwd; id -u; touch mine && echo wrote", string(m)}}
+	if _, err := c.Launch(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if x, err := c.Wait(ctx); err != nil || x.Code != 0 {
+		t.Fatalf("Wait = %+v %v\n%s", x, err, readFileString(t, filepath.Join(dir, StderrFile)))
+	}
+	want := filepath.Join(dir, TaskLocalDir) + "\n65534\nwrote\n"
+	if out := readFileString(t, filepath.Join(dir, StdoutFile)); out != want {
+		t.Errorf("stdout %q, want %q", out, want)
 	}
 }

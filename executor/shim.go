@@ -85,20 +85,40 @@ func shimArgv(prefix []string, cfg shimConfig, argv []string) ([]string, error) 
 	return append(out, argv...), nil
 }
 
-// shimResult waits for the shim's verdict: EOF with nothing written means the
-// exec succeeded (the pipe is close-on-exec in the shim); otherwise the shim
-// wrote why it failed.
+// shimReport is a frame the shim writes on descriptor 3: Exec just before
+// it execs the task, or Err when a step failed (also after Exec, when the
+// exec itself failed).
+type shimReport struct {
+	Exec bool       `json:"exec,omitempty"`
+	Err  *wireError `json:"err,omitempty"`
+}
+
+// errShimDied is shimResult's verdict on a shim that died before it came
+// to the exec (a Go runtime that could not start a thread under a tiny
+// pids limit, a signal).
+var errShimDied = errors.New("the init shim died before it could exec the task")
+
+// shimResult waits for the shim's verdict: its Exec mark then EOF (the pipe
+// is close-on-exec) means the exec happened; a failure frame says why it
+// did not; EOF without the mark means the shim died on the way.
 func shimResult(r *os.File) error {
 	_ = r.SetReadDeadline(time.Now().Add(10 * time.Second))
-	var w wireError
-	err := readFrame(r, &w)
-	switch {
-	case err == nil:
-		return w.err()
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return fmt.Errorf("%w: the init shim gave no verdict within 10s", ErrLaunch)
-	default:
-		return nil // EOF: exec happened
+	execd := false
+	for {
+		var rep shimReport
+		err := readFrame(r, &rep)
+		switch {
+		case err == nil && rep.Err != nil:
+			return rep.Err.err()
+		case err == nil:
+			execd = execd || rep.Exec
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return fmt.Errorf("%w: the init shim gave no verdict within 10s", ErrLaunch)
+		case execd:
+			return nil // EOF after the mark: exec happened
+		default:
+			return fmt.Errorf("%w: %w (see the task's stderr log)", ErrLaunch, errShimDied)
+		}
 	}
 }
 
@@ -108,7 +128,7 @@ func runShim(args []string) int {
 	unix.CloseOnExec(3)
 	runtime.LockOSThread() // never unlocked: the thread execs or the process exits
 	fail := func(step string, err error) int {
-		_ = writeFrame(report, toWire(fmt.Errorf("%w: %s: %w", ErrLaunch, step, err)))
+		_ = writeFrame(report, shimReport{Err: toWire(fmt.Errorf("%w: %s: %w", ErrLaunch, step, err))})
 		return 127
 	}
 	if len(args) < 2 {
@@ -175,6 +195,9 @@ func runShim(args []string) int {
 		// Through the working directory: a task user may not traverse
 		// the task directory above it.
 		path = "./" + rel
+	}
+	if err := writeFrame(report, shimReport{Exec: true}); err != nil {
+		return 127 // the executor is gone
 	}
 	err := syscall.Exec(path, argv, os.Environ())
 	return fail(stepExec, execErr(path, err))

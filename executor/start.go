@@ -161,7 +161,9 @@ func (s *server) startTask(spec LaunchSpec) (launched, error) {
 	start, serr := ProcStartTime(pid) // our unreaped child: the pid cannot be reused yet
 	errW.Close()                      // or the read never sees EOF
 	if err := shimResult(errR); err != nil {
-		s.reapShim(pid)
+		if ws, ok := s.reapShim(pid); ok && errors.Is(err, errShimDied) {
+			err = fmt.Errorf("%w (%s)", err, exitOf(ws))
+		}
 		return l, err
 	}
 	if serr != nil {
@@ -179,13 +181,13 @@ func (s *server) startTask(spec LaunchSpec) (launched, error) {
 // its report; one that gave none may hang), so that it has left the cgroup
 // before the cgroup is removed. It is the executor's unreaped child, so
 // its pid cannot have been reused.
-func (s *server) reapShim(pid int) {
+func (s *server) reapShim(pid int) (unix.WaitStatus, bool) {
 	_ = unix.Kill(pid, unix.SIGKILL)
 	for {
 		var ws unix.WaitStatus
 		_, err := unix.Wait4(pid, &ws, 0, nil)
 		if !errors.Is(err, unix.EINTR) {
-			return
+			return ws, err == nil
 		}
 	}
 }

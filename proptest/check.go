@@ -39,8 +39,8 @@ func (h *Harness) checkAppend(task string, expected uint64, events []fsm.Event) 
 }
 
 func (h *Harness) noteEscape(p Proc) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.World.mu.Lock()
+	defer h.World.mu.Unlock()
 	h.escapes[p.PID] = describe(p)
 }
 
@@ -48,6 +48,8 @@ func (h *Harness) noteEscape(p Proc) {
 // the harness saw outlive their task's terminal state: the host's limit,
 // reported rather than counted as a violation.
 func (h *Harness) Escapes() []string {
+	h.World.mu.Lock() // the checks note escapes under the world's lock
+	defer h.World.mu.Unlock()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := make([]string, 0, len(h.escapes))
@@ -148,20 +150,14 @@ func (h *Harness) Check(t TestingT) {
 }
 
 // logs reads every task's events and folded state from the log, and (Bolt)
-// the store's own check.
+// the store's own check. From a MemLog it takes the events and states as
+// they are, without copying (the log only ever appends).
 func (h *Harness) logs() (events map[string][]fsm.Event, states map[string]fsm.Task, problems []string, err error) {
-	states = map[string]fsm.Task{}
 	if h.mem != nil {
-		events = h.mem.snapshot()
-		for id := range events {
-			t, err := h.mem.LoadTask(context.Background(), id)
-			if err != nil {
-				return nil, nil, nil, err
-			}
-			states[id] = t
-		}
+		events, states = h.mem.view()
 		return events, states, nil, nil
 	}
+	states = map[string]fsm.Task{}
 	events = map[string][]fsm.Event{}
 	ctx := context.Background()
 	err = h.withStore(func(s *store.Store) error {
@@ -186,65 +182,107 @@ func (h *Harness) logs() (events map[string][]fsm.Event, states map[string]fsm.T
 	return events, states, problems, err
 }
 
+// verified is what an earlier check proved of one task's log: its first n
+// events fold to folded, and its first acked acknowledged events are in it.
+type verified struct {
+	n      int
+	folded fsm.Task
+	acked  int
+}
+
 func (h *Harness) check() []string {
+	v, _ := h.checkStates()
+	return v
+}
+
+// checkStates runs Check's checks and returns the violations and the
+// log's states.
+//
+// What a MemLog holds only grows, so what an earlier check proved of the
+// first n events of a task's log (that they fold, to the state the log
+// reports, and hold every acknowledged event) still holds: only the events
+// and acknowledgements since are checked again. The real store's file is
+// read and checked whole every time (it is closed and reopened by every
+// generation, and a bug could change any of it). Whatever can change
+// without an append (the driver's memory, the processes) is checked whole.
+func (h *Harness) checkStates() ([]string, map[string]fsm.Task) {
 	v := h.Violations()
 	ctx := context.Background()
 	events, states, problems, err := h.logs()
 	if err != nil {
-		return append(v, "check could not run: "+err.Error())
+		return append(v, "check could not run: "+err.Error()), nil
 	}
 	v = append(v, problems...)
-	for _, id := range sortedKeys(events) {
-		f, err := fsm.FoldAll(fsm.Task{ID: id}, events[id]...)
-		if err != nil {
-			v = append(v, fmt.Sprintf("legal path: task %q: fold of its log: %v", id, err))
-		} else if !reflect.DeepEqual(f, states[id]) {
-			v = append(v, fmt.Sprintf("fold: task %q: LoadTask %+v != fold of Load %+v", id, states[id], f))
-		}
-	}
-	// No acknowledged event lost.
 	h.mu.Lock()
 	ledger := make(map[string][]fsm.Event, len(h.ledger))
 	for k, l := range h.ledger {
 		ledger[k] = l
 	}
 	h.mu.Unlock()
-	for _, id := range sortedKeys(ledger) {
+	for _, id := range sortedKeys(events) {
+		evs := events[id]
+		was := h.verified[id]
+		if h.mem == nil {
+			was = verified{folded: fsm.Task{ID: id}}
+		} else if was.n == 0 {
+			was.folded = fsm.Task{ID: id}
+		}
+		if was.n < len(evs) || h.mem == nil {
+			f, err := fsm.FoldAll(was.folded, evs[was.n:]...)
+			switch {
+			case err != nil:
+				v = append(v, fmt.Sprintf("legal path: task %q: fold of its log: %v", id, err))
+			case !h.sameTask(f, states[id]):
+				v = append(v, fmt.Sprintf("fold: task %q: LoadTask %+v != fold of Load %+v", id, states[id], f))
+			default:
+				was.n, was.folded = len(evs), f
+			}
+		}
+		// No acknowledged event lost.
 		acked := ledger[id]
-		evs, ok := events[id]
-		if !ok {
-			v = append(v, fmt.Sprintf("acknowledged lost: task %q had %d acknowledged events; the log does not know it", id, len(acked)))
-			continue
-		}
-		if len(evs) < len(acked) {
-			v = append(v, fmt.Sprintf("acknowledged lost: task %q had %d acknowledged events, the log holds %d", id, len(acked), len(evs)))
-			continue
-		}
-		for i, a := range acked {
-			if a.Type == fsm.EventNone {
-				continue // committed, never acknowledged
+		if was.acked < len(acked) || h.mem == nil {
+			if len(evs) < len(acked) {
+				v = append(v, fmt.Sprintf("acknowledged lost: task %q had %d acknowledged events, the log holds %d", id, len(acked), len(evs)))
+			} else {
+				lost := false
+				for i, a := range acked[was.acked:] {
+					i += was.acked
+					if a.Type == fsm.EventNone {
+						continue // committed, never acknowledged
+					}
+					if e := evs[i]; e.Seq != a.Seq || e.Type != a.Type || e.Time != a.Time || e.Nonce != a.Nonce {
+						v = append(v, fmt.Sprintf("acknowledged lost: task %q seq %d: acknowledged %s, the log holds %s", id, a.Seq, a, e))
+						lost = true
+					}
+				}
+				if !lost && h.mem != nil {
+					was.acked = len(acked)
+				}
 			}
-			if e := evs[i]; e.Seq != a.Seq || e.Type != a.Type || e.Time != a.Time || e.Nonce != a.Nonce {
-				v = append(v, fmt.Sprintf("acknowledged lost: task %q seq %d: acknowledged %s, the log holds %s", id, a.Seq, a, e))
-			}
+		}
+		h.verified[id] = was
+	}
+	for _, id := range sortedKeys(ledger) {
+		if _, ok := events[id]; !ok {
+			v = append(v, fmt.Sprintf("acknowledged lost: task %q had %d acknowledged events; the log does not know it", id, len(ledger[id])))
 		}
 	}
 	// No process of a task outlives its terminal state; none of a task
 	// in a state that owns none.
-	for _, p := range h.World.Live() {
+	h.World.eachLive(func(p *Proc) {
 		st, ok := states[p.Task]
 		switch {
 		case !ok:
-			v = append(v, fmt.Sprintf("leak: %s, a task the log does not know", describe(p)))
+			v = append(v, fmt.Sprintf("leak: %s, a task the log does not know", describe(*p)))
 		case st.State.OwnsExecutor():
-		case !h.World.Outlives(p):
-			h.noteEscape(p)
+		case !h.World.Outlives(*p):
+			h.escapes[p.PID] = describe(*p) // the world's lock orders this with noteEscape's callers
 		case st.State.Terminal():
-			v = append(v, fmt.Sprintf("terminal means dead: %s alive, its task is %s", describe(p), st.State))
+			v = append(v, fmt.Sprintf("terminal means dead: %s alive, its task is %s", describe(*p), st.State))
 		default:
-			v = append(v, fmt.Sprintf("leak: %s alive in state %s", describe(p), st.State))
+			v = append(v, fmt.Sprintf("leak: %s alive in state %s", describe(*p), st.State))
 		}
-	}
+	})
 	// fold(log) == live state.
 	if h.Alive() {
 		for _, id := range sortedKeys(states) {
@@ -253,22 +291,58 @@ func (h *Harness) check() []string {
 				v = append(v, fmt.Sprintf("inspect: task %q: %v", id, err))
 				continue
 			}
-			if !reflect.DeepEqual(info.Task, states[id]) {
+			if !h.sameTask(info.Task, states[id]) {
 				v = append(v, fmt.Sprintf("fold != live: task %q: driver holds %s v%d %+v, its log folds to %s v%d %+v",
 					id, info.State, info.Version, info.Task, states[id].State, states[id].Version, states[id]))
 			}
 		}
 	}
-	for _, r := range h.World.Trusted() {
+	// Never a stranger trusted or signalled (each record once: a check
+	// that finds one fails).
+	trusted, signals := h.World.since(h.seenTrusted, h.seenSignals)
+	h.seenTrusted += len(trusted)
+	h.seenSignals += len(signals)
+	for _, r := range trusted {
 		v = append(v, fmt.Sprintf("stranger trusted: %s of pid %d for task %q: %s", r.Via, r.PID, r.Task, r.Why))
 	}
-	for _, s := range h.World.Signals() {
+	for _, s := range signals {
 		if s.Kind == KindStranger {
 			v = append(v, fmt.Sprintf("stranger signalled: %s to pid %d (start %d) via %s for task %q", s.Sig, s.PID, s.Start, s.Via, s.Task))
 		}
 	}
-	return v
+	return v, states
 }
+
+// sameTask is reflect.DeepEqual of two tasks, with the comparison of their
+// specs (the costly part, and the same pair every step) remembered.
+func (h *Harness) sameTask(a, b fsm.Task) bool {
+	if a.Spec != b.Spec {
+		if a.Spec == nil || b.Spec == nil {
+			return false
+		}
+		k := [2]*fsm.Spec{a.Spec, b.Spec}
+		if !h.sameSpecs[k] {
+			if !reflect.DeepEqual(*a.Spec, *b.Spec) {
+				return false
+			}
+			h.sameSpecs[k] = true
+		}
+	}
+	return equalTask(a, b)
+}
+
+// equalTask compares every field of two tasks but the spec (see sameTask),
+// what they point to by value. TestEqualTask_EveryField holds it to every
+// field fsm.Task has.
+func equalTask(a, b fsm.Task) bool {
+	return a.ID == b.ID && a.State == b.State && a.Version == b.Version &&
+		a.CreatedAt == b.CreatedAt && a.UpdatedAt == b.UpdatedAt && a.Nonce == b.Nonce &&
+		equalPtr(a.Executor, b.Executor) && a.TaskPID == b.TaskPID && a.TaskStartTime == b.TaskStartTime &&
+		equalPtr(a.Exit, b.Exit) && a.Target == b.Target && a.Reason == b.Reason &&
+		a.StopSignal == b.StopSignal && a.StopGrace == b.StopGrace && a.Restarts == b.Restarts
+}
+
+func equalPtr[T comparable](a, b *T) bool { return a == b || a != nil && b != nil && *a == *b }
 
 // CheckRecovered verifies invariant 1 in its strong form, which holds after
 // a Recover that ran with nothing injected and returned no error: the live
@@ -278,11 +352,7 @@ func (h *Harness) check() []string {
 // cgroups excepted, as in Check).
 func (h *Harness) CheckRecovered(t TestingT) {
 	t.Helper()
-	v := h.check()
-	_, states, _, err := h.logs()
-	if err != nil {
-		v = append(v, "check could not run: "+err.Error())
-	}
+	v, states := h.checkStates()
 	want := map[int]string{}
 	running := map[string]bool{}
 	for _, id := range sortedKeys(states) {
@@ -299,15 +369,15 @@ func (h *Harness) CheckRecovered(t TestingT) {
 		want[st.TaskPID] = id
 	}
 	got := map[int]bool{}
-	for _, p := range h.World.Live() {
+	h.World.eachLive(func(p *Proc) {
 		got[p.PID] = true
 		switch {
 		case running[p.Task] && (want[p.PID] == p.Task || p.Kind == KindDescendant):
-		case !running[p.Task] && !h.World.Outlives(p):
+		case !running[p.Task] && !h.World.Outlives(*p):
 		default:
-			v = append(v, fmt.Sprintf("no leak: after a clean Recover %s is alive but not recorded as its running task's", describe(p)))
+			v = append(v, fmt.Sprintf("no leak: after a clean Recover %s is alive but not recorded as its running task's", describe(*p)))
 		}
-	}
+	})
 	for _, pid := range sortedKeys(want) {
 		if !got[pid] {
 			v = append(v, fmt.Sprintf("no leak: after a clean Recover task %q is running but its pid %d is dead", want[pid], pid))

@@ -97,7 +97,14 @@ type Harness struct {
 	violations []string
 	ledger     map[string][]fsm.Event
 	longest    int            // the most crash points one step hit so far
-	escapes    map[int]string // escaped descendants seen outliving their task (no cgroup)
+	escapes    map[int]string // escaped descendants seen outliving their task (no cgroup); under World.mu
+
+	// What the checks proved already (see checkStates); touched by the
+	// checks only, which run between steps.
+	verified    map[string]verified
+	sameSpecs   map[[2]*fsm.Spec]bool
+	seenTrusted int
+	seenSignals int
 
 	gens int
 	gen  *Generation
@@ -125,7 +132,7 @@ func Open(t TestingT, o Options) *Harness {
 	t.Helper()
 	h := &Harness{World: NewWorld(), opts: o, path: filepath.Join(o.Dir, "tether.db"),
 		hits: map[string]int{}, ledger: map[string][]fsm.Event{}, Reached: map[string]int{},
-		escapes: map[int]string{}}
+		escapes: map[int]string{}, verified: map[string]verified{}, sameSpecs: map[[2]*fsm.Spec]bool{}}
 	h.World.SetLease(!o.NoLease)
 	h.World.SetCgroups(o.Cgroups)
 	h.World.BeforeEffect = h.writeAhead

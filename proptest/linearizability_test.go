@@ -178,7 +178,19 @@ func TestDriver_Linearizable(t *testing.T) {
 	model := LifecycleModel(LinOptions{StopsOnly: true})
 	st := linStats{results: map[string]int{}}
 	began := time.Now()
+	firstFailure, checks := 0, 0
+	defer func() {
+		if firstFailure > 0 {
+			t.Logf("first failure at check %d", firstFailure)
+		}
+	}()
 	rapid.Check(t, func(rt *rapid.T) {
+		checks++
+		defer func() {
+			if rt.Failed() && firstFailure == 0 {
+				firstFailure = checks
+			}
+		}()
 		tasks := rapid.IntRange(1, 3).Draw(rt, "tasks")
 		call := rapid.Custom(func(t *rapid.T) linCall {
 			return linCall{

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"slices"
 	"sort"
 	"sync"
 
@@ -176,11 +175,8 @@ func copyEvent(e fsm.Event) fsm.Event {
 	return e
 }
 
+// copyTask copies what a task points to, but its spec (see LoadTask).
 func copyTask(t fsm.Task) fsm.Task {
-	if t.Spec != nil {
-		s := *t.Spec
-		t.Spec = &s
-	}
 	if t.Executor != nil {
 		x := *t.Executor
 		t.Executor = &x
@@ -207,7 +203,9 @@ func (m *MemLog) Load(ctx context.Context, task string) ([]fsm.Event, error) {
 	return out, nil
 }
 
-// LoadTask implements store.Log.
+// LoadTask implements store.Log. The task's spec is the log's own (a
+// spec is never changed once recorded: read it, do not write it); the rest
+// is the caller's.
 func (m *MemLog) LoadTask(ctx context.Context, task string) (fsm.Task, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -249,13 +247,20 @@ func (m *MemLog) each(fn func(string) error, keep func(fsm.Task) bool) error {
 // Close implements store.Log.
 func (m *MemLog) Close() error { return nil }
 
-// snapshot returns every task's log, by id (for the harness's checks).
-func (m *MemLog) snapshot() map[string][]fsm.Event {
+// view returns every task's log and folded state, by id, for the
+// harness's checks: the logs as they are (a log is only ever appended to,
+// so the slices stay valid), the states as values (their specs and
+// identities shared with the log's: not to be changed).
+func (m *MemLog) view() (map[string][]fsm.Event, map[string]fsm.Task) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make(map[string][]fsm.Event, len(m.logs))
+	logs := make(map[string][]fsm.Event, len(m.logs))
 	for id, l := range m.logs {
-		out[id] = slices.Clone(l)
+		logs[id] = l[:len(l):len(l)]
 	}
-	return out
+	tasks := make(map[string]fsm.Task, len(m.tasks))
+	for id, t := range m.tasks {
+		tasks[id] = t
+	}
+	return logs, tasks
 }

@@ -1,6 +1,7 @@
 package proptest
 
 import (
+	"flag"
 	"os"
 	"testing"
 
@@ -22,8 +23,14 @@ func TestMain(m *testing.M) {
 	}
 	// Helper processes of a -race binary would each sleep 1 s at exit.
 	os.Setenv("GORACE", "atexit_sleep_ms=0")
+	flag.Parse()
+	flag.Visit(func(f *flag.Flag) { rapidChecksGiven = rapidChecksGiven || f.Name == "rapid.checks" })
 	goleak.VerifyTestMain(m)
 }
+
+// rapidChecksGiven is whether -rapid.checks was on the command line (the
+// tests that set their own counts set the flag too).
+var rapidChecksGiven bool
 
 func getenv(k string) string { return os.Getenv(k) }
 

@@ -219,7 +219,9 @@ func (m *machine) kinds() map[string]func(*rapid.T) {
 		"reboot": func(t *rapid.T) {
 			collide := rapid.Bool().Draw(t, "look-alikes")
 			m.h.Reboot(collide)
-			t.Logf("host rebooted (look-alikes of the new boot at every recorded pid: %v)", collide)
+			cg := rapid.Bool().Draw(t, "cgroups after the reboot")
+			m.h.World.SetCgroups(cg)
+			t.Logf("host rebooted (look-alikes of the new boot at every recorded pid: %v; cgroups: %v)", collide, cg)
 		},
 		"restart": func(t *rapid.T) {
 			m.needAlive(t)
@@ -356,15 +358,31 @@ func (m *machine) recover(t *rapid.T) {
 	}
 }
 
-// propertyRun is one run of the property: its counts and time.
+// propertyRun is one run of the property: its counts and time, and the
+// check at which it first failed (0: none), which rapid reports only when
+// it can replay the failure (a step's concurrent calls may interleave
+// differently in the replay).
 type propertyRun struct {
 	checks, steps int
+	firstFailure  int
 	took          time.Duration
 }
 
 func (r propertyRun) String() string {
-	return fmt.Sprintf("%d checks, %d steps in %s: %.0f checks/s, %.0f steps/s", r.checks, r.steps, r.took.Round(time.Millisecond),
+	s := fmt.Sprintf("%d checks, %d steps in %s: %.0f checks/s, %.0f steps/s", r.checks, r.steps, r.took.Round(time.Millisecond),
 		float64(r.checks)/r.took.Seconds(), float64(r.steps)/r.took.Seconds())
+	if r.firstFailure > 0 {
+		s += fmt.Sprintf("; first failure at check %d", r.firstFailure)
+	}
+	return s
+}
+
+// noteFailure records, once the check is over, whether it was the first to
+// fail.
+func (r *propertyRun) noteFailure(t *rapid.T) {
+	if t.Failed() && r.firstFailure == 0 {
+		r.firstFailure = r.checks
+	}
 }
 
 // runProperty runs the state machine over harnesses made by opts.
@@ -372,8 +390,15 @@ func runProperty(t *testing.T, bolt bool) propertyRun {
 	dir := scratch(t)
 	var r propertyRun
 	began := time.Now()
+	defer func() {
+		if r.took == 0 {
+			r.took = time.Since(began)
+		}
+		t.Logf("property: %s", r)
+	}()
 	rapid.Check(t, func(rt *rapid.T) {
 		r.checks++
+		defer r.noteFailure(rt)
 		sub := dir
 		if bolt {
 			var err error
@@ -411,14 +436,25 @@ func runProperty(t *testing.T, bolt bool) propertyRun {
 // step. RAPID_CHECKS / -rapid.checks sets the number of checks; failures
 // are kept under testdata/rapid.
 func TestDriver_Properties(t *testing.T) {
+	defer setFlag(t, "rapid.checks", fmt.Sprint(propertyChecks()))()
 	t.Logf("simulated log: %s", runProperty(t, false))
 }
 
+// propertyChecks is the number of checks of TestDriver_Properties: the
+// -rapid.checks given, else 1,000 (ten times rapid's default: a check costs
+// about a millisecond, five to ten with -race).
+func propertyChecks() int {
+	if rapidChecksGiven {
+		return rapidChecks()
+	}
+	return 1000
+}
+
 // TestDriver_PropertiesBolt is TestDriver_Properties on the real bbolt
-// store (closed and reopened by every driver generation), with a fifth of
+// store (closed and reopened by every driver generation), with a tenth of
 // the checks: the store's own behaviour under the driver (its legality
 // check, its conflicts, its acknowledgements) stays inside the property.
 func TestDriver_PropertiesBolt(t *testing.T) {
-	defer setFlag(t, "rapid.checks", fmt.Sprint(max(rapidChecks()/5, 20)))()
+	defer setFlag(t, "rapid.checks", fmt.Sprint(max(propertyChecks()/10, 20)))()
 	t.Logf("bbolt store: %s", runProperty(t, true))
 }

@@ -1,14 +1,17 @@
 package proptest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,9 +21,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 	"pgregory.net/rapid"
 
+	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/store"
@@ -34,8 +39,10 @@ const (
 )
 
 // runTask is a real task: "exit N" exits with N, "run" runs until killed,
-// "ignore-term" ignores SIGTERM. Its last two arguments are the test's
-// marker and the task id.
+// "ignore-term" ignores SIGTERM, "setsid" starts a child that leaves its
+// process group and session (setsid) and runs until killed, then runs
+// until killed itself. Its last two arguments are the test's marker and
+// the task id (the child carries them too).
 func runTask(args []string) int {
 	switch args[0] {
 	case "exit":
@@ -43,8 +50,58 @@ func runTask(args []string) int {
 		return n
 	case "ignore-term":
 		signal.Ignore(syscall.SIGTERM)
+	case "setsid":
+		dir, id := args[len(args)-2], args[len(args)-1]
+		c := exec.Command(os.Args[0], modeTask, "run", dir, id)
+		c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := c.Start(); err != nil {
+			return 2
+		}
+		// The child runs its own program now: say so (see childStarted).
+		if err := os.WriteFile(filepath.Join(dir, id+".child"), nil, 0o600); err != nil {
+			return 2
+		}
 	}
 	select {}
+}
+
+// childStarted waits (bounded: a liveness check) until task id of kind
+// setsid has started its escaped child: its task process says so by
+// creating <dir>/<id>.child, watched through inotify.
+func (w *realWorld) childStarted(t fatalT, id string) {
+	path := filepath.Join(w.dir, id+".child")
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		t.Fatalf("inotify: %v", err)
+	}
+	defer unix.Close(fd)
+	if _, err := unix.InotifyAddWatch(fd, w.dir, unix.IN_CREATE|unix.IN_MOVED_TO); err != nil {
+		t.Fatalf("inotify watch %s: %v", w.dir, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	buf := make([]byte, 4096)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			t.Fatalf("liveness: task %s never started its escaped child (no %s)", id, path)
+		}
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, int(left.Milliseconds())+1); err != nil && err != unix.EINTR {
+			t.Fatalf("poll inotify: %v", err)
+		}
+		_, _ = unix.Read(fd, buf) // drain; the Stat above decides
+	}
+}
+
+// hostCgroups reports whether this host gives every task a cgroup (then an
+// escaped descendant dies with its task, and the real property starts
+// tasks with one).
+func hostCgroups() bool {
+	h, err := cgroup.Probe()
+	return err == nil && h.Usable() == nil
 }
 
 // realChecks is the number of checks of the real-process property: fewer
@@ -62,6 +119,7 @@ type fatalT interface {
 type realWorld struct {
 	dir    string            // the state directory, also the marker of every process
 	kinds  map[string]string // task id -> its kind (see spec)
+	logs   syncBuffer        // the current driver's log, for failure messages
 	st     *store.Store
 	d      *driver.Driver
 	exe    string
@@ -91,7 +149,9 @@ func (w *realWorld) open(t fatalT) {
 		_ = st.Close()
 		t.Fatalf("legal path: store check: %v", rep.Problems)
 	}
+	w.logs.Reset()
 	d, err := driver.Open(driver.Config{
+		Logger:      hclog.New(&hclog.LoggerOptions{Output: &w.logs, Level: hclog.Debug}),
 		StateDir:    w.dir,
 		Store:       st,
 		Executors:   driver.NewReal(w.dir, []string{w.exe, modeExecutor}, nil),
@@ -163,6 +223,8 @@ func (w *realWorld) spec(kind, id string) fsm.Spec {
 		s.Args = []string{modeTask, "exit", "0"}
 	case "ignore-term":
 		s.Args = []string{modeTask, "ignore-term"}
+	case "setsid":
+		s.Args = []string{modeTask, "setsid"}
 	case "netraw":
 		// exec checks capabilities against the allow list, which lacks
 		// net_raw (raw_exec grants none and checks none).
@@ -303,9 +365,12 @@ func (w *realWorld) checkRecovered(t *rapid.T) {
 		return nil
 	})
 	for id := range want {
-		if w.kinds[id] == "exit" {
+		switch w.kinds[id] {
+		case "exit":
 			w.waitEnd(t, id)
 			delete(want, id)
+		case "setsid":
+			w.childStarted(t, id)
 		}
 	}
 	seen := map[string]int{}
@@ -316,8 +381,12 @@ func (w *realWorld) checkRecovered(t *rapid.T) {
 		seen[p.task]++
 	}
 	for id := range want {
-		if seen[id] != 2 {
-			t.Fatalf("no leak: after a clean Recover running task %q has %d live processes, want executor and task", id, seen[id])
+		n := 2
+		if w.kinds[id] == "setsid" {
+			n = 3 // and the escaped child
+		}
+		if seen[id] != n {
+			t.Fatalf("no leak: after a clean Recover running task %q (%s) has %d live processes, want executor and task (and its escaped child)", id, w.kinds[id], seen[id])
 		}
 	}
 }
@@ -329,13 +398,66 @@ func (w *realWorld) waitEnd(t *rapid.T, id string) {
 	defer cancel()
 	info, err := w.d.WaitTask(ctx, id)
 	if err != nil {
-		t.Fatalf("liveness: task %s did not end: %v", id, err)
+		t.Fatalf("liveness: task %s did not end: %v\n%s", id, err, w.describeTask(id))
 	}
 	for _, p := range w.live() {
 		if p.task == id {
 			t.Fatalf("terminal means dead: task %s is %s, its pid %d (%s) is alive", id, info.State, p.pid, p.cmd)
 		}
 	}
+}
+
+// describeTask says what the driver, the log and /proc hold of task id,
+// for a failure message.
+func (w *realWorld) describeTask(id string) string {
+	var b strings.Builder
+	ctx := context.Background()
+	if info, err := w.d.InspectTask(ctx, id); err == nil {
+		fmt.Fprintf(&b, "  driver: %s v%d executor alive %v, reason %q\n", info.State, info.Version, info.ExecutorAlive, info.Reason)
+	}
+	if evs, err := w.st.Load(ctx, id); err == nil {
+		for _, e := range evs {
+			fmt.Fprintf(&b, "  log: %s\n", e)
+		}
+	}
+	for _, p := range w.live() {
+		if p.task == id {
+			fmt.Fprintf(&b, "  alive: pid %d %s\n", p.pid, p.cmd)
+		}
+	}
+	if l, err := os.ReadFile(filepath.Join(w.dir, "tasks", id, "executor.log")); err == nil {
+		fmt.Fprintf(&b, "  executor log:\n%s", l)
+	}
+	fmt.Fprintf(&b, "  driver log:\n%s", w.logs.String())
+	if os.Getenv("PROPTEST_DUMP") != "" {
+		buf := make([]byte, 1<<20)
+		fmt.Fprintf(&b, "  goroutines:\n%s", buf[:runtime.Stack(buf, true)])
+	}
+	return b.String()
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
 }
 
 // waitGone waits, on a pidfd, until process p has exited (bounded: a
@@ -427,9 +549,17 @@ func realProperty(t *testing.T, n int) propertyRun {
 		t.Fatal(err)
 	}
 	var r propertyRun
+	cgroups := hostCgroups()
 	began := time.Now()
+	defer func() {
+		if r.took == 0 {
+			r.took = time.Since(began)
+		}
+		t.Logf("real property: %s", r)
+	}()
 	rapid.Check(t, func(rt *rapid.T) {
 		r.checks++
+		defer r.noteFailure(rt)
 		dir, err := os.MkdirTemp("", "tpr-")
 		if err != nil {
 			rt.Fatal(err)
@@ -457,7 +587,7 @@ func realProperty(t *testing.T, n int) propertyRun {
 			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
 			if _, err := w.d.WaitTask(wctx, id); err != nil {
-				rt.Fatalf("liveness: task %s did not end: %v", id, err)
+				rt.Fatalf("liveness: task %s did not end: %v\n%s", id, err, w.describeTask(id))
 			}
 		}
 		pick := func(rt *rapid.T) string {
@@ -466,12 +596,20 @@ func realProperty(t *testing.T, n int) propertyRun {
 			}
 			return rapid.SampledFrom(ids).Draw(rt, "task")
 		}
+		// procOf draws a live executor, or a live task process (the one
+		// the log records: not an escaped child).
 		procOf := func(rt *rapid.T, executor bool) realProc {
 			var ps []realProc
 			for _, p := range w.live() {
-				if p.executor == executor && p.task != "" {
-					ps = append(ps, p)
+				if p.executor != executor || p.task == "" {
+					continue
 				}
+				if !executor {
+					if info, err := w.d.InspectTask(ctx, p.task); err != nil || info.TaskPID != p.pid {
+						continue
+					}
+				}
+				ps = append(ps, p)
 			}
 			if len(ps) == 0 {
 				rt.Skip("no such process")
@@ -496,7 +634,11 @@ func realProperty(t *testing.T, n int) propertyRun {
 				id := fmt.Sprintf("t%d", next)
 				next++
 				ids = append(ids, id)
-				kind := rapid.SampledFrom([]string{"run", "exit", "ignore-term", "netraw", "invalid"}).Draw(rt, "kind")
+				kinds := []string{"run", "exit", "ignore-term", "netraw", "invalid"}
+				if cgroups {
+					kinds = append(kinds, "setsid") // a host without cgroups cannot contain it (see TestHarness_EscapesOutliveTheirTaskOnlyWithoutCgroups)
+				}
+				kind := rapid.SampledFrom(kinds).Draw(rt, "kind")
 				w.kinds[id] = kind
 				w.arm(drawFaults(rt))
 				_, err := w.d.StartTask(ctx, id, w.spec(kind, id))
@@ -516,8 +658,11 @@ func realProperty(t *testing.T, n int) propertyRun {
 				if faulted {
 					return
 				}
+				if kind == "setsid" && err == nil {
+					w.childStarted(rt, id)
+				}
 				switch {
-				case (kind == "run" || kind == "ignore-term") && (err != nil || info.State != fsm.StateRunning):
+				case (kind == "run" || kind == "ignore-term" || kind == "setsid") && (err != nil || info.State != fsm.StateRunning):
 					rt.Fatalf("clean start of %s (%s): %v, %s; want running", id, kind, err, info.State)
 				case kind == "exit" && err != nil:
 					rt.Fatalf("clean start of %s (exits at once): %v", id, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
@@ -164,5 +165,83 @@ func TestDriver_StartReturnsRunningWhenAStopFollows(t *testing.T) {
 		if r := <-stopped; r.err != nil || r.st.State != fsm.StateStopped {
 			t.Errorf("StopTask: %v, %s; want stopped", r.err, r.st.State)
 		}
+	})
+}
+
+// TestDriver_WaitTaskCollectsTheEndOfAnExecutorOnItsWayOut: a driver that
+// reattached while the executor was on its way out (its task ended, its
+// exit status on disk, its socket closed, the process not yet dead) took
+// it for a frozen executor, "alive but does not answer", and left the task
+// alone: running in the log, with nobody to notice its end, so WaitTask
+// waited forever. Found by TestDriver_RealPropertiesRepeated under load (a
+// task that exits right after Recover reattached to it): 1 in ~30 runs.
+//
+// Fix (driver/effects.go endOf): an executor that is alive but does not
+// answer has its exit record read before anything is concluded; a record
+// that matches the log is the task's end.
+func TestDriver_WaitTaskCollectsTheEndOfAnExecutorOnItsWayOut(t *testing.T) {
+	within(t, func(t *testing.T, h *Harness) {
+		h.Start(Plan{}, []string{"a"}, []fsm.Spec{SpecFor("run")})
+		h.Crash()
+		h.World.ExitTask("a", 3) // its executor records the exit, then stops answering
+		if err := h.newGeneration(); err != nil {
+			t.Fatal(err)
+		}
+		s := h.Run(Plan{Faults: []Point{{Name: "world:reattach", Nth: 1}}}, WaitCall("a"))
+		if err := s.Outcomes[0].Err; err != nil || len(s.Fired) != 1 {
+			t.Fatalf("WaitTask beside an executor that stopped answering: %v (fired %v); want the task's end", err, s.Fired)
+		}
+		if got := state(t, h, "a"); got != fsm.StateExited {
+			t.Fatalf("state %s, want exited", got)
+		}
+		h.Check(t)
+	})
+}
+
+// TestDriver_WaitTaskKeepsWatchingATaskLeftAlone: a WaitTask on a task
+// whose executor did not answer once (alive, no exit record yet: its
+// connection refused for a moment) left the task alone and never asked again, so when the task
+// ended later nobody noticed and the wait never returned, although the
+// executor answered again. WaitTask must not hang on a task whose end
+// nobody would notice.
+//
+// Fix (driver/owner.go, driver/effects.go): a probe that concluded nothing
+// while a watcher waits is retried after the probe timeout.
+func TestDriver_WaitTaskKeepsWatchingATaskLeftAlone(t *testing.T) {
+	within(t, func(t *testing.T, h *Harness) {
+		h.Start(Plan{}, []string{"a"}, []fsm.Spec{SpecFor("run")})
+		h.Crash()
+		if err := h.newGeneration(); err != nil {
+			t.Fatal(err)
+		}
+		statuses := 0
+		h.World.Fault = func(op string) WorldFault {
+			if op == OpReattach {
+				if statuses++; statuses == 1 {
+					return FaultFail // the first connection is refused
+				}
+			}
+			return NoFault
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := h.Driver().WaitTask(context.Background(), "a")
+			done <- err
+		}()
+		synctest.Wait() // the wait has asked once, unanswered
+		h.World.ExitTask("a", 0)
+		timeout := time.NewTimer(time.Hour) // fake time: the driver's retries run first
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("WaitTask: %v", err)
+			}
+		case <-timeout.C:
+			t.Fatalf("WaitTask did not return within an hour of the task's end (the executor answered again after %d questions)", statuses)
+		}
+		if got := state(t, h, "a"); got != fsm.StateExited {
+			t.Fatalf("state %s, want exited", got)
+		}
+		h.Check(t)
 	})
 }

@@ -219,6 +219,19 @@ func (sc Scenario) Run(t TestingT, dir string) Result {
 	return res
 }
 
+// withHangs is faults with every world fault point also in its hanging
+// form.
+func withHangs(faults []Point) []Point {
+	var out []Point
+	for _, f := range faults {
+		out = append(out, f)
+		if strings.HasPrefix(f.Name, worldPrefix) {
+			out = append(out, Point{f.Name + HangSuffix, f.Nth})
+		}
+	}
+	return out
+}
+
 // Coverage accumulates, over many scenarios, the crash points that were
 // hit, those at which a crash fired and those at which executors died, and
 // the fault points that fired.
@@ -283,8 +296,9 @@ func (c *Coverage) MissingFaults() []string {
 //
 //   - a crash at every crash-point hit (each occurrence), nested with a
 //     crash at every crash-point hit of the following Recover;
-//   - the same crash with every executor dead before the Recover, and with
-//     the host rebooted before it (look-alikes at every recorded pid);
+//   - the same crash with every executor dead before the Recover (with a
+//     fault at every fault point of that Recover), and with the host
+//     rebooted before it (look-alikes at every recorded pid);
 //   - every executor's death at every crash-point hit (no crash);
 //   - a fault at every fault-point hit (a world operation's both failing
 //     and hanging), nested likewise, followed by a crash at every later
@@ -313,6 +327,14 @@ func Enumerate(t TestingT, dir string, base Scenario, cov *Coverage) {
 			run(sc)
 		}
 	}
+	// nestFaults enumerates a fault at every fault point the first
+	// Recover hits (a world operation's both failing and hanging).
+	nestFaults := func(sc Scenario, r Result) {
+		for _, f := range withHangs(r.Recover.Faults) {
+			sc.Recover = Plan{Faults: []Point{f}}
+			run(sc)
+		}
+	}
 	base.Plan, base.Recover = Plan{}, Plan{}
 	clean := run(base)
 	for _, c := range clean.Op.Trace {
@@ -320,20 +342,14 @@ func Enumerate(t TestingT, dir string, base Scenario, cov *Coverage) {
 		sc.Plan = Plan{Crash: c}
 		nest(sc, run(sc))
 		sc.DieBetween = true
-		run(sc)
+		nestFaults(sc, run(sc))
 		sc.DieBetween, sc.RebootBetween = false, true
 		run(sc)
 		sc = base
 		sc.Plan = Plan{Die: c}
 		run(sc)
 	}
-	var faults []Point
-	for _, f := range clean.Op.Faults {
-		faults = append(faults, f)
-		if strings.HasPrefix(f.Name, worldPrefix) {
-			faults = append(faults, Point{f.Name + HangSuffix, f.Nth})
-		}
-	}
+	faults := withHangs(clean.Op.Faults)
 	clean1 := map[Point]bool{}
 	for _, f := range clean.Op.Faults {
 		clean1[f] = true

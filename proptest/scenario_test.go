@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 	"testing/synctest"
 
@@ -204,5 +205,30 @@ func TestHarness_EscapesOutliveTheirTaskOnlyWithoutCgroups(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// Every scenario prints as a seed that parses back to it: its flags, its
+// executors' death point, its hanging and store faults.
+func TestScenario_RoundTrip(t *testing.T) {
+	for _, sc := range []Scenario{
+		{Op: "start:setsid", Tasks: 2, Cgroups: true, DieBetween: true,
+			Plan:    Plan{Crash: Point{"after-effect:launch-task", 1}, Die: Point{Any, 7}, Faults: []Point{{"world:stop" + HangSuffix, 1}}},
+			Recover: Plan{Faults: []Point{{"store:lost-ack:executor-reaped", 2}}}},
+		{Op: "recover:launched", Tasks: 1, NoLease: true, RebootBetween: true, Bolt: true},
+		{Op: "race:run", Tasks: 3, Plan: Plan{Faults: []Point{{"store:fail:launched", 1}, {Any, 3}}}},
+	} {
+		got, err := ParseScenario(sc.String())
+		if err != nil {
+			t.Fatalf("%s: %v", sc, err)
+		}
+		if got.String() != sc.String() || !reflect.DeepEqual(got, sc) {
+			t.Errorf("round trip: %q -> %+v, want %+v", sc, got, sc)
+		}
+	}
+	for _, bad := range []string{"start:run x1 nolaese | op crash=- faults=[] | recover crash=- faults=[]", "fly x1 | op crash=- faults=[] | recover crash=- faults=[]"} {
+		if _, err := ParseScenario(bad); !errors.Is(err, ErrBadScenario) {
+			t.Errorf("ParseScenario(%q) = %v, want ErrBadScenario", bad, err)
+		}
 	}
 }

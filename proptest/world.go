@@ -938,6 +938,26 @@ func (w *World) procsLocked(liveOnly bool) []Proc {
 	return out
 }
 
+// eachLive calls fn, with the world locked, for every live executor, task
+// and descendant process, in creation order (fn must not call the world).
+func (w *World) eachLive(fn func(p *Proc)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, p := range w.all {
+		if p.Alive && p.Kind != KindStranger {
+			fn(p)
+		}
+	}
+}
+
+// since returns the trust records and signals logged after the first nt
+// and ns.
+func (w *World) since(nt, ns int) ([]Refusal, []Signal) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.trusted[nt:]), slices.Clone(w.signals[ns:])
+}
+
 // Live returns the live executor, task and descendant processes, by pid.
 func (w *World) Live() []Proc {
 	w.mu.Lock()

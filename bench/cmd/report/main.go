@@ -58,8 +58,10 @@ func main() {
 		"kill":    {"driver", "^BenchmarkKill$", [2]int{100, 20}},
 		"cli":     {"bench", "^BenchmarkCLISeed$", [2]int{30, 4}},
 		"fold":    {"fsm", "^BenchmarkFoldVsSwitch$", [2]int{20, 5}},
+		"isolate": {"bench", "^BenchmarkExec(Launch|Start)VsRunc$", [2]int{60, 10}},
+		"contain": {"bench", "^BenchmarkStartCgroupVsNone$", [2]int{60, 10}},
 	}
-	order := []string{"start", "goplug", "memory", "single", "many", "replay", "recover", "kill", "cli", "fold"}
+	order := []string{"start", "goplug", "memory", "single", "many", "replay", "recover", "kill", "cli", "fold", "isolate", "contain"}
 
 	// Each package's test binary is built once; each row then runs in a
 	// process of its own.
@@ -331,10 +333,49 @@ func rows(t *table, res map[string]map[string]metrics, failed map[string]string,
 	} else {
 		t.add("8. Property suite (TestDriver_Properties)", "not measured: "+firstLine(propErr.Error()), "", "", "(info)", "—")
 	}
+	isolated(t, get, failed)
 	if m, ok := get("fold", "BenchmarkFoldVsSwitch"); ok {
 		t.add("fsm: fold (Table.Apply) per event", fmt.Sprintf("%.0f ns", m["table-ns/event"]),
 			fmt.Sprintf("hand-written switch %.0f ns", m["switch-ns/event"]), ratioCell(m["ratio"]), "(info)", "—")
 	}
+}
+
+// isolated adds the containment and isolation rows (issues 12 and 13).
+func isolated(t *table, get func(job, bench string) (metrics, bool), failed map[string]string) {
+	skipped := func(figure, job, target string) {
+		t.add(figure, "not measured: "+skipReason(failed[job]), "", "", target, "**NO**")
+	}
+	if m, ok := get("isolate", "BenchmarkExecLaunchVsRunc"); ok {
+		t.add("9. Isolated exec start (launch: shim, cgroup with memory = 64, PID/mount/IPC/UTS namespaces, read-only root, pivot_root, nobody) → running, p50",
+			ms(m["tether-p50-ms"]), "`runc run -d` of the same static binary, same namespaces, root, user, capabilities and limit "+ms(m["runc-p50-ms"]),
+			ratioCell(m["ratio"]), "≤ 1x", met(m["ratio"], 1, true))
+		t.add("9. Isolated exec start, p99", ms(m["tether-p99-ms"]), "runc p99 "+ms(m["runc-p99-ms"]),
+			ratioCell(m["p99-ratio"])+" (p99/p99)", "(info)", "—")
+	} else {
+		skipped("9. Isolated exec start vs runc", "isolate", "≤ 1x")
+	}
+	if m, ok := get("isolate", "BenchmarkExecStartVsRunc"); ok {
+		t.add("9. Whole isolated task start, StartTask → running (6 appends, executor spawn, launch), p50",
+			ms(m["tether-p50-ms"]), "`runc run -d` "+ms(m["runc-p50-ms"]), ratioCell(m["ratio"]), "(info)", "—")
+	}
+	if m, ok := get("contain", "BenchmarkStartCgroupVsNone"); ok {
+		t.add("10. Task start (executor spawn + launch, raw_exec) in a cgroup with memory = 64, pids = 100, p50",
+			ms(m["cgroup-p50-ms"]), "the same executor and task without a cgroup (its mount namespace has none) "+ms(m["none-p50-ms"]),
+			ratioCell(m["ratio"]), "(info)", "—")
+	} else {
+		skipped("10. Task start with a cgroup and limits vs without", "contain", "(info)")
+	}
+}
+
+// skipReason is the line of a benchmark's output that says why it did not
+// run (a skip naming what the host lacks), else its first line.
+func skipReason(out string) string {
+	for l := range strings.SplitSeq(out, "\n") {
+		if strings.Contains(l, "unavailable") || strings.Contains(l, "needs") {
+			return firstLine(strings.TrimSpace(l))
+		}
+	}
+	return firstLine(out)
 }
 
 // phaseNotes renders where the start and kill paths spend their time, from
@@ -350,6 +391,10 @@ func phaseNotes(b *bytes.Buffer, res map[string]map[string]metrics) {
 	if m, ok := res["goplug"]["BenchmarkStartVsGoPlugin"]; ok {
 		fmt.Fprintf(b, "- Start (row 2): go-plugin spawn (process, stdout handshake, gRPC dial, Dispense) %s, Launch RPC with fork/exec %s.\n",
 			f(m, "goplugin-spawn"), f(m, "goplugin-launch"))
+	}
+	if m, ok := res["isolate"]["BenchmarkExecStartVsRunc"]; ok {
+		fmt.Fprintf(b, "- Isolated start (row 9, StartTask): spawn-executor effect %s, launch-task effect (shim, cgroup join, namespaces, root, exec) %s.\n",
+			f(m, "spawn"), f(m, "launch"))
 	}
 	if m, ok := res["kill"]["BenchmarkKill"]; ok {
 		fmt.Fprintf(b, "- Kill (row 7): append launch-failed %s, kill-executor effect (stop RPC, shutdown RPC, executor exit, pidfd wait, identity kill) %s, append executor-reaped %s.\n",
@@ -426,6 +471,19 @@ How each row is measured (run one alone with the command given; b.N is the numbe
    seed's real path (a failure once the executor is up, then reaping) is measured with TETHER_FAULT.
    The property suite figure comes from ` + "`go test -run TestDriver_Properties -v ./proptest/ -rapid.checks=200`" + `.
 - fsm: ` + "`go test -run '^$' -bench . ./fsm/`" + `.
+9. ` + "`cd bench && go test -run '^$' -bench '^BenchmarkExec(Launch|Start)VsRunc$' -benchtime 60x .`" + ` (root, task
+   cgroups; runc is installed with apt-get when absent, and the row is skipped, saying why, when it cannot be):
+   a spawned executor launches a static binary as an exec task (the init shim, its cgroup with memory = 64,
+   new PID, mount, IPC and UTS namespaces, read-only binds of the chroot_env directories plus the binary's,
+   the task's writable directories, /proc and a minimal /dev, pivot_root, nobody, Nomad's capabilities, no
+   new privileges) until it runs, against ` + "`runc run -d`" + ` of an OCI bundle with the same root, mounts,
+   masked and read-only paths, namespaces, user, capabilities and memory limit. The whole StartTask (with
+   its durable appends and the executor's spawn, which runc has no counterpart for) is for information.
+10. ` + "`cd bench && go test -run '^$' -bench '^BenchmarkStartCgroupVsNone$' -benchtime 60x .`" + `: executor
+   spawn + raw_exec launch of the same binary, in a cgroup with memory = 64 and pids = 100, against the same
+   executor spawned from a thread whose mount namespace has no cgroup hierarchy (so it runs the task
+   uncontained, through the same shim). On cgroup v1 and hybrid hosts most of the difference is the kernel's
+   cgroup migration, which waits for an RCU grace period (cgroup_threadgroup_rwsem); runc pays it too.
 `)
 	if quick {
 		b.WriteString("\nQuick mode: fewer rounds of the same; p99 figures from so few rounds are close to the maximum.\n")
