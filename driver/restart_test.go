@@ -128,4 +128,3 @@ func TestRestart_StopDuringTheDelayEndsIt(t *testing.T) {
 		t.Fatalf("journal after the stop: %v, want the one intent (no relaunch)", j.Entries)
 	}
 }
-
