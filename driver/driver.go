@@ -17,6 +17,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/store"
 )
@@ -413,6 +414,44 @@ func (d *Driver) WaitTask(ctx context.Context, id string) (fsm.Task, error) {
 	return r.task, r.err
 }
 
+// FollowTask is WaitTask that also calls fn with the task's state when
+// the follow begins and after each durable change until the task is
+// terminal, on the caller's goroutine (never concurrently). Changes may be
+// coalesced: fn sees the latest state, and TaskEvents has every event. fn
+// is not called for a task that is terminal already. The task is driven
+// while fn runs.
+func (d *Driver) FollowTask(ctx context.Context, id string, fn func(fsm.Task)) (fsm.Task, error) {
+	req := request{kind: inWatch, reply: make(chan reply, 1), progress: make(chan fsm.Task, 1)}
+	for {
+		t, err := d.lookup(ctx, id)
+		if err != nil {
+			return fsm.Task{}, err
+		}
+		select {
+		case t.in <- req:
+		case <-t.gone:
+			continue
+		case <-ctx.Done():
+			return t.snapshot(), context.Cause(ctx)
+		}
+		for {
+			select {
+			case r := <-req.reply:
+				select {
+				case st := <-req.progress:
+					fn(st) // the change that made it terminal, if not yet seen
+				default:
+				}
+				return r.task, r.err
+			case st := <-req.progress:
+				fn(st)
+			case <-ctx.Done():
+				return t.snapshot(), context.Cause(ctx)
+			}
+		}
+	}
+}
+
 // StopTask stops a task: sig (0: the task's kill_signal, else the
 // driver's), then SIGKILL to all its processes after grace (0: the task's
 // kill_timeout, else the driver's), then the executor is killed and the
@@ -494,6 +533,10 @@ type TaskInfo struct {
 	// ExecutorAlive is whether the recorded executor is alive now, checked
 	// against the process table by identity.
 	ExecutorAlive bool
+	// Unfolded is how many entries of the executor's restart journal (the
+	// restarts it performed while no driver watched) the log does not hold
+	// yet: Reconcile folds them.
+	Unfolded int
 }
 
 // InspectTask returns the task's durable state and whether its executor is
@@ -539,6 +582,13 @@ func (d *Driver) InspectTask(ctx context.Context, id string) (TaskInfo, error) {
 			return info, &TaskError{Task: id, State: info.State, Err: err}
 		}
 		info.ExecutorAlive = alive
+		if jr, ok := d.world.(JournalReader); ok && info.Spec != nil && info.Spec.Restart != nil {
+			// Read, not believed: a journal that does not match the
+			// identity counts as nothing here (Reconcile says why).
+			if entries, err := jr.Journal(ctx, id, *info.Executor); err == nil {
+				info.Unfolded = max(0, len(entries)-executor.JournalFolded(info.Task))
+			}
+		}
 	}
 	return info, nil
 }

@@ -54,6 +54,20 @@ func runTask(args []string) int {
 	case "exit":
 		n, _ := strconv.Atoi(args[1])
 		return n
+	case "fail-then-fifo":
+		// fail-then-fifo N FILE FIFO: runs before the Nth exit 4; the Nth
+		// reads FIFO to its end, then exits 4.
+		f, err := os.OpenFile(args[2], os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			return 2
+		}
+		_, _ = f.WriteString("ran\n")
+		f.Close()
+		b, _ := os.ReadFile(args[2])
+		if n, _ := strconv.Atoi(args[1]); strings.Count(string(b), "\n") >= n {
+			_, _ = os.ReadFile(args[3])
+		}
+		return 4
 	case "exit-once":
 		if f, err := os.OpenFile(args[2], os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600); err == nil {
 			f.Close()

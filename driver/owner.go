@@ -50,6 +50,10 @@ type request struct {
 	sig   syscall.Signal // stop
 	grace time.Duration  // stop
 	reply chan reply     // buffered: the owner never blocks on a caller
+	// progress (watch, optional; capacity 1) receives the task's state
+	// after each durable change while the watch waits, the latest
+	// replacing one not yet read.
+	progress chan fsm.Task
 }
 
 type reply struct {
@@ -99,6 +103,9 @@ type owner struct {
 	starters []chan reply
 	stoppers []chan reply
 	watchers []chan reply
+	// followers are the progress channels of watchers that asked for
+	// them, by their reply channel.
+	followers map[chan reply]chan fsm.Task
 	recovery *recovering
 	lastErr  error // the last start effect's error, for the starters
 
@@ -367,6 +374,13 @@ func (o *owner) watch(req request) {
 		return
 	}
 	o.watchers = append(o.watchers, req.reply)
+	if req.progress != nil {
+		if o.followers == nil {
+			o.followers = map[chan reply]chan fsm.Task{}
+		}
+		o.followers[req.reply] = req.progress
+		req.progress <- o.st // where the follow begins
+	}
 	if o.driving || o.job != jobNone || o.supC != nil {
 		return
 	}
@@ -649,6 +663,28 @@ func (o *owner) setState(next fsm.Task) {
 	if next.State.Terminal() && !from.Terminal() {
 		close(o.t.done)
 	}
+	o.notifyFollowers()
+}
+
+// notifyFollowers hands the state to every watcher that follows the task
+// (never blocking: a state not yet read is replaced by this one), and
+// forgets the followers whose watch has been answered.
+func (o *owner) notifyFollowers() {
+	if len(o.followers) == 0 {
+		return
+	}
+	live := make(map[chan reply]chan fsm.Task, len(o.followers))
+	for _, w := range o.watchers {
+		if p, ok := o.followers[w]; ok {
+			live[w] = p
+			select {
+			case <-p:
+			default:
+			}
+			p <- o.st
+		}
+	}
+	o.followers = live
 }
 
 // cancelStart cancels a start effect or probe in flight (a stop overtook

@@ -1,6 +1,9 @@
 package driver
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -126,5 +129,64 @@ func TestRestart_StopDuringTheDelayEndsIt(t *testing.T) {
 	j, _, _ := executor.ReadJournal(d.TaskDir("slow"))
 	if len(j.Entries) != 1 || st.TaskPID == 0 {
 		t.Fatalf("journal after the stop: %v, want the one intent (no relaunch)", j.Entries)
+	}
+}
+
+// FollowTask sees the task's states as they change, in version order,
+// through each restart, and returns the final state as WaitTask does.
+func TestFollowTask_SeesEveryRestart(t *testing.T) {
+	dir := stateDir(t)
+	ctx := ctxT(t)
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	p := fsm.RestartPolicy{Attempts: 2, Interval: time.Hour, Mode: fsm.RestartFail, OnSuccess: true}
+	// Runs 1 and 2 fail at once; run 3 waits on a FIFO that the follower
+	// opens once it has seen the second restart running.
+	tmp := t.TempDir()
+	fifo := filepath.Join(tmp, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.StartTask(ctx, "followed", restartSpec(t, dir, p, "fail-then-fifo", "3", filepath.Join(tmp, "runs"), fifo)); err != nil {
+		t.Fatal(err)
+	}
+	var seen []fsm.Task
+	released := false
+	final, err := d.FollowTask(ctx, "followed", func(st fsm.Task) {
+		seen = append(seen, st)
+		if st.Restarts == 2 && st.State == fsm.StateRunning && !released {
+			released = true
+			if err := os.WriteFile(fifo, nil, 0); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final.State != fsm.StateExited || final.Restarts != 2 {
+		t.Fatalf("final %s restarts %d", final.State, final.Restarts)
+	}
+	if len(seen) == 0 || seen[len(seen)-1].Version != final.Version {
+		t.Fatalf("FollowTask's last state is not the final one: %d states seen", len(seen))
+	}
+	maxRestarts := 0
+	for i, st := range seen {
+		if i > 0 && st.Version <= seen[i-1].Version {
+			t.Fatalf("states out of order: v%d after v%d", st.Version, seen[i-1].Version)
+		}
+		maxRestarts = max(maxRestarts, st.Restarts)
+	}
+	if maxRestarts != 2 {
+		t.Errorf("followed states reached %d restarts, want 2", maxRestarts)
+	}
+	// A terminal task is answered at once, with no state to follow.
+	calls := 0
+	again, err := d.FollowTask(ctx, "followed", func(fsm.Task) { calls++ })
+	if err != nil || again.Version != final.Version || calls != 0 {
+		t.Fatalf("FollowTask of a terminal task: v%d %v, %d calls", again.Version, err, calls)
+	}
+	if _, err := d.FollowTask(ctx, "nosuch", func(fsm.Task) {}); !errors.Is(err, ErrUnknownTask) {
+		t.Fatalf("FollowTask of an unknown task: %v", err)
 	}
 }

@@ -21,6 +21,8 @@ import (
 //	alloc MB MARKER    map and touch MB megabytes, then exit 0
 //	print BYTES MARKER print BYTES of numbered lines, then exit 0
 //	sleep MARKER       block until killed
+//	count FILE CODE MARKER  append a line to FILE, print "run K" (K: the
+//	                   lines FILE has now), exit CODE
 const containHelperArg = "tether-contain-helper"
 
 func init() {
@@ -57,6 +59,19 @@ func containHelper(args []string) int {
 		for {
 			_ = unix.Pause()
 		}
+	case "count":
+		f, err := os.OpenFile(args[1], os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			return 2
+		}
+		_, err = f.WriteString("ran\n")
+		if cerr := f.Close(); err != nil || cerr != nil {
+			return 2
+		}
+		b, _ := os.ReadFile(args[1])
+		fmt.Printf("run %d\n", strings.Count(string(b), "\n"))
+		code, _ := strconv.Atoi(args[2])
+		return code
 	}
 	return 100
 }

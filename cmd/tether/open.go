@@ -133,10 +133,11 @@ func (c *cli) resolve(ctx context.Context, s *session, arg string) (driver.TaskI
 }
 
 // reconcileIfGone reconciles a task whose executor is gone (its end is not
-// recorded yet), and returns what it is now. A task some live process is
-// driving is left to it.
+// recorded yet) or whose executor restarted it while no driver watched
+// (its restart journal holds entries the log lacks), and returns what it
+// is now. A task some live process is driving is left to it.
 func (c *cli) reconcileIfGone(ctx context.Context, s *session, info driver.TaskInfo) driver.TaskInfo {
-	if !info.State.OwnsExecutor() || info.ExecutorAlive && info.Executor != nil {
+	if !info.State.OwnsExecutor() || info.ExecutorAlive && info.Executor != nil && info.Unfolded == 0 {
 		return info
 	}
 	rep, err := s.d.Reconcile(ctx, info.ID)

@@ -255,7 +255,11 @@ func (c *cli) waitTask(ctx context.Context, s *session, id string, sigs <-chan o
 	}
 	done := make(chan result, 1)
 	go func() {
-		t, err := s.d.WaitTask(ctx, id)
+		seen := 0 // events of the log already looked at for restarts
+		if evs, err := s.d.TaskEvents(ctx, id); err == nil {
+			seen = len(evs)
+		}
+		t, err := s.d.FollowTask(ctx, id, func(st fsm.Task) { seen = c.sayRestarts(ctx, s, id, seen) })
 		done <- result{t, err}
 	}()
 	select {
@@ -268,6 +272,30 @@ func (c *cli) waitTask(ctx context.Context, s *session, id string, sigs <-chan o
 		r := <-done
 		return r.task, r.err
 	}
+}
+
+// sayRestarts tells, on stderr, the restarts recorded in the task's log
+// past its first seen events, and returns how many events it has now.
+func (c *cli) sayRestarts(ctx context.Context, s *session, id string, seen int) int {
+	evs, err := s.d.TaskEvents(ctx, id)
+	if err != nil || len(evs) <= seen {
+		return seen
+	}
+	for _, e := range evs[seen:] { // past the start: every launch is a restart's
+		switch e.Type {
+		case fsm.EventRestartIntent:
+			what := "exited"
+			if e.Exit != nil {
+				what = describeExit(*e.Exit)
+			}
+			fmt.Fprintf(c.stderr, "tether: %s: %s; restart %d in %s\n", id, what, e.Attempt, e.Grace)
+		case fsm.EventLaunched:
+			fmt.Fprintf(c.stderr, "tether: %s: restarted, pid %d\n", id, e.TaskPID)
+		case fsm.EventLaunchFailed:
+			fmt.Fprintf(c.stderr, "tether: %s: restart failed: %s\n", id, printable(e.Reason))
+		}
+	}
+	return len(evs)
 }
 
 // stopOnSignals stops the task in the background with its kill signal and

@@ -125,14 +125,14 @@ func (c *cli) cmdStatus(args []string) int {
 	}
 	now := time.Now()
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tSTATE\tPID\tEXECUTOR\tAGE\tEXIT")
+	fmt.Fprintln(tw, "ID\tNAME\tSTATE\tPID\tEXECUTOR\tAGE\tRESTARTS\tEXIT")
 	for _, info := range infos {
 		name := ""
 		if info.Spec != nil {
 			name = info.Spec.Name
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", info.ID, printable(name), stateText(info), pidText(info.TaskPID),
-			executorText(info), age(now, info.CreatedAt), exitText(info.Exit))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", info.ID, printable(name), stateText(info), pidText(info.TaskPID),
+			executorText(info), age(now, info.CreatedAt), info.Restarts, exitText(info.Exit))
 	}
 	if err := tw.Flush(); err != nil {
 		return c.fail(err)
@@ -165,6 +165,11 @@ func (c *cli) list(ctx context.Context, s *session, all bool) ([]driver.TaskInfo
 		infos = append(infos, c.reconcileIfGone(ctx, s, info))
 	}
 	return infos, scan.Unreadable, nil
+}
+
+// policyText says a restart policy in the task file's terms.
+func policyText(p fsm.RestartPolicy) string {
+	return fmt.Sprintf("attempts %d in %s, delay %s, mode %s", p.Attempts, p.Interval, p.Delay, p.Mode)
 }
 
 // stateText is the task's state, flagged when an executor it should own
@@ -247,7 +252,9 @@ func (c *cli) printTask(info driver.TaskInfo) {
 	if info.Exit != nil {
 		row("Exit", describeExit(*info.Exit))
 	}
-	if info.Restarts > 0 {
+	if info.Spec != nil && info.Spec.Restart != nil {
+		row("Restarts", fmt.Sprintf("%d (policy: %s)", info.Restarts, policyText(*info.Spec.Restart)))
+	} else if info.Restarts > 0 {
 		row("Restarts", strconv.Itoa(info.Restarts))
 	}
 	if info.Reason != "" {
@@ -368,6 +375,9 @@ func eventDetails(e fsm.Event) string {
 	}
 	if e.Exit != nil {
 		parts = append(parts, describeExit(*e.Exit))
+	}
+	if e.Type == fsm.EventRestartIntent {
+		parts = append(parts, fmt.Sprintf("restart %d after %s", e.Attempt, e.Grace))
 	}
 	if e.Target != fsm.StateNone {
 		parts = append(parts, "-> "+e.Target.String())
