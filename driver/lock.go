@@ -9,7 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/tether-fsm/tether/executor"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,11 +30,27 @@ type taskLock struct{ f *os.File }
 // (nil, holder pid, nil) when another process (or another open file in this
 // one) holds it.
 func tryLockTask(dir string) (*taskLock, int, error) {
+	for attempt := 0; ; attempt++ {
+		l, holder, err := tryLockOnce(dir)
+		if errors.Is(err, errLockMoved) && attempt < 8 {
+			continue // the directory was removed under us (gc): again
+		}
+		return l, holder, err
+	}
+}
+
+// errLockMoved: the lock file locked is no longer the one at its path.
+var errLockMoved = errors.New("driver: the task lock file was removed while it was being locked")
+
+func tryLockOnce(dir string) (*taskLock, int, error) {
 	if err := mkdirDurable(dir); err != nil {
 		return nil, 0, fmt.Errorf("driver: task directory: %w", err)
 	}
 	path := filepath.Join(dir, LockFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, 0, errLockMoved // the directory went between the mkdir and the open
+	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("driver: task lock %s: %w", path, err)
 	}
@@ -46,8 +64,33 @@ func tryLockTask(dir string) (*taskLock, int, error) {
 		}
 		return nil, 0, fmt.Errorf("driver: task lock %s: %w", path, err)
 	}
+	if err := stillAt(f, path); err != nil {
+		f.Close()
+		return nil, 0, err
+	}
 	writePID(f)
 	return &taskLock{f: f}, 0, nil
+}
+
+// stillAt checks that the locked file f is still the one at path: a task
+// directory removed while its lock was being taken (RemoveOrphanDir holds
+// the lock while it removes) leaves the lock on an unlinked file that
+// guards nothing.
+func stillAt(f *os.File, path string) error {
+	var held, now unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &held); err != nil {
+		return fmt.Errorf("driver: task lock %s: %w", path, err)
+	}
+	if err := unix.Lstat(path, &now); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return errLockMoved
+		}
+		return fmt.Errorf("driver: task lock %s: %w", path, err)
+	}
+	if held.Dev != now.Dev || held.Ino != now.Ino {
+		return errLockMoved
+	}
+	return nil
 }
 
 // writePID records the holder's pid in the lock file, for messages (best
@@ -67,12 +110,26 @@ func (l *taskLock) release() {
 	_ = l.f.Close() // closing the descriptor releases the flock
 }
 
-// lockTaskWait waits until it holds the task's lock, or ctx ends. A
-// blocking flock cannot be interrupted, so it runs in a goroutine that lets
-// go of the lock at once if it gets it after the caller gave up.
+// lockTaskWait waits until it holds the task's lock, or ctx ends.
 func lockTaskWait(ctx context.Context, dir string) (*taskLock, error) {
+	for attempt := 0; ; attempt++ {
+		l, err := lockWaitOnce(ctx, dir)
+		if errors.Is(err, errLockMoved) && attempt < 8 {
+			continue
+		}
+		return l, err
+	}
+}
+
+// lockWaitOnce waits for the lock file at its path now. A blocking flock
+// cannot be interrupted, so it runs in a goroutine that lets go of the
+// lock at once if it gets it after the caller gave up.
+func lockWaitOnce(ctx context.Context, dir string) (*taskLock, error) {
 	path := filepath.Join(dir, LockFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("driver: task lock %s: the task's directory is gone: %w", path, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("driver: task lock %s: %w", path, err)
 	}
@@ -91,8 +148,14 @@ func lockTaskWait(ctx context.Context, dir string) (*taskLock, error) {
 	}()
 	select {
 	case err := <-got:
+		if err == nil {
+			err = stillAt(f, path)
+		}
 		if err != nil {
 			f.Close()
+			if errors.Is(err, errLockMoved) {
+				return nil, err
+			}
 			return nil, fmt.Errorf("driver: task lock %s: %w", path, err)
 		}
 		writePID(f)
@@ -128,6 +191,62 @@ func (r *Real) WaitLockTask(ctx context.Context, task string) (func(), error) {
 		return nil, err
 	}
 	return l.release, nil
+}
+
+// OrphanMinAge is how old a task directory without a lock file must be
+// before RemoveOrphanDir removes it: younger, a start may be between
+// creating the directory and creating its lock file.
+const OrphanMinAge = 10 * time.Minute
+
+// RemoveOrphanDir removes the directory of a task the store does not know
+// (left by a start that crashed before it recorded the task, or by a
+// salvage). It holds the task's lock while it decides and removes, and
+// keeps the directory when another process holds the lock, when unknown
+// (asked under the lock) says the store knows the task after all, when an
+// executor whose identity file is there is alive, or when it has no lock
+// file and is younger than OrphanMinAge. It never creates anything: a
+// start that locks the directory while it is removed finds its lock file
+// gone and starts over in a new directory.
+func (r *Real) RemoveOrphanDir(task string, unknown func() (bool, error)) (removed bool, why string, err error) {
+	if err := ValidateTaskID(task); err != nil {
+		return false, "", err
+	}
+	dir := r.dir(task)
+	path := filepath.Join(dir, LockFile)
+	f, err := os.OpenFile(path, os.O_RDWR|unix.O_NOFOLLOW, 0)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		fi, serr := os.Lstat(dir)
+		if serr != nil {
+			return false, "", nil // gone already
+		}
+		if time.Since(fi.ModTime()) < OrphanMinAge {
+			return false, "no lock file yet (a start may be creating it)", nil
+		}
+	case err != nil:
+		return false, "", fmt.Errorf("driver: task lock %s: %w", path, err)
+	default:
+		defer f.Close()
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return false, "a process holds its lock", nil
+			}
+			return false, "", fmt.Errorf("driver: task lock %s: %w", path, err)
+		}
+	}
+	still, err := unknown()
+	if err != nil || !still {
+		return false, "the store knows the task", err
+	}
+	if x, err := executor.ReadIdentity(dir); err == nil {
+		if alive, _ := executor.Alive(x); alive {
+			return false, fmt.Sprintf("its executor (pid %d) is alive", x.PID), nil
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return false, "", fmt.Errorf("driver: removing task directory %s: %w", dir, err)
+	}
+	return true, "", nil
 }
 
 // mkdirDurable creates dir (0700, its parent must exist) and fsyncs the

@@ -106,8 +106,8 @@ type owner struct {
 	// followers are the progress channels of watchers that asked for
 	// them, by their reply channel.
 	followers map[chan reply]chan fsm.Task
-	recovery *recovering
-	lastErr  error // the last start effect's error, for the starters
+	recovery  *recovering
+	lastErr   error // the last start effect's error, for the starters
 
 	closing bool
 	normal  bool // the loop ended by itself (not by a simulated crash)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/driver"
-	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/store"
 )
@@ -325,8 +324,7 @@ func (c *cli) cmdGC(args []string) int {
 
 // removeOrphanDirs removes the task directories the store does not know
 // (left by a start that crashed before it recorded the task, or by a
-// salvage), unless a process holds the task's lock or an executor whose
-// identity file is there is alive.
+// salvage); driver.RemoveOrphanDir keeps the ones in use.
 func (c *cli) removeOrphanDirs(ctx context.Context, s *session) ([]string, error) {
 	ents, err := os.ReadDir(filepath.Join(c.stateDir, "tasks"))
 	if err != nil {
@@ -343,25 +341,26 @@ func (c *cli) removeOrphanDirs(ctx context.Context, s *session) ([]string, error
 		if !e.IsDir() || driver.ValidateTaskID(id) != nil {
 			continue // never a path outside the state directory
 		}
-		if _, err := s.st.LoadTask(ctx, id); !errors.Is(err, store.ErrUnknownTask) {
-			continue // known (or unreadable: not ours to judge)
+		unknown := func() (bool, error) {
+			_, err := s.st.LoadTask(ctx, id)
+			if errors.Is(err, store.ErrUnknownTask) {
+				return true, nil
+			}
+			return false, nil // known, or unreadable: not ours to judge
 		}
-		unlock, holder, err := world.LockTask(id)
-		if err != nil || unlock == nil {
-			c.log.Debug("task directory in use; kept", "task_id", id, "holder", holder, "err", err)
+		if still, _ := unknown(); !still {
 			continue
 		}
-		if x, err := executor.ReadIdentity(c.taskDir(id)); err == nil {
-			if alive, _ := executor.Alive(x); alive {
-				unlock()
-				c.errorf("warning: task directory %s is unknown to the store but its executor (pid %d) is alive; kept", id, x.PID)
-				continue
-			}
-		}
-		err = os.RemoveAll(c.taskDir(id))
-		unlock()
+		removed, why, err := world.RemoveOrphanDir(id, unknown)
 		if err != nil {
 			return out, err
+		}
+		if !removed {
+			if strings.Contains(why, "alive") {
+				c.errorf("warning: task directory %s is unknown to the store but %s; kept", id, why)
+			}
+			c.log.Debug("task directory kept", "task_id", id, "why", why)
+			continue
 		}
 		out = append(out, id)
 	}
