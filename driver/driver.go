@@ -45,6 +45,10 @@ type Config struct {
 	// AllowedCaps is the capability allow list for exec tasks; nil uses
 	// the executor's default (Nomad's exec default, without net_raw).
 	AllowedCaps []string
+	// ChrootEnv is what an exec task's root is built from: entries "SRC"
+	// or "SRC:DST", each bound read-only; nil uses Nomad's chroot_env
+	// default (executor.DefaultChroot). Used only when Executors is nil.
+	ChrootEnv []string
 	// KillTimeout is the default grace between the stop signal and SIGKILL
 	// (default 5s); KillSignal the default stop signal (default SIGTERM).
 	KillTimeout time.Duration
@@ -145,7 +149,14 @@ func Open(cfg Config) (*Driver, error) {
 		closing: make(chan struct{}), abandoned: make(chan struct{})}
 	d.world = cfg.Executors
 	if d.world == nil {
-		d.world = NewReal(cfg.StateDir, cfg.ExecutorCommand, cfg.Logger)
+		var opts []RealOption
+		if cfg.ChrootEnv != nil {
+			if err := executor.ValidateChroot(cfg.ChrootEnv); err != nil {
+				return nil, fmt.Errorf("driver: Config.ChrootEnv: %w", err)
+			}
+			opts = append(opts, WithChroot(cfg.ChrootEnv))
+		}
+		d.world = NewReal(cfg.StateDir, cfg.ExecutorCommand, cfg.Logger, opts...)
 	}
 	d.store = cfg.Store
 	if d.store == nil {

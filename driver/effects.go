@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 	"time"
 
@@ -199,6 +200,13 @@ func (j job) launch(ctx context.Context) jobResult {
 	}
 	launched := j.d.event(fsm.EventLaunched)
 	launched.TaskPID, launched.TaskStartTime = s.PID, s.StartTime
+	if len(s.Warnings) > 0 {
+		// What the launch did differently from what was asked (a raw_exec
+		// task uncontained on a host without cgroups): in the log, for
+		// the caller and 'tether events' to show.
+		launched.Reason = "warning: " + strings.Join(s.Warnings, "; warning: ")
+		j.d.log.Info("the launch did not do all that was asked", "task_id", j.id, "warnings", strings.Join(s.Warnings, "; "))
+	}
 	if s.Over() {
 		ex := j.d.event(fsm.EventTaskExited)
 		ex.Exit = &s.Exit

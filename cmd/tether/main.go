@@ -65,6 +65,8 @@ type cli struct {
 	lockTimeout time.Duration
 	allowCaps   string
 	allowedCaps []string
+	chrootEnv   string
+	chroot      []string
 
 	log   hclog.Logger
 	hooks driver.Hooks
@@ -117,6 +119,9 @@ Global flags (also accepted after the command):
                         an existing one must be private and yours
   --allow-caps LIST     capability allow list for exec tasks, comma-separated
                         (env TETHER_ALLOW_CAPS; default Nomad's exec list)
+  --chroot-env LIST     what an exec task's root is made of: SRC or SRC:DST
+                        entries, comma-separated, each bound read-only (env
+                        TETHER_CHROOT_ENV; default Nomad's chroot_env list)
   --log-level LEVEL     trace, debug, info, warn, error or off (default warn)
   --lock-timeout DUR    how long to wait for another tether holding the
                         store (default 10s)
@@ -136,6 +141,7 @@ func (c *cli) globalFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.StringVar(&c.allowCaps, "allow-caps", c.allowCaps, "comma-separated capability allow `list` for exec tasks (env TETHER_ALLOW_CAPS; default Nomad's exec list, without net_raw)")
+	fs.StringVar(&c.chrootEnv, "chroot-env", c.chrootEnv, "comma-separated `entries` (SRC or SRC:DST) an exec task's root is bound from, read-only (env TETHER_CHROOT_ENV; default Nomad's chroot_env)")
 	fs.StringVar(&c.logLevel, "log-level", c.logLevel, "log `level`: trace, debug, info, warn, error, off")
 	fs.DurationVar(&c.lockTimeout, "lock-timeout", c.lockTimeout, "how long to wait for the store's lock")
 }
@@ -243,6 +249,21 @@ func (c *cli) setup() error {
 		}
 		if err := executor.ValidateCaps(nil, nil, c.allowedCaps); err != nil {
 			return fmt.Errorf("--allow-caps: %w", err)
+		}
+	}
+	chroot := c.chrootEnv
+	if chroot == "" {
+		chroot = os.Getenv("TETHER_CHROOT_ENV")
+	}
+	c.chroot = nil
+	if chroot != "" {
+		for _, e := range strings.Split(chroot, ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				c.chroot = append(c.chroot, e)
+			}
+		}
+		if err := executor.ValidateChroot(c.chroot); err != nil {
+			return fmt.Errorf("--chroot-env: %w; give existing host paths as SRC or SRC:DST", err)
 		}
 	}
 	dir, err := stateDir(c.stateDir)

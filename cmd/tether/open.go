@@ -76,6 +76,7 @@ func (c *cli) open() (*session, error) {
 		Logger:          c.log.Named("driver"),
 		ExecutorCommand: cmd,
 		AllowedCaps:     c.allowedCaps,
+		ChrootEnv:       c.chroot,
 		Hooks:           c.hooks,
 	})
 	if err != nil {

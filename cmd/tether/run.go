@@ -226,6 +226,11 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 	}
 	if evs, err := s.d.TaskEvents(ctx, id); err == nil {
 		fmt.Fprintf(c.stderr, "tether: %s: %s\n", id, joinStates(lifecycle(evs)))
+		for _, e := range evs {
+			if e.Type == fsm.EventLaunched && strings.HasPrefix(e.Reason, "warning: ") {
+				fmt.Fprintf(c.stderr, "tether: %s: %s\n", id, printable(e.Reason))
+			}
+		}
 	}
 	if r.err != nil {
 		tail.stop()
