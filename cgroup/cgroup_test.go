@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/tether-fsm/tether/internal/testproc"
 	"golang.org/x/sys/unix"
 )
 
@@ -104,7 +105,7 @@ func TestKill_SetsidAndDoubleFork(t *testing.T) {
 				}
 			}
 			for _, p := range pids {
-				if alive(p) {
+				if testproc.Alive(p) {
 					t.Errorf("pid %d alive after Kill", p)
 				}
 			}
@@ -148,7 +149,7 @@ func TestKill_BoundedByContext(t *testing.T) {
 			if !slices.ContainsFunc(ke.Alive, func(m Member) bool { return m.PID == pid }) || !strings.Contains(err.Error(), "pid "+strconv.Itoa(pid)) {
 				t.Fatalf("KillError does not name pid %d: %v", pid, err)
 			}
-			if !alive(pid) {
+			if !testproc.Alive(pid) {
 				t.Fatalf("pid %d was killed by a Kill whose context had ended", pid)
 			}
 			if err := cg.Remove(); !errors.Is(err, ErrNotEmpty) || !strings.Contains(err.Error(), strconv.Itoa(pid)) {

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-fsm/tether/internal/testproc"
 	"golang.org/x/sys/unix"
 )
 
@@ -369,35 +370,13 @@ func checkLeaks(t *testing.T, m marker) {
 	}
 }
 
-// markedLive returns the pids of live (not zombie) processes whose command
-// line has marker m.
+// markedLive returns the pids of live processes carrying marker m.
 func markedLive(m marker) []int {
-	ents, _ := os.ReadDir("/proc")
 	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || !strings.Contains(string(b), m.arg()) {
-			continue
-		}
-		if alive(pid) {
-			out = append(out, pid)
-		}
+	for _, p := range testproc.Marked(m.arg()) {
+		out = append(out, p.PID)
 	}
 	return out
-}
-
-// alive reports whether pid is a live process (not gone, not a zombie).
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
 }
 
 // newCgroup creates a task cgroup on h with lim for a fresh task and

@@ -19,6 +19,7 @@ import (
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // modeContainTask is a task mode of this file's tests, dispatched in init
@@ -189,7 +190,7 @@ func TestRecover_SetsidDescendantOfKilledExecutorIsKilled(t *testing.T) {
 	if final.TaskPID != 0 && alive(final.TaskPID, final.TaskStartTime) {
 		t.Errorf("the task's main process %d is alive", final.TaskPID)
 	}
-	for _, p := range liveWith(suffix) {
+	for _, p := range testproc.Marked(suffix) {
 		t.Errorf("left in /proc: %s", p)
 	}
 	checkCgroupGone(t, final.Task)
@@ -272,7 +273,7 @@ func TestStopTask_ConfirmsCgroupEmpty(t *testing.T) {
 	}
 	checkReaped(t, d, final)
 	checkCgroupGone(t, final)
-	for _, p := range liveWith(dir) {
+	for _, p := range testproc.Marked(dir) {
 		t.Errorf("left after the stop: %s", p)
 	}
 }

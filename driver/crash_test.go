@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // runChild is a driver process that runs one scenario on a state dir and
@@ -350,9 +350,8 @@ func checkRecovery(t *testing.T, dir string, acks map[string]int) {
 			t.Errorf("task %s left in %s after Recover (log %v)", id, info.State, logs[id])
 		}
 	}
-	for _, p := range liveWith(dir) {
-		pid, _ := strconv.Atoi(strings.Fields(p)[0])
-		if !slices.Contains(owned, pid) && !strings.Contains(p, "stranger-") {
+	for _, p := range testproc.Marked(dir) {
+		if !slices.Contains(owned, p.PID) && !strings.Contains(p.Cmdline, "stranger-") {
 			t.Errorf("leak after recovery: %s (tasks %v)", p, logs)
 		}
 	}

@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // The test binary is also the executor, the task and the crashing driver:
@@ -29,16 +29,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 {
-		switch os.Args[1] {
-		case modeExecutor:
-			os.Exit(executor.Serve(os.Args[2:]))
-		case modeTask:
-			os.Exit(runTask(os.Args[2:]))
-		case modeChild:
-			os.Exit(runChild(os.Args[2:]))
-		}
-	}
+	testproc.Dispatch(map[string]func([]string) int{modeExecutor: executor.Serve, modeTask: runTask, modeChild: runChild})
 	// Helper processes of a -race binary would each sleep 1 s at exit.
 	os.Setenv("GORACE", "atexit_sleep_ms=0")
 	goleak.VerifyTestMain(m)
@@ -120,45 +111,8 @@ func taskSpec(t testing.TB, marker string, args ...string) fsm.Spec {
 func stateDir(t testing.TB) string {
 	dir := filepath.Join(t.TempDir(), "state") // created private by Open; TempDir's own is 0755
 
-	t.Cleanup(func() { checkNoProcesses(t, dir) })
+	t.Cleanup(func() { testproc.CheckNoLeak(t, dir) })
 	return dir
-}
-
-// liveWith lists the live (non-zombie) processes whose command line
-// contains marker.
-func liveWith(marker string) []string {
-	var out []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !strings.Contains(string(cmd), marker) {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		if i := strings.LastIndexByte(string(stat), ')'); i > 0 && len(stat) > i+2 && stat[i+2] == 'Z' {
-			continue
-		}
-		out = append(out, fmt.Sprintf("%d %s", pid, strings.ReplaceAll(string(cmd), "\x00", " ")))
-	}
-	return out
-}
-
-// checkNoProcesses fails the test on any live process that carries marker,
-// and kills it so one failure does not poison the next test.
-func checkNoProcesses(t testing.TB, marker string) {
-	t.Helper()
-	for _, p := range liveWith(marker) {
-		t.Errorf("leaked process: %s", p)
-		pid, _ := strconv.Atoi(strings.Fields(p)[0])
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
 }
 
 func ctxT(t testing.TB) context.Context {

@@ -16,7 +16,7 @@ import (
 )
 
 // containHelperArg makes the test binary act as a task of this file's
-// tests, dispatched in init (before TestMain):
+// tests, dispatched by TestMain:
 //
 //	alloc MB MARKER    map and touch MB megabytes, then exit 0
 //	print BYTES MARKER print BYTES of numbered lines, then exit 0
@@ -24,12 +24,6 @@ import (
 //	count FILE CODE MARKER  append a line to FILE, print "run K" (K: the
 //	                   lines FILE has now), exit CODE
 const containHelperArg = "tether-contain-helper"
-
-func init() {
-	if len(os.Args) > 2 && os.Args[1] == containHelperArg {
-		os.Exit(containHelper(os.Args[2:]))
-	}
-}
 
 func containHelper(args []string) int {
 	switch args[0] {

@@ -11,12 +11,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // helper returns the argv of a helper task: the test binary, the mode and
@@ -92,15 +93,6 @@ func taskID(t *testing.T, stderr string) string {
 	}
 	t.Fatalf("no lifecycle line in:\n%s", stderr)
 	return ""
-}
-
-func alive(pid int) bool {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	return i >= 0 && i+2 < len(stat) && stat[i+2] != 'Z' && stat[i+2] != 'X'
 }
 
 func TestRun_HelloExample(t *testing.T) {
@@ -245,7 +237,7 @@ func TestStart_StatusLogsStop(t *testing.T) {
 		t.Fatalf("status without --all lists ended tasks: %+v", st)
 	}
 	st = e.status("--all")
-	if len(st) != 1 || st[0].State != "stopped" || st[0].ExecutorAlive || alive(st[0].PID) {
+	if len(st) != 1 || st[0].State != "stopped" || st[0].ExecutorAlive || testproc.Alive(st[0].PID) {
 		t.Fatalf("status --all after stop: %+v", st)
 	}
 	if got := eventNames(e.events(id)); !strings.HasSuffix(got, "stop-requested executor-reaped") {
@@ -262,7 +254,7 @@ func TestStart_TaskOutlivesTheCLI(t *testing.T) {
 	id := strings.TrimSpace(e.must(e.runArgs("start", nil, "sleep")...).stdout)
 	// The start command has exited; a new process sees the task running.
 	st := e.status(id)
-	if len(st) != 1 || st[0].State != "running" || !st[0].ExecutorAlive || !alive(st[0].PID) || !alive(st[0].ExecutorPID) {
+	if len(st) != 1 || st[0].State != "running" || !st[0].ExecutorAlive || !testproc.Alive(st[0].PID) || !testproc.Alive(st[0].ExecutorPID) {
 		t.Fatalf("status from a new process: %+v", st)
 	}
 	// And the next command reattaches to it rather than losing it.
@@ -273,7 +265,7 @@ func TestStart_TaskOutlivesTheCLI(t *testing.T) {
 	if !strings.Contains(r.stdout, "stopped") {
 		t.Fatalf("stop: %s", r)
 	}
-	if alive(st[0].PID) || alive(st[0].ExecutorPID) {
+	if testproc.Alive(st[0].PID) || testproc.Alive(st[0].ExecutorPID) {
 		t.Fatalf("task or executor alive after stop")
 	}
 }
@@ -383,7 +375,7 @@ func TestRun_InterruptStopsTheTask(t *testing.T) {
 		t.Fatalf("want exit 130 after Ctrl-C: %v\n%s", err, stderr.String())
 	}
 	st := e.status("--all")
-	if len(st) != 1 || st[0].State != "stopped" || alive(st[0].PID) {
+	if len(st) != 1 || st[0].State != "stopped" || testproc.Alive(st[0].PID) {
 		t.Fatalf("status after Ctrl-C: %+v\n%s", st, stderr.String())
 	}
 }

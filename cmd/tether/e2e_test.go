@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tether-fsm/tether/driver"
+	"github.com/tether-fsm/tether/internal/testproc"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -33,9 +34,7 @@ var tetherBin string
 const helperArg = "tether-test-helper"
 
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == helperArg {
-		os.Exit(helperMain(os.Args[2:]))
-	}
+	testproc.Dispatch(map[string]func([]string) int{helperArg: helperMain, containHelperArg: containHelper})
 	os.Exit(buildAndRun(m))
 }
 
@@ -124,7 +123,7 @@ func newEnv(t *testing.T) *env {
 	if err := os.Mkdir(e.dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { checkNoLeak(t, e.dir) })
+	t.Cleanup(func() { testproc.CheckNoLeak(t, e.dir) })
 	return e
 }
 
@@ -185,50 +184,6 @@ func (e *env) must(args ...string) result {
 		e.t.Fatalf("tether %s: %s", strings.Join(args, " "), r)
 	}
 	return r
-}
-
-// checkNoLeak fails the test for every live process whose command line
-// contains marker, and kills it so that one failure does not spill into
-// other tests.
-func checkNoLeak(t *testing.T, marker string) {
-	t.Helper()
-	for _, p := range processesWith(marker) {
-		t.Errorf("leaked process %d: %s", p.pid, p.cmdline)
-		if proc, err := os.FindProcess(p.pid); err == nil {
-			_ = proc.Signal(syscall.SIGKILL)
-		}
-	}
-}
-
-type procInfo struct {
-	pid     int
-	cmdline string
-}
-
-// processesWith scans /proc for live (non-zombie) processes whose command
-// line contains marker.
-func processesWith(marker string) []procInfo {
-	entries, _ := os.ReadDir("/proc")
-	var out []procInfo
-	for _, ent := range entries {
-		pid, err := strconv.Atoi(ent.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		raw, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline"))
-		if err != nil || !bytes.Contains(raw, []byte(marker)) {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "stat"))
-		if err != nil {
-			continue // gone meanwhile
-		}
-		if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
-			continue
-		}
-		out = append(out, procInfo{pid, strings.ReplaceAll(strings.TrimRight(string(raw), "\x00"), "\x00", " ")})
-	}
-	return out
 }
 
 func writeFile(t *testing.T, dir, name, content string) string {

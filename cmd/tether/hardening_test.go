@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-fsm/tether/internal/testproc"
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
 )
@@ -72,7 +73,7 @@ func TestParallel_200StartsThen200Stops(t *testing.T) {
 		ids[i] = strings.TrimSpace(r.stdout)
 	}
 	for _, s := range e.status() {
-		if s.State != "running" || !alive(s.PID) || !alive(s.ExecutorPID) {
+		if s.State != "running" || !testproc.Alive(s.PID) || !testproc.Alive(s.ExecutorPID) {
 			t.Fatalf("after %d parallel starts: %+v", n, s)
 		}
 	}
@@ -85,7 +86,7 @@ func TestParallel_200StartsThen200Stops(t *testing.T) {
 	if live := e.status(); len(live) != 0 {
 		t.Fatalf("%d tasks still live after the stops: %+v", len(live), live)
 	}
-	if left := processesWith(e.dir); len(left) > 0 {
+	if left := testproc.Marked(e.dir); len(left) > 0 {
 		t.Fatalf("%d processes left after the stops, e.g. %v", len(left), left[0])
 	}
 	e.checkStore()
@@ -137,7 +138,7 @@ func TestGC_BesideParallelStartsAndStopsLosesNothing(t *testing.T) {
 			t.Errorf("stop %s beside gc: %s", ids[i], r)
 		}
 	}
-	if left := processesWith(e.dir); len(left) > 0 {
+	if left := testproc.Marked(e.dir); len(left) > 0 {
 		t.Fatalf("%d processes left, e.g. %v", len(left), left[0])
 	}
 	e.checkStore()
@@ -167,8 +168,8 @@ func TestFrozenExecutor_WedgesOnlyItsOwnTask(t *testing.T) {
 	// The frozen executor does not answer its Stop; it is killed by its
 	// identity after the probe's deadline, and the task recorded stopped.
 	r := e.must("stop", "--timeout", "1s", frozen)
-	if !strings.Contains(r.stdout, "stopped") || alive(st.PID) || alive(st.ExecutorPID) {
-		t.Fatalf("stop of the frozen task: %s (task alive %v, executor alive %v)", r, alive(st.PID), alive(st.ExecutorPID))
+	if !strings.Contains(r.stdout, "stopped") || testproc.Alive(st.PID) || testproc.Alive(st.ExecutorPID) {
+		t.Fatalf("stop of the frozen task: %s (task alive %v, executor alive %v)", r, testproc.Alive(st.PID), testproc.Alive(st.ExecutorPID))
 	}
 	e.checkStore()
 }
@@ -211,7 +212,7 @@ func TestInterruptedStop_GraceBelongsToTheStopThatAskedForIt(t *testing.T) {
 	if !strings.Contains(r.stdout, "stopped") {
 		t.Fatalf("second stop: %s", r)
 	}
-	if left := processesWith(e.dir); len(left) > 0 {
+	if left := testproc.Marked(e.dir); len(left) > 0 {
 		t.Fatalf("left after the second stop: %v", left)
 	}
 	e.checkStore()
@@ -353,14 +354,14 @@ func TestSalvage_DamagedStoreKeepsRunningTasksUnderControl(t *testing.T) {
 	if r.code != exitOK || !strings.Contains(r.stdout, "copied 1 tasks") || !strings.Contains(r.stdout, "killed by proven identity") {
 		t.Fatalf("salvage: %s", r)
 	}
-	if alive(hurtSt.ExecutorPID) || alive(hurtSt.PID) {
-		t.Fatalf("the lost task's processes live on after the salvage (executor %v, task %v)", alive(hurtSt.ExecutorPID), alive(hurtSt.PID))
+	if testproc.Alive(hurtSt.ExecutorPID) || testproc.Alive(hurtSt.PID) {
+		t.Fatalf("the lost task's processes live on after the salvage (executor %v, task %v)", testproc.Alive(hurtSt.ExecutorPID), testproc.Alive(hurtSt.PID))
 	}
 	if damaged, _ := filepath.Glob(filepath.Join(e.dir, "tether.db.damaged-*")); len(damaged) != 1 {
 		t.Fatalf("the damaged store was not kept: %v", damaged)
 	}
 	e.checkStore()
-	if s := e.status(fine); len(s) != 1 || s[0].State != "running" || !alive(s[0].PID) {
+	if s := e.status(fine); len(s) != 1 || s[0].State != "running" || !testproc.Alive(s[0].PID) {
 		t.Fatalf("the readable task after the salvage: %+v", s)
 	}
 	e.must("stop", fine)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // asNobody runs tether as uid/gid 65534 on a state directory it owns.
@@ -40,7 +42,7 @@ func asNobody(t *testing.T) func(args ...string) result {
 	if err := os.Chown(state, 65534, 65534); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { checkNoLeak(t, state) })
+	t.Cleanup(func() { testproc.CheckNoLeak(t, state) })
 	return func(args ...string) result {
 		cmd := exec.Command(bin, append([]string{"--state-dir", state}, args...)...)
 		cmd.Dir = base

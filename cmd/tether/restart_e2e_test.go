@@ -13,6 +13,7 @@ import (
 
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/testproc"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -138,7 +139,7 @@ func TestRun_RestartingTaskStreamsEveryAttempt(t *testing.T) {
 	if !strings.Contains(evs.stdout, "restart 2 after 0s") {
 		t.Errorf("events do not give the attempt:\n%s", evs)
 	}
-	checkNoLeak(t, e.dir)
+	testproc.CheckNoLeak(t, e.dir)
 }
 
 // TestStart_RestartsWithNoCommandRunningAreFoldedLater: a detached task's
@@ -179,7 +180,7 @@ func TestStart_RestartsWithNoCommandRunningAreFoldedLater(t *testing.T) {
 	if len(again) != len(evs) {
 		t.Errorf("a second command changed the log: %d -> %d events", len(evs), len(again))
 	}
-	checkNoLeak(t, e.dir)
+	testproc.CheckNoLeak(t, e.dir)
 }
 
 // TestStop_DuringTheRestartDelayStopsForGood: a task waiting out a long
@@ -215,7 +216,7 @@ func TestStop_DuringTheRestartDelayStopsForGood(t *testing.T) {
 	if len(j.Entries) != 1 {
 		t.Errorf("journal after the stop: %v, want only the one intent", j.Entries)
 	}
-	checkNoLeak(t, e.dir)
+	testproc.CheckNoLeak(t, e.dir)
 }
 
 // statusOfRaw reads a task's state from the store itself, as no command

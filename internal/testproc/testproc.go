@@ -1,0 +1,92 @@
+// Package testproc is what tether's tests share about processes: the test
+// binary serving as its own helper processes (Dispatch), and the /proc
+// scan that finds what a test leaked (Marked, CheckNoLeak).
+//
+// Every helper process a test starts carries a marker in its command line
+// (the test's state directory, usually), so that a scan for the marker
+// finds exactly that test's processes:
+//
+//	func TestMain(m *testing.M) {
+//		testproc.Dispatch(map[string]func([]string) int{
+//			"executor": executor.Serve,
+//			"task":     runTask,
+//		})
+//		os.Exit(m.Run())
+//	}
+//
+//	func TestX(t *testing.T) {
+//		dir := t.TempDir()
+//		// ... start processes with dir in their arguments ...
+//		testproc.CheckNoLeak(t, dir)
+//	}
+package testproc
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// Dispatch runs the helper mode named by the binary's first argument, if
+// modes has it, and exits with its code; otherwise it returns (the binary
+// is running its tests).
+func Dispatch(modes map[string]func(args []string) int) {
+	if len(os.Args) < 2 {
+		return
+	}
+	if run, ok := modes[os.Args[1]]; ok {
+		os.Exit(run(os.Args[2:]))
+	}
+}
+
+// Proc is a live process found by Marked.
+type Proc struct {
+	PID     int
+	Cmdline string // its arguments joined by spaces
+}
+
+func (p Proc) String() string { return strconv.Itoa(p.PID) + " " + p.Cmdline }
+
+// Marked lists the live processes (not zombies, not this one) whose
+// command line contains marker.
+func Marked(marker string) []Proc {
+	ents, _ := os.ReadDir("/proc")
+	var out []Proc
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		raw, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || !bytes.Contains(raw, []byte(marker)) || !Alive(pid) {
+			continue
+		}
+		out = append(out, Proc{PID: pid, Cmdline: strings.ReplaceAll(strings.TrimRight(string(raw), "\x00"), "\x00", " ")})
+	}
+	return out
+}
+
+// Alive reports whether pid is a live process: it exists and is neither a
+// zombie nor dead.
+func Alive(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	return i >= 0 && i+2 < len(stat) && stat[i+2] != 'Z' && stat[i+2] != 'X'
+}
+
+// CheckNoLeak fails the test for every live process whose command line
+// contains marker, and SIGKILLs it, so that one failure does not spill
+// into other tests.
+func CheckNoLeak(t testing.TB, marker string) {
+	t.Helper()
+	for _, p := range Marked(marker) {
+		t.Errorf("leaked process: %s", p)
+		_ = syscall.Kill(p.PID, syscall.SIGKILL)
+	}
+}
