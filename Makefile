@@ -41,10 +41,12 @@ bench-quick:
 
 # The main job on the embedded default store ($$XDG_STATE_HOME/tether or
 # ~/.local/state/tether): a task runs and exits, a net_raw task is refused
-# cleanly, and status shows what the store recorded.
+# cleanly, an isolated exec task shows what it sees from inside (it needs
+# root), and status shows what the store recorded.
 demo: build
 	$(BIN) run examples/hello.hcl
 	-$(BIN) run examples/net_raw.hcl
+	-$(BIN) run examples/isolated.hcl
 	$(BIN) status --all
 
 # Each planted bug under proptest/testdata/mutants is applied through
