@@ -42,8 +42,16 @@ import (
 //	    cores      = 1     # CPUs the task is pinned to
 //	    pids       = 100   # most processes (tether's addition)
 //	  }
-//	  logs    { max_files = 10, max_file_size = 10 }   # MB; disabled = true discards
-//	  restart { attempts = 2, interval = "30m", delay = "15s", mode = "fail" }
+//	  logs {
+//	    max_files     = 10   # Nomad's defaults
+//	    max_file_size = 10   # MB; disabled = true discards the output
+//	  }
+//	  restart {
+//	    attempts = 2
+//	    interval = "30m"
+//	    delay    = "15s"
+//	    mode     = "fail"    # or "delay"
+//	  }
 //	}
 //
 // In a Nomad job file (job "j" { type = "service" group "g" { task ... } }),
