@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/store"
 )
@@ -718,6 +719,13 @@ func (o *owner) stopSupervising() {
 // supervised records what the supervisor reported: restarts the log
 // lacks, and the task's end, whose reaping it then drives.
 func (o *owner) supervised(r report) {
+	if r.from > executor.JournalFolded(o.st) && o.h != nil {
+		// Entries before this report were reported and not recorded (an
+		// append that failed): follow the journal again from the log.
+		o.stopSupervising()
+		o.supervise()
+		return
+	}
 	if len(r.end) > 0 {
 		o.supC, o.supStop = nil, nil // the supervisor has ended
 		o.drive()
@@ -727,6 +735,10 @@ func (o *owner) supervised(r report) {
 		return
 	}
 	if _, err := o.apply(inputs...); err != nil {
+		// The supervisor is past what the log holds: stop it, so that a
+		// Recover reconciles the task (from the journal) rather than
+		// leave it to a supervision that will not report it again.
+		o.stopSupervising()
 		o.giveUp(err)
 		return
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/fsm"
@@ -68,6 +69,7 @@ type Client struct {
 	taskDir string
 	log     hclog.Logger
 	conn    *net.UnixConn
+	rd      *rightsReader // reads conn, with the descriptors answers carry
 	proc    *pidFD        // the executor, verified
 	reaped  chan struct{} // closed once Spawn's reaper collected the executor; nil after Reattach
 
@@ -265,10 +267,15 @@ func Reattach(ctx context.Context, taskDir string, want fsm.Identity) (*Client, 
 	return c, nil
 }
 
-// connect dials the executor's socket and says hello.
+// connect dials the executor's socket, checks that its peer is the
+// executor (see checkPeer) and says hello.
 func connect(ctx context.Context, id fsm.Identity, dir string, log hclog.Logger) (*Client, error) {
 	conn, err := dialSocket(socketPath(dir))
 	if err != nil {
+		return nil, err
+	}
+	if err := checkPeer(conn, id.PID, uint32(os.Geteuid())); err != nil {
+		conn.Close()
 		return nil, err
 	}
 	c := &Client{
@@ -276,6 +283,7 @@ func connect(ctx context.Context, id fsm.Identity, dir string, log hclog.Logger)
 		taskDir: dir,
 		log:     log,
 		conn:    conn,
+		rd:      newRightsReader(conn),
 		pending: map[uint64]chan response{},
 		readEnd: make(chan struct{}),
 	}
@@ -300,7 +308,10 @@ func (c *Client) readLoop() {
 	defer close(c.readEnd)
 	for {
 		var r response
-		err := readFrame(c.conn, &r)
+		err := readFrame(c.rd, &r)
+		if err == nil {
+			r.files, err = c.rd.take(r.FDs)
+		}
 		if err != nil {
 			c.mu.Lock()
 			if c.connErr == nil {
@@ -322,8 +333,34 @@ func (c *Client) readLoop() {
 		c.mu.Unlock()
 		if ch != nil {
 			ch <- r
+		} else {
+			closeFiles(r.files) // nobody waits for them any more
 		}
 	}
+}
+
+// checkPeer checks the credentials (SO_PEERCRED) of the process serving a
+// freshly dialled socket before anything is sent on it: it must be the
+// executor (pid, whose identity the caller proved) and run as the
+// caller's uid or as root (the executor's own rule for its peers: an
+// executor runs as the user who spawned it, and a state directory serves
+// only its owner). Anything else is a listener planted at the socket path:
+// ErrPeerNotExecutor, naming what was seen and what was expected.
+func checkPeer(conn *net.UnixConn, pid int, uid uint32) error {
+	cred, err := peerCred(conn)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrPeerNotExecutor, err)
+	}
+	return peerMatches(cred, pid, uid)
+}
+
+// peerMatches is checkPeer's rule.
+func peerMatches(cred *unix.Ucred, pid int, uid uint32) error {
+	if int(cred.Pid) != pid || (cred.Uid != uid && cred.Uid != 0) {
+		return fmt.Errorf("%w: the socket is served by pid %d (uid %d), expected the executor, pid %d (uid %d or root)",
+			ErrPeerNotExecutor, cred.Pid, cred.Uid, pid, uid)
+	}
+	return nil
 }
 
 func (c *Client) lostErr() error {
@@ -344,14 +381,23 @@ func (c *Client) call(ctx context.Context, req request) (response, error) {
 	ch := make(chan response, 1)
 	c.pending[req.ID] = ch
 	c.mu.Unlock()
+	answered := false
 	defer func() {
 		c.mu.Lock()
 		delete(c.pending, req.ID)
 		c.mu.Unlock()
+		if !answered { // an answer that came too late has no taker
+			select {
+			case r := <-ch:
+				closeFiles(r.files)
+			default:
+			}
+		}
 	}()
+	req.FDs = len(req.files)
 
 	c.wmu.Lock()
-	err := writeFrame(c.conn, req)
+	err := writeFrameFDs(c.conn, req, req.files)
 	c.wmu.Unlock()
 	if err != nil {
 		// The executor may have said why it closed (a refused peer): let the
@@ -367,15 +413,19 @@ func (c *Client) call(ctx context.Context, req request) (response, error) {
 	}
 	select {
 	case r := <-ch:
+		answered = true
 		c.noteTask(r)
 		if r.Err != nil {
+			closeFiles(r.files)
 			return r, r.Err.err()
 		}
 		return r, nil
 	case <-c.readEnd:
 		select { // the answer may have raced the end of the connection
 		case r := <-ch:
+			answered = true
 			if r.Err != nil {
+				closeFiles(r.files)
 				return r, r.Err.err()
 			}
 			return r, nil
@@ -543,9 +593,19 @@ func (c *Client) Stats(ctx context.Context) (cgroup.Stats, error) {
 	return *r.Stats, nil
 }
 
-// Signal sends sig to every member of the task's process group.
+// Signal sends sig to every member of the task's process group (commands
+// started with Exec are not in it). ErrRestarting while a restart's delay
+// runs, ErrTaskExited once the task has exited, ErrNotLaunched before.
 func (c *Client) Signal(ctx context.Context, sig syscall.Signal) error {
 	_, err := c.call(ctx, request{Op: opSignal, Signal: int(sig)})
+	return err
+}
+
+// SignalMain sends sig to the task's main process only (the process the
+// executor launched, through its pidfd), not to the rest of its group.
+// Errors as for Signal.
+func (c *Client) SignalMain(ctx context.Context, sig syscall.Signal) error {
+	_, err := c.call(ctx, request{Op: opSignal, Signal: int(sig), Main: true})
 	return err
 }
 

@@ -25,6 +25,13 @@ var (
 	// ErrPeerRefused is returned when the executor refused the connection
 	// because the peer runs as another (non-root) user.
 	ErrPeerRefused = errors.New("executor: peer refused")
+	// ErrPeerNotExecutor is returned when the process serving the task's
+	// socket is not the executor whose identity was proven (SO_PEERCRED
+	// names another pid, or a uid that is neither the caller's nor root):
+	// a listener planted at the socket path. Nothing is sent on such a
+	// connection. The executor itself may be alive and ours: this says
+	// only that its socket cannot be trusted.
+	ErrPeerNotExecutor = errors.New("executor: the socket's peer is not the executor")
 	// ErrBusy is returned when the task directory already has a live executor.
 	ErrBusy = errors.New("executor: task directory has a live executor")
 	// ErrBadConfig is returned for an unusable SpawnConfig (empty task dir,
@@ -84,12 +91,30 @@ var (
 	ErrIsolation = errors.New("executor: cannot isolate the task")
 )
 
+// Errors returned by Exec.
+var (
+	// ErrExec is returned when a command could not be started inside the
+	// task; the message names the step that failed (joining the task's
+	// cgroup or namespaces, the user switch, the exec). A command that does
+	// not exist in the task is ErrCommandNotFound, one that cannot be
+	// executed ErrNotExecutable.
+	ErrExec = errors.New("executor: exec in the task failed")
+	// ErrUnknownExec is returned by ExecProcess.Wait and Signal for an exec
+	// the executor does not know on this connection.
+	ErrUnknownExec = errors.New("executor: no such exec")
+)
+
 // Errors returned by the control calls.
 var (
 	// ErrNotLaunched is returned by Signal and Stop before a task was launched.
 	ErrNotLaunched = errors.New("executor: task not launched")
-	// ErrTaskExited is returned by Signal after the task has exited.
+	// ErrTaskExited is returned by Signal and Exec after the task has
+	// exited (or while it is being stopped).
 	ErrTaskExited = errors.New("executor: task already exited")
+	// ErrRestarting is returned by Signal and Exec while the task's last
+	// run has exited and its restart policy restarts it (a restart's delay
+	// runs): there is no task process to signal or join.
+	ErrRestarting = errors.New("executor: task is restarting (no process until its restart)")
 	// ErrNoStats is returned by Stats for a task without a cgroup (the host
 	// gives none) or whose cgroup is gone.
 	ErrNoStats = errors.New("executor: no stats for the task")

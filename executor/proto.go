@@ -8,7 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"os"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/fsm"
@@ -25,8 +29,12 @@ import (
 // be a hello with the protocol version and the executor's nonce.
 //
 // Version 3 added the stats request, the launch's containment, isolation
-// and logs fields, and the launch reply's warnings.
-const ProtocolVersion = 4
+// and logs fields, and the launch reply's warnings. Version 5 added the
+// signal's main-only mode and the exec requests (exec, exec-wait,
+// exec-signal), whose frames carry descriptors (SCM_RIGHTS): a frame
+// declares how many (fds) and they travel with its bytes in the same
+// sendmsg.
+const ProtocolVersion = 5
 
 const maxFrame = 1 << 20
 
@@ -43,6 +51,9 @@ const (
 	opShutdown
 	opStats
 	opWatch
+	opExec
+	opExecWait
+	opExecSignal
 )
 
 func (o op) String() string {
@@ -65,6 +76,12 @@ func (o op) String() string {
 		return "stats"
 	case opWatch:
 		return "watch"
+	case opExec:
+		return "exec"
+	case opExecWait:
+		return "exec-wait"
+	case opExecSignal:
+		return "exec-signal"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
@@ -78,6 +95,12 @@ type request struct {
 	Signal  int           `json:"signal,omitempty"`  // signal, stop
 	Grace   time.Duration `json:"grace,omitempty"`   // stop
 	Since   int           `json:"since,omitempty"`   // watch
+	Main    bool          `json:"main,omitempty"`    // signal: the task's main process only
+	Exec    *ExecSpec     `json:"exec,omitempty"`    // exec
+	PID     int           `json:"pid,omitempty"`     // exec-wait, exec-signal: which exec
+	FDs     int           `json:"fds,omitempty"`     // descriptors sent with this frame
+
+	files []*os.File // the descriptors that came (or go) with the frame
 }
 
 type response struct {
@@ -88,6 +111,10 @@ type response struct {
 	Status   *Status       `json:"status,omitempty"`   // launch, status, wait, stop
 	Stats    *cgroup.Stats `json:"stats,omitempty"`    // stats
 	Journal  []fsm.Event   `json:"journal,omitempty"`  // watch: the restart journal's entries from Since on
+	Exec     *ExecStatus   `json:"exec,omitempty"`     // exec, exec-wait
+	FDs      int           `json:"fds,omitempty"`      // descriptors sent with this frame
+
+	files []*os.File // the descriptors that came (or go) with the frame
 }
 
 // errCode is the wire name of a named error.
@@ -113,6 +140,9 @@ const (
 	codeLimit
 	codeIsolation
 	codeNoStats
+	codeRestarting
+	codeExec
+	codeUnknownExec
 )
 
 // wireErrors maps codes to named errors; the index is the code.
@@ -136,6 +166,9 @@ var wireErrors = [...]error{
 	codeLimit:           ErrLimit,
 	codeIsolation:       ErrIsolation,
 	codeNoStats:         ErrNoStats,
+	codeRestarting:      ErrRestarting,
+	codeExec:            ErrExec,
+	codeUnknownExec:     ErrUnknownExec,
 }
 
 type wireError struct {
@@ -179,18 +212,124 @@ func (w *wireError) err() error {
 
 // writeFrame writes v as one frame.
 func writeFrame(w io.Writer, v any) error {
+	buf, err := encodeFrame(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(buf)
+	return err
+}
+
+func encodeFrame(v any) ([]byte, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("%w: encode: %w", ErrProtocol, err)
+		return nil, fmt.Errorf("%w: encode: %w", ErrProtocol, err)
 	}
 	if len(b) > maxFrame {
-		return fmt.Errorf("%w: frame of %d bytes", ErrProtocol, len(b))
+		return nil, fmt.Errorf("%w: frame of %d bytes", ErrProtocol, len(b))
 	}
 	buf := make([]byte, 4+len(b))
 	binary.BigEndian.PutUint32(buf, uint32(len(b)))
 	copy(buf[4:], b)
-	_, err = w.Write(buf)
+	return buf, nil
+}
+
+// maxFDs bounds the descriptors one frame may carry.
+const maxFDs = 3
+
+// writeFrameFDs writes v as one frame on a unix socket, with files passed
+// along (SCM_RIGHTS) on its first bytes. The caller keeps (and closes) its
+// copies of files.
+func writeFrameFDs(c *net.UnixConn, v any, files []*os.File) error {
+	if len(files) == 0 {
+		return writeFrame(c, v)
+	}
+	buf, err := encodeFrame(v)
+	if err != nil {
+		return err
+	}
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	n, _, err := c.WriteMsgUnix(buf, unix.UnixRights(fds...), nil)
+	if err != nil {
+		return err
+	}
+	if n < len(buf) { // a stream socket may take a long frame in parts
+		_, err = c.Write(buf[n:])
+	}
 	return err
+}
+
+// rightsReader reads a unix stream socket with recvmsg, keeping the
+// descriptors that arrive with the bytes (SCM_RIGHTS). The kernel hands
+// them over with the first bytes of the sendmsg that carried them and
+// never merges two such sendmsgs in one read, and readFrame reads no byte
+// past its frame, so once a frame is read the descriptors held are the
+// ones sent with it (take).
+type rightsReader struct {
+	c     *net.UnixConn
+	oob   []byte
+	files []*os.File
+}
+
+func newRightsReader(c *net.UnixConn) *rightsReader {
+	return &rightsReader{c: c, oob: make([]byte, unix.CmsgSpace(4*maxFDs))}
+}
+
+func (r *rightsReader) Read(p []byte) (int, error) {
+	n, oobn, _, _, err := r.c.ReadMsgUnix(p, r.oob)
+	if oobn > 0 {
+		r.keep(r.oob[:oobn])
+	}
+	if n == 0 && err == nil {
+		err = io.EOF
+	}
+	return n, err
+}
+
+// keep takes the descriptors out of a control message (received
+// close-on-exec: Go's ReadMsgUnix asks for MSG_CMSG_CLOEXEC).
+func (r *rightsReader) keep(oob []byte) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return
+	}
+	for _, m := range msgs {
+		fds, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			if len(r.files) >= maxFDs {
+				unix.Close(fd)
+				continue
+			}
+			r.files = append(r.files, os.NewFile(uintptr(fd), "received"))
+		}
+	}
+}
+
+// take returns the descriptors that came with the frame just read, which
+// declared n of them. Any other count is a protocol error (and closes
+// what came).
+func (r *rightsReader) take(n int) ([]*os.File, error) {
+	got := r.files
+	r.files = nil
+	if len(got) != n {
+		closeFiles(got)
+		return nil, fmt.Errorf("%w: frame declares %d descriptors, %d came with it", ErrProtocol, n, len(got))
+	}
+	return got, nil
+}
+
+func closeFiles(fs []*os.File) {
+	for _, f := range fs {
+		if f != nil {
+			f.Close()
+		}
+	}
 }
 
 // readFrame reads one frame into v. A clean EOF before a frame is io.EOF.

@@ -171,7 +171,7 @@ func (s *server) relaunch() {
 		return
 	}
 	crash(CrashAfterRelaunch)
-	s.task = &taskState{pid: l.pid, start: l.start, nsInit: l.nsInit}
+	s.task = &taskState{pid: l.pid, start: l.start, nsInit: l.nsInit, join: l.join}
 	s.outs = l.outs
 	rec := LaunchRecord{Nonce: s.nonce, BootID: s.id.BootID, PID: l.pid, StartTime: l.start}
 	if err := writeFile(s.taskDir, LaunchFile, rec, false); err != nil {

@@ -49,6 +49,9 @@ func Serve(args []string) int {
 	if len(args) > 0 && args[0] == shimFlag {
 		return runShim(args[1:])
 	}
+	if len(args) > 0 && args[0] == joinFlag {
+		return runJoin(args[1:])
+	}
 	fs := flag.NewFlagSet("executor", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
 	dir := fs.String("dir", "", "task directory")
@@ -147,12 +150,16 @@ type server struct {
 	rs       *restarts
 	stopping bool
 	watchers []watcher
+
+	// Commands run inside the task (see exec.go), by pid.
+	execs map[int]*execProc
 }
 
 type taskState struct {
 	pid    int
 	start  uint64
-	nsInit bool // pid 1 of a PID namespace of its own
+	nsInit bool     // pid 1 of a PID namespace of its own
+	join   joinPlan // what an exec into this run joins
 	exited bool
 	exit   fsm.ExitStatus
 	// done: the run is over and drained (completeTask ran); a restart of
@@ -203,6 +210,7 @@ func newServer(log hclog.Logger, dir, nonce string, prefix []string) (*server, e
 		quit:     make(chan struct{}),
 		conns:    map[*sconn]bool{},
 		cgKilled: make(chan error, 1),
+		execs:    map[int]*execProc{},
 	}
 	if sid, err := unix.Getsid(0); err == nil && sid == s.self {
 		s.ownSess = true
@@ -356,27 +364,42 @@ func (s *server) acceptLoop() {
 }
 
 func peerUID(c *net.UnixConn) (uint32, error) {
-	rc, err := c.SyscallConn()
+	cred, err := peerCred(c)
 	if err != nil {
 		return 0, err
+	}
+	return cred.Uid, nil
+}
+
+// peerCred is the SO_PEERCRED of a connected unix socket: the pid, uid
+// and gid of the process at its other end (as of its connect or listen).
+func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
 	}
 	var cred *unix.Ucred
 	var cerr error
 	if err := rc.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return 0, err
+		return nil, err
 	}
 	if cerr != nil {
-		return 0, fmt.Errorf("executor: SO_PEERCRED: %w", cerr)
+		return nil, fmt.Errorf("executor: SO_PEERCRED: %w", cerr)
 	}
-	return cred.Uid, nil
+	return cred, nil
 }
 
 func (s *server) readLoop(sc *sconn) {
+	rd := newRightsReader(sc.c)
 	for {
 		var req request
-		if err := readFrame(sc.c, &req); err != nil {
+		err := readFrame(rd, &req)
+		if err == nil {
+			req.files, err = rd.take(req.FDs)
+		}
+		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				s.log.Debug("connection read failed", "err", err)
 			}
@@ -389,6 +412,7 @@ func (s *server) readLoop(sc *sconn) {
 		select {
 		case s.inbox <- inMsg{c: sc, req: req}:
 		case <-s.quit:
+			closeFiles(req.files)
 			return
 		}
 	}
@@ -399,9 +423,13 @@ func (s *server) writeLoop(sc *sconn) {
 	defer sc.c.Close()
 	for r := range sc.out {
 		_ = sc.c.SetWriteDeadline(time.Now().Add(5 * time.Second))
-		if err := writeFrame(sc.c, r); err != nil {
+		r.FDs = len(r.files)
+		err := writeFrameFDs(sc.c, r, r.files)
+		closeFiles(r.files) // the client has its own copies now
+		if err != nil {
 			sc.c.Close()
-			for range sc.out {
+			for r := range sc.out {
+				closeFiles(r.files)
 			}
 			return
 		}
@@ -412,11 +440,13 @@ func (s *server) writeLoop(sc *sconn) {
 // not read its answers is dropped.
 func (s *server) send(sc *sconn, r response) {
 	if sc.closed {
+		closeFiles(r.files)
 		return
 	}
 	select {
 	case sc.out <- r:
 	default:
+		closeFiles(r.files)
 		s.log.Warn("client not reading, dropping it")
 		s.closeConn(sc)
 	}
@@ -438,6 +468,7 @@ func (s *server) dropConn(sc *sconn) {
 	}
 	delete(s.conns, sc)
 	s.closeConn(sc)
+	s.dropExecs(sc)
 	if hello && s.task == nil && !s.shutdown && s.helloCount() == 0 {
 		s.log.Warn("lease lost before launch: driver connection dropped, exiting")
 		s.finish(0)
@@ -455,6 +486,10 @@ func (s *server) helloCount() int {
 }
 
 func (s *server) handle(sc *sconn, req request) {
+	// Descriptors that came with a request are the executor's copies:
+	// an exec hands them on to its shim (which gets its own), so they are
+	// closed once the request is handled, whatever it was.
+	defer closeFiles(req.files)
 	if _, known := s.conns[sc]; !known {
 		return
 	}
@@ -495,7 +530,7 @@ func (s *server) handle(sc *sconn, req request) {
 			s.send(sc, response{ID: req.ID, Err: toWire(err)})
 			return
 		}
-		s.task = &taskState{pid: l.pid, start: l.start, nsInit: l.nsInit}
+		s.task = &taskState{pid: l.pid, start: l.start, nsInit: l.nsInit, join: l.join}
 		s.outs = l.outs
 		rec := LaunchRecord{Nonce: s.nonce, BootID: s.id.BootID, PID: l.pid, StartTime: l.start}
 		if err := writeFile(s.taskDir, LaunchFile, rec, false); err != nil {
@@ -526,7 +561,14 @@ func (s *server) handle(sc *sconn, req request) {
 			s.send(sc, response{ID: req.ID, Err: toWire(err)})
 			return
 		}
-		s.signalGroup(syscall.Signal(req.Signal))
+		if req.Main {
+			if err := s.signalMain(syscall.Signal(req.Signal)); err != nil {
+				s.send(sc, response{ID: req.ID, Err: toWire(err)})
+				return
+			}
+		} else {
+			s.signalGroup(syscall.Signal(req.Signal))
+		}
 		s.send(sc, response{ID: req.ID})
 	case opStop:
 		if req.Signal < 0 || req.Signal > 64 {
@@ -563,6 +605,12 @@ func (s *server) handle(sc *sconn, req request) {
 			return
 		}
 		s.send(sc, response{ID: req.ID, Stats: &st})
+	case opExec:
+		s.execute(sc, req)
+	case opExecWait:
+		s.execWait(sc, req.ID, req.PID)
+	case opExecSignal:
+		s.execSignal(sc, req)
 	default:
 		s.send(sc, response{ID: req.ID, Err: toWire(fmt.Errorf("%w: unknown op %v", ErrProtocol, req.Op))})
 	}
@@ -593,14 +641,31 @@ func (s *server) stats() (cgroup.Stats, error) {
 	return st, nil
 }
 
+// checkRunning says why there is no task process to signal or join, if
+// there is none: not launched yet, restarting (a run exited and its
+// restart policy is deciding, or a restart's delay runs), or exited.
 func (s *server) checkRunning() error {
 	switch {
 	case s.task == nil:
 		return ErrNotLaunched
+	case s.task.exited && s.restarting():
+		return ErrRestarting
 	case s.task.exited:
 		return ErrTaskExited
 	}
 	return nil
+}
+
+// signalMain signals the task's main process through a pidfd. The task is
+// the executor's unreaped child (only this loop reaps), so its pid is
+// still its own.
+func (s *server) signalMain(sig syscall.Signal) error {
+	p, err := openPidfd(s.task.pid)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrTaskExited, err)
+	}
+	defer p.Close()
+	return p.signal(sig)
 }
 
 // waitFor answers now if the task is over, or when it is.
@@ -695,6 +760,10 @@ func (s *server) reap() {
 		if pid == 0 {
 			s.noChildren = false
 			break
+		}
+		if e := s.execs[pid]; e != nil && !e.exited {
+			s.execReaped(e, ws)
+			continue
 		}
 		if s.task != nil && pid == s.task.pid && !s.task.exited {
 			s.task.exited = true

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/creack/pty"
 	"github.com/moby/sys/capability"
 	"golang.org/x/sys/unix"
 
@@ -300,4 +301,162 @@ func setCaps(caps []capability.Cap, uid int) error {
 		return fmt.Errorf("set capabilities: %w", err)
 	}
 	return nil
+}
+
+// Join mode: the init shim again, re-executed by the executor with
+// joinFlag, starts a command inside the task's running run (see exec.go).
+// The executor's descriptors 0, 1 and 2 are the command's stdio (without a
+// terminal), 3 the report socket (a datagram socket: one report, with the
+// terminal's master when there is one), and 4, for an exec task, a pidfd
+// of the task. On one locked thread, whose attributes the command
+// inherits, it
+//
+//  1. joins the task's cgroup and sets its oom_score_adj;
+//  2. joins the task's namespaces through the pidfd (setns with the
+//     task's CLONE_NEW* flags, after unshare(CLONE_FS) so that the mount
+//     namespace may be joined), which puts the thread in the task's root
+//     and makes its children members of the task's PID namespace;
+//  3. changes to the task's working directory, still as root;
+//  4. opens the terminal, inside the task's root (its own devpts), when
+//     asked, owned by the task's user;
+//  5. takes the task's user, capabilities and no_new_privs as the task
+//     got them;
+//  6. starts the command, found in the task's PATH, as the executor's
+//     child (CLONE_PARENT: the executor reaps and supervises it, and it
+//     is not a child of this shim, which exits), in a new session (on
+//     the terminal as its controlling terminal);
+//  7. reports the command's pid, in the host's PID namespace, and exits.
+//
+// The shim runs the command without exec'ing itself inside the task's
+// root, where its own binary is not visible.
+const joinFlag = "-join"
+
+// Join steps, as a failure names them.
+const (
+	stepJoinNS  = "join the task's namespaces"
+	stepTTY     = "open a terminal in the task"
+	stepCommand = "start the command"
+)
+
+// joinConfig is what the executor tells the join shim: the run's shim
+// config (no root, no path) and what to join.
+type joinConfig struct {
+	shimConfig
+	// NS are the CLONE_NEW* flags of the task's namespaces to join
+	// through the pidfd on descriptor 4; 0 joins none (raw_exec).
+	NS   int    `json:"ns,omitempty"`
+	TTY  bool   `json:"tty,omitempty"`
+	Rows uint16 `json:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
+}
+
+// joinReport is the join shim's one report: the command's pid, or why it
+// did not start.
+type joinReport struct {
+	PID int        `json:"pid,omitempty"`
+	Err *wireError `json:"err,omitempty"`
+}
+
+// runJoin is the join mode (see joinFlag).
+func runJoin(args []string) int {
+	unix.CloseOnExec(3)
+	unix.CloseOnExec(4)
+	runtime.LockOSThread() // never unlocked: the command inherits this thread's attributes
+	fail := func(step string, err error) int {
+		b, _ := json.Marshal(joinReport{Err: toWire(fmt.Errorf("%w: %s: %w", ErrExec, step, err))})
+		_ = unix.Sendmsg(3, b, nil, nil, 0)
+		return 127
+	}
+	if len(args) < 2 {
+		return fail("start", errors.New("the shim needs its config and the command's argv"))
+	}
+	var cfg joinConfig
+	if err := json.Unmarshal([]byte(args[0]), &cfg); err != nil {
+		return fail("start", fmt.Errorf("the shim's config: %w", err))
+	}
+	argv := args[1:]
+	if cfg.Cgroup != "" {
+		if err := joinCgroup(cfg.Cgroup); err != nil {
+			return fail(stepCgroup, err)
+		}
+	}
+	if err := cgroup.SetOOMScoreAdj(cfg.OOMScoreAdj); err != nil {
+		return fail(stepOOMAdj, err)
+	}
+	if cfg.NS != 0 {
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			return fail(stepJoinNS, fmt.Errorf("unshare(CLONE_FS): %w", err))
+		}
+		if err := unix.Setns(4, cfg.NS); err != nil {
+			return fail(stepJoinNS, fmt.Errorf("setns through the task's pidfd: %w", err))
+		}
+		unix.Close(4)
+	}
+	if err := unix.Chdir(cfg.Dir); err != nil {
+		return fail(stepDir, fmt.Errorf("%w: %s: %w", ErrWorkDir, cfg.Dir, err))
+	}
+	stdio := []uintptr{0, 1, 2}
+	var rights []byte
+	if cfg.TTY {
+		master, tty, err := pty.Open()
+		if err != nil {
+			return fail(stepTTY, err)
+		}
+		if cfg.UID >= 0 {
+			if err := tty.Chown(cfg.UID, cfg.GID); err != nil {
+				return fail(stepTTY, err)
+			}
+		}
+		if cfg.Rows > 0 && cfg.Cols > 0 {
+			if err := pty.Setsize(tty, &pty.Winsize{Rows: cfg.Rows, Cols: cfg.Cols}); err != nil {
+				return fail(stepTTY, err)
+			}
+		}
+		fd := tty.Fd()
+		stdio = []uintptr{fd, fd, fd}
+		rights = unix.UnixRights(int(master.Fd()))
+	}
+	var caps []capability.Cap
+	if cfg.Caps != nil {
+		caps = capsFromMask(*cfg.Caps)
+		if err := dropBounding(caps); err != nil {
+			return fail(stepCaps, err)
+		}
+	}
+	if err := switchUser(cfg.UID, cfg.GID, cfg.Groups, cfg.Caps != nil); err != nil {
+		return fail(stepUser, err)
+	}
+	if cfg.Caps != nil {
+		if err := setCaps(caps, cfg.UID); err != nil {
+			return fail(stepCaps, err)
+		}
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return fail(stepNNP, err)
+		}
+	}
+	// Relative to the working directory: a task user may not traverse
+	// the task directory above it.
+	path, err := resolveCommand(argv[0], ".", os.Getenv("PATH"))
+	if err != nil {
+		return fail(stepCommand, err)
+	}
+	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
+		Env:   os.Environ(),
+		Files: stdio,
+		Sys:   &syscall.SysProcAttr{Setsid: true, Setctty: cfg.TTY, Ctty: 0, Cloneflags: unix.CLONE_PARENT},
+	})
+	if err != nil {
+		return fail(stepCommand, execErr(path, err))
+	}
+	b, err := json.Marshal(joinReport{PID: pid})
+	if err == nil {
+		err = unix.Sendmsg(3, b, rights, nil, 0)
+	}
+	if err != nil {
+		// The executor is gone, or cannot hear of the command: it must
+		// not run unsupervised.
+		_ = unix.Kill(pid, unix.SIGKILL)
+		return 127
+	}
+	return 0
 }

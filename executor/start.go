@@ -21,6 +21,17 @@ type launched struct {
 	nsInit   bool // the task is pid 1 of a PID namespace of its own
 	outs     []*output
 	warnings []string
+	join     joinPlan // how a command joins this run (see Exec)
+}
+
+// joinPlan is what a command started inside a run of the task joins: the
+// run's shim config (cgroup, oom_score_adj, working directory, user,
+// capabilities; no root to build), its namespaces (CLONE_NEW* flags; 0 for
+// raw_exec) and its environment.
+type joinPlan struct {
+	cfg shimConfig
+	ns  int
+	env map[string]string
 }
 
 // startTask starts the task as a child of the executor, in its own process
@@ -174,6 +185,8 @@ func (s *server) startTask(spec LaunchSpec) (launched, error) {
 	}
 	ok = true
 	l.pid, l.start, l.outs = pid, start, outs
+	l.join = joinPlan{cfg: cfg, ns: int(sys.Cloneflags), env: env}
+	l.join.cfg.Root, l.join.cfg.Path = nil, ""
 	return l, nil
 }
 

@@ -67,6 +67,8 @@ func runMoreTask(args []string) int {
 			fmt.Fprintf(report, "%d %d %d\n", ok, failed, int(last))
 		}
 		block()
+	case "usr1", "usr1-kid":
+		return usr1Task(args[0], args[1])
 	case "oomadj":
 		b, err := os.ReadFile("/proc/self/oom_score_adj")
 		if err != nil {

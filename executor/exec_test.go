@@ -1,0 +1,454 @@
+//go:build linux
+
+package executor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/fsm"
+)
+
+// execOut runs argv inside c's task with a pipe for stdout and stderr,
+// and returns what it printed and its exit status.
+func execOut(t *testing.T, c *Client, argv ...string) (string, fsm.ExitStatus) {
+	t.Helper()
+	ctx := testCtx(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	p, err := c.Exec(ctx, ExecSpec{Argv: argv, Stdout: w, Stderr: w})
+	w.Close()
+	if err != nil {
+		t.Fatalf("Exec %q: %v", argv, err)
+	}
+	defer p.Close()
+	out, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := p.Wait(ctx)
+	if err != nil {
+		t.Fatalf("Wait of exec %q: %v", argv, err)
+	}
+	return string(out), x
+}
+
+// launchSleeper launches spec (a task that prints "ok" and blocks) and
+// returns its status once it runs.
+func launchSleeper(t *testing.T, c *Client, spec LaunchSpec) Status {
+	t.Helper()
+	st, err := c.Launch(testCtx(t), spec)
+	if err != nil {
+		t.Fatalf("Launch: %v", err)
+	}
+	return st
+}
+
+func cgroupOf(t *testing.T, pid int) string {
+	t.Helper()
+	return readFileString(t, "/proc/"+strconv.Itoa(pid)+"/cgroup")
+}
+
+// TestExec_RawExecTask: a command run in a raw_exec task starts in the
+// task's directory with its environment, in its cgroup, and its exit code
+// comes back.
+func TestExec_RawExecTask(t *testing.T) {
+	needCgroups(t)
+	m := newMarker(t)
+	c := spawn(t, m, "")
+	dir := filepath.Dir(c.Identity().Socket)
+	st := launchSleeper(t, c, m.taskSpec(t, "sleep"))
+	out, x := execOut(t, c, "sh", "-c", `pwd; echo "var=$TASK_VAR"; cat /proc/self/cgroup; exit 7`)
+	if x.Code != 7 || x.Signal != 0 {
+		t.Fatalf("exit %+v, want code 7\n%s", x, out)
+	}
+	want := filepath.Join(dir, TaskLocalDir) + "\nvar=task-value\n" + cgroupOf(t, st.PID)
+	if out != want {
+		t.Fatalf("exec printed\n%s\nwant\n%s", out, want)
+	}
+}
+
+// TestExec_ExecTask: a command run in an exec task runs as its user
+// (nobody), in its PID namespace (pid 1 is the task), in its root (the
+// state directory is not there) and in its cgroup.
+func TestExec_ExecTask(t *testing.T) {
+	needIsolation(t)
+	m := newMarker(t)
+	l := newStateLayout(t)
+	c := spawn(t, m, l.dir)
+	st := launchSleeper(t, c, m.execSpec(t, "sleep"))
+	if out, x := execOut(t, c, "id", "-u"); out != "65534\n" || x.Code != 0 {
+		t.Errorf("id -u printed %q, exit %+v; want 65534", out, x)
+	}
+	if out, _ := execOut(t, c, "cat", "/proc/1/cmdline"); !strings.Contains(out, "sleep") || !strings.Contains(out, string(m)) {
+		t.Errorf("/proc/1/cmdline inside is %q, want the task's", out)
+	}
+	out, _ := execOut(t, c, "ls", "/")
+	for _, want := range []string{"local", "secrets", "tmp", "usr"} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("ls / inside lacks %s:\n%s", want, out)
+		}
+	}
+	if out, x := execOut(t, c, "ls", l.state); x.Code == 0 {
+		t.Errorf("the state directory is visible inside: ls %s printed %q", l.state, out)
+	}
+	if out, _ := execOut(t, c, "cat", "/proc/self/cgroup"); out != cgroupOf(t, st.PID) {
+		t.Errorf("exec's cgroups\n%s\nthe task's\n%s", out, cgroupOf(t, st.PID))
+	}
+	if out, x := execOut(t, c, "sh", "-c", "exit 7"); x.Code != 7 {
+		t.Errorf("sh -c 'exit 7': %+v %q", x, out)
+	}
+	// The capabilities the task got (its allowed set, ambient for nobody).
+	if out, _ := execOut(t, c, "grep", "^Cap", "/proc/self/status"); out != capLines(t, st.PID) {
+		t.Errorf("exec's capabilities\n%s\nthe task's\n%s", out, capLines(t, st.PID))
+	}
+}
+
+// TestExec_TTY: with a terminal, the command's stdin, stdout and stderr
+// are a pseudo-terminal of the task's own devpts, and the master comes
+// back to the client.
+func TestExec_TTY(t *testing.T) {
+	needIsolation(t)
+	m := newMarker(t)
+	c := spawn(t, m, "")
+	launchSleeper(t, c, m.execSpec(t, "sleep"))
+	ctx := testCtx(t)
+	p, err := c.Exec(ctx, ExecSpec{Argv: []string{"sh", "-c", "tty; stty size"}, TTY: true, Rows: 33, Cols: 111})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var out bytes.Buffer
+	_ = p.Terminal().SetReadDeadline(time.Now().Add(20 * time.Second))
+	_, err = io.Copy(&out, p.Terminal()) // to EIO: the terminal's last holder exited
+	if !errors.Is(err, syscall.EIO) {
+		t.Fatalf("reading the terminal: %v (read %q)", err, out.String())
+	}
+	x, err := p.Wait(ctx)
+	if err != nil || x.Code != 0 {
+		t.Fatalf("Wait = %+v %v", x, err)
+	}
+	if got := out.String(); got != "/dev/pts/0\r\n33 111\r\n" {
+		t.Fatalf("tty inside printed %q, want /dev/pts/0 and the size", got)
+	}
+}
+
+// TestExec_KilledWithTheTask: a long exec is killed when the task is
+// stopped (and the stop waits for it).
+func TestExec_KilledWithTheTask(t *testing.T) {
+	needCgroups(t)
+	m := newMarker(t)
+	c := spawn(t, m, "")
+	launchSleeper(t, c, m.taskSpec(t, "sleep"))
+	ctx := testCtx(t)
+	p, err := c.Exec(ctx, ExecSpec{Argv: []string{"sleep", "1000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc, err := openPidfd(p.PID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proc.Close()
+	if err := checkIdentity(fsm.Identity{PID: p.PID(), StartTime: p.StartTime()}); err != nil {
+		t.Fatalf("the exec's pid: %v", err)
+	}
+	waited := make(chan fsm.ExitStatus, 1)
+	go func() {
+		x, _ := p.Wait(ctx)
+		waited <- x
+	}()
+	if _, err := c.Stop(ctx, syscall.SIGTERM, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if !proc.exited() {
+		t.Fatal("the exec outlived the stop of its task")
+	}
+	if x := <-waited; x.Signal != int(syscall.SIGKILL) {
+		t.Fatalf("the exec's exit %+v, want killed by SIGKILL", x)
+	}
+}
+
+// TestExec_KilledWhenItsConnectionCloses: an exec lives no longer than
+// the connection that asked for it.
+func TestExec_KilledWhenItsConnectionCloses(t *testing.T) {
+	needCgroups(t)
+	m := newMarker(t)
+	c := spawn(t, m, "")
+	launchSleeper(t, c, m.taskSpec(t, "sleep"))
+	ctx := testCtx(t)
+	c2, err := Reattach(ctx, filepath.Dir(c.Identity().Socket), c.Identity())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c2.Exec(ctx, ExecSpec{Argv: []string{"sleep", "1000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc, err := openPidfd(p.PID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proc.Close()
+	c2.Close()
+	if err := proc.wait(ctx); err != nil {
+		t.Fatalf("the exec outlived its connection: %v", err)
+	}
+	if st, err := c.Status(ctx); err != nil || st.Exited {
+		t.Fatalf("the task after its exec was killed: %+v %v", st, err)
+	}
+}
+
+// TestExec_Refusals: a command that does not exist in the task, an exec
+// before the launch, after the task's exit, and while it restarts.
+func TestExec_Refusals(t *testing.T) {
+	needCgroups(t)
+	m := newMarker(t)
+	ctx := testCtx(t)
+	c := spawn(t, m, "")
+	if _, err := c.Exec(ctx, ExecSpec{Argv: []string{"true"}}); !errors.Is(err, ErrNotLaunched) {
+		t.Errorf("Exec before launch = %v, want ErrNotLaunched", err)
+	}
+	launchSleeper(t, c, m.taskSpec(t, "sleep"))
+	if _, err := c.Exec(ctx, ExecSpec{Argv: []string{"no-such-command-here"}}); !errors.Is(err, ErrCommandNotFound) || !strings.Contains(err.Error(), "no-such-command-here") {
+		t.Errorf("Exec of a missing command = %v, want ErrCommandNotFound naming it", err)
+	}
+	if _, err := c.Exec(ctx, ExecSpec{}); !errors.Is(err, ErrBadSpec) {
+		t.Errorf("Exec without a command = %v, want ErrBadSpec", err)
+	}
+
+	// A task whose run exited and whose restart waits out an hour.
+	r := spawn(t, m, "")
+	spec := m.taskSpec(t, "exit", "3")
+	spec.Restart = &fsm.RestartPolicy{Attempts: 2, Interval: time.Hour, Delay: time.Hour, Mode: fsm.RestartDelay}
+	if _, err := r.Launch(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, err := r.Watch(ctx, 0); err != nil || !st.Restarting {
+		t.Fatalf("Watch = %+v %v, want a restart pending", st, err)
+	}
+	for name, err := range map[string]error{
+		"Exec":       func() error { _, err := r.Exec(ctx, ExecSpec{Argv: []string{"true"}}); return err }(),
+		"Signal":     r.Signal(ctx, syscall.SIGUSR1),
+		"SignalMain": r.SignalMain(ctx, syscall.SIGUSR1),
+	} {
+		if !errors.Is(err, ErrRestarting) {
+			t.Errorf("%s while restarting = %v, want ErrRestarting", name, err)
+		}
+	}
+
+	// A task that exited.
+	if _, err := c.Stop(ctx, syscall.SIGKILL, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, ExecSpec{Argv: []string{"true"}}); !errors.Is(err, ErrTaskExited) && !errors.Is(err, ErrClosed) {
+		t.Errorf("Exec after the task's end = %v, want ErrTaskExited (or the executor gone)", err)
+	}
+}
+
+// usr1Task is a task (mode "usr1") that starts a kid (mode "usr1-kid")
+// in its process group and, once the kid's SIGUSR1 handler and its own
+// are in place, writes "main ready" to the FIFO at path; then each writes
+// "<who> <n>" there for its n-th SIGUSR1. It blocks until killed.
+func usr1Task(mode, path string) int {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGUSR1)
+	say := func(line string) {
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			os.Exit(3)
+		}
+		fmt.Fprintln(f, line)
+		f.Close()
+	}
+	who := "kid"
+	if mode == "usr1" {
+		who = "main"
+		kid := exec.Command(os.Args[0], "task", os.Args[2], "usr1-kid", path)
+		out, err := kid.StdoutPipe()
+		if err != nil {
+			return 2
+		}
+		if err := kid.Start(); err != nil {
+			return 2
+		}
+		if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ok\n" {
+			return 2
+		}
+		say("main ready")
+	} else {
+		fmt.Println("ok")
+	}
+	for n := 1; ; n++ {
+		<-sigs
+		say(fmt.Sprintf("%s %d", who, n))
+	}
+}
+
+// readUntil reads lines from f until one equal to last, and returns them
+// (without it).
+func readUntil(t *testing.T, f *os.File, last string) []string {
+	t.Helper()
+	var lines []string
+	for {
+		l := readLine(t, f)
+		if l == last {
+			return lines
+		}
+		lines = append(lines, l)
+	}
+}
+
+// TestSignalMain_OnlyTheMainProcess: SignalMain reaches the task's main
+// process, not a kid in its group; Signal reaches both.
+func TestSignalMain_OnlyTheMainProcess(t *testing.T) {
+	m := newMarker(t)
+	ctx := testCtx(t)
+	c := spawn(t, m, "")
+	dir := filepath.Dir(c.Identity().Socket)
+	path, f := fifo(t, dir, "usr1")
+	launchSleeper(t, c, m.taskSpec(t, "usr1", path))
+	if l := readLine(t, f); l != "main ready" {
+		t.Fatalf("task said %q", l)
+	}
+	if err := c.SignalMain(ctx, syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	if l := readLine(t, f); l != "main 1" {
+		t.Fatalf("after SignalMain the task said %q, want main 1", l)
+	}
+	if err := c.Signal(ctx, syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{readLine(t, f): true, readLine(t, f): true}
+	if _, err := c.Stop(ctx, syscall.SIGKILL, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	// Everything of the task is dead: what it said is all in the FIFO.
+	fmt.Fprintln(f, "end")
+	for _, l := range readUntil(t, f, "end") {
+		got[l] = true
+	}
+	if len(got) != 2 || !got["main 2"] || !got["kid 1"] {
+		t.Fatalf("after the group signal the task said %v, want main 2 and kid 1 only (the kid must not have had SignalMain's)", got)
+	}
+}
+
+// capLines are the Cap* lines of pid's /proc status.
+func capLines(t *testing.T, pid int) string {
+	t.Helper()
+	var b strings.Builder
+	for l := range strings.SplitSeq(readFileString(t, "/proc/"+strconv.Itoa(pid)+"/status"), "\n") {
+		if strings.HasPrefix(l, "Cap") {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
+
+// childOf is the one live child of pid.
+func childOf(t *testing.T, pid int) int {
+	t.Helper()
+	var kids []int
+	if err := forEachProc(func(p int, s procStat) {
+		if s.PPID == pid && !s.dead() {
+			kids = append(kids, p)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(kids) != 1 {
+		t.Fatalf("pid %d has children %v, want one", pid, kids)
+	}
+	return kids[0]
+}
+
+// TestCheckPeer_PlantedListener: a listener planted at the executor's
+// socket path by another process is refused before anything is sent to
+// it.
+func TestCheckPeer_PlantedListener(t *testing.T) {
+	m := newMarker(t)
+	c := spawn(t, m, "")
+	id := c.Identity()
+	dir := filepath.Dir(id.Socket)
+	// This test process plants its own listener over the executor's.
+	if err := os.Remove(id.Socket); err != nil {
+		t.Fatal(err)
+	}
+	sp, dfd, err := shortPath(id.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sp, Net: "unix"})
+	unix.Close(dfd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan []byte, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			got <- nil
+			return
+		}
+		defer conn.Close()
+		b, _ := io.ReadAll(conn) // until the client hangs up
+		got <- b
+	}()
+	_, err = Reattach(testCtx(t), dir, id)
+	if !errors.Is(err, ErrPeerNotExecutor) {
+		t.Fatalf("Reattach through a planted listener = %v, want ErrPeerNotExecutor", err)
+	}
+	want := "served by pid " + strconv.Itoa(os.Getpid())
+	if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "pid "+strconv.Itoa(id.PID)) {
+		t.Errorf("error %q does not name the pid seen (%s) and the executor's", err, want)
+	}
+	if b := <-got; len(b) != 0 {
+		t.Fatalf("the planted listener got %q", b)
+	}
+}
+
+// TestPeerMatches_Rule: the peer must be the executor's pid and run as the
+// caller's uid or root.
+func TestPeerMatches_Rule(t *testing.T) {
+	for _, tc := range []struct {
+		pid     int32
+		uid     uint32
+		wantPID int
+		wantUID uint32
+		ok      bool
+	}{
+		{100, 1000, 100, 1000, true},
+		{100, 0, 100, 1000, true},
+		{101, 1000, 100, 1000, false},
+		{100, 1001, 100, 1000, false},
+		{100, 65534, 100, 0, false},
+	} {
+		err := peerMatches(&unix.Ucred{Pid: tc.pid, Uid: tc.uid}, tc.wantPID, tc.wantUID)
+		if (err == nil) != tc.ok || err != nil && !errors.Is(err, ErrPeerNotExecutor) {
+			t.Errorf("peer pid %d uid %d, want pid %d uid %d: %v", tc.pid, tc.uid, tc.wantPID, tc.wantUID, err)
+		}
+	}
+}
+
+var _ = context.Background
