@@ -438,11 +438,20 @@ func (j job) killExecutor(ctx context.Context) jobResult {
 		}
 	}
 	pid, start := eff.TaskPID, eff.TaskStartTime
-	if pid == 0 && id != nil {
+	var lastPID int // a run the log does not know, to kill too
+	var lastStart uint64
+	if id != nil {
 		// The executor may have launched a task whose launch was never
-		// recorded (a crash, or a stop that overtook the launch).
+		// recorded (a crash, or a stop that overtook the launch), or
+		// relaunched it since (its restart policy): its launch record
+		// names the latest run.
 		if rpid, rstart, ok, err := j.d.world.LaunchRecord(ctx, j.id, *id); err == nil && ok {
-			pid, start = rpid, rstart
+			switch {
+			case pid == 0:
+				pid, start = rpid, rstart
+			case rpid != pid || rstart != start:
+				lastPID, lastStart = rpid, rstart
+			}
 		}
 	}
 	h := j.h
@@ -492,6 +501,11 @@ func (j job) killExecutor(ctx context.Context) jobResult {
 		}
 		if err := j.d.world.KillTask(ctx, j.id, *id, pid, start); err != nil && !errors.Is(err, ErrNotOurs) {
 			return fail(err)
+		}
+		if lastPID != 0 {
+			if err := j.d.world.KillTask(ctx, j.id, *id, lastPID, lastStart); err != nil && !errors.Is(err, ErrNotOurs) {
+				return fail(err)
+			}
 		}
 		if exit == nil {
 			if x, ok, err := j.d.world.ExitStatus(ctx, j.id, *id, pid, start); err == nil && ok {
