@@ -513,29 +513,86 @@ func (d *Driver) DestroyTask(ctx context.Context, id string, force bool) error {
 	return err
 }
 
-// SignalTask sends sig to a running task's process group. It needs no
-// owner: it reattaches through the recorded identity (bounded by
-// ProbeTimeout) and asks the executor.
+// SignalTask sends sig to a running task's process group (commands run
+// with ExecTask are not in it). It needs no owner: it reattaches through
+// the recorded identity (bounded by ProbeTimeout) and asks the executor,
+// which signals each member through a pidfd. A task that is not running
+// is ErrNotRunning in a *TaskError naming its state (restarting too,
+// when the executor is waiting out a restart's delay); an executor that
+// cannot be reached is an error saying so.
 func (d *Driver) SignalTask(ctx context.Context, id string, sig syscall.Signal) error {
-	info, err := d.InspectTask(ctx, id)
+	return d.signalTask(ctx, id, sig, false)
+}
+
+// SignalMain sends sig to a running task's main process only (the one its
+// executor launched, through its pidfd), not to the rest of its process
+// group. Otherwise as SignalTask.
+func (d *Driver) SignalMain(ctx context.Context, id string, sig syscall.Signal) error {
+	return d.signalTask(ctx, id, sig, true)
+}
+
+// mainSignaller is an Executor that can signal the task's main process
+// alone (the real one).
+type mainSignaller interface {
+	SignalMain(ctx context.Context, sig syscall.Signal) error
+}
+
+func (d *Driver) signalTask(ctx context.Context, id string, sig syscall.Signal, main bool) error {
+	h, st, err := d.attachRunning(ctx, id)
 	if err != nil {
 		return err
 	}
+	defer h.Close()
+	pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
+	defer cancel()
+	if main {
+		m, ok := h.(mainSignaller)
+		if !ok {
+			return &TaskError{Task: id, State: st.State, Err: fmt.Errorf("this process world (%T) cannot signal a task's main process alone", h)}
+		}
+		err = m.SignalMain(pctx, sig)
+	} else {
+		err = h.Signal(pctx, sig)
+	}
+	if err != nil {
+		return runningErr(id, st, err)
+	}
+	return nil
+}
+
+// attachRunning connects to the executor of a task the log says is
+// running, through its recorded identity (the hello bounded by
+// ProbeTimeout; the connection then lasts until Close).
+func (d *Driver) attachRunning(ctx context.Context, id string) (Executor, fsm.Task, error) {
+	info, err := d.InspectTask(ctx, id)
+	if err != nil {
+		return nil, fsm.Task{}, err
+	}
 	st := info.Task
 	if st.State != fsm.StateRunning && st.State != fsm.StateLaunched || st.Executor == nil {
-		return &TaskError{Task: id, State: st.State, Err: ErrNotRunning}
+		return nil, st, &TaskError{Task: id, State: st.State, Err: ErrNotRunning}
 	}
 	pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
 	defer cancel()
 	h, err := d.world.Reattach(pctx, id, *st.Executor)
 	if err != nil {
-		return &TaskError{Task: id, State: st.State, Err: err}
+		return nil, st, &TaskError{Task: id, State: st.State,
+			Err: fmt.Errorf("cannot reach the task's executor (pid %d): %w", st.Executor.PID, err)}
 	}
-	defer h.Close()
-	if err := h.Signal(pctx, sig); err != nil {
-		return &TaskError{Task: id, State: st.State, Err: err}
+	return h, st, nil
+}
+
+// runningErr is the error of an executor's answer about a task the log
+// says is running: one it is restarting or that has exited is
+// ErrNotRunning in the state it is in.
+func runningErr(id string, st fsm.Task, err error) error {
+	switch {
+	case errors.Is(err, executor.ErrRestarting):
+		return &TaskError{Task: id, State: fsm.StateRestarting, Err: fmt.Errorf("%w: %w", ErrNotRunning, err)}
+	case errors.Is(err, executor.ErrTaskExited), errors.Is(err, executor.ErrNotLaunched):
+		return &TaskError{Task: id, State: st.State, Err: fmt.Errorf("%w: %w", ErrNotRunning, err)}
 	}
-	return nil
+	return &TaskError{Task: id, State: st.State, Err: err}
 }
 
 // TaskInfo is what InspectTask reports.

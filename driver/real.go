@@ -232,6 +232,17 @@ func (e realExecutor) Signal(ctx context.Context, sig syscall.Signal) error {
 	return worldErr(e.c.Signal(ctx, sig))
 }
 
+// SignalMain sends sig to the task's main process alone.
+func (e realExecutor) SignalMain(ctx context.Context, sig syscall.Signal) error {
+	return worldErr(e.c.SignalMain(ctx, sig))
+}
+
+// Exec starts a command inside the task (see executor.Client.Exec).
+func (e realExecutor) Exec(ctx context.Context, spec executor.ExecSpec) (*executor.ExecProcess, error) {
+	p, err := e.c.Exec(ctx, spec)
+	return p, worldErr(err)
+}
+
 func (e realExecutor) Stop(ctx context.Context, sig syscall.Signal, grace time.Duration) (fsm.ExitStatus, error) {
 	x, err := e.c.Stop(ctx, sig, grace)
 	return x, worldErr(err)
@@ -267,4 +278,6 @@ func (r *Real) Journal(ctx context.Context, task string, id fsm.Identity) ([]fsm
 var (
 	_ Watcher       = realExecutor{}
 	_ JournalReader = (*Real)(nil)
+	_ mainSignaller = realExecutor{}
+	_ execer        = realExecutor{}
 )

@@ -357,7 +357,6 @@ const joinTimeout = 10 * time.Second
 // it runs (with the terminal's master).
 func (s *server) startExec(spec ExecSpec, stdio []*os.File) (*execProc, *os.File, error) {
 	run := s.task.join
-	cfg := joinConfig{shimConfig: run.cfg, NS: run.ns, TTY: spec.TTY, Rows: spec.Rows, Cols: spec.Cols}
 	env := make(map[string]string, len(run.env)+len(spec.Env))
 	for k, v := range run.env {
 		env[k] = v
@@ -366,6 +365,7 @@ func (s *server) startExec(spec ExecSpec, stdio []*os.File) (*execProc, *os.File
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 	}
+	cfg := joinConfig{shimConfig: run.cfg, NS: run.ns, Env: envList(env), TTY: spec.TTY, Rows: spec.Rows, Cols: spec.Cols}
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: encode the shim's config: %w", ErrExec, err)
@@ -415,7 +415,7 @@ func (s *server) startExec(spec ExecSpec, stdio []*os.File) (*execProc, *os.File
 		files = append(files, uintptr(fd))
 	}
 	shim, err := syscall.ForkExec("/proc/self/exe", argv, &syscall.ProcAttr{
-		Dir: s.taskDir, Env: envList(env), Files: files,
+		Dir: s.taskDir, Env: os.Environ(), Files: files,
 		Sys: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})
 	unix.Close(pair[1]) // or the read never sees the shim's end

@@ -344,10 +344,13 @@ type joinConfig struct {
 	shimConfig
 	// NS are the CLONE_NEW* flags of the task's namespaces to join
 	// through the pidfd on descriptor 4; 0 joins none (raw_exec).
-	NS   int    `json:"ns,omitempty"`
-	TTY  bool   `json:"tty,omitempty"`
-	Rows uint16 `json:"rows,omitempty"`
-	Cols uint16 `json:"cols,omitempty"`
+	NS int `json:"ns,omitempty"`
+	// Env is the command's environment (the shim itself runs with the
+	// executor's).
+	Env  []string `json:"env"`
+	TTY  bool     `json:"tty,omitempty"`
+	Rows uint16   `json:"rows,omitempty"`
+	Cols uint16   `json:"cols,omitempty"`
 }
 
 // joinReport is the join shim's one report: the command's pid, or why it
@@ -436,12 +439,18 @@ func runJoin(args []string) int {
 	}
 	// Relative to the working directory: a task user may not traverse
 	// the task directory above it.
-	path, err := resolveCommand(argv[0], ".", os.Getenv("PATH"))
+	var pathEnv string
+	for _, kv := range cfg.Env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathEnv = v
+		}
+	}
+	path, err := resolveCommand(argv[0], ".", pathEnv)
 	if err != nil {
 		return fail(stepCommand, err)
 	}
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
-		Env:   os.Environ(),
+		Env:   cfg.Env,
 		Files: stdio,
 		Sys:   &syscall.SysProcAttr{Setsid: true, Setctty: cfg.TTY, Ctty: 0, Cloneflags: unix.CLONE_PARENT},
 	})

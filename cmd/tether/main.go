@@ -88,6 +88,8 @@ func commands() []command {
 		{name: "events", args: "[--json] ID", summary: "show a task's event history", run: (*cli).cmdEvents},
 		{name: "logs", args: "[--stderr] [-f] ID", summary: "print a task's output", run: (*cli).cmdLogs},
 		{name: "stats", args: "[--json] ID", summary: "show a running task's memory, CPU and process counts from its cgroup", run: (*cli).cmdStats},
+		{name: "signal", args: "[--main] ID SIGNAL", summary: "send a signal to a running task's process group (--main: to its main process only)", run: (*cli).cmdSignal},
+		{name: "exec", args: "[-t] ID [--] CMD [ARGS...]", summary: "run a command inside a running task (its cgroup, namespaces, user; -t for a terminal) and exit with its code", run: (*cli).cmdExec},
 		{name: "stop", args: "[--signal SIG] [--timeout DUR] ID", summary: "stop a task: signal, grace, then SIGKILL", run: (*cli).cmdStop},
 		{name: "wait", args: "ID", summary: "wait for a task and exit with its code", run: (*cli).cmdWait},
 		{name: "recover", args: "", summary: "replay the store and reconcile it with the process table", run: (*cli).cmdRecover},

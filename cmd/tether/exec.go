@@ -1,0 +1,324 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/driver"
+	"github.com/tether-fsm/tether/fsm"
+)
+
+// outputDrain bounds how long exec goes on copying the command's output
+// after it exited: what it wrote is already buffered, so only a
+// descendant that still holds its output (a background job) makes the
+// copy wait, and exec does not wait for such a one.
+const outputDrain = 250 * time.Millisecond
+
+// cmdExec runs a command inside a running task and exits with its code:
+//
+//	tether exec web -- cat /local/config.json
+//	tether exec -t web -- sh
+//
+// The command runs in the task's cgroup, as its user with its
+// capabilities, environment and working directory, and for an exec task
+// in its namespaces and root. Without -t it gets this command's stdin,
+// stdout and stderr (a terminal among them is relayed through a pipe, so
+// that nothing in the task holds a descriptor of your terminal); with -t
+// it gets a terminal of its own, opened inside the task, and yours is in
+// raw mode while it runs. Signals that exec gets (SIGINT, SIGTERM, SIGHUP,
+// SIGQUIT) are passed on to the command; with -t, window size changes too.
+// The exit code is the command's (128+signal when a signal killed it),
+// 127 when it does not exist in the task, 126 when it cannot be executed,
+// 125 when tether could not run it (the task is not running, its
+// executor cannot be reached).
+func (c *cli) cmdExec(args []string) int {
+	fs := c.flags("exec")
+	tty := fs.Bool("t", false, "run the command on a terminal of its own (yours is put in raw mode while it runs)")
+	fs.BoolVar(tty, "tty", false, "same as -t")
+	var env listFlag
+	fs.Var(&env, "env", "`K=V` environment variable for the command, over the task's (repeatable)")
+	if code, ok := c.parse(fs, args); !ok {
+		return code
+	}
+	pos := fs.Args()
+	if len(pos) == 0 {
+		c.errorf("exec takes a task id or name and a command: tether exec [-t] ID [--] CMD [ARGS...]")
+		return exitUsage
+	}
+	id, rest := pos[0], pos[1:]
+	// Flags may sit between the id and a "--"; without "--", everything
+	// after the id is the command.
+	if i := slices.Index(rest, "--"); i >= 0 {
+		if err := fs.Parse(rest[:i]); err != nil {
+			return exitUsage
+		}
+		if fs.NArg() > 0 {
+			c.errorf("unexpected arguments before --: %s", strings.Join(fs.Args(), " "))
+			return exitUsage
+		}
+		rest = rest[i+1:]
+	}
+	if len(rest) == 0 {
+		c.errorf("exec needs a command after the task: tether exec [-t] ID [--] CMD [ARGS...]")
+		return exitUsage
+	}
+	for _, kv := range env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			c.errorf("--env %q: use NAME=VALUE", kv)
+			return exitUsage
+		}
+	}
+	ctx := context.Background()
+	s, err := c.open()
+	if err != nil {
+		c.errorf("%v", err)
+		if h := hint(err); h != "" {
+			fmt.Fprintf(c.stderr, "  %s\n", h)
+		}
+		return exitStartFail
+	}
+	defer c.closeSession(s)
+	info, err := c.resolve(ctx, s, id)
+	if err != nil {
+		c.fail(err)
+		return exitStartFail
+	}
+	info = c.reconcileIfGone(ctx, s, info)
+	spec := driver.ExecSpec{Argv: rest, Env: env}
+	if *tty {
+		return c.execTTY(ctx, s, info.ID, spec)
+	}
+	return c.execPlain(ctx, s, info.ID, spec)
+}
+
+// execFailed reports an exec that did not start and picks its exit code:
+// 127 not found, 126 not executable, else 125.
+func (c *cli) execFailed(id string, err error) int {
+	code := startExitCode(err, "")
+	switch code {
+	case exitNotFound:
+		c.errorf("%v", err)
+		fmt.Fprintln(c.stderr, "  the command is looked up in the task's PATH, inside the task's root for an exec task; give its path in the task")
+	case exitCannotRun:
+		c.errorf("%v", err)
+		fmt.Fprintln(c.stderr, "  check that the command is an executable file inside the task")
+	default:
+		c.taskCallFailed(id, err)
+	}
+	return code
+}
+
+// relayed are the signals exec passes on to the command.
+var relayed = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// execPlain runs the command on exec's own stdin, stdout and stderr.
+func (c *cli) execPlain(ctx context.Context, s *session, id string, spec driver.ExecSpec) int {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, relayed...)
+	defer signal.Stop(sigs)
+	stdio, copies, err := plainStdio()
+	if err != nil {
+		c.errorf("%v", err)
+		return exitStartFail
+	}
+	spec.Stdin, spec.Stdout, spec.Stderr = stdio[0], stdio[1], stdio[2]
+	p, err := s.d.ExecTask(ctx, id, spec)
+	for _, f := range stdio {
+		if f != os.Stdin && f != os.Stdout && f != os.Stderr {
+			f.Close() // the command has its own copies
+		}
+	}
+	if err != nil {
+		copies.stop()
+		return c.execFailed(id, err)
+	}
+	defer p.Close()
+	x, err := c.waitExec(ctx, p, sigs)
+	copies.wait(outputDrain)
+	if err != nil {
+		c.errorf("%v", err)
+		return exitStartFail
+	}
+	return exitCode(x)
+}
+
+// waitExec waits for the command's end, passing on the signals exec gets.
+func (c *cli) waitExec(ctx context.Context, p *driver.ExecProcess, sigs <-chan os.Signal) (fsm.ExitStatus, error) {
+	type result struct {
+		x   fsm.ExitStatus
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		x, err := p.Wait(ctx)
+		done <- result{x, err}
+	}()
+	for {
+		select {
+		case r := <-done:
+			return r.x, r.err
+		case sig := <-sigs:
+			if err := p.Signal(ctx, sig.(syscall.Signal)); err != nil {
+				c.errorf("warning: passing %v on to the command: %v", sig, err)
+			}
+		}
+	}
+}
+
+// relay copies between one of exec's descriptors that is a terminal and
+// the pipe the command got instead.
+type relay struct {
+	outs   []*os.File // read ends of the output pipes, closed by stop
+	done   []chan struct{}
+	stdins []*os.File
+}
+
+// plainStdio is what the command gets for stdin, stdout and stderr: exec's
+// own, but a pipe relayed by exec for each that is a terminal (a
+// descriptor of the caller's terminal inside the task would let it type
+// into the caller's shell: TIOCSTI).
+func plainStdio() ([3]*os.File, *relay, error) {
+	own := [3]*os.File{os.Stdin, os.Stdout, os.Stderr}
+	var out [3]*os.File
+	r := &relay{}
+	for i, f := range own {
+		if !isTerminal(f) {
+			out[i] = f
+			continue
+		}
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			r.stop()
+			return out, nil, fmt.Errorf("a pipe for the command's %s: %w", f.Name(), err)
+		}
+		if i == 0 {
+			out[i] = pr
+			r.stdins = append(r.stdins, pw)
+			go func() {
+				_, _ = io.Copy(pw, f)
+				pw.Close()
+			}()
+			continue
+		}
+		out[i] = pw
+		done := make(chan struct{})
+		r.outs, r.done = append(r.outs, pr), append(r.done, done)
+		go func() {
+			defer close(done)
+			_, _ = io.Copy(f, pr)
+		}()
+	}
+	return out, r, nil
+}
+
+// wait lets the output copies reach the end of their pipes, for at most
+// d once the command has exited, then stops them.
+func (r *relay) wait(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for _, f := range r.outs {
+		_ = f.SetReadDeadline(deadline)
+	}
+	for _, done := range r.done {
+		<-done
+	}
+	r.stop()
+}
+
+func (r *relay) stop() {
+	if r == nil {
+		return
+	}
+	for _, f := range append(r.outs, r.stdins...) {
+		f.Close()
+	}
+}
+
+// execTTY runs the command on a terminal of its own, relaying between it
+// and exec's terminal (in raw mode meanwhile).
+func (c *cli) execTTY(ctx context.Context, s *session, id string, spec driver.ExecSpec) int {
+	spec.TTY = true
+	if ws, err := pty.GetsizeFull(os.Stdin); err == nil {
+		spec.Rows, spec.Cols = ws.Rows, ws.Cols
+	}
+	if term := os.Getenv("TERM"); term != "" && !slices.ContainsFunc(spec.Env, func(kv string) bool { return strings.HasPrefix(kv, "TERM=") }) {
+		spec.Env = append(spec.Env, "TERM="+term)
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, relayed...)
+	defer signal.Stop(sigs)
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, syscall.SIGWINCH)
+	defer signal.Stop(winch)
+
+	p, err := s.d.ExecTask(ctx, id, spec)
+	if err != nil {
+		return c.execFailed(id, err)
+	}
+	defer p.Close()
+	term := p.Terminal()
+	if isTerminal(os.Stdin) {
+		restore, err := makeRaw(int(os.Stdin.Fd()))
+		if err != nil {
+			c.errorf("warning: cannot put your terminal in raw mode: %v", err)
+		} else {
+			defer restore()
+		}
+	}
+	go func() { _, _ = io.Copy(term, os.Stdin) }()
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		_, _ = io.Copy(c.stdout, term) // to EIO: the terminal's last holder is gone
+	}()
+	go func() {
+		for range winch {
+			if ws, err := pty.GetsizeFull(os.Stdin); err == nil {
+				_ = pty.Setsize(term, ws)
+			}
+		}
+	}()
+	x, err := c.waitExec(ctx, p, sigs)
+	_ = term.SetReadDeadline(time.Now().Add(outputDrain))
+	<-copied
+	if err != nil {
+		c.errorf("%v", err)
+		return exitStartFail
+	}
+	return exitCode(x)
+}
+
+// isTerminal reports whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// makeRaw puts the terminal fd in raw mode (as cfmakeraw does) and returns
+// the function that restores it.
+func makeRaw(fd int) (func(), error) {
+	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	if err != nil {
+		return nil, err
+	}
+	raw := *old
+	raw.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
+	raw.Oflag &^= unix.OPOST
+	raw.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
+	raw.Cflag &^= unix.CSIZE | unix.PARENB
+	raw.Cflag |= unix.CS8
+	raw.Cc[unix.VMIN], raw.Cc[unix.VTIME] = 1, 0
+	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &raw); err != nil {
+		return nil, err
+	}
+	return func() { _ = unix.IoctlSetTermios(fd, unix.TCSETS, old) }, nil
+}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/tether-fsm/tether/driver"
+	"github.com/tether-fsm/tether/executor"
+)
+
+// cmdSignal sends a signal to a running task through its executor (which
+// holds the task's pidfd): to the task's process group, or with --main to
+// its main process alone.
+//
+//	tether signal web SIGHUP
+//	tether signal web USR1 --main
+func (c *cli) cmdSignal(args []string) int {
+	fs := c.flags("signal")
+	main := fs.Bool("main", false, "signal only the task's main process, not the rest of its process group")
+	if code, ok := c.parse(fs, args); !ok {
+		return code
+	}
+	// Flags may follow the id and the signal.
+	pos := fs.Args()
+	if len(pos) > 2 {
+		if err := fs.Parse(pos[2:]); err != nil {
+			return exitUsage
+		}
+		if fs.NArg() > 0 {
+			c.errorf("unexpected arguments after the signal: %v", fs.Args())
+			return exitUsage
+		}
+		pos = pos[:2]
+	}
+	if len(pos) != 2 {
+		c.errorf("signal takes a task id or name and a signal: tether signal ID SIGNAL [--main]")
+		return exitUsage
+	}
+	sig, err := parseSignal(pos[1])
+	if err != nil {
+		c.errorf("%v", err)
+		return exitUsage
+	}
+	ctx := context.Background()
+	s, err := c.open()
+	if err != nil {
+		return c.fail(err)
+	}
+	defer c.closeSession(s)
+	info, err := c.resolve(ctx, s, pos[0])
+	if err != nil {
+		return c.fail(err)
+	}
+	info = c.reconcileIfGone(ctx, s, info)
+	if *main {
+		err = s.d.SignalMain(ctx, info.ID, sig)
+	} else {
+		err = s.d.SignalTask(ctx, info.ID, sig)
+	}
+	if err != nil {
+		return c.taskCallFailed(info.ID, err)
+	}
+	target := "process group"
+	if *main {
+		target = "main process"
+	}
+	fmt.Fprintf(c.stderr, "tether: %s: sent %s to the task's %s\n", info.ID, signalName(int(sig)), target)
+	return exitOK
+}
+
+// taskCallFailed reports a failed call into a running task (signal, exec)
+// with what to do about it, and returns exitError.
+func (c *cli) taskCallFailed(id string, err error) int {
+	c.errorf("%v", err)
+	var te *driver.TaskError
+	switch {
+	case errors.Is(err, driver.ErrNotRunning) && errors.As(err, &te) && te.State.Terminal():
+		fmt.Fprintf(c.stderr, "  the task has ended; 'tether status --all %s' shows how\n", id)
+	case errors.Is(err, executor.ErrRestarting):
+		fmt.Fprintf(c.stderr, "  the task is waiting out a restart's delay; retry once it runs again ('tether status %s')\n", id)
+	case errors.Is(err, driver.ErrNotRunning):
+		fmt.Fprintf(c.stderr, "  'tether status %s' shows its state\n", id)
+	case errors.Is(err, executor.ErrPeerNotExecutor):
+		fmt.Fprintf(c.stderr, "  something other than the task's executor listens on its socket; nothing was sent to it\n")
+	case errors.As(err, &te) && te.State != 0:
+		fmt.Fprintf(c.stderr, "  the task's executor did not answer; 'tether status %s' checks on it\n", id)
+	default:
+		if h := hint(err); h != "" {
+			fmt.Fprintf(c.stderr, "  %s\n", h)
+		}
+	}
+	return exitError
+}

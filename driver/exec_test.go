@@ -1,0 +1,138 @@
+package driver
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tether-fsm/tether/cgroup"
+	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/fsm"
+)
+
+func needTaskCgroups(t *testing.T) {
+	t.Helper()
+	h, err := cgroup.Probe()
+	if err == nil {
+		err = h.Usable()
+	}
+	if err != nil {
+		t.Skipf("needs task cgroups (root, or a delegated cgroup): %v", err)
+	}
+}
+
+// TestExecTask_RunsInTheTask: a command run with ExecTask starts in the
+// task's directory, its output reaches the caller's descriptor, and its
+// exit code comes back through Wait.
+func TestExecTask_RunsInTheTask(t *testing.T) {
+	needTaskCgroups(t)
+	dir := stateDir(t)
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	ctx := ctxT(t)
+	if _, err := d.StartTask(ctx, "t1", taskSpec(t, dir, "sleep")); err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	p, err := d.ExecTask(ctx, "t1", ExecSpec{Argv: []string{"sh", "-c", "pwd; exit 5"}, Stdout: w, Stderr: w})
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	out, _ := io.ReadAll(r)
+	x, err := p.Wait(ctx)
+	if err != nil || x.Code != 5 {
+		t.Fatalf("Wait = %+v %v, want code 5", x, err)
+	}
+	if want := filepath.Join(d.TaskDir("t1"), executor.TaskLocalDir) + "\n"; string(out) != want {
+		t.Errorf("the command printed %q, want %q", out, want)
+	}
+	if _, err := d.StopTask(ctx, "t1", syscall.SIGKILL, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestExecTask_CloseKillsTheCommand: the command lives no longer than its
+// ExecProcess; the task runs on.
+func TestExecTask_CloseKillsTheCommand(t *testing.T) {
+	needTaskCgroups(t)
+	dir := stateDir(t)
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	ctx := ctxT(t)
+	if _, err := d.StartTask(ctx, "t1", taskSpec(t, dir, "sleep")); err != nil {
+		t.Fatal(err)
+	}
+	p, err := d.ExecTask(ctx, "t1", ExecSpec{Argv: []string{"sleep", "100000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := p.PID()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitPidfd(pid); err != nil && !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("the command %d after Close: %v", pid, err)
+	}
+	if info, err := d.InspectTask(ctx, "t1"); err != nil || info.State != fsm.StateRunning || !info.ExecutorAlive {
+		t.Fatalf("the task after its command was killed: %+v %v", info, err)
+	}
+	if _, err := d.StopTask(ctx, "t1", syscall.SIGKILL, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestExecTask_NotRunning: ExecTask and SignalTask of a task that has
+// ended are ErrNotRunning naming its state; of an unknown one,
+// ErrUnknownTask.
+func TestExecTask_NotRunning(t *testing.T) {
+	dir := stateDir(t)
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	ctx := ctxT(t)
+	if _, err := d.ExecTask(ctx, "nobody-here", ExecSpec{Argv: []string{"true"}}); !errors.Is(err, ErrUnknownTask) {
+		t.Errorf("ExecTask of an unknown task = %v, want ErrUnknownTask", err)
+	}
+	if _, err := d.StartTask(ctx, "t1", taskSpec(t, dir, "sleep")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.StopTask(ctx, "t1", syscall.SIGKILL, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	_, err := d.ExecTask(ctx, "t1", ExecSpec{Argv: []string{"true"}})
+	var te *TaskError
+	if !errors.Is(err, ErrNotRunning) || !errors.As(err, &te) || te.State != fsm.StateStopped {
+		t.Errorf("ExecTask of a stopped task = %v, want ErrNotRunning in state stopped", err)
+	}
+	if err := d.SignalMain(ctx, "t1", syscall.SIGTERM); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("SignalMain of a stopped task = %v, want ErrNotRunning", err)
+	}
+}
+
+// TestSignalMain_EndsTheTask: SIGTERM to the main process alone of a task
+// that does not catch it ends the task with that signal.
+func TestSignalMain_EndsTheTask(t *testing.T) {
+	dir := stateDir(t)
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	ctx := ctxT(t)
+	if _, err := d.StartTask(ctx, "t1", taskSpec(t, dir, "grandchildren")); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SignalMain(ctx, "t1", syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	final, err := d.WaitTask(ctx, "t1")
+	if err != nil || final.State != fsm.StateExited || final.Exit == nil || final.Exit.Signal != int(syscall.SIGTERM) {
+		t.Fatalf("WaitTask = %+v %v, want exited by SIGTERM", final, err)
+	}
+}
