@@ -37,6 +37,10 @@ func TestEnumerate_EveryCrashPoint(t *testing.T) {
 			cfgs = append(cfgs, Scenario{Op: op, Tasks: 1, Cgroups: cg})
 		}
 	}
+	// Restarts by the executor (the task's restart policy): its journal,
+	// its own crash points, the driver's restart-intent.
+	cfgs = append(cfgs, Scenario{Op: "start:restart", Tasks: 1}, Scenario{Op: "start:restart", Tasks: 1, Cgroups: true},
+		Scenario{Op: "stop:service", Tasks: 1})
 	// The real bbolt store under the same enumeration (its commits, its
 	// acknowledgements, its reopen by every generation).
 	cfgs = append(cfgs, Scenario{Op: "start:run", Tasks: 1, Bolt: true}, Scenario{Op: "stop", Tasks: 2, Bolt: true},

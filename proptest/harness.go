@@ -137,6 +137,10 @@ func Open(t TestingT, o Options) *Harness {
 	h.World.SetCgroups(o.Cgroups)
 	h.World.BeforeEffect = h.writeAhead
 	h.World.Fault = h.worldFault
+	h.World.ExecutorCrash = func(point string) bool {
+		crash, die := h.hitCrash(point)
+		return crash || die
+	}
 	if !o.Bolt {
 		h.mem = NewMemLog()
 	}
@@ -651,7 +655,9 @@ func (h *Harness) Tasks() []string {
 // exits at once, "netraw" asks for the capability the executor refuses
 // after spawning (the seed), "invalid" is refused before any spawn, "fork"
 // runs with a child in its group, "setsid" with a child that left its
-// group, "daemon" with a daemonized grandchild.
+// group, "daemon" with a daemonized grandchild, "restart" fails at once and
+// is restarted twice by its executor (then ends, exited), "service" runs
+// and is restarted by its executor whenever it ends (twice an hour).
 func SpecFor(kind string) fsm.Spec {
 	s := fsm.Spec{Driver: "raw_exec", Command: "/sim/task"}
 	switch kind {
@@ -667,6 +673,11 @@ func SpecFor(kind string) fsm.Spec {
 		s.Args = []string{ArgSetsid}
 	case "daemon":
 		s.Args = []string{ArgDaemon}
+	case "restart":
+		s.Args = []string{ArgExitFail}
+		s.Restart = &fsm.RestartPolicy{Attempts: 2, Interval: time.Hour, Delay: time.Second, Mode: fsm.RestartFail}
+	case "service":
+		s.Restart = &fsm.RestartPolicy{Attempts: 2, Interval: time.Hour, Delay: time.Second, Mode: fsm.RestartDelay, OnSuccess: true}
 	}
 	return s
 }

@@ -63,7 +63,7 @@ type machine struct {
 const maxTasks = 5
 
 // startKinds are the task kinds a start draws from.
-var startKinds = []string{"run", "run", "exit", "netraw", "invalid", "fork", "setsid", "daemon"}
+var startKinds = []string{"run", "run", "exit", "netraw", "invalid", "fork", "setsid", "daemon", "restart", "service"}
 
 func (m *machine) tasks(t *rapid.T) string {
 	ids := m.h.Tasks()
@@ -87,6 +87,14 @@ func (m *machine) stateOf(t *rapid.T, id string) fsm.State {
 	return info.State
 }
 
+func (m *machine) info(t *rapid.T, id string) fsm.Task {
+	info, err := m.h.Driver().InspectTask(t.Context(), id)
+	if err != nil {
+		t.Fatalf("inspect %q: %v", id, err)
+	}
+	return info.Task
+}
+
 func (m *machine) newID() string {
 	id := fmt.Sprintf("t%d", m.next)
 	m.next++
@@ -97,9 +105,15 @@ func (m *machine) newID() string {
 func (m *machine) expectStart(t *rapid.T, id, kind string, err error) {
 	st := m.stateOf(t, id)
 	switch kind {
-	case "run", "fork", "setsid", "daemon":
+	case "run", "fork", "setsid", "daemon", "service":
 		if err != nil || st != fsm.StateRunning {
 			t.Fatalf("clean start of %s (%s): %v, state %s; want running", id, kind, err, st)
+		}
+	case "restart":
+		// It failed at once; its executor restarted it twice (the
+		// delays pass within the step), then it ended for good.
+		if info := m.info(t, id); err != nil || info.State != fsm.StateExited || info.Restarts != 2 {
+			t.Fatalf("clean start of %s (fails, restarted twice): %v, state %s after %d restarts; want success, exited after 2", id, err, info.State, info.Restarts)
 		}
 	case "exit":
 		// A quick task ran and exited before the start returned: a success.

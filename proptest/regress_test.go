@@ -245,3 +245,76 @@ func TestDriver_WaitTaskKeepsWatchingATaskLeftAlone(t *testing.T) {
 		h.Check(t)
 	})
 }
+
+// TestDriver_RestartReportedWhileItsAppendFailedIsRecordedLater: the
+// supervisor follows the executor's restart journal and reports each
+// restart; when the append of a reported restart-intent failed, the
+// supervisor went on from past it, so the relaunch it reported next no
+// longer applied (launched from running) and was dropped: the log kept
+// the first run's pid while the executor ran a second one, and nothing
+// asked again (a Recover beside leaves a supervised task alone). Found by
+// TestDriver_Properties (a service task exits, with a fault at the first
+// fault point of the step).
+//
+// Fix (driver/owner.go supervised): a report that starts past what the log
+// holds restarts the supervision from the log, so the entries in between
+// are reported again; a report whose append fails stops the supervision,
+// so that the next Recover reconciles the task from the journal instead
+// of leaving it to a supervisor that is past what the log holds.
+func TestDriver_RestartReportedWhileItsAppendFailedIsRecordedLater(t *testing.T) {
+	for _, fault := range []string{"append:restart-intent", storeFail + "restart-intent", storeLostAck + "restart-intent"} {
+		t.Run(fault, func(t *testing.T) {
+			within(t, func(t *testing.T, h *Harness) {
+				h.Start(Plan{}, []string{"a"}, []fsm.Spec{SpecFor("service")})
+				s := h.Behind(Plan{Faults: []Point{{Name: fault, Nth: 1}}}, func(w *World) { w.ExitTask("a", 0) })
+				if len(s.Fired) != 1 {
+					t.Fatalf("the fault did not fire: %+v", s)
+				}
+				h.Check(t)
+				if r, err := h.Recover(Plan{}); err != nil || r.Outcomes[0].Err != nil {
+					t.Fatalf("recover: %v %+v", err, r.Outcomes)
+				}
+				h.CheckRecovered(t) // the log follows the relaunched run
+				info := h.Driver()
+				st, err := info.InspectTask(t.Context(), "a")
+				if err != nil || st.Restarts != 1 {
+					t.Fatalf("after the restart: %v, %d restarts recorded; want 1", err, st.Restarts)
+				}
+			})
+		})
+	}
+}
+
+// TestDriver_ReapingKillsTheRunItsExecutorRelaunched: a task left in
+// reaping (its stop recorded, the kill not yet done) whose executor then
+// restarted it by its restart policy (the stop never reached the executor)
+// was killed by the log's task pid, the first run's: on a host without
+// cgroups, once the executor was gone, the relaunched run (its own process
+// group) outlived the task recorded stopped. The executor's launch record
+// names the latest run. Found by TestDriver_Properties (a service task, a
+// stop whose append committed and then failed, the task exiting, its
+// executor killed).
+//
+// Fix (driver/effects.go killExecutor): the launch record is read whenever
+// the executor is known, and a run it names that the log does not is
+// killed too.
+func TestDriver_ReapingKillsTheRunItsExecutorRelaunched(t *testing.T) {
+	within(t, func(t *testing.T, h *Harness) {
+		h.Start(Plan{}, []string{"a"}, []fsm.Spec{SpecFor("service")})
+		// The stop is recorded, its kill left for a later Recover.
+		h.Stop(Plan{Faults: []Point{{Name: storeLostAck + "stop-requested", Nth: 1}}}, "a")
+		if got := state(t, h, "a"); got != fsm.StateReaping {
+			t.Fatalf("state %s after the stop's lost acknowledgement, want reaping", got)
+		}
+		h.World.ExitTask("a", 0) // the executor, never told to stop, restarts it
+		h.Behind(Plan{}, func(w *World) {})
+		h.Behind(Plan{}, func(w *World) { w.KillExecutors() })
+		if _, err := h.Recover(Plan{}); err != nil {
+			t.Fatal(err)
+		}
+		h.CheckRecovered(t) // nothing of the task outlives its stop
+		if got := state(t, h, "a"); got != fsm.StateStopped {
+			t.Fatalf("state %s, want stopped", got)
+		}
+	})
+}

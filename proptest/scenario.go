@@ -20,7 +20,8 @@ import (
 //	                 executors alive with no driver (Harness.Adopt)
 var Ops = []string{
 	"start:run", "start:exit", "start:netraw", "start:invalid", "start:fork", "start:setsid", "start:daemon",
-	"stop", "stop:setsid", "stop:daemon", "race:run", "race:exit", "recover:launched",
+	"start:restart", "start:service", "stop", "stop:setsid", "stop:daemon", "stop:service", "race:run", "race:exit",
+	"race:restart", "recover:launched",
 }
 
 // Scenario is one replayable run: Op on Tasks concurrent tasks under Plan,
@@ -212,7 +213,7 @@ func (sc Scenario) Run(t TestingT, dir string) Result {
 		switch {
 		case verb == "stop" && !info.State.Terminal():
 			t.Fatalf("scenario %q: StopTask(%s) succeeded, yet after recovery the task is %s", sc, ids[i], info.State)
-		case verb != "stop" && !deaths && slices.Contains([]string{"run", "fork", "setsid", "daemon"}, kind) && info.State != fsm.StateRunning:
+		case verb != "stop" && !deaths && slices.Contains([]string{"run", "fork", "setsid", "daemon", "service"}, kind) && info.State != fsm.StateRunning:
 			t.Fatalf("scenario %q: StartTask(%s) succeeded, yet after recovery the task is %s", sc, ids[i], info.State)
 		}
 	}

@@ -232,3 +232,36 @@ func TestScenario_RoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// An executor that dies right after it relaunched its task
+// (executor:after-relaunch) leaves a run whose pid nothing recorded: the
+// executor writes its launch record and journals it only after that point.
+// Where the host has cgroups the task's cgroup still holds the run and the
+// driver kills it; without cgroups it outlives the task, and the harness
+// says so (Escapes). (An executor that recorded the run before letting it
+// run its first instruction, as the launch's init shim could, would leave
+// nothing behind on either host.)
+func TestHarness_UnrecordedRelaunchOutlivesItsTaskOnlyWithoutCgroups(t *testing.T) {
+	for _, cg := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cgroups=%v", cg), func(t *testing.T) {
+			within(t, func(t *testing.T, h *Harness) {
+				h.World.SetCgroups(cg)
+				s := h.Start(Plan{Crash: Point{"executor:after-relaunch", 1}}, []string{"a"}, []fsm.Spec{SpecFor("restart")})
+				if !s.Crashed {
+					t.Fatalf("the executor's crash did not fire: %+v", s)
+				}
+				h.Check(t)
+				if got := state(t, h, "a"); !got.Terminal() {
+					t.Fatalf("state %s after its executor died, want terminal", got)
+				}
+				live := h.World.Live()
+				switch {
+				case cg && len(live) > 0:
+					t.Errorf("with cgroups, alive after the task ended: %v", live)
+				case !cg && (len(live) != 1 || len(h.Escapes()) != 1):
+					t.Errorf("without cgroups: alive %v, reported %v; want the unrecorded run in both", live, h.Escapes())
+				}
+			})
+		})
+	}
+}

@@ -11,14 +11,16 @@ import (
 	"time"
 
 	"github.com/tether-fsm/tether/driver"
+	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 )
 
 // Spec arguments the simulated executor understands.
 const (
 	// ArgExitNow makes the simulated task exit with code 0 as soon as it
-	// is launched.
-	ArgExitNow = "sim:exit-now"
+	// is launched; ArgExitFail with code 1.
+	ArgExitNow  = "sim:exit-now"
+	ArgExitFail = "sim:exit-fail"
 	// ArgFork makes the task fork a child that stays in its process group.
 	ArgFork = "sim:fork"
 	// ArgSetsid makes the task fork a child that calls setsid: it leaves
@@ -78,15 +80,21 @@ type Proc struct {
 	// Escaped is set for a descendant that left the task's process group
 	// (setsid).
 	Escaped bool
-	Alive   bool
-	Exit    fsm.ExitStatus // valid once dead
+	// Unrecorded is set for a run its executor relaunched and died before
+	// recording (executor:after-relaunch): nothing but its cgroup names it.
+	Unrecorded bool
+	Alive      bool
+	Exit       fsm.ExitStatus // valid once dead
 
 	died chan struct{} // closed at death
 
 	// executor only
 	conns    int
 	launched bool
-	child    *Proc // the task's leader
+	child    *Proc         // the task's leader (of its current run)
+	rs       *restarts     // the task's restart policy and journal; nil: none
+	stopping bool          // a stop or shutdown is under way: no restart
+	changed  chan struct{} // closed (and replaced) when the journal grows or the task is over
 	// task tree (task and descendants)
 	exec     *Proc // the executor that launched the tree
 	recorded bool  // leader: its exit status was written by a live executor
@@ -123,6 +131,21 @@ type disk struct {
 	launched  bool
 	nonce     string // the nonce of the executor that wrote the launch record
 	boot      string // and the boot it ran in
+	// The restart journal, and the executor that wrote it.
+	journal      []fsm.Event
+	journalNonce string
+	journalBoot  string
+}
+
+// restarts is an executor's restart state for its task (the executor
+// restarts its task itself, by the task's restart policy, whether a driver
+// is attached or not), as executor/restart.go does.
+type restarts struct {
+	policy  fsm.RestartPolicy
+	state   fsm.RestartState
+	spec    fsm.Spec
+	pending bool // a restart is journalled and its delay runs
+	entries []fsm.Event
 }
 
 // WorldFault is what an injected fault does to one world operation.
@@ -197,6 +220,10 @@ type World struct {
 	// Fault, when set, is asked (without the world's lock) before every
 	// operation of WorldOps whether it fails or hangs.
 	Fault func(op string) WorldFault
+	// ExecutorCrash, when set, is asked (with the world's lock held) at
+	// each of an executor's own crash points (executor.CrashPoints, on its
+	// restart path) whether the executor dies there.
+	ExecutorCrash func(point string) bool
 }
 
 // NewWorld returns an empty world with boot id "boot-1", the executors'
@@ -422,14 +449,115 @@ func (w *World) dieLocked(p *Proc, x fsm.ExitStatus) {
 	}
 	p.Alive, p.Exit = false, x
 	close(p.died)
-	if p.Kind == KindTask && p.exec != nil && p.exec.Alive {
-		for _, q := range w.treeLocked(p.exec) {
+	switch {
+	case p.Kind == KindTask && p.exec != nil && p.exec.Alive && p.exec.child == p:
+		e := p.exec
+		for _, q := range w.treeLocked(e) {
 			w.signalLocked(q, syscall.SIGKILL, "executor", p.Task)
 		}
-		p.recorded = true
-		xx := x
-		d := w.diskLocked(p.Task)
-		d.exit, d.exitNonce, d.exitBoot, d.exitPID, d.exitSt = &xx, p.exec.Nonce, w.bootID, p.PID, p.Start
+		if !w.restartLocked(e, x) {
+			w.recordExitLocked(e)
+		}
+	case p.Kind == KindExecutor:
+		w.notifyLocked(p)
+	}
+}
+
+// recordExitLocked writes the exit status of executor e's last run: its
+// task is over.
+func (w *World) recordExitLocked(e *Proc) {
+	c := e.child
+	c.recorded = true
+	xx := c.Exit
+	d := w.diskLocked(e.Task)
+	d.exit, d.exitNonce, d.exitBoot, d.exitPID, d.exitSt = &xx, e.Nonce, w.bootID, c.PID, c.Start
+	w.notifyLocked(e)
+}
+
+func (w *World) notifyLocked(e *Proc) {
+	if e.changed != nil {
+		close(e.changed)
+		e.changed = make(chan struct{})
+	}
+}
+
+// execCrashLocked reports whether executor e dies at its crash point, and
+// kills it there if so (its task's tree lives on).
+func (w *World) execCrashLocked(e *Proc, point string) bool {
+	if w.ExecutorCrash == nil || !w.ExecutorCrash(point) {
+		return false
+	}
+	w.dieLocked(e, fsm.ExitStatus{Code: -1, Signal: int(syscall.SIGKILL)})
+	return true
+}
+
+// restartLocked asks executor e's restart policy about the run that ended
+// with x, once its tree is gone. For a restart it journals the intent and
+// arms the delay, and reports true (the task is not over); it reports true
+// too when the executor died at one of its crash points on the way.
+func (w *World) restartLocked(e *Proc, x fsm.ExitStatus) bool {
+	rs := e.rs
+	if rs == nil || e.stopping {
+		return false
+	}
+	now := time.Now().UnixNano()
+	state, d := rs.policy.Next(rs.state, x, now)
+	rs.state = state
+	if !d.Restart {
+		return false
+	}
+	if w.execCrashLocked(e, executor.CrashBeforeRestartIntent) {
+		return true
+	}
+	xx := x
+	w.journalLocked(e, fsm.Event{Type: fsm.EventRestartIntent, Time: now, Attempt: d.Attempt, Exit: &xx, Grace: d.Delay, Reason: d.Reason})
+	if w.execCrashLocked(e, executor.CrashAfterRestartIntent) {
+		return true
+	}
+	rs.pending = true
+	time.AfterFunc(d.Delay, func() { w.relaunch(e) })
+	return true
+}
+
+func (w *World) journalLocked(e *Proc, ev fsm.Event) {
+	e.rs.entries = append(e.rs.entries, ev)
+	d := w.diskLocked(e.Task)
+	if d.journalNonce != e.Nonce {
+		d.journal, d.journalNonce, d.journalBoot = nil, e.Nonce, w.bootID
+	}
+	d.journal = append(d.journal, ev)
+	w.notifyLocked(e)
+}
+
+// relaunch starts executor e's task again once a restart's delay is over,
+// and journals it.
+func (w *World) relaunch(e *Proc) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	rs := e.rs
+	if !e.Alive || rs == nil || !rs.pending {
+		return
+	}
+	rs.pending = false
+	c := w.startRunLocked(e, rs.spec)
+	if w.execCrashLocked(e, executor.CrashAfterRelaunch) {
+		// The new run lives on, unrecorded: only its cgroup holds it
+		// (as in executor/restart.go, which records a relaunch only after
+		// its crash point).
+		c.Unrecorded = true
+		return
+	}
+	w.recordLaunchLocked(e)
+	w.journalLocked(e, fsm.Event{Type: fsm.EventLaunched, Time: time.Now().UnixNano(), TaskPID: c.PID, TaskStartTime: c.Start})
+	w.exitNowLocked(c, rs.spec)
+}
+
+// cancelRestartLocked drops a pending restart (a stop or shutdown during
+// its delay): the task is over with its last run's exit.
+func (w *World) cancelRestartLocked(e *Proc) {
+	if e.rs != nil && e.rs.pending {
+		e.rs.pending = false
+		w.recordExitLocked(e)
 	}
 }
 
@@ -501,6 +629,7 @@ func (v *view) Spawn(ctx context.Context, task, nonce string) (driver.Executor, 
 func (w *World) newExecutorLocked(task, nonce string) *Proc {
 	p := w.newProcLocked(KindExecutor, task)
 	p.Nonce = nonce
+	p.changed = make(chan struct{})
 	if w.cgroups {
 		p.Cgroup = CgroupFor(task, nonce)
 	}
@@ -748,13 +877,24 @@ func (h *handle) Launch(ctx context.Context, spec fsm.Spec, allowed []string) (d
 }
 
 // launchLocked starts executor p's task (and the descendants its spec
-// asks for) in its cgroup, and writes the launch record.
+// asks for) in its cgroup, and writes the launch record; a spec with a
+// restart policy sets up the executor's restarts.
 func (w *World) launchLocked(p *Proc, spec fsm.Spec) {
+	p.launched = true
+	if spec.Restart != nil {
+		p.rs = &restarts{policy: *spec.Restart, state: fsm.RestartState{WindowStart: time.Now().UnixNano()}, spec: spec}
+	}
+	c := w.startRunLocked(p, spec)
+	w.recordLaunchLocked(p)
+	w.exitNowLocked(c, spec)
+}
+
+// startRunLocked starts one run of executor p's task: its leader and the
+// descendants its spec asks for.
+func (w *World) startRunLocked(p *Proc, spec fsm.Spec) *Proc {
 	c := w.newProcLocked(KindTask, p.Task)
 	c.exec, c.Cgroup = p, p.Cgroup
-	p.launched, p.child = true, c
-	d := w.diskLocked(p.Task)
-	d.launched, d.launchPID, d.launchSt, d.nonce, d.boot = true, c.PID, c.Start, p.Nonce, w.bootID
+	p.child = c
 	for _, a := range spec.Args {
 		switch a {
 		case ArgFork, ArgSetsid, ArgDaemon:
@@ -767,8 +907,21 @@ func (w *World) launchLocked(p *Proc, spec fsm.Spec) {
 			}
 		}
 	}
-	if slices.Contains(spec.Args, ArgExitNow) {
+	return c
+}
+
+func (w *World) recordLaunchLocked(p *Proc) {
+	d := w.diskLocked(p.Task)
+	d.launched, d.launchPID, d.launchSt, d.nonce, d.boot = true, p.child.PID, p.child.Start, p.Nonce, w.bootID
+}
+
+// exitNowLocked ends a run whose spec says it exits at once.
+func (w *World) exitNowLocked(c *Proc, spec fsm.Spec) {
+	switch {
+	case slices.Contains(spec.Args, ArgExitNow):
 		w.dieLocked(c, fsm.ExitStatus{Code: 0})
+	case slices.Contains(spec.Args, ArgExitFail):
+		w.dieLocked(c, fsm.ExitStatus{Code: 1})
 	}
 }
 
@@ -779,6 +932,9 @@ func statusOf(p *Proc) driver.Status {
 	s := driver.Status{Launched: true, PID: p.child.PID, StartTime: p.child.Start}
 	if !p.child.Alive {
 		s.Exited, s.Exit = true, p.child.Exit
+	}
+	if p.rs != nil {
+		s.Restarting, s.Journal = p.rs.pending, len(p.rs.entries)
 	}
 	return s
 }
@@ -874,6 +1030,8 @@ func (h *handle) Stop(ctx context.Context, sig syscall.Signal, grace time.Durati
 	if !h.p.launched {
 		return fsm.ExitStatus{}, ErrNotLaunched
 	}
+	h.p.stopping = true
+	w.cancelRestartLocked(h.p)
 	c := h.p.child
 	if c.Alive {
 		w.signalGroupLocked(h.p, sig)
@@ -900,12 +1058,82 @@ func (h *handle) Shutdown(ctx context.Context) error {
 		w.signalLocked(p, syscall.SIGKILL, "shutdown", p.Task)
 		return nil
 	}
+	p.stopping = true
+	if p.launched {
+		w.cancelRestartLocked(p)
+	}
 	for _, q := range w.treeLocked(p) {
 		w.signalLocked(q, syscall.SIGKILL, "executor", p.Task)
 	}
 	w.dieLocked(p, fsm.ExitStatus{Code: 0})
 	return nil
 }
+
+// Watch implements driver.Watcher: it returns once the restart journal
+// holds entries past since, or the task is over (its last run exited and
+// no restart follows).
+func (h *handle) Watch(ctx context.Context, since int) (driver.Status, []fsm.Event, error) {
+	h.g.enter()
+	w := h.w
+	for {
+		w.mu.Lock()
+		if err := h.usableLocked(); err != nil {
+			w.mu.Unlock()
+			return driver.Status{}, nil, err
+		}
+		p := h.p
+		if !p.launched {
+			w.mu.Unlock()
+			return driver.Status{}, nil, ErrNotLaunched
+		}
+		st := statusOf(p)
+		var entries []fsm.Event
+		if p.rs != nil && since >= 0 && since < len(p.rs.entries) {
+			entries = slices.Clone(p.rs.entries[since:])
+		}
+		over := st.Over() && p.child.recorded
+		changed := p.changed
+		w.mu.Unlock()
+		if len(entries) > 0 || over {
+			return st, entries, nil
+		}
+		select {
+		case <-changed:
+		case <-h.closed:
+		case <-p.died:
+		case <-ctx.Done():
+			h.g.enter()
+			return driver.Status{}, nil, ctx.Err()
+		case <-h.g.dead:
+			runtime.Goexit()
+		}
+		h.g.enter()
+	}
+}
+
+// Journal implements driver.JournalReader: the restart journal the task's
+// executor left on disk, once it matches the log's executor identity.
+func (v *view) Journal(ctx context.Context, task string, id fsm.Identity) ([]fsm.Event, error) {
+	v.g.enter()
+	w := v.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d := w.disk[task]
+	if d == nil || d.journal == nil {
+		return nil, nil
+	}
+	if d.journalNonce != id.Nonce || d.journalBoot != id.BootID {
+		why := fmt.Sprintf("restart journal of nonce %q boot %q, the log has %q boot %q", d.journalNonce, d.journalBoot, id.Nonce, id.BootID)
+		w.refused = append(w.refused, Refusal{Via: "journal", Task: task, Why: why})
+		return nil, fmt.Errorf("%w: %s", driver.ErrNotOurs, why)
+	}
+	return slices.Clone(d.journal), nil
+}
+
+var (
+	_ driver.Watcher       = (*handle)(nil)
+	_ driver.JournalReader = (*view)(nil)
+)
 
 // Close drops the connection. It never stops the caller, even in a dead
 // generation: closing is what a dying process does anyway.
@@ -1103,7 +1331,7 @@ func (w *World) reuse(pid int, lookAlike bool) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.procs[pid]
-	if p == nil || p.Alive {
+	if p == nil || p.Alive || w.groupInUseLocked(pid) {
 		return false
 	}
 	w.ticks++
@@ -1117,13 +1345,15 @@ func (w *World) reuse(pid int, lookAlike bool) bool {
 }
 
 // ReusablePIDs lists, in order, the pids of dead processes that no other
-// process has taken since.
+// process has taken since, and that no live process has as its process
+// group (the kernel keeps a pid number allocated while a group of that
+// number has members: executor.KillGroup relies on it).
 func (w *World) ReusablePIDs() []int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []int
 	for pid, p := range w.procs {
-		if !p.Alive {
+		if !p.Alive && !w.groupInUseLocked(pid) {
 			out = append(out, pid)
 		}
 	}
@@ -1131,19 +1361,34 @@ func (w *World) ReusablePIDs() []int {
 	return out
 }
 
-// Outlives reports whether p, a live process of a task whose log is
-// terminal, breaks "no process of a task outlives its terminal state":
-// every one does, except (where the host has no cgroups) a descendant that
-// escaped the task's process group, which nothing can find once its
-// executor is gone. That is the host's limit, not the driver's: Escapes
-// lists them.
-func (w *World) Outlives(p Proc) bool {
-	return !(p.Kind == KindDescendant && p.Escaped && p.Cgroup == "")
+func (w *World) groupInUseLocked(pgid int) bool {
+	for _, p := range w.all {
+		if p.Alive && p.PGID == pgid {
+			return true
+		}
+	}
+	return false
 }
 
-// Escapes returns the live escaped descendants outside any cgroup, one line
-// each (pid and task): what a host without cgroups leaks when an executor
-// dies, which the property reports and does not count against the driver.
+// Outlives reports whether p, a live process of a task whose log is
+// terminal, breaks "no process of a task outlives its terminal state":
+// every one does, except, where the host has no cgroups, a descendant that
+// escaped the task's process group, which nothing can find once its
+// executor is gone, and a run its executor relaunched and died before
+// recording (no pid of it is anywhere). That is the host's limit (and, for
+// the second, the executor's order of relaunch and record), not the
+// driver's: Escapes lists them.
+func (w *World) Outlives(p Proc) bool {
+	if p.Cgroup != "" {
+		return true
+	}
+	return !(p.Kind == KindDescendant && p.Escaped || p.Kind == KindTask && p.Unrecorded)
+}
+
+// Escapes returns the live processes outside any cgroup that nothing can
+// find (see Outlives), one line each: what a host without cgroups leaks
+// when an executor dies, which the property reports and does not count
+// against the driver.
 func (w *World) Escapes() []string {
 	var out []string
 	for _, p := range w.Live() {
@@ -1160,6 +1405,9 @@ func describe(p Proc) string {
 	fmt.Fprintf(&b, "%s pid %d of task %q", p.Kind, p.PID, p.Task)
 	if p.Escaped {
 		b.WriteString(" (escaped its group)")
+	}
+	if p.Unrecorded {
+		b.WriteString(" (relaunched, never recorded)")
 	}
 	if p.Cgroup != "" {
 		b.WriteString(" in cgroup " + p.Cgroup)
