@@ -85,7 +85,35 @@
 // Every signal, on either side, goes through a pidfd opened before the
 // target's identity was checked (pid, start time, boot id, and for
 // executors the nonce on the command line), so a recycled pid is never
-// signalled.
+// signalled. Signal reaches the task's process group, SignalMain its main
+// process alone.
+//
+// # Exec: commands inside the running task
+//
+// Client.Exec runs a command inside the task as the task itself runs: the
+// init shim again, in join mode ("-join"; see joinFlag), joins the run's
+// cgroup and oom_score_adj, for exec its namespaces through a pidfd of the
+// task (so a recycled pid is never joined) and thereby its root, its
+// working directory, user, capabilities and no_new_privs, and starts the
+// command, with the task's environment (ExecSpec.Env laid over), as the
+// executor's child in a session of its own. Its stdio are the caller's
+// descriptors, passed over the socket (SCM_RIGHTS); with ExecSpec.TTY the
+// shim opens a pseudo-terminal inside the task (an exec task's own devpts)
+// and the master comes back (ExecProcess.Terminal). The executor reaps the
+// command and answers ExecProcess.Wait; it kills the command when the
+// connection that asked for it closes, and with the task (its cgroup, its
+// PID namespace, the drain of its tree), so nothing of an exec outlives
+// the task. A task that is restarting (a restart's delay runs) has no
+// process to join or signal: ErrRestarting.
+//
+// # Peers
+//
+// Both ends check the other's SO_PEERCRED. The executor accepts peers of
+// its own uid or root (ErrPeerRefused otherwise). A client, before it sends
+// anything, checks that the process serving the socket it dialled is the
+// executor whose identity it proved (that pid) and runs as its own uid or
+// root: a listener planted at the socket path is ErrPeerNotExecutor,
+// naming the pid and uid it found.
 //
 // # Serving executor mode
 //
@@ -121,6 +149,8 @@
 //	// ErrCapNotAllowed (*CapError), ErrWorkDir, ErrBadSpec, ErrNoCgroup,
 //	// ErrLimit, ErrIsolation, ErrLaunch (naming the shim's step)
 //	stats, err := c.Stats(ctx)                      // the task cgroup's figures
+//	p, err := c.Exec(ctx, executor.ExecSpec{Argv: []string{"id", "-u"}, Stdout: os.Stdout})
+//	px, err := p.Wait(ctx)                          // the command's exit status
 //	x, err := c.Wait(ctx)                           // or Stop(ctx, syscall.SIGTERM, grace); x.OOM
 //
 // After a crash, a new driver process calls Reattach(ctx, dir, id) (identity
@@ -133,5 +163,6 @@
 //
 // Length-prefixed JSON frames (see ProtocolVersion) on the unix socket; the
 // first request on a connection is a hello with the protocol version and the
-// nonce. Named errors cross it, so errors.Is works on the driver side.
+// nonce. A frame may carry descriptors (SCM_RIGHTS), as many as it declares.
+// Named errors cross it, so errors.Is works on the driver side.
 package executor

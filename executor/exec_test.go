@@ -451,4 +451,114 @@ func TestPeerMatches_Rule(t *testing.T) {
 	}
 }
 
-var _ = context.Background
+// TestRightsReader_FramesClaimTheirDescriptors: descriptors travel with
+// the frame that declares them; a frame whose count does not match what
+// came is a protocol error, and what came is closed.
+func TestRightsReader_FramesClaimTheirDescriptors(t *testing.T) {
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := func(fd int) *net.UnixConn {
+		f := os.NewFile(uintptr(fd), "pair")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.(*net.UnixConn)
+	}
+	a, b := conn(pair[0]), conn(pair[1])
+	defer a.Close()
+	defer b.Close()
+	r1, w1, _ := os.Pipe()
+	defer r1.Close()
+	defer w1.Close()
+	send := func(req request, files ...*os.File) {
+		t.Helper()
+		req.FDs = len(files)
+		if err := writeFrameFDs(a, req, files); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rd := newRightsReader(b)
+	recv := func(want int) ([]*os.File, error) {
+		t.Helper()
+		var req request
+		if err := readFrame(rd, &req); err != nil {
+			t.Fatal(err)
+		}
+		if want < 0 {
+			want = req.FDs
+		}
+		return rd.take(want)
+	}
+	send(request{ID: 1, Op: opStatus})
+	send(request{ID: 2, Op: opExec}, r1, w1)
+	send(request{ID: 3, Op: opStatus})
+	if fs, err := recv(-1); err != nil || len(fs) != 0 {
+		t.Fatalf("frame 1: %v %v", fs, err)
+	}
+	fs, err := recv(-1)
+	if err != nil || len(fs) != 2 {
+		t.Fatalf("frame 2: %v %v", fs, err)
+	}
+	// The received pipe ends work: what is written through one copy is
+	// read through the other.
+	if _, err := fs[1].Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	one := make([]byte, 1)
+	if _, err := r1.Read(one); err != nil || one[0] != 'x' {
+		t.Fatalf("through the received descriptor: %q %v", one, err)
+	}
+	closeFiles(fs)
+	if fs, err := recv(-1); err != nil || len(fs) != 0 {
+		t.Fatalf("frame 3: %v %v", fs, err)
+	}
+	// Descriptors a frame does not declare are refused and closed.
+	send(request{ID: 4, Op: opStatus}, r1)
+	if _, err := recv(0); !errors.Is(err, ErrProtocol) {
+		t.Fatalf("undeclared descriptors: %v, want ErrProtocol", err)
+	}
+}
+
+// BenchmarkExec_True: one Exec of /bin/true into a running task, to its
+// exit status (the join shim, the command, the reap), raw_exec and exec.
+func BenchmarkExec_True(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("exec tasks need root")
+	}
+	for _, mode := range []string{ModeRawExec, ModeExec} {
+		b.Run(mode, func(b *testing.B) {
+			m := marker("tetherbench" + randHex(b, 6))
+			dir := filepath.Join(b.TempDir(), "task")
+			ctx := context.Background()
+			c, err := Spawn(ctx, SpawnConfig{Command: m.executorCmd(b), TaskDir: dir, Nonce: randHex(b, 12)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() {
+				_ = c.Shutdown(ctx)
+				c.Close()
+			}()
+			spec := m.taskSpec(b, "sleep")
+			if mode == ModeExec {
+				spec = m.execSpec(b, "sleep")
+			}
+			if _, err := c.Launch(ctx, spec); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				p, err := c.Exec(ctx, ExecSpec{Argv: []string{"/bin/true"}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if x, err := p.Wait(ctx); err != nil || x.Code != 0 {
+					b.Fatalf("Wait = %+v %v", x, err)
+				}
+			}
+		})
+	}
+}

@@ -827,6 +827,9 @@ func FuzzReadFrame(f *testing.F) {
 	f.Add([]byte(buf.String()))
 	f.Add([]byte{0, 0, 0, 2, '{', '}'})
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
+	buf.Reset()
+	_ = writeFrame(&buf, request{ID: 2, Op: opExec, Exec: &ExecSpec{Argv: []string{"id", "-u"}, Env: []string{"A=b"}, TTY: true, Rows: 24, Cols: 80}, FDs: 3})
+	f.Add([]byte(buf.String()))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var req request
 		if err := readFrame(strings.NewReader(string(b)), &req); err != nil {

@@ -266,7 +266,7 @@ func (c *cli) execTTY(ctx context.Context, s *session, id string, spec driver.Ex
 	}
 	defer p.Close()
 	term := p.Terminal()
-	if isTerminal(os.Stdin) {
+	if isTerminal(os.Stdin) { // before the relay starts reading it
 		restore, err := makeRaw(int(os.Stdin.Fd()))
 		if err != nil {
 			c.errorf("warning: cannot put your terminal in raw mode: %v", err)
@@ -274,7 +274,13 @@ func (c *cli) execTTY(ctx context.Context, s *session, id string, spec driver.Ex
 			defer restore()
 		}
 	}
-	go func() { _, _ = io.Copy(term, os.Stdin) }()
+	interactive := isTerminal(os.Stdin)
+	go func() {
+		_, _ = io.Copy(term, os.Stdin)
+		if !interactive {
+			_, _ = term.Write([]byte{4}) // ^D: the end of a piped stdin is the terminal's EOF
+		}
+	}()
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)

@@ -383,18 +383,33 @@ func TestExec_Terminal(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := e.command(ctx, nil, "exec", "-t", id, "--", "sh", "-c", "tty; stty size; exit 3")
+	// The command prints its terminal and size, then, when the caller's
+	// terminal is resized (the kernel tells tether exec with SIGWINCH,
+	// which resizes the command's), the new size.
+	cmd := e.command(ctx, nil, "exec", "-t", id, "--", "sh", "-c", `trap 'stty size; exit 3' WINCH; tty; stty size; while :; do sleep 0.1; done`)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
 	var out bytes.Buffer
 	copied := make(chan error, 1)
-	go func() {
-		_, err := io.Copy(&out, master)
-		copied <- err
-	}()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	rd := bufio.NewReader(master)
+	_ = master.SetReadDeadline(time.Now().Add(30 * time.Second))
+	for !strings.Contains(out.String(), "31 97\r\n") {
+		l, err := rd.ReadString('\n')
+		out.WriteString(l)
+		if err != nil {
+			t.Fatalf("reading the terminal: %v (read %q)", err, out.String())
+		}
+	}
+	if err := pty.Setsize(master, &pty.Winsize{Rows: 40, Cols: 120}); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_, err := io.Copy(&out, rd)
+		copied <- err
+	}()
 	err = cmd.Wait()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 3 {
@@ -410,8 +425,8 @@ func TestExec_Terminal(t *testing.T) {
 	slave.Close() // the last holder: the copy reads to its end
 	<-copied
 	text := strings.ReplaceAll(out.String(), "\r", "")
-	if !strings.Contains(text, "/dev/pts/0\n31 97\n") {
-		t.Errorf("tty and stty size inside printed %q, want /dev/pts/0 and 31 97", text)
+	if !strings.Contains(text, "/dev/pts/0\n31 97\n40 120\n") {
+		t.Errorf("tty and stty size inside printed %q, want /dev/pts/0, 31 97, then 40 120 after the resize", text)
 	}
 	e.must("stop", id)
 }
