@@ -55,19 +55,13 @@ func (c *cli) cmdExec(args []string) int {
 		c.errorf("exec takes a task id or name and a command: tether exec [-t] ID [--] CMD [ARGS...]")
 		return exitUsage
 	}
-	id, rest := pos[0], pos[1:]
-	// Flags may sit between the id and a "--"; without "--", everything
-	// after the id is the command.
-	if i := slices.Index(rest, "--"); i >= 0 {
-		if err := fs.Parse(rest[:i]); err != nil {
-			return exitUsage
-		}
-		if fs.NArg() > 0 {
-			c.errorf("unexpected arguments before --: %s", strings.Join(fs.Args(), " "))
-			return exitUsage
-		}
-		rest = rest[i+1:]
+	// Flags may follow the id too, up to the command (or a "--"); the
+	// command's own arguments are never parsed.
+	id := pos[0]
+	if err := fs.Parse(pos[1:]); err != nil {
+		return exitUsage
 	}
+	rest := fs.Args()
 	if len(rest) == 0 {
 		c.errorf("exec needs a command after the task: tether exec [-t] ID [--] CMD [ARGS...]")
 		return exitUsage

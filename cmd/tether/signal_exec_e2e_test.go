@@ -264,7 +264,7 @@ func inCgroup(t *testing.T, text, recorded string) {
 func TestExec_IntoAnExecTask(t *testing.T) {
 	e := newEnv(t)
 	id, st := execTask(t, e, "iso")
-	if res := e.must("exec", id, "--", "id", "-u"); res.stdout != "65534\n" {
+	if res := e.must("exec", id, "--env", "X=1", "--", "id", "-u"); res.stdout != "65534\n" {
 		t.Errorf("id -u: %s, want 65534", res)
 	}
 	if res := e.must("exec", "iso", "cat", "/proc/1/cmdline"); !strings.Contains(res.stdout, "sleep 100000 & wait") {
@@ -284,7 +284,7 @@ func TestExec_IntoAnExecTask(t *testing.T) {
 	if task, err := os.ReadFile("/proc/" + strconv.Itoa(st.PID) + "/cgroup"); err != nil || string(task) != cg {
 		t.Errorf("the command's cgroups\n%s\nthe task's\n%s (%v)", cg, task, err)
 	}
-	if res := e.tether("exec", id, "--", "sh", "-c", "exit 7"); res.code != 7 {
+	if res := e.tether("exec", id, "sh", "-c", "exit 7"); res.code != 7 {
 		t.Errorf("sh -c 'exit 7': %s, want exit 7", res)
 	}
 	if res := e.tether("exec", id, "--", "sh", "-c", "kill -TERM $$"); res.code != 128+int(syscall.SIGTERM) {
@@ -317,6 +317,10 @@ func TestExec_IntoARawExecTask(t *testing.T) {
 	inCgroup(t, cg, e.statusOfRaw(id).Executor.Cgroup)
 	if task, err := os.ReadFile("/proc/" + strconv.Itoa(st.PID) + "/cgroup"); err != nil || string(task) != cg {
 		t.Errorf("the command's cgroups\n%s\nthe task's\n%s (%v)", cg, task, err)
+	}
+	// Without --, the command's own flags are its own.
+	if res := e.must("exec", id, "ls", "-d", "/"); res.stdout != "/\n" {
+		t.Errorf("exec ID ls -d /: %s", res)
 	}
 	e.must("stop", id)
 }
