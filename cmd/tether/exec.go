@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,11 +19,33 @@ import (
 	"github.com/tether-fsm/tether/fsm"
 )
 
-// outputDrain bounds how long exec goes on copying the command's output
-// after it exited: what it wrote is already buffered, so only a
-// descendant that still holds its output (a background job) makes the
-// copy wait, and exec does not wait for such a one.
+// outputDrain is how long the command's output may stay idle, once the
+// command has exited, before exec stops copying it: what the command
+// wrote is already buffered and flows on, and only a descendant that
+// still holds its output (a background job) could make exec wait longer.
 const outputDrain = 250 * time.Millisecond
+
+// drainCopy copies src to dst until src ends or, once exited is set, until
+// src has been idle for outputDrain (a read deadline renewed by every
+// read). The caller sets exited and the first deadline when the command
+// exits.
+func drainCopy(dst io.Writer, src *os.File, exited *atomic.Bool) {
+	buf := make([]byte, 32<<10)
+	for {
+		if exited.Load() {
+			_ = src.SetReadDeadline(time.Now().Add(outputDrain))
+		}
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
 
 // cmdExec runs a command inside a running task and exits with its code:
 //
@@ -138,7 +161,7 @@ func (c *cli) execPlain(ctx context.Context, s *session, id string, spec driver.
 	}
 	defer p.Close()
 	x, err := c.waitExec(ctx, p, sigs)
-	copies.wait(outputDrain)
+	copies.wait()
 	if err != nil {
 		c.errorf("%v", err)
 		return exitStartFail
@@ -175,6 +198,7 @@ type relay struct {
 	outs   []*os.File // read ends of the output pipes, closed by stop
 	done   []chan struct{}
 	stdins []*os.File
+	exited atomic.Bool
 }
 
 // plainStdio is what the command gets for stdin, stdout and stderr: exec's
@@ -209,16 +233,17 @@ func plainStdio() ([3]*os.File, *relay, error) {
 		r.outs, r.done = append(r.outs, pr), append(r.done, done)
 		go func() {
 			defer close(done)
-			_, _ = io.Copy(f, pr)
+			drainCopy(f, pr, &r.exited)
 		}()
 	}
 	return out, r, nil
 }
 
-// wait lets the output copies reach the end of their pipes, for at most
-// d once the command has exited, then stops them.
-func (r *relay) wait(d time.Duration) {
-	deadline := time.Now().Add(d)
+// wait lets the output copies, once the command has exited, reach the end
+// of their pipes or go idle (see drainCopy), then stops them.
+func (r *relay) wait() {
+	r.exited.Store(true)
+	deadline := time.Now().Add(outputDrain)
 	for _, f := range r.outs {
 		_ = f.SetReadDeadline(deadline)
 	}
@@ -276,9 +301,10 @@ func (c *cli) execTTY(ctx context.Context, s *session, id string, spec driver.Ex
 		}
 	}()
 	copied := make(chan struct{})
+	var exited atomic.Bool
 	go func() {
 		defer close(copied)
-		_, _ = io.Copy(c.stdout, term) // to EIO: the terminal's last holder is gone
+		drainCopy(c.stdout, term, &exited) // to EIO: the terminal's last holder is gone
 	}()
 	go func() {
 		for range winch {
@@ -288,6 +314,7 @@ func (c *cli) execTTY(ctx context.Context, s *session, id string, spec driver.Ex
 		}
 	}()
 	x, err := c.waitExec(ctx, p, sigs)
+	exited.Store(true)
 	_ = term.SetReadDeadline(time.Now().Add(outputDrain))
 	<-copied
 	if err != nil {

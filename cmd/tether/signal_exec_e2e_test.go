@@ -434,3 +434,31 @@ func TestExec_Terminal(t *testing.T) {
 	}
 	e.must("stop", id)
 }
+
+// TestExec_CallersTerminalIsRelayed: without -t, a terminal among exec's
+// stdio is not handed to the command (it could type into the caller's
+// shell): the command gets a pipe, and its output still reaches the
+// terminal.
+func TestExec_CallersTerminalIsRelayed(t *testing.T) {
+	needTaskCgroups(t)
+	e := newEnv(t)
+	id := strings.TrimSpace(e.must(e.runArgs("start", []string{"--name", "relay"}, "sleep")...).stdout)
+	master, slave, err := pty.Open()
+	if err != nil {
+		t.Skipf("needs pseudo-terminals: %v", err)
+	}
+	defer master.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := e.command(ctx, nil, "exec", id, "--", "sh", "-c", `for fd in 0 1 2; do if [ -t $fd ]; then echo "$fd tty"; else echo "$fd pipe"; fi; done`)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("tether exec: %v", err)
+	}
+	slave.Close()
+	out, _ := io.ReadAll(master) // to EIO
+	if got := strings.ReplaceAll(string(out), "\r", ""); got != "0 pipe\n1 pipe\n2 pipe\n" {
+		t.Fatalf("the command saw %q, want pipes for stdin, stdout and stderr", got)
+	}
+	e.must("stop", id)
+}
