@@ -444,7 +444,7 @@ func TestStop_BeforeLaunch(t *testing.T) {
 
 func TestPeerCred_OtherUIDRefused(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Fatal("this test runs a client as another uid and needs root")
+		t.Skip("needs root: it runs a client as another uid (65534) with CAP_DAC_OVERRIDE")
 	}
 	m := newMarker(t)
 	c := spawn(t, m, "")
