@@ -2,44 +2,67 @@
 // recovers tasks through executor processes, with every lifecycle step
 // written ahead to the store, so that no executor is ever leaked.
 //
-// # The effect loop
+// # One owner per task
 //
-// Each input (a start, a stop, an effect's outcome, a task's exit) goes
-// through fsm's pure Step. The driver then, for every input:
+// Every task the driver touches has one owner, a goroutine (owner.go) that
+// receives every input about it on channels — a caller's request (start,
+// stop, wait, recover), the outcome of the effect in flight, the
+// supervisor's report of a restart or the task's end — and is the only
+// writer of its state and the only runner of its effects. For each input
+// it:
 //
-//  1. appends the resulting events to the store and waits for the fsync
+//  1. steps the pure lifecycle (fsm.StepAll) and appends the resulting
+//     events to the store in one commit, waiting for the fsync
 //     (write-ahead: no effect runs before the event that demands it is
 //     durable);
-//  2. folds them into the task's in-memory state;
-//  3. performs the effects now owed (fsm.Pending), one at a time, in the
-//     task's single effect loop;
-//  4. records each effect's outcome as the next input.
+//  2. folds them into the task's state;
+//  3. performs the effects Step returned, one at a time, each in a
+//     goroutine whose outcome comes back as the next input.
 //
 // Every error after the spawn intent leads through reaping, whose
-// kill-executor effect stops the task group, kills the executor by its
-// proven identity (pid, start time, boot id, nonce, through a pidfd) and
-// confirms both dead before the task is recorded terminal.
+// kill-executor effect stops the task, kills its cgroup until it is empty,
+// kills the executor by its proven identity (pid, start time, boot id,
+// nonce, through a pidfd) and confirms all of it dead before the task is
+// recorded terminal.
+//
+// Across processes (the CLI opens the store per command), a task's lock
+// file (LockFile) says that a live process is driving it; recovery
+// elsewhere leaves such a task alone. Appends are optimistic (the
+// expected version): two processes acting on one task converge.
+//
+// # Restarts
+//
+// The executor restarts its task by the task's restart policy, whether a
+// driver watches or not, and journals each restart ahead; the driver folds
+// the journal into the log, from a watch of the live executor or from the
+// file it left (restart.go). FollowTask sees each restart as it is folded.
 //
 // # Recovery
 //
 // After a crash, Open a new Driver on the same state directory and call
-// Recover: it replays the live tasks and reconciles each with the process
-// table (see Recover for the table). Named crash points (CrashPoints) let
-// tests kill the process at every durable write and effect boundary; set
-// TETHER_CRASHPOINT in a real process, or Config.Hooks in a simulation.
+// Recover (every live task) or Reconcile (some): each task is reconciled
+// with reality by its owner, so Recover is safe beside every other call
+// (see owner.reconcile for the crash-window table). Named crash points
+// (CrashPoints) let tests kill the process at every durable write and
+// effect boundary; set TETHER_CRASHPOINT in a real process, or
+// Config.Hooks in a simulation.
 //
 // # Usage
 //
 //	d, err := driver.Open(driver.Config{StateDir: dir, ExecutorCommand: []string{self, "executor"}})
 //	...
-//	defer d.Close()
+//	defer d.Close() // tasks keep running; a later driver reattaches
 //	if _, err := d.Recover(ctx); err != nil { ... }
 //	t, err := d.StartTask(ctx, "web", fsm.Spec{Driver: "raw_exec", Command: "/usr/bin/python3", Args: []string{"-m", "http.server"}})
 //	...
+//	err = d.SignalTask(ctx, "web", syscall.SIGHUP) // SignalMain: its main process only
+//	p, err := d.ExecTask(ctx, "web", driver.ExecSpec{Argv: []string{"/bin/ls", "/"}, Stdout: os.Stdout})
+//	x, err := p.Wait(ctx)
+//	stats, err := d.TaskStats(ctx, "web")
 //	final, err := d.StopTask(ctx, "web", 0, 0)
 //
-// Concurrency: the driver is safe for concurrent use; a task's effects run
-// in one loop at a time, no lock is held across a call into another
-// process, and the store's group commit lets concurrent tasks share
-// fsyncs.
+// The driver is safe for concurrent use; no lock is held across a call
+// into another process, every call into an executor has a deadline
+// (Config.ProbeTimeout, EffectTimeout), and the store's group commit lets
+// concurrent tasks share fsyncs.
 package driver

@@ -577,7 +577,7 @@ func (d *Driver) attachRunning(ctx context.Context, id string) (Executor, fsm.Ta
 	h, err := d.world.Reattach(pctx, id, *st.Executor)
 	if err != nil {
 		return nil, st, &TaskError{Task: id, State: st.State,
-			Err: fmt.Errorf("cannot reach the task's executor (pid %d): %w", st.Executor.PID, err)}
+			Err: fmt.Errorf("%w (pid %d): %w", ErrUnreachable, st.Executor.PID, err)}
 	}
 	return h, st, nil
 }

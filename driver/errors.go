@@ -32,6 +32,10 @@ var (
 	ErrStartFailed = errors.New("driver: task failed to start")
 	// ErrNotRunning: the operation needs a running task.
 	ErrNotRunning = errors.New("driver: task is not running")
+	// ErrUnreachable: the task's executor (its identity proven, or not yet
+	// disproven) did not answer within the probe timeout: frozen, busy, or
+	// on its way out. Nothing was done to it.
+	ErrUnreachable = errors.New("driver: the task's executor does not answer")
 	// ErrClosed: the driver was closed.
 	ErrClosed = errors.New("driver: closed")
 	// ErrInjected is the error returned by an injected fault (tests, and

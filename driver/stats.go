@@ -6,7 +6,6 @@ import (
 
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/executor"
-	"github.com/tether-fsm/tether/fsm"
 )
 
 // statser is an Executor that can read its task cgroup's figures (the
@@ -27,28 +26,20 @@ var _ statser = realExecutor{}
 //	st, err := d.TaskStats(ctx, "web")
 //	fmt.Println(st.MemoryBytes, st.CPUUser, st.Pids)
 func (d *Driver) TaskStats(ctx context.Context, id string) (cgroup.Stats, error) {
-	info, err := d.InspectTask(ctx, id)
+	h, st, err := d.attachRunning(ctx, id)
 	if err != nil {
 		return cgroup.Stats{}, err
-	}
-	st := info.Task
-	if st.State != fsm.StateRunning && st.State != fsm.StateLaunched || st.Executor == nil {
-		return cgroup.Stats{}, &TaskError{Task: id, State: st.State, Err: ErrNotRunning}
-	}
-	pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
-	defer cancel()
-	h, err := d.world.Reattach(pctx, id, *st.Executor)
-	if err != nil {
-		return cgroup.Stats{}, &TaskError{Task: id, State: st.State, Err: err}
 	}
 	defer h.Close()
 	s, ok := h.(statser)
 	if !ok {
 		return cgroup.Stats{}, &TaskError{Task: id, State: st.State, Err: fmt.Errorf("%w: this process world (%T) has none", executor.ErrNoStats, h)}
 	}
+	pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
+	defer cancel()
 	stats, err := s.Stats(pctx)
 	if err != nil {
-		return cgroup.Stats{}, &TaskError{Task: id, State: st.State, Err: err}
+		return cgroup.Stats{}, runningErr(id, st, err)
 	}
 	return stats, nil
 }
