@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 func TestLaunch_ExitCode(t *testing.T) {
@@ -183,16 +184,12 @@ func TestStop_GrandchildrenLeaveNothing(t *testing.T) {
 // marker other than executors, which may still be exiting.
 func assertNoMarked(t *testing.T, m marker) {
 	t.Helper()
-	_ = forEachProc(func(pid int, s procStat) {
-		if s.dead() || pid == os.Getpid() || !carries(pid, string(m)) {
-			return
+	for _, p := range testproc.Marked(string(m)) {
+		if strings.Contains(p.Cmdline, " executor ") {
+			continue
 		}
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if strings.Contains(string(b), "\x00executor\x00") {
-			return
-		}
-		t.Errorf("survivor %d: %q", pid, strings.ReplaceAll(string(b), "\x00", " "))
-	})
+		t.Errorf("survivor %s", p)
+	}
 }
 
 func TestLease_DriverKilledBeforeLaunch(t *testing.T) {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // The test binary is also every helper process, dispatched on os.Args[1]:
@@ -37,24 +38,17 @@ import (
 //	dialer -marker=M <dir> <json>      a client that reattaches and reports the error
 //	unpriv -marker=M <dir>             a driver without cgroups (see TestContain_UnprivilegedExecutor)
 func TestMain(m *testing.M) {
-	if len(os.Args) > 2 {
-		switch os.Args[1] {
-		case "executor":
-			os.Exit(Serve(os.Args[3:]))
-		case "executor-crash":
-			os.Exit(3)
-		case "executor-hang":
-			block()
-		case "task":
-			os.Exit(runTask(os.Args[3:]))
-		case "driver":
-			os.Exit(runDriver(os.Args[3]))
-		case "dialer":
-			os.Exit(runDialer(os.Args[3], os.Args[4]))
-		case "unpriv":
-			os.Exit(runUnpriv(os.Args[3]))
-		}
-	}
+	// Helper modes: the binary, the mode, the test's marker, then the
+	// mode's arguments.
+	testproc.Dispatch(map[string]func([]string) int{
+		"executor":       func(a []string) int { return Serve(a[1:]) },
+		"executor-crash": func([]string) int { return 3 },
+		"executor-hang":  func([]string) int { block(); return 0 },
+		"task":           func(a []string) int { return runTask(a[1:]) },
+		"driver":         func(a []string) int { return runDriver(a[1]) },
+		"dialer":         func(a []string) int { return runDialer(a[1], a[2]) },
+		"unpriv":         func(a []string) int { return runUnpriv(a[1]) },
+	})
 	// Helper processes built with -race would otherwise sleep 1s at exit.
 	if os.Getenv("GORACE") == "" {
 		os.Setenv("GORACE", "atexit_sleep_ms=0")
@@ -183,44 +177,12 @@ func execFifo(t *testing.T, dir, name string) (string, string, *os.File) {
 	return p, "/" + TaskLocalDir + "/" + name, f
 }
 
-// checkLeaks fails the test for any live process that carries the marker.
-// A process that is on its way out gets a bounded pidfd wait first.
+// checkLeaks fails the test for any live process that carries the marker
+// (in its arguments or its environment); one on its way out gets a bounded
+// pidfd wait first.
 func checkLeaks(t *testing.T, m marker) {
 	t.Helper()
-	self := os.Getpid()
-	var survivors []int
-	_ = forEachProc(func(pid int, s procStat) {
-		if pid == self || s.dead() {
-			return
-		}
-		if carries(pid, string(m)) {
-			survivors = append(survivors, pid)
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for _, pid := range survivors {
-		p, err := openPidfd(pid)
-		if err != nil {
-			continue
-		}
-		if err := p.wait(ctx); err != nil {
-			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			t.Errorf("leaked process %d: %q", pid, strings.ReplaceAll(string(b), "\x00", " "))
-			_ = p.signal(syscall.SIGKILL)
-		}
-		p.Close()
-	}
-}
-
-func carries(pid int, m string) bool {
-	for _, f := range []string{"cmdline", "environ"} {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, f))
-		if err == nil && strings.Contains(string(b), m) {
-			return true
-		}
-	}
-	return false
+	testproc.CheckGone(t, string(m), 5*time.Second)
 }
 
 // testCtxBackground bounds a helper process's calls (the helper exits

@@ -28,6 +28,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Dispatch runs the helper mode named by the binary's first argument, if
@@ -51,7 +54,7 @@ type Proc struct {
 func (p Proc) String() string { return strconv.Itoa(p.PID) + " " + p.Cmdline }
 
 // Marked lists the live processes (not zombies, not this one) whose
-// command line contains marker.
+// command line or environment contains marker.
 func Marked(marker string) []Proc {
 	ents, _ := os.ReadDir("/proc")
 	var out []Proc
@@ -61,7 +64,16 @@ func Marked(marker string) []Proc {
 			continue
 		}
 		raw, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || !bytes.Contains(raw, []byte(marker)) || !Alive(pid) {
+		if err != nil {
+			continue
+		}
+		if !bytes.Contains(raw, []byte(marker)) {
+			env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+			if err != nil || !bytes.Contains(env, []byte(marker)) {
+				continue
+			}
+		}
+		if !Alive(pid) {
 			continue
 		}
 		out = append(out, Proc{PID: pid, Cmdline: strings.ReplaceAll(strings.TrimRight(string(raw), "\x00"), "\x00", " ")})
@@ -78,6 +90,32 @@ func Alive(pid int) bool {
 	}
 	i := bytes.LastIndexByte(stat, ')')
 	return i >= 0 && i+2 < len(stat) && stat[i+2] != 'Z' && stat[i+2] != 'X'
+}
+
+// CheckGone is CheckNoLeak for processes that may be on their way out (an
+// executor told to exit, a task whose kill is under way): each one found
+// is waited for through its pidfd, up to within in all, before it counts
+// as leaked.
+func CheckGone(t testing.TB, marker string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for _, p := range Marked(marker) {
+		fd, err := unix.PidfdOpen(p.PID, 0)
+		if err != nil {
+			continue // gone already
+		}
+		ms := max(int(time.Until(deadline).Milliseconds()), 0)
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, ms)
+		for err == unix.EINTR {
+			n, err = unix.Poll(fds, max(int(time.Until(deadline).Milliseconds()), 0))
+		}
+		if n == 0 && Alive(p.PID) {
+			t.Errorf("leaked process: %s", p)
+			_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+		}
+		unix.Close(fd)
+	}
 }
 
 // CheckNoLeak fails the test for every live process whose command line
