@@ -331,6 +331,7 @@ func (d *Driver) lookup(ctx context.Context, id string) (*task, error) {
 // exited meanwhile (its task became terminal) is replaced from the store.
 func (d *Driver) ask(ctx context.Context, id string, req request) (reply, error) {
 	req.reply = make(chan reply, 1)
+	req.cancel = ctx.Done()
 	for {
 		t, err := d.lookup(ctx, id)
 		if err != nil {
@@ -432,7 +433,7 @@ func (d *Driver) WaitTask(ctx context.Context, id string) (fsm.Task, error) {
 // is not called for a task that is terminal already. The task is driven
 // while fn runs.
 func (d *Driver) FollowTask(ctx context.Context, id string, fn func(fsm.Task)) (fsm.Task, error) {
-	req := request{kind: inWatch, reply: make(chan reply, 1), progress: make(chan fsm.Task, 1)}
+	req := request{kind: inWatch, reply: make(chan reply, 1), progress: make(chan fsm.Task, 1), cancel: ctx.Done()}
 	for {
 		t, err := d.lookup(ctx, id)
 		if err != nil {

@@ -51,6 +51,9 @@ type request struct {
 	sig   syscall.Signal // stop
 	grace time.Duration  // stop
 	reply chan reply     // buffered: the owner never blocks on a caller
+	// cancel is closed when the caller has given up (its context ended):
+	// a watch then no longer keeps the owner at work.
+	cancel <-chan struct{}
 	// progress (watch, optional; capacity 1) receives the task's state
 	// after each durable change while the watch waits, the latest
 	// replacing one not yet read.
@@ -105,8 +108,10 @@ type owner struct {
 	stoppers []chan reply
 	watchers []chan reply
 	// followers are the progress channels of watchers that asked for
-	// them, by their reply channel.
+	// them, and cancels the channels that say a watcher gave up, by its
+	// reply channel.
 	followers map[chan reply]chan fsm.Task
+	cancels   map[chan reply]<-chan struct{}
 	recovery  *recovering
 	lastErr   error // the last start effect's error, for the starters
 
@@ -160,6 +165,7 @@ func (o *owner) run(first *request) {
 			o.supervised(r)
 		case <-o.retryC:
 			o.retryC = nil
+			o.pruneWatchers()
 			if len(o.watchers) > 0 && !o.driving && o.job == jobNone && o.supC == nil && !o.st.State.Terminal() {
 				o.reconcile() // a watcher waits on a task nobody watches: ask again
 			}
@@ -178,6 +184,7 @@ func (o *owner) finished() bool {
 	if o.job != jobNone {
 		return false
 	}
+	o.pruneWatchers()
 	waiting := len(o.starters)+len(o.stoppers)+len(o.watchers) > 0 || o.recovery != nil
 	switch {
 	case o.fresh:
@@ -375,6 +382,12 @@ func (o *owner) watch(req request) {
 		return
 	}
 	o.watchers = append(o.watchers, req.reply)
+	if req.cancel != nil {
+		if o.cancels == nil {
+			o.cancels = map[chan reply]<-chan struct{}{}
+		}
+		o.cancels[req.reply] = req.cancel
+	}
 	if req.progress != nil {
 		if o.followers == nil {
 			o.followers = map[chan reply]chan fsm.Task{}
@@ -665,6 +678,38 @@ func (o *owner) setState(next fsm.Task) {
 		close(o.t.done)
 	}
 	o.notifyFollowers()
+}
+
+// pruneWatchers forgets the watchers whose caller gave up, so that an
+// abandoned WaitTask neither keeps a task's owner alive nor has a task
+// left alone probed again and again.
+func (o *owner) pruneWatchers() {
+	if len(o.cancels) == 0 {
+		return
+	}
+	keep := o.watchers[:0]
+	for _, w := range o.watchers {
+		if c := o.cancels[w]; c != nil {
+			select {
+			case <-c:
+				delete(o.cancels, w)
+				delete(o.followers, w)
+				continue
+			default:
+			}
+		}
+		keep = append(keep, w)
+	}
+	o.watchers = keep
+	if len(o.cancels) > len(keep) { // answered watchers: forget them too
+		live := make(map[chan reply]<-chan struct{}, len(keep))
+		for _, w := range keep {
+			if c, ok := o.cancels[w]; ok {
+				live[w] = c
+			}
+		}
+		o.cancels = live
+	}
 }
 
 // notifyFollowers hands the state to every watcher that follows the task

@@ -2,6 +2,8 @@ package proptest
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -316,5 +318,51 @@ func TestDriver_ReapingKillsTheRunItsExecutorRelaunched(t *testing.T) {
 		if got := state(t, h, "a"); got != fsm.StateStopped {
 			t.Fatalf("state %s, want stopped", got)
 		}
+	})
+}
+
+// TestDriver_AbandonedWaitStopsTheProbes: a WaitTask on a task whose
+// executor does not answer has the task probed again after each probe
+// timeout, for as long as it waits; once its caller gives up (its context
+// ends), the owner forgets the watch and the probes stop, instead of
+// going on until the task ends.
+func TestDriver_AbandonedWaitStopsTheProbes(t *testing.T) {
+	within(t, func(t *testing.T, h *Harness) {
+		h.Start(Plan{}, []string{"a"}, []fsm.Spec{SpecFor("run")})
+		h.Crash()
+		if err := h.newGeneration(); err != nil {
+			t.Fatal(err)
+		}
+		var probes atomic.Int64
+		h.World.Fault = func(op string) WorldFault {
+			if op == OpReattach {
+				probes.Add(1)
+				return FaultFail // never answers
+			}
+			return NoFault
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, err := h.Driver().WaitTask(ctx, "a")
+			done <- err
+		}()
+		// Fake time: an hour of probe timeouts passes while it waits.
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		waiting := probes.Load()
+		if waiting < 2 {
+			t.Fatalf("%d probes in an hour of waiting; want the task asked again while a watcher waits", waiting)
+		}
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("WaitTask after its context ended: %v", err)
+		}
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		if after := probes.Load() - waiting; after > 1 {
+			t.Fatalf("%d more probes in the hour after the wait was given up; want at most the one in flight", after)
+		}
+		h.World.Fault = nil
 	})
 }
