@@ -615,8 +615,10 @@ func (o *owner) apply(inputs ...fsm.Event) (bool, error) {
 		if len(events) == 0 {
 			return false, nil
 		}
-		if err := o.d.hooks.fault("append:" + events[0].Type.String()); err != nil {
-			return false, o.taskErr(err)
+		for _, e := range events { // a fault named for any event of the commit fails it
+			if err := o.d.hooks.fault("append:" + e.Type.String()); err != nil {
+				return false, o.taskErr(err)
+			}
 		}
 		for _, e := range events {
 			o.d.hooks.crash(crashBeforeAppend + e.Type.String())

@@ -73,6 +73,9 @@ func TestEnumerate_EveryCrashPoint(t *testing.T) {
 		sort.Strings(hit)
 		t.Errorf("registered crash points never crashed at by the enumeration: %v (of which hit but not crashed at: %v)", missing, hit)
 	}
+	if missing := cov.MissingFaults(); len(missing) > 0 {
+		t.Errorf("fault points never fired by the enumeration: %v", missing)
+	}
 }
 
 // TestScenario_Replay replays one enumerated scenario from its seed, as a
