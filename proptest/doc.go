@@ -45,8 +45,9 @@
 //     which runs every crash point x {crash, executors' death, fault}
 //     nested once inside the following Recover, with executors killed
 //     between a crash and its Recover.
-//   - History and LifecycleModel: concurrent driver calls (Recover among
-//     them) recorded for porcupine's linearizability check.
+//   - package proptest/linearize: History and Model, concurrent driver
+//     calls (Recover among them) recorded for porcupine's
+//     linearizability check.
 //
 // # Determinism
 //

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/proptest/linearize"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -72,7 +73,7 @@ func runHistory(t *rapid.T, dir string, clients [][]linCall, tasks int) ([]porcu
 	// error, which the model refuses.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	h := &History{}
+	h := &linearize.History{}
 	spec := SpecFor("run")
 	id := func(i int) string { return fmt.Sprintf("t%d", i) }
 
@@ -153,14 +154,14 @@ func checkHistory(t *rapid.T, model porcupine.Model, ops []porcupine.Operation, 
 	} else {
 		where += err.Error()
 	}
-	t.Fatalf("linearizability: the history of %d operations is not linearizable against LifecycleModel; visualization: %s\n%s",
+	t.Fatalf("linearizability: the history of %d operations is not linearizable against linearize.Model; visualization: %s\n%s",
 		len(ops), where, strings.Join(lines, "\n"))
 }
 
 // TestDriver_Linearizable checks that concurrent StartTask, StopTask,
 // InspectTask, WaitTask and Recover calls on a few task ids of ONE driver (over the
 // simulated world, no faults, tasks that run until stopped) form histories
-// that porcupine can linearize against LifecycleModel, partitioned by task
+// that porcupine can linearize against linearize.Model, partitioned by task
 // id: one claim per id, ErrTaskExists and ErrUnknownTask only when the id
 // is claimed and unclaimed, stops that end in stopped, every snapshot a
 // step forward along the lifecycle, and a Recover beside them that fails
@@ -175,7 +176,7 @@ func TestDriver_Linearizable(t *testing.T) {
 	dir := scratch(t)
 	// Strict: between StartTask's claim of an id and its task-created
 	// append, other calls wait for the record (TestDriver_ClaimWindow).
-	model := LifecycleModel(LinOptions{StopsOnly: true})
+	model := linearize.Model(linearize.Options{StopsOnly: true})
 	st := linStats{results: map[string]int{}}
 	began := time.Now()
 	firstFailure, checks := 0, 0
@@ -208,7 +209,7 @@ func TestDriver_Linearizable(t *testing.T) {
 		st.histories++
 		st.ops += len(ops)
 		for _, op := range ops {
-			st.results[op.Input.(LinInput).Step.String()+" "+op.Output.(LinOutput).Result.String()]++
+			st.results[op.Input.(linearize.Input).Step.String()+" "+op.Output.(linearize.Output).Result.String()]++
 		}
 		checkHistory(rt, model, ops, &st)
 		if hung != nil {
@@ -274,14 +275,14 @@ func TestDriver_ClaimWindow(t *testing.T) {
 	var release sync.Once
 	open := func() { release.Do(func() { close(gate.released) }) }
 	defer open() // before Close, even on failure: Close waits for the start
-	h := &History{}
+	h := &linearize.History{}
 	started := make(chan error, 1)
 	go func() {
 		_, err := h.StartTask(ctx, d, 0, "web", SpecFor("run"))
 		started <- err
 	}()
 	<-gate.reached
-	if _, err := h.StartTask(ctx, d, 1, "web", SpecFor("run")); Classify(err) != ResExists {
+	if _, err := h.StartTask(ctx, d, 1, "web", SpecFor("run")); linearize.Classify(err) != linearize.ResExists {
 		t.Fatalf("second start in the claim window: %v; want ErrTaskExists", err)
 	}
 	// Issued in the window; they must wait for the record, not answer.
@@ -301,10 +302,10 @@ func TestDriver_ClaimWindow(t *testing.T) {
 	if err := <-stopped; err != nil {
 		t.Errorf("stop issued in the claim window: %v; want the task stopped", err)
 	}
-	if err := <-started; err != nil && Classify(err) != ResStartFailed {
+	if err := <-started; err != nil && linearize.Classify(err) != linearize.ResStartFailed {
 		t.Errorf("start: %v", err)
 	}
-	if !porcupine.CheckOperations(LifecycleModel(LinOptions{StopsOnly: true}), h.Operations()) {
+	if !porcupine.CheckOperations(linearize.Model(linearize.Options{StopsOnly: true}), h.Operations()) {
 		t.Fatalf("the claim-window history is not linearizable")
 	}
 }

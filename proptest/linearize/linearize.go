@@ -1,4 +1,14 @@
-package proptest
+// Package linearize checks that concurrent calls into a driver.Driver are
+// linearizable against a per-task model of the lifecycle, with porcupine:
+// a History records each call's steps with their intervals, and Model
+// says which orders of steps a task's life allows.
+//
+//	var h linearize.History
+//	go h.StartTask(ctx, d, 0, "web", spec) // one client per goroutine
+//	go h.StopTask(ctx, d, 1, "web", syscall.SIGTERM, time.Second)
+//	...
+//	res := porcupine.CheckOperations(linearize.Model(linearize.Options{}), h.Operations())
+package linearize
 
 import (
 	"context"
@@ -16,19 +26,19 @@ import (
 	"github.com/tether-fsm/tether/fsm"
 )
 
-// LinStep is one atomic step of a driver call, as the linearizability
+// Step is one atomic step of a driver call, as the linearizability
 // model sees it. A call that changes the task and then reports its state is
 // recorded as two steps with the call's interval (a registration or a
 // request, then the snapshot it returns), so that each step has a single
 // linearization point inside the call: porcupine then has to find one order
 // of all steps that the per-task model accepts.
-type LinStep uint8
+type Step uint8
 
 // The steps.
 const (
 	// StepRegister is StartTask's claim of the id: created, or
 	// driver.ErrTaskExists.
-	StepRegister LinStep = iota + 1
+	StepRegister Step = iota + 1
 	// StepStartResult is the state StartTask returned (running, or a
 	// terminal state with driver.ErrStartFailed).
 	StepStartResult
@@ -48,29 +58,29 @@ const (
 	StepRecover
 )
 
-var linStepNames = map[LinStep]string{StepRegister: "start/register", StepStartResult: "start/result",
+var linStepNames = map[Step]string{StepRegister: "start/register", StepStartResult: "start/result",
 	StepStopRequest: "stop/request", StepStopResult: "stop/result", StepInspect: "inspect", StepWait: "wait", StepRecover: "recover"}
 
-func (s LinStep) String() string {
+func (s Step) String() string {
 	if n, ok := linStepNames[s]; ok {
 		return n
 	}
 	return fmt.Sprintf("step(%d)", uint8(s))
 }
 
-// LinResult is the class of a call's error.
-type LinResult uint8
+// Result is the class of a call's error.
+type Result uint8
 
 // The results.
 const (
-	ResOK          LinResult = iota + 1
-	ResExists                // driver.ErrTaskExists
-	ResUnknown               // driver.ErrUnknownTask
-	ResStartFailed           // driver.ErrStartFailed
-	ResOther                 // anything else: never legal in the model
+	ResOK          Result = iota + 1
+	ResExists             // driver.ErrTaskExists
+	ResUnknown            // driver.ErrUnknownTask
+	ResStartFailed        // driver.ErrStartFailed
+	ResOther              // anything else: never legal in the model
 )
 
-func (r LinResult) String() string {
+func (r Result) String() string {
 	switch r {
 	case ResOK:
 		return "ok"
@@ -86,8 +96,8 @@ func (r LinResult) String() string {
 	return fmt.Sprintf("result(%d)", uint8(r))
 }
 
-// Classify maps a driver error to its LinResult.
-func Classify(err error) LinResult {
+// Classify maps a driver error to its Result.
+func Classify(err error) Result {
 	switch {
 	case err == nil:
 		return ResOK
@@ -101,32 +111,32 @@ func Classify(err error) LinResult {
 	return ResOther
 }
 
-// LinInput is a porcupine operation's input.
-type LinInput struct {
-	Step LinStep
+// Input is a porcupine operation's input.
+type Input struct {
+	Step Step
 	Task string
 }
 
-// LinOutput is a porcupine operation's output: the call's result and, for
+// Output is a porcupine operation's output: the call's result and, for
 // the steps that report one, the task's state and version.
-type LinOutput struct {
-	Result  LinResult
+type Output struct {
+	Result  Result
 	State   fsm.State
 	Version uint64
 	Err     string // the error's text, for the visualization
 }
 
-// LinState is the model's state of one task: whether a StartTask has
+// State is the model's state of one task: whether a StartTask has
 // claimed its id, whether a stop was requested, and the latest snapshot
 // (state and version) any call has been linearized at.
-type LinState struct {
+type State struct {
 	Registered    bool
 	StopRequested bool
 	State         fsm.State
 	Version       uint64
 }
 
-func (s LinState) String() string {
+func (s State) String() string {
 	if !s.Registered {
 		return "absent"
 	}
@@ -137,8 +147,8 @@ func (s LinState) String() string {
 	return fmt.Sprintf("%s v%d%s", s.State, s.Version, stop)
 }
 
-// LinOptions are the assumptions of a history about the world.
-type LinOptions struct {
+// Options are the assumptions of a history about the world.
+type Options struct {
 	// StopsOnly: nothing but a stop ends a task (no task exits, no executor
 	// dies, no fault, no invalid spec), so a task reaping or terminal must
 	// have had a stop requested, and a start can fail only because of one.
@@ -172,7 +182,7 @@ func reachable(s, t fsm.State, n uint64) bool {
 	return set&(1<<t) != 0
 }
 
-// LifecycleModel is the sequential specification of one task as the
+// Model is the sequential specification of one task as the
 // driver's API exposes it, partitioned by task id:
 //
 //   - StartTask on an unknown id claims it (register); on a claimed id it
@@ -192,12 +202,12 @@ func reachable(s, t fsm.State, n uint64) bool {
 //     terminal; stopped needs a stop request.
 //
 // Any other error (ResOther) is illegal.
-func LifecycleModel(opts LinOptions) porcupine.Model {
+func Model(opts Options) porcupine.Model {
 	return porcupine.Model{
 		Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
 			by := map[string][]porcupine.Operation{}
 			for _, op := range history {
-				id := op.Input.(LinInput).Task
+				id := op.Input.(Input).Task
 				by[id] = append(by[id], op)
 			}
 			ids := make([]string, 0, len(by))
@@ -211,12 +221,12 @@ func LifecycleModel(opts LinOptions) porcupine.Model {
 			}
 			return out
 		},
-		Init: func() any { return LinState{} },
+		Init: func() any { return State{} },
 		Step: func(state, input, output any) (bool, any) {
-			return linStep(opts, state.(LinState), input.(LinInput), output.(LinOutput))
+			return step(opts, state.(State), input.(Input), output.(Output))
 		},
 		Hash: func(state any) uint64 {
-			s := state.(LinState)
+			s := state.(State)
 			h := s.Version<<8 | uint64(s.State)<<2
 			if s.Registered {
 				h |= 1
@@ -227,7 +237,7 @@ func LifecycleModel(opts LinOptions) porcupine.Model {
 			return h
 		},
 		DescribeOperation: func(input, output any) string {
-			in, out := input.(LinInput), output.(LinOutput)
+			in, out := input.(Input), output.(Output)
 			s := fmt.Sprintf("%s(%s) -> %s", in.Step, in.Task, out.Result)
 			if out.State != fsm.StateNone || out.Version > 0 {
 				s += fmt.Sprintf(" %s v%d", out.State, out.Version)
@@ -237,13 +247,13 @@ func LifecycleModel(opts LinOptions) porcupine.Model {
 			}
 			return s
 		},
-		DescribeState: func(state any) string { return state.(LinState).String() },
+		DescribeState: func(state any) string { return state.(State).String() },
 	}
 }
 
 // snapshot folds an observed (state, version) into s, or reports that it
 // cannot follow s.
-func snapshot(opts LinOptions, s LinState, out LinOutput) (bool, LinState) {
+func snapshot(opts Options, s State, out Output) (bool, State) {
 	switch {
 	case out.Version < s.Version:
 		return false, s // a stale read: the version went back
@@ -262,7 +272,7 @@ func snapshot(opts LinOptions, s LinState, out LinOutput) (bool, LinState) {
 	return true, s
 }
 
-func linStep(opts LinOptions, s LinState, in LinInput, out LinOutput) (bool, any) {
+func step(opts Options, s State, in Input, out Output) (bool, any) {
 	switch in.Step {
 	case StepRegister:
 		switch out.Result {
@@ -335,7 +345,7 @@ func linStep(opts LinOptions, s LinState, in LinInput, out LinOutput) (bool, any
 }
 
 // History records concurrent driver calls as porcupine operations against
-// LifecycleModel. It is safe for concurrent use; timestamps come from one
+// Model. It is safe for concurrent use; timestamps come from one
 // counter, which is all porcupine needs (the order of calls and returns).
 type History struct {
 	clock atomic.Int64
@@ -343,14 +353,14 @@ type History struct {
 	ops   []porcupine.Operation
 }
 
-func (h *History) add(client int, call, ret int64, in LinInput, out LinOutput) {
+func (h *History) add(client int, call, ret int64, in Input, out Output) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
 }
 
-func output(err error, t fsm.Task) LinOutput {
-	out := LinOutput{Result: Classify(err), State: t.State, Version: t.Version}
+func output(err error, t fsm.Task) Output {
+	out := Output{Result: Classify(err), State: t.State, Version: t.Version}
 	if err != nil {
 		out.Err = err.Error()
 	}
@@ -363,14 +373,14 @@ func (h *History) StartTask(ctx context.Context, d *driver.Driver, client int, i
 	t, err := d.StartTask(ctx, id, spec)
 	ret := h.clock.Add(1)
 	out := output(err, t)
-	reg := LinOutput{Result: ResOK}
+	reg := Output{Result: ResOK}
 	switch out.Result {
 	case ResOK, ResStartFailed:
-		h.add(client, call, ret, LinInput{StepStartResult, id}, out)
+		h.add(client, call, ret, Input{StepStartResult, id}, out)
 	default:
 		reg = out // exists, or an error the model refuses
 	}
-	h.add(client, call, ret, LinInput{StepRegister, id}, reg)
+	h.add(client, call, ret, Input{StepRegister, id}, reg)
 	return t, err
 }
 
@@ -380,13 +390,13 @@ func (h *History) StopTask(ctx context.Context, d *driver.Driver, client int, id
 	t, err := d.StopTask(ctx, id, sig, grace)
 	ret := h.clock.Add(1)
 	out := output(err, t)
-	req := LinOutput{Result: ResOK}
+	req := Output{Result: ResOK}
 	if out.Result == ResOK {
-		h.add(client, call, ret, LinInput{StepStopResult, id}, out)
+		h.add(client, call, ret, Input{StepStopResult, id}, out)
 	} else {
 		req = out // unknown, or an error the model refuses
 	}
-	h.add(client, call, ret, LinInput{StepStopRequest, id}, req)
+	h.add(client, call, ret, Input{StepStopRequest, id}, req)
 	return t, err
 }
 
@@ -395,7 +405,7 @@ func (h *History) InspectTask(ctx context.Context, d *driver.Driver, client int,
 	call := h.clock.Add(1)
 	info, err := d.InspectTask(ctx, id)
 	ret := h.clock.Add(1)
-	h.add(client, call, ret, LinInput{StepInspect, id}, output(err, info.Task))
+	h.add(client, call, ret, Input{StepInspect, id}, output(err, info.Task))
 	return info, err
 }
 
@@ -404,7 +414,7 @@ func (h *History) WaitTask(ctx context.Context, d *driver.Driver, client int, id
 	call := h.clock.Add(1)
 	t, err := d.WaitTask(ctx, id)
 	ret := h.clock.Add(1)
-	h.add(client, call, ret, LinInput{StepWait, id}, output(err, t))
+	h.add(client, call, ret, Input{StepWait, id}, output(err, t))
 	return t, err
 }
 
@@ -415,14 +425,14 @@ func (h *History) Recover(ctx context.Context, d *driver.Driver, client int) (dr
 	rep, err := d.Recover(ctx)
 	ret := h.clock.Add(1)
 	for _, r := range rep.Tasks {
-		out := LinOutput{Result: ResOK, State: r.To}
+		out := Output{Result: ResOK, State: r.To}
 		if r.Err != nil {
 			out.Result, out.Err = ResOther, r.Err.Error()
 		}
-		h.add(client, call, ret, LinInput{StepRecover, r.ID}, out)
+		h.add(client, call, ret, Input{StepRecover, r.ID}, out)
 	}
 	if err != nil && len(rep.Tasks) == 0 {
-		h.add(client, call, ret, LinInput{StepRecover, "*"}, LinOutput{Result: ResOther, Err: err.Error()})
+		h.add(client, call, ret, Input{StepRecover, "*"}, Output{Result: ResOther, Err: err.Error()})
 	}
 	return rep, err
 }
