@@ -8,19 +8,13 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // TestMain dispatches the test binary's helper modes: the real executor
 // (executor.Serve) and the real tasks of TestDriver_RealProperties.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 {
-		switch os.Args[1] {
-		case modeExecutor:
-			os.Exit(executor.Serve(os.Args[2:]))
-		case modeTask:
-			os.Exit(runTask(os.Args[2:]))
-		}
-	}
+	testproc.Dispatch(map[string]func([]string) int{modeExecutor: executor.Serve, modeTask: runTask})
 	// Helper processes of a -race binary would each sleep 1 s at exit.
 	os.Setenv("GORACE", "atexit_sleep_ms=0")
 	flag.Parse()

@@ -28,6 +28,7 @@ import (
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/testproc"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -252,37 +253,15 @@ type realProc struct {
 // tasks (<marker> <id> as their last arguments).
 func (w *realWorld) live() []realProc {
 	var out []realProc
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !strings.Contains(string(b), w.dir) {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		i := strings.LastIndexByte(string(stat), ')')
-		if i > 0 && len(stat) > i+2 && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
-			continue
-		}
-		var start uint64
-		if f := strings.Fields(string(stat[i+2:])); len(f) > 19 {
-			start, _ = strconv.ParseUint(f[19], 10, 64)
-		}
-		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		p := realProc{pid: pid, start: start, cmd: strings.Join(args, " ")}
-		for _, a := range args {
+	for _, m := range testproc.Marked(w.dir) {
+		p := realProc{pid: m.PID, start: m.Start, cmd: m.Cmdline}
+		for _, a := range m.Args {
 			if d, ok := strings.CutPrefix(a, "-dir="+filepath.Join(w.dir, "tasks")+"/"); ok {
 				p.task, p.executor = d, true
 			}
 		}
-		if !p.executor && len(args) >= 2 && args[len(args)-2] == w.dir {
-			p.task = args[len(args)-1]
+		if !p.executor && len(m.Args) >= 2 && m.Args[len(m.Args)-2] == w.dir {
+			p.task = m.Args[len(m.Args)-1]
 		}
 		out = append(out, p)
 	}

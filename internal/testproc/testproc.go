@@ -48,7 +48,9 @@ func Dispatch(modes map[string]func(args []string) int) {
 // Proc is a live process found by Marked.
 type Proc struct {
 	PID     int
-	Cmdline string // its arguments joined by spaces
+	Args    []string
+	Cmdline string // Args joined by spaces
+	Start   uint64 // its start time (field 22 of /proc/PID/stat, clock ticks since boot)
 }
 
 func (p Proc) String() string { return strconv.Itoa(p.PID) + " " + p.Cmdline }
@@ -73,23 +75,38 @@ func Marked(marker string) []Proc {
 				continue
 			}
 		}
-		if !Alive(pid) {
+		start, ok := liveStart(pid)
+		if !ok {
 			continue
 		}
-		out = append(out, Proc{PID: pid, Cmdline: strings.ReplaceAll(strings.TrimRight(string(raw), "\x00"), "\x00", " ")})
+		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		out = append(out, Proc{PID: pid, Args: args, Cmdline: strings.Join(args, " "), Start: start})
 	}
 	return out
+}
+
+// liveStart returns pid's start time if it is alive (not a zombie).
+func liveStart(pid int) (uint64, bool) {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
+		return 0, false
+	}
+	var start uint64
+	if f := strings.Fields(string(stat[i+2:])); len(f) > 19 {
+		start, _ = strconv.ParseUint(f[19], 10, 64)
+	}
+	return start, true
 }
 
 // Alive reports whether pid is a live process: it exists and is neither a
 // zombie nor dead.
 func Alive(pid int) bool {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	return i >= 0 && i+2 < len(stat) && stat[i+2] != 'Z' && stat[i+2] != 'X'
+	_, ok := liveStart(pid)
+	return ok
 }
 
 // CheckGone is CheckNoLeak for processes that may be on their way out (an
