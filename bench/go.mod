@@ -7,11 +7,13 @@ require (
 	github.com/hashicorp/go-plugin v1.8.0
 	github.com/tether-fsm/tether v0.0.0-00010101000000-000000000000
 	go.etcd.io/bbolt v1.5.0
+	golang.org/x/sys v0.50.0
 	google.golang.org/grpc v1.61.0
 	google.golang.org/protobuf v1.36.6
 )
 
 require (
+	github.com/creack/pty v1.1.24 // indirect
 	github.com/fatih/color v1.13.0 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/hashicorp/yamux v0.1.2 // indirect
@@ -21,7 +23,6 @@ require (
 	github.com/moby/sys/capability v0.5.0 // indirect
 	github.com/oklog/run v1.1.0 // indirect
 	golang.org/x/net v0.38.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/text v0.31.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20231106174013-bbf56f31fb17 // indirect
 )

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -42,22 +41,30 @@ func needContainment(b *testing.B) {
 
 // findRunc returns runc's path, installing it with apt-get when it is
 // absent (and saying so); "" with why when it cannot be had.
-func findRunc(b *testing.B) (string, string) {
-	if p, err := exec.LookPath("runc"); err == nil {
+func findRunc(b *testing.B) (string, string) { return findTool(b, "runc", "runc") }
+
+// findTool returns the path of the program name, installing the Debian
+// package pkg with apt-get when it is absent (and saying so in the log);
+// "" with why when it cannot be had.
+func findTool(b *testing.B, name, pkg string) (string, string) {
+	if p, err := exec.LookPath(name); err == nil {
 		return p, ""
 	}
-	if _, err := exec.LookPath("apt-get"); err != nil {
-		return "", "runc is not installed and there is no apt-get to install it"
+	if os.Geteuid() != 0 {
+		return "", name + " is not installed, and installing it needs root"
 	}
-	b.Log("runc is not installed: installing it with apt-get install -y runc")
-	cmd := exec.Command("apt-get", "install", "-y", "--no-install-recommends", "runc")
+	if _, err := exec.LookPath("apt-get"); err != nil {
+		return "", name + " is not installed and there is no apt-get to install it"
+	}
+	b.Logf("%s is not installed: installing it with apt-get install -y %s", name, pkg)
+	cmd := exec.Command("apt-get", "install", "-y", "--no-install-recommends", pkg)
 	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Sprintf("apt-get install runc failed: %v: %s", err, lastLine(out))
+		return "", fmt.Sprintf("apt-get install %s failed: %v: %s", pkg, err, lastLine(out))
 	}
-	p, err := exec.LookPath("runc")
+	p, err := exec.LookPath(name)
 	if err != nil {
-		return "", "apt-get installed runc, but it is not in PATH"
+		return "", "apt-get installed " + pkg + ", but " + name + " is not in PATH"
 	}
 	return p, ""
 }
@@ -225,7 +232,7 @@ func BenchmarkExecStartVsRunc(b *testing.B) {
 	peer(-2) // warm both paths
 	tether(-2)
 	b.ResetTimer()
-	p := interleave(b, tether, peer)
+	p := interleaveSettled(b, tether, peer)
 	p.reportMs(b, "tether", "runc", true)
 	ph.report(b)
 }
@@ -278,7 +285,7 @@ func BenchmarkExecLaunchVsRunc(b *testing.B) {
 	peer(-1) // warm both paths
 	tether(-1)
 	b.ResetTimer()
-	p := interleave(b, tether, peer)
+	p := interleaveSettled(b, tether, peer)
 	p.reportMs(b, "tether", "runc", true)
 }
 
@@ -305,45 +312,6 @@ func runcRun(b *testing.B, runc, root, bundles, id string, chroot []string) floa
 		b.Fatalf("runc delete: %v: %s", err, msg)
 	}
 	return el
-}
-
-// probes records when the driver passes its crash points (used as
-// timestamps, never crashing), so a benchmark can say where its time goes.
-type probes struct {
-	mu   sync.Mutex
-	at   map[string]time.Time
-	sums map[string][]float64
-}
-
-func newProbes() *probes { return &probes{at: map[string]time.Time{}, sums: map[string][]float64{}} }
-
-func (p *probes) hit(point string) {
-	p.mu.Lock()
-	p.at[point] = time.Now()
-	p.mu.Unlock()
-}
-
-func (p *probes) reset() {
-	p.mu.Lock()
-	clear(p.at)
-	p.mu.Unlock()
-}
-
-// span adds, under name, the time from point a to point b of this round.
-func (p *probes) span(name, a, b string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ta, okA := p.at[a]
-	tb, okB := p.at[b]
-	if okA && okB {
-		p.sums[name] = append(p.sums[name], tb.Sub(ta).Seconds())
-	}
-}
-
-func (p *probes) report(b *testing.B) {
-	for name, xs := range p.sums {
-		b.ReportMetric(quantile(xs, 0.5)*1e3, "phase-"+name+"-ms")
-	}
 }
 
 // BenchmarkStartCgroupVsNone: what containment costs a start. An executor
@@ -438,6 +406,6 @@ func BenchmarkStartCgroupVsNone(b *testing.B) {
 	start(-1, true) // warm both paths
 	start(-1, false)
 	b.ResetTimer()
-	p := interleave(b, func(i int) float64 { return start(i, true) }, func(i int) float64 { return start(i, false) })
+	p := interleaveSettled(b, func(i int) float64 { return start(i, true) }, func(i int) float64 { return start(i, false) })
 	p.reportMs(b, "cgroup", "none", true)
 }

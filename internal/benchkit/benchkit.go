@@ -1,10 +1,12 @@
 // Package benchkit holds what tether's benchmarks share across packages:
 // the minimal Go helper started the way an executor is, the bare bbolt
-// appends of a floor, and a process's memory. Benchmarks only.
+// appends of a floor, a task started in a cgroup of its own the cheapest
+// way the kernel allows, and a process's memory. Benchmarks only.
 package benchkit
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -19,6 +21,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/tether-fsm/tether/cgroup"
 )
 
 // Helper is a running minimal Go helper (executor/internal/minhelper).
@@ -118,4 +122,86 @@ func MemOf(tb testing.TB, pid int) (rss, pss float64) {
 		return 0
 	}
 	return field("status", "VmRSS"), field("smaps_rollup", "Pss")
+}
+
+// Contained is a process started in a cgroup of its own by StartContained.
+type Contained struct {
+	Cmd    *exec.Cmd
+	Cgroup *cgroup.Cgroup
+}
+
+// StartContained is a floor's contained launch: it creates the cgroup at
+// tether's location for task and nonce on host h (every hierarchy, no
+// limits: cgroup.Create), fork/execs argv in a process group of its own,
+// and moves it into the cgroup right after the fork (cgroup.Add: one
+// migration, the way runc's and Nomad's cgroup managers place a process;
+// on cgroup v1 the first write waits for an RCU grace period). Stop it
+// with Kill.
+func StartContained(tb testing.TB, h cgroup.Host, task, nonce string, argv ...string) *Contained {
+	tb.Helper()
+	loc, err := cgroup.LocationFor(h, task, nonce)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cg, err := cgroup.Create(h, loc, cgroup.Limits{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		_ = cg.Remove()
+		tb.Fatal(err)
+	}
+	if err := cg.Add(cmd.Process.Pid); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_ = cg.Remove()
+		tb.Fatal(err)
+	}
+	return &Contained{Cmd: cmd, Cgroup: cg}
+}
+
+// Kill kills everything in the cgroup, confirms it empty, removes it and
+// reaps the process.
+func (c *Contained) Kill(tb testing.TB) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Cgroup.Kill(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	_ = c.Cmd.Wait()
+	if err := c.Cgroup.Remove(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// WriteIdentity is an executor's identity write: data to a temporary file
+// in dir, fsync, rename to dir/identity.json, fsync of the directory.
+func WriteIdentity(tb testing.TB, dir string, data []byte) {
+	tb.Helper()
+	tmp := filepath.Join(dir, ".identity.tmp")
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		tb.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		tb.Fatal(err)
+	}
+	f.Close()
+	if err := os.Rename(tmp, filepath.Join(dir, "identity.json")); err != nil {
+		tb.Fatal(err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		tb.Fatal(err)
+	}
 }
