@@ -333,14 +333,19 @@ func BenchmarkStartCgroupVsNone(b *testing.B) {
 	// every probe of this process reads.
 	jobs := make(chan func())
 	defer close(jobs)
+	// A goroutine that lands on the main thread keeps it (locked, parked
+	// until the benchmark ends), so the next try runs elsewhere.
+	release := make(chan struct{})
+	defer close(release)
 	ready := make(chan error)
 	errMain := errors.New("on the main thread")
 	for try := 0; ; try++ {
 		go func() {
 			runtime.LockOSThread()
 			if unix.Gettid() == unix.Getpid() {
-				runtime.UnlockOSThread()
 				ready <- errMain
+				<-release
+				runtime.UnlockOSThread()
 				return
 			}
 			err := unix.Unshare(unix.CLONE_NEWNS)
@@ -362,7 +367,7 @@ func BenchmarkStartCgroupVsNone(b *testing.B) {
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, errMain) || try == 100 {
+		if !errors.Is(err, errMain) || try == 2 {
 			b.Skipf("cannot make a mount namespace without cgroups: %v", err)
 		}
 	}

@@ -139,14 +139,27 @@ type Contained struct {
 // with Kill.
 func StartContained(tb testing.TB, h cgroup.Host, task, nonce string, argv ...string) *Contained {
 	tb.Helper()
+	cg, err := CreateCgroup(h, task, nonce)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return StartIn(tb, cg, argv...)
+}
+
+// CreateCgroup creates the cgroup at tether's location for task and nonce
+// on host h, in every hierarchy, with no limits.
+func CreateCgroup(h cgroup.Host, task, nonce string) (*cgroup.Cgroup, error) {
 	loc, err := cgroup.LocationFor(h, task, nonce)
 	if err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
-	cg, err := cgroup.Create(h, loc, cgroup.Limits{})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	return cgroup.Create(h, loc, cgroup.Limits{})
+}
+
+// StartIn fork/execs argv in a process group of its own and moves it into
+// cg right after the fork (see StartContained).
+func StartIn(tb testing.TB, cg *cgroup.Cgroup, argv ...string) *Contained {
+	tb.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -160,6 +173,26 @@ func StartContained(tb testing.TB, h cgroup.Host, task, nonce string, argv ...st
 		tb.Fatal(err)
 	}
 	return &Contained{Cmd: cmd, Cgroup: cg}
+}
+
+// PrimeMigration moves the calling process into the cgroup it is already
+// in (in the first hierarchy it may write to): a migration that changes
+// nothing but takes the kernel's cgroup threadgroup rwsem for writing, so
+// the RCU grace period its rcu_sync waits for starts now, and a real
+// migration within about a grace period after this returns waits for
+// none. It blocks for that grace period (call it from a goroutine, after
+// creating the cgroups: the kernel holds cgroup_mutex while it waits, so
+// a mkdir of a cgroup meanwhile waits too).
+func PrimeMigration(h cgroup.Host) error {
+	for _, hi := range h.Hierarchies {
+		if !hi.Writable || hi.ReadOnly {
+			continue
+		}
+		rel := strings.TrimPrefix(hi.Path, hi.Root)
+		dir := filepath.Join(hi.Mount, rel)
+		return os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0)
+	}
+	return fmt.Errorf("benchkit: no writable cgroup hierarchy to prime")
 }
 
 // Kill kills everything in the cgroup, confirms it empty, removes it and

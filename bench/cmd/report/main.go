@@ -10,6 +10,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -63,9 +64,10 @@ func main() {
 		"run":      {dir: "bench", bench: "^BenchmarkRunVsRunc$", rounds: [2]int{40, 6}},
 		"contain":  {dir: "bench", bench: "^BenchmarkStartCgroupVsNone$", rounds: [2]int{60, 10}},
 		"parallel": {dir: "bench", bench: "^BenchmarkCLIParallel$", rounds: [2]int{3, 1}, args: [2][]string{{"-cli.tasks=200"}, {"-cli.tasks=50"}}},
+		"shm":      {dir: "bench", bench: "^BenchmarkCLIParallel$", rounds: [2]int{2, 1}, args: [2][]string{{"-cli.tasks=200", "-cli.dir=/dev/shm"}, {"-cli.tasks=50", "-cli.dir=/dev/shm"}}},
 		"live":     {dir: "bench", bench: "^BenchmarkCLILiveTasks$", rounds: [2]int{30, 5}, args: [2][]string{{"-cli.live=1000"}, {"-cli.live=100"}}},
 	}
-	order := []string{"start", "memory", "single", "many", "replay", "recover", "kill", "cli", "fold", "isolate", "run", "contain", "parallel", "live"}
+	order := []string{"start", "memory", "single", "many", "replay", "recover", "kill", "cli", "fold", "isolate", "run", "contain", "parallel", "shm", "live"}
 
 	// Each package's test binary is built once; each row then runs in a
 	// process of its own.
@@ -146,8 +148,9 @@ func runBench(root, testBin string, j job, rounds int, args []string) (map[strin
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
+	text := out.String()
 	res := map[string]metrics{}
-	sc := bufio.NewScanner(&out)
+	sc := bufio.NewScanner(strings.NewReader(text))
 	for sc.Scan() {
 		m := benchLine.FindStringSubmatch(strings.TrimSpace(sc.Text()))
 		if m == nil {
@@ -163,13 +166,16 @@ func runBench(root, testBin string, j job, rounds int, args []string) (map[strin
 		res[m[1]] = mt
 	}
 	// Notes a benchmark logs ("note: ..."), e.g. why a peer was not timed.
-	for l := range strings.SplitSeq(out.String(), "\n") {
+	for l := range strings.SplitSeq(text, "\n") {
 		if _, note, ok := strings.Cut(l, ": note: "); ok {
 			notesSeen = append(notesSeen, strings.TrimSpace(note))
 		}
 	}
-	if err != nil || len(res) == 0 {
-		tail := out.String()
+	if err == nil && len(res) == 0 {
+		err = errors.New("no benchmark result")
+	}
+	if err != nil {
+		tail := text
 		if len(tail) > 2000 {
 			tail = tail[len(tail)-2000:]
 		}
@@ -339,23 +345,24 @@ func rows(t *table, res map[string]map[string]metrics, failed map[string]string,
 				map[bool]string{true: "contained fork", false: "fork"}[contained], f(m, "phase-floor-launch-ms"), f(m, "phase-floor-appends-ms"))
 		}
 		t.check(check{figure: "1. Task start, StartTask → running (raw_exec, its own cgroup), p50", tether: ms(m["tether-p50-ms"]),
-			comparison: "floor " + ms(m["floor-p50-ms"]) + ": " + floorDesc, ratio: ratioCell(m["ratio-floor"]),
+			comparison: "floor " + ms(m["floor-p50-ms"]) + ": " + floorDesc + overlappedDesc(m), ratio: ratioCell(m["ratio-floor"]),
 			r: m["ratio-floor"], lim: 1.5, le: true, target: le(1.5), why: phases})
 		t.check(check{figure: "1. Task start, p99", tether: ms(m["tether-p99-ms"]), comparison: "floor p99 " + ms(m["floor-p99-ms"]),
 			ratio: ratioCell(m["p99-ratio-floor"]) + " (p99/p99)", r: m["p99-ratio-floor"], lim: 1.5, le: true, target: le(1.5), why: phases})
 		if contained {
-			lim, set := fromFloor(0.6, m["floor-ratio-goplugin-cgroup"], 1.2)
+			best := m["overlapped-ratio-goplugin-cgroup"]
+			lim, set := fromFloor(0.6, best, 1.2)
 			how := ""
 			if set {
-				how = fmt.Sprintf("≤ 0.6x is out of reach: the floor itself is %.2fx of go-plugin with the same cgroup (its migration waits %s for an RCU grace period; go-plugin's spawn is %s); target set to 1.2 × the floor's ratio.",
-					m["floor-ratio-goplugin-cgroup"], f(m, "phase-floor-launch-ms"), f(m, "phase-goplugin-cgroup-spawn-ms"))
+				how = fmt.Sprintf("≤ 0.6x is out of reach: even the floor with the migration's RCU grace period overlapped with everything else (the best the kernel allows) is %.2fx of go-plugin with the same cgroup (the serial floor %.2fx: its migration alone waits %s; go-plugin's spawn is %s); target set to 1.2 × the overlapped floor's ratio.",
+					best, m["floor-ratio-goplugin-cgroup"], f(m, "phase-floor-launch-ms"), f(m, "phase-goplugin-cgroup-spawn-ms"))
 			}
 			t.check(check{figure: "2. Task start vs go-plugin with the same cgroup (the plugin's Launch creates it and moves the task in, as Nomad's executor does), p50",
 				tether: ms(m["tether-p50-ms"]), comparison: "go-plugin + cgroup (gRPC executor plugin, same task, 6 commits) " + ms(m["goplugin-cgroup-p50-ms"]) +
-					fmt.Sprintf("; the floor is %.2fx of it", m["floor-ratio-goplugin-cgroup"]),
+					fmt.Sprintf("; the floor is %.2fx of it, overlapped %.2fx", m["floor-ratio-goplugin-cgroup"], best),
 				ratio: ratioCell(m["ratio-goplugin-cgroup"]), r: m["ratio-goplugin-cgroup"], lim: lim, le: true, target: le(lim), always: how,
 				why: func() string {
-					return fmt.Sprintf("go-plugin: spawn %s, Launch with the cgroup %s; %s", f(m, "phase-goplugin-cgroup-spawn-ms"), f(m, "phase-goplugin-cgroup-launch-ms"), phases())
+					return fmt.Sprintf("go-plugin: spawn %s, Launch with the cgroup %s; %s %s", f(m, "phase-goplugin-cgroup-spawn-ms"), f(m, "phase-goplugin-cgroup-launch-ms"), phases(), startWhy)
 				}})
 			t.add("2. Task start vs go-plugin, p99", ms(m["tether-p99-ms"]), "go-plugin + cgroup p99 "+ms(m["goplugin-cgroup-p99-ms"]),
 				ratioCell(m["p99-ratio-goplugin-cgroup"])+" (p99/p99)", "(info)", "—", "")
@@ -494,6 +501,15 @@ func rows(t *table, res map[string]map[string]metrics, failed map[string]string,
 	}
 }
 
+// overlappedDesc says what the floor with the grace period overlapped
+// takes, when it ran.
+func overlappedDesc(m metrics) string {
+	if _, ok := m["floor-overlapped-p50-ms"]; !ok {
+		return ""
+	}
+	return fmt.Sprintf("; the same floor with the migration's RCU grace period overlapped with the rest %s (tether %.2fx of it)", ms(m["floor-overlapped-p50-ms"]), m["ratio-floor-overlapped"])
+}
+
 // isolated adds the containment and isolation rows (9, 10).
 func isolated(t *table, get getter, failed map[string]string) {
 	skipped := func(figure, job, target string) {
@@ -557,14 +573,20 @@ func load(t *table, get getter, failed map[string]string) {
 			comparison: fmt.Sprintf("sequential %s (p50 %s a start; parallel p50 %s)", rate(m["sequential-starts/s"]), ms(m["sequential-start-p50-ms"]), ms(m["parallel-start-p50-ms"])),
 			ratio:      ratioCell(m["speedup"]), r: m["speedup"], lim: 2, target: ge(2),
 			why: func() string {
-				return fmt.Sprintf("the store's lock (one command at a time) was held %.0f%% of the parallel batch, %.1f ms a start (%.1f ms a start when sequential: under contention each holder shares 2 CPUs with the other starts' executors and shims), with %.0f commands waiting on average; the host's CPUs were %.0f%% busy (tether's own work %.1f ms CPU a start; the rest is other load on this shared machine).",
-					m["parallel-lock-busy"]*100, m["parallel-lock-ms/start"], m["sequential-lock-ms/start"], m["parallel-lock-waiters"], m["parallel-host-cpu-busy"]*100, m["parallel-cpu-ms/start"])
+				return fmt.Sprintf("the store's lock (one command at a time) was held %.0f%% of the parallel batch, %.1f ms a start against %.1f ms when sequential, with %.0f commands waiting on average; the host's CPUs were %.0f%% busy (tether's own work %.1f ms CPU a start, so CPU allows %s). %s",
+					m["parallel-lock-busy"]*100, m["parallel-lock-ms/start"], m["sequential-lock-ms/start"], m["parallel-lock-waiters"], m["parallel-host-cpu-busy"]*100, m["parallel-cpu-ms/start"], rate(m["cpu-bound-starts/s"]), parallelWhy)
 			}})
 		if _, ok := m["runc-starts/s"]; ok {
 			t.add("11. "+n+" `tether start` at once vs "+n+" `runc run -d` of a plain bundle at once", rate(m["parallel-starts/s"]),
 				fmt.Sprintf("runc %s (%.0f failures)", rate(m["runc-starts/s"]), m["runc-failures"]), ratioCell(m["ratio-runc"]), "(info)", "—", "")
 		}
 		t.add("11. "+n+" `tether stop` at once", rate(m["parallel-stops/s"])+" stops", "", "", "(info)", "—", "")
+		if s, ok := get("shm", "BenchmarkCLIParallel"); ok {
+			t.add("11. The same on /dev/shm (state directories in memory: no disk flushes), starts/s at once vs one after another", rate(s["parallel-starts/s"]),
+				fmt.Sprintf("sequential %s; store lock held %.1f ms a start (%.0f%% of the batch); host CPUs %.0f%% busy; %.0f failures", rate(s["sequential-starts/s"]),
+					s["parallel-lock-ms/start"], s["parallel-lock-busy"]*100, s["parallel-host-cpu-busy"]*100, s["parallel-failures"]+s["sequential-failures"]+s["stop-failures"]),
+				ratioCell(s["speedup"]), "(info)", "—", "")
+		}
 	} else {
 		t.add("11. Parallel CLI load", "not measured: "+skipReason(failed["parallel"]), "", "", "0 failures, ≥ 2x", "**NO**", "")
 	}
@@ -597,6 +619,17 @@ func dedup(xs []string) []string {
 // skipReason is the line of a benchmark's output that says why it did not
 // run (a skip naming what the host lacks), else its first line.
 func skipReason(out string) string {
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if strings.Contains(l, "--- SKIP") && i+1 < len(lines) {
+			// "    file_test.go:NN: why"
+			why := strings.TrimSpace(lines[i+1])
+			if _, rest, ok := strings.Cut(why, ": "); ok {
+				why = rest
+			}
+			return "skipped: " + firstLine(why)
+		}
+	}
 	for l := range strings.SplitSeq(out, "\n") {
 		if strings.Contains(l, "unavailable") || strings.Contains(l, "needs") {
 			return firstLine(strings.TrimSpace(l))
@@ -767,7 +800,19 @@ its own nearly free.
 // The measured reasons of the rows that miss for causes a run cannot
 // measure by itself, from the profiles described in BENCHMARKS.md's notes.
 var (
-	recoverWhy = "see the profile note on Recover."
-	killWhy    = "see the profile note on kill."
-	runWhy     = "see the profile note on tether run."
+	startWhy = "Profiled (a traced start, medians of 30): the init shim's cgroup join waits 12–14 ms for the RCU grace period, half the start; " +
+		"a prototype that creates the cgroup and primes the migration when the executor starts, so the wait overlaps the spawn and the commits, " +
+		"took the start from 25.9 to 18.4 ms (0.81x in an interleaved A/B; done by the driver before the spawn, 0.70x)."
+	recoverWhy = "Profiled (go test -cpuprofile): per task a store read to create its owner and a second after taking the task's lock " +
+		"(owner.reconcile's reload: skipping it when the state was just read took Recover from 30.9 to 23.6 µs a task), the identity check (the floor), " +
+		"the reattached append, and the owner goroutine with its channels (GC ~7%)."
+	killWhy = "Profiled (a traced stop, medians of 20): the executor's Stop scans /proc to signal the group (1.4 ms) before the cgroup kill, " +
+		"fsyncs the exit record (1.3 ms) though the stopping driver is waiting for it, and the driver then sends Shutdown (0.8 ms) to an executor already exiting; " +
+		"a prototype without the three took the stop from 6.4 to 4.4 ms (0.66x, interleaved A/B)."
+	runWhy = "Profiled (a traced `tether run`, medians of 20): the cgroup join's RCU grace period (12 ms; runc pays it too), three starts of the Go binary " +
+		"(CLI, executor, shim: 1.9 ms each static, 2.7 dynamic), 11 store sessions (5 commits; 6 reads, 5 of them TaskEvents reading the whole log to print or follow it) against runc's none, the exit record's fsync; " +
+		"with the migration primed at the executor's start (prototype) the ratio fell from 1.39–1.59x to 1.13–1.32x."
+	parallelWhy = "Under contention each commit's two fdatasyncs take 4x longer (the disk is shared with the executors' and everyone's flushes): " +
+		"a prototype that dropped the two read sessions of each start (3 of 5 left) left the lock just as busy; on /dev/shm (row below) the lock is busy " +
+		"under half the time and the CPUs (shared with other load) bound it instead."
 )
