@@ -2,9 +2,12 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -32,9 +35,21 @@ import (
 // A blocking flock cannot be interrupted, so the wait runs in a goroutine
 // that owns the lock file's descriptor: if the caller gives up (the
 // timeout, or its context), the goroutine stays blocked in flock and, if it
-// ever gets the lock, releases it at once and closes the file. Nothing is
-// polled, and a waiter gets the lock the moment its holder lets go. The
-// cost of giving up is one blocked thread until the holder lets go.
+// ever gets the lock, releases it at once and closes the file. A waiter
+// gets the lock the moment its holder lets go. The cost of giving up is one
+// blocked thread until the holder lets go.
+//
+// The timeout is for a holder that does not let go, not for a queue: the
+// first 8 bytes of the lock file count the times the lock was taken (each
+// holder adds one when it gets it; nothing is synced, the count only
+// matters while processes wait). A waiter gives up only once that count
+// has not moved for a whole timeout. Hundreds of commands queued on one
+// store (each holds it for a read or an append) all get their turn however
+// long the queue takes to drain, since the flock hands the lock to one
+// waiter at a time in no particular order; a holder that keeps it for the
+// timeout (stopped, wedged, or a long gc) makes the waiters give up, naming
+// it. The count is read when the timer fires (a quarter of the timeout),
+// never polled faster.
 
 // lockSuffix names the lock file beside the store file.
 const lockSuffix = ".lock"
@@ -47,7 +62,8 @@ type fileLock struct {
 }
 
 // lockStore takes the lock of the store at path: exclusive, or shared. It
-// gives up with ErrLocked after timeout, or with ctx's error.
+// gives up with ErrLocked once no process has taken the lock for timeout
+// (see above), or with ctx's error.
 func lockStore(ctx context.Context, path string, exclusive bool, timeout time.Duration) (*fileLock, error) {
 	lockPath := path + lockSuffix
 	f, err := openNoFollow(lockPath, os.O_RDWR|os.O_CREATE, 0o600)
@@ -70,7 +86,7 @@ func lockStore(ctx context.Context, path string, exclusive bool, timeout time.Du
 	fd := int(f.Fd())
 	switch err := flockRetry(fd, how|unix.LOCK_NB); {
 	case err == nil:
-		return &fileLock{f: f}, nil
+		return taken(f), nil
 	case !errors.Is(err, unix.EWOULDBLOCK):
 		f.Close()
 		return nil, fmt.Errorf("store: lock %s: %w", lockPath, err)
@@ -78,20 +94,34 @@ func lockStore(ctx context.Context, path string, exclusive bool, timeout time.Du
 
 	got := make(chan error, 1)
 	go func() { got <- flockRetry(fd, how) }()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
+	check := max(timeout/4, time.Millisecond)
+	tick := time.NewTicker(check)
+	defer tick.Stop()
+	seen, moved := takings(f), time.Now()
 	var giveUp error
-	select {
-	case err := <-got:
-		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("store: lock %s: %w", lockPath, err)
+wait:
+	for {
+		select {
+		case err := <-got:
+			if err != nil {
+				f.Close()
+				return nil, fmt.Errorf("store: lock %s: %w", lockPath, err)
+			}
+			return taken(f), nil
+		case now := <-tick.C:
+			if n := takings(f); n != seen {
+				seen, moved = n, now
+				continue
+			}
+			if held := now.Sub(moved); held >= timeout {
+				giveUp = fmt.Errorf("%w: %s: %s has held it for %s without letting go (gave up after %s)",
+					ErrLocked, path, lockHolder(f), held.Round(time.Millisecond), timeout)
+				break wait
+			}
+		case <-ctx.Done():
+			giveUp = ctx.Err()
+			break wait
 		}
-		return &fileLock{f: f}, nil
-	case <-timer.C:
-		giveUp = fmt.Errorf("%w: %s: another tether process holds it (gave up after %s)", ErrLocked, path, timeout)
-	case <-ctx.Done():
-		giveUp = ctx.Err()
 	}
 	// The waiter owns f from here: it releases whatever it gets.
 	go func() {
@@ -101,6 +131,58 @@ func lockStore(ctx context.Context, path string, exclusive bool, timeout time.Du
 		f.Close()
 	}()
 	return nil, giveUp
+}
+
+// taken counts one more taking of the lock, held on f, and returns it.
+func taken(f *os.File) *fileLock {
+	b := binary.LittleEndian.AppendUint64(nil, takings(f)+1)
+	_, _ = f.WriteAt(b, 0) // a read-only lock file cannot count: its waiters see no progress
+	return &fileLock{f: f}
+}
+
+// takings is the count of times the lock was taken, as the lock file says.
+func takings(f *os.File) uint64 {
+	var b [8]byte
+	if _, err := f.ReadAt(b[:], 0); err != nil {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+// lockHolder names the process holding the flock on f, from the kernel's
+// lock table, for an error message: "process 1234 (tether)", or "another
+// process" when it cannot be told.
+func lockHolder(f *os.File) string {
+	const unknown = "another process"
+	st, err := f.Stat()
+	if err != nil {
+		return unknown
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return unknown
+	}
+	b, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return unknown
+	}
+	suffix := fmt.Sprintf(":%d", sys.Ino)
+	for _, line := range strings.Split(string(b), "\n") {
+		// "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"; waiters have "->" after the number.
+		fl := strings.Fields(line)
+		if len(fl) < 6 || fl[1] != "FLOCK" || !strings.HasSuffix(fl[5], suffix) {
+			continue
+		}
+		pid, err := strconv.Atoi(fl[4])
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil {
+			return fmt.Sprintf("process %d (%s)", pid, strings.TrimSpace(string(comm)))
+		}
+		return fmt.Sprintf("process %d", pid)
+	}
+	return unknown
 }
 
 // flockRetry is flock(2), retried when a signal interrupts it.

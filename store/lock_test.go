@@ -148,7 +148,7 @@ func TestCompact_WaiterOpensTheNewFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := helper(t, "cycle", path, "waiter", "1")
+	cmd := helper(t, "cycle", path, "waiter", "1", "10s")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +194,7 @@ func TestCompact_LoopBesideWriterProcesses(t *testing.T) {
 	var readers sync.WaitGroup
 	cmds := make([]*exec.Cmd, writers)
 	for w := range cmds {
-		cmd := helper(t, "cycle", path, fmt.Sprintf("w%d", w), strconv.Itoa(cycles))
+		cmd := helper(t, "cycle", path, fmt.Sprintf("w%d", w), strconv.Itoa(cycles), "10s")
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -238,22 +238,25 @@ func TestCompact_LoopBesideWriterProcesses(t *testing.T) {
 	checkAcked(t, path, acked)
 }
 
-// Many processes that open, append and close at once, with a lock
-// timeout, all succeed: the lock is handed over as soon as it is let go,
-// with no polling gaps for a waiter to lose its turn in.
+// Many processes that open, append and close at once all succeed, each
+// with a lock timeout far shorter than the whole crowd takes to pass: the
+// timeout is for a holder that does not let go, not for a queue that moves
+// (the waiters see the lock taken again and again and wait on), and the
+// lock is handed over as soon as it is let go.
 func TestOpen_ManyProcessesAllSucceed(t *testing.T) {
 	path := testPath(t)
 	s := openTest(t, path, Options{})
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	const procs, cycles = 40, 3
+	const procs, cycles, timeout = 40, 5, 200 * time.Millisecond
 	acked := map[string]uint64{}
+	begin := time.Now()
 	var mu sync.Mutex
 	var readers sync.WaitGroup
 	cmds := make([]*exec.Cmd, procs)
 	for p := range cmds {
-		cmd := helper(t, "cycle", path, fmt.Sprintf("p%02d", p), strconv.Itoa(cycles))
+		cmd := helper(t, "cycle", path, fmt.Sprintf("p%02d", p), strconv.Itoa(cycles), timeout.String())
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -274,6 +277,66 @@ func TestOpen_ManyProcessesAllSucceed(t *testing.T) {
 		t.Errorf("%d appends acknowledged, want %d", len(acked), procs*cycles)
 	}
 	checkAcked(t, path, acked)
+	t.Logf("%d opens with a %s lock timeout took %s in all", procs*cycles, timeout, time.Since(begin).Round(time.Millisecond))
+}
+
+// A waiter whose timeout passes while other processes keep taking the
+// lock waits on; once nobody has taken it for a whole timeout, it gives
+// up. The other processes' takings are made here, by counting them in the
+// lock file as a holder does, while a helper process holds the lock.
+func TestOpen_WaiterWaitsWhileTheLockMoves(t *testing.T) {
+	path := testPath(t)
+	s := openTest(t, path, Options{NoSync: true})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	release := holdLock(t, path)
+	lf, err := os.OpenFile(path+lockSuffix, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+
+	const timeout = 200 * time.Millisecond
+	got := make(chan error, 1)
+	go func() {
+		s, err := Open(path, Options{LockTimeout: timeout})
+		if err == nil {
+			err = s.Close()
+		}
+		got <- err
+	}()
+	waitBlockedOn(t, os.Getpid(), inode(t, path+lockSuffix))
+	// Takings for five timeouts, one every half timeout.
+	tick := time.NewTicker(timeout / 2)
+	for range 10 {
+		select {
+		case err := <-got:
+			t.Fatalf("the waiter returned while the lock kept moving: %v", err)
+		case <-tick.C:
+			taken(lf)
+		}
+	}
+	tick.Stop()
+	// Then nothing moves: it gives up, naming the holder.
+	err = <-got
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "(store.test)") {
+		t.Fatalf("waiter behind a holder that does not move: %v, want ErrLocked naming the holder", err)
+	}
+	// And one that waits while the lock moves gets it when the holder goes.
+	go func() {
+		s, err := Open(path, Options{LockTimeout: timeout})
+		if err == nil {
+			err = s.Close()
+		}
+		got <- err
+	}()
+	waitBlockedOn(t, os.Getpid(), inode(t, path+lockSuffix))
+	taken(lf)
+	release()
+	if err := <-got; err != nil {
+		t.Fatalf("waiter after the holder let go: %v", err)
+	}
 }
 
 func TestOpen_LockFile(t *testing.T) {

@@ -120,7 +120,6 @@ func Compact(path string, opts Options) (before, after int64, err error) {
 	if err != nil {
 		return 0, 0, fmt.Errorf("store: compact: %w", err)
 	}
-	deadline := time.Now().Add(opts.LockTimeout)
 	lk, err := lockStore(context.Background(), path, true, opts.LockTimeout)
 	if err != nil {
 		return 0, 0, err
@@ -130,7 +129,7 @@ func Compact(path string, opts Options) (before, after int64, err error) {
 			err = fmt.Errorf("store: compact %s: %w", path, lerr)
 		}
 	}()
-	return compactLocked(path, opts, time.Until(deadline))
+	return compactLocked(path, opts, opts.LockTimeout)
 }
 
 // compactLocked is Compact once the caller holds the store's lock

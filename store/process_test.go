@@ -26,10 +26,11 @@ import (
 //	append PATH N PREFIX  append to N tasks (PREFIX-task-NNN) concurrently, printing
 //	                      "ack TASK SEQ" once each Append returns; runs
 //	                      until killed.
-//	cycle PATH PREFIX N   N times: open the store, create the task
+//	cycle PATH PREFIX N TIMEOUT
+//	                      N times: open the store, create the task
 //	                      PREFIX-NNN (six events), print "ack TASK 6",
-//	                      close; as a CLI command does. Each open waits up
-//	                      to 10s for the lock, the CLI's default.
+//	                      close; as a CLI command does. Each open has the
+//	                      lock timeout TIMEOUT.
 func runHelper(name string) int {
 	args := strings.Fields(os.Getenv(helperEnv + "_ARGS"))
 	var err error
@@ -41,7 +42,8 @@ func runHelper(name string) int {
 		err = helperAppend(args[0], n, args[2])
 	case "cycle":
 		n, _ := strconv.Atoi(args[2])
-		err = helperCycle(args[0], args[1], n)
+		timeout, _ := time.ParseDuration(args[3])
+		err = helperCycle(args[0], args[1], n, timeout)
 	default:
 		err = fmt.Errorf("unknown helper %q", name)
 	}
@@ -102,9 +104,9 @@ func helperAppend(path string, writers int, prefix string) error {
 	return <-errc
 }
 
-func helperCycle(path, prefix string, n int) error {
+func helperCycle(path, prefix string, n int, timeout time.Duration) error {
 	for i := range n {
-		s, err := Open(path, Options{LockTimeout: 10 * time.Second})
+		s, err := Open(path, Options{LockTimeout: timeout})
 		if err != nil {
 			return err
 		}
@@ -146,7 +148,8 @@ func TestOpen_LockedByAnotherProcess(t *testing.T) {
 	if !errors.Is(err, ErrLocked) {
 		t.Fatalf("Open of a locked store: %v, want ErrLocked", err)
 	}
-	if msg := err.Error(); !strings.Contains(msg, path) || !strings.Contains(msg, "another tether process holds it") {
+	// The holder is named: the helper process, by its pid and command.
+	if msg := err.Error(); !strings.Contains(msg, path) || !strings.Contains(msg, "has held it") || !strings.Contains(msg, "(store.test)") {
 		t.Errorf("error %q does not name the path and the holder", msg)
 	}
 	// Compact takes the same lock.

@@ -125,12 +125,11 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	deadline := time.Now().Add(opts.LockTimeout)
 	lk, err := lockStore(ctx, path, !opts.ReadOnly, opts.LockTimeout)
 	if err != nil {
 		return nil, err
 	}
-	s, err := openLocked(path, opts, time.Until(deadline))
+	s, err := openLocked(path, opts, opts.LockTimeout)
 	if err != nil {
 		_ = lk.release()
 		return nil, err
