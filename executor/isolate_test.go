@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/moby/sys/capability"
+	"golang.org/x/sys/unix"
 )
 
 // stateLayout is a state directory as the driver lays it out: the store
@@ -178,6 +179,15 @@ func TestExec_StateDirHiddenInsideABind(t *testing.T) {
 func TestExec_HostileTask(t *testing.T) {
 	needIsolation(t)
 	m := newMarker(t)
+	// A descriptor of the host's / that the executor inherits, as an
+	// agent's or a shell's file without close-on-exec would be: it must
+	// not reach the task (the hostile task tries to read the store
+	// through it).
+	rootFD, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(rootFD) })
 	for _, user := range []string{"", "root"} {
 		t.Run("user="+user, func(t *testing.T) {
 			l := newStateLayout(t)

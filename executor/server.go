@@ -46,6 +46,10 @@ func allowPeer(peerUID, selfUID uint32) bool { return peerUID == selfUID || peer
 // Flags (set by Spawn): -dir (task directory), -nonce, -lease (how long to
 // wait for the first client), -ready-fd (descriptor to report ready on).
 func Serve(args []string) int {
+	if err := CloseInheritedOnExec(); err != nil {
+		fmt.Fprintf(os.Stderr, "tether executor: %v\n", err)
+		return 1
+	}
 	if len(args) > 0 && args[0] == shimFlag {
 		return runShim(args[1:])
 	}

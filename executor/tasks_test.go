@@ -238,6 +238,7 @@ type hostileTargets struct {
 type hostileReport map[string]string
 
 func hostile(tg hostileTargets) hostileReport {
+	fds, fdErr := inheritedFDs()
 	r := hostileReport{}
 	note := func(what string, err error) {
 		if err == nil {
@@ -285,7 +286,51 @@ func hostile(tg hostileTargets) hostileReport {
 	note("read /etc/shadow", err)
 	note("write /etc/passwd", os.WriteFile("/etc/passwd", []byte("x"), 0o644))
 	note("create a file in /", os.WriteFile("/hostile", []byte("x"), 0o644))
+	// Through a descriptor it did not open (the test leaves one on the
+	// host's / without close-on-exec when it spawns the executor), listed
+	// before anything here opened one of its own.
+	err = fdErr
+	if err == nil && len(fds) == 0 {
+		err = errors.New("it holds no descriptor but stdio")
+	}
+	note("hold a descriptor it did not open", err)
+	err = errors.New("no inherited descriptor leads to it")
+	for _, fd := range fds {
+		if _, rerr := os.ReadFile(fmt.Sprintf("/proc/self/fd/%d%s", fd, tg.Store)); rerr == nil {
+			err = nil
+		}
+	}
+	note("read the store through an inherited descriptor", err)
 	return r
+}
+
+// inheritedFDs lists this process's descriptors beyond stdio that it
+// inherited: those without close-on-exec (everything a Go program opens
+// itself, the runtime's cgroup files and poller included, has it).
+func inheritedFDs() ([]int, error) {
+	ents, err := os.ReadDir("/proc/self/fdinfo")
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= 2 {
+			continue
+		}
+		info, err := os.ReadFile("/proc/self/fdinfo/" + e.Name())
+		if err != nil {
+			continue // the directory's own descriptor, closed by now
+		}
+		for _, line := range strings.Split(string(info), "\n") {
+			if v, ok := strings.CutPrefix(line, "flags:"); ok {
+				if flags, err := strconv.ParseUint(strings.TrimSpace(v), 8, 64); err == nil && flags&unix.O_CLOEXEC == 0 {
+					out = append(out, fd)
+				}
+			}
+		}
+	}
+	return out, nil
 }
 
 // hostileOK lists the attempts of a hostile report that worked.

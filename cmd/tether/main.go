@@ -51,6 +51,12 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == executorArg {
 		os.Exit(serveExecutor(os.Args[2:]))
 	}
+	// Nothing this process inherited passes to its executors (and from
+	// them to tasks): see executor.CloseInheritedOnExec.
+	if err := executor.CloseInheritedOnExec(); err != nil {
+		fmt.Fprintf(os.Stderr, "tether: %v\n", err)
+		os.Exit(exitError)
+	}
 	c := &cli{stdout: os.Stdout, stderr: os.Stderr}
 	os.Exit(c.main(os.Args[1:]))
 }

@@ -462,3 +462,58 @@ func TestExec_CallersTerminalIsRelayed(t *testing.T) {
 	}
 	e.must("stop", id)
 }
+
+// TestStart_InheritedDescriptorsStayOut: a descriptor the caller of tether
+// holds without close-on-exec (a shell's `exec 7</`) reaches neither the
+// executor, nor the task, nor a `tether exec` command: through it a task
+// confined to a root of its own could read the store and the host's files.
+func TestStart_InheritedDescriptorsStayOut(t *testing.T) {
+	needTaskCgroups(t)
+	e := newEnv(t)
+	root, err := os.Open("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	// As fds 3 to 7 of each tether command, without close-on-exec (the
+	// executor's own descriptor 3, its ready pipe, replaces one).
+	withRoot := func(args ...string) result {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := e.command(ctx, nil, args...)
+		cmd.ExtraFiles = []*os.File{root, root, root, root, root}
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		r := result{stdout: stdout.String(), stderr: stderr.String()}
+		if err != nil {
+			t.Fatalf("tether %v: %v\n%s", args, err, r)
+		}
+		return r
+	}
+	id := strings.TrimSpace(withRoot(e.runArgs("start", []string{"--name", "fds"}, "sleep")...).stdout)
+	st := e.statusOf(id)
+	holdsRoot := func(pid int) []string {
+		var out []string
+		ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		for _, ent := range ents {
+			if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, ent.Name())); err == nil && l == "/" {
+				out = append(out, ent.Name())
+			}
+		}
+		return out
+	}
+	for what, pid := range map[string]int{"executor": st.ExecutorPID, "task": st.PID} {
+		if fds := holdsRoot(pid); len(fds) > 0 {
+			t.Errorf("the %s holds the caller's descriptor of / as %v", what, fds)
+		}
+	}
+	// A command started into the task by exec: the shell lists its own
+	// descriptors (ls is its child).
+	r := withRoot("exec", id, "--", "sh", "-c", `ls /proc/$$/fd`)
+	if got := strings.Fields(r.stdout); strings.Join(got, " ") != "0 1 2" {
+		t.Errorf("a tether exec command holds descriptors %v, want 0 1 2 alone", got)
+	}
+	e.must("stop", id)
+}
