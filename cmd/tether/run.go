@@ -190,9 +190,11 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 	id := newTaskID(spec.Name)
 	s, err := c.open()
 	if err != nil {
-		c.errorf("%v", err)
+		c.errorf("nothing was started: %v", err)
 		if h := hint(err); h != "" {
 			fmt.Fprintf(c.stderr, "  %s\n", h)
+		} else {
+			fmt.Fprintf(c.stderr, "  make %s usable (or pick another with --state-dir) and run the task again\n", c.stateDir)
 		}
 		return exitStartFail
 	}
@@ -236,6 +238,9 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 		tail.stop()
 		if interrupted != nil {
 			return 128 + int(interrupted.(syscall.Signal))
+		}
+		if r.task.State == fsm.StateNone {
+			return c.notRecorded(id, r.err)
 		}
 		return c.startFailed(id, r.task, r.err)
 	}
@@ -379,6 +384,26 @@ func (c *cli) startFailed(id string, task fsm.Task, err error) int {
 		}
 	}
 	return code
+}
+
+// notRecorded reports a start whose task the store never recorded (its
+// first append failed: the store is locked, damaged, not a store, on a
+// full disk): nothing was spawned (every effect is written ahead), and
+// 'tether events' would not know the task, so the message names the
+// store's problem and what to do about it instead.
+func (c *cli) notRecorded(id string, err error) int {
+	var te *driver.TaskError
+	why := err
+	if errors.As(err, &te) {
+		why = te.Err
+	}
+	c.errorf("task %s was not started: the store could not record it: %v", id, why)
+	if h := hint(err); h != "" {
+		fmt.Fprintf(c.stderr, "  nothing ran; %s\n", h)
+	} else {
+		fmt.Fprintln(c.stderr, "  nothing ran; deal with the store's problem above and run the task again")
+	}
+	return exitStartFail
 }
 
 // startExitCode follows docker run: 127 when the command is not found,
