@@ -41,7 +41,16 @@ type bindMount struct {
 	Dst  string `json:"dst"`
 	File bool   `json:"file,omitempty"` // Src is a regular file
 	Link string `json:"link,omitempty"`
+	// Mode, when not 0, is set on the bound directory, as chmod(2) takes
+	// it (the task's tmp/ gets tmpMode).
+	Mode uint32 `json:"mode,omitempty"`
 }
+
+// tmpMode is the task's tmp/ as the task sees it at /tmp: 1777, as /tmp
+// is. The shim sets it on the bind, sticky bit included: taskDirs' 0o1777
+// is an os.FileMode, whose sticky bit is os.ModeSticky, so the 01000 in it
+// is not one and os.Chmod leaves tmp/ 0777.
+const tmpMode = 0o1777
 
 // rootPlan is the exec task's root, computed by the executor and built by
 // the shim in the task's mount namespace (so that every mount of it
@@ -150,7 +159,11 @@ func planRoot(taskDir string, chroot []string) (*rootPlan, error) {
 	// Parents before children: a bind inside another lands on it.
 	slices.SortStableFunc(p.System, func(a, b bindMount) int { return strings.Compare(a.Dst, b.Dst) })
 	for _, d := range taskDirs {
-		p.Task = append(p.Task, bindMount{Src: filepath.Join(taskDir, d.name), Dst: "/" + d.name})
+		b := bindMount{Src: filepath.Join(taskDir, d.name), Dst: "/" + d.name}
+		if d.name == TaskTmpDir {
+			b.Mode = tmpMode
+		}
+		p.Task = append(p.Task, b)
 	}
 	// inRoot is where the task would see host path h, if it sees it.
 	inRoot := func(h string) (string, bool) {
@@ -233,6 +246,11 @@ func (p *rootPlan) build() error {
 		if err := bindInto(b, in(b.Dst), taskAttrs); err != nil {
 			return err
 		}
+		if b.Mode != 0 {
+			if err := unix.Chmod(in(b.Dst), b.Mode); err != nil {
+				return fmt.Errorf("chmod %s %04o: %w", b.Dst, b.Mode, err)
+			}
+		}
 	}
 	if err := buildDev(in("/dev")); err != nil {
 		return err
@@ -240,19 +258,8 @@ func (p *rootPlan) build() error {
 	if err := buildProc(in("/proc"), in("/dev/null")); err != nil {
 		return err
 	}
-	// One empty, unreadable file covers every masked file.
-	empty := in("/.masked")
-	if len(p.Mask) > 0 {
-		f, err := os.OpenFile(empty, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0)
-		if err != nil {
-			return fmt.Errorf("make the mask file: %w", err)
-		}
-		f.Close()
-	}
-	for _, m := range p.Mask {
-		if err := unix.Mount(empty, in(m), "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("mask %s: %w", m, err)
-		}
+	if err := p.mask(in); err != nil {
+		return err
 	}
 	for _, h := range p.Hide {
 		if err := unix.Mount("tmpfs", in(h), "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=0"); err != nil {
@@ -279,6 +286,34 @@ func (p *rootPlan) build() error {
 	return nil
 }
 
+// mask covers every masked file with one empty file of mode 0000, bound
+// read-only (a task with CAP_DAC_OVERRIDE reads it empty and cannot write
+// it). The file is made in the root's tmpfs and unlinked once bound: the
+// binds keep it, and the task's / does not show it.
+func (p *rootPlan) mask(in func(string) string) error {
+	if len(p.Mask) == 0 {
+		return nil
+	}
+	empty := in("/.masked")
+	f, err := os.OpenFile(empty, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0)
+	if err != nil {
+		return fmt.Errorf("make the mask file: %w", err)
+	}
+	f.Close()
+	for _, m := range p.Mask {
+		if err := unix.Mount(empty, in(m), "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("mask %s: %w", m, err)
+		}
+		if err := setAttrs(in(m), roAttrs|unix.MOUNT_ATTR_NOEXEC, false); err != nil {
+			return fmt.Errorf("mask %s: %w", m, err)
+		}
+	}
+	if err := os.Remove(empty); err != nil {
+		return fmt.Errorf("unlink the mask file: %w", err)
+	}
+	return nil
+}
+
 // bindInto binds b at dst (making the mount point) with attrs, recursively;
 // or makes b's symbolic link.
 func bindInto(b bindMount, dst string, attrs uint64) error {
@@ -292,7 +327,7 @@ func bindInto(b bindMount, dst string, attrs uint64) error {
 		return nil
 	}
 	if err := mountPoint(dst, b.File); err != nil {
-		return err
+		return fmt.Errorf("bind %s at %s: %w", b.Src, b.Dst, err)
 	}
 	if err := unix.Mount(b.Src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("bind %s at %s: %w", b.Src, b.Dst, err)
