@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tether-fsm/tether/driver"
+	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 )
 
@@ -373,7 +374,13 @@ func (c *cli) startFailed(id string, task fsm.Task, err error) int {
 	case code == exitCannotRun:
 		fmt.Fprintln(c.stderr, "  check that the command is an executable file (chmod +x)")
 	case strings.Contains(err.Error(), "capabilit") || strings.Contains(task.Reason, "capabilit"):
-		fmt.Fprintln(c.stderr, "  remove the capability from cap_add, or use driver raw_exec")
+		if !errors.Is(err, executor.ErrCapNotAllowed) && !strings.Contains(task.Reason, executor.ErrCapNotAllowed.Error()) {
+			fmt.Fprintln(c.stderr, "  remove the capability from cap_add, or use driver raw_exec")
+			break
+		}
+		fmt.Fprintf(c.stderr, "  remove the capability from cap_add, use driver raw_exec, or allow it with --allow-caps LIST\n"+
+			"  (or TETHER_ALLOW_CAPS=LIST): the allow list with it added; the default is %s\n",
+			strings.ToLower(strings.Join(executor.DefaultAllowedCaps, ",")))
 	case errors.Is(err, driver.ErrInvalidSpec):
 		fmt.Fprintln(c.stderr, "  fix the task's spec and run it again")
 	default:
