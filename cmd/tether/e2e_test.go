@@ -66,6 +66,10 @@ func buildAndRun(m *testing.M) int {
 //	ignore-term PATH  ignore SIGTERM: write "up" to PATH (a FIFO) once the
 //	                handler is in place, then a line each time SIGTERM
 //	                arrives; block until killed
+//	fill-exit N     write a file "fill" in the working directory until the
+//	                disk is full (ENOSPC), say so on stdout, then exit N
+//	fill-note-exit N PATH  as fill-exit, writing "full" to PATH (a FIFO)
+//	                once the disk is full, before it exits
 func helperMain(args []string) int {
 	if len(args) < 2 {
 		fmt.Fprintln(os.Stderr, "helper: want MODE ... MARKER")
@@ -100,6 +104,20 @@ func helperMain(args []string) int {
 				fmt.Fprintln(os.Stderr, err)
 			}
 		}
+	case "fill-exit", "fill-note-exit":
+		n, _ := strconv.Atoi(args[1])
+		if err := fillDisk("fill"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if args[0] == "fill-note-exit" {
+			if err := os.WriteFile(args[2], []byte("full\n"), 0); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+		}
+		fmt.Println("the disk is full; exiting with", n)
+		return n
 	case "fifowrite":
 		if err := os.WriteFile(args[1], []byte("hello through the fifo\n"), 0); err != nil {
 			fmt.Fprintln(os.Stderr, err)
