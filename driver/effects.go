@@ -353,11 +353,13 @@ func (j job) probeLaunch(ctx context.Context) jobResult {
 		cancel()
 	}
 	if err != nil {
-		if j.st.Executor != nil && !errors.Is(err, ErrNotOurs) && !errors.Is(err, ErrGone) {
-			if live, aerr := j.d.world.Alive(ctx, j.id, *j.st.Executor); aerr == nil && live {
-				return jobResult{h: h, action: "launch interrupted; the executor is alive but does not answer; left alone"}
-			}
-		}
+		// Gone, or alive and not answering (on its way out after its
+		// lease ended, or frozen): either way it cannot say whether it
+		// launched, and nothing of the task may be left running
+		// unrecorded, so everything of it is killed (by identity, and its
+		// cgroup) and the task recorded lost, as the crash-window table
+		// says. A running task's frozen executor is left alone instead
+		// (probe): there the log knows what runs.
 		cause := fmt.Errorf("after a restart during launch: %w", err)
 		if j.st.Executor != nil {
 			// The executor is gone: its launch record says whether it
@@ -479,9 +481,14 @@ func (j job) killExecutor(ctx context.Context) jobResult {
 				exit = &x
 			}
 			cancel()
-			sctx, cancel = context.WithTimeout(ctx, j.d.cfg.ProbeTimeout)
-			_ = h.Shutdown(sctx)
-			cancel()
+			if exit == nil {
+				// The Stop did not end it: ask for an orderly exit
+				// (after a stop that answered, the executor is on its
+				// way out already). The kill by identity follows.
+				sctx, cancel = context.WithTimeout(ctx, j.d.cfg.ProbeTimeout)
+				_ = h.Shutdown(sctx)
+				cancel()
+			}
 		}
 		// Before any launch the executor holds nothing worth an orderly
 		// exit: the kill by identity below is all it needs.

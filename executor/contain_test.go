@@ -109,6 +109,7 @@ func TestContain_CgroupLifecycle(t *testing.T) {
 		t.Fatalf("Stop = %+v %v, want exit code 0", x, err)
 	}
 	checkGone(t, cg)
+	waitDead(t, c.Identity()) // the record is written after the waiters are answered
 	rec, ok, err := ReadExitRecord(dir)
 	if err != nil || !ok || rec.Exit != x {
 		t.Fatalf("exit record %+v %v %v", rec, ok, err)
@@ -192,6 +193,7 @@ func TestContain_OOMKilledRecorded(t *testing.T) {
 	if x.Signal != int(syscall.SIGKILL) || !x.OOM {
 		t.Fatalf("exit %+v, want SIGKILL and OOM", x)
 	}
+	waitDead(t, c.Identity()) // the record is written after the waiters are answered
 	rec, ok, err := ReadExitRecord(filepath.Dir(c.Identity().Socket))
 	if err != nil || !ok || !rec.Exit.OOM {
 		t.Fatalf("exit record %+v %v %v: want OOM", rec, ok, err)

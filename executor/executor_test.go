@@ -48,6 +48,8 @@ func TestLaunch_ExitCode(t *testing.T) {
 		t.Fatalf("exit status %+v, want code 7", st)
 	}
 	dir := filepath.Dir(id.Socket)
+	// Written after the waiters were answered, before the executor exits.
+	waitDead(t, id)
 	if got, ok, err := readExitStatus(dir); err != nil || !ok || got.Code != 7 {
 		t.Fatalf("ReadExitStatus = %+v %v %v", got, ok, err)
 	}
@@ -143,6 +145,7 @@ func TestStop_ForcedKill(t *testing.T) {
 	if err != nil || st != (fsm.ExitStatus{Code: -1, Signal: int(syscall.SIGKILL)}) {
 		t.Fatalf("Stop = %+v %v, want killed by SIGKILL", st, err)
 	}
+	waitDead(t, c.Identity()) // the record is written after the waiters are answered
 	if got, ok, _ := readExitStatus(dir); !ok || got.Signal != int(syscall.SIGKILL) {
 		t.Fatalf("exit status on disk %+v %v", got, ok)
 	}

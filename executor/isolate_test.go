@@ -420,4 +420,9 @@ func TestRawExec_UserWithoutWorkDir(t *testing.T) {
 	if out := readFileString(t, filepath.Join(dir, StdoutFile)); out != want {
 		t.Errorf("stdout %q, want %q", out, want)
 	}
+	// Its tmp/ is 1777, as /tmp: sticky, so users sharing it cannot remove
+	// each other's files.
+	if fi, err := os.Stat(filepath.Join(dir, TaskTmpDir)); err != nil || fi.Mode()&(os.ModePerm|os.ModeSticky) != 0o777|os.ModeSticky {
+		t.Errorf("the task's tmp/: %v %v, want drwxrwxrwt", fi.Mode(), err)
+	}
 }

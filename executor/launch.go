@@ -134,7 +134,7 @@ var taskDirs = []struct {
 	name string
 	mode os.FileMode
 }{
-	{TaskLocalDir, 0o755}, {TaskSecretsDir, 0o700}, {TaskTmpDir, 0o1777}, {TaskAllocDir, 0o755},
+	{TaskLocalDir, 0o755}, {TaskSecretsDir, 0o700}, {TaskTmpDir, 0o777 | os.ModeSticky}, {TaskAllocDir, 0o755},
 }
 
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -326,17 +326,32 @@ func forEachProc(fn func(pid int, s procStat)) error {
 // match holds, re-checking match and the start time after opening the pidfd.
 // It returns the pidfds of the processes it signalled (the caller closes them).
 func signalMatching(sig syscall.Signal, match func(pid int, s procStat) bool) ([]*pidFD, error) {
+	return signalAmong(sig, nil, match)
+}
+
+// signalAmong is signalMatching over the processes pids names (nil: every
+// process in /proc): a task with a cgroup names its few members rather
+// than have every process on the host read.
+func signalAmong(sig syscall.Signal, pids []int, match func(pid int, s procStat) bool) ([]*pidFD, error) {
 	type cand struct {
 		pid   int
 		start uint64
 	}
 	var cands []cand
-	if err := forEachProc(func(pid int, s procStat) {
+	consider := func(pid int, s procStat) {
 		if !s.dead() && match(pid, s) {
 			cands = append(cands, cand{pid, s.StartTime})
 		}
-	}); err != nil {
-		return nil, err
+	}
+	if pids == nil {
+		if err := forEachProc(consider); err != nil {
+			return nil, err
+		}
+	}
+	for _, pid := range pids {
+		if s, err := readStat(pid); err == nil {
+			consider(pid, s)
+		}
 	}
 	var fds []*pidFD
 	var firstErr error
@@ -356,6 +371,34 @@ func signalMatching(sig syscall.Signal, match func(pid int, s procStat) bool) ([
 		fds = append(fds, p)
 	}
 	return fds, firstErr
+}
+
+// childrenOf lists the children of process pid, from each of its threads'
+// /proc/PID/task/TID/children (a child belongs to the thread that forked
+// it). It fails where the kernel does not list children
+// (CONFIG_PROC_CHILDREN) or pid is gone.
+func childrenOf(pid int) ([]int, error) {
+	base := "/proc/" + strconv.Itoa(pid) + "/task/"
+	if _, err := os.Stat(base + strconv.Itoa(pid) + "/children"); err != nil {
+		return nil, fmt.Errorf("executor: the children of pid %d cannot be listed: %w", pid, err)
+	}
+	tids, err := os.ReadDir(base)
+	if err != nil {
+		return nil, fmt.Errorf("executor: list the threads of pid %d: %w", pid, err)
+	}
+	out := []int{}
+	for _, t := range tids {
+		b, err := os.ReadFile(base + t.Name() + "/children")
+		if err != nil {
+			continue // the thread ended meanwhile
+		}
+		for f := range strings.FieldsSeq(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out, nil
 }
 
 func closeAll(fds []*pidFD) {

@@ -74,6 +74,7 @@ func TestRestart_FailModeExhaustsTheAttempts(t *testing.T) {
 	if err != nil || !ok || len(j.Entries) != 4 || j.Match(c.Identity()) != nil {
 		t.Fatalf("journal on disk: %+v %v %v", j, ok, err)
 	}
+	waitDead(t, c.Identity()) // the record is written after the waiters are answered
 	if got, ok, _ := readExitStatus(dir); !ok || got.Code != 3 {
 		t.Fatalf("exit.json: %+v %v", got, ok)
 	}

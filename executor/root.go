@@ -47,9 +47,8 @@ type bindMount struct {
 }
 
 // tmpMode is the task's tmp/ as the task sees it at /tmp: 1777, as /tmp
-// is. The shim sets it on the bind, sticky bit included: taskDirs' 0o1777
-// is an os.FileMode, whose sticky bit is os.ModeSticky, so the 01000 in it
-// is not one and os.Chmod leaves tmp/ 0777.
+// is (taskDirs makes it so; the shim sets it on the bind again, as chmod(2)
+// takes it, in case the directory was made before).
 const tmpMode = 0o1777
 
 // rootPlan is the exec task's root, computed by the executor and built by

@@ -591,6 +591,8 @@ func (s *server) handle(sc *sconn, req request) {
 			case sig > 0 && s.undeliverable(sig):
 				s.log.Info("the task is its PID namespace's init, does not catch the stop signal and is alone: killing it now", "signal", sig)
 				s.killAll()
+			case sig == syscall.SIGKILL:
+				s.killAll() // nothing to wait for: the cgroup's kill reaches everything
 			case sig > 0:
 				s.signalGroup(sig)
 				s.armKill(req.Grace)
@@ -672,8 +674,8 @@ func (s *server) signalMain(sig syscall.Signal) error {
 	return p.signal(sig)
 }
 
-// waitFor answers now if the task is over, or when it is.
-// The answer comes from finish, after the exit status is on disk.
+// waitFor answers now if the task is over, or when it is (writeExit,
+// just before the exit status is written to disk).
 func (s *server) waitFor(sc *sconn, id uint64) {
 	if s.complete {
 		st := s.status()
@@ -715,27 +717,51 @@ func (s *server) beginShutdown() {
 }
 
 // signalGroup signals every live member of the task's process group through
-// its own pidfd.
+// its own pidfd. With a cgroup the members are looked for among the
+// cgroup's (every process of the task is one); without, in all of /proc.
 func (s *server) signalGroup(sig syscall.Signal) {
 	pgid := s.task.pid
-	fds, err := signalMatching(sig, func(_ int, st procStat) bool { return st.PGID == pgid })
+	fds, err := signalAmong(sig, s.cgroupMembers(), func(_ int, st procStat) bool { return st.PGID == pgid })
 	closeAll(fds)
 	if err != nil {
 		s.log.Warn("signalling the task group", "signal", sig, "err", err)
 	}
 }
 
+// cgroupMembers lists the pids in the task's cgroup, or nil when it has
+// none (or its members cannot be read): then the caller looks through all
+// of /proc.
+func (s *server) cgroupMembers() []int {
+	if s.cg == nil || s.cgEmpty {
+		return nil
+	}
+	pids, err := s.cg.Procs()
+	if err != nil {
+		s.log.Warn("listing the task cgroup's members", "err", err)
+		return nil
+	}
+	return pids
+}
+
 // killAll kills the task's cgroup (in the background: see killCgroup), and
-// SIGKILLs every descendant the executor can see: its children (the task
-// and reparented orphans) and every member of its session (the task's
-// group and their children). Deeper descendants surface as children when
-// their parents die; reap calls killAll again until none is left. Where
-// there is no cgroup, a descendant that left the session is out of reach
-// once its parent died.
+// SIGKILLs every descendant the executor can see: its children (the task,
+// reparented orphans, a shim not yet in the cgroup) and every member of its
+// session (the task's group and their children). Deeper descendants
+// surface as children when their parents die; reap calls killAll again
+// until none is left. Where there is no cgroup, a descendant that left the
+// session is out of reach once its parent died. With a cgroup, whose kill
+// reaches every member, only the executor's own children are looked at
+// besides (from /proc/self/task/*/children, not a scan of every process).
 func (s *server) killAll() {
 	s.killCgroup()
 	self, own := s.self, s.ownSess
-	fds, err := signalMatching(syscall.SIGKILL, func(pid int, st procStat) bool {
+	var among []int
+	if s.cg != nil {
+		if kids, err := childrenOf(self); err == nil {
+			among = kids
+		}
+	}
+	fds, err := signalAmong(syscall.SIGKILL, among, func(pid int, st procStat) bool {
 		return pid != self && (st.PPID == self || (own && st.SID == self) || (s.task != nil && st.PGID == s.task.pid))
 	})
 	closeAll(fds)
@@ -836,8 +862,13 @@ func (s *server) completeTask() {
 }
 
 // writeExit records the last run's exit status on disk and ends the
-// executor.
+// executor. The waiters connected now (a driver's Stop or Wait) are
+// answered first: they have the status in hand and record it in their
+// log, so they need not wait for the record's fsync (nor keep the
+// executor alive for it: a driver that has its answer may kill it by
+// identity at once). The record is for a driver that is away.
 func (s *server) writeExit() {
+	s.answerWaiters()
 	rec := ExitRecord{Exit: s.task.exit, Nonce: s.nonce, BootID: s.id.BootID, PID: s.task.pid, StartTime: s.task.start}
 	code := 0
 	if err := writeFileAtomic(s.taskDir, ExitStatusFile, rec); err != nil {
@@ -853,17 +884,22 @@ func (s *server) finish(code int) {
 		s.removeCgroup()
 		s.release()
 	}
-	st := s.status()
-	for _, w := range s.waiters {
-		s.send(w.c, response{ID: w.id, Status: &st})
-	}
-	s.waiters = nil
+	s.answerWaiters()
 	s.exitCode = code
 	s.complete = true
 	s.notifyWatchers()
 	if s.rs != nil {
 		_ = s.rs.journal.close()
 	}
+}
+
+// answerWaiters answers every waiter with the final status.
+func (s *server) answerWaiters() {
+	st := s.status()
+	for _, w := range s.waiters {
+		s.send(w.c, response{ID: w.id, Status: &st})
+	}
+	s.waiters = nil
 }
 
 // close flushes the answers, closes every connection and the listener

@@ -393,6 +393,9 @@ func TestCrash_RecoverReapsTheExecutor(t *testing.T) {
 	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 		t.Fatalf("the crash point did not fire: %v\n%s", err, out)
 	}
+	// The executor's lease ends with the CLI's connection: it exits by
+	// itself (a stayer fails the test here).
+	testproc.CheckGone(t, e.dir, 10*time.Second)
 	r := e.must("recover")
 	if !strings.Contains(r.stdout, "launching -> lost") {
 		t.Fatalf("recover: %s", r)
