@@ -56,10 +56,19 @@
 // after the bubble's fake clock has run past any back-off or timeout the
 // driver waits out (a hanging world operation ends with its context), so
 // nothing waits on real time. The driver's clock and nonces are counters;
-// every listing is sorted. rapid can therefore replay and shrink a failing
-// sequence, and keeps it under testdata/rapid. (Calls of one step run
-// concurrently, as the driver's own goroutines do: their interleaving is
-// the scheduler's, so a replay may need a few tries.)
+// every listing is sorted. The calls of a step and the driver's own
+// goroutines (an owner per task, the effect in flight, the supervisors,
+// Recover's one per task) run concurrently, but their contacts with the
+// outside (every world operation, every append and read of the log, every
+// crash and fault hook) take turns: a goroutine parks at each, and once
+// the bubble is idle the harness lets one go, the one parked last unless
+// the plan says otherwise (sched.go). Which goroutine a fault at the n-th
+// point hits, which pid a spawn gets, where a Recover lands in a start:
+// all follow from the plan, whose Delays (a call held back to a drawn
+// turn) and Order (a switch at a drawn turn) are drawn like its faults.
+// A step is thus a function of the drawn inputs (TestHarness_StepIsAFunctionOfItsPlan),
+// and rapid replays and shrinks a failing sequence, and keeps it under
+// testdata/rapid.
 //
 // # Usage
 //

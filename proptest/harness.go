@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"testing/synctest"
 	"time"
 
 	"github.com/tether-fsm/tether/driver"
@@ -42,6 +41,7 @@ type Step struct {
 	Fired    []string // the faults that fired
 	Trace    []Point  // every crash point hit, in order
 	Faults   []Point  // every fault point hit, in order
+	Turns    int      // the turns the step took (see the scheduler)
 }
 
 // Clean reports whether the step ran with no fault, no crash and no
@@ -117,6 +117,12 @@ type Harness struct {
 	// Reached counts every crash point hit over the harness's life.
 	Reached map[string]int
 
+	// sched orders the contacts of the driver's goroutines with the
+	// outside (see the scheduler), so that a step is a function of its
+	// plan.
+	sched *scheduler
+	turns int // the most turns one step took so far
+
 	// commits is held shared by every append in flight and exclusively by
 	// a crash, so that a generation dies between commits, never inside
 	// one: what it committed stands, and nothing it had not begun lands.
@@ -133,6 +139,8 @@ func Open(t TestingT, o Options) *Harness {
 	h := &Harness{World: NewWorld(), opts: o, path: filepath.Join(o.Dir, "tether.db"),
 		hits: map[string]int{}, ledger: map[string][]fsm.Event{}, Reached: map[string]int{},
 		escapes: map[int]string{}, verified: map[string]verified{}, sameSpecs: map[[2]*fsm.Spec]bool{}}
+	h.sched = newScheduler()
+	h.World.sched = h.sched
 	h.World.SetLease(!o.NoLease)
 	h.World.SetCgroups(o.Cgroups)
 	h.World.BeforeEffect = h.writeAhead
@@ -175,6 +183,11 @@ func (h *Harness) Longest() int {
 	return h.longest
 }
 
+// Turns is the most turns one step has taken so far (see the scheduler):
+// a call delayed, or a switch drawn, up to it reaches every turn of a
+// step.
+func (h *Harness) Turns() int { return h.turns }
+
 func (h *Harness) newGeneration() error {
 	var log store.Log = h.mem
 	if h.opts.Bolt {
@@ -192,10 +205,11 @@ func (h *Harness) newGeneration() error {
 	}
 	h.gens++
 	g := h.World.NewGeneration(h.gens)
+	g.sched = h.sched
 	gctx, gend := context.WithCancel(h.root)
 	hooks := driver.Hooks{
 		Crash: func(point string) {
-			g.enter()
+			g.enter(point, "")
 			crash, die := h.hitCrash(point)
 			if die {
 				h.World.KillExecutors()
@@ -208,7 +222,7 @@ func (h *Harness) newGeneration() error {
 			}
 		},
 		Fault: func(point string) error {
-			g.enter()
+			g.enter(point, "")
 			if fire, _ := h.hitFault(point); fire {
 				return ErrFault
 			}
@@ -296,16 +310,6 @@ func (h *Harness) violate(format string, args ...any) {
 	h.violations = append(h.violations, fmt.Sprintf(format, args...))
 }
 
-// quiesce returns once every goroutine of the bubble is blocked for good:
-// it waits, lets the fake clock run an hour past any back-off or timeout
-// the driver waits out, and waits again.
-func quiesce() {
-	synctest.Wait()
-	tm := time.NewTimer(time.Hour) // fake time: advances the bubble's clock, costs nothing
-	<-tm.C
-	synctest.Wait()
-}
-
 // Call is one driver call of a step.
 type Call struct {
 	Do func(ctx context.Context, d *driver.Driver) error
@@ -316,8 +320,11 @@ type Call struct {
 }
 
 // Run performs one step: the calls run concurrently on the current
-// generation under plan, and Run returns once the driver is idle.
+// generation under plan (their contacts with the outside one turn at a
+// time, in the order the plan makes: see the scheduler), and Run returns
+// once the driver is idle.
 func (h *Harness) Run(plan Plan, calls ...Call) Step {
+	h.sched.begin(plan.Order)
 	h.mu.Lock()
 	h.plan, h.hits, h.trace, h.faultTrace, h.fired, h.crashed, h.died = plan, map[string]int{}, nil, nil, nil, false, false
 	h.crashAt, h.anyCrash, h.anyFault = Point{}, 0, 0
@@ -331,10 +338,17 @@ func (h *Harness) Run(plan Plan, calls ...Call) Step {
 		for i, call := range calls {
 			ch := make(chan error, 1)
 			chans[i] = ch
-			go func() { ch <- call.Do(ctx, d) }()
+			delay := 0
+			if i < len(plan.Delays) {
+				delay = plan.Delays[i]
+			}
+			go func() {
+				h.sched.park("call", callNames[min(i, len(callNames)-1)], delay)
+				ch <- call.Do(ctx, d)
+			}()
 		}
 	}
-	quiesce()
+	h.sched.settle()
 	s := Step{Plan: plan, Outcomes: make([]Outcome, len(calls))}
 	hung, blocked := false, false
 	for i, ch := range chans {
@@ -365,11 +379,11 @@ func (h *Harness) Run(plan Plan, calls ...Call) Step {
 	}
 	if blocked && !hung {
 		cancel()
-		quiesce()
+		h.sched.settle()
 	}
 	if hung {
 		cancel()
-		quiesce()
+		h.sched.settle()
 		h.violate("liveness: a driver call neither returned nor crashed under %s", plan)
 	}
 
@@ -381,10 +395,35 @@ func (h *Harness) Run(plan Plan, calls ...Call) Step {
 	h.mu.Unlock()
 	if g.Dead() {
 		d.Abandon() // its owners stop where they are, as the process's threads would
-		quiesce()
+		h.sched.settle()
 		h.release()
 	}
+	s.Turns = h.sched.end()
+	h.turns = max(h.turns, s.Turns)
 	return s
+}
+
+// callNames name the calls of a step at their first turn.
+var callNames = []string{"00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10+"}
+
+// settle runs fn (which may call the driver) in a goroutine of its own,
+// the driver's contacts taking turns, until the bubble is idle again, and
+// reports whether fn returned.
+func (h *Harness) settle(fn func()) bool {
+	h.sched.begin(nil)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	h.sched.settle()
+	h.sched.end()
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
 }
 
 // release lets go of a dead generation's store file, as the kernel would,
@@ -486,6 +525,7 @@ func (h *Harness) Signal(plan Plan, id string, sig syscall.Signal) Step {
 // executor is killed, a pid is reused) and lets the driver react under
 // plan.
 func (h *Harness) Behind(plan Plan, fn func(w *World)) Step {
+	h.sched.begin(plan.Order) // what fn wakes waits for its turn
 	fn(h.World)
 	return h.Run(plan)
 }
@@ -530,11 +570,12 @@ func (h *Harness) Crash() {
 	if !h.Alive() {
 		return
 	}
-	h.gen.Kill()
-	h.freeze()
-	h.gend()
-	h.d.Abandon()
-	quiesce()
+	h.settle(func() {
+		h.gen.Kill()
+		h.freeze()
+		h.gend()
+		h.d.Abandon()
+	})
 	h.release()
 }
 
@@ -577,15 +618,24 @@ func (h *Harness) Reboot(collide bool) {
 // Recover).
 func (h *Harness) Restart() error {
 	if h.Alive() {
-		if err := h.d.Close(); err != nil {
+		var err error
+		if !h.settle(func() { err = h.d.Close() }) {
+			return errCloseHung
+		}
+		if err != nil {
 			return err
 		}
-		h.gen.Kill()
-		h.gend()
-		quiesce()
+		h.settle(func() {
+			h.gen.Kill()
+			h.gend()
+		})
 	}
 	return h.newGeneration()
 }
+
+// errCloseHung is a Close of the driver that did not return within an hour
+// of fake time: a start, stop or recovery in flight never ended.
+var errCloseHung = errors.New("proptest: the driver's Close did not return (a call in flight never ended)")
 
 // Recover opens a new generation if the current one is dead, then calls
 // Recover under plan.
@@ -603,14 +653,21 @@ func (h *Harness) Recover(plan Plan) (Step, error) {
 func (h *Harness) Close() error {
 	var errs []error
 	if h.Alive() {
-		errs = append(errs, h.d.Close())
-		h.gen.Kill()
+		var err error
+		if !h.settle(func() { err = h.d.Close() }) {
+			err = errCloseHung
+		}
+		errs = append(errs, err)
 	}
-	if h.gend != nil {
-		h.gend()
-	}
-	h.stopRoot()
-	quiesce()
+	h.settle(func() {
+		if h.gen != nil {
+			h.gen.Kill()
+		}
+		if h.gend != nil {
+			h.gend()
+		}
+		h.stopRoot()
+	})
 	if h.st != nil {
 		errs = append(errs, h.st.Close())
 		h.st = nil

@@ -28,7 +28,7 @@ type genLog struct {
 var _ store.Log = (*genLog)(nil)
 
 func (l *genLog) Append(ctx context.Context, task string, expected uint64, events ...fsm.Event) (uint64, error) {
-	l.g.enter()
+	l.g.enter("append", task)
 	l.h.checkAppend(task, expected, events)
 	// The store's fault points: one of each kind per event of the batch.
 	fail, lostAck := false, false
@@ -57,7 +57,7 @@ func (l *genLog) Append(ctx context.Context, task string, expected uint64, event
 	}
 	v, err := l.s.Append(ctx, task, expected, events...)
 	l.h.commits.RUnlock()
-	l.g.enter() // died while committing: the commit stands, no acknowledgement
+	l.g.exitIfDead() // died while committing: the commit stands, no acknowledgement
 	if err != nil {
 		return v, err
 	}
@@ -70,22 +70,22 @@ func (l *genLog) Append(ctx context.Context, task string, expected uint64, event
 }
 
 func (l *genLog) Load(ctx context.Context, task string) ([]fsm.Event, error) {
-	l.g.enter()
+	l.g.enter("load", task)
 	return l.s.Load(ctx, task)
 }
 
 func (l *genLog) LoadTask(ctx context.Context, task string) (fsm.Task, error) {
-	l.g.enter()
+	l.g.enter("load-task", task)
 	return l.s.LoadTask(ctx, task)
 }
 
 func (l *genLog) Live(ctx context.Context, fn func(task string) error) error {
-	l.g.enter()
+	l.g.enter("live", "")
 	return l.s.Live(ctx, fn)
 }
 
 func (l *genLog) All(ctx context.Context, fn func(task string) error) error {
-	l.g.enter()
+	l.g.enter("all", "")
 	return l.s.All(ctx, fn)
 }
 

@@ -2,7 +2,6 @@ package proptest
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -60,10 +59,18 @@ func ParsePoint(s string) (Point, error) {
 //     hooks (an effect, the driver's side of an append), the store's
 //     Append (failing before its commit, or after it), and the world's
 //     operations (failing, or hanging until their context ends).
+//   - Delays and Order perturb the order in which the step's goroutines
+//     take their turns at the outside (see the scheduler): the i-th call
+//     of the step begins at turn Delays[i] at the earliest (and then before
+//     anything parked by then), and each Switch lets another goroutine go
+//     at its turn. Without them the goroutine parked last goes first, and
+//     the calls begin in order.
 type Plan struct {
 	Crash  Point
 	Die    Point
 	Faults []Point
+	Delays []int
+	Order  []Switch
 }
 
 func (p Plan) String() string {
@@ -75,14 +82,59 @@ func (p Plan) String() string {
 	if p.Die.Name != "" {
 		s += " die=" + p.Die.String()
 	}
+	if len(p.Delays) > 0 {
+		ds := make([]string, len(p.Delays))
+		for i, d := range p.Delays {
+			ds[i] = strconv.Itoa(d)
+		}
+		s += " delays=[" + strings.Join(ds, " ") + "]"
+	}
+	if len(p.Order) > 0 {
+		sws := make([]string, len(p.Order))
+		for i, sw := range p.Order {
+			sws[i] = sw.String()
+		}
+		s += " order=[" + strings.Join(sws, " ") + "]"
+	}
 	return s
 }
 
-// Empty reports whether the plan injects nothing.
+// Empty reports whether the plan injects nothing (an order is not an
+// injection).
 func (p Plan) Empty() bool { return p.Crash.Name == "" && p.Die.Name == "" && len(p.Faults) == 0 }
+
+// cutList cuts " name=[a b c]" off the end of s, if it ends so.
+func cutList(s, name string) (rest string, items []string, ok bool) {
+	i := strings.LastIndex(s, " "+name+"=[")
+	if i < 0 || !strings.HasSuffix(s, "]") {
+		return s, nil, false
+	}
+	return s[:i], strings.Fields(s[i+len(name)+3 : len(s)-1]), true
+}
 
 func parsePlan(s string) (Plan, error) {
 	var p Plan
+	rest, items, ok := cutList(s, "order")
+	if ok {
+		for _, it := range items {
+			sw, err := parseSwitch(it)
+			if err != nil {
+				return p, err
+			}
+			p.Order = append(p.Order, sw)
+		}
+		s = rest
+	}
+	if rest, items, ok := cutList(s, "delays"); ok {
+		for _, it := range items {
+			d, err := strconv.Atoi(it)
+			if err != nil || d < 0 {
+				return p, fmt.Errorf("%w: delay %q: want a turn", ErrBadScenario, it)
+			}
+			p.Delays = append(p.Delays, d)
+		}
+		s = rest
+	}
 	if i := strings.LastIndex(s, " die="); i >= 0 {
 		var err error
 		if p.Die, err = ParsePoint(s[i+len(" die="):]); err != nil {
@@ -152,15 +204,22 @@ func storeFaultOf(ev fsm.EventType) (fail, lostAck string) {
 	return storeFail + ev.String(), storeLostAck + ev.String()
 }
 
-// matches reports whether the plan's faults name the n-th hit of point
-// (or its hanging form), or the k-th fault point of the step whatever its
-// name; hang is set for a hanging form.
+// fault reports whether the plan's faults name the n-th hit of point (or
+// its hanging form), or the k-th fault point of the step whatever its name
+// (Any; Any+HangSuffix hangs it if it is a world operation, else fails
+// it); hang is set for a hanging form.
 func (p Plan) fault(point string, n, k int) (fire, hang bool) {
-	switch {
-	case slices.Contains(p.Faults, Point{point + HangSuffix, n}):
-		return true, true
-	case slices.Contains(p.Faults, Point{point, n}), slices.Contains(p.Faults, Point{Any, k}):
-		return true, false
+	for _, f := range p.Faults {
+		switch {
+		case f.Nth == n && f.Name == point:
+			return true, false
+		case f.Nth == n && len(f.Name) == len(point)+len(HangSuffix) && f.Name == point+HangSuffix:
+			return true, true
+		case f.Nth == k && f.Name == Any:
+			return true, false
+		case f.Nth == k && f.Name == Any+HangSuffix:
+			return true, strings.HasPrefix(point, worldPrefix)
+		}
 	}
 	return false, false
 }

@@ -17,15 +17,41 @@ var (
 	faultDraws  = drawnFaultPoints()
 )
 
-// drawPlan draws the faults, the crash and the executor deaths of one step.
-// Every draw shrinks towards "nothing injected". Half the injections name
-// their point; the other half are the n-th point of the step whatever its
-// name (Any), which fires whenever the step gets that far, where most
+// drawPlan draws the faults, the crash and the executor deaths of one step,
+// and now and then a switch of the order of its turns. Every draw shrinks
+// towards "nothing injected" and the default order. Half the injections
+// name their point; the other half are the n-th point of the step whatever
+// its name (Any), which fires whenever the step gets that far, where most
 // named points are never reached by a given step. n ranges over every
 // point a step has reached so far in this check (Harness.Longest), so that
-// a crash can land on the last point of the longest start or recovery.
+// a crash can land on the last point of the longest start or recovery; a
+// switch over every turn (Harness.Turns).
 func drawPlan(t *rapid.T, h *Harness) Plan {
-	return drawPlanOf(t, max(18, h.Longest()+2), crashPoints, faultDraws)
+	p := drawPlanOf(t, max(18, h.Longest()+2), crashPoints, faultDraws)
+	for i, f := range p.Faults {
+		// The n-th fault point whatever its name hangs where it can (a
+		// world operation), as often as it fails.
+		if f.Name == Any && rapid.Bool().Draw(t, "hang where it can?") {
+			p.Faults[i].Name = Any + HangSuffix
+		}
+	}
+	if rapid.IntRange(0, 3).Draw(t, "reorder?") == 3 {
+		p.Order = drawOrder(t, h)
+	}
+	return p
+}
+
+// turnReach is how far a drawn turn ranges: every turn of the longest
+// step so far.
+func turnReach(h *Harness) int { return max(24, h.Turns()+2) }
+
+// drawOrder draws one or two switches of the order of a step's turns.
+func drawOrder(t *rapid.T, h *Harness) []Switch {
+	var out []Switch
+	for range rapid.IntRange(1, 2).Draw(t, "switches") {
+		out = append(out, Switch{At: rapid.IntRange(1, turnReach(h)).Draw(t, "switch at"), Pick: rapid.IntRange(1, 3).Draw(t, "switch to")})
+	}
+	return out
 }
 
 // drawPlanOf draws a plan over the given points, the n-th of a step
@@ -284,8 +310,14 @@ func (m *machine) recoverBeside(t *rapid.T) {
 		calls = append(calls, InspectCall(id))
 		what = append(what, "inspect "+id)
 	}
-	s := m.h.Run(drawPlan(t, m.h), calls...)
-	t.Logf("recover beside %v: %+v fired=%v", what, s.Outcomes, s.Fired)
+	plan := drawPlan(t, m.h)
+	// Which call begins when: the Recover now and then held back until a
+	// drawn turn, so that it lands in the middle of the others.
+	if len(calls) > 1 && rapid.Bool().Draw(t, "recover later?") {
+		plan.Delays = []int{rapid.IntRange(1, turnReach(m.h)).Draw(t, "recover at turn")}
+	}
+	s := m.h.Run(plan, calls...)
+	t.Logf("recover beside %v under %s: %+v fired=%v", what, plan, s.Outcomes, s.Fired)
 	if !s.Clean() {
 		return
 	}

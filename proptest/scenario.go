@@ -295,6 +295,7 @@ func (c *Coverage) MissingFaults() []string {
 // Enumerate runs, for base's op on its tasks, every scenario reachable from
 // a clean run:
 //
+//   - for a race op, the Recover held back to every turn of the clean run;
 //   - a crash at every crash-point hit (each occurrence), nested with a
 //     crash at every crash-point hit of the following Recover;
 //   - the same crash with every executor dead before the Recover (with a
@@ -338,6 +339,15 @@ func Enumerate(t TestingT, dir string, base Scenario, cov *Coverage) {
 	}
 	base.Plan, base.Recover = Plan{}, Plan{}
 	clean := run(base)
+	if strings.HasPrefix(base.Op, "race:") {
+		// The Recover held back to every turn of the clean run: it lands
+		// at every contact of the starts beside it.
+		for turn := 1; turn <= clean.Op.Turns; turn++ {
+			sc := base
+			sc.Plan = Plan{Delays: []int{turn}}
+			run(sc)
+		}
+	}
 	for _, c := range clean.Op.Trace {
 		sc := base
 		sc.Plan = Plan{Crash: c}

@@ -216,7 +216,9 @@ func TestScenario_RoundTrip(t *testing.T) {
 			Plan:    Plan{Crash: Point{"after-effect:launch-task", 1}, Die: Point{Any, 7}, Faults: []Point{{"world:stop" + HangSuffix, 1}}},
 			Recover: Plan{Faults: []Point{{"store:lost-ack:executor-reaped", 2}}}},
 		{Op: "recover:launched", Tasks: 1, NoLease: true, RebootBetween: true, Bolt: true},
-		{Op: "race:run", Tasks: 3, Plan: Plan{Faults: []Point{{"store:fail:launched", 1}, {Any, 3}}}},
+		{Op: "race:run", Tasks: 3, Plan: Plan{Faults: []Point{{"store:fail:launched", 1}, {Any, 3}, {Any + HangSuffix, 4}}}},
+		{Op: "race:exit", Tasks: 2, Plan: Plan{Delays: []int{7, 0}, Order: []Switch{{At: 3, Pick: 1}, {At: 9, Pick: 2}}},
+			Recover: Plan{Die: Point{Any, 2}, Order: []Switch{{At: 1, Pick: 0}}}},
 	} {
 		got, err := ParseScenario(sc.String())
 		if err != nil {
@@ -226,7 +228,8 @@ func TestScenario_RoundTrip(t *testing.T) {
 			t.Errorf("round trip: %q -> %+v, want %+v", sc, got, sc)
 		}
 	}
-	for _, bad := range []string{"start:run x1 nolaese | op crash=- faults=[] | recover crash=- faults=[]", "fly x1 | op crash=- faults=[] | recover crash=- faults=[]"} {
+	for _, bad := range []string{"start:run x1 nolaese | op crash=- faults=[] | recover crash=- faults=[]", "fly x1 | op crash=- faults=[] | recover crash=- faults=[]",
+		"race:run x1 | op crash=- faults=[] order=[3] | recover crash=- faults=[]", "race:run x1 | op crash=- faults=[] delays=[x] | recover crash=- faults=[]"} {
 		if _, err := ParseScenario(bad); !errors.Is(err, ErrBadScenario) {
 			t.Errorf("ParseScenario(%q) = %v, want ErrBadScenario", bad, err)
 		}

@@ -206,6 +206,8 @@ type World struct {
 	locks map[string]*lockEntry
 	freed chan struct{}
 
+	sched *scheduler // a harness's: the executors' own timers take turns too
+
 	failSpawns int
 	noLease    bool
 	cgroups    bool
@@ -268,10 +270,11 @@ func CgroupFor(task, nonce string) string { return "/sim/tether/" + task + "." +
 // call it makes into the world or the store stops its goroutine, as if the
 // process had been SIGKILLed, and its connections drop.
 type Generation struct {
-	ID   int
-	w    *World
-	dead chan struct{}
-	once sync.Once
+	ID    int
+	w     *World
+	dead  chan struct{}
+	once  sync.Once
+	sched *scheduler // a harness's: every contact waits for its turn
 }
 
 // NewGeneration starts a driver generation in this world.
@@ -301,9 +304,19 @@ func (g *Generation) Kill() {
 	})
 }
 
-// enter stops the calling goroutine if its generation is dead: the process
-// it belongs to no longer exists.
-func (g *Generation) enter() {
+// enter is a contact of the generation with the outside, op on task
+// (empty when the contact does not name one): in a harness, the goroutine
+// waits there for its turn (see the scheduler); then it stops if its
+// generation is dead: the process it belongs to no longer exists.
+func (g *Generation) enter(op, task string) {
+	if g.sched != nil {
+		g.sched.park(op, task, -1)
+	}
+	g.exitIfDead()
+}
+
+// exitIfDead stops the calling goroutine if its generation is dead.
+func (g *Generation) exitIfDead() {
 	if g.Dead() {
 		runtime.Goexit()
 	}
@@ -325,7 +338,7 @@ func (w *World) dropGeneration(g *Generation) {
 
 // inject asks the harness whether op fails or hangs now. A hang lasts
 // until ctx ends (its caller's deadline) or the generation dies.
-func (w *World) inject(ctx context.Context, g *Generation, op string) error {
+func (w *World) inject(ctx context.Context, g *Generation, op, task string) error {
 	if w.Fault == nil {
 		return nil
 	}
@@ -335,7 +348,7 @@ func (w *World) inject(ctx context.Context, g *Generation, op string) error {
 	case FaultHang:
 		select {
 		case <-ctx.Done():
-			g.enter()
+			g.enter(op, task)
 			return fmt.Errorf("proptest: %s hung (injected) until its context ended: %w", op, context.Cause(ctx))
 		case <-g.dead:
 			runtime.Goexit()
@@ -372,7 +385,7 @@ func (w *World) lockLocked(g *Generation, task string) (func(), int) {
 // LockTask implements driver.Executors: a lock a generation holds until it
 // lets go or dies.
 func (v *view) LockTask(task string) (func(), int, error) {
-	v.g.enter()
+	v.g.enter("lock", task)
 	v.w.mu.Lock()
 	defer v.w.mu.Unlock()
 	release, holder := v.w.lockLocked(v.g, task)
@@ -382,7 +395,7 @@ func (v *view) LockTask(task string) (func(), int, error) {
 // WaitLockTask implements driver.Executors.
 func (v *view) WaitLockTask(ctx context.Context, task string) (func(), error) {
 	for {
-		v.g.enter()
+		v.g.enter("lock-wait", task)
 		v.w.mu.Lock()
 		release, _ := v.w.lockLocked(v.g, task)
 		freed := v.w.freed
@@ -532,6 +545,9 @@ func (w *World) journalLocked(e *Proc, ev fsm.Event) {
 // relaunch starts executor e's task again once a restart's delay is over,
 // and journals it.
 func (w *World) relaunch(e *Proc) {
+	if w.sched != nil {
+		w.sched.park("relaunch", e.Task, -1) // a timer's goroutine: it takes its turn too
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	rs := e.rs
@@ -608,7 +624,7 @@ type view struct {
 var _ driver.Executors = (*view)(nil)
 
 func (v *view) Spawn(ctx context.Context, task, nonce string) (driver.Executor, error) {
-	v.g.enter()
+	v.g.enter("spawn", task)
 	w := v.w
 	if w.BeforeEffect != nil {
 		w.BeforeEffect("spawn", task, nonce)
@@ -644,9 +660,9 @@ func (w *World) connectLocked(g *Generation, p *Proc) *handle {
 }
 
 func (v *view) Reattach(ctx context.Context, task string, id fsm.Identity) (driver.Executor, error) {
-	v.g.enter()
+	v.g.enter(OpReattach, task)
 	w := v.w
-	if err := w.inject(ctx, v.g, OpReattach); err != nil {
+	if err := w.inject(ctx, v.g, OpReattach, task); err != nil {
 		return nil, err
 	}
 	w.mu.Lock()
@@ -664,7 +680,7 @@ func (v *view) Reattach(ctx context.Context, task string, id fsm.Identity) (driv
 }
 
 func (v *view) FindByNonce(ctx context.Context, task, nonce string) (fsm.Identity, bool, error) {
-	v.g.enter()
+	v.g.enter("find-by-nonce", task)
 	w := v.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -695,9 +711,9 @@ func (w *World) identity(p *Proc) fsm.Identity {
 }
 
 func (v *view) Kill(ctx context.Context, task string, id fsm.Identity) error {
-	v.g.enter()
+	v.g.enter(OpKill, task)
 	w := v.w
-	if err := w.inject(ctx, v.g, OpKill); err != nil {
+	if err := w.inject(ctx, v.g, OpKill, task); err != nil {
 		return err
 	}
 	w.mu.Lock()
@@ -722,7 +738,7 @@ func (v *view) Kill(ctx context.Context, task string, id fsm.Identity) error {
 // that started no earlier than it. A task of another boot is gone: nothing
 // is signalled (driver.Real.KillTask checks the boot id first).
 func (v *view) KillTask(ctx context.Context, task string, id fsm.Identity, pid int, start uint64) error {
-	v.g.enter()
+	v.g.enter(OpKillTask, task)
 	w := v.w
 	if id.Cgroup == "" && pid == 0 {
 		return nil
@@ -733,7 +749,7 @@ func (v *view) KillTask(ctx context.Context, task string, id fsm.Identity, pid i
 	if other {
 		return nil
 	}
-	if err := w.inject(ctx, v.g, OpKillTask); err != nil {
+	if err := w.inject(ctx, v.g, OpKillTask, task); err != nil {
 		return err
 	}
 	w.mu.Lock()
@@ -765,7 +781,7 @@ func (v *view) KillTask(ctx context.Context, task string, id fsm.Identity, pid i
 }
 
 func (v *view) Alive(ctx context.Context, task string, id fsm.Identity) (bool, error) {
-	v.g.enter()
+	v.g.enter("alive", task)
 	w := v.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -778,7 +794,7 @@ func (v *view) Alive(ctx context.Context, task string, id fsm.Identity) (bool, e
 }
 
 func (v *view) ExitStatus(ctx context.Context, task string, id fsm.Identity, pid int, start uint64) (fsm.ExitStatus, bool, error) {
-	v.g.enter()
+	v.g.enter("exit-status", task)
 	w := v.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -795,7 +811,7 @@ func (v *view) ExitStatus(ctx context.Context, task string, id fsm.Identity, pid
 }
 
 func (v *view) LaunchRecord(ctx context.Context, task string, id fsm.Identity) (int, uint64, bool, error) {
-	v.g.enter()
+	v.g.enter("launch-record", task)
 	w := v.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -855,7 +871,7 @@ func (h *handle) Identity() fsm.Identity {
 }
 
 func (h *handle) Launch(ctx context.Context, spec fsm.Spec, allowed []string) (driver.Status, error) {
-	h.g.enter()
+	h.g.enter("launch", h.p.Task)
 	w := h.w
 	if w.BeforeEffect != nil {
 		w.BeforeEffect("launch", h.p.Task, "")
@@ -940,9 +956,9 @@ func statusOf(p *Proc) driver.Status {
 }
 
 func (h *handle) Status(ctx context.Context) (driver.Status, error) {
-	h.g.enter()
+	h.g.enter(OpStatus, h.p.Task)
 	w := h.w
-	if err := w.inject(ctx, h.g, OpStatus); err != nil {
+	if err := w.inject(ctx, h.g, OpStatus, h.p.Task); err != nil {
 		return driver.Status{}, err
 	}
 	w.mu.Lock()
@@ -954,7 +970,7 @@ func (h *handle) Status(ctx context.Context) (driver.Status, error) {
 }
 
 func (h *handle) Wait(ctx context.Context) (fsm.ExitStatus, error) {
-	h.g.enter()
+	h.g.enter("wait", h.p.Task)
 	w := h.w
 	w.mu.Lock()
 	if err := h.usableLocked(); err != nil {
@@ -973,7 +989,7 @@ func (h *handle) Wait(ctx context.Context) (fsm.ExitStatus, error) {
 	case <-h.closed:
 	case <-ctx.Done():
 	}
-	h.g.enter()
+	h.g.enter("wait", h.p.Task)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	// Decide from the state, not from which channel won, so that the
@@ -991,7 +1007,7 @@ func (h *handle) Wait(ctx context.Context) (fsm.ExitStatus, error) {
 
 // Signal sends sig to the task's process group.
 func (h *handle) Signal(ctx context.Context, sig syscall.Signal) error {
-	h.g.enter()
+	h.g.enter("signal", h.p.Task)
 	w := h.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -1017,9 +1033,9 @@ func (w *World) signalGroupLocked(e *Proc, sig syscall.Signal) {
 // Stop signals the task's group, and after the grace SIGKILLs the whole
 // tree (the executor is a subreaper: escaped descendants too).
 func (h *handle) Stop(ctx context.Context, sig syscall.Signal, grace time.Duration) (fsm.ExitStatus, error) {
-	h.g.enter()
+	h.g.enter(OpStop, h.p.Task)
 	w := h.w
-	if err := w.inject(ctx, h.g, OpStop); err != nil {
+	if err := w.inject(ctx, h.g, OpStop, h.p.Task); err != nil {
 		return fsm.ExitStatus{}, err
 	}
 	w.mu.Lock()
@@ -1043,9 +1059,9 @@ func (h *handle) Stop(ctx context.Context, sig syscall.Signal, grace time.Durati
 }
 
 func (h *handle) Shutdown(ctx context.Context) error {
-	h.g.enter()
+	h.g.enter(OpShutdown, h.p.Task)
 	w := h.w
-	if err := w.inject(ctx, h.g, OpShutdown); err != nil {
+	if err := w.inject(ctx, h.g, OpShutdown, h.p.Task); err != nil {
 		return err
 	}
 	w.mu.Lock()
@@ -1073,7 +1089,7 @@ func (h *handle) Shutdown(ctx context.Context) error {
 // holds entries past since, or the task is over (its last run exited and
 // no restart follows).
 func (h *handle) Watch(ctx context.Context, since int) (driver.Status, []fsm.Event, error) {
-	h.g.enter()
+	h.g.enter("watch", h.p.Task)
 	w := h.w
 	for {
 		w.mu.Lock()
@@ -1102,19 +1118,19 @@ func (h *handle) Watch(ctx context.Context, since int) (driver.Status, []fsm.Eve
 		case <-h.closed:
 		case <-p.died:
 		case <-ctx.Done():
-			h.g.enter()
+			h.g.enter("watch", h.p.Task)
 			return driver.Status{}, nil, ctx.Err()
 		case <-h.g.dead:
 			runtime.Goexit()
 		}
-		h.g.enter()
+		h.g.enter("watch", h.p.Task)
 	}
 }
 
 // Journal implements driver.JournalReader: the restart journal the task's
 // executor left on disk, once it matches the log's executor identity.
 func (v *view) Journal(ctx context.Context, task string, id fsm.Identity) ([]fsm.Event, error) {
-	v.g.enter()
+	v.g.enter("journal", task)
 	w := v.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
