@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -205,6 +207,54 @@ func TestStopTask_ForcedKillAfterGrace(t *testing.T) {
 	}
 	if st.State != fsm.StateStopped || st.Exit == nil || st.Exit.Signal != int(syscall.SIGKILL) {
 		t.Fatalf("stop: %s exit %v, want stopped by SIGKILL after the grace", st.State, st.Exit)
+	}
+	checkReaped(t, d, st)
+}
+
+// A stop with a long grace of a task this driver did not start (its kill
+// effect reattaches to the executor on a connection of its own) is
+// escalated by a later StopTask with SIGKILL: the driver reaches the
+// executor through the proven identity and the task dies at once, rather
+// than after the hour.
+func TestStopTask_EscalatesAKillThatReattached(t *testing.T) {
+	dir := stateDir(t)
+	ctx := ctxT(t)
+	first := newDriver(t, dir, Hooks{})
+	st, err := first.StartTask(ctx, "stubborn", taskSpec(t, dir, "ignore-term"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitIgnoring(t, st.TaskPID, syscall.SIGTERM)
+	if err := first.Close(); err != nil { // the task runs on
+		t.Fatal(err)
+	}
+	killing := make(chan struct{})
+	var once sync.Once
+	d := newDriver(t, dir, Hooks{Crash: func(point string) {
+		if point == "before-effect:kill-executor" {
+			once.Do(func() { close(killing) })
+		}
+	}})
+	defer d.Close()
+	slow := make(chan error, 1)
+	go func() {
+		st, err := d.StopTask(ctx, "stubborn", syscall.SIGTERM, time.Hour)
+		if err == nil && st.State != fsm.StateStopped {
+			err = fmt.Errorf("state %s", st.State)
+		}
+		slow <- err
+	}()
+	<-killing
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	pid := st.TaskPID
+	st, err = d.StopTask(sctx, "stubborn", syscall.SIGKILL, 0)
+	if err != nil || st.State != fsm.StateStopped || st.Exit == nil || st.Exit.Signal != int(syscall.SIGKILL) {
+		_ = syscall.Kill(pid, syscall.SIGKILL) // end the hour's wait, so the driver can close
+		t.Fatalf("escalating stop: %s exit %v, %v; want stopped by SIGKILL at once", st.State, st.Exit, err)
+	}
+	if err := <-slow; err != nil {
+		t.Fatalf("the stop with the hour's grace: %v", err)
 	}
 	checkReaped(t, d, st)
 }

@@ -340,14 +340,30 @@ var errStopRequested = errors.New("stop requested")
 // the kill sooner.
 func (o *owner) escalate(sig syscall.Signal, grace time.Duration) {
 	o.kill = &killOverride{sig: sig, grace: grace}
-	if o.job == jobKill && o.h != nil {
-		h, timeout := o.h, o.d.cfg.EffectTimeout+grace
-		go func() {
-			ctx, cancel := context.WithTimeout(o.d.life, timeout)
-			defer cancel()
-			_, _ = h.Stop(ctx, sig, grace) // the kill in flight collects the outcome
-		}()
+	if o.job != jobKill {
+		return
 	}
+	h, timeout := o.h, o.d.cfg.EffectTimeout+grace
+	id := o.st.Executor
+	if h == nil && id == nil {
+		return // no executor known: the kill in flight looks it up by nonce
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(o.d.life, timeout)
+		defer cancel()
+		if h == nil {
+			// The kill in flight reattached on its own connection (a
+			// task this driver did not start): reach the executor on
+			// another, through the proven identity.
+			r, err := o.d.world.Reattach(ctx, o.t.id, *id)
+			if err != nil {
+				return // gone or not ours: the kill in flight sees to it
+			}
+			defer r.Close()
+			h = r
+		}
+		_, _ = h.Stop(ctx, sig, grace) // the kill in flight collects the outcome
+	}()
 }
 
 // drive makes this owner perform what the task owes, holding the task's
