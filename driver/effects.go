@@ -330,6 +330,7 @@ func (d *Driver) collectEnd(ctx context.Context, st fsm.Task, cause error) repor
 			return r
 		case errors.Is(err, ErrNotOurs):
 			r.end = []fsm.Event{d.lost(fmt.Errorf("the exit status file did not match the log, so it was not believed: %w", err))}
+			r.refused = true
 			return r
 		case err != nil:
 			cause = errors.Join(cause, err)
@@ -408,7 +409,11 @@ func (j job) probe(ctx context.Context) jobResult {
 	case len(rd.r.end) == 0:
 		return jobResult{h: rd.h, inputs: inputs, action: "its last relaunch failed" + restarts}
 	}
-	return jobResult{h: rd.h, inputs: inputs, action: "executor gone and no exit status; task killed, lost" + restarts}
+	action := "executor gone and no exit status; task killed, lost"
+	if rd.r.refused {
+		action = "executor gone; the exit status it left did not match the log (not believed); task killed, lost"
+	}
+	return jobResult{h: rd.h, inputs: inputs, action: action + restarts}
 }
 
 // lockWait waits for another process to let go of the task's lock.

@@ -25,6 +25,9 @@ type report struct {
 	from    int
 	entries []fsm.Event
 	end     []fsm.Event // task-exited or executor-lost; nil while the task lives
+	// refused: an exit record was there but did not match the log, so it
+	// was not believed (end is executor-lost).
+	refused bool
 }
 
 // inputs are the events that record what the report found that st's log

@@ -214,6 +214,14 @@ func TestRecover_PlantedSideFilesAreRefusedCheaply(t *testing.T) {
 		{fifo, "exit status file", "not a regular file"},
 		{symlink, "launch record", "symbolic link"},
 	} {
+		if tc.file == "exit status file" && !strings.Contains(string(out), tc.id) {
+			t.Errorf("recover's report does not list %s", tc.id)
+		}
+		for line := range strings.SplitSeq(string(out), "\n") {
+			if tc.file == "exit status file" && strings.HasPrefix(line, tc.id) && !strings.Contains(line, "did not match the log (not believed)") {
+				t.Errorf("recover's action for %s does not say its exit status was not believed: %s", tc.id, line)
+			}
+		}
 		state, reason := e.lostReason(tc.id)
 		want := fmt.Sprintf("the %s did not match the log, so it was not believed", tc.file)
 		if state != "lost" || !strings.Contains(reason, want) || !strings.Contains(reason, tc.why) {
