@@ -48,6 +48,12 @@ var (
 	// ErrNoUnified is returned by UnifiedDir when the location has no cgroup2
 	// part (a pure v1 host, or a host used without its unified hierarchy).
 	ErrNoUnified = errors.New("cgroup: no cgroup2 hierarchy in this location")
+	// ErrThreadMove is returned by ForkExec when the calling process cannot
+	// put one of its threads into the cgroup (or take it out again) in
+	// every v1 hierarchy, or pids.max leaves no room for the thread and the
+	// child: the caller starts the process some other way (a helper that
+	// joins the cgroup itself).
+	ErrThreadMove = errors.New("cgroup: cannot fork from a thread in the cgroup")
 )
 
 // LimitError names a limit the host cannot enforce and what to do.

@@ -247,6 +247,92 @@ func TestContain_PidsLimit(t *testing.T) {
 	checkGone(t, cg)
 }
 
+// TestContain_DirectStartLeavesNoThreadBehind: a raw_exec task is forked
+// by an executor thread that moved itself into the task's cgroups (no init
+// shim): the task is in every hierarchy of its cgroup from the start, and
+// every thread of the executor is back in the executor's own cgroups (a
+// thread left in the task's cgroup would be killed with it, and count
+// against its limits).
+func TestContain_DirectStartLeavesNoThreadBehind(t *testing.T) {
+	h := needCgroups(t)
+	m := newMarker(t)
+	ctx := testCtx(t)
+	c := spawn(t, m, "")
+	id := c.Identity()
+	own, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", id.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Launch(ctx, m.taskSpec(t, "sleep"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg := taskCgroup(t, h, id)
+	procs, err := cg.Procs()
+	if err != nil || len(procs) != 1 || procs[0] != st.PID {
+		t.Fatalf("cgroup members %v (%v), want the task %d alone", procs, err, st.PID)
+	}
+	mine, err := cgroup.ProcCgroups(st.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, p := range cg.Location().Paths() {
+		if mine[key] != p {
+			t.Errorf("the task's %s cgroup is %q, want %q", key, mine[key], p)
+		}
+	}
+	threads, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", id.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, th := range threads {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/cgroup", id.PID, th.Name()))
+		if err == nil && string(b) != string(own) {
+			t.Errorf("executor thread %s is in\n%s\nnot the executor's own\n%s", th.Name(), b, own)
+		}
+	}
+	if _, err := c.Stop(ctx, syscall.SIGKILL, 0); err != nil {
+		t.Fatal(err)
+	}
+	checkGone(t, cg)
+}
+
+// TestContain_PidsOfOneStartsThroughTheShim: under pids = 1 the executor's
+// forking thread and the task cannot both be in the cgroup, so the start
+// falls back to the init shim, which joins it and execs the task: the task
+// runs in its cgroup, alone under the limit.
+func TestContain_PidsOfOneStartsThroughTheShim(t *testing.T) {
+	h := needCgroups(t)
+	pidsH, why, ok := h.For(cgroup.Pids)
+	if !ok {
+		t.Skipf("needs the pids controller: %s", why)
+	}
+	m := newMarker(t)
+	ctx := testCtx(t)
+	c := spawn(t, m, "")
+	dir := filepath.Dir(c.Identity().Socket)
+	cg := taskCgroup(t, h, c.Identity())
+	pidsMax := cg.Dirs()[pidsH.Key] + "/pids.max"
+	// Builtins only: under pids = 1 the shell cannot fork.
+	spec := LaunchSpec{Mode: ModeRawExec, Command: "/bin/sh",
+		Args:   []string{"-c", `while read -r l; do echo "$l"; done </proc/self/cgroup; read -r max <"$0"; echo "max $max"`, pidsMax},
+		Limits: cgroup.Limits{Pids: 1}}
+	if _, err := c.Launch(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if x, err := c.Wait(ctx); err != nil || x.Code != 0 {
+		t.Fatalf("Wait = %+v %v\n%s", x, err, readFileString(t, filepath.Join(dir, StderrFile)))
+	}
+	out := readFileString(t, filepath.Join(dir, StdoutFile))
+	want := cg.Location().Paths()[pidsH.Key]
+	if !strings.Contains(out, ":"+pidsH.Key+":"+want+"\n") || !strings.HasSuffix(out, "max 1\n") {
+		t.Fatalf("the task printed %q: want its pids cgroup %s and pids.max 1", out, want)
+	}
+	if log := readFileString(t, filepath.Join(dir, LogFile)); !strings.Contains(log, "starting the task through the init shim") {
+		t.Errorf("the executor did not fall back to the shim:\n%s", log)
+	}
+}
+
 // TestContain_OOMScoreAdj: a task does not inherit its executor's
 // oom_score_adj (Nomad issue 10663): 0 unless it sets one.
 func TestContain_OOMScoreAdj(t *testing.T) {
@@ -429,6 +515,10 @@ func runUnpriv(dir string) int {
 	}
 	r.Warnings = st.Warnings
 	if r.Exit, err = c.Wait(ctx); err != nil {
+		r.Err = err.Error()
+	}
+	// The executor writes its exit record after it answered the wait.
+	if err := c.WaitDead(ctx); err != nil && r.Err == "" {
 		r.Err = err.Error()
 	}
 	return 0

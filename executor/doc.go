@@ -23,13 +23,16 @@
 //  5. holds a lease until a task is launched: it exits by itself when no
 //     client said hello within the ready timeout, or when its last client
 //     disconnects; after launch it runs on without any driver;
-//  6. launches the task as its child in a new process group through the
-//     init shim (this binary again, with "-shim"; see shimFlag), with the
-//     parent-death signal set to SIGKILL: the shim joins the task's cgroup,
-//     sets oom_score_adj, for exec builds the task's root, changes to the
-//     working directory, switches user, sets capabilities and execs the
-//     task, so no instruction of the task runs outside its cgroup or before
-//     its isolation is complete;
+//  6. launches the task as its child in a new process group, with the
+//     parent-death signal set to SIGKILL, so that no instruction of the task
+//     runs outside its cgroup or before its isolation is complete: a
+//     raw_exec task that keeps the executor's user is forked by an executor
+//     thread that moved itself into the task's cgroup (cgroup.ForkExec; its
+//     oom_score_adj taken on for the fork), every other task through the
+//     init shim (this binary again, with "-shim"; see shimFlag), which joins
+//     the task's cgroup, sets oom_score_adj, for exec builds the task's
+//     root, changes to the working directory, switches user, sets
+//     capabilities and execs the task;
 //  7. copies the task's stdout and stderr from pipes into rotating log
 //     files (package logs), in goroutines of their own;
 //  8. reaps every child in one loop (wait4(-1) on SIGCHLD; nothing else ever

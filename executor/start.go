@@ -154,6 +154,36 @@ func (s *server) startTask(spec LaunchSpec) (launched, error) {
 			}
 		}
 	}()
+	if s.canStartDirectly(exec, tu, cfg.OOMScoreAdj) {
+		attr := &syscall.ProcAttr{Dir: cfg.Dir, Env: envList(env), Sys: sys,
+			Files: []uintptr{devnull.Fd(), childEnds[0].Fd(), childEnds[1].Fd()}}
+		pid, err := s.startDirectly(cfg, append([]string{spec.Command}, spec.Args...), attr)
+		switch {
+		case err == nil:
+			start, err := ProcStartTime(pid) // our unreaped child: the pid cannot be reused yet
+			if err != nil {
+				_ = unix.Kill(pid, unix.SIGKILL)
+				s.reapShim(pid)
+				return l, fmt.Errorf("%w: %w", ErrLaunch, err)
+			}
+			for _, o := range outs {
+				o.start()
+			}
+			ok = true
+			l.pid, l.start, l.outs = pid, start, outs
+			l.join = joinPlan{cfg: cfg, ns: int(sys.Cloneflags), env: env}
+			l.join.cfg.Root, l.join.cfg.Path = nil, ""
+			return l, nil
+		case errors.Is(err, cgroup.ErrThreadMove):
+			if pid > 0 { // it dies with the thread that could not leave the cgroup
+				_ = unix.Kill(pid, unix.SIGKILL)
+				s.reapShim(pid)
+			}
+			s.log.Info("starting the task through the init shim", "why", err)
+		default:
+			return l, execErr(cfg.Path, err)
+		}
+	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		return l, fmt.Errorf("%w: %w", ErrLaunch, err)
@@ -188,6 +218,49 @@ func (s *server) startTask(spec LaunchSpec) (launched, error) {
 	l.join = joinPlan{cfg: cfg, ns: int(sys.Cloneflags), env: env}
 	l.join.cfg.Root, l.join.cfg.Path = nil, ""
 	return l, nil
+}
+
+// canStartDirectly says whether the task can be started without the init
+// shim: a raw_exec task that runs as the executor's user (the shim changes
+// to the working directory before it switches user, for a task directory
+// the user cannot traverse), whose oom_score_adj the executor can take on
+// for the fork and give up again (the same as its own, or the executor is
+// root). Exec tasks always go through the shim (namespaces, root,
+// capabilities).
+func (s *server) canStartDirectly(exec bool, tu taskUser, adj int) bool {
+	if exec || tu.set() {
+		return false
+	}
+	if own, err := cgroup.OOMScoreAdj(0); err != nil || own != adj && os.Geteuid() != 0 {
+		return false
+	}
+	return true
+}
+
+// startDirectly forks and execs a raw_exec task from the executor without
+// the shim: contained from its first instruction by cgroup.ForkExec (or
+// uncontained where there is no cgroup), with the task's oom_score_adj,
+// which a child inherits, taken on by the executor for the fork only.
+// cgroup.ErrThreadMove means the caller should use the shim instead.
+func (s *server) startDirectly(cfg shimConfig, argv []string, attr *syscall.ProcAttr) (int, error) {
+	own, err := cgroup.OOMScoreAdj(0)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", cgroup.ErrThreadMove, err)
+	}
+	if own != cfg.OOMScoreAdj {
+		if err := cgroup.SetOOMScoreAdj(cfg.OOMScoreAdj); err != nil {
+			return 0, fmt.Errorf("%w: %w", cgroup.ErrThreadMove, err)
+		}
+		defer func() {
+			if err := cgroup.SetOOMScoreAdj(own); err != nil {
+				s.log.Warn("could not restore the executor's oom_score_adj after the task's fork", "err", err)
+			}
+		}()
+	}
+	if s.cg == nil {
+		return syscall.ForkExec(cfg.Path, argv, attr)
+	}
+	return s.cg.ForkExec(s.host, cfg.Path, argv, attr)
 }
 
 // reapShim kills and collects a shim that failed (it exits right after
