@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -266,12 +265,19 @@ func (d *Driver) Store() store.Log { return d.store }
 // TaskDir is the private directory of a task.
 func (d *Driver) TaskDir(id string) string { return filepath.Join(d.cfg.StateDir, "tasks", id) }
 
-var taskIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
-
 // ValidateTaskID refuses ids that are empty, longer than 63 bytes, or
-// could escape the state directory ("..", slashes, leading dots).
+// could escape the state directory ("..", slashes, leading dots): an id is
+// 1 to 63 of [A-Za-z0-9_.-], starting with a letter or digit. (Written out
+// rather than a regexp: compiling one at package init cost every process
+// of this binary, the executor and the shim among them, 1.6 ms here.)
 func ValidateTaskID(id string) error {
-	if !taskIDPattern.MatchString(id) || id == "." || id == ".." {
+	ok := len(id) >= 1 && len(id) <= 63
+	for i := 0; ok && i < len(id); i++ {
+		c := id[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		ok = alnum || i > 0 && (c == '_' || c == '.' || c == '-')
+	}
+	if !ok {
 		return fmt.Errorf("%w %q: use 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit", ErrInvalidTaskID, id)
 	}
 	return nil

@@ -136,6 +136,18 @@ func TestStartTask_MissingCommandIsReaped(t *testing.T) {
 	checkReaped(t, d, st)
 }
 
+func TestValidateTaskID_Rules(t *testing.T) {
+	for id, ok := range map[string]bool{
+		"web": true, "a": true, "A9": true, "web-1.2_x": true, "a..b": true, "x-": true, strings.Repeat("x", 63): true,
+		"": false, ".": false, "..": false, ".hidden": false, "-x": false, "_x": false, "a/b": false, "../escape": false,
+		strings.Repeat("x", 64): false, "héllo": false, "a b": false, "a\x00": false, "a\n": false,
+	} {
+		if err := ValidateTaskID(id); (err == nil) != ok {
+			t.Errorf("ValidateTaskID(%q) = %v, want ok %v", id, err, ok)
+		}
+	}
+}
+
 func TestStartTask_RefusesBadIDs(t *testing.T) {
 	dir := stateDir(t)
 	d := newDriver(t, dir, Hooks{})

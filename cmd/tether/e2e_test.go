@@ -47,6 +47,7 @@ func buildAndRun(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	tetherBin = filepath.Join(dir, "tether")
 	build := exec.Command("go", "build", "-o", tetherBin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build: static
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintf(os.Stderr, "building tether: %v\n", err)
