@@ -179,6 +179,28 @@ func TestStartTask_RefusesDuplicateID(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkReaped(t, d, st)
+	// A driver that has not seen the id learns it from the append's
+	// conflict: refused, with the log untouched and nothing spawned.
+	before, err := d.TaskEvents(ctx, "dup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d2 := newDriver(t, dir, Hooks{Crash: func(point string) {
+		if strings.HasPrefix(point, "before-effect:") {
+			t.Errorf("an effect ran for a duplicate start: %s", point)
+		}
+	}})
+	defer d2.Close()
+	got, err := d2.StartTask(ctx, "dup", taskSpec(t, dir, "sleep"))
+	if !errors.Is(err, ErrTaskExists) || got.State != fsm.StateStopped {
+		t.Errorf("start of an id another driver recorded: %s, %v; want ErrTaskExists and the stopped task", got.State, err)
+	}
+	if after, err := d2.TaskEvents(ctx, "dup"); err != nil || len(after) != len(before) {
+		t.Errorf("the log went from %d to %d events (%v)", len(before), len(after), err)
+	}
 }
 
 func TestStopTask_GracefulSignal(t *testing.T) {

@@ -251,22 +251,18 @@ func (o *owner) taskErr(err error) error {
 
 // start records a new task and starts driving it: task-created with the
 // spawn intent in one append (or with config-rejected, when the spec is
-// refused before anything is spawned).
+// refused before anything is spawned). The append expects a task that does
+// not exist yet: one the log already holds conflicts, and is answered
+// ErrTaskExists (no read of the log first: a start is one commit fewer).
 func (o *owner) start(req request) {
 	id := o.t.id
 	if o.st.State != fsm.StateNone {
 		req.reply <- reply{task: o.st, err: o.taskErr(ErrTaskExists)}
 		return
 	}
-	ctx := context.Background()
-	if existing, err := o.d.store.LoadTask(ctx, id); err == nil {
-		o.setState(existing)
-		o.owed = fsm.Pending(existing)
-		req.reply <- reply{task: existing, err: o.taskErr(ErrTaskExists)}
-		return
-	} else if !errors.Is(err, store.ErrUnknownTask) {
-		req.reply <- reply{err: &TaskError{Task: id, Err: err}}
-		return
+	exists := func() {
+		o.release()
+		req.reply <- reply{task: o.st, err: o.taskErr(ErrTaskExists)}
 	}
 	unlock, holder, err := o.d.world.LockTask(id)
 	if err != nil {
@@ -283,16 +279,25 @@ func (o *owner) start(req request) {
 	if verr := o.d.validateSpec(req.spec); verr != nil {
 		rej := o.d.event(fsm.EventConfigRejected)
 		rej.Reason = verr.Error()
-		_, aerr := o.apply(created, rej)
+		applied, aerr := o.apply(created, rej)
+		if aerr == nil && !applied {
+			exists()
+			return
+		}
 		o.release()
 		req.reply <- reply{task: o.st, err: &TaskError{Task: id, State: o.st.State, Err: errors.Join(verr, aerr)}}
 		return
 	}
 	intent := o.d.event(fsm.EventSpawnIntent)
 	intent.Nonce = o.d.cfg.NewNonce()
-	if _, err := o.apply(created, intent); err != nil {
+	applied, err := o.apply(created, intent)
+	if err != nil {
 		o.release()
 		req.reply <- reply{task: o.st, err: err}
+		return
+	}
+	if !applied {
+		exists()
 		return
 	}
 	o.driving = true

@@ -227,7 +227,9 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 		c.stopOnSignals(ctx, s, id, sigs)
 		r = <-started
 	}
+	seen := -1 // events of the log already looked at, when known
 	if evs, err := s.d.TaskEvents(ctx, id); err == nil {
+		seen = len(evs)
 		fmt.Fprintf(c.stderr, "tether: %s: %s\n", id, joinStates(lifecycle(evs)))
 		for _, e := range evs {
 			if e.Type == fsm.EventLaunched && strings.HasPrefix(e.Reason, "warning: ") {
@@ -252,25 +254,34 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 		}
 		return exitOK
 	}
-	final, werr := c.waitTask(ctx, s, id, sigs, &interrupted)
+	final, werr := c.waitTask(ctx, s, id, seen, sigs, &interrupted)
 	tail.stop()
 	return c.endCode(final, werr, interrupted)
 }
 
 // waitTask waits for the task's end (recorded by this process's driver:
-// exit, then reaping), stopping it on Ctrl-C.
-func (c *cli) waitTask(ctx context.Context, s *session, id string, sigs <-chan os.Signal, interrupted *os.Signal) (fsm.Task, error) {
+// exit, then reaping), stopping it on Ctrl-C, and tells each restart on
+// the way. seen is how many of the task's events were shown already (-1:
+// unknown, read them now). The log is read again only for a task that has
+// restarted: the restarts are the only events it tells.
+func (c *cli) waitTask(ctx context.Context, s *session, id string, seen int, sigs <-chan os.Signal, interrupted *os.Signal) (fsm.Task, error) {
 	type result struct {
 		task fsm.Task
 		err  error
 	}
 	done := make(chan result, 1)
 	go func() {
-		seen := 0 // events of the log already looked at for restarts
-		if evs, err := s.d.TaskEvents(ctx, id); err == nil {
-			seen = len(evs)
+		if seen < 0 {
+			seen = 0
+			if evs, err := s.d.TaskEvents(ctx, id); err == nil {
+				seen = len(evs)
+			}
 		}
-		t, err := s.d.FollowTask(ctx, id, func(st fsm.Task) { seen = c.sayRestarts(ctx, s, id, seen) })
+		t, err := s.d.FollowTask(ctx, id, func(st fsm.Task) {
+			if st.Restarts > 0 && st.Version > uint64(seen) {
+				seen = c.sayRestarts(ctx, s, id, seen)
+			}
+		})
 		done <- result{t, err}
 	}()
 	select {
