@@ -88,7 +88,7 @@ func runChild(args []string) int {
 		// Exits 1 and is restarted by its executor; the restarted run
 		// sleeps (a stable reality for Recover to be idempotent against).
 		// The driver folds the restart from the executor's journal.
-		spec := task("exit-once", "1", filepath.Join(filepath.Dir(dir), "ran-once"))
+		spec := task("counted-exit-once", "1", filepath.Join(filepath.Dir(dir), "ran-once"), runsFile(dir))
 		spec.Restart = &fsm.RestartPolicy{Attempts: 1, Interval: time.Hour, Mode: fsm.RestartFail, OnSuccess: true}
 		var final fsm.Task
 		if _, err = d.StartTask(ctx, "a", spec); err == nil || errors.Is(err, ErrStartFailed) {
@@ -275,11 +275,43 @@ func TestCrashPoints_EveryPointRecovers(t *testing.T) {
 				t.Fatalf("crash point %s was not reached by scenario %s:\n%s", point, c.scenario, r.out)
 			}
 			checkRecovery(t, dir, r.acks)
+			if c.scenario == "restart" {
+				checkNoDoubleStart(t, dir)
+			}
 			var ws syscall.WaitStatus
 			if pid, _ := syscall.Wait4(stranger.Process.Pid, &ws, syscall.WNOHANG, nil); pid != 0 {
 				t.Fatalf("the stranger was signalled: %v", ws)
 			}
 		})
+	}
+}
+
+// runsFile is where the restart scenario's task counts its runs.
+func runsFile(dir string) string { return filepath.Join(filepath.Dir(dir), "runs") }
+
+// checkNoDoubleStart: a crash at any point of a restart never starts the
+// task more often than its log allows: every run but the first follows a
+// restart intent, written ahead (the executor journals it before it
+// relaunches, the driver folds the journal), so the runs that started are
+// at least one and at most one more than the restart-intent events.
+func checkNoDoubleStart(t *testing.T, dir string) {
+	t.Helper()
+	b, err := os.ReadFile(runsFile(dir))
+	if err != nil {
+		t.Fatalf("the restart scenario's task never ran: %v", err)
+	}
+	runs := strings.Count(string(b), "\n")
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	intents := 0
+	for _, ev := range eventTypes(t, d, "a") {
+		if ev == fsm.EventRestartIntent.String() {
+			intents++
+		}
+	}
+	t.Logf("runs %d, restart intents %d", runs, intents)
+	if runs < 1 || runs > 1+intents {
+		t.Errorf("the task started %d times with %d restart intents in its log: a run without its intent written ahead", runs, intents)
 	}
 }
 

@@ -59,7 +59,17 @@ func runTask(args []string) int {
 			_, _ = os.ReadFile(args[3])
 		}
 		return 4
-	case "exit-once":
+	case "exit-once", "counted-exit-once":
+		if args[0] == "counted-exit-once" {
+			// counted-exit-once N FILE RUNS: exit-once that first appends a
+			// line to RUNS, so a test can count the runs that started.
+			f, err := os.OpenFile(args[3], os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+			if err != nil {
+				return 2
+			}
+			_, _ = f.WriteString("ran\n")
+			f.Close()
+		}
 		if f, err := os.OpenFile(args[2], os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600); err == nil {
 			f.Close()
 			n, _ := strconv.Atoi(args[1])
