@@ -147,6 +147,12 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Client, error) {
 	pidfd := -1
 	cmd := exec.Command(command[0], args...)
 	cmd.Dir = dir
+	// One P (set before the runtime starts: later is too late to shrink
+	// what it allocated): the executor waits on its task, pipes and socket
+	// for as long as the task runs, and an idle one holds a quarter less
+	// anonymous memory with one P than with two. Tasks do not inherit the
+	// executor's environment (their own is built from the spec).
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 	cmd.Stderr = logf
 	cmd.ExtraFiles = []*os.File{readyW}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, PidFD: &pidfd}

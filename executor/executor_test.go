@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -844,4 +845,33 @@ func FuzzReadFrame(f *testing.F) {
 			_ = resp.Err.err().Error()
 		}
 	})
+}
+
+// TestSpawn_ExecutorRunsOnOnePTasksDoNot: the executor is started with
+// GOMAXPROCS=1 (an idle executor holds less memory with one P), and that
+// setting is the executor's alone: neither a task (direct or through the
+// shim) nor a command started into it inherits the executor's environment.
+func TestSpawn_ExecutorRunsOnOnePTasksDoNot(t *testing.T) {
+	m := newMarker(t)
+	ctx := testCtx(t)
+	c := spawn(t, m, "")
+	id := c.Identity()
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", id.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(strings.Split(string(env), "\x00"), "GOMAXPROCS=1") {
+		t.Errorf("the executor's environment lacks GOMAXPROCS=1: %q", env)
+	}
+	dir := filepath.Dir(id.Socket)
+	if _, err := c.Launch(ctx, LaunchSpec{Mode: ModeRawExec, Command: "/usr/bin/env", Args: nil}); err != nil {
+		t.Fatal(err)
+	}
+	if x, err := c.Wait(ctx); err != nil || x.Code != 0 {
+		t.Fatalf("Wait = %+v %v", x, err)
+	}
+	out := readFileString(t, filepath.Join(dir, StdoutFile))
+	if strings.Contains(out, "GOMAXPROCS") || !strings.Contains(out, "TETHER_TASK_ID=") {
+		t.Errorf("the task's environment:\n%s\nwant the task's own (TETHER_TASK_ID) without the executor's GOMAXPROCS", out)
+	}
 }
