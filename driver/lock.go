@@ -39,6 +39,17 @@ func tryLockTask(dir string) (*taskLock, int, error) {
 	}
 }
 
+// discardTaskDir removes the directory of a task whose start recorded
+// nothing (its first append failed: a damaged store, a full disk), so a
+// refused start leaves no trace: the lock file, then the directory if that
+// emptied it. The caller holds the task's lock; a process waiting on the
+// unlinked file finds it moved and starts over (errLockMoved).
+func discardTaskDir(dir string) {
+	if err := os.Remove(filepath.Join(dir, LockFile)); err == nil {
+		_ = os.Remove(dir) // only if nothing else is in it
+	}
+}
+
 // errLockMoved: the lock file locked is no longer the one at its path.
 var errLockMoved = errors.New("driver: the task lock file was removed while it was being locked")
 

@@ -284,6 +284,7 @@ func (o *owner) start(req request) {
 			exists()
 			return
 		}
+		o.discardIfUnrecorded()
 		o.release()
 		req.reply <- reply{task: o.st, err: &TaskError{Task: id, State: o.st.State, Err: errors.Join(verr, aerr)}}
 		return
@@ -292,6 +293,7 @@ func (o *owner) start(req request) {
 	intent.Nonce = o.d.cfg.NewNonce()
 	applied, err := o.apply(created, intent)
 	if err != nil {
+		o.discardIfUnrecorded()
 		o.release()
 		req.reply <- reply{task: o.st, err: err}
 		return
@@ -302,6 +304,16 @@ func (o *owner) start(req request) {
 	}
 	o.driving = true
 	o.starters = append(o.starters, req.reply)
+}
+
+// discardIfUnrecorded removes the task's directory when the start's
+// first append recorded nothing (as far as the log can be read), while the
+// task's lock is still held: the start read nothing before it appended,
+// so the directory its lock made is all it left.
+func (o *owner) discardIfUnrecorded() {
+	if o.st.State == fsm.StateNone && o.unlock != nil {
+		discardTaskDir(o.d.TaskDir(o.t.id)) // a world without lock files has nothing there to remove
+	}
 }
 
 // stop records the stop request, cancels a start effect in flight, and
