@@ -154,6 +154,17 @@ func (s *server) startTask(spec LaunchSpec) (launched, error) {
 			}
 		}
 	}()
+	// started makes the process that runs the task this launch's.
+	started := func(pid int, start uint64) (launched, error) {
+		for _, o := range outs {
+			o.start()
+		}
+		ok = true
+		l.pid, l.start, l.outs = pid, start, outs
+		l.join = joinPlan{cfg: cfg, ns: int(sys.Cloneflags), env: env}
+		l.join.cfg.Root, l.join.cfg.Path = nil, ""
+		return l, nil
+	}
 	if s.canStartDirectly(exec, tu, cfg.OOMScoreAdj) {
 		attr := &syscall.ProcAttr{Dir: cfg.Dir, Env: envList(env), Sys: sys,
 			Files: []uintptr{devnull.Fd(), childEnds[0].Fd(), childEnds[1].Fd()}}
@@ -166,14 +177,7 @@ func (s *server) startTask(spec LaunchSpec) (launched, error) {
 				s.reapShim(pid)
 				return l, fmt.Errorf("%w: %w", ErrLaunch, err)
 			}
-			for _, o := range outs {
-				o.start()
-			}
-			ok = true
-			l.pid, l.start, l.outs = pid, start, outs
-			l.join = joinPlan{cfg: cfg, ns: int(sys.Cloneflags), env: env}
-			l.join.cfg.Root, l.join.cfg.Path = nil, ""
-			return l, nil
+			return started(pid, start)
 		case errors.Is(err, cgroup.ErrThreadMove):
 			if pid > 0 { // it dies with the thread that could not leave the cgroup
 				_ = unix.Kill(pid, unix.SIGKILL)
@@ -210,14 +214,7 @@ func (s *server) startTask(spec LaunchSpec) (launched, error) {
 	if serr != nil {
 		return l, fmt.Errorf("%w: %w", ErrLaunch, serr)
 	}
-	for _, o := range outs {
-		o.start()
-	}
-	ok = true
-	l.pid, l.start, l.outs = pid, start, outs
-	l.join = joinPlan{cfg: cfg, ns: int(sys.Cloneflags), env: env}
-	l.join.cfg.Root, l.join.cfg.Path = nil, ""
-	return l, nil
+	return started(pid, start)
 }
 
 // canStartDirectly says whether the task can be started without the init

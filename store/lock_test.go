@@ -299,14 +299,17 @@ func TestOpen_WaiterWaitsWhileTheLockMoves(t *testing.T) {
 
 	const timeout = 200 * time.Millisecond
 	got := make(chan error, 1)
-	go func() {
-		s, err := Open(path, Options{LockTimeout: timeout})
-		if err == nil {
-			err = s.Close()
-		}
-		got <- err
-	}()
-	waitBlockedOn(t, os.Getpid(), inode(t, path+lockSuffix))
+	wait := func() { // an Open that waits for the lock, its outcome on got
+		go func() {
+			s, err := Open(path, Options{LockTimeout: timeout})
+			if err == nil {
+				err = s.Close()
+			}
+			got <- err
+		}()
+		waitBlockedOn(t, os.Getpid(), inode(t, path+lockSuffix))
+	}
+	wait()
 	// Takings for five timeouts, one every half timeout.
 	tick := time.NewTicker(timeout / 2)
 	for range 10 {
@@ -324,14 +327,7 @@ func TestOpen_WaiterWaitsWhileTheLockMoves(t *testing.T) {
 		t.Fatalf("waiter behind a holder that does not move: %v, want ErrLocked naming the holder", err)
 	}
 	// And one that waits while the lock moves gets it when the holder goes.
-	go func() {
-		s, err := Open(path, Options{LockTimeout: timeout})
-		if err == nil {
-			err = s.Close()
-		}
-		got <- err
-	}()
-	waitBlockedOn(t, os.Getpid(), inode(t, path+lockSuffix))
+	wait()
 	taken(lf)
 	release()
 	if err := <-got; err != nil {
