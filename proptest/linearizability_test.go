@@ -227,9 +227,9 @@ func TestDriver_Linearizable(t *testing.T) {
 	t.Logf("steps reached: %s", strings.Join(seen, " "))
 }
 
-// gatedLog holds StartTask's look-up of one task in the store (the call
-// between its claim of the id and its task-created append) until released,
-// so that a test can act in that window.
+// gatedLog holds StartTask's first append of one task (its task-created
+// record, between its claim of the id and the record) until released, so
+// that a test can act in that window.
 type gatedLog struct {
 	store.Log
 	task     string
@@ -238,14 +238,17 @@ type gatedLog struct {
 	released chan struct{}
 }
 
-func (l *gatedLog) LoadTask(ctx context.Context, task string) (fsm.Task, error) {
+// Append holds the task's first append until released. (The gate was on
+// the start's read of the log before its append, which fb52fbe removed: the
+// test then waited for ever.)
+func (l *gatedLog) Append(ctx context.Context, task string, expected uint64, events ...fsm.Event) (uint64, error) {
 	if task == l.task {
 		l.once.Do(func() {
 			close(l.reached)
 			<-l.released
 		})
 	}
-	return l.Log.LoadTask(ctx, task)
+	return l.Log.Append(ctx, task, expected, events...)
 }
 
 // TestDriver_ClaimWindow is the regression test of what
