@@ -70,7 +70,7 @@ func (h *Harness) writeAhead(effect, task, nonce string) {
 	}
 	var evs []fsm.Event
 	if h.mem != nil {
-		evs, _ = h.mem.Load(context.Background(), task)
+		evs, _, _ = h.mem.entry(task)
 	} else if h.st != nil {
 		evs, _ = h.st.Load(context.Background(), task)
 	}
@@ -149,16 +149,33 @@ func (h *Harness) Check(t TestingT) {
 	}
 }
 
+// snapshot is the log as a check reads it: every task's events and folded
+// state, by id.
+type snapshot struct {
+	ids    []string
+	mem    *MemLog                // a MemLog's are read in place
+	events map[string][]fsm.Event // the store's, read whole
+	states map[string]fsm.Task
+}
+
+// get returns a task's events and folded state.
+func (sn snapshot) get(id string) ([]fsm.Event, fsm.Task, bool) {
+	if sn.mem != nil {
+		return sn.mem.entry(id)
+	}
+	st, ok := sn.states[id]
+	return sn.events[id], st, ok
+}
+
 // logs reads every task's events and folded state from the log, and (Bolt)
 // the store's own check. From a MemLog it takes the events and states as
 // they are, without copying (the log only ever appends).
-func (h *Harness) logs() (events map[string][]fsm.Event, states map[string]fsm.Task, problems []string, err error) {
+func (h *Harness) logs() (sn snapshot, problems []string, err error) {
 	if h.mem != nil {
-		events, states = h.mem.view()
-		return events, states, nil, nil
+		return snapshot{ids: h.mem.IDs(), mem: h.mem}, nil, nil
 	}
-	states = map[string]fsm.Task{}
-	events = map[string][]fsm.Event{}
+	sn.states = map[string]fsm.Task{}
+	sn.events = map[string][]fsm.Event{}
 	ctx := context.Background()
 	err = h.withStore(func(s *store.Store) error {
 		rep, err := s.Check(ctx)
@@ -173,13 +190,15 @@ func (h *Harness) logs() (events map[string][]fsm.Event, states map[string]fsm.T
 			if err != nil {
 				return err
 			}
-			states[id] = t
+			sn.ids = append(sn.ids, id)
+			sn.states[id] = t
 			evs, err := s.Load(ctx, id)
-			events[id] = evs
+			sn.events[id] = evs
 			return err
 		})
 	})
-	return events, states, problems, err
+	slices.Sort(sn.ids)
+	return sn, problems, err
 }
 
 // verified is what an earlier check proved of one task's log: its first n
@@ -196,7 +215,7 @@ func (h *Harness) check() []string {
 }
 
 // checkStates runs Check's checks and returns the violations and the
-// log's states.
+// log it read.
 //
 // What a MemLog holds only grows, so what an earlier check proved of the
 // first n events of a task's log (that they fold, to the state the log
@@ -205,22 +224,16 @@ func (h *Harness) check() []string {
 // read and checked whole every time (it is closed and reopened by every
 // generation, and a bug could change any of it). Whatever can change
 // without an append (the driver's memory, the processes) is checked whole.
-func (h *Harness) checkStates() ([]string, map[string]fsm.Task) {
+func (h *Harness) checkStates() ([]string, snapshot) {
 	v := h.Violations()
 	ctx := context.Background()
-	events, states, problems, err := h.logs()
+	sn, problems, err := h.logs()
 	if err != nil {
-		return append(v, "check could not run: "+err.Error()), nil
+		return append(v, "check could not run: "+err.Error()), sn
 	}
 	v = append(v, problems...)
-	h.mu.Lock()
-	ledger := make(map[string][]fsm.Event, len(h.ledger))
-	for k, l := range h.ledger {
-		ledger[k] = l
-	}
-	h.mu.Unlock()
-	for _, id := range sortedKeys(events) {
-		evs := events[id]
+	for _, id := range sn.ids {
+		evs, st, _ := sn.get(id)
 		was := h.verified[id]
 		if h.mem == nil {
 			was = verified{folded: fsm.Task{ID: id}}
@@ -232,14 +245,16 @@ func (h *Harness) checkStates() ([]string, map[string]fsm.Task) {
 			switch {
 			case err != nil:
 				v = append(v, fmt.Sprintf("legal path: task %q: fold of its log: %v", id, err))
-			case !h.sameTask(f, states[id]):
-				v = append(v, fmt.Sprintf("fold: task %q: LoadTask %+v != fold of Load %+v", id, states[id], f))
+			case !h.sameTask(f, st):
+				v = append(v, fmt.Sprintf("fold: task %q: LoadTask %+v != fold of Load %+v", id, st, f))
 			default:
 				was.n, was.folded = len(evs), f
 			}
 		}
 		// No acknowledged event lost.
-		acked := ledger[id]
+		h.mu.Lock()
+		acked := h.ledger[id]
+		h.mu.Unlock()
 		if was.acked < len(acked) || h.mem == nil {
 			if len(evs) < len(acked) {
 				v = append(v, fmt.Sprintf("acknowledged lost: task %q had %d acknowledged events, the log holds %d", id, len(acked), len(evs)))
@@ -262,15 +277,27 @@ func (h *Harness) checkStates() ([]string, map[string]fsm.Task) {
 		}
 		h.verified[id] = was
 	}
-	for _, id := range sortedKeys(ledger) {
-		if _, ok := events[id]; !ok {
-			v = append(v, fmt.Sprintf("acknowledged lost: task %q had %d acknowledged events; the log does not know it", id, len(ledger[id])))
+	var unknown []string // acknowledged, and the log does not know the task
+	h.mu.Lock()
+	if len(h.ledger) > len(sn.ids) || h.mem == nil {
+		for id := range h.ledger {
+			if _, found := slices.BinarySearch(sn.ids, id); !found {
+				unknown = append(unknown, id)
+			}
 		}
+	}
+	h.mu.Unlock()
+	slices.Sort(unknown)
+	for _, id := range unknown {
+		h.mu.Lock()
+		n := len(h.ledger[id])
+		h.mu.Unlock()
+		v = append(v, fmt.Sprintf("acknowledged lost: task %q had %d acknowledged events; the log does not know it", id, n))
 	}
 	// No process of a task outlives its terminal state; none of a task
 	// in a state that owns none.
 	h.World.eachLive(func(p *Proc) {
-		st, ok := states[p.Task]
+		_, st, ok := sn.get(p.Task)
 		switch {
 		case !ok:
 			v = append(v, fmt.Sprintf("leak: %s, a task the log does not know", describe(*p)))
@@ -285,15 +312,16 @@ func (h *Harness) checkStates() ([]string, map[string]fsm.Task) {
 	})
 	// fold(log) == live state.
 	if h.Alive() {
-		for _, id := range sortedKeys(states) {
+		for _, id := range sn.ids {
+			_, st, _ := sn.get(id)
 			info, err := h.d.InspectTask(ctx, id)
 			if err != nil {
 				v = append(v, fmt.Sprintf("inspect: task %q: %v", id, err))
 				continue
 			}
-			if !h.sameTask(info.Task, states[id]) {
+			if !h.sameTask(info.Task, st) {
 				v = append(v, fmt.Sprintf("fold != live: task %q: driver holds %s v%d %+v, its log folds to %s v%d %+v",
-					id, info.State, info.Version, info.Task, states[id].State, states[id].Version, states[id]))
+					id, info.State, info.Version, info.Task, st.State, st.Version, st))
 			}
 		}
 	}
@@ -310,7 +338,7 @@ func (h *Harness) checkStates() ([]string, map[string]fsm.Task) {
 			v = append(v, fmt.Sprintf("stranger signalled: %s to pid %d (start %d) via %s for task %q", s.Sig, s.PID, s.Start, s.Via, s.Task))
 		}
 	}
-	return v, states
+	return v, sn
 }
 
 // sameTask is reflect.DeepEqual of two tasks, with the comparison of their
@@ -352,11 +380,11 @@ func equalPtr[T comparable](a, b *T) bool { return a == b || a != nil && b != ni
 // cgroups excepted, as in Check).
 func (h *Harness) CheckRecovered(t TestingT) {
 	t.Helper()
-	v, states := h.checkStates()
+	v, sn := h.checkStates()
 	want := map[int]string{}
 	running := map[string]bool{}
-	for _, id := range sortedKeys(states) {
-		st := states[id]
+	for _, id := range sn.ids {
+		_, st, _ := sn.get(id)
 		if st.State.Terminal() {
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -121,7 +122,9 @@ type Harness struct {
 	// outside (see the scheduler), so that a step is a function of its
 	// plan.
 	sched *scheduler
-	turns int // the most turns one step took so far
+	turns int           // the most turns one step took so far
+	work  chan func()   // to an idle worker (see spawn)
+	quit  chan struct{} // closed by Close: the workers end
 
 	// commits is held shared by every append in flight and exclusively by
 	// a crash, so that a generation dies between commits, never inside
@@ -140,6 +143,7 @@ func Open(t TestingT, o Options) *Harness {
 		hits: map[string]int{}, ledger: map[string][]fsm.Event{}, Reached: map[string]int{},
 		escapes: map[int]string{}, verified: map[string]verified{}, sameSpecs: map[[2]*fsm.Spec]bool{}}
 	h.sched = newScheduler()
+	h.work, h.quit = make(chan func()), make(chan struct{})
 	h.World.sched = h.sched
 	h.World.SetLease(!o.NoLease)
 	h.World.SetCgroups(o.Cgroups)
@@ -342,10 +346,10 @@ func (h *Harness) Run(plan Plan, calls ...Call) Step {
 			if i < len(plan.Delays) {
 				delay = plan.Delays[i]
 			}
-			go func() {
+			h.spawn(func() {
 				h.sched.park("call", callNames[min(i, len(callNames)-1)], delay)
 				ch <- call.Do(ctx, d)
-			}()
+			})
 		}
 	}
 	h.sched.settle()
@@ -412,10 +416,10 @@ var callNames = []string{"00", "01", "02", "03", "04", "05", "06", "07", "08", "
 func (h *Harness) settle(fn func()) bool {
 	h.sched.begin(nil)
 	done := make(chan struct{})
-	go func() {
+	h.spawn(func() {
 		defer close(done)
 		fn()
-	}()
+	})
 	h.sched.settle()
 	h.sched.end()
 	select {
@@ -423,6 +427,31 @@ func (h *Harness) settle(fn func()) bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// spawn runs fn in one of the harness's workers: goroutines kept from step
+// to step, so that a call does not pay for a new goroutine and the growth
+// of its stack every time; one is started when none is idle.
+func (h *Harness) spawn(fn func()) {
+	select {
+	case h.work <- fn: // an idle worker takes it
+	default:
+		go h.worker(fn)
+	}
+}
+
+// worker runs fn, then whatever is handed to it, until the harness
+// closes. (A call whose generation dies ends its worker, as it would any
+// goroutine of a dead process.)
+func (h *Harness) worker(fn func()) {
+	for {
+		fn()
+		select {
+		case fn = <-h.work:
+		case <-h.quit:
+			return
+		}
 	}
 }
 
@@ -667,6 +696,7 @@ func (h *Harness) Close() error {
 			h.gend()
 		}
 		h.stopRoot()
+		close(h.quit)
 	})
 	if h.st != nil {
 		errs = append(errs, h.st.Close())
@@ -700,6 +730,9 @@ func (h *Harness) withStore(fn func(s *store.Store) error) error {
 
 // Tasks lists every task id in the log, sorted.
 func (h *Harness) Tasks() []string {
+	if h.mem != nil {
+		return slices.Clone(h.mem.IDs())
+	}
 	var ids []string
 	_ = h.withLog(func(l store.Log) error {
 		return l.All(context.Background(), func(id string) error { ids = append(ids, id); return nil })

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"sort"
+	"slices"
 	"sync"
 
 	"github.com/tether-fsm/tether/fsm"
@@ -105,6 +105,9 @@ type MemLog struct {
 	mu    sync.Mutex
 	logs  map[string][]fsm.Event
 	tasks map[string]fsm.Task
+	// ids lists every task, sorted. A new task replaces the slice (it is
+	// never changed in place), so a reader may keep the one it took.
+	ids []string
 }
 
 var _ store.Log = (*MemLog)(nil)
@@ -151,6 +154,10 @@ func (m *MemLog) Append(ctx context.Context, task string, expected uint64, event
 			return 0, fmt.Errorf("store: append to task %q: %w", task, err)
 		}
 		evs[i] = copyEvent(e)
+	}
+	if !known {
+		i, _ := slices.BinarySearch(m.ids, task)
+		m.ids = slices.Insert(slices.Clip(m.ids), i, task)
 	}
 	m.logs[task] = append(m.logs[task], evs...)
 	m.tasks[task] = t
@@ -226,17 +233,25 @@ func (m *MemLog) All(ctx context.Context, fn func(task string) error) error {
 	return m.each(fn, func(fsm.Task) bool { return true })
 }
 
+// each calls fn for every task, in order, that keep holds for when the
+// listing begins.
 func (m *MemLog) each(fn func(string) error, keep func(fsm.Task) bool) error {
 	m.mu.Lock()
-	ids := make([]string, 0, len(m.tasks))
-	for id, t := range m.tasks {
-		if keep(t) {
-			ids = append(ids, id)
+	ids := m.ids
+	var drop []bool // the tasks keep refuses, by index; nil: none
+	for i, id := range ids {
+		if !keep(m.tasks[id]) {
+			if drop == nil {
+				drop = make([]bool, len(ids))
+			}
+			drop[i] = true
 		}
 	}
 	m.mu.Unlock()
-	sort.Strings(ids)
-	for _, id := range ids {
+	for i, id := range ids {
+		if drop != nil && drop[i] {
+			continue
+		}
 		if err := fn(id); err != nil {
 			return err
 		}
@@ -244,23 +259,24 @@ func (m *MemLog) each(fn func(string) error, keep func(fsm.Task) bool) error {
 	return nil
 }
 
+// IDs lists every task of the log, sorted (read-only: the log's own).
+func (m *MemLog) IDs() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ids
+}
+
 // Close implements store.Log.
 func (m *MemLog) Close() error { return nil }
 
-// view returns every task's log and folded state, by id, for the
-// harness's checks: the logs as they are (a log is only ever appended to,
-// so the slices stay valid), the states as values (their specs and
-// identities shared with the log's: not to be changed).
-func (m *MemLog) view() (map[string][]fsm.Event, map[string]fsm.Task) {
+// entry returns a task's log and folded state for the harness's checks,
+// without copying: the log as it is (it is only ever appended to, so the
+// slice stays valid), the state as a value (its spec and identity shared
+// with the log's: not to be changed).
+func (m *MemLog) entry(id string) ([]fsm.Event, fsm.Task, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	logs := make(map[string][]fsm.Event, len(m.logs))
-	for id, l := range m.logs {
-		logs[id] = l[:len(l):len(l)]
-	}
-	tasks := make(map[string]fsm.Task, len(m.tasks))
-	for id, t := range m.tasks {
-		tasks[id] = t
-	}
-	return logs, tasks
+	l := m.logs[id]
+	t, ok := m.tasks[id]
+	return l[:len(l):len(l)], t, ok
 }

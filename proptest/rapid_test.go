@@ -3,6 +3,7 @@ package proptest
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -353,18 +354,14 @@ func (m *machine) applicable() []string {
 	if alive && len(m.h.Tasks()) > 0 {
 		out = append(out, "stop", "destroy", "signal")
 	}
-	var tasks, execs bool
-	for _, p := range m.h.World.Live() {
-		tasks = tasks || p.Kind == KindTask
-		execs = execs || p.Kind == KindExecutor
-	}
+	tasks, execs, reusable := m.h.World.Census()
 	if tasks {
 		out = append(out, "task exits")
 	}
 	if execs {
 		out = append(out, "executor dies")
 	}
-	if len(m.h.World.ReusablePIDs()) > 0 {
+	if reusable {
 		out = append(out, "pid reuse")
 	}
 	if m.next < maxTasks {
@@ -432,7 +429,13 @@ func (r *propertyRun) noteFailure(t *rapid.T) {
 }
 
 // runProperty runs the state machine over harnesses made by opts.
+//
+// It runs on one P (GOMAXPROCS 1): the simulation is one turn at a time
+// anyway (see the scheduler), and its goroutines hand over to each other
+// at every turn, which on one P is a switch and on two a wake-up of
+// another thread (futex) each time: twice the time a check here.
 func runProperty(t *testing.T, bolt bool) propertyRun {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	dir := scratch(t)
 	var r propertyRun
 	began := time.Now()

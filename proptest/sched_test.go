@@ -27,9 +27,9 @@ func fingerprint(h *Harness, steps []Step) string {
 	for _, p := range h.World.Procs() {
 		fmt.Fprintf(&b, "proc %d %s %s alive=%v\n", p.PID, p.Kind, p.Task, p.Alive)
 	}
-	events, _ := h.mem.view()
-	for _, id := range sortedKeys(events) {
-		for _, e := range events[id] {
+	for _, id := range h.mem.IDs() {
+		evs, _, _ := h.mem.entry(id)
+		for _, e := range evs {
 			fmt.Fprintf(&b, "log %s %d %s %s %d\n", id, e.Seq, e.Type, e.Nonce, e.Time)
 		}
 	}

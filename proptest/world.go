@@ -1377,6 +1377,31 @@ func (w *World) ReusablePIDs() []int {
 	return out
 }
 
+// Census reports whether a task process (or a descendant), an executor
+// and a reusable pid (ReusablePIDs) are there, without listing them.
+func (w *World) Census() (tasks, executors, reusable bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var groups [16]int
+	live := groups[:0]
+	for _, p := range w.all {
+		if !p.Alive {
+			continue
+		}
+		tasks = tasks || p.Kind == KindTask
+		executors = executors || p.Kind == KindExecutor
+		if !slices.Contains(live, p.PGID) {
+			live = append(live, p.PGID)
+		}
+	}
+	for pid, p := range w.procs {
+		if !p.Alive && !slices.Contains(live, pid) {
+			return tasks, executors, true
+		}
+	}
+	return tasks, executors, false
+}
+
 func (w *World) groupInUseLocked(pgid int) bool {
 	for _, p := range w.all {
 		if p.Alive && p.PGID == pgid {
