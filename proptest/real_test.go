@@ -789,7 +789,7 @@ func setFlag(t *testing.T, name, value string) func() {
 // any other, so every start succeeds (none is failed as "interrupted"),
 // every stop ends stopped, and nothing is left.
 func TestDriver_RealRecoverRacesStartsAndStops(t *testing.T) {
-	const n = 12
+	const n = 24 // as many as the repro raced
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
