@@ -141,7 +141,7 @@ func BenchmarkKill(b *testing.B) {
 		errFault := errors.New("bench: launch fails")
 		ph := newProbes()
 		d, err := driver.Open(driver.Config{StateDir: dir, ExecutorCommand: []string{exe}, KillTimeout: time.Second,
-			Hooks: driver.Hooks{Crash: ph.hit, Fault: func(point string) error {
+			Hooks: driver.Hooks{Crash: ph.hit, Fault: func(point, _ string) error {
 				if point == "effect:launch-task" {
 					faultAt = time.Now()
 					return errFault

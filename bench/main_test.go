@@ -202,7 +202,7 @@ type probes struct {
 
 func newProbes() *probes { return &probes{at: map[string]time.Time{}, sums: map[string][]float64{}} }
 
-func (p *probes) hit(point string) {
+func (p *probes) hit(point, _ string) {
 	p.mu.Lock()
 	p.at[point] = time.Now()
 	p.mu.Unlock()

@@ -151,7 +151,7 @@ type phases struct {
 
 func newPhases() *phases { return &phases{at: map[string]time.Time{}, sums: map[string][]float64{}} }
 
-func (p *phases) hit(point string) {
+func (p *phases) hit(point, _ string) {
 	p.mu.Lock()
 	p.at[point] = time.Now()
 	p.mu.Unlock()
@@ -291,10 +291,10 @@ func BenchmarkKill(b *testing.B) {
 	var faultAt time.Time
 	errFault := errors.New("bench: launch fails")
 	ph := newPhases()
-	d := benchDriver(b, dir, executorBin, Hooks{Crash: ph.hit, Fault: func(point string) error {
+	d := benchDriver(b, dir, executorBin, Hooks{Crash: ph.hit, Fault: func(point, _ string) error {
 		if point == "effect:launch-task" {
 			faultAt = time.Now()
-			ph.hit("fault")
+			ph.hit("fault", "")
 			return errFault
 		}
 		return nil

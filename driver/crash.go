@@ -67,25 +67,26 @@ func FaultPoints() []string {
 // Hooks let tests crash the driver or inject faults at named points. The
 // zero value disables both.
 type Hooks struct {
-	// Crash is called at every crash point with its name. A real-process
-	// test's Crash SIGKILLs the process (see HooksFromEnv); a simulation's
-	// may panic with a sentinel that its harness recovers.
-	Crash func(point string)
+	// Crash is called at every crash point with its name and the task it
+	// concerns. A real-process test's Crash SIGKILLs the process (see
+	// HooksFromEnv); a simulation's may panic with a sentinel that its
+	// harness recovers, and orders its goroutines by point and task.
+	Crash func(point, task string)
 	// Fault is called before every effect ("effect:<effect>") and every
-	// append ("append:<event>"); a non-nil error becomes that operation's
-	// failure.
-	Fault func(point string) error
+	// append ("append:<event>"), with the task; a non-nil error becomes that
+	// operation's failure.
+	Fault func(point, task string) error
 }
 
-func (h Hooks) crash(point string) {
+func (h Hooks) crash(point, task string) {
 	if h.Crash != nil {
-		h.Crash(point)
+		h.Crash(point, task)
 	}
 }
 
-func (h Hooks) fault(point string) error {
+func (h Hooks) fault(point, task string) error {
 	if h.Fault != nil {
-		if err := h.Fault(point); err != nil {
+		if err := h.Fault(point, task); err != nil {
 			return fmt.Errorf("%w at %s: %w", ErrInjected, point, err)
 		}
 	}
@@ -108,7 +109,7 @@ func HooksFromEnv() (Hooks, error) {
 			return h, fmt.Errorf("%s: %w", EnvCrashPoint, err)
 		}
 		c := &counter{name: name, n: n}
-		h.Crash = func(point string) {
+		h.Crash = func(point, _ string) {
 			if c.hit(point) {
 				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 				select {} // SIGKILL is not deliverable late; never go on
@@ -121,7 +122,7 @@ func HooksFromEnv() (Hooks, error) {
 			return h, fmt.Errorf("%s: %w", EnvFault, err)
 		}
 		c := &counter{name: name, n: n}
-		h.Fault = func(point string) error {
+		h.Fault = func(point, _ string) error {
 			if c.hit(point) {
 				return fmt.Errorf("%s=%s", EnvFault, v)
 			}

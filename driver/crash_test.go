@@ -32,12 +32,12 @@ func runChild(args []string) int {
 		return 3
 	}
 	crash := hooks.Crash
-	hooks.Crash = func(p string) {
+	hooks.Crash = func(p, task string) {
 		if strings.HasPrefix(p, crashAfterAppend) {
 			fmt.Printf("ack %s\n", strings.TrimPrefix(p, crashAfterAppend))
 		}
 		if crash != nil {
-			crash(p)
+			crash(p, task)
 		}
 	}
 	d, err := Open(Config{StateDir: dir, ExecutorCommand: []string{os.Args[0], modeExecutor}, KillTimeout: 2 * time.Second, Hooks: hooks})

@@ -188,7 +188,7 @@ func TestStartTask_RefusesDuplicateID(t *testing.T) {
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
-	d2 := newDriver(t, dir, Hooks{Crash: func(point string) {
+	d2 := newDriver(t, dir, Hooks{Crash: func(point, _ string) {
 		if strings.HasPrefix(point, "before-effect:") {
 			t.Errorf("an effect ran for a duplicate start: %s", point)
 		}
@@ -264,7 +264,7 @@ func TestStopTask_EscalatesAKillThatReattached(t *testing.T) {
 	}
 	killing := make(chan struct{})
 	var once sync.Once
-	d := newDriver(t, dir, Hooks{Crash: func(point string) {
+	d := newDriver(t, dir, Hooks{Crash: func(point, _ string) {
 		if point == "before-effect:kill-executor" {
 			once.Do(func() { close(killing) })
 		}

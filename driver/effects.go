@@ -113,9 +113,9 @@ func (j job) run(ctx context.Context, kind jobKind) jobResult {
 		return j.lockWait(ctx)
 	}
 	name := j.eff.Type.String()
-	j.d.hooks.crash(crashBeforeEffect + name)
-	defer j.d.hooks.crash(crashAfterEffect + name)
-	if err := j.d.hooks.fault("effect:" + name); err != nil {
+	j.d.hooks.crash(crashBeforeEffect+name, j.id)
+	defer j.d.hooks.crash(crashAfterEffect+name, j.id)
+	if err := j.d.hooks.fault("effect:"+name, j.id); err != nil {
 		return j.failed(kind, err)
 	}
 	switch kind {

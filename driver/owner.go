@@ -649,12 +649,12 @@ func (o *owner) apply(inputs ...fsm.Event) (bool, error) {
 			return false, nil
 		}
 		for _, e := range events { // a fault named for any event of the commit fails it
-			if err := o.d.hooks.fault("append:" + e.Type.String()); err != nil {
+			if err := o.d.hooks.fault("append:"+e.Type.String(), o.t.id); err != nil {
 				return false, o.taskErr(err)
 			}
 		}
 		for _, e := range events {
-			o.d.hooks.crash(crashBeforeAppend + e.Type.String())
+			o.d.hooks.crash(crashBeforeAppend+e.Type.String(), o.t.id)
 		}
 		_, err = o.d.store.Append(context.Background(), o.st.ID, o.st.Version, events...)
 		if errors.Is(err, store.ErrConflict) && attempt < 8 {
@@ -673,7 +673,7 @@ func (o *owner) apply(inputs ...fsm.Event) (bool, error) {
 			return false, o.taskErr(err)
 		}
 		for _, e := range events {
-			o.d.hooks.crash(crashAfterAppend + e.Type.String())
+			o.d.hooks.crash(crashAfterAppend+e.Type.String(), o.t.id)
 		}
 		next, err := fsm.FoldAll(o.st, events...)
 		if err != nil {

@@ -67,7 +67,7 @@ func runPowerLossWorkload(t *testing.T, fsys *crashfs.FS, dir string) *plWorkloa
 	var mu sync.Mutex
 	current := ""
 	counts := map[string]int{}
-	hooks := Hooks{Crash: func(p string) {
+	hooks := Hooks{Crash: func(p, _ string) {
 		name, ok := strings.CutPrefix(p, crashAfterAppend)
 		if !ok {
 			return

@@ -101,7 +101,7 @@ func TestRestart_StopDuringTheDelayEndsIt(t *testing.T) {
 	ctx := ctxT(t)
 	folded := make(chan struct{})
 	var once sync.Once
-	d := newDriver(t, dir, Hooks{Crash: func(p string) {
+	d := newDriver(t, dir, Hooks{Crash: func(p, _ string) {
 		if p == crashAfterAppend+"restart-intent" {
 			once.Do(func() { close(folded) })
 		}

@@ -212,8 +212,8 @@ func (h *Harness) newGeneration() error {
 	g.sched = h.sched
 	gctx, gend := context.WithCancel(h.root)
 	hooks := driver.Hooks{
-		Crash: func(point string) {
-			g.enter(point, "")
+		Crash: func(point, task string) {
+			g.enter(point, task)
 			crash, die := h.hitCrash(point)
 			if die {
 				h.World.KillExecutors()
@@ -225,8 +225,8 @@ func (h *Harness) newGeneration() error {
 				runtime.Goexit()
 			}
 		},
-		Fault: func(point string) error {
-			g.enter(point, "")
+		Fault: func(point, task string) error {
+			g.enter(point, task)
 			if fire, _ := h.hitFault(point); fire {
 				return ErrFault
 			}

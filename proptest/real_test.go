@@ -180,7 +180,7 @@ func (w *realWorld) close(t fatalT) {
 }
 
 // fault injects the step's drawn faults (named, or the n-th of the step).
-func (w *realWorld) fault(point string) error {
+func (w *realWorld) fault(point, _ string) error {
 	f := &w.faults
 	f.Lock()
 	defer f.Unlock()

@@ -133,7 +133,7 @@ func TestDriver_StartReturnsRunningWhenAStopFollows(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := NewWorld()
 		reached, release := make(chan struct{}), make(chan struct{})
-		hooks := driver.Hooks{Crash: func(point string) {
+		hooks := driver.Hooks{Crash: func(point, _ string) {
 			if point == "after-append:running" {
 				close(reached)
 				<-release

@@ -249,7 +249,7 @@ func TestOpen_ManyProcessesAllSucceed(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	const procs, cycles, timeout = 40, 5, 200 * time.Millisecond
+	const procs, cycles, timeout = 40, 15, time.Second
 	acked := map[string]uint64{}
 	begin := time.Now()
 	var mu sync.Mutex
