@@ -131,8 +131,9 @@ Global flags (also accepted after the command):
                         entries, comma-separated, each bound read-only (env
                         TETHER_CHROOT_ENV; default Nomad's chroot_env list)
   --log-level LEVEL     trace, debug, info, warn, error or off (default warn)
-  --lock-timeout DUR    how long to wait for another tether holding the
-                        store (default 10s)
+  --lock-timeout DUR    how long to wait while another tether holds the
+                        store without letting go (default 10s; commands
+                        queued behind each other wait their turn)
 
 Environment: TETHER_CRASHPOINT and TETHER_FAULT inject crashes and faults
 (see tether debug crashpoints).
@@ -151,7 +152,7 @@ func (c *cli) globalFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.allowCaps, "allow-caps", c.allowCaps, "comma-separated capability allow `list` for exec tasks (env TETHER_ALLOW_CAPS; default Nomad's exec list, without net_raw)")
 	fs.StringVar(&c.chrootEnv, "chroot-env", c.chrootEnv, "comma-separated `entries` (SRC or SRC:DST) an exec task's root is bound from, read-only (env TETHER_CHROOT_ENV; default Nomad's chroot_env)")
 	fs.StringVar(&c.logLevel, "log-level", c.logLevel, "log `level`: trace, debug, info, warn, error, off")
-	fs.DurationVar(&c.lockTimeout, "lock-timeout", c.lockTimeout, "how long to wait for the store's lock")
+	fs.DurationVar(&c.lockTimeout, "lock-timeout", c.lockTimeout, "how long to wait while another tether holds the store without letting go")
 }
 
 func (c *cli) main(args []string) int {
@@ -330,7 +331,7 @@ func (c *cli) fail(err error) int {
 func hint(err error) string {
 	switch {
 	case errors.Is(err, store.ErrLocked):
-		return "another tether command is using the store; retry when it is done, or raise --lock-timeout"
+		return "another tether command has held the store that long without letting go; see what it is doing, or raise --lock-timeout"
 	case errors.Is(err, store.ErrNotStore):
 		return "" // the store's message says what to do
 	case errors.Is(err, store.ErrCorrupt):
