@@ -331,7 +331,7 @@ func (c *cli) fail(err error) int {
 func hint(err error) string {
 	switch {
 	case errors.Is(err, store.ErrLocked):
-		return "another tether command has held the store that long without letting go; see what it is doing, or raise --lock-timeout"
+		return "another tether command has held the store that long without letting go: see what it is doing and retry when it is done, or raise --lock-timeout"
 	case errors.Is(err, store.ErrNotStore):
 		return "" // the store's message says what to do
 	case errors.Is(err, store.ErrCorrupt):
