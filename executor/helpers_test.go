@@ -216,6 +216,9 @@ func spawn(t *testing.T, m marker, dir string) *Client {
 			t.Errorf("Shutdown: %v", err)
 		}
 		c.Close()
+		// An executor that answered its waiters writes its exit record
+		// next: its task directory is done with once it is dead.
+		waitDead(t, id)
 		removeTaskCgroup(t, id)
 	})
 	return c
