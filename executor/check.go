@@ -23,8 +23,15 @@ import (
 // will see it.
 func CheckSpec(spec LaunchSpec) error {
 	h, err := cgroup.Probe()
-	if err != nil {
-		return checkSpec(spec, cgroup.Host{}, err)
+	return CheckSpecOn(spec, h, err)
+}
+
+// CheckSpecOn is CheckSpec on a layout the caller probed already (probeErr
+// is cgroup.Probe's error, if it failed): a driver that checks many specs
+// probes once.
+func CheckSpecOn(spec LaunchSpec, h cgroup.Host, probeErr error) error {
+	if probeErr != nil {
+		return checkSpec(spec, cgroup.Host{}, probeErr)
 	}
 	return checkSpec(spec, h, h.Usable())
 }

@@ -108,6 +108,7 @@ func TestContain_CgroupLifecycle(t *testing.T) {
 	if err != nil || x.Code != 0 || x.OOM {
 		t.Fatalf("Stop = %+v %v, want exit code 0", x, err)
 	}
+	waitDead(t, c.Identity()) // it removes the cgroup after it answered
 	checkGone(t, cg)
 	waitDead(t, c.Identity()) // the record is written after the waiters are answered
 	rec, ok, err := ReadExitRecord(dir)
@@ -142,6 +143,7 @@ func TestContain_DescendantsKilledWhenTaskExits(t *testing.T) {
 	if start != 0 && alivePID(pid, start) {
 		t.Fatalf("the setsid'd orphan %d outlived its task's Wait", pid)
 	}
+	waitDead(t, c.Identity()) // it removes the cgroup after it answered
 	checkGone(t, cg)
 }
 
@@ -168,6 +170,7 @@ func TestContain_StopKillsTheWholeCgroup(t *testing.T) {
 		t.Fatalf("Stop = %+v %v, want killed", x, err)
 	}
 	assertNoMarked(t, m)
+	waitDead(t, c.Identity()) // it removes the cgroup after it answered
 	checkGone(t, cg)
 }
 
@@ -244,6 +247,7 @@ func TestContain_PidsLimit(t *testing.T) {
 	if _, err := c.Stop(ctx, syscall.SIGKILL, 0); err != nil {
 		t.Fatal(err)
 	}
+	waitDead(t, c.Identity()) // it removes the cgroup after it answered
 	checkGone(t, cg)
 }
 
@@ -294,6 +298,7 @@ func TestContain_DirectStartLeavesNoThreadBehind(t *testing.T) {
 	if _, err := c.Stop(ctx, syscall.SIGKILL, 0); err != nil {
 		t.Fatal(err)
 	}
+	waitDead(t, c.Identity()) // it removes the cgroup after it answered
 	checkGone(t, cg)
 }
 

@@ -40,9 +40,9 @@
 //     cgroup and confirms it empty, SIGKILLs whatever else is left of its
 //     tree (group members, reparented orphans) until it has no child at
 //     all, and lets the output copies reach the end of their pipes;
-//  9. then reads the cgroup's OOM kill count into the exit status, removes
-//     the cgroup, answers every waiting client (a driver that has the
-//     status records it itself), writes the task's exit status to
+//  9. then reads the cgroup's OOM kill count into the exit status, answers
+//     every waiting client (a driver that has the status records it
+//     itself), removes the cgroup, writes the task's exit status to
 //     ExitStatusFile atomically and durably (for a driver that was away),
 //     removes its socket and exits. An executor never outlives its task.
 //

@@ -851,24 +851,30 @@ func (s *server) completeTask() {
 	if s.oomKilled() {
 		s.task.exit.OOM = true
 	}
+	restart := s.restartNext()
+	if !restart {
+		// The task has ended for good: whoever waits for it (a driver's
+		// Stop or Wait) has its status before the cgroup's removal and the
+		// exit record's fsync, which are for a driver that is away.
+		s.answerWaiters()
+	}
 	if !s.cgGaveUp {
 		s.removeCgroup()
 	}
 	s.release()
-	if s.restartNext() {
+	if restart {
 		return // journalled a restart; the relaunch follows its delay
 	}
 	s.writeExit()
 }
 
 // writeExit records the last run's exit status on disk and ends the
-// executor. The waiters connected now (a driver's Stop or Wait) are
-// answered first: they have the status in hand and record it in their
+// executor. The waiters connected by then (a driver's Stop or Wait) were
+// answered already: they have the status in hand and record it in their
 // log, so they need not wait for the record's fsync (nor keep the
 // executor alive for it: a driver that has its answer may kill it by
 // identity at once). The record is for a driver that is away.
 func (s *server) writeExit() {
-	s.answerWaiters()
 	rec := ExitRecord{Exit: s.task.exit, Nonce: s.nonce, BootID: s.id.BootID, PID: s.task.pid, StartTime: s.task.start}
 	code := 0
 	if err := writeFileAtomic(s.taskDir, ExitStatusFile, rec); err != nil {
