@@ -62,7 +62,7 @@ func (c *cli) cmdStop(args []string) int {
 	go func() {
 		if _, ok := <-sigs; ok {
 			fmt.Fprintf(c.stderr, "tether: %s: interrupted, killing the task now\n", info.ID)
-			c.killNow(ctx, s, info)
+			_, _ = s.d.StopTask(ctx, info.ID, syscall.SIGKILL, time.Nanosecond)
 		}
 	}()
 	final, err := s.d.StopTask(ctx, info.ID, sig, *timeout)
@@ -71,44 +71,6 @@ func (c *cli) cmdStop(args []string) int {
 	}
 	fmt.Fprintf(c.stdout, "%s %s\n", info.ID, describeEnd(final))
 	return exitOK
-}
-
-// killNowTimeout bounds killNow's own question to the executor.
-const killNowTimeout = 30 * time.Second
-
-// killNow escalates a stop under way in this process to SIGKILL at once.
-// StopTask with SIGKILL hands the escalation to the task's owner, which
-// passes it to the executor over the connection the owner holds. A stop of
-// a task this process did not start holds no such connection: its kill
-// reattached to the executor inside the effect, out of the owner's reach,
-// and would sit out the recorded grace (kill_timeout "999999h"). So the
-// executor is also asked directly, through its proven identity: a second
-// Stop with SIGKILL kills the task's group at once, and the kill in flight
-// collects the exit and records the task stopped.
-func (c *cli) killNow(ctx context.Context, s *session, info driver.TaskInfo) {
-	go func() { _, _ = s.d.StopTask(ctx, info.ID, syscall.SIGKILL, time.Nanosecond) }()
-	if info.Executor == nil {
-		return // nothing launched: the driver's kill by nonce is all there is
-	}
-	cmd, err := executorCommand()
-	if err != nil {
-		c.log.Warn("cannot ask the executor to kill at once", "task_id", info.ID, "err", err)
-		return
-	}
-	world := driver.NewReal(c.stateDir, cmd, c.log.Named("driver"))
-	kctx, cancel := context.WithTimeout(ctx, killNowTimeout)
-	defer cancel()
-	h, err := world.Reattach(kctx, info.ID, *info.Executor)
-	if err != nil {
-		// Gone, or not provably ours: the driver's kill by identity
-		// decides, never a signal on an unproven pid.
-		c.log.Debug("executor not reattached for the kill", "task_id", info.ID, "err", err)
-		return
-	}
-	defer h.Close()
-	if _, err := h.Stop(kctx, syscall.SIGKILL, 0); err != nil {
-		c.log.Debug("executor's kill", "task_id", info.ID, "err", err)
-	}
 }
 
 func (c *cli) cmdRecover(args []string) int {
