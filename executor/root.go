@@ -41,15 +41,7 @@ type bindMount struct {
 	Dst  string `json:"dst"`
 	File bool   `json:"file,omitempty"` // Src is a regular file
 	Link string `json:"link,omitempty"`
-	// Mode, when not 0, is set on the bound directory, as chmod(2) takes
-	// it (the task's tmp/ gets tmpMode).
-	Mode uint32 `json:"mode,omitempty"`
 }
-
-// tmpMode is the task's tmp/ as the task sees it at /tmp: 1777, as /tmp
-// is (taskDirs makes it so; the shim sets it on the bind again, as chmod(2)
-// takes it, in case the directory was made before).
-const tmpMode = 0o1777
 
 // rootPlan is the exec task's root, computed by the executor and built by
 // the shim in the task's mount namespace (so that every mount of it
@@ -158,11 +150,7 @@ func planRoot(taskDir string, chroot []string) (*rootPlan, error) {
 	// Parents before children: a bind inside another lands on it.
 	slices.SortStableFunc(p.System, func(a, b bindMount) int { return strings.Compare(a.Dst, b.Dst) })
 	for _, d := range taskDirs {
-		b := bindMount{Src: filepath.Join(taskDir, d.name), Dst: "/" + d.name}
-		if d.name == TaskTmpDir {
-			b.Mode = tmpMode
-		}
-		p.Task = append(p.Task, b)
+		p.Task = append(p.Task, bindMount{Src: filepath.Join(taskDir, d.name), Dst: "/" + d.name})
 	}
 	// inRoot is where the task would see host path h, if it sees it.
 	inRoot := func(h string) (string, bool) {
@@ -244,11 +232,6 @@ func (p *rootPlan) build() error {
 	for _, b := range p.Task {
 		if err := bindInto(b, in(b.Dst), taskAttrs); err != nil {
 			return err
-		}
-		if b.Mode != 0 {
-			if err := unix.Chmod(in(b.Dst), b.Mode); err != nil {
-				return fmt.Errorf("chmod %s %04o: %w", b.Dst, b.Mode, err)
-			}
 		}
 	}
 	if err := buildDev(in("/dev")); err != nil {
