@@ -674,8 +674,8 @@ func (s *server) signalMain(sig syscall.Signal) error {
 	return p.signal(sig)
 }
 
-// waitFor answers now if the task is over, or when it is (writeExit,
-// just before the exit status is written to disk).
+// waitFor answers now if the task is over, or when it is (completeTask,
+// once it has ended for good).
 func (s *server) waitFor(sc *sconn, id uint64) {
 	if s.complete {
 		st := s.status()

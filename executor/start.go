@@ -165,7 +165,11 @@ func (s *server) startTask(spec LaunchSpec) (launched, error) {
 		l.join.cfg.Root, l.join.cfg.Path = nil, ""
 		return l, nil
 	}
-	if s.canStartDirectly(exec, tu, cfg.OOMScoreAdj) {
+	// Exec tasks go through the shim (namespaces, root, capabilities), and
+	// so does a task with a user: the shim changes to the working directory
+	// before it switches user, for a task directory the user cannot
+	// traverse.
+	if !exec && !tu.set() {
 		attr := &syscall.ProcAttr{Dir: cfg.Dir, Env: envList(env), Sys: sys,
 			Files: []uintptr{devnull.Fd(), childEnds[0].Fd(), childEnds[1].Fd()}}
 		pid, err := s.startDirectly(cfg, append([]string{spec.Command}, spec.Args...), attr)
@@ -217,32 +221,20 @@ func (s *server) startTask(spec LaunchSpec) (launched, error) {
 	return started(pid, start)
 }
 
-// canStartDirectly says whether the task can be started without the init
-// shim: a raw_exec task that runs as the executor's user (the shim changes
-// to the working directory before it switches user, for a task directory
-// the user cannot traverse), whose oom_score_adj the executor can take on
-// for the fork and give up again (the same as its own, or the executor is
-// root). Exec tasks always go through the shim (namespaces, root,
-// capabilities).
-func (s *server) canStartDirectly(exec bool, tu taskUser, adj int) bool {
-	if exec || tu.set() {
-		return false
-	}
-	if own, err := cgroup.OOMScoreAdj(0); err != nil || own != adj && os.Geteuid() != 0 {
-		return false
-	}
-	return true
-}
-
 // startDirectly forks and execs a raw_exec task from the executor without
 // the shim: contained from its first instruction by cgroup.ForkExec (or
 // uncontained where there is no cgroup), with the task's oom_score_adj,
-// which a child inherits, taken on by the executor for the fork only.
-// cgroup.ErrThreadMove means the caller should use the shim instead.
+// which a child inherits, taken on by the executor for the fork only (a
+// non-root executor could not lower its own again: then the shim sets
+// the task's). cgroup.ErrThreadMove means the caller should use the shim
+// instead.
 func (s *server) startDirectly(cfg shimConfig, argv []string, attr *syscall.ProcAttr) (int, error) {
 	own, err := cgroup.OOMScoreAdj(0)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", cgroup.ErrThreadMove, err)
+	}
+	if own != cfg.OOMScoreAdj && os.Geteuid() != 0 {
+		return 0, fmt.Errorf("%w: oom_score_adj %d is not the executor's %d, which it could not take back", cgroup.ErrThreadMove, cfg.OOMScoreAdj, own)
 	}
 	if own != cfg.OOMScoreAdj {
 		if err := cgroup.SetOOMScoreAdj(cfg.OOMScoreAdj); err != nil {
