@@ -37,12 +37,12 @@ type Real struct {
 	hostDone bool
 }
 
-// cgroupHost returns the host's cgroup layout, probing it the first time
-// or when fresh is set.
+// cgroupHost returns the host's cgroup layout, probing it the first time,
+// after a probe that failed, or when fresh is set.
 func (r *Real) cgroupHost(fresh bool) (cgroup.Host, error) {
 	r.hostMu.Lock()
 	defer r.hostMu.Unlock()
-	if !r.hostDone || fresh {
+	if !r.hostDone || r.hostErr != nil || fresh {
 		r.host, r.hostErr = cgroup.Probe()
 		r.hostDone = true
 	}
