@@ -42,8 +42,13 @@ func newTmpfsEnv(t *testing.T, size int) *env {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0700", size)); err != nil {
-		t.Skipf("mounting a tmpfs for the state directory needs root (CAP_SYS_ADMIN) and a kernel with tmpfs: %v", err)
+	switch err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0700", size)); {
+	case errors.Is(err, unix.EPERM):
+		t.Skipf("mounting a tmpfs for the state directory needs root (CAP_SYS_ADMIN): %v", err)
+	case errors.Is(err, unix.ENODEV):
+		t.Skipf("needs a kernel with tmpfs: %v", err)
+	case err != nil:
+		t.Fatalf("mount a tmpfs for the state directory: %v", err)
 	}
 	// Cleanups run last first: the leak check (registered after) runs
 	// before the unmount.
