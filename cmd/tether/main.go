@@ -103,6 +103,9 @@ func commands() []command {
 		{name: "check", args: "", summary: "verify the store: checksums, legal paths, index", run: (*cli).cmdCheck},
 		{name: "gc", args: "[--older-than DUR]", summary: "remove terminal tasks and their directories, compact the store", run: (*cli).cmdGC},
 		{name: "debug", args: "crashpoints|faultpoints|host", summary: "list the crash or fault injection points, or what the host can contain", run: (*cli).cmdDebug},
+		{name: "agent", args: "[--config-dir DIR] [--once]", summary: "serve the state directory in the foreground and keep its desired tasks running", run: (*cli).cmdAgent},
+		{name: "enable", args: "[--task NAME] FILE.hcl", summary: "register a task file's task with the agent: started, and kept running", run: (*cli).cmdEnable},
+		{name: "disable", args: "NAME", summary: "unregister a desired task; its task is stopped", run: (*cli).cmdDisable},
 	}
 }
 
