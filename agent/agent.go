@@ -72,6 +72,7 @@ type Agent struct {
 	d    *driver.Driver
 	conv *converger
 
+	serving   chan struct{} // closed once Run's socket listens
 	closeOnce sync.Once
 }
 
@@ -139,10 +140,15 @@ func Open(cfg Config) (a *Agent, err error) {
 		_ = st.Close()
 		return nil, err
 	}
-	a = &Agent{cfg: cfg, log: cfg.Logger, lock: lock, st: st, d: d}
+	a = &Agent{cfg: cfg, log: cfg.Logger, lock: lock, st: st, d: d, serving: make(chan struct{})}
 	a.conv = newConverger(a)
 	return a, nil
 }
+
+// Serving is closed once Run's socket accepts connections (clients
+// connecting from then on are served; the desired state converges after
+// Recover).
+func (a *Agent) Serving() <-chan struct{} { return a.serving }
 
 // Driver is the agent's driver.
 func (a *Agent) Driver() *driver.Driver { return a.d }
@@ -168,6 +174,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, ln) }()
 	a.log.Info("agent serving", "socket", SocketPath(a.cfg.StateDir), "pid", os.Getpid(), "config_dir", a.cfg.ConfigDir)
+	close(a.serving)
 
 	a.recover(ctx)
 	var events <-chan fsnotify.Event
