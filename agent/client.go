@@ -125,11 +125,15 @@ func (c *Client) connect(ctx context.Context) (*net.UnixConn, error) {
 		}
 		return nil, err
 	}
-	if err := writeFrame(conn, hello{Magic: protocolMagic, Version: ProtocolVersion}); err != nil {
-		return fail(fmt.Errorf("agent: send hello to %s: %w", c.socket, err))
-	}
+	// An agent that refuses this client says why and closes without
+	// reading its hello: the answer is read even if the hello could not be
+	// sent.
+	werr := writeFrame(conn, hello{Magic: protocolMagic, Version: ProtocolVersion})
 	b, err := readFrame(conn, 4096)
 	if err != nil {
+		if werr != nil && !errors.Is(werr, os.ErrDeadlineExceeded) {
+			return fail(fmt.Errorf("agent: send hello to %s: %w", c.socket, werr))
+		}
 		return fail(fmt.Errorf("agent: hello from %s: %w", c.socket, err))
 	}
 	h, err := decodeHello(b)
@@ -205,6 +209,17 @@ func (c *Client) call(ctx context.Context, req Request, progress func(Response) 
 	}
 }
 
+// callTask is call for a request about one task: an id the driver would
+// refuse is refused here with the driver's own error (the agent refuses it
+// too, as a bad request), so that the caller sees what it would see
+// in-process.
+func (c *Client) callTask(ctx context.Context, req Request, progress func(Response) bool) (Response, error) {
+	if err := driver.ValidateTaskID(req.ID); err != nil {
+		return Response{}, err
+	}
+	return c.call(ctx, req, progress)
+}
+
 func taskOf(r Response) fsm.Task {
 	if r.Task == nil {
 		return fsm.Task{}
@@ -215,26 +230,26 @@ func taskOf(r Response) fsm.Task {
 // StartTask is driver.StartTask through the agent (the agent applies its
 // own allow lists).
 func (c *Client) StartTask(ctx context.Context, id string, spec fsm.Spec) (fsm.Task, error) {
-	r, err := c.call(ctx, Request{Op: OpStart, ID: id, Spec: &spec}, nil)
+	r, err := c.callTask(ctx, Request{Op: OpStart, ID: id, Spec: &spec}, nil)
 	return taskOf(r), err
 }
 
 // StopTask is driver.StopTask through the agent.
 func (c *Client) StopTask(ctx context.Context, id string, sig syscall.Signal, grace time.Duration) (fsm.Task, error) {
-	r, err := c.call(ctx, Request{Op: OpStop, ID: id, Signal: int(sig), Grace: grace}, nil)
+	r, err := c.callTask(ctx, Request{Op: OpStop, ID: id, Signal: int(sig), Grace: grace}, nil)
 	return taskOf(r), err
 }
 
 // SignalTask is driver.SignalTask (main: driver.SignalMain) through the
 // agent.
 func (c *Client) SignalTask(ctx context.Context, id string, sig syscall.Signal, main bool) error {
-	_, err := c.call(ctx, Request{Op: OpSignal, ID: id, Signal: int(sig), Main: main}, nil)
+	_, err := c.callTask(ctx, Request{Op: OpSignal, ID: id, Signal: int(sig), Main: main}, nil)
 	return err
 }
 
 // InspectTask is driver.InspectTask through the agent.
 func (c *Client) InspectTask(ctx context.Context, id string) (driver.TaskInfo, error) {
-	r, err := c.call(ctx, Request{Op: OpInspect, ID: id}, nil)
+	r, err := c.callTask(ctx, Request{Op: OpInspect, ID: id}, nil)
 	if r.Info == nil {
 		return driver.TaskInfo{}, err
 	}
@@ -243,7 +258,7 @@ func (c *Client) InspectTask(ctx context.Context, id string) (driver.TaskInfo, e
 
 // TaskEvents is driver.TaskEvents through the agent.
 func (c *Client) TaskEvents(ctx context.Context, id string) ([]fsm.Event, error) {
-	r, err := c.call(ctx, Request{Op: OpEvents, ID: id}, nil)
+	r, err := c.callTask(ctx, Request{Op: OpEvents, ID: id}, nil)
 	return r.Events, err
 }
 
@@ -259,7 +274,7 @@ func (c *Client) LoadTasks(ctx context.Context, which store.Selection) (store.Sc
 // FollowTask is driver.FollowTask through the agent: fn is called on the
 // caller's goroutine with each state the agent streams.
 func (c *Client) FollowTask(ctx context.Context, id string, fn func(fsm.Task)) (fsm.Task, error) {
-	r, err := c.call(ctx, Request{Op: OpFollow, ID: id}, func(r Response) bool {
+	r, err := c.callTask(ctx, Request{Op: OpFollow, ID: id}, func(r Response) bool {
 		if r.Task != nil {
 			fn(*r.Task)
 		}
@@ -270,7 +285,7 @@ func (c *Client) FollowTask(ctx context.Context, id string, fn func(fsm.Task)) (
 
 // WaitTask is driver.WaitTask through the agent.
 func (c *Client) WaitTask(ctx context.Context, id string) (fsm.Task, error) {
-	r, err := c.call(ctx, Request{Op: OpWait, ID: id}, nil)
+	r, err := c.callTask(ctx, Request{Op: OpWait, ID: id}, nil)
 	return taskOf(r), err
 }
 
@@ -295,7 +310,7 @@ func (c *Client) Recover(ctx context.Context) (driver.Report, error) {
 
 // TaskStats is driver.TaskStats through the agent.
 func (c *Client) TaskStats(ctx context.Context, id string) (cgroup.Stats, error) {
-	r, err := c.call(ctx, Request{Op: OpStats, ID: id}, nil)
+	r, err := c.callTask(ctx, Request{Op: OpStats, ID: id}, nil)
 	if r.Stats == nil {
 		return cgroup.Stats{}, err
 	}
