@@ -543,3 +543,13 @@ func desiredTasks(tx *bolt.Tx) (map[string]bool, error) {
 	})
 	return keep, err
 }
+
+// SpecEqual reports whether two specs are the same task: their record
+// forms (canonical: every field, nil and empty lists and maps alike) are
+// equal. A nil spec equals only nil.
+func SpecEqual(a, b *fsm.Spec) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return string(appendSpec(nil, a, specExtOf(a) != 0)) == string(appendSpec(nil, b, specExtOf(b) != 0))
+}

@@ -92,7 +92,17 @@ func (c *cli) cmdAgent(args []string) int {
 	if *once {
 		err = a.Once(ctx)
 	} else {
+		go func() {
+			select {
+			case <-a.Serving():
+				if err := agent.NotifyReady(); err != nil {
+					c.log.Warn("telling the service manager the agent is ready", "err", err)
+				}
+			case <-ctx.Done():
+			}
+		}()
 		err = a.Run(ctx)
+		_ = agent.NotifyStopping()
 	}
 	if err != nil {
 		return c.fail(err)
