@@ -474,3 +474,19 @@ func TestAgent_ConfigDirFilesStartReplaceAndStop(t *testing.T) {
 		t.Fatalf("status with a world-writable file: %+v", s)
 	}
 }
+
+// A state directory whose socket path is longer than a sockaddr_un holds is
+// served and dialled through its directory's descriptor.
+func TestAgent_LongStateDirPath(t *testing.T) {
+	state := filepath.Join(stateDir(t), strings.Repeat("d", 60), strings.Repeat("e", 60))
+	if len(SocketPath(state)) <= 108 {
+		t.Fatalf("path of %d bytes: not long enough", len(SocketPath(state)))
+	}
+	c := serveAgent(t, openAgent(t, Config{StateDir: state}))
+	if _, err := c.Status(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(SocketPath(state)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket: %v, %v", fi, err)
+	}
+}

@@ -323,6 +323,33 @@ func TestAgent_FileChangedReplacesRemovedStops(t *testing.T) {
 	}
 }
 
+// A task file that is a symbolic link within the config dir, to a file in
+// a subdirectory that inotify on the config dir does not see: SIGHUP reads
+// it again.
+func TestAgent_SIGHUPReadsTheConfigDirAgain(t *testing.T) {
+	e := newAgentEnv(t)
+	dir := e.configDir()
+	sub := filepath.Join(dir, "real")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	real := e.serviceFile(sub, "svc", 3, "")
+	if err := os.Symlink("real/svc.hcl", filepath.Join(dir, "svc.hcl")); err != nil {
+		t.Fatal(err)
+	}
+	a := e.startAgent(nil, true, "--config-dir", dir)
+	c := e.client()
+	first := awaitEntry(t, c, "svc", "running", running)
+	e.serviceFile(sub, "svc", 3, `env { VERSION = "2" }`)
+	if err := a.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	second := awaitEntry(t, c, "svc", "replaced", func(en agent.Entry) bool { return en.Task != first.Task && running(en) })
+	if info, err := c.InspectTask(context.Background(), second.Task); err != nil || info.Spec.Env["VERSION"] != "2" {
+		t.Fatalf("after SIGHUP: %+v, %v; want the changed spec of %s", info.Spec, err, real)
+	}
+}
+
 // tether enable and disable, with an agent and without one.
 func TestAgent_EnableAndDisable(t *testing.T) {
 	e := newAgentEnv(t)
