@@ -28,7 +28,8 @@ type DialOptions struct {
 	// an agent that does not answer within it is reported (*WedgedError),
 	// never waited on for ever. A long request (a start waiting out a
 	// spawn, a follow) is not bounded by it: the agent's heartbeats say it
-	// is still working.
+	// is still working, and the silence allowed between two frames of an
+	// answer is at least two heartbeat intervals.
 	Deadline time.Duration
 }
 
@@ -179,15 +180,19 @@ func (c *Client) call(ctx context.Context, req Request, progress func(Response) 
 		}
 		return Response{}, fmt.Errorf("agent: send %s: %w", req.Op, err)
 	}
+	// Between two frames of an answer the agent is silent for at most a
+	// heartbeat's interval: a deadline shorter than two of them would
+	// call a working agent wedged.
+	silence := max(c.deadline, 2*HeartbeatInterval)
 	for {
-		_ = conn.SetReadDeadline(time.Now().Add(c.deadline))
+		_ = conn.SetReadDeadline(time.Now().Add(silence))
 		b, err := readFrame(conn, maxResponseFrame)
 		if err != nil {
 			if cerr := context.Cause(ctx); cerr != nil {
 				return Response{}, cerr
 			}
 			if errors.Is(err, os.ErrDeadlineExceeded) {
-				return Response{}, wedged("the answer to " + req.Op.String())
+				return Response{}, &WedgedError{PID: c.PID(), Socket: c.socket, Deadline: silence.String(), During: "the answer to " + req.Op.String()}
 			}
 			return Response{}, fmt.Errorf("agent: the answer to %s: %w (the agent may have exited)", req.Op, err)
 		}
