@@ -663,3 +663,145 @@ func parentOf(pid int) int {
 	ppid, _ := strconv.Atoi(f[1])
 	return ppid
 }
+
+// An agent of a user (nobody), not root: it serves its own state
+// directory; root's client is served (root is), a task file of a third
+// user is refused (neither root nor the agent's user), and its task runs
+// as that user.
+func TestAgent_NonRootAgent(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run the agent as another user (uid 65534)")
+	}
+	base, err := os.MkdirTemp("", "tether-nobody-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(base, "tether")
+	b, err := os.ReadFile(tetherBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	state, conf := filepath.Join(base, "state"), filepath.Join(base, "conf")
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{state, 0o700}, {conf, 0o755}} {
+		if err := os.Mkdir(d.path, d.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d.path, d.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(d.path, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { testproc.CheckGone(t, state, 10*time.Second) })
+	svc := writeFile(t, conf, "svc.hcl", fmt.Sprintf(`task "svc" {
+  driver = "raw_exec"
+  config {
+    command = "/bin/sleep"
+    args    = ["1000"]
+  }
+  env { MARK = %q }
+}
+`, state))
+	other := writeFile(t, conf, "other.hcl", strings.ReplaceAll(string(mustRead(t, svc)), `"svc"`, `"other"`))
+	for file, uid := range map[string]int{svc: 65534, other: 65533} {
+		if err := os.Chown(file, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Its notification socket, which the agent's user may send to.
+	nsock := filepath.Join(base, "notify")
+	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: nsock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notify.Close()
+	if err := os.Chmod(nsock, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan string, 1)
+	go func() {
+		buf := make([]byte, 512)
+		n, _ := notify.Read(buf) // ends when notify is closed
+		ready <- string(buf[:n])
+	}()
+	cmd := exec.Command(bin, "--state-dir", state, "agent", "--config-dir", conf)
+	cmd.Dir = base
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + base, "NOTIFY_SOCKET=" + nsock}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	logs := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	select {
+	case msg := <-ready:
+		if !strings.Contains(msg, "READY=1") {
+			t.Fatalf("the agent's notification: %q\n%s", msg, logs)
+		}
+	case err := <-exited:
+		t.Fatalf("the agent exited before it was ready: %v\n%s", err, logs)
+	}
+	c, err := agent.Dial(context.Background(), state, agent.DialOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.PID() != cmd.Process.Pid {
+		t.Fatalf("agent pid %d, client says %d", cmd.Process.Pid, c.PID())
+	}
+	s := await(t, c, "svc running", func(s agent.Status) bool {
+		en, ok := s.Entry("svc")
+		return ok && running(en) && len(s.Problems) == 1
+	})
+	if !strings.Contains(s.Problems[0], "other.hcl") || !strings.Contains(s.Problems[0], "owned by uid 65533, neither root nor the agent's user (uid 65534)") {
+		t.Fatalf("problems: %v; want other.hcl refused for its owner", s.Problems)
+	}
+	en, _ := s.Entry("svc")
+	info, err := c.InspectTask(context.Background(), en.Task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", info.TaskPID))
+	if err != nil || !strings.Contains(string(st), "\nUid:\t65534\t") {
+		t.Fatalf("svc's task runs as: %s, %v; want uid 65534", st, err)
+	}
+	if fi, err := os.Stat(agent.SocketPath(state)); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 65534 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket: %v, %v; want nobody's, 0600", fi, err)
+	}
+	if _, err := c.StopTask(context.Background(), en.Task, 0, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-exited; err != nil {
+		t.Fatalf("the agent on SIGTERM: %v\n%s", err, logs)
+	}
+	exited <- nil
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
