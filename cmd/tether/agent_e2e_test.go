@@ -744,8 +744,9 @@ func TestAgent_NonRootAgent(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	var waitErr error
+	exited := make(chan struct{})
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-exited
@@ -755,8 +756,8 @@ func TestAgent_NonRootAgent(t *testing.T) {
 		if !strings.Contains(msg, "READY=1") {
 			t.Fatalf("the agent's notification: %q\n%s", msg, logs)
 		}
-	case err := <-exited:
-		t.Fatalf("the agent exited before it was ready: %v\n%s", err, logs)
+	case <-exited:
+		t.Fatalf("the agent exited before it was ready: %v\n%s", waitErr, logs)
 	}
 	c, err := agent.Dial(context.Background(), state, agent.DialOptions{})
 	if err != nil {
@@ -791,10 +792,10 @@ func TestAgent_NonRootAgent(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-exited; err != nil {
-		t.Fatalf("the agent on SIGTERM: %v\n%s", err, logs)
+	<-exited
+	if waitErr != nil {
+		t.Fatalf("the agent on SIGTERM: %v\n%s", waitErr, logs)
 	}
-	exited <- nil
 }
 
 func mustRead(t *testing.T, path string) []byte {
