@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -161,6 +162,9 @@ func readBeneath(dfd int, dir, name string) ([]byte, error) {
 	if err := trusted("the file", &st); err != nil {
 		return nil, err
 	}
+	if err := trustedPath(dir, fd); err != nil {
+		return nil, err
+	}
 	if st.Size > maxTaskFile {
 		return nil, fmt.Errorf("%w: %d bytes (at most %d)", ErrConfigDir, st.Size, maxTaskFile)
 	}
@@ -172,4 +176,27 @@ func readBeneath(dfd int, dir, name string) ([]byte, error) {
 		return nil, fmt.Errorf("agent: read: %w", err)
 	}
 	return src, nil
+}
+
+// trustedPath checks the directories between dir and the file open at fd
+// (a task file reached through a symbolic link into a subdirectory): each
+// must be trusted as dir is, or someone else could have put the file there.
+func trustedPath(dir string, fd int) error {
+	real, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil {
+		return fmt.Errorf("%w: where does it lead: %w", ErrConfigDir, err)
+	}
+	if !strings.HasPrefix(real, dir+"/") {
+		return fmt.Errorf("%w: it leads to %s, out of %s", ErrConfigDir, real, dir)
+	}
+	for d := filepath.Dir(real); d != dir; d = filepath.Dir(d) {
+		var st unix.Stat_t
+		if err := unix.Lstat(d, &st); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrConfigDir, d, err)
+		}
+		if err := trusted("its directory "+d, &st); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -75,6 +75,18 @@ func TestScanConfigDir_ReadsTaskFilesRefusesUnsafeOnes(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, "sub.hcl"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// A link into a subdirectory others may write to: refused.
+	shared := filepath.Join(dir, "shared")
+	if err := os.Mkdir(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	writeSpecs(t, filepath.Join(shared, "x.json"), sleeper("x", "m"))
+	if err := os.Symlink("shared/x.json", filepath.Join(dir, "viashared.hcl")); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "bad.hcl"), []byte("{"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -101,6 +113,7 @@ func TestScanConfigDir_ReadsTaskFilesRefusesUnsafeOnes(t *testing.T) {
 		"escape.hcl":    "symbolic link out of",
 		"relescape.hcl": "symbolic link out of",
 		"sub.hcl":       "not a regular file",
+		"viashared.hcl": "its directory " + shared + " is writable by its group or by others (mode 0777)",
 		"bad.hcl":       "unexpected end of JSON input",
 		"nobody.hcl":    "owned by uid 65534, neither root nor the agent's user",
 		".hidden.hcl":   "",
