@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -73,8 +74,11 @@ type Agent struct {
 	conv *converger
 
 	serving   chan struct{} // closed once Run's socket listens
+	started   atomic.Bool   // Run or Once was called
 	closeOnce sync.Once
 }
+
+var errStarted = errors.New("agent: Run or Once was called already: an agent serves once")
 
 var _ Service = (*Agent)(nil)
 
@@ -158,6 +162,9 @@ func (a *Agent) Driver() *driver.Driver { return a.d }
 // task. A socket a killed agent left is removed first (the agent lock says
 // no agent serves it).
 func (a *Agent) Run(ctx context.Context) error {
+	if a.started.Swap(true) {
+		return errStarted
+	}
 	ln, err := listen(a.cfg.StateDir, func() {
 		a.log.Info("removed the socket a killed agent left", "socket", SocketPath(a.cfg.StateDir))
 	})
@@ -202,6 +209,9 @@ func (a *Agent) Run(ctx context.Context) error {
 // and returns. It serves no socket (for cron's @reboot, or a boot script
 // before the agent runs).
 func (a *Agent) Once(ctx context.Context) error {
+	if a.started.Swap(true) {
+		return errStarted
+	}
 	a.recover(ctx)
 	return a.conv.run(ctx, true, nil, nil)
 }
