@@ -1,0 +1,7 @@
+//go:build linux
+
+package seccomp
+
+const helperCensus = "seccomp-census"
+
+func runCensus(args []string) int { return 2 }
