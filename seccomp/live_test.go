@@ -4,6 +4,7 @@ package seccomp
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -283,4 +284,24 @@ func printStatus() int {
 	}
 	fmt.Println(m)
 	return 0
+}
+
+// TestCheckHost: this host filters (the live test shows it), and the
+// status field is read as the kernel writes it.
+func TestCheckHost(t *testing.T) {
+	if err := CheckHost(); err != nil {
+		if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "--allow-seccomp unconfined") {
+			t.Fatalf("CheckHost: %v: not ErrUnsupported with what to do", err)
+		}
+		t.Skipf("this kernel has no seccomp filter: %v", err)
+	}
+	if !hasSeccompField([]byte("Name:\tx\nSeccomp:\t0\nSeccomp_filters:\t0\n")) {
+		t.Error("the Seccomp field was not found")
+	}
+	if hasSeccompField([]byte("Name:\tx\nNoNewPrivs:\t0\n")) {
+		t.Error("a status without Seccomp was taken for one with it")
+	}
+	if m, err := Mode(); err != nil || m != 0 {
+		t.Errorf("the test binary's seccomp mode: %d %v, want 0", m, err)
+	}
 }
