@@ -16,6 +16,7 @@ func TestMain(m *testing.M) {
 	testproc.Dispatch(map[string]func([]string) int{
 		helperLive:   runLive,
 		helperCensus: runCensus,
+		helperBench:  runBench,
 	})
 	os.Exit(m.Run())
 }

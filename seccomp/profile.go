@@ -187,11 +187,12 @@ func validateRule(r *mobyseccomp.Syscall) error {
 		return fmt.Errorf("%w: null rule", ErrBadRule)
 	}
 	names := r.Names
-	if r.Name != "" {
+	//lint:ignore SA1019 older profiles still say "name", which Docker and moby accept
+	if single := r.Name; single != "" {
 		if len(r.Names) != 0 {
 			return field("name", fmt.Errorf("%w: both name and names; use names", ErrBadRule))
 		}
-		names = []string{r.Name}
+		names = []string{single}
 	}
 	if len(names) == 0 {
 		return field("names", fmt.Errorf("%w: a rule names no syscall", ErrBadRule))
