@@ -51,11 +51,82 @@ func TestInstall_Live(t *testing.T) {
 	t.Logf("%s", out)
 }
 
+// TestInstall_NonRoot installs the filter in a process of user nobody
+// with no capability, as a non-root exec task's shim does: no privilege
+// is needed (no_new_privs), and the floor refuses what the kernel would
+// let an unprivileged user do (its own user namespace, its own keys).
+func TestInstall_NonRoot(t *testing.T) {
+	if err := CheckHost(); err != nil {
+		t.Skipf("this kernel has no seccomp filter: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("switching to user nobody needs root")
+	}
+	// The test binary where nobody can run it.
+	dir := t.TempDir()
+	for d := dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "seccomp.test")
+	data, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, helperLive, "nonroot")
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte(liveOK)) {
+		t.Fatalf("helper as nobody: %v\n%s", err, out)
+	}
+}
+
+// runNonRoot is TestInstall_NonRoot's helper.
+func runNonRoot() int {
+	if os.Geteuid() == 0 {
+		fmt.Println("FAIL the helper runs as root")
+		return 1
+	}
+	f, err := Compile(Default(), Options{})
+	if err == nil {
+		err = f.Install()
+	}
+	if err != nil {
+		fmt.Println("FAIL install as nobody:", err)
+		return 1
+	}
+	c := &liveChecks{}
+	const eperm = syscall.EPERM
+	c.errno("keyctl(GET_KEYRING_ID, @s)", eperm, unix.SYS_KEYCTL, unix.KEYCTL_GET_KEYRING_ID, 0xfffffffd, 0)
+	c.errno("add_key", eperm, unix.SYS_ADD_KEY, ptr("tether-no-such-type"), ptr("x"), 0, 0, 0xfffffffd)
+	c.errno("unshare(CLONE_NEWUSER)", eperm, unix.SYS_UNSHARE, unix.CLONE_NEWUSER)
+	c.errno("clone(CLONE_NEWUSER|CLONE_THREAD)", eperm, unix.SYS_CLONE, unix.CLONE_NEWUSER|unix.CLONE_THREAD)
+	c.errno("clone3", syscall.ENOSYS, unix.SYS_CLONE3, 0, 0)
+	c.errno("getpid", 0, unix.SYS_GETPID)
+	c.n++
+	if m, err := Mode(); err != nil || m != 2 {
+		c.fail("seccomp mode %d %v, want 2", m, err)
+	}
+	if c.failed {
+		return 1
+	}
+	fmt.Printf("%s (%d)\n", liveOK, c.n)
+	return 0
+}
+
 // runLive is the helper of TestInstall_Live. It prints one line per
 // failed check and exits 1 if any failed.
 func runLive(args []string) int {
 	if len(args) == 1 && args[0] == "status" {
 		return printStatus()
+	}
+	if len(args) == 1 && args[0] == "nonroot" {
+		return runNonRoot()
 	}
 	dir := args[0]
 	// Private mounts, so nothing of a mount that got through would
