@@ -9,10 +9,13 @@ require (
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/hcl/v2 v2.25.0
 	github.com/looplab/fsm v1.0.3
+	github.com/moby/profiles/seccomp v0.3.0
 	github.com/moby/sys/capability v0.5.0
+	github.com/opencontainers/runtime-spec v1.2.1
 	github.com/zclconf/go-cty v1.19.0
 	go.etcd.io/bbolt v1.5.0
 	go.uber.org/goleak v1.3.0
+	golang.org/x/net v0.46.0
 	golang.org/x/sys v0.50.0
 	pgregory.net/rapid v1.3.0
 )
