@@ -216,7 +216,17 @@ func (r *Root) WriteFrom(rel string, src io.Reader, limit int64, perm os.FileMod
 	}
 	ok = true
 	f.Close()
-	return n, unix.Fsync(dfd)
+	// dfd is an O_PATH descriptor, which fsync refuses: sync the directory
+	// through a readable one.
+	sfd, err := r.openat2(dfd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return n, r.errf("sync directory of", rel, err)
+	}
+	defer unix.Close(sfd)
+	if err := unix.Fsync(sfd); err != nil {
+		return n, r.errf("sync directory of", rel, err)
+	}
+	return n, nil
 }
 
 // ReadDir lists the directory rel (no symbolic link followed on the way).

@@ -344,4 +344,3 @@ func TestParseSignal_NamesAndNumbers(t *testing.T) {
 		}
 	}
 }
-

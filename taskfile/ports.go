@@ -243,4 +243,3 @@ func (a *Allocator) locked(fn func(*registry) error) error {
 	}
 	return nil
 }
-

@@ -40,8 +40,8 @@ var unsupportedFuncs = map[string]string{
 	"sockaddr":        "it reads the host's network layout through go-sockaddr; use ${attr.unique.network.ip-address} in env instead",
 	"executeTemplate": "named sub-templates are not supported",
 	"toYAML":          "YAML output is not supported", "parseYAML": "YAML input is not supported",
-	"toTOML":          "TOML output is not supported",
-	"spew_dump":       "debug dumps are not supported", "spew_sdump": "debug dumps are not supported", "spew_printf": "debug dumps are not supported",
+	"toTOML":    "TOML output is not supported",
+	"spew_dump": "debug dumps are not supported", "spew_sdump": "debug dumps are not supported", "spew_printf": "debug dumps are not supported",
 }
 
 // refusedFunc names the error for a server or unsupported function.
