@@ -116,6 +116,12 @@ func (r *Root) dir(rel string, create bool, perm os.FileMode, owner Owner) (int,
 			}
 		}
 		next, err := r.openat2(fd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+		if errors.Is(err, unix.ENOTDIR) {
+			var st unix.Stat_t
+			if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+				err = unix.ELOOP // a link where a directory must be: never followed
+			}
+		}
 		unix.Close(fd)
 		if err != nil {
 			return -1, r.errf("open directory", c, err)

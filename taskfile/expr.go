@@ -276,12 +276,13 @@ func (p *parser) checkVars(e hcl.Expression) hcl.Diagnostics {
 		if !ok {
 			continue
 		}
-		known := p.vars
+		_, known := p.declared[attr.Name]
 		word, how := "variable", fmt.Sprintf(`declare it with variable %q { type = string }`, attr.Name)
 		if root == "local" {
-			known, word, how = p.locals, "local value", "define it in a locals block"
+			_, known = p.locals[attr.Name]
+			word, how = "local value", "define it in a locals block"
 		}
-		if _, ok := known[attr.Name]; !ok {
+		if !known {
 			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Undeclared " + word,
 				Detail: fmt.Sprintf("%s.%s is not declared in this file: %s.", root, attr.Name, how), Subject: tr.SourceRange().Ptr()})
 		}

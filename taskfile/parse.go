@@ -61,6 +61,8 @@ type parser struct {
 	opts    Options
 	vars    map[string]cty.Value
 	locals  map[string]cty.Value
+	// declared are the variable names, set or not.
+	declared map[string]bool
 	// seen are a task file's top-level task names.
 	seen map[string]hcl.Range
 }
@@ -174,7 +176,10 @@ func (p *parser) value(a *hclsyntax.Attribute, want cty.Type) (cty.Value, bool) 
 	if diags.HasErrors() {
 		return cty.NilVal, false
 	}
-	if v.IsNull() || !v.IsWhollyKnown() {
+	if !v.IsWhollyKnown() {
+		return cty.NilVal, false // a variable or local that failed, reported where it failed
+	}
+	if v.IsNull() {
 		p.errorf(a.Expr.Range(), "Missing value", "%s must have a value.", a.Name)
 		return cty.NilVal, false
 	}

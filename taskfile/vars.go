@@ -119,6 +119,7 @@ func (p *parser) variables(body *hclsyntax.Body, opts Options) {
 	}
 
 	values := map[string]cty.Value{}
+	failed := map[string]bool{}
 	set := func(name, raw string, from string, rng *hcl.Range) {
 		d, ok := decls[name]
 		if !ok {
@@ -128,19 +129,11 @@ func (p *parser) variables(body *hclsyntax.Body, opts Options) {
 			}
 			return
 		}
-		var v cty.Value
-		if d.typ == cty.String || d.typ == cty.DynamicPseudoType {
-			v = cty.StringVal(raw)
-		} else {
-			expr, diags := hclsyntax.ParseExpression([]byte(raw), from, hcl.InitialPos)
-			if diags.HasErrors() {
-				p.errorf(d.rng, "Bad variable value", "The value given for %q by %s is not an HCL value: %s.", name, from, diags.Error())
-				return
-			}
-			if v, diags = expr.Value(nil); diags.HasErrors() {
-				p.errorf(d.rng, "Bad variable value", "The value given for %q by %s: %s.", name, from, diags.Error())
-				return
-			}
+		v, err := varValue(raw, d.typ, from)
+		if err != nil {
+			p.errorf(d.rng, "Bad variable value", "Variable %q must be a %s; %s gave %q (%v).", name, d.typ.FriendlyName(), from, raw, err)
+			failed[name] = true
+			return
 		}
 		values[name] = v
 	}
@@ -179,10 +172,15 @@ func (p *parser) variables(body *hclsyntax.Body, opts Options) {
 	}
 
 	p.vars = map[string]cty.Value{}
+	p.declared = map[string]bool{}
 	for _, name := range order {
+		p.declared[name] = true
 		d := decls[name]
 		v, ok := values[name]
 		switch {
+		case failed[name]:
+			p.vars[name] = cty.DynamicVal // reported: what uses it is not
+			continue
 		case ok:
 		case d.def != nil:
 			v = *d.def
@@ -194,6 +192,7 @@ func (p *parser) variables(body *hclsyntax.Body, opts Options) {
 			cv, err := convert.Convert(v, d.typ)
 			if err != nil {
 				p.errorf(d.rng, "Bad variable value", "Variable %q must be a %s: %v.", name, d.typ.FriendlyName(), err)
+				p.vars[name] = cty.DynamicVal
 				continue
 			}
 			v = cv
@@ -204,6 +203,9 @@ func (p *parser) variables(body *hclsyntax.Body, opts Options) {
 	for _, name := range order {
 		d := decls[name]
 		if _, ok := p.vars[name]; !ok {
+			continue
+		}
+		if !p.vars[name].IsWhollyKnown() {
 			continue
 		}
 		for _, vb := range d.checks {
@@ -309,4 +311,27 @@ func listOr(l []string, none string) string {
 		return none
 	}
 	return strings.Join(l, ", ")
+}
+
+// varValue reads a -var or NOMAD_VAR_ text as a value of typ: a string
+// as is; a number or bool from its text; a collection as an HCL value.
+func varValue(raw string, typ cty.Type, from string) (cty.Value, error) {
+	if typ == cty.String || typ == cty.DynamicPseudoType {
+		return cty.StringVal(raw), nil
+	}
+	if typ.IsPrimitiveType() {
+		return convert.Convert(cty.StringVal(strings.TrimSpace(raw)), typ)
+	}
+	expr, diags := hclsyntax.ParseExpression([]byte(raw), from, hcl.InitialPos)
+	if diags.HasErrors() {
+		return cty.NilVal, fmt.Errorf("not an HCL value: %s", diags[0].Summary)
+	}
+	if len(expr.Variables()) > 0 {
+		return cty.NilVal, fmt.Errorf("a value cannot name variables")
+	}
+	v, diags := expr.Value(nil)
+	if diags.HasErrors() {
+		return cty.NilVal, fmt.Errorf("%s", diags[0].Summary)
+	}
+	return convert.Convert(v, typ)
 }
