@@ -38,12 +38,11 @@ type Options struct {
 
 // varDecl is a variable block.
 type varDecl struct {
-	name     string
-	typ      cty.Type
-	def      *cty.Value
-	rng      hcl.Range
-	checks   []*hclsyntax.Block
-	hasValue bool
+	name   string
+	typ    cty.Type
+	def    *cty.Value
+	rng    hcl.Range
+	checks []*hclsyntax.Block
 }
 
 // variables reads the file's variable, variables and locals blocks and

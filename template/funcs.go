@@ -408,11 +408,11 @@ func num(v any) (float64, error) {
 }
 
 func isInt(v any) bool {
-	switch v.(type) {
+	switch v := v.(type) {
 	case int, int64, int32, uint64, uint:
 		return true
 	case string:
-		_, err := strconv.ParseInt(strings.TrimSpace(v.(string)), 10, 64)
+		_, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		return err == nil
 	}
 	return false
