@@ -304,6 +304,30 @@ func (r *Root) ReadFile(rel string, limit int64) ([]byte, error) {
 	return b, nil
 }
 
+// ReadFileAs is ReadFile for a reader acting for the user uid (a
+// renderer running as root for a task): a file with more than one link
+// that uid does not own is refused, since a task may hard-link a file it
+// cannot read into its own directory (where fs.protected_hardlinks is
+// off) to have root read it. uid < 0 is ReadFile.
+func (r *Root) ReadFileAs(rel string, limit int64, uid int) ([]byte, error) {
+	if uid >= 0 {
+		f, err := r.Open(rel)
+		if err != nil {
+			return nil, err
+		}
+		var st unix.Stat_t
+		err = unix.Fstat(int(f.Fd()), &st)
+		f.Close()
+		if err != nil {
+			return nil, r.errf("stat", rel, err)
+		}
+		if st.Nlink > 1 && int(st.Uid) != uid {
+			return nil, fmt.Errorf("%w: %s has %d hard links and belongs to uid %d, not %d: not read for it", ErrOutside, filepath.Join(r.path, rel), st.Nlink, st.Uid, uid)
+		}
+	}
+	return r.ReadFile(rel, limit)
+}
+
 // Lstat describes rel without following a final symbolic link.
 func (r *Root) Lstat(rel string) (fs.FileInfo, error) {
 	if c, err := clean(rel); err == nil && c == "." {

@@ -161,7 +161,14 @@ func (r *Renderer) read(p string) ([]byte, string, error) {
 		return nil, "", fmt.Errorf("%w: %s: %w", ErrRead, p, err)
 	}
 	defer root.Close()
-	b, err := root.ReadFile(t.Rel, r.max())
+	var b []byte
+	if t.Root == r.Layout.TaskDir || t.Root == r.Layout.AllocDir {
+		// The task's own directories: what the task may have linked there
+		// is read only if it is the task's.
+		b, err = root.ReadFileAs(t.Rel, r.max(), r.Owner.UID)
+	} else {
+		b, err = root.ReadFile(t.Rel, r.max())
+	}
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: %s: %w", ErrRead, p, err)
 	}

@@ -182,6 +182,29 @@ func TestRender_Hostile(t *testing.T) {
 	}
 }
 
+// TestRender_HardLinkNotRead: a renderer acting for a task (Owner set)
+// does not read a file the task hard-linked into its directory unless the
+// task owns it.
+func TestRender_HardLinkNotRead(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a renderer acting for another user needs root")
+	}
+	r, parent := newTask(t, false)
+	secret := filepath.Join(parent, "outside", "shadow")
+	os.WriteFile(secret, []byte("secret"), 0o600)
+	if err := os.Link(secret, filepath.Join(r.Layout.TaskDir, "local", "linked")); err != nil {
+		t.Skipf("hard links here: %v", err)
+	}
+	r.Owner = taskdir.Owner{UID: 65534, GID: 65534}
+	_, err := r.Render(context.Background(), Template{Data: `{{ file "local/linked" }}`, Destination: "local/out"})
+	if !errors.Is(err, ErrRead) || !strings.Contains(err.Error(), "hard links") {
+		t.Fatalf("Render = %v; want the hard link refused", err)
+	}
+	if _, err := os.Stat(filepath.Join(r.Layout.TaskDir, "local", "out")); err == nil {
+		t.Errorf("the secret was rendered")
+	}
+}
+
 func TestRender_OwnerAndPerms(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("chown to another user needs root")
