@@ -475,3 +475,17 @@ func TestNomadJobs_Behave(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkParse_ArtifactJob parses the largest real job file (18 tasks).
+func BenchmarkParse_ArtifactJob(b *testing.B) {
+	src, err := os.ReadFile(filepath.Join(nomadJobs, "07-artifact_linux.nomad"))
+	if err != nil {
+		b.Skipf("%s is absent: %v", nomadJobs, err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, diags := Parse("07.nomad", src, Options{}); diags.HasErrors() {
+			b.Fatal(diags)
+		}
+	}
+}
