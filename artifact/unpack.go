@@ -240,7 +240,7 @@ func (u *Unpacker) untar(ctx context.Context, r io.Reader) error {
 			if err := u.Root.MkdirAll(rel, fs.FileMode(h.Mode).Perm()|0o700, u.Owner); err != nil {
 				return u.wrap(err)
 			}
-		case tar.TypeReg, tar.TypeRegA:
+		case tar.TypeReg:
 			if err := u.file(rel, tr, fs.FileMode(h.Mode)); err != nil {
 				return err
 			}
