@@ -5,14 +5,20 @@ go 1.26.0
 require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/creack/pty v1.1.24
+	github.com/fsnotify/fsnotify v1.10.1
 	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/hashicorp/go-hclog v1.6.3
+	github.com/hashicorp/go-version v1.9.0
 	github.com/hashicorp/hcl/v2 v2.25.0
 	github.com/looplab/fsm v1.0.3
+	github.com/moby/profiles/seccomp v0.3.0
 	github.com/moby/sys/capability v0.5.0
+	github.com/opencontainers/runtime-spec v1.2.1
+	github.com/ulikunitz/xz v0.5.17
 	github.com/zclconf/go-cty v1.19.0
 	go.etcd.io/bbolt v1.5.0
 	go.uber.org/goleak v1.3.0
+	golang.org/x/net v0.46.0
 	golang.org/x/sys v0.50.0
 	pgregory.net/rapid v1.3.0
 )

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tether-fsm/tether/fsm"
@@ -65,5 +66,17 @@ func TestStateDir_Precedence(t *testing.T) {
 		if err != nil || got != filepath.Clean(tc.want) {
 			t.Errorf("stateDir(%q) with env %q, xdg %q = %q, %v; want %q", tc.flag, tc.env, tc.xdg, got, err, tc.want)
 		}
+	}
+}
+
+func TestNewTaskID_Valid(t *testing.T) {
+	for _, name := range []string{"hello", "", "...", "a b/c", strings.Repeat("x", 200), "日本", "g.t[2]"} {
+		id := newTaskID(name)
+		if err := validateID(id); err != nil {
+			t.Errorf("newTaskID(%q) = %q: %v", name, id, err)
+		}
+	}
+	if a, b := newTaskID("x"), newTaskID("x"); a == b {
+		t.Errorf("two ids for the same name are equal: %s", a)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/taskfile"
 )
 
 // listFlag is a repeatable flag.
@@ -85,11 +86,10 @@ func (c *cli) taskSpec(name string, args []string) (fsm.Spec, int, bool) {
 			c.errorf("%v", err)
 			return fsm.Spec{}, exitUsage, false
 		}
-		def, ok := c.readTaskFile(file, in.task)
-		if !ok {
+		var ok bool
+		if spec, ok = c.readTaskFile(file, in.task); !ok {
 			return fsm.Spec{}, exitError, false
 		}
-		spec = def.Spec
 		if in.drv != "" {
 			spec.Driver = in.drv
 		}
@@ -148,27 +148,37 @@ func (c *cli) taskSpec(name string, args []string) (fsm.Spec, int, bool) {
 	return spec, 0, true
 }
 
-// readTaskFile parses a task file, printing its warnings and errors.
-func (c *cli) readTaskFile(file, task string) (TaskDef, bool) {
+// readTaskFile parses a task file, printing its warnings, errors and
+// notices, and returns the selected task's spec.
+func (c *cli) readTaskFile(file, task string) (fsm.Spec, bool) {
 	src, err := os.ReadFile(file)
 	if err != nil {
 		c.errorf("%v", err)
-		return TaskDef{}, false
+		return fsm.Spec{}, false
 	}
-	tf, diags := ParseTaskFile(file, src)
+	tf, diags := taskfile.Parse(file, src, taskfile.Options{})
 	for _, d := range diags {
-		fmt.Fprintln(c.stderr, formatDiag(d))
+		fmt.Fprintln(c.stderr, taskfile.FormatDiag(d))
 	}
 	if diags.HasErrors() {
 		c.errorf("%s is not a valid task file; fix the errors above", file)
-		return TaskDef{}, false
+		return fsm.Spec{}, false
 	}
-	def, err := tf.Find(file, task)
+	for _, n := range tf.Notices {
+		fmt.Fprintf(c.stderr, "%s: %s\n", file, n)
+	}
+	t, err := tf.Find(task)
 	if err != nil {
 		c.errorf("%v", err)
-		return TaskDef{}, false
+		return fsm.Spec{}, false
 	}
-	return def, true
+	spec, err := t.StaticSpec()
+	if err != nil {
+		c.errorf("%v", err)
+		return fsm.Spec{}, false
+	}
+	spec.Name = tf.Name(t)
+	return spec, true
 }
 
 func (c *cli) cmdRun(args []string) int   { return c.runTask("run", args, false) }

@@ -1,4 +1,4 @@
-package main
+package taskfile
 
 import (
 	"os"
@@ -13,9 +13,9 @@ import (
 	"github.com/tether-fsm/tether/fsm"
 )
 
-func parseOK(t *testing.T, src string) (*TaskFile, hcl.Diagnostics) {
+func parseOK(t *testing.T, src string) (*File, hcl.Diagnostics) {
 	t.Helper()
-	tf, diags := ParseTaskFile("t.hcl", []byte(src))
+	tf, diags := Parse("t.hcl", []byte(src), Options{})
 	if diags.HasErrors() {
 		t.Fatalf("ParseTaskFile: %v", diags)
 	}
@@ -24,13 +24,13 @@ func parseOK(t *testing.T, src string) (*TaskFile, hcl.Diagnostics) {
 
 func parseErr(t *testing.T, src string) string {
 	t.Helper()
-	tf, diags := ParseTaskFile("t.hcl", []byte(src))
+	tf, diags := Parse("t.hcl", []byte(src), Options{})
 	if !diags.HasErrors() {
 		t.Fatalf("ParseTaskFile succeeded (%+v); want an error", tf)
 	}
 	var lines []string
 	for _, d := range diags {
-		lines = append(lines, formatDiag(d))
+		lines = append(lines, FormatDiag(d))
 	}
 	return strings.Join(lines, "\n")
 }
@@ -91,7 +91,7 @@ job "example" {
   }
 }
 `)
-	if got := tf.names(); !reflect.DeepEqual(got, []string{"a", "b"}) {
+	if got := tf.addresses(false); !reflect.DeepEqual(got, []string{"g.a", "g.b"}) {
 		t.Fatalf("tasks = %v", got)
 	}
 	var warned []string
@@ -99,27 +99,30 @@ job "example" {
 		if d.Severity != hcl.DiagWarning {
 			t.Errorf("unexpected error: %v", d)
 		}
-		warned = append(warned, formatDiag(d))
+		warned = append(warned, FormatDiag(d))
 	}
 	text := strings.Join(warned, "\n")
-	for _, name := range []string{`"datacenters"`, `"count"`, `"network"`, `"volumes"`} {
-		if !strings.Contains(text, name) {
-			t.Errorf("no warning names %s:\n%s", name, text)
+	if !strings.Contains(text, `t.hcl:16:9: warning: Unsupported attribute: tether ignores the attribute "volumes"`) {
+		t.Errorf("no warning names volumes with its file:line:col:\n%s", text)
+	}
+	for _, name := range []string{`"count"`, `"network"`, `"datacenters"`} {
+		if strings.Contains(text, name) {
+			t.Errorf("a warning names %s, which tether reads (count, network) or notes once (datacenters):\n%s", name, text)
 		}
 	}
-	if !strings.Contains(text, "t.hcl:3:3: warning:") {
-		t.Errorf("warning lacks file:line:col:\n%s", text)
+	if len(tf.Notices) != 1 || tf.Notices[0].String() != `ignores the "datacenters" attribute (a scheduler concern)` {
+		t.Errorf("notices = %v", tf.Notices)
 	}
-	if _, err := tf.Find("t.hcl", ""); err == nil || !strings.Contains(err.Error(), "--task") {
+	if _, err := tf.Find(""); err == nil || !strings.Contains(err.Error(), "--task") {
 		t.Errorf("Find without a name in a two-task file: %v", err)
 	}
-	if d, err := tf.Find("t.hcl", "b"); err != nil || d.Spec.Command != "/bin/false" {
+	if d, err := tf.Find("b"); err != nil || d.Spec.Command != "/bin/false" {
 		t.Errorf("Find b = %+v, %v", d, err)
 	}
-	if _, err := tf.Find("t.hcl", "zzz"); err == nil || !strings.Contains(err.Error(), "a, b") {
+	if _, err := tf.Find("zzz"); err == nil || !strings.Contains(err.Error(), "g.a, g.b") {
 		t.Errorf("Find of a missing task: %v", err)
 	}
-	a, _ := tf.Find("t.hcl", "a")
+	a, _ := tf.Find("a")
 	if a.Spec.Resources.CPU != 100 || a.Spec.Job != "example" || a.Spec.Group != "g" {
 		t.Errorf("task a: resources %+v job %q group %q", a.Spec.Resources, a.Spec.Job, a.Spec.Group)
 	}
@@ -171,13 +174,13 @@ job "j" {
 	if len(diags) != 0 {
 		t.Errorf("unexpected diagnostics: %v", diags)
 	}
-	in, _ := tf.Find("t.hcl", "inherits")
+	in, _ := tf.Find("inherits")
 	want := fsm.DefaultBatchRestart
 	want.Attempts = 1
 	if in.Spec.Restart == nil || *in.Spec.Restart != want {
 		t.Errorf("inherited restart %+v, want the group's over the batch default %+v", in.Spec.Restart, want)
 	}
-	own, _ := tf.Find("t.hcl", "own")
+	own, _ := tf.Find("own")
 	s := own.Spec
 	if s.Resources != (fsm.Resources{MemoryMB: 64, MemoryMaxMB: 128, CPU: 250, Cores: 1, PIDs: 20}) {
 		t.Errorf("resources %+v", s.Resources)
@@ -222,11 +225,11 @@ func TestParseTaskFile_UnknownAttributeWarns(t *testing.T) {
 	_, diags := parseOK(t, `
 task "x" {
   driver = "raw_exec"
-  leader = true
+  leeder = true
   config { command = "/bin/true" }
 }
 `)
-	if len(diags) != 1 || diags[0].Severity != hcl.DiagWarning || !strings.Contains(formatDiag(diags[0]), `t.hcl:4:3: warning: Unsupported attribute: tether ignores the attribute "leader"`) {
+	if len(diags) != 1 || diags[0].Severity != hcl.DiagWarning || !strings.Contains(FormatDiag(diags[0]), `t.hcl:4:3: warning: Unsupported attribute: tether ignores the attribute "leeder"`) {
 		t.Fatalf("diags = %v", diags)
 	}
 }
@@ -272,7 +275,7 @@ func TestParseTaskFile_Errors(t *testing.T) {
 		{"variables", `task "x" {
   driver = "exec"
   config { command = var.x }
-}`, "t.hcl:3:22: error: Variables not allowed"},
+}`, "t.hcl:3:22: error: Undeclared variable: var.x is not declared in this file"},
 		{"duplicate task", `task "x" {
   driver = "exec"
   config { command = "/bin/true" }
@@ -308,7 +311,7 @@ task "x" {
 }
 
 func TestParseTaskFile_Examples(t *testing.T) {
-	files, err := filepath.Glob("../../examples/*.hcl")
+	files, err := filepath.Glob("../examples/*.hcl")
 	if err != nil || len(files) < 3 {
 		t.Fatalf("examples: %v, %v", files, err)
 	}
@@ -317,7 +320,7 @@ func TestParseTaskFile_Examples(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tf, diags := ParseTaskFile(f, src)
+		tf, diags := Parse(f, src, Options{})
 		if len(diags) != 0 {
 			t.Errorf("%s: %v", f, diags)
 			continue
@@ -328,72 +331,16 @@ func TestParseTaskFile_Examples(t *testing.T) {
 	}
 }
 
-func TestNewTaskID_Valid(t *testing.T) {
-	for _, name := range []string{"hello", "", "...", "a b/c", strings.Repeat("x", 200), "日本"} {
-		id := newTaskID(name)
-		if err := validateID(id); err != nil {
-			t.Errorf("newTaskID(%q) = %q: %v", name, id, err)
-		}
-	}
-	if a, b := newTaskID("x"), newTaskID("x"); a == b {
-		t.Errorf("two ids for the same name are equal: %s", a)
-	}
-}
-
-func TestParseSignal(t *testing.T) {
+func TestParseSignal_NamesAndNumbers(t *testing.T) {
 	for in, want := range map[string]int{"SIGTERM": 15, "term": 15, "INT": 2, "9": 9, "SIGKILL": 9} {
-		got, err := parseSignal(in)
+		got, err := ParseSignal(in)
 		if err != nil || int(got) != want {
-			t.Errorf("parseSignal(%q) = %d, %v; want %d", in, got, err, want)
+			t.Errorf("ParseSignal(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
 	for _, in := range []string{"", "SIGFOO", "0", "-1", "99"} {
-		if _, err := parseSignal(in); err == nil {
-			t.Errorf("parseSignal(%q) succeeded", in)
+		if _, err := ParseSignal(in); err == nil {
+			t.Errorf("ParseSignal(%q) succeeded", in)
 		}
 	}
-}
-
-func FuzzParseTaskFile(f *testing.F) {
-	files, _ := filepath.Glob("../../examples/*.hcl")
-	for _, file := range files {
-		if src, err := os.ReadFile(file); err == nil {
-			f.Add(src)
-		}
-	}
-	for _, s := range []string{
-		`job "j" { group "g" { task "t" { driver = "exec" config { command = "x" } } } }`,
-		`task "t" { driver = "raw_exec" config { command = "x" args = ["a", "b"] } env { A = "b" } }`,
-		`task "t" { kill_timeout = "1s" kill_signal = "TERM" }`,
-		`task "t" { config { command = "${x}" } }`,
-		"task \"t\" {\n  driver = <<EOT\nexec\nEOT\n}",
-		`task "a" {} task "a" {}`,
-		`task "t" { env { A = 1 } config { cap_add = [1, true] } }`,
-	} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, src []byte) {
-		tf, diags := ParseTaskFile("fuzz.hcl", src)
-		for _, d := range diags {
-			_ = formatDiag(d)
-		}
-		if diags.HasErrors() {
-			if tf != nil {
-				t.Fatalf("errors but a task file: %v", diags)
-			}
-			return
-		}
-		if tf == nil || len(tf.Tasks) == 0 {
-			t.Fatalf("no error and no task")
-		}
-		for _, task := range tf.Tasks {
-			s := task.Spec
-			if s.Name == "" || s.Command == "" || (s.Driver != "exec" && s.Driver != "raw_exec") || s.KillTimeout < 0 {
-				t.Fatalf("accepted an unusable spec: %+v", s)
-			}
-			if err := validateID(newTaskID(s.Name)); err != nil {
-				t.Fatalf("task name %q gives a bad id: %v", s.Name, err)
-			}
-		}
-	})
 }
