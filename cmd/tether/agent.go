@@ -14,6 +14,7 @@ import (
 	"github.com/tether-fsm/tether/agent"
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/taskfile"
 )
 
 // The agent's commands: tether agent serves a state directory; enable and
@@ -110,24 +111,37 @@ func (c *cli) cmdAgent(args []string) int {
 	return exitOK
 }
 
-// parseTasks is the agent's task file parser: every task of the file,
-// its warnings logged.
+// parseTasks is the agent's task file parser: every task of the file
+// tether can run, each with the spec and the name `tether start FILE
+// --task NAME` gives it; its warnings and notices logged.
 func (c *cli) parseTasks(file string, src []byte) ([]fsm.Spec, error) {
-	tf, diags := ParseTaskFile(file, src)
+	tf, diags := taskfile.Parse(file, src, taskfile.Options{})
 	var errs []string
 	for _, d := range diags {
 		if d.Severity == hcl.DiagError {
-			errs = append(errs, formatDiag(d))
+			errs = append(errs, taskfile.FormatDiag(d))
 		} else {
-			c.log.Warn(formatDiag(d))
+			c.log.Warn(taskfile.FormatDiag(d))
 		}
 	}
 	if diags.HasErrors() {
 		return nil, errors.New(strings.Join(errs, "; "))
 	}
+	for _, n := range tf.Notices {
+		c.log.Info(file + ": " + n.String())
+	}
 	var specs []fsm.Spec
-	for _, def := range tf.Tasks {
-		specs = append(specs, def.Spec)
+	for _, t := range tf.Tasks {
+		if err := t.CheckRunnable(); err != nil {
+			c.log.Warn("task not run by the agent", "file", file, "err", err)
+			continue
+		}
+		spec, err := t.StaticSpec()
+		if err != nil {
+			return nil, err
+		}
+		spec.Name = tf.Name(t)
+		specs = append(specs, spec)
 	}
 	return specs, nil
 }
@@ -161,7 +175,7 @@ func (c *cli) cmdEnable(args []string) int {
 		return exitUsage
 	}
 	file := fs.Arg(0)
-	def, ok := c.readTaskFile(file, *task)
+	spec, ok := c.readTaskFile(file, *task)
 	if !ok {
 		return exitError
 	}
@@ -171,7 +185,7 @@ func (c *cli) cmdEnable(args []string) int {
 		return c.fail(err)
 	}
 	defer done()
-	e, err := svc.Enable(ctx, file, def.Spec)
+	e, err := svc.Enable(ctx, file, spec)
 	if err != nil {
 		return c.fail(err)
 	}
