@@ -146,6 +146,21 @@ func (c *converger) run(ctx context.Context, once bool, events <-chan fsnotify.E
 	dirty := true
 	for {
 		if dirty {
+			// A change of the config dir that came meanwhile is read before
+			// deciding (a commit's round comes straight back here).
+			for drained := false; !drained; {
+				select {
+				case <-c.rescans:
+					c.scanned = false
+				case _, ok := <-events:
+					if !ok {
+						events = nil
+					}
+					c.scanned = false
+				default:
+					drained = true
+				}
+			}
 			next, quiet := c.round(life, once)
 			if next == 0 { // a commit: decide again from it at once
 				continue

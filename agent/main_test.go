@@ -21,6 +21,7 @@ import (
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/testproc"
+	"github.com/tether-fsm/tether/store"
 )
 
 // The test binary is also the executor, the task, an agent and a client of
@@ -211,6 +212,9 @@ func serveAgent(t *testing.T, a *Agent) *Client {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	t.Cleanup(func() {
+		// The agent stops nothing when it ends: the test stops what it
+		// left running first.
+		stopLive(t, a)
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Run: %v", err)
@@ -227,4 +231,20 @@ func serveAgent(t *testing.T, a *Agent) *Client {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// stopLive stops every live task of an agent's store.
+func stopLive(t *testing.T, a *Agent) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	scan, err := a.LoadTasks(ctx, store.LiveTasks)
+	if err != nil {
+		t.Errorf("listing the live tasks: %v", err)
+		return
+	}
+	for _, task := range scan.Tasks {
+		if _, err := a.StopTask(ctx, task.ID, 0, time.Second); err != nil {
+			t.Errorf("stopping %s: %v", task.ID, err)
+		}
+	}
 }

@@ -464,9 +464,14 @@ func TestAgent_ConfigDirFilesStartReplaceAndStop(t *testing.T) {
 	if st, err := c.InspectTask(ctx, second.Task); err != nil || st.State != fsm.StateStopped {
 		t.Fatalf("after its file went: %s, %v; want stopped", st.State, err)
 	}
-	// A refused file is reported, and starts nothing.
-	writeSpecs(t, filepath.Join(dir, "shared.hcl"), sleeper("shared", state))
-	if err := os.Chmod(filepath.Join(dir, "shared.hcl"), 0o666); err != nil {
+	// A refused file is reported, and starts nothing. (It is made aside,
+	// hidden, and renamed in: the agent never sees it safe.)
+	tmp := filepath.Join(dir, ".shared.tmp")
+	writeSpecs(t, tmp, sleeper("shared", state))
+	if err := os.Chmod(tmp, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "shared.hcl")); err != nil {
 		t.Fatal(err)
 	}
 	s := awaitStatus(t, c, func(s Status) bool { return len(s.Problems) == 1 && strings.Contains(s.Problems[0], "mode 0666") })
