@@ -272,9 +272,9 @@ func (d *Driver) stopAll(ctx context.Context, ts []fsm.Task, stopping func(fsm.T
 
 // RestartTask stops the task id with its kill signal and grace (unless it
 // has ended already) and starts its spec again as the new task newID,
-// under the name's lock. A task of the same name that is live besides it
-// refuses the restart (ErrNameTaken): restart that one. It returns the new
-// task and the old one as it ended.
+// under the name's lock. The restart of an ended task is refused while
+// another task of its name is live (ErrNameTaken): restart that one. It
+// returns the new task and the old one as it ended.
 //
 // The stop and the start are two durable steps, not one: a process that
 // dies between them leaves the old task stopped and no new task. Running
@@ -297,12 +297,12 @@ func (d *Driver) RestartTask(ctx context.Context, id, newID string) (fsm.Task, f
 	if err != nil {
 		return fsm.Task{}, info.Task, err
 	}
-	others := slices.DeleteFunc(slices.Clone(live), func(t fsm.Task) bool { return t.ID == id })
-	if len(others) > 0 {
-		return fsm.Task{}, info.Task, &NameError{Name: spec.Name, Tasks: others, Err: ErrNameTaken}
+	isLive := slices.ContainsFunc(live, func(t fsm.Task) bool { return t.ID == id })
+	if !isLive && len(live) > 0 {
+		return fsm.Task{}, info.Task, &NameError{Name: spec.Name, Tasks: live, Err: ErrNameTaken}
 	}
 	old := info.Task
-	if len(live) > 0 {
+	if isLive {
 		if old, err = d.StopTask(ctx, id, 0, 0); err != nil {
 			return fsm.Task{}, old, err
 		}

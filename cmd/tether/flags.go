@@ -309,7 +309,10 @@ func (c *cli) flagError(fs *flagSet, err error) {
 		needs    *pflag.ValueRequiredError
 		invalid  *pflag.InvalidValueError
 	)
-	name := fs.cmd.name
+	name, help := fs.cmd.name, fmt.Sprintf("'tether %s -h' lists its flags", fs.cmd.name)
+	if name == "" {
+		name, help = "tether", "'tether help' lists the commands and the global flags"
+	}
 	switch {
 	case errors.As(err, &notExist):
 		given := "--" + notExist.GetSpecifiedName()
@@ -329,7 +332,7 @@ func (c *cli) flagError(fs *flagSet, err error) {
 	default:
 		c.errorf("%s", printable(err.Error()))
 	}
-	fmt.Fprintf(c.stderr, "  'tether %s -h' lists its flags\n", name)
+	fmt.Fprintf(c.stderr, "  %s\n", help)
 }
 
 func flagName(f *pflag.Flag) string {

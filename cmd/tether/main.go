@@ -217,20 +217,36 @@ func (c *cli) main(args []string) int {
 }
 
 // findCommand finds the command's name among args: the first argument
-// that is neither a global flag nor its value. at is its index (-1: none),
-// ok whether it names a command (help included).
+// that is neither a flag nor a flag's value. A command's own flags may
+// come before its name too: a word after such a flag (given without "=")
+// that names no command is taken for its value. at is the index of the
+// name, or of the word that should have been one (-1: none); ok whether it
+// names a command (help included).
 func findCommand(args []string, global *flagSet) (at int, cmd command, ok bool) {
+	maybe := -1 // the first word taken for a flag's value
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if a == "--" {
-			return -1, command{}, false
+			break
 		}
 		if !strings.HasPrefix(a, "-") || a == "-" {
 			if a == "help" {
 				return i, command{name: "help"}, true
 			}
-			cmd, ok := lookup(a)
-			return i, cmd, ok
+			if cmd, ok := lookup(a); ok {
+				return i, cmd, true
+			}
+			prev := ""
+			if i > 0 {
+				prev = args[i-1]
+			}
+			if !strings.HasPrefix(prev, "-") || strings.Contains(prev, "=") {
+				return i, command{}, false
+			}
+			if maybe < 0 {
+				maybe = i
+			}
+			continue
 		}
 		if strings.HasPrefix(a, "--") && !strings.Contains(a, "=") {
 			if f := global.Lookup(a[2:]); f != nil && f.Value.Type() != "bool" {
@@ -238,15 +254,17 @@ func findCommand(args []string, global *flagSet) (at int, cmd command, ok bool) 
 			}
 		}
 	}
-	return -1, command{}, false
+	return maybe, command{}, false
 }
 
 // cmdHelp is 'tether help [COMMAND]'.
 func (c *cli) cmdHelp(args []string) int {
-	for _, a := range args {
-		if strings.HasPrefix(a, "-") {
-			continue
-		}
+	fs := c.flags("help")
+	if err := fs.parseAnywhere(args); err != nil && !errors.Is(err, pflag.ErrHelp) {
+		c.flagError(fs, err)
+		return exitUsage
+	}
+	for _, a := range fs.Args() {
 		cmd, ok := lookup(a)
 		if !ok {
 			msg := fmt.Sprintf("no command %q", printable(a))

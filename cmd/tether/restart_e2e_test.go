@@ -104,7 +104,7 @@ func TestRun_RestartingTaskStreamsEveryAttempt(t *testing.T) {
     delay    = "0s"
     mode     = "fail"
   }`, "3")
-	r := e.tether("run", file)
+	r := e.tether("run", "-v", file)
 	if r.code != 3 {
 		t.Fatalf("run: want exit 3 (the last run's code)\n%s", r)
 	}

@@ -36,6 +36,11 @@ type taskInputs struct {
 type startOptions struct {
 	// replace stops a live task of the same name first.
 	replace bool
+	// named is set when the task's name was given (a task file's task, or
+	// --name): such a name has at most one live task. A name that run and
+	// start make up from a command's base name is a label, which several
+	// live tasks may share (each named by its id).
+	named bool
 	// verbose prints the states the start went through.
 	verbose bool
 	// minUptime is how long start waits for the task to stay up (start
@@ -89,6 +94,7 @@ func (c *cli) taskSpec(name string, args []string) (fsm.Spec, startOptions, int,
 		return fsm.Spec{}, startOptions{}, code, false
 	}
 	in.minUptimeSet = fs.Changed("min-uptime")
+	in.named = in.name != "" || in.replace || fs.NArg() == 1
 	usage := func(format string, args ...any) (fsm.Spec, startOptions, int, bool) {
 		c.errorf(format, args...)
 		return fsm.Spec{}, startOptions{}, exitUsage, false
@@ -230,6 +236,11 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 	sctx, cancelStart := context.WithCancel(ctx)
 	defer cancelStart()
 	go func() {
+		if !opts.named {
+			t, err := s.d.StartTask(ctx, id, spec)
+			started <- result{t, err}
+			return
+		}
 		t, _, err := s.d.StartNamed(sctx, id, spec, driver.StartOptions{Replace: opts.replace, Stopping: func(old fsm.Task) {
 			if opts.verbose {
 				fmt.Fprintf(c.stderr, "tether: %s: stopping %s (%s), which it replaces\n", id, old.ID, old.State)
