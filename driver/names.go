@@ -175,9 +175,11 @@ func (d *Driver) Resolve(ctx context.Context, arg string) (TaskInfo, error) {
 	return TaskInfo{}, &NameError{Name: arg, Err: ErrUnknownTask}
 }
 
-// LiveNamed returns the live tasks named name, oldest first. A task the
-// log says is live but whose executor is gone (a crash, a reboot) is
-// reconciled first, and counts only if it is live still.
+// LiveNamed returns the live tasks named name, oldest first. Each is
+// reconciled first (as Reconcile does: a task whose executor is gone, or
+// whose task ended while no process watched it, has its end recorded), so
+// that a task that ended behind the log's back does not hold its name. A
+// task another live process drives is left to it, and counts.
 func (d *Driver) LiveNamed(ctx context.Context, name string) ([]fsm.Task, error) {
 	ts, err := d.loadTasks(ctx, store.LiveTasks)
 	if err != nil {
@@ -188,19 +190,12 @@ func (d *Driver) LiveNamed(ctx context.Context, name string) ([]fsm.Task, error)
 		if t.Spec == nil || t.Spec.Name != name || t.State.Terminal() {
 			continue
 		}
+		if _, err := d.Reconcile(ctx, t.ID); err != nil && ctx.Err() != nil {
+			return nil, err
+		}
 		info, err := d.InspectTask(ctx, t.ID)
 		if err != nil {
 			return nil, err
-		}
-		if info.State.OwnsExecutor() && (!info.ExecutorAlive || info.Executor == nil) {
-			// Gone, or being started elsewhere: Reconcile tells which
-			// (it leaves a task that a live process drives alone).
-			if _, err := d.Reconcile(ctx, t.ID); err != nil && ctx.Err() != nil {
-				return nil, err
-			}
-			if info, err = d.InspectTask(ctx, t.ID); err != nil {
-				return nil, err
-			}
 		}
 		if !info.State.Terminal() {
 			live = append(live, info.Task)
@@ -223,9 +218,11 @@ type StartOptions struct {
 // StartNamed is StartTask under the name rules: it holds the name's lock
 // while it checks that no task of spec.Name is live (or stops those that
 // are, with Replace) and starts the task, so that two starts of one name
-// at once cannot both find it free. ctx bounds the wait for the lock and
-// the stops; once begun, the start is not cancelled by it (stop the task
-// instead). It returns the tasks it replaced, as they ended.
+// at once cannot both find it free. The log links a replaced task and its
+// replacement (the stop's ReplacedBy, the new task's Replaces). ctx bounds
+// the wait for the lock and the stops; once begun, the start is not
+// cancelled by it (stop the task instead). It returns the tasks it
+// replaced, as they ended.
 func (d *Driver) StartNamed(ctx context.Context, id string, spec fsm.Spec, opts StartOptions) (fsm.Task, []fsm.Task, error) {
 	name := spec.Name
 	if name == "" {
@@ -243,42 +240,53 @@ func (d *Driver) StartNamed(ctx context.Context, id string, spec fsm.Spec, opts 
 	if len(live) > 0 && !opts.Replace {
 		return fsm.Task{}, nil, &NameError{Name: name, Tasks: live, Err: ErrNameTaken}
 	}
-	replaced, err := d.stopAll(ctx, live, opts.Stopping)
+	replaced, err := d.stopFor(ctx, live, id, opts.Stopping)
 	if err != nil {
 		return fsm.Task{}, replaced, err
 	}
 	if err := ctx.Err(); err != nil {
 		return fsm.Task{}, replaced, context.Cause(ctx)
 	}
-	t, err := d.StartTask(context.WithoutCancel(ctx), id, spec)
+	link := ""
+	if len(replaced) > 0 {
+		link = replaced[len(replaced)-1].ID // the newest
+	}
+	t, err := d.startTask(context.WithoutCancel(ctx), id, spec, link)
 	return t, replaced, err
 }
 
-// stopAll stops each task with its kill signal and grace.
-func (d *Driver) stopAll(ctx context.Context, ts []fsm.Task, stopping func(fsm.Task)) ([]fsm.Task, error) {
+// stopFor stops each task with its kill signal and grace, to make way for
+// the task successor.
+func (d *Driver) stopFor(ctx context.Context, ts []fsm.Task, successor string, stopping func(fsm.Task)) ([]fsm.Task, error) {
 	var out []fsm.Task
 	for _, t := range ts {
 		if stopping != nil {
 			stopping(t)
 		}
-		final, err := d.StopTask(ctx, t.ID, 0, 0)
+		r, err := d.ask(ctx, t.ID, request{kind: inStop, link: successor})
+		if err == nil {
+			err = r.err
+		}
 		if err != nil {
 			return out, err
 		}
-		out = append(out, final)
+		out = append(out, r.task)
 	}
 	return out, nil
 }
 
 // RestartTask stops the task id with its kill signal and grace (unless it
 // has ended already) and starts its spec again as the new task newID,
-// under the name's lock. The restart of an ended task is refused while
+// under the name's lock; the log links the two (the stop's ReplacedBy,
+// the new task's Replaces). The restart of an ended task is refused while
 // another task of its name is live (ErrNameTaken): restart that one. It
 // returns the new task and the old one as it ended.
 //
 // The stop and the start are two durable steps, not one: a process that
-// dies between them leaves the old task stopped and no new task. Running
-// the restart again (by the name or the old id) starts the spec then.
+// dies between them leaves the old task stopped, its stop naming a
+// successor that was never created. Running the restart again (by the
+// name or the old id) starts the spec as that successor, so that the
+// link the log holds comes true.
 func (d *Driver) RestartTask(ctx context.Context, id, newID string) (fsm.Task, fsm.Task, error) {
 	info, err := d.InspectTask(ctx, id)
 	if err != nil {
@@ -303,15 +311,47 @@ func (d *Driver) RestartTask(ctx context.Context, id, newID string) (fsm.Task, f
 	}
 	old := info.Task
 	if isLive {
-		if old, err = d.StopTask(ctx, id, 0, 0); err != nil {
+		stopped, err := d.stopFor(ctx, []fsm.Task{info.Task}, newID, nil)
+		if err != nil {
 			return fsm.Task{}, old, err
 		}
+		old = stopped[0]
+	} else if promised, err := d.promisedSuccessor(ctx, id); err != nil {
+		return fsm.Task{}, old, err
+	} else if promised != "" {
+		newID = promised
 	}
 	if err := ctx.Err(); err != nil {
 		return fsm.Task{}, old, context.Cause(ctx)
 	}
-	t, err := d.StartTask(context.WithoutCancel(ctx), newID, spec)
+	t, err := d.startTask(context.WithoutCancel(ctx), newID, spec, id)
 	return t, old, err
+}
+
+// promisedSuccessor returns the successor an ended task's stop named that
+// was never created (a restart or a replacement interrupted between its
+// stop and its start), or "".
+func (d *Driver) promisedSuccessor(ctx context.Context, id string) (string, error) {
+	evs, err := d.TaskEvents(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	for i := len(evs) - 1; i >= 0; i-- {
+		if evs[i].Type != fsm.EventStopRequested || evs[i].ReplacedBy == "" {
+			continue
+		}
+		next := evs[i].ReplacedBy
+		if ValidateTaskID(next) != nil {
+			return "", nil
+		}
+		if _, err := d.InspectTask(ctx, next); errors.Is(err, ErrUnknownTask) {
+			return next, nil
+		} else if err != nil {
+			return "", err
+		}
+		return "", nil
+	}
+	return "", nil
 }
 
 // lockName takes the name's lock, waiting while another start or restart

@@ -180,6 +180,9 @@ func TestStartNamed_ReplaceStopsTheOldOneFirst(t *testing.T) {
 	checkReaped(t, d, replaced[0])
 	old, _ := d.TaskEvents(ctx, "web-1")
 	created, _ := d.TaskEvents(ctx, "web-2")
+	if stop := old[slices.IndexFunc(old, func(e fsm.Event) bool { return e.Type == fsm.EventStopRequested })]; stop.ReplacedBy != "web-2" || created[0].Replaces != "web-1" {
+		t.Errorf("not linked: the stop's ReplacedBy %q, the creation's Replaces %q", stop.ReplacedBy, created[0].Replaces)
+	}
 	if end, begin := old[len(old)-1], created[0]; end.Type != fsm.EventExecutorReaped || end.Time > begin.Time {
 		t.Errorf("the old task's end (%s at %d) is not before the new one's creation (%d)", end.Type, end.Time, begin.Time)
 	}

@@ -13,13 +13,14 @@ import (
 // Record layout (every version shares the 6-byte header):
 //
 //	[0:4]  CRC32C (Castagnoli, little endian) of bytes [4:]
-//	[4]    record schema version (1 or 2; recordVersion is written)
+//	[4]    record schema version (1 to 3; recordVersion is written)
 //	[5]    event type (fsm.EventType)
 //	[6:]   body
 //
-// Body, in order (the parts marked v2 are version 2's; a version-1 record
-// is the same form without them, so it decodes by the same code with the
-// version-2 field bits refused, its new fields zero):
+// Body, in order (the parts marked v2 are version 2's, v3 version 3's; a
+// record of an earlier version is the same form without the later parts,
+// so it decodes by the same code with the later field bits refused, its
+// new fields zero):
 //
 //	seq      uvarint (must equal the record's key)
 //	time     8 bytes little endian (Unix ns, two's complement)
@@ -38,6 +39,7 @@ import (
 //	signal   varint; grace varint
 //	reason   string; target byte
 //	attempt  v2: varint
+//	replaces v3: string; replaced_by v3: string
 //
 // Strings are a uvarint length then bytes; lists a uvarint count then
 // strings; env a uvarint count then key/value pairs in strictly increasing
@@ -47,7 +49,7 @@ import (
 // decodes re-encodes to the same bytes (in its own version), which the
 // fuzz test holds the decoder to.
 const (
-	recordVersion = 2
+	recordVersion = 3
 	headerLen     = 6
 )
 
@@ -66,10 +68,13 @@ const (
 	fCgroup  // v2: Executor.Cgroup (with fExecutor)
 	fOOM     // v2: Exit.OOM (with fExit)
 	fAttempt // v2: Attempt
-	fSpecExt // v2: the spec's optional parts (with fSpec)
+	fSpecExt    // v2: the spec's optional parts (with fSpec)
+	fReplaces   // v3: Replaces
+	fReplacedBy // v3: ReplacedBy
 
 	fAllV1 = fTarget<<1 - 1
 	fAllV2 = fSpecExt<<1 - 1
+	fAllV3 = fReplacedBy<<1 - 1
 )
 
 // Bits of a version-2 spec's optional parts.
@@ -174,6 +179,12 @@ func appendRecord(dst []byte, version uint8, seq uint64, e *fsm.Event) []byte {
 	if f&fAttempt != 0 {
 		dst = binary.AppendVarint(dst, int64(e.Attempt))
 	}
+	if f&fReplaces != 0 {
+		dst = appendString(dst, e.Replaces)
+	}
+	if f&fReplacedBy != 0 {
+		dst = appendString(dst, e.ReplacedBy)
+	}
 	binary.LittleEndian.PutUint32(dst[start:], checksum(dst[start:]))
 	return dst
 }
@@ -222,6 +233,12 @@ func fieldsOf(e *fsm.Event) uint64 {
 	}
 	if e.Attempt != 0 {
 		f |= fAttempt
+	}
+	if e.Replaces != "" {
+		f |= fReplaces
+	}
+	if e.ReplacedBy != "" {
+		f |= fReplacedBy
 	}
 	return f
 }
@@ -376,7 +393,7 @@ func decodeRecord(rec []byte, e *fsm.Event) (uint64, *decodeError) {
 // that are set (replay decodes every record into one reused event, and
 // most records leave its pointers nil).
 func resetEvent(e *fsm.Event, typ fsm.EventType) {
-	if e.Spec != nil || e.Executor != nil || e.Exit != nil || e.Nonce != "" || e.Reason != "" {
+	if e.Spec != nil || e.Executor != nil || e.Exit != nil || e.Nonce != "" || e.Reason != "" || e.Replaces != "" || e.ReplacedBy != "" {
 		*e = fsm.Event{Type: typ}
 		return
 	}
@@ -387,9 +404,12 @@ func resetEvent(e *fsm.Event, typ fsm.EventType) {
 // fields decodes the field bit set and the optional parts it names.
 func (d *decoder) fields(e *fsm.Event, version uint8) {
 	f := d.uvarint()
-	known := uint64(fAllV2)
-	if version == 1 {
+	known := uint64(fAllV3)
+	switch version {
+	case 1:
 		known = fAllV1
+	case 2:
+		known = fAllV2
 	}
 	switch {
 	case f&^known != 0:
@@ -448,6 +468,12 @@ func (d *decoder) fields(e *fsm.Event, version uint8) {
 	}
 	if f&fAttempt != 0 {
 		e.Attempt = d.nonZero()
+	}
+	if f&fReplaces != 0 {
+		e.Replaces = d.nonEmpty()
+	}
+	if f&fReplacedBy != 0 {
+		e.ReplacedBy = d.nonEmpty()
 	}
 	if d.err == "" && len(d.b) != 0 {
 		d.fail("trailing bytes")

@@ -63,6 +63,9 @@ type eventRow struct {
 	Target string          `json:"target"`
 	Signal int             `json:"signal"`
 	Spec   json.RawMessage `json:"spec"`
+	// Replaces and ReplacedBy link a task and the one that replaced it.
+	Replaces   string `json:"replaces"`
+	ReplacedBy string `json:"replaced_by"`
 }
 
 func (e *env) events(id string) []eventRow {

@@ -41,7 +41,7 @@ func TestFlags_AnywhereForEveryCommand(t *testing.T) {
 			cat(g, []string{"--min-uptime", "0", "start", "--name", "once1", "--", "/bin/true"}),
 			cat([]string{"start"}, g, []string{"--min-uptime=0", "--name", "once2", "--", "/bin/true"}),
 			cat([]string{"start", "--name", "once3", "--min-uptime", "0"}, g, []string{"--", "/bin/true"}),
-		}, func(out string) bool { return strings.HasPrefix(out, "once-") }},
+		}, func(out string) bool { return strings.HasPrefix(out, "once") }},
 		{"status", [][]string{
 			cat(g, []string{"--json", "status", "svc"}),
 			cat([]string{"status"}, g, []string{"--json", "svc"}),

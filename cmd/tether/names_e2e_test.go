@@ -110,8 +110,11 @@ func TestNames_ReplaceStopsTheOldOneThenStarts(t *testing.T) {
 		t.Errorf("the replaced task: %+v (its process alive: %v)", st[0], testproc.Alive(oldPID))
 	}
 	evs := e.events(old)
-	if stop := findEvent(evs, "stop-requested"); stop == nil || stop.Signal != int(syscall.SIGINT) {
-		t.Errorf("the replaced task was not stopped with its kill signal SIGINT: %+v", evs)
+	if stop := findEvent(evs, "stop-requested"); stop == nil || stop.Signal != int(syscall.SIGINT) || stop.ReplacedBy != replacement {
+		t.Errorf("the replaced task was not stopped with its kill signal SIGINT, linked to %s: %+v", replacement, evs)
+	}
+	if created := findEvent(e.events(replacement), "task-created"); created.Replaces != old {
+		t.Errorf("the replacement's task-created does not name %s: %+v", old, created)
 	}
 	if st := e.status("web"); len(st) != 1 || st[0].ID != replacement || st[0].State != "running" {
 		t.Errorf("status web: %+v, want the replacement %s running", st, replacement)
@@ -128,8 +131,11 @@ func TestNames_RestartStopsWithTheKillSignalAndStartsTheSameSpec(t *testing.T) {
 	if !strings.HasPrefix(replacement, "web-") || replacement == old || r.stderr != "" {
 		t.Fatalf("restart web: %s", r)
 	}
-	if stop := findEvent(e.events(old), "stop-requested"); stop == nil || stop.Signal != int(syscall.SIGINT) {
-		t.Errorf("restart did not stop with the task's kill signal SIGINT: %+v", e.events(old))
+	if stop := findEvent(e.events(old), "stop-requested"); stop == nil || stop.Signal != int(syscall.SIGINT) || stop.ReplacedBy != replacement {
+		t.Errorf("restart did not stop with the task's kill signal SIGINT, linked to %s: %+v", replacement, e.events(old))
+	}
+	if created := findEvent(e.events(replacement), "task-created"); created.Replaces != old {
+		t.Errorf("the new task's task-created does not name %s: %+v", old, created)
 	}
 	oldSpec, newSpec := findEvent(e.events(old), "task-created").Spec, findEvent(e.events(replacement), "task-created").Spec
 	if len(oldSpec) == 0 || string(oldSpec) != string(newSpec) {
@@ -150,8 +156,9 @@ func TestNames_RestartStopsWithTheKillSignalAndStartsTheSameSpec(t *testing.T) {
 
 // TestNames_RestartCrashBetweenStopAndStart: a restart is two durable
 // steps. A tether SIGKILLed right after the old task's end is recorded
-// (after-append:executor-reaped) leaves the old task stopped, no new task
-// and no process; the restart run again starts the spec.
+// (after-append:executor-reaped) leaves the old task stopped, its stop
+// naming a successor that does not exist, and no process; the restart run
+// again starts the spec as that successor.
 func TestNames_RestartCrashBetweenStopAndStart(t *testing.T) {
 	e := newEnv(t)
 	file := serviceFile(t, e, "web")
@@ -168,9 +175,22 @@ func TestNames_RestartCrashBetweenStopAndStart(t *testing.T) {
 		t.Fatalf("after the crash: %+v, want only the old task, stopped", st)
 	}
 	testproc.CheckGone(t, e.dir, 10*time.Second)
+	promised := findEvent(e.events(old), "stop-requested").ReplacedBy
+	if promised == "" {
+		t.Fatalf("the crashed restart's stop names no successor: %+v", e.events(old))
+	}
+	if r := e.tether("status", promised); r.code != exitError {
+		t.Fatalf("the successor exists after the crash: %s", r)
+	}
 	replacement := strings.TrimSpace(e.must("restart", "web").stdout)
+	if replacement != promised {
+		t.Errorf("the restart run again started %s, want the successor the log promised, %s", replacement, promised)
+	}
 	if st := e.status("web"); len(st) != 1 || st[0].ID != replacement || st[0].State != "running" {
 		t.Fatalf("the restart run again: %+v", st)
+	}
+	if created := findEvent(e.events(replacement), "task-created"); created.Replaces != old {
+		t.Errorf("the successor's task-created does not name %s: %+v", old, created)
 	}
 	e.must("stop", "web")
 }

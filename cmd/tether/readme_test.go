@@ -66,11 +66,11 @@ var tourExpect = map[string]tourLine{
 	`tether restart web`:                         {stdout: []string{"web-"}},
 	`tether stop web --signal SIGTERM --timeout 5s`:                      {stdout: []string{"stopped"}},
 	`tether recover`:                                                     {stdout: []string{"nothing to recover"}},
-	`tether check`:                                                       {stdout: []string{"ok"}},
+	`tether check`:                                                       {stdout: []string{" 0 problems"}},
 	`tether check --salvage`:                                             {stdout: []string{"the salvaged store is in place"}},
 	`tether gc --older-than 24h`:                                         {stdout: []string{"store compacted"}},
 	`tether debug host`:                                                  {stdout: []string{"cgroup"}},
-	`tether graph --format dot`:                                          {stdout: []string{"digraph", `"kill-executor", color = "red"`}},
+	`tether graph --format dot`:                                          {stdout: []string{"digraph", `kill-executor", color = "red"`}},
 	`TETHER_CRASHPOINT=after-append:executor-up tether run -- /bin/true`: {code: -1},
 }
 
@@ -250,7 +250,8 @@ func runTourLine(t *testing.T, env []string, script string) tourResult {
 	cmd := tourCommand(ctx, env, script)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	return tourResult{stdout: stdout.String(), stderr: stderr.String(), code: tourExit(t, cmd.Run(), &stdout, &stderr)}
+	code := tourExit(t, cmd.Run(), &stdout, &stderr)
+	return tourResult{stdout: stdout.String(), stderr: stderr.String(), code: code}
 }
 
 // tourExit is a finished command's exit code, -1 for a SIGKILL (of the
@@ -306,7 +307,8 @@ func runFollow(t *testing.T, env []string, line string, want tourLine, id string
 	rest, _ := io.ReadAll(out)
 	got.Write(rest)
 	var sink bytes.Buffer
-	return tourResult{stdout: got.String(), stderr: stderr.String(), code: tourExit(t, cmd.Wait(), &sink, &stderr)}
+	code := tourExit(t, cmd.Wait(), &sink, &stderr)
+	return tourResult{stdout: got.String(), stderr: stderr.String(), code: code}
 }
 
 // getTour asks the tour's service for a page, so that its request log

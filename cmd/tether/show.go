@@ -296,6 +296,8 @@ type eventJSON struct {
 	Target      string    `json:"target,omitempty"`
 	Reason      string    `json:"reason,omitempty"`
 	Spec        *fsm.Spec `json:"spec,omitempty"`
+	Replaces    string    `json:"replaces,omitempty"`
+	ReplacedBy  string    `json:"replaced_by,omitempty"`
 }
 
 func (c *cli) cmdEvents(args []string) int {
@@ -326,7 +328,7 @@ func (c *cli) cmdEvents(args []string) int {
 		out := make([]eventJSON, 0, len(evs))
 		for _, e := range evs {
 			j := eventJSON{Seq: e.Seq, Time: time.Unix(0, e.Time).UTC(), Event: e.Type.String(), Details: eventDetails(e),
-				Nonce: e.Nonce, TaskPID: e.TaskPID, Signal: e.Signal, Reason: e.Reason, Spec: e.Spec}
+				Nonce: e.Nonce, TaskPID: e.TaskPID, Signal: e.Signal, Reason: e.Reason, Spec: e.Spec, Replaces: e.Replaces, ReplacedBy: e.ReplacedBy}
 			if e.Executor != nil {
 				j.ExecutorPID = e.Executor.PID
 			}
@@ -389,6 +391,12 @@ func eventDetails(e fsm.Event) string {
 	}
 	if e.Target != fsm.StateNone {
 		parts = append(parts, "-> "+e.Target.String())
+	}
+	if e.Replaces != "" {
+		parts = append(parts, "replaces "+e.Replaces)
+	}
+	if e.ReplacedBy != "" {
+		parts = append(parts, "to be replaced by "+e.ReplacedBy)
 	}
 	if e.Reason != "" {
 		parts = append(parts, e.Reason)
