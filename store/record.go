@@ -65,9 +65,9 @@ const (
 	fGrace
 	fReason
 	fTarget
-	fCgroup  // v2: Executor.Cgroup (with fExecutor)
-	fOOM     // v2: Exit.OOM (with fExit)
-	fAttempt // v2: Attempt
+	fCgroup     // v2: Executor.Cgroup (with fExecutor)
+	fOOM        // v2: Exit.OOM (with fExit)
+	fAttempt    // v2: Attempt
 	fSpecExt    // v2: the spec's optional parts (with fSpec)
 	fReplaces   // v3: Replaces
 	fReplacedBy // v3: ReplacedBy
