@@ -264,20 +264,20 @@ func (c *cli) cmdHelp(args []string) int {
 		c.flagError(fs, err)
 		return exitUsage
 	}
-	for _, a := range fs.Args() {
-		cmd, ok := lookup(a)
-		if !ok {
-			msg := fmt.Sprintf("no command %q", printable(a))
-			if s := suggestCommand(a); s != "" {
-				msg += "; did you mean " + s + "?"
-			}
-			c.errorf("%s", msg)
-			return exitUsage
-		}
-		c.commandHelp(c.stdout, c.flags(cmd.name))
+	if fs.NArg() == 0 {
+		c.usage(c.stdout)
 		return exitOK
 	}
-	c.usage(c.stdout)
+	cmd, ok := lookup(fs.Arg(0))
+	if !ok {
+		msg := fmt.Sprintf("no command %q", printable(fs.Arg(0)))
+		if s := suggestCommand(fs.Arg(0)); s != "" {
+			msg += "; did you mean " + s + "?"
+		}
+		c.errorf("%s", msg)
+		return exitUsage
+	}
+	c.commandHelp(c.stdout, c.flags(cmd.name))
 	return exitOK
 }
 

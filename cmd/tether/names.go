@@ -18,9 +18,10 @@ func (c *cli) resolve(ctx context.Context, s *session, arg string) (driver.TaskI
 	return s.d.Resolve(ctx, arg)
 }
 
-// nameTaken reports a start refused because a task of its name is live,
-// with what to do about it, and returns exitStartFail.
-func (c *cli) nameTaken(err error) int {
+// nameTaken reports a start (or the restart of an ended task) refused
+// because a task of its name is live, with what to do about it, and
+// returns exitStartFail.
+func (c *cli) nameTaken(err error, restart bool) int {
 	var ne *driver.NameError
 	if !errors.As(err, &ne) || len(ne.Tasks) == 0 {
 		return c.fail(err)
@@ -31,7 +32,12 @@ func (c *cli) nameTaken(err error) int {
 		live = append(live, fmt.Sprintf("%s (%s since %s)", t.ID, t.State, ago(now, t.UpdatedAt)))
 	}
 	c.errorf("a task named %s is live: %s; nothing was started", printable(ne.Name), strings.Join(live, ", "))
-	fmt.Fprintf(c.stderr, "  stop it first (tether stop %s), or give --replace to stop it and start this one\n", ne.Tasks[len(ne.Tasks)-1].ID)
+	newest := ne.Tasks[len(ne.Tasks)-1].ID
+	if restart {
+		fmt.Fprintf(c.stderr, "  restart that one (tether restart %s), or stop it first\n", newest)
+	} else {
+		fmt.Fprintf(c.stderr, "  stop it first (tether stop %s), or give --replace to stop it and start this one\n", newest)
+	}
 	return exitStartFail
 }
 

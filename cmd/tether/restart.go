@@ -81,7 +81,7 @@ func (c *cli) cmdRestart(args []string) int {
 	}
 	switch {
 	case errors.Is(r.err, driver.ErrNameTaken):
-		return c.nameTaken(r.err)
+		return c.nameTaken(r.err, true)
 	case r.err != nil && r.task.State == fsm.StateNone && r.old.State.Terminal():
 		return c.notRecorded(newID, r.err)
 	case r.err != nil && r.task.State == fsm.StateNone:

@@ -267,7 +267,7 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 	}
 	if errors.Is(r.err, driver.ErrNameTaken) {
 		tail.stop()
-		return c.nameTaken(r.err)
+		return c.nameTaken(r.err, false)
 	}
 	seen := -1 // events of the log already looked at, when known
 	if r.err == nil && r.task.State == fsm.StateRunning && r.task.Version == uint64(len(straightStart)) {

@@ -32,9 +32,11 @@ func TestStart_MinUptimeFailsATaskThatEndsSooner(t *testing.T) {
 	if r := e.tether("start", "--name", "quick", "--", "/bin/true"); r.code != exitError || !strings.Contains(r.stderr, "exited with code 0") {
 		t.Errorf("start of /bin/true: want exit 1\n%s", r)
 	}
-	if r := e.tether("start", "--min-uptime", "0", "--name", "quick", "--", "/bin/true"); r.code != 0 || !strings.HasPrefix(r.stdout, "quick-") {
+	r = e.tether("start", "--min-uptime", "0", "--name", "quick", "--", "/bin/true")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "quick-") {
 		t.Errorf("start --min-uptime 0 of /bin/true: %s", r)
 	}
+	e.tether("wait", strings.TrimSpace(r.stdout)) // its end recorded, its executor reaped
 }
 
 func TestStart_MinUptimeReturnsWhileTheTaskRuns(t *testing.T) {
