@@ -116,7 +116,7 @@ func (c *cli) cmdStatus(args []string) int {
 	now := time.Now()
 	var ts []listed
 	if err == nil {
-		ts = c.describeListed(ctx, s, infos, now)
+		ts = c.describeListed(infos, now)
 		sortListed(ts)
 	}
 	c.closeSession(s)

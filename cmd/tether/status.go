@@ -2,17 +2,17 @@ package main
 
 import (
 	"cmp"
-	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
+	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
 )
@@ -51,39 +51,58 @@ func bootTime(now time.Time) time.Time {
 }
 
 // describeListed adds to each task when its process started and, for a
-// running one, its memory (read from its cgroup through its executor,
-// a few at a time).
-func (c *cli) describeListed(ctx context.Context, s *session, infos []driver.TaskInfo, now time.Time) []listed {
+// running one, its memory: read from its cgroup, located by the path its
+// log recorded (checked to be the one named for the task and its nonce),
+// without a call to its executor (a listing of many tasks would pay one
+// each).
+func (c *cli) describeListed(infos []driver.TaskInfo, now time.Time) []listed {
 	boot := bootTime(now)
 	out := make([]listed, len(infos))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
+	var host *cgroup.Host
 	for i, info := range infos {
 		out[i].TaskInfo = info
-		running := info.State == fsm.StateRunning || info.State == fsm.StateLaunched
-		if !running {
+		if info.State != fsm.StateRunning && info.State != fsm.StateLaunched {
 			continue
 		}
 		if !boot.IsZero() && info.TaskStartTime > 0 {
 			out[i].started = boot.Add(time.Duration(info.TaskStartTime) * time.Second / userHZ)
 		}
-		if !info.ExecutorAlive {
+		if !info.ExecutorAlive || info.Executor == nil || info.Executor.Cgroup == "" {
 			continue
 		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if st, err := s.d.TaskStats(ctx, info.ID); err == nil && !slices.ContainsFunc(st.Missing, func(m string) bool { return strings.HasPrefix(m, "memory") }) {
-				out[i].mem = &st.MemoryBytes
-			} else if err != nil {
-				c.log.Debug("no memory figure", "task_id", info.ID, "err", err)
+		if host == nil {
+			h, err := cgroup.Probe()
+			if err != nil {
+				c.log.Debug("no memory figures: the host's cgroups cannot be read", "err", err)
+				return out
 			}
-		}()
+			host = &h
+		}
+		if mem, err := cgroupMemory(*host, info); err == nil {
+			out[i].mem = &mem
+		} else {
+			c.log.Debug("no memory figure", "task_id", info.ID, "err", err)
+		}
 	}
-	wg.Wait()
 	return out
+}
+
+// cgroupMemory reads the memory a running task's cgroup holds now.
+func cgroupMemory(h cgroup.Host, info driver.TaskInfo) (uint64, error) {
+	cg, err := cgroup.OpenRecorded(h, info.Executor.Cgroup, info.ID, info.Nonce)
+	if err != nil {
+		return 0, err
+	}
+	st, err := cg.Stats()
+	if err != nil {
+		return 0, err
+	}
+	for _, m := range st.Missing {
+		if strings.HasPrefix(m, "memory:") || strings.HasPrefix(m, "memory,") {
+			return 0, errors.New(m)
+		}
+	}
+	return st.MemoryBytes, nil
 }
 
 // sortListed sorts tasks by name in natural order (svc2 before svc10),
