@@ -3,8 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/tether-fsm/tether/fsm"
 )
@@ -64,6 +68,107 @@ func TestStateDir_Precedence(t *testing.T) {
 		got, err := stateDir(tc.flag)
 		if err != nil || got != filepath.Clean(tc.want) {
 			t.Errorf("stateDir(%q) with env %q, xdg %q = %q, %v; want %q", tc.flag, tc.env, tc.xdg, got, err, tc.want)
+		}
+	}
+}
+
+func TestNaturalCompare_RunsOfDigitsAsNumbers(t *testing.T) {
+	in := []string{"svc10", "svc2", "svc1", "web", "svc11", "svc01", "a", "svc", "svc2b", "svc2a"}
+	slices.SortFunc(in, naturalCompare)
+	want := []string{"a", "svc", "svc1", "svc01", "svc2", "svc2a", "svc2b", "svc10", "svc11", "web"}
+	if !slices.Equal(in, want) {
+		t.Fatalf("sorted %v, want %v", in, want)
+	}
+}
+
+func TestParseDuration_BareNumberRefusedWithTheUnitMeant(t *testing.T) {
+	for in, want := range map[string]string{"5": "did you mean 5s?", "2.5": "did you mean 2.5s?", "ten": "not a duration", "-1s": "must not be negative"} {
+		if _, err := parseDuration(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("parseDuration(%q) = %v, want an error saying %q", in, err, want)
+		}
+	}
+	for in, want := range map[string]time.Duration{"0": 0, "5s": 5 * time.Second, "1m30s": 90 * time.Second, "7d": 7 * 24 * time.Hour, "1.5d": 36 * time.Hour} {
+		if got, err := parseDuration(in); err != nil || got != want {
+			t.Errorf("parseDuration(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+}
+
+func TestClosest_SuggestsWhatWasMeant(t *testing.T) {
+	names := []string{"run", "start", "restart", "status", "ps", "stats", "stop", "logs", "events"}
+	for typed, want := range map[string]string{"stauts": "status", "rn": "run", "stp": "stop", "evnets": "events", "restar": "restart", "frobnicate": "", "x": ""} {
+		if got := closest(typed, names); got != want {
+			t.Errorf("closest(%q) = %q, want %q", typed, got, want)
+		}
+	}
+}
+
+func TestUserText_DropsPackagePrefixes(t *testing.T) {
+	for in, want := range map[string]string{
+		"fsm: invalid task spec: executor: capability not allowed: net_raw":       "invalid task spec: capability not allowed: net_raw",
+		`task "x" (running): driver: executor is gone: executor: process is gone`: `task "x" (running): executor is gone: process is gone`,
+		"store: locked (driver: busy); cgroup: no controller":                     "locked (busy); no controller",
+		"the task's output says store: nothing, and that stays":                   "the task's output says store: nothing, and that stays",
+	} {
+		if got := userText(in); got != want {
+			t.Errorf("userText(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestParseAnywhere_FlagsAroundArgumentsUpToTheCommandLine(t *testing.T) {
+	c := &cli{stdout: io.Discard, stderr: io.Discard, logLevel: "warn", lockTimeout: time.Second}
+	for _, tc := range []struct {
+		cmd        string
+		args       []string
+		pos, line  []string
+		flag, want string
+	}{
+		{"logs", []string{"web", "-f", "--tail", "3"}, []string{"web"}, nil, "tail", "3"},
+		{"logs", []string{"--tail=3", "--", "-web"}, []string{"-web"}, nil, "tail", "3"},
+		{"signal", []string{"web", "--main", "SIGHUP", "--log-level", "debug"}, []string{"web", "SIGHUP"}, nil, "main", "true"},
+		{"exec", []string{"web", "-t", "sh", "-c", "echo -t"}, []string{"web"}, []string{"sh", "-c", "echo -t"}, "tty", "true"},
+		{"exec", []string{"--env", "A=1", "web", "--", "ls", "--env"}, []string{"web"}, []string{"ls", "--env"}, "env", "A=1"},
+		{"exec", []string{"--", "web", "ls", "-l"}, []string{"web"}, []string{"ls", "-l"}, "tty", "false"},
+		{"run", []string{"--name", "x", "--", "/bin/echo", "--name", "y"}, nil, []string{"/bin/echo", "--name", "y"}, "name", "x"},
+		{"run", []string{"/bin/echo", "--name", "y"}, nil, []string{"/bin/echo", "--name", "y"}, "name", ""},
+		{"run", []string{"job.hcl", "--name", "y"}, []string{"job.hcl"}, nil, "name", "y"},
+	} {
+		fs := c.flags(tc.cmd)
+		fs.BoolP("follow", "f", false, "")
+		fs.IntP("tail", "n", -1, "")
+		fs.Bool("main", false, "")
+		fs.BoolP("tty", "t", false, "")
+		fs.String("env", "", "")
+		fs.String("name", "", "")
+		if err := fs.parseAnywhere(tc.args); err != nil {
+			t.Errorf("%s %v: %v", tc.cmd, tc.args, err)
+			continue
+		}
+		if got := fs.Lookup(tc.flag).Value.String(); !slices.Equal(fs.pos, tc.pos) || !slices.Equal(fs.line, tc.line) || got != tc.want {
+			t.Errorf("%s %v: positionals %q, line %q, --%s %q; want %q, %q, %q", tc.cmd, tc.args, fs.pos, fs.line, tc.flag, got, tc.pos, tc.line, tc.want)
+		}
+	}
+}
+
+func TestFindCommand_AmongFlagsBeforeIt(t *testing.T) {
+	c := &cli{stdout: io.Discard, stderr: io.Discard}
+	for _, tc := range []struct {
+		args []string
+		at   int
+		name string
+	}{
+		{[]string{"status"}, 0, "status"},
+		{[]string{"--state-dir", "run", "status"}, 2, "status"},
+		{[]string{"--state-dir=x", "-v", "run", "f.hcl"}, 2, "run"},
+		{[]string{"--name", "web", "run", "f.hcl"}, 2, "run"},
+		{[]string{"--json", "ps"}, 1, "ps"},
+		{[]string{"stauts"}, 0, ""},
+		{[]string{"--", "status"}, -1, ""},
+	} {
+		at, cmd, _ := findCommand(tc.args, c.flags("help"))
+		if at != tc.at || cmd.name != tc.name && !(cmd.alias == tc.name && tc.name != "") {
+			t.Errorf("findCommand(%q) = %d %q, want %d %q", tc.args, at, cmd.name, tc.at, tc.name)
 		}
 	}
 }
