@@ -38,6 +38,8 @@ type flagSet struct {
 	line []string
 	// dash is set when a "--" ended the flags.
 	dash bool
+	// given are the arguments parsed, for messages.
+	given []string
 }
 
 // Args returns the positional arguments.
@@ -179,7 +181,7 @@ func (c *cli) parse(fs *flagSet, args []string) (int, bool) {
 // the first positional argument, which is taken and the parse resumed
 // after it, until a "--" or the start of a command line.
 func (f *flagSet) parseAnywhere(args []string) error {
-	f.pos, f.line, f.dash = nil, nil, false
+	f.pos, f.line, f.dash, f.given = nil, nil, false, args
 	for {
 		if err := f.Parse(args); err != nil {
 			return err
@@ -318,7 +320,15 @@ func (c *cli) flagError(fs *flagSet, err error) {
 		given := "--" + notExist.GetSpecifiedName()
 		typed := notExist.GetSpecifiedName()
 		if short := notExist.GetSpecifiedShortnames(); short != "" {
+			// A group of short flags, or a long one given with one dash
+			// ("-follow"): say the argument as it was typed.
 			given, typed = "-"+notExist.GetSpecifiedName(), short
+			for _, a := range fs.given {
+				if strings.HasPrefix(a, "-") && !strings.HasPrefix(a, "--") && strings.HasSuffix(a, short) {
+					given, typed = a, strings.TrimPrefix(a, "-")
+					break
+				}
+			}
 		}
 		msg := fmt.Sprintf("%s has no flag %s", name, given)
 		if s := suggestFlag(fs, typed); s != "" {

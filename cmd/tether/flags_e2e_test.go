@@ -131,6 +131,7 @@ func TestFlags_MistypedCommandOrFlagSuggestsInAFewLines(t *testing.T) {
 		{[]string{"status", "-all"}, "did you mean --all?"},
 		{[]string{"stop", "--timout", "5s", "x"}, "did you mean --timeout?"},
 		{[]string{"--stat-dir", "/tmp", "status"}, "did you mean --state-dir?"},
+		{[]string{filepath.Join(repoRoot, "examples", "hello.hcl")}, "to run the task file, tether run " + filepath.Join(repoRoot, "examples", "hello.hcl")},
 	} {
 		r := e.tether(c.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) || r.stdout != "" {

@@ -196,6 +196,8 @@ func (c *cli) main(args []string) int {
 			msg := fmt.Sprintf("unknown command %q", printable(args[at]))
 			if s := suggestCommand(args[at]); s != "" {
 				msg += "; did you mean " + s + "?"
+			} else if classifyFirst(args[at]) == argTaskFile {
+				msg += fmt.Sprintf("; to run the task file, tether run %s", printable(args[at]))
 			}
 			c.errorf("%s", msg)
 			fmt.Fprintln(c.stderr, "  'tether help' lists the commands")
