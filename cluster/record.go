@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,7 +62,19 @@ func encodeEvent(e *fsm.Event) ([]byte, error) {
 	if e.Target != fsm.StateNone {
 		w.Target = e.Target.String()
 	}
-	return json.Marshal(&w)
+	return marshal(&w)
+}
+
+// marshal is json.Marshal without HTML escaping, so that a mirrored
+// value reads as written (Redacted, not \u003credacted\u003e).
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // decodeEvent decodes a mirrored event; key names it in the error.

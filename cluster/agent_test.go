@@ -1,0 +1,200 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/store"
+)
+
+// modeAgent runs the test binary as an agent's fleet side: a real bbolt
+// store held open, the node registered and run (mirror, liveness,
+// status, desired watch), and a generator committing task events to the
+// store as a driver would, whatever etcd does. It prints "registered"
+// once it holds the node, "held: ERR" (exit 3) when another agent does,
+// and "generated N" once its generator is done. SIGTERM ends it.
+const modeAgent = "tether-test-agent"
+
+func runAgent(args []string) int {
+	fs := flag.NewFlagSet(modeAgent, flag.ContinueOnError)
+	endpoints := fs.String("endpoints", "", "etcd client URLs, comma-separated")
+	node := fs.String("node", "", "node name")
+	dir := fs.String("dir", "", "state directory")
+	ttl := fs.Duration("ttl", 2*time.Second, "lease TTL")
+	tasks := fs.Int("tasks", 0, "tasks to generate")
+	events := fs.Int("events", 0, "reattached events per task after running")
+	every := fs.Duration("every", 0, "pause between commits")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	log := hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Info, Name: "agent"})
+	hooks, err := HooksFromEnv()
+	if err != nil {
+		log.Error("hooks", "err", err)
+		return 2
+	}
+	st, err := store.Open(filepath.Join(*dir, "tether.db"), store.Options{LockTimeout: 30 * time.Second})
+	if err != nil {
+		log.Error("store", "err", err)
+		return 1
+	}
+	src := NewStoreSource(st)
+	defer src.Close()
+	cli, err := Dial(Config{Endpoints: strings.Split(*endpoints, ","), DialTimeout: 2 * time.Second})
+	if err != nil {
+		log.Error("dial", "err", err)
+		return 1
+	}
+	defer cli.Close()
+	n, err := NewNode(cli, NodeConfig{Name: *node, LeaseTTL: *ttl, Dir: filepath.Join(*dir, "cluster"), Source: src,
+		Changes: src.Changes(), Logger: log, Hooks: hooks})
+	if err != nil {
+		log.Error("node", "err", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = n.Register(rctx)
+	cancel()
+	switch {
+	case errors.Is(err, ErrNodeHeld):
+		fmt.Printf("held: %v\n", err)
+		return 3
+	case err != nil:
+		log.Warn("not registered yet; running on", "err", err)
+	}
+	fmt.Println("registered")
+	go func() {
+		total := generate(ctx, src, *node, *tasks, *events, *every)
+		fmt.Printf("generated %d\n", total)
+	}()
+	_ = n.Run(ctx)
+	return 0
+}
+
+// generate commits tasks lifecycles with events reattached events each,
+// round robin, one commit per event, and returns the events committed.
+func generate(ctx context.Context, src store.Log, node string, tasks, events int, every time.Duration) int {
+	total := 0
+	logs := make([][]fsm.Event, tasks)
+	for i := range logs {
+		logs[i] = lifecycle(fmt.Sprintf("%s-svc%d", node, i), i, events)
+	}
+	var tick <-chan time.Time
+	if every > 0 {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		tick = t.C
+	}
+	for step := 0; ; step++ {
+		did := false
+		for i := range logs {
+			if step >= len(logs[i]) {
+				continue
+			}
+			did = true
+			if tick != nil {
+				select {
+				case <-ctx.Done():
+					return total
+				case <-tick:
+				}
+			}
+			e := logs[i][step]
+			e.Time = time.Now().UnixNano()
+			if _, err := src.Append(ctx, fmt.Sprintf("%s-t%d", node, i), uint64(step), e); err != nil {
+				return total
+			}
+			total++
+		}
+		if !did {
+			return total
+		}
+	}
+}
+
+// agentProc is a running agent helper.
+type agentProc struct {
+	cmd   *exec.Cmd
+	lines chan string
+	done  chan error
+}
+
+// startAgent starts the agent helper and waits for its first line
+// ("registered" or "held: …").
+func startAgent(t *testing.T, env []string, args ...string) (*agentProc, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{modeAgent}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = &prefixWriter{t: t}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &agentProc{cmd: cmd, lines: make(chan string, 16), done: make(chan error, 1)}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+		close(p.lines)
+		p.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+	})
+	first := p.next(t)
+	return p, first
+}
+
+func (p *agentProc) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case l, ok := <-p.lines:
+		if !ok {
+			t.Fatalf("agent %d exited: %v", p.cmd.Process.Pid, <-p.done)
+		}
+		return l
+	case <-time.After(60 * time.Second):
+		t.Fatalf("agent %d said nothing in 60s", p.cmd.Process.Pid)
+	}
+	return ""
+}
+
+// wait waits for the agent to exit and returns how it ended.
+func (p *agentProc) wait(t *testing.T) error {
+	t.Helper()
+	for range p.lines {
+	}
+	err := <-p.done
+	p.done <- err // for the cleanup
+	return err
+}
+
+type prefixWriter struct{ t *testing.T }
+
+func (w *prefixWriter) Write(b []byte) (int, error) {
+	if testing.Verbose() {
+		w.t.Logf("agent: %s", strings.TrimRight(string(b), "\n"))
+	}
+	return len(b), nil
+}
