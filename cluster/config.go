@@ -180,7 +180,7 @@ func Dial(cfg Config) (*clientv3.Client, error) {
 		DialKeepAliveTimeout: 3 * time.Second,
 		// The client logs through zap; tether logs what it makes of the
 		// client's errors through its own logger.
-		Logger:      zap.NewNop(),
+		Logger: zap.NewNop(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)

@@ -16,6 +16,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/testproc"
 	"github.com/tether-fsm/tether/store"
@@ -260,3 +262,15 @@ func mirrorMatches(t testing.TB, ctx context.Context, cli *clientv3.Client, keys
 	}
 	return true, "", rev
 }
+
+func itoa(i int) string { return fmt.Sprint(i) }
+
+func mustKeys(t testing.TB) Keys {
+	k, err := NewKeys("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func nopLog() hclog.Logger { return hclog.NewNullLogger() }

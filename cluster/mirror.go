@@ -510,7 +510,6 @@ func (m *mirror) lag(ctx context.Context) (events uint64, oldest int64, err erro
 	return events, oldest, nil
 }
 
-
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
 
 // tooLarge reports whether err is etcd's (or gRPC's) refusal of a request
