@@ -88,12 +88,16 @@ func runAgent(args []string) int {
 }
 
 // generate commits tasks lifecycles with events reattached events each,
-// round robin, one commit per event, and returns the events committed.
+// round robin, one commit per event, going on from whatever an earlier
+// run of the agent committed, and returns the events in the log.
 func generate(ctx context.Context, src store.Log, node string, tasks, events int, every time.Duration) int {
-	total := 0
 	logs := make([][]fsm.Event, tasks)
+	done := make([]uint64, tasks)
 	for i := range logs {
 		logs[i] = lifecycle(fmt.Sprintf("%s-svc%d", node, i), i, events)
+		if t, err := src.LoadTask(ctx, genTask(node, i)); err == nil {
+			done[i] = t.Version
+		}
 	}
 	var tick <-chan time.Time
 	if every > 0 {
@@ -101,32 +105,38 @@ func generate(ctx context.Context, src store.Log, node string, tasks, events int
 		defer t.Stop()
 		tick = t.C
 	}
-	for step := 0; ; step++ {
+	for {
 		did := false
 		for i := range logs {
-			if step >= len(logs[i]) {
+			if done[i] >= uint64(len(logs[i])) {
 				continue
 			}
 			did = true
 			if tick != nil {
 				select {
 				case <-ctx.Done():
-					return total
+					return -1
 				case <-tick:
 				}
 			}
-			e := logs[i][step]
+			e := logs[i][done[i]]
 			e.Time = time.Now().UnixNano()
-			if _, err := src.Append(ctx, fmt.Sprintf("%s-t%d", node, i), uint64(step), e); err != nil {
-				return total
+			if _, err := src.Append(ctx, genTask(node, i), done[i], e); err != nil {
+				return -1
 			}
-			total++
+			done[i]++
 		}
 		if !did {
+			total := 0
+			for _, d := range done {
+				total += int(d)
+			}
 			return total
 		}
 	}
 }
+
+func genTask(node string, i int) string { return fmt.Sprintf("%s-t%d", node, i) }
 
 // agentProc is a running agent helper.
 type agentProc struct {
@@ -138,6 +148,13 @@ type agentProc struct {
 // startAgent starts the agent helper and waits for its first line
 // ("registered" or "held: …").
 func startAgent(t *testing.T, env []string, args ...string) (*agentProc, string) {
+	t.Helper()
+	p := startAgentNoWait(t, env, args...)
+	return p, p.next(t)
+}
+
+// startAgentNoWait starts the agent helper without waiting for a line.
+func startAgentNoWait(t *testing.T, env []string, args ...string) *agentProc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{modeAgent}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
@@ -160,10 +177,10 @@ func startAgent(t *testing.T, env []string, args ...string) (*agentProc, string)
 	}()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-p.done
+		err := <-p.done
+		p.done <- err
 	})
-	first := p.next(t)
-	return p, first
+	return p
 }
 
 func (p *agentProc) next(t *testing.T) string {
@@ -171,7 +188,9 @@ func (p *agentProc) next(t *testing.T) string {
 	select {
 	case l, ok := <-p.lines:
 		if !ok {
-			t.Fatalf("agent %d exited: %v", p.cmd.Process.Pid, <-p.done)
+			err := <-p.done
+			p.done <- err
+			t.Fatalf("agent %d exited: %v", p.cmd.Process.Pid, err)
 		}
 		return l
 	case <-time.After(60 * time.Second):

@@ -26,11 +26,11 @@ const (
 	CrashMirrorBeforePrune = "mirror:before-prune"
 	// CrashMirrorAfterPrune: it was.
 	CrashMirrorAfterPrune = "mirror:after-prune"
-	// CrashLivenessAfterGrant: a lease is granted, the liveness key not
-	// yet created under it.
+	// CrashLivenessAfterGrant: a lease is granted and recorded in the
+	// state directory, the liveness key not yet created under it.
 	CrashLivenessAfterGrant = "liveness:after-grant"
 	// CrashLivenessAfterCreate: the liveness key exists under the new
-	// lease; the lease's id is not yet recorded in the state directory.
+	// lease; the node has not started to use it.
 	CrashLivenessAfterCreate = "liveness:after-create"
 	// CrashDesiredBeforeCopy: a desired set is about to be written to the
 	// local copy.

@@ -72,9 +72,10 @@ type Node struct {
 	mir   *mirror
 	want  *watcher
 
-	mu      sync.Mutex
-	ours    map[clientv3.LeaseID]bool // leases this process or this state directory held
-	upSince int64
+	mu       sync.Mutex
+	ours     map[clientv3.LeaseID]bool // leases this process or this state directory held
+	recorded []clientv3.LeaseID        // the lease record's, newest last
+	upSince  int64
 }
 
 // NewNode checks cfg and returns a node. It contacts nothing.
@@ -121,8 +122,11 @@ func NewNode(cli *clientv3.Client, cfg NodeConfig) (*Node, error) {
 	}
 	n := &Node{cli: cli, cfg: cfg, keys: keys, log: cfg.Logger.With("node", cfg.Name), ours: map[clientv3.LeaseID]bool{}}
 	n.fence.init()
-	if id, err := n.readLeaseRecord(); err == nil && id != 0 {
-		n.ours[id] = true
+	if ids, err := n.readLeaseRecord(); err == nil {
+		for _, id := range ids {
+			n.ours[id] = true
+		}
+		n.recorded = ids
 	}
 	n.mir = newMirror(n)
 	n.want = newWatcher(cli, keys, cfg.Name, cfg.Dir, cfg.Logger.With("node", cfg.Name), cfg.Hooks)
@@ -281,20 +285,49 @@ func (f *fence) set(id clientv3.LeaseID) {
 const leaseRecord = "lease.json"
 
 type leaseFile struct {
-	Node  string `json:"node"`
-	Lease int64  `json:"lease"`
+	Node string `json:"node"`
+	// Leases are the last leases granted to this state directory's
+	// agents, newest last: any of them may hold the liveness key.
+	Leases []int64 `json:"leases"`
 }
 
-func (n *Node) readLeaseRecord() (clientv3.LeaseID, error) {
+// maxLeaseRecord bounds the leases remembered.
+const maxLeaseRecord = 8
+
+func (n *Node) readLeaseRecord() ([]clientv3.LeaseID, error) {
 	b, err := readPrivateFile(n.cfg.Dir, leaseRecord)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	var lf leaseFile
 	if err := json.Unmarshal(b, &lf); err != nil || lf.Node != n.cfg.Name {
-		return 0, fmt.Errorf("%w: %s: not this node's lease record", ErrLocalCopy, leaseRecord)
+		return nil, fmt.Errorf("%w: %s: not this node's lease record", ErrLocalCopy, leaseRecord)
 	}
-	return clientv3.LeaseID(lf.Lease), nil
+	var out []clientv3.LeaseID
+	for _, l := range lf.Leases {
+		out = append(out, clientv3.LeaseID(l))
+	}
+	return out, nil
+}
+
+// recordLease adds id to the lease record, durably, before the lease
+// may hold the liveness key: a successor that finds the key under any
+// recorded lease takes it over at once, whichever step its predecessor
+// died at.
+func (n *Node) recordLease(id clientv3.LeaseID) error {
+	n.mu.Lock()
+	n.ours[id] = true
+	n.recorded = append(n.recorded, id)
+	if len(n.recorded) > maxLeaseRecord {
+		n.recorded = n.recorded[len(n.recorded)-maxLeaseRecord:]
+	}
+	lf := leaseFile{Node: n.cfg.Name}
+	for _, l := range n.recorded {
+		lf.Leases = append(lf.Leases, int64(l))
+	}
+	n.mu.Unlock()
+	b, _ := json.Marshal(lf)
+	return writeFileAtomic(n.cfg.Dir, leaseRecord, b)
 }
 
 func (n *Node) ttlSeconds() int64 { return max(1, int64((n.cfg.LeaseTTL+time.Second-1)/time.Second)) }
@@ -305,6 +338,10 @@ func (n *Node) register(ctx context.Context) (clientv3.LeaseID, error) {
 	grant, err := n.cli.Grant(ctx, n.ttlSeconds())
 	if err != nil {
 		return 0, unavailable("grant a lease", err)
+	}
+	if err := n.recordLease(grant.ID); err != nil {
+		// Not fatal: a successor then waits out the lease instead.
+		n.log.Warn("could not record the lease in the state directory", "err", err)
 	}
 	n.cfg.Hooks.crash(CrashLivenessAfterGrant)
 	host, _ := os.Hostname()
@@ -332,7 +369,7 @@ func (n *Node) register(ctx context.Context) (clientv3.LeaseID, error) {
 		kv := kvs[0]
 		prev := clientv3.LeaseID(kv.Lease)
 		n.mu.Lock()
-		ours := n.ours[prev]
+		ours := n.ours[prev] && prev != grant.ID
 		n.mu.Unlock()
 		if !ours || attempt > 0 {
 			n.revoke(grant.ID)
@@ -355,14 +392,8 @@ func (n *Node) register(ctx context.Context) (clientv3.LeaseID, error) {
 	}
 	n.cfg.Hooks.crash(CrashLivenessAfterCreate)
 	n.mu.Lock()
-	n.ours[grant.ID] = true
 	n.upSince = now.UnixNano()
 	n.mu.Unlock()
-	rec, _ := json.Marshal(leaseFile{Node: n.cfg.Name, Lease: int64(grant.ID)})
-	if err := writeFileAtomic(n.cfg.Dir, leaseRecord, rec); err != nil {
-		// Not fatal: a successor then waits out the lease instead.
-		n.log.Warn("could not record the lease in the state directory", "err", err)
-	}
 	n.log.Info("node registered", "lease", fmt.Sprintf("%x", int64(grant.ID)), "ttl", n.cfg.LeaseTTL)
 	return grant.ID, nil
 }
