@@ -334,7 +334,16 @@ func plantStrayTask(t *testing.T, cli *clientv3.Client, node string) {
 	e.Seq = 1
 	ev, _ := encodeEvent(&e)
 	hv, _ := marshal(head{Seq: 1, State: "created", Name: "stray", Created: e.Time, Updated: e.Time, LastType: e.Type.String()})
-	if _, err := cli.Txn(ctxT(t)).Then(clientv3.OpPut(k.event(node, "stray", 1), string(ev)), clientv3.OpPut(k.head(node, "stray"), string(hv))).Commit(); err != nil {
-		t.Fatal(err)
+	// A member was just killed: etcd may time a request out while a new
+	// leader is elected; the write is idempotent, so it is retried.
+	ctx := ctxT(t)
+	for {
+		_, err := cli.Txn(ctx).Then(clientv3.OpPut(k.event(node, "stray", 1), string(ev)), clientv3.OpPut(k.head(node, "stray"), string(hv))).Commit()
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -310,6 +311,23 @@ func (n *Node) readLeaseRecord() ([]clientv3.LeaseID, error) {
 	return out, nil
 }
 
+// forgetLease drops a lease that never held the key from the record, so
+// that refused attempts do not push the holder's lease out of it.
+func (n *Node) forgetLease(id clientv3.LeaseID) {
+	n.mu.Lock()
+	delete(n.ours, id)
+	n.recorded = slices.DeleteFunc(n.recorded, func(l clientv3.LeaseID) bool { return l == id })
+	lf := leaseFile{Node: n.cfg.Name}
+	for _, l := range n.recorded {
+		lf.Leases = append(lf.Leases, int64(l))
+	}
+	n.mu.Unlock()
+	b, _ := json.Marshal(lf)
+	if err := writeFileAtomic(n.cfg.Dir, leaseRecord, b); err != nil {
+		n.log.Warn("could not update the lease record", "err", err)
+	}
+}
+
 // recordLease adds id to the lease record, durably, before the lease
 // may hold the liveness key: a successor that finds the key under any
 // recorded lease takes it over at once, whichever step its predecessor
@@ -373,6 +391,7 @@ func (n *Node) register(ctx context.Context) (clientv3.LeaseID, error) {
 		n.mu.Unlock()
 		if !ours || attempt > 0 {
 			n.revoke(grant.ID)
+			n.forgetLease(grant.ID)
 			var h Holder
 			_ = json.Unmarshal(kv.Value, &h)
 			h.Lease = kv.Lease
