@@ -209,7 +209,7 @@ func (p *agentProc) wait(t *testing.T) error {
 	return err
 }
 
-type prefixWriter struct{ t *testing.T }
+type prefixWriter struct{ t testing.TB }
 
 func (w *prefixWriter) Write(b []byte) (int, error) {
 	if testing.Verbose() {

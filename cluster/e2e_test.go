@@ -26,7 +26,7 @@ type member struct {
 }
 
 type realCluster struct {
-	t       *testing.T
+	t       testing.TB
 	bin     string
 	members []*member
 	initial string
@@ -34,7 +34,7 @@ type realCluster struct {
 
 // startCluster starts n etcd members, or skips where the etcd binary is
 // absent.
-func startCluster(t *testing.T, n int) *realCluster {
+func startCluster(t testing.TB, n int) *realCluster {
 	t.Helper()
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
