@@ -237,19 +237,18 @@ func TestMirror_LinearizableUnderMemberKillsAndCrashes(t *testing.T) {
 			}
 		})
 		n.mir.txnHook = recordTxns(h)
-		done := make(chan struct{})
-		go func() { defer close(done); _ = n.Run(ctx) }()
-		if inc%4 == 3 {
+		stall := inc%4 == 3
+		stalled, release := make(chan struct{}), make(chan struct{})
+		type result struct {
+			resp *clientv3.TxnResponse
+			err  error
+		}
+		returned := make(chan result, 1)
+		if stall {
 			// A stalled agent (SIGSTOP, a long pause): its next
 			// transaction is held while a successor of the same state
 			// directory takes the node over and mirrors on, then goes
 			// out with its stale view. The fence must refuse it.
-			stalled, release := make(chan struct{}), make(chan struct{})
-			type result struct {
-				resp *clientv3.TxnResponse
-				err  error
-			}
-			returned := make(chan result, 1)
 			var once sync.Once
 			rec := recordTxns(h)
 			n.mir.txnHook = func(b *batch, call func() (*clientv3.TxnResponse, error)) (*clientv3.TxnResponse, error) {
@@ -264,6 +263,10 @@ func TestMirror_LinearizableUnderMemberKillsAndCrashes(t *testing.T) {
 				returned <- result{resp, err}
 				return resp, err
 			}
+		}
+		done := make(chan struct{})
+		go func() { defer close(done); _ = n.Run(ctx) }()
+		if stall {
 			<-stalled
 			succ := newTestNode(t, cli, "n1", dir, src)
 			progressed := make(chan struct{})
