@@ -7,10 +7,10 @@ PKGS      ?= ./...
 # this 2-core machine, inside the 10m timeout).
 RAPID_CHECKS ?= 5000
 
-.PHONY: help build test test-short fmt lint vet proptest bench bench-quick demo mutants clean
+.PHONY: help build test test-short test-cluster bench-cluster fmt lint vet proptest bench bench-quick demo mutants clean
 
 help:
-	@echo "build | test | fmt | lint | proptest | bench | bench-quick | demo | mutants | clean"
+	@echo "build | test | test-cluster | bench-cluster | fmt | lint | proptest | bench | bench-quick | demo | mutants | clean"
 
 # A static binary (no cgo: os/user and net in pure Go): the CLI, its
 # executor and its init shim are this binary, started three times a task,
@@ -23,6 +23,18 @@ build:
 test: build
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 	$(GO) test -count=1 -run 'TestHarness_StepIsAFunctionOfItsPlan' ./proptest/
+
+# The fleet's tests alone: unit tests on an embedded etcd, then the
+# end-to-end tests and the linearizability check on a real 3-member etcd
+# (Debian's etcd-server; they skip, naming the package, where it is
+# absent). `make test` runs them too.
+test-cluster:
+	$(GO) test -race -count=1 -timeout 10m ./cluster/
+
+# The mirror against a bare etcd Txn loop, and cluster status over 1,000
+# tasks (needs etcd-server).
+bench-cluster:
+	$(GO) test -run '^$$' -bench 'Mirror_VsBareTxn|Fleet_Status' -benchtime 10x ./cluster/
 
 fmt:
 	gofmt -w .
