@@ -27,9 +27,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/benchkit"
+	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -374,7 +374,7 @@ func checkIdentity(pid int, start uint64) error {
 		return fmt.Errorf("%w: %w", ErrGone, err)
 	}
 	defer unix.Close(fd)
-	got, err := executor.ProcStartTime(pid)
+	got, err := proc.StartTime(pid)
 	if err != nil {
 		return err
 	}
@@ -419,11 +419,11 @@ func BenchmarkRecover(b *testing.B) {
 	}
 	b.Cleanup(func() { _ = live.Process.Kill(); _ = live.Wait() })
 	pid := live.Process.Pid
-	start, err := executor.ProcStartTime(pid)
+	start, err := proc.StartTime(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	boot, err := executor.BootID()
+	boot, err := proc.BootID()
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/internal/testproc"
 )
 
@@ -113,7 +114,7 @@ func readLineDeadline(t *testing.T, f *os.File) string {
 // alive reports whether pid is a live (non-zombie) process started at
 // start.
 func alive(pid int, start uint64) bool {
-	ok, err := executor.Alive(fsm.Identity{PID: pid, StartTime: start})
+	ok, err := proc.Alive(fsm.Identity{PID: pid, StartTime: start})
 	return err == nil && ok
 }
 
@@ -151,7 +152,7 @@ func TestRecover_SetsidDescendantOfKilledExecutorIsKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	escStart, err := executor.ProcStartTime(escapee)
+	escStart, err := proc.StartTime(escapee)
 	if err != nil {
 		t.Fatalf("the setsid'd sleep: %v", err)
 	}
@@ -166,7 +167,7 @@ func TestRecover_SetsidDescendantOfKilledExecutorIsKilled(t *testing.T) {
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := executor.Kill(ctx, *st.Executor); err != nil {
+	if err := proc.Kill(ctx, *st.Executor); err != nil {
 		t.Fatal(err)
 	}
 

@@ -5,8 +5,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
 )
 
 // TestRealKillTask_OtherBootSignalsNothing: Real.KillTask killed a task's
@@ -32,7 +32,7 @@ func TestRealKillTask_OtherBootSignalsNothing(t *testing.T) {
 	}
 	defer func() { _ = stranger.Process.Kill(); _ = stranger.Wait() }()
 	pid := stranger.Process.Pid
-	start, err := executor.ProcStartTime(pid)
+	start, err := proc.StartTime(pid)
 	if err != nil {
 		t.Fatal(err)
 	}

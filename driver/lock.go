@@ -11,8 +11,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tether-fsm/tether/executor"
 	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/internal/proc"
 )
 
 // LockFile is the file in a task's directory that a process holds locked
@@ -250,7 +252,7 @@ func (r *Real) RemoveOrphanDir(task string, unknown func() (bool, error)) (remov
 		return false, "the store knows the task", err
 	}
 	if x, err := executor.ReadIdentity(dir); err == nil {
-		if alive, _ := executor.Alive(x); alive {
+		if alive, _ := proc.Alive(x); alive {
 			return false, fmt.Sprintf("its executor (pid %d) is alive", x.PID), nil
 		}
 	}

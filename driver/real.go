@@ -15,6 +15,7 @@ import (
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/logs"
 )
 
@@ -112,12 +113,12 @@ func (r *Real) FindByNonce(ctx context.Context, task, nonce string) (fsm.Identit
 
 // Alive implements Executors.
 func (r *Real) Alive(ctx context.Context, task string, id fsm.Identity) (bool, error) {
-	return executor.Alive(id)
+	return proc.Alive(id)
 }
 
 // Kill implements Executors.
 func (r *Real) Kill(ctx context.Context, task string, id fsm.Identity) error {
-	return worldErr(executor.Kill(ctx, id))
+	return worldErr(proc.Kill(ctx, id))
 }
 
 // KillTask implements Executors: the cgroup named by id.Cgroup, once
@@ -129,14 +130,14 @@ func (r *Real) Kill(ctx context.Context, task string, id fsm.Identity) error {
 // signalled, whatever now has its pid and start time (they count from
 // boot).
 func (r *Real) KillTask(ctx context.Context, task string, id fsm.Identity, pid int, start uint64) error {
-	if boot, err := executor.BootID(); err == nil && id.BootID != "" && id.BootID != boot {
+	if boot, err := proc.BootID(); err == nil && id.BootID != "" && id.BootID != boot {
 		return nil // neither processes nor cgroups outlive a boot
 	}
 	if id.Cgroup == "" {
 		if pid == 0 {
 			return nil
 		}
-		return worldErr(executor.KillGroup(ctx, pid, start))
+		return worldErr(proc.KillGroup(ctx, fsm.Proc{PID: pid, StartTime: start}))
 	}
 	h, err := r.cgroupHost(false)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -47,7 +48,7 @@ func startStranger(t *testing.T, marker string) (*exec.Cmd, uint64) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
-	start, err := executor.ProcStartTime(c.Process.Pid)
+	start, err := proc.StartTime(c.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func TestRecover_PlantedLaunchRecordNeverKillsAStranger(t *testing.T) {
 	spec := taskSpec(t, dir, "sleep")
 	appendLog(t, dir, id, fsm.Event{Type: fsm.EventCreated, Spec: &spec},
 		fsm.Event{Type: fsm.EventSpawnIntent, Nonce: nonce}, fsm.Event{Type: fsm.EventExecutorUp, Executor: &x})
-	if err := executor.Kill(ctx, x); err != nil { // the executor is gone, never having launched
+	if err := proc.Kill(ctx, x); err != nil { // the executor is gone, never having launched
 		t.Fatal(err)
 	}
 	_ = c.Close()
@@ -150,7 +151,7 @@ func TestRecover_ForgedExitRecordIsNotBelieved(t *testing.T) {
 	}
 	// The executor dies (its task with it, by the parent-death signal)
 	// without writing an exit status: the forged one is all there is.
-	if err := executor.Kill(ctx, *st.Executor); err != nil {
+	if err := proc.Kill(ctx, *st.Executor); err != nil {
 		t.Fatal(err)
 	}
 	writeJSON(t, exitPath, forged)

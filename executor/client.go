@@ -21,6 +21,7 @@ import (
 
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
 )
 
 // SpawnConfig configures Spawn.
@@ -70,7 +71,7 @@ type Client struct {
 	log     hclog.Logger
 	conn    *net.UnixConn
 	rd      *rightsReader // reads conn, with the descriptors answers carry
-	proc    *pidFD        // the executor, verified
+	exe     *proc.PidFD   // the executor, verified
 	reaped  chan struct{} // closed once Spawn's reaper collected the executor; nil after Reattach
 
 	wmu sync.Mutex // serialises frame writes
@@ -143,7 +144,7 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Client, error) {
 	defer readyR.Close()
 
 	args := append(append([]string{}, command[1:]...),
-		"-dir="+dir, nonceArg(cfg.Nonce), "-lease="+timeout.String(), "-ready-fd=3")
+		"-dir="+dir, proc.NonceArg(cfg.Nonce), "-lease="+timeout.String(), "-ready-fd=3")
 	pidfd := -1
 	cmd := exec.Command(command[0], args...)
 	cmd.Dir = dir
@@ -166,9 +167,9 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Client, error) {
 		_ = cmd.Wait()
 		close(reaped)
 	}()
-	var proc *pidFD
+	var exe *proc.PidFD
 	if pidfd >= 0 {
-		proc, err = newPidFD(pidfd)
+		exe, err = proc.FromFD(pidfd)
 	} else {
 		err = fmt.Errorf("executor: no pidfd from clone (kernel older than 5.3?)")
 	}
@@ -177,10 +178,10 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Client, error) {
 		log.Warn("spawn failed, killing the executor", "err", err)
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		if proc != nil {
-			_ = proc.signal(syscall.SIGKILL)
-			_ = proc.wait(kctx)
-			proc.Close()
+		if exe != nil {
+			_ = exe.Signal(syscall.SIGKILL)
+			_ = exe.Wait(kctx)
+			exe.Close()
 		} else {
 			_ = cmd.Process.Kill()
 		}
@@ -226,7 +227,7 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Client, error) {
 	if err != nil {
 		return fail(err)
 	}
-	c.proc = proc
+	c.exe = exe
 	c.reaped = reaped
 	log.Debug("executor ready")
 	return c, nil
@@ -251,25 +252,25 @@ func Reattach(ctx context.Context, taskDir string, want fsm.Identity) (*Client, 
 	if onDisk.PID != want.PID || onDisk.StartTime != want.StartTime || onDisk.BootID != want.BootID || onDisk.Nonce != want.Nonce {
 		return nil, fmt.Errorf("%w: identity file describes pid %d start %d nonce %s", ErrNotOurs, onDisk.PID, onDisk.StartTime, onDisk.Nonce)
 	}
-	proc, err := openPidfd(want.PID)
+	exe, err := proc.Open(want.PID)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkIdentity(want); err != nil {
-		proc.Close()
+	if err := proc.Check(want); err != nil {
+		exe.Close()
 		return nil, err
 	}
 	c, err := connect(ctx, onDisk, dir, hclog.NewNullLogger())
 	if err != nil {
-		proc.Close()
+		exe.Close()
 		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, os.ErrNotExist) {
-			if proc.exited() {
+			if exe.Exited() {
 				return nil, fmt.Errorf("%w: %w", ErrGone, err)
 			}
 		}
 		return nil, err
 	}
-	c.proc = proc
+	c.exe = exe
 	return c, nil
 }
 
@@ -563,8 +564,8 @@ func (c *Client) finalStatus(ctx context.Context, r response, err error) (fsm.Ex
 	}
 	// The executor writes the file before it answers and exits; once it is
 	// dead the file is final.
-	if c.proc != nil {
-		if werr := c.proc.wait(ctx); werr != nil {
+	if c.exe != nil {
+		if werr := c.exe.Wait(ctx); werr != nil {
 			return fsm.ExitStatus{}, errors.Join(err, werr)
 		}
 	}
@@ -637,10 +638,10 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	if err != nil && !errors.Is(err, ErrClosed) {
 		return err
 	}
-	if c.proc == nil {
+	if c.exe == nil {
 		return nil
 	}
-	if err := c.proc.wait(ctx); err != nil {
+	if err := c.exe.Wait(ctx); err != nil {
 		return err
 	}
 	if c.reaped != nil {
@@ -656,10 +657,10 @@ func (c *Client) Shutdown(ctx context.Context) error {
 // WaitDead returns once the executor process has exited (its pidfd is
 // readable). It works after Reattach too.
 func (c *Client) WaitDead(ctx context.Context) error {
-	if c.proc == nil {
+	if c.exe == nil {
 		return ErrClosed
 	}
-	return c.proc.wait(ctx)
+	return c.exe.Wait(ctx)
 }
 
 // Close closes the control connection. Before launch this ends the
@@ -675,8 +676,8 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	err := c.conn.Close()
 	<-c.readEnd
-	if c.proc != nil {
-		c.proc.Close()
+	if c.exe != nil {
+		c.exe.Close()
 	}
 	return err
 }

@@ -9,14 +9,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/cgroup"
+	"github.com/tether-fsm/tether/internal/proc"
 )
 
 // Containment: the executor contains its task in a cgroup of its own,
@@ -145,24 +144,10 @@ func (s *server) undeliverable(sig syscall.Signal) bool {
 	if !s.task.nsInit || s.cg == nil || sig == syscall.SIGKILL {
 		return false
 	}
-	caught, err := caughtSignals(s.task.pid)
+	caught, err := proc.CaughtSignals(s.task.pid)
 	if err != nil || caught&(1<<(uint(sig)-1)) != 0 {
 		return false
 	}
 	procs, err := s.cg.Procs()
 	return err == nil && len(procs) == 1 && procs[0] == s.task.pid
-}
-
-// caughtSignals is the SigCgt mask of /proc/PID/status.
-func caughtSignals(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, err
-	}
-	for l := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "SigCgt:"); ok {
-			return strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-		}
-	}
-	return 0, fmt.Errorf("executor: no SigCgt in /proc/%d/status", pid)
 }

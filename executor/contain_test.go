@@ -17,6 +17,7 @@ import (
 
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
 )
 
 // taskCgroup opens the cgroup an executor announced, checking that it
@@ -44,7 +45,7 @@ func checkGone(t *testing.T, cg *cgroup.Cgroup) {
 }
 
 func alivePID(pid int, start uint64) bool {
-	ok, err := Alive(fsm.Identity{PID: pid, StartTime: start})
+	ok, err := proc.Alive(fsm.Identity{PID: pid, StartTime: start})
 	return err == nil && ok
 }
 
@@ -135,7 +136,7 @@ func TestContain_DescendantsKilledWhenTaskExits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start, _ := ProcStartTime(pid)
+	start, _ := proc.StartTime(pid)
 	x, err := c.Wait(ctx)
 	if err != nil || x.Code != 0 {
 		t.Fatalf("Wait = %+v %v", x, err)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/tether-fsm/tether/internal/proc"
 )
 
 // Errors returned by Spawn and Reattach.
@@ -43,11 +45,14 @@ var (
 var (
 	// ErrNotOurs is returned when a pid now belongs to another process than
 	// the identity describes (start time, boot id or nonce differ). Nothing is
-	// signalled. It also means that the process the identity described is gone.
-	ErrNotOurs = errors.New("executor: process is not ours")
+	// signalled. It also means that the process the identity described is
+	// gone. It is the one ErrNotOurs of tether: cgroup.ErrNotOurs and
+	// driver.ErrNotOurs are the same error.
+	ErrNotOurs = proc.ErrNotOurs
 	// ErrGone is returned when the process an identity describes no longer
-	// exists (exited, reaped, or from an earlier boot).
-	ErrGone = errors.New("executor: process is gone")
+	// exists (exited, reaped, or from an earlier boot); the same error as
+	// driver.ErrGone.
+	ErrGone = proc.ErrGone
 	// ErrSideFileMismatch is returned for a side file (launch record, exit
 	// record) that does not match the log: another nonce, boot or task
 	// process, a symbolic link, not a regular file, or too large. Such a

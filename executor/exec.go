@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
 )
 
 // Exec: a command run inside the running task.
@@ -144,7 +145,7 @@ func (c *Client) Exec(ctx context.Context, spec ExecSpec) (*ExecProcess, error) 
 // this process's alone: the flag is on the open file description.
 func pollable(f *os.File, name string) (*os.File, error) {
 	defer f.Close()
-	fd, err := rawFD(f)
+	fd, err := proc.RawFD(f)
 	if err != nil {
 		return nil, err
 	}
@@ -157,20 +158,6 @@ func pollable(f *os.File, name string) (*os.File, error) {
 		return nil, err
 	}
 	return os.NewFile(uintptr(nfd), name), nil
-}
-
-// rawFD is f's descriptor, without Fd's side effect of making it blocking
-// (its flags are shared with whoever sent it).
-func rawFD(f *os.File) (int, error) {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return -1, err
-	}
-	fd := -1
-	if err := rc.Control(func(u uintptr) { fd = int(u) }); err != nil {
-		return -1, err
-	}
-	return fd, nil
 }
 
 // PID is the command's pid (in the host's PID namespace).
@@ -221,7 +208,7 @@ type execProc struct {
 	c       *sconn // the connection it lives for; nil once that closed
 	pid     int
 	start   uint64
-	proc    *pidFD
+	proc    *proc.PidFD
 	exited  bool
 	exit    fsm.ExitStatus
 	waiters []uint64 // exec-wait requests on c
@@ -310,7 +297,7 @@ func (s *server) execSignal(sc *sconn, req request) {
 		return
 	}
 	if !e.exited {
-		if err := e.proc.signal(syscall.Signal(req.Signal)); err != nil {
+		if err := e.proc.Signal(syscall.Signal(req.Signal)); err != nil {
 			s.send(sc, response{ID: req.ID, Err: toWire(err)})
 			return
 		}
@@ -343,7 +330,7 @@ func (s *server) dropExecs(sc *sconn) {
 			continue
 		}
 		s.log.Info("exec's connection closed, killing it", "exec_pid", pid)
-		if err := e.proc.signal(syscall.SIGKILL); err != nil {
+		if err := e.proc.Signal(syscall.SIGKILL); err != nil {
 			s.log.Warn("killing an exec", "exec_pid", pid, "err", err)
 		}
 	}
@@ -382,7 +369,7 @@ func (s *server) startExec(spec ExecSpec, stdio []*os.File) (*execProc, *os.File
 		files = []uintptr{null.Fd(), null.Fd(), uintptr(2)} // the shim's own errors go to the executor's log
 	} else {
 		for _, f := range stdio {
-			fd, err := rawFD(f)
+			fd, err := proc.RawFD(f)
 			if err != nil {
 				return nil, nil, fmt.Errorf("%w: exec's descriptors: %w", ErrExec, err)
 			}
@@ -401,13 +388,13 @@ func (s *server) startExec(spec ExecSpec, stdio []*os.File) (*execProc, *os.File
 		// The task is the executor's unreaped child (only this loop
 		// reaps): its pid is its own, and the pidfd pins it, so the
 		// namespaces joined through it are the task's.
-		task, err := openPidfd(s.task.pid)
+		task, err := proc.Open(s.task.pid)
 		if err != nil {
 			unix.Close(pair[1])
 			return nil, nil, fmt.Errorf("%w: %w", ErrTaskExited, err)
 		}
 		defer task.Close()
-		fd, err := rawFD(task.f)
+		fd, err := task.Raw()
 		if err != nil {
 			unix.Close(pair[1])
 			return nil, nil, fmt.Errorf("%w: %w", ErrExec, err)
@@ -437,11 +424,11 @@ func (s *server) startExec(spec ExecSpec, stdio []*os.File) (*execProc, *os.File
 		return nil, nil, fmt.Errorf("%w: %w", ErrExec, err)
 	}
 	// The command is the executor's child, unreaped: its pid is its own.
-	start, err := ProcStartTime(rep.PID)
+	start, err := proc.StartTime(rep.PID)
 	if err != nil {
 		return fail(err)
 	}
-	proc, err := openPidfd(rep.PID)
+	proc, err := proc.Open(rep.PID)
 	if err != nil {
 		return fail(err)
 	}

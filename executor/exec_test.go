@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
 )
 
 // execOut runs argv inside c's task with a pipe for stdout and stderr,
@@ -164,27 +165,37 @@ func TestExec_KilledWithTheTask(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proc, err := openPidfd(p.PID())
+	pfd, err := proc.Open(p.PID())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer proc.Close()
-	if err := checkIdentity(fsm.Identity{PID: p.PID(), StartTime: p.StartTime()}); err != nil {
+	defer pfd.Close()
+	if err := proc.Check(fsm.Identity{PID: p.PID(), StartTime: p.StartTime()}); err != nil {
 		t.Fatalf("the exec's pid: %v", err)
 	}
-	waited := make(chan fsm.ExitStatus, 1)
+	type waitResult struct {
+		x   fsm.ExitStatus
+		err error
+	}
+	waited := make(chan waitResult, 1)
 	go func() {
-		x, _ := p.Wait(ctx)
-		waited <- x
+		x, err := p.Wait(ctx)
+		waited <- waitResult{x, err}
 	}()
 	if _, err := c.Stop(ctx, syscall.SIGTERM, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if !proc.exited() {
+	if !pfd.Exited() {
 		t.Fatal("the exec outlived the stop of its task")
 	}
-	if x := <-waited; x.Signal != int(syscall.SIGKILL) {
-		t.Fatalf("the exec's exit %+v, want killed by SIGKILL", x)
+	// The wait may reach the executor only after it has exited with its
+	// task (nothing orders it before the stop): then the connection is
+	// closed, which is the answer a lost exec gets.
+	switch r := <-waited; {
+	case r.err != nil && !errors.Is(r.err, ErrClosed):
+		t.Fatalf("the exec's wait: %v", r.err)
+	case r.err == nil && r.x.Signal != int(syscall.SIGKILL):
+		t.Fatalf("the exec's exit %+v, want killed by SIGKILL", r.x)
 	}
 }
 
@@ -204,13 +215,13 @@ func TestExec_KilledWhenItsConnectionCloses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proc, err := openPidfd(p.PID())
+	pfd, err := proc.Open(p.PID())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer proc.Close()
+	defer pfd.Close()
 	c2.Close()
-	if err := proc.wait(ctx); err != nil {
+	if err := pfd.Wait(ctx); err != nil {
 		t.Fatalf("the exec outlived its connection: %v", err)
 	}
 	if st, err := c.Status(ctx); err != nil || st.Exited {
@@ -369,8 +380,8 @@ func capLines(t *testing.T, pid int) string {
 func childOf(t *testing.T, pid int) int {
 	t.Helper()
 	var kids []int
-	if err := forEachProc(func(p int, s procStat) {
-		if s.PPID == pid && !s.dead() {
+	if err := proc.Each(func(p int, s proc.Stat) {
+		if s.PPID == pid && !s.Dead() {
 			kids = append(kids, p)
 		}
 	}); err != nil {

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/internal/testproc"
 )
 
@@ -200,7 +201,7 @@ func TestLease_DriverKilledBeforeLaunch(t *testing.T) {
 	m := newMarker(t)
 	dir := filepath.Join(t.TempDir(), "task")
 	rep, drv := startDriver(t, m, driverPlan{Command: m.executorCmd(t), TaskDir: dir, Nonce: randHex(t, 12)})
-	if alive, err := Alive(rep.Identity); !alive || err != nil {
+	if alive, err := proc.Alive(rep.Identity); !alive || err != nil {
 		t.Fatalf("executor not alive after spawn: %v", err)
 	}
 	killDriver(t, drv)
@@ -219,7 +220,7 @@ func TestLease_DriverKilledBeforeLaunch(t *testing.T) {
 func TestLease_NoClientExits(t *testing.T) {
 	m := newMarker(t)
 	dir := t.TempDir()
-	cmd := exec.Command(testBinary(t), "executor", m.arg(), "-dir="+dir, nonceArg(randHex(t, 8)), "-lease=100ms")
+	cmd := exec.Command(testBinary(t), "executor", m.arg(), "-dir="+dir, proc.NonceArg(randHex(t, 8)), "-lease=100ms")
 	cmd.Env = append(os.Environ(), m.env())
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -248,7 +249,7 @@ func TestReattach_AfterDriverKilled(t *testing.T) {
 	rep, drv := startDriver(t, m, driverPlan{Command: m.executorCmd(t), TaskDir: dir, Nonce: randHex(t, 12), Launch: &spec})
 	readLine(t, ready)
 	killDriver(t, drv)
-	if alive, err := Alive(rep.Identity); !alive || err != nil {
+	if alive, err := proc.Alive(rep.Identity); !alive || err != nil {
 		t.Fatalf("executor died with its driver: %v", err)
 	}
 	id, err := ReadIdentity(dir)
@@ -296,7 +297,7 @@ func TestReattach_ExitStatusFromDisk(t *testing.T) {
 	if err != nil || !ok || es != (fsm.ExitStatus{Code: 9}) {
 		t.Fatalf("ReadExitStatus = %+v %v %v", es, ok, err)
 	}
-	if alive, _ := Alive(rep.Identity); alive {
+	if alive, _ := proc.Alive(rep.Identity); alive {
 		t.Fatal("executor outlived its task")
 	}
 }
@@ -319,21 +320,21 @@ func TestKill_RecycledPIDRefused(t *testing.T) {
 		"start time": {PID: id.PID, StartTime: id.StartTime + 1, BootID: id.BootID, Nonce: id.Nonce},
 		"nonce":      {PID: id.PID, StartTime: id.StartTime, BootID: id.BootID, Nonce: "someoneelse"},
 	} {
-		if alive, err := Alive(fake); alive || err != nil {
-			t.Errorf("%s: Alive(fake) = %v %v", name, alive, err)
+		if alive, err := proc.Alive(fake); alive || err != nil {
+			t.Errorf("%s: proc.Alive(fake) = %v %v", name, alive, err)
 		}
-		if err := Kill(ctx, fake); !errors.Is(err, ErrNotOurs) {
+		if err := proc.Kill(ctx, fake); !errors.Is(err, ErrNotOurs) {
 			t.Errorf("%s: Kill(fake) = %v, want ErrNotOurs", name, err)
 		}
 		if _, err := Reattach(ctx, dir, fake); !errors.Is(err, ErrNotOurs) {
 			t.Errorf("%s: Reattach(fake) = %v, want ErrNotOurs", name, err)
 		}
 	}
-	if err := KillGroup(ctx, taskPID, taskStart+1); !errors.Is(err, ErrNotOurs) {
+	if err := proc.KillGroup(ctx, fsm.Proc{PID: taskPID, StartTime: taskStart + 1}); !errors.Is(err, ErrNotOurs) {
 		t.Errorf("KillGroup(fake start) = %v, want ErrNotOurs", err)
 	}
 	// Nothing was signalled: executor and task are alive.
-	if alive, err := Alive(id); !alive || err != nil {
+	if alive, err := proc.Alive(id); !alive || err != nil {
 		t.Fatalf("executor hurt by a refused kill: %v", err)
 	}
 	st, err := c.Status(ctx)
@@ -341,18 +342,18 @@ func TestKill_RecycledPIDRefused(t *testing.T) {
 		t.Fatalf("task hurt by a refused group kill: %+v %v", st, err)
 	}
 	// The real identity works.
-	if err := Kill(ctx, id); err != nil {
+	if err := proc.Kill(ctx, id); err != nil {
 		t.Fatalf("Kill: %v", err)
 	}
-	if alive, _ := Alive(id); alive {
+	if alive, _ := proc.Alive(id); alive {
 		t.Fatal("executor alive after Kill")
 	}
-	if err := Kill(ctx, id); err != nil {
+	if err := proc.Kill(ctx, id); err != nil {
 		t.Fatalf("Kill of a dead executor = %v, want nil", err)
 	}
 	// The task's leader died with its executor (parent-death signal); its
 	// group is killed by KillGroup.
-	if err := KillGroup(ctx, taskPID, taskStart); err != nil && !errors.Is(err, ErrNotOurs) {
+	if err := proc.KillGroup(ctx, fsm.Proc{PID: taskPID, StartTime: taskStart}); err != nil && !errors.Is(err, ErrNotOurs) {
 		t.Fatalf("KillGroup: %v", err)
 	}
 }
@@ -369,14 +370,14 @@ func TestKillGroup_AfterExecutorGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	readLine(t, ready)
-	if err := Kill(ctx, c.Identity()); err != nil {
+	if err := proc.Kill(ctx, c.Identity()); err != nil {
 		t.Fatal(err)
 	}
-	if err := KillGroup(ctx, pid, start); err != nil {
+	if err := proc.KillGroup(ctx, fsm.Proc{PID: pid, StartTime: start}); err != nil {
 		t.Fatalf("KillGroup: %v", err)
 	}
-	_ = forEachProc(func(p int, s procStat) {
-		if s.PGID == pid && !s.dead() {
+	_ = proc.Each(func(p int, s proc.Stat) {
+		if s.PGID == pid && !s.Dead() {
 			t.Errorf("group member %d left", p)
 		}
 	})
@@ -392,7 +393,7 @@ func TestShutdown_KillsTask(t *testing.T) {
 	if err := c.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if alive, _ := Alive(c.Identity()); alive {
+	if alive, _ := proc.Alive(c.Identity()); alive {
 		t.Fatal("executor alive after Shutdown")
 	}
 	es, ok, err := readExitStatus(filepath.Dir(c.Identity().Socket))
@@ -408,22 +409,22 @@ func TestShutdown_OnSIGTERM(t *testing.T) {
 	if _, err := c.Launch(ctx, m.taskSpec(t, "serve", "-kids", "1", "-ignore-term")); err != nil {
 		t.Fatal(err)
 	}
-	p, err := openPidfd(c.Identity().PID)
+	p, err := proc.Open(c.Identity().PID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if err := checkIdentity(c.Identity()); err != nil {
+	if err := proc.Check(c.Identity()); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.signal(syscall.SIGTERM); err != nil {
+	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	st, err := c.Wait(ctx)
 	if err != nil || st.Signal != int(syscall.SIGKILL) {
 		t.Fatalf("Wait after SIGTERM to the executor = %+v %v", st, err)
 	}
-	if err := p.wait(ctx); err != nil {
+	if err := p.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -781,12 +782,12 @@ func TestFindByNonce_IdentityFileAndScan(t *testing.T) {
 	// A look-alike: a process whose argv carries the same dir and nonce
 	// but is not a session leader (as a grep or a log viewer would be). Once
 	// the real executor is dead, the scan must not take it for ours.
-	look := exec.Command(testBinary(t), "executor-hang", m.arg(), "-dir="+dir, nonceArg(id.Nonce))
+	look := exec.Command(testBinary(t), "executor-hang", m.arg(), "-dir="+dir, proc.NonceArg(id.Nonce))
 	if err := look.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = look.Process.Kill(); _ = look.Wait() }()
-	if err := Kill(t.Context(), id); err != nil {
+	if err := proc.Kill(t.Context(), id); err != nil {
 		t.Fatal(err)
 	}
 	if got, ok, err := FindByNonce(dir, id.Nonce); err != nil || ok {
@@ -796,14 +797,14 @@ func TestFindByNonce_IdentityFileAndScan(t *testing.T) {
 
 func TestParseStat_CommWithParens(t *testing.T) {
 	line := "1234 (a) (b c) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n"
-	s, err := parseStat([]byte(line))
+	s, err := proc.ParseStat([]byte(line))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.State != 'S' || s.PPID != 1 || s.PGID != 1234 || s.SID != 1234 || s.StartTime != 987654 {
 		t.Fatalf("parseStat = %+v", s)
 	}
-	if _, err := parseStat([]byte("12 (x) S 1")); err == nil {
+	if _, err := proc.ParseStat([]byte("12 (x) S 1")); err == nil {
 		t.Fatal("short stat parsed")
 	}
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/internal/testproc"
 )
 
@@ -531,17 +532,17 @@ func killDriver(t *testing.T, cmd *exec.Cmd) {
 // waitDead waits (bounded) on a pidfd until the identified process is dead.
 func waitDead(t *testing.T, id fsm.Identity) {
 	t.Helper()
-	p, err := openPidfd(id.PID)
+	p, err := proc.Open(id.PID)
 	if err != nil {
 		return
 	}
 	defer p.Close()
-	if err := checkIdentity(id); errors.Is(err, ErrNotOurs) {
+	if err := proc.Check(id); errors.Is(err, ErrNotOurs) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	if err := p.wait(ctx); err != nil {
+	if err := p.Wait(ctx); err != nil {
 		t.Fatalf("pid %d still alive: %v", id.PID, err)
 	}
 }

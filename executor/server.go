@@ -21,6 +21,7 @@ import (
 
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
 )
 
 // readyMsg is what the executor writes to its ready descriptor, then closes
@@ -46,7 +47,7 @@ func allowPeer(peerUID, selfUID uint32) bool { return peerUID == selfUID || peer
 // Flags (set by Spawn): -dir (task directory), -nonce, -lease (how long to
 // wait for the first client), -ready-fd (descriptor to report ready on).
 func Serve(args []string) int {
-	if err := CloseInheritedOnExec(); err != nil {
+	if err := proc.CloseInheritedOnExec(); err != nil {
 		fmt.Fprintf(os.Stderr, "tether executor: %v\n", err)
 		return 1
 	}
@@ -220,7 +221,7 @@ func newServer(log hclog.Logger, dir, nonce string, prefix []string) (*server, e
 		s.ownSess = true
 	}
 	if old, err := ReadIdentity(dir); err == nil && old.Nonce != nonce {
-		if alive, _ := Alive(old); alive {
+		if alive, _ := proc.Alive(old); alive {
 			return nil, fmt.Errorf("%w: pid %d", ErrBusy, old.PID)
 		}
 	}
@@ -228,11 +229,11 @@ func newServer(log hclog.Logger, dir, nonce string, prefix []string) (*server, e
 	_ = os.Remove(filepath.Join(dir, ExitStatusFile))
 	_ = os.Remove(filepath.Join(dir, SocketFile))
 
-	start, err := ProcStartTime(s.self)
+	start, err := proc.StartTime(s.self)
 	if err != nil {
 		return nil, err
 	}
-	boot, err := BootID()
+	boot, err := proc.BootID()
 	if err != nil {
 		return nil, err
 	}
@@ -666,12 +667,12 @@ func (s *server) checkRunning() error {
 // the executor's unreaped child (only this loop reaps), so its pid is
 // still its own.
 func (s *server) signalMain(sig syscall.Signal) error {
-	p, err := openPidfd(s.task.pid)
+	p, err := proc.Open(s.task.pid)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrTaskExited, err)
 	}
 	defer p.Close()
-	return p.signal(sig)
+	return p.Signal(sig)
 }
 
 // waitFor answers now if the task is over, or when it is (completeTask,
@@ -721,8 +722,8 @@ func (s *server) beginShutdown() {
 // cgroup's (every process of the task is one); without, in all of /proc.
 func (s *server) signalGroup(sig syscall.Signal) {
 	pgid := s.task.pid
-	fds, err := signalAmong(sig, s.cgroupMembers(), func(_ int, st procStat) bool { return st.PGID == pgid })
-	closeAll(fds)
+	fds, err := proc.SignalAmong(sig, s.cgroupMembers(), func(_ int, st proc.Stat) bool { return st.PGID == pgid })
+	proc.CloseAll(fds)
 	if err != nil {
 		s.log.Warn("signalling the task group", "signal", sig, "err", err)
 	}
@@ -757,14 +758,14 @@ func (s *server) killAll() {
 	self, own := s.self, s.ownSess
 	var among []int
 	if s.cg != nil {
-		if kids, err := childrenOf(self); err == nil {
+		if kids, err := proc.Children(self); err == nil {
 			among = kids
 		}
 	}
-	fds, err := signalAmong(syscall.SIGKILL, among, func(pid int, st procStat) bool {
+	fds, err := proc.SignalAmong(syscall.SIGKILL, among, func(pid int, st proc.Stat) bool {
 		return pid != self && (st.PPID == self || (own && st.SID == self) || (s.task != nil && st.PGID == s.task.pid))
 	})
-	closeAll(fds)
+	proc.CloseAll(fds)
 	if err != nil {
 		s.log.Warn("killing descendants", "err", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/cgroup"
+	"github.com/tether-fsm/tether/internal/proc"
 )
 
 // launched is what startTask started.
@@ -175,7 +176,7 @@ func (s *server) startTask(spec LaunchSpec) (launched, error) {
 		pid, err := s.startDirectly(cfg, append([]string{spec.Command}, spec.Args...), attr)
 		switch {
 		case err == nil:
-			start, err := ProcStartTime(pid) // our unreaped child: the pid cannot be reused yet
+			start, err := proc.StartTime(pid) // our unreaped child: the pid cannot be reused yet
 			if err != nil {
 				_ = unix.Kill(pid, unix.SIGKILL)
 				s.reapShim(pid)
@@ -207,8 +208,8 @@ func (s *server) startTask(spec LaunchSpec) (launched, error) {
 	if err != nil {
 		return l, fmt.Errorf("%w: start the init shim: %w", ErrLaunch, err)
 	}
-	start, serr := ProcStartTime(pid) // our unreaped child: the pid cannot be reused yet
-	errW.Close()                      // or the read never sees EOF
+	start, serr := proc.StartTime(pid) // our unreaped child: the pid cannot be reused yet
+	errW.Close()                       // or the read never sees EOF
 	if err := shimResult(errR); err != nil {
 		if ws, ok := s.reapShim(pid); ok && errors.Is(err, errShimDied) {
 			err = fmt.Errorf("%w (%s)", err, exitOf(ws))

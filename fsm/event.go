@@ -148,6 +148,23 @@ type Identity struct {
 	Cgroup string `json:"cgroup,omitempty"`
 }
 
+// Proc is one process as the log records it: its pid, and its start time
+// (clock ticks since boot, field 22 of /proc/PID/stat), which tells it from
+// a later process that reuses the pid. It is the one value for a (pid,
+// start time) pair in every package.
+type Proc struct {
+	PID       int    `json:"pid"`
+	StartTime uint64 `json:"start_time"`
+}
+
+// IsZero reports whether p names no process.
+func (p Proc) IsZero() bool { return p.PID == 0 }
+
+func (p Proc) String() string { return fmt.Sprintf("pid %d (start %d)", p.PID, p.StartTime) }
+
+// Proc is the executor process the identity names.
+func (id Identity) Proc() Proc { return Proc{PID: id.PID, StartTime: id.StartTime} }
+
 // ExitStatus is how a task ended: an exit code, or the signal that killed
 // it (Signal > 0, Code -1).
 type ExitStatus struct {
@@ -195,6 +212,9 @@ type Event struct {
 	Target        State         // executor-reaped: the terminal state reached
 	Attempt       int           // restart-intent: the restart's number, from 1
 }
+
+// TaskProc is the task process a launched event records.
+func (e Event) TaskProc() Proc { return Proc{PID: e.TaskPID, StartTime: e.TaskStartTime} }
 
 // Validate checks that the event carries what its type requires.
 func (e *Event) Validate() error {

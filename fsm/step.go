@@ -37,6 +37,10 @@ type Task struct {
 	Restarts int
 }
 
+// TaskProc is the task process of the current run, from its launched event
+// (zero before the launch).
+func (t Task) TaskProc() Proc { return Proc{PID: t.TaskPID, StartTime: t.TaskStartTime} }
+
 // bare marks the event types Apply may fold on its fast path when they
 // carry no exit status, identity or reason: Validate requires nothing of
 // them, Apply checks nothing of them against the task, and they copy

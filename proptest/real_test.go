@@ -254,7 +254,7 @@ type realProc struct {
 func (w *realWorld) live() []realProc {
 	var out []realProc
 	for _, m := range testproc.Marked(w.dir) {
-		p := realProc{pid: m.PID, start: m.Start, cmd: m.Cmdline}
+		p := realProc{pid: m.PID, start: m.StartTime, cmd: m.Cmdline}
 		for _, a := range m.Args {
 			if d, ok := strings.CutPrefix(a, "-dir="+filepath.Join(w.dir, "tasks")+"/"); ok {
 				p.task, p.executor = d, true

@@ -30,6 +30,7 @@ import (
 
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -53,7 +54,7 @@ func main() {
 	}
 	// Nothing this process inherited passes to its executors (and from
 	// them to tasks): see executor.CloseInheritedOnExec.
-	if err := executor.CloseInheritedOnExec(); err != nil {
+	if err := proc.CloseInheritedOnExec(); err != nil {
 		fmt.Fprintf(os.Stderr, "tether: %v\n", err)
 		os.Exit(exitError)
 	}

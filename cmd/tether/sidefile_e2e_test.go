@@ -18,6 +18,7 @@ import (
 
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/internal/testproc"
 )
 
@@ -104,7 +105,7 @@ func TestRecover_PlantedSideFilesAreRefusedCheaply(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = stranger.Process.Kill(); _ = stranger.Wait() }) // before the leak check
-	strangerStart, err := executor.ProcStartTime(stranger.Process.Pid)
+	strangerStart, err := proc.StartTime(stranger.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}

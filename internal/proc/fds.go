@@ -1,6 +1,6 @@
 //go:build linux
 
-package executor
+package proc
 
 import (
 	"errors"
@@ -19,13 +19,13 @@ import (
 // without the flag passes from the CLI to the executor, from the executor
 // to the init shim and from there to the task, where a task confined to a
 // root of its own could reach the host's files through /proc/self/fd/7.
-// Serve calls it first, in every mode (executor, init shim, join shim), so
-// nothing an executor inherited reaches a task or a `tether exec` command;
-// the CLI calls it first too, so its executors inherit nothing but what
-// they are given. Descriptors the process uses go on working; they are
-// only not passed on. A process that means to hand a descriptor to a child
-// passes it explicitly (os/exec's ExtraFiles, which clears the flag in the
-// child).
+// The executor's entry point calls it first, in every mode (executor, init
+// shim, join shim), so nothing an executor inherited reaches a task or a
+// `tether exec` command; the CLI calls it first too, so its executors
+// inherit nothing but what they are given. Descriptors the process uses go
+// on working; they are only not passed on. A process that means to hand a
+// descriptor to a child passes it explicitly (os/exec's ExtraFiles, which
+// clears the flag in the child).
 func CloseInheritedOnExec() error {
 	err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC)
 	if err == nil || !(errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL)) {
