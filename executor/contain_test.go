@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/tether-fsm/tether/cgroup"
+	hostspec "github.com/tether-fsm/tether/executor/internal/spec"
+	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
 )
@@ -67,7 +69,7 @@ func TestContain_CgroupLifecycle(t *testing.T) {
 			t.Errorf("the %s cgroup exists before the launch: %v", key, err)
 		}
 	}
-	if _, err := c.Stats(ctx); !errors.Is(err, ErrNotLaunched) {
+	if _, err := c.Stats(ctx); !errors.Is(err, wire.ErrNotLaunched) {
 		t.Errorf("stats before launch: %v, want ErrNotLaunched", err)
 	}
 	spec := m.taskSpec(t, "serve", "-ready", readyPath, "-on-term", "0")
@@ -112,7 +114,7 @@ func TestContain_CgroupLifecycle(t *testing.T) {
 	waitDead(t, c.Identity()) // it removes the cgroup after it answered
 	checkGone(t, cg)
 	waitDead(t, c.Identity()) // the record is written after the waiters are answered
-	rec, ok, err := ReadExitRecord(dir)
+	rec, ok, err := wire.ReadExitRecord(dir)
 	if err != nil || !ok || rec.Exit != x {
 		t.Fatalf("exit record %+v %v %v", rec, ok, err)
 	}
@@ -198,11 +200,11 @@ func TestContain_OOMKilledRecorded(t *testing.T) {
 		t.Fatalf("exit %+v, want SIGKILL and OOM", x)
 	}
 	waitDead(t, c.Identity()) // the record is written after the waiters are answered
-	rec, ok, err := ReadExitRecord(filepath.Dir(c.Identity().Socket))
+	rec, ok, err := wire.ReadExitRecord(filepath.Dir(c.Identity().Socket))
 	if err != nil || !ok || !rec.Exit.OOM {
 		t.Fatalf("exit record %+v %v %v: want OOM", rec, ok, err)
 	}
-	if out := readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), StdoutFile)); strings.Contains(out, "survived") {
+	if out := readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), wire.StdoutFile)); strings.Contains(out, "survived") {
 		t.Fatal("the task survived touching 400 MB under a 64 MB limit")
 	}
 }
@@ -320,21 +322,21 @@ func TestContain_PidsOfOneStartsThroughTheShim(t *testing.T) {
 	cg := taskCgroup(t, h, c.Identity())
 	pidsMax := cg.Dirs()[pidsH.Key] + "/pids.max"
 	// Builtins only: under pids = 1 the shell cannot fork.
-	spec := LaunchSpec{Mode: ModeRawExec, Command: "/bin/sh",
+	spec := wire.LaunchSpec{Mode: wire.ModeRawExec, Command: "/bin/sh",
 		Args:   []string{"-c", `while read -r l; do echo "$l"; done </proc/self/cgroup; read -r max <"$0"; echo "max $max"`, pidsMax},
 		Limits: cgroup.Limits{Pids: 1}}
 	if _, err := c.Launch(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
 	if x, err := c.Wait(ctx); err != nil || x.Code != 0 {
-		t.Fatalf("Wait = %+v %v\n%s", x, err, readFileString(t, filepath.Join(dir, StderrFile)))
+		t.Fatalf("Wait = %+v %v\n%s", x, err, readFileString(t, filepath.Join(dir, wire.StderrFile)))
 	}
-	out := readFileString(t, filepath.Join(dir, StdoutFile))
+	out := readFileString(t, filepath.Join(dir, wire.StdoutFile))
 	want := cg.Location().Paths()[pidsH.Key]
 	if !strings.Contains(out, ":"+pidsH.Key+":"+want+"\n") || !strings.HasSuffix(out, "max 1\n") {
 		t.Fatalf("the task printed %q: want its pids cgroup %s and pids.max 1", out, want)
 	}
-	if log := readFileString(t, filepath.Join(dir, LogFile)); !strings.Contains(log, "starting the task through the init shim") {
+	if log := readFileString(t, filepath.Join(dir, wire.LogFile)); !strings.Contains(log, "starting the task through the init shim") {
 		t.Errorf("the executor did not fall back to the shim:\n%s", log)
 	}
 }
@@ -373,7 +375,7 @@ func TestContain_OOMScoreAdj(t *testing.T) {
 		if x, err := c.Wait(ctx); err != nil || x.Code != 0 {
 			t.Fatalf("Wait = %+v %v", x, err)
 		}
-		if out := strings.TrimSpace(readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), StdoutFile))); out != tc.want {
+		if out := strings.TrimSpace(readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), wire.StdoutFile))); out != tc.want {
 			t.Errorf("oom_score_adj %q under an executor at %d (spec %v), want %s", out, from, tc.set, tc.want)
 		}
 	}
@@ -387,33 +389,33 @@ func TestCheckSpec_HostDecisions(t *testing.T) {
 		t.Fatal(err)
 	}
 	none := fmt.Errorf("%w: not root and no delegation", cgroup.ErrUnavailable)
-	raw := LaunchSpec{Mode: ModeRawExec, Command: "/bin/true"}
-	exec := LaunchSpec{Mode: ModeExec, Command: "/bin/true"}
+	raw := wire.LaunchSpec{Mode: wire.ModeRawExec, Command: "/bin/true"}
+	exec := wire.LaunchSpec{Mode: wire.ModeExec, Command: "/bin/true"}
 	withMem := raw
 	withMem.Limits = cgroup.Limits{Memory: 64}
 	for _, tc := range []struct {
 		name     string
-		spec     LaunchSpec
+		spec     wire.LaunchSpec
 		h        cgroup.Host
 		noCgroup error
 		want     error
 		mention  string
 	}{
 		{"raw_exec without cgroups runs", raw, cgroup.Host{}, none, nil, ""},
-		{"exec without cgroups is refused", exec, cgroup.Host{}, none, ErrNoCgroup, "not root and no delegation"},
-		{"a limit without cgroups is refused", withMem, cgroup.Host{}, none, ErrNoCgroup, "resources"},
-		{"a limit without its controller names it", withMem, h.Without("memory"), nil, ErrLimit, "memory controller"},
-		{"an unknown user", LaunchSpec{Mode: ModeRawExec, Command: "/bin/true", User: "tether-no-such-user"}, h, nil, ErrUnknownUser, "tether-no-such-user"},
-		{"net_raw outside the allow list", LaunchSpec{Mode: ModeExec, Command: "/bin/true", CapAdd: []string{"net_raw"}}, h, nil, ErrCapNotAllowed, "net_raw"},
-		{"pid_mode on raw_exec", LaunchSpec{Mode: ModeRawExec, Command: "/bin/true", PIDMode: "host"}, h, nil, ErrBadSpec, "pid_mode"},
-		{"a chroot entry in a reserved place", LaunchSpec{Mode: ModeExec, Command: "/bin/true", Chroot: []string{"/usr:/proc"}}, h, nil, ErrBadSpec, "/proc"},
-		{"a chroot entry that does not exist", LaunchSpec{Mode: ModeExec, Command: "/bin/true", Chroot: []string{"/nonexistent-tether"}}, h, nil, ErrBadSpec, "nonexistent-tether"},
+		{"exec without cgroups is refused", exec, cgroup.Host{}, none, wire.ErrNoCgroup, "not root and no delegation"},
+		{"a limit without cgroups is refused", withMem, cgroup.Host{}, none, wire.ErrNoCgroup, "resources"},
+		{"a limit without its controller names it", withMem, h.Without("memory"), nil, wire.ErrLimit, "memory controller"},
+		{"an unknown user", wire.LaunchSpec{Mode: wire.ModeRawExec, Command: "/bin/true", User: "tether-no-such-user"}, h, nil, wire.ErrUnknownUser, "tether-no-such-user"},
+		{"net_raw outside the allow list", wire.LaunchSpec{Mode: wire.ModeExec, Command: "/bin/true", CapAdd: []string{"net_raw"}}, h, nil, wire.ErrCapNotAllowed, "net_raw"},
+		{"pid_mode on raw_exec", wire.LaunchSpec{Mode: wire.ModeRawExec, Command: "/bin/true", PIDMode: "host"}, h, nil, wire.ErrBadSpec, "pid_mode"},
+		{"a chroot entry in a reserved place", wire.LaunchSpec{Mode: wire.ModeExec, Command: "/bin/true", Chroot: []string{"/usr:/proc"}}, h, nil, wire.ErrBadSpec, "/proc"},
+		{"a chroot entry that does not exist", wire.LaunchSpec{Mode: wire.ModeExec, Command: "/bin/true", Chroot: []string{"/nonexistent-tether"}}, h, nil, wire.ErrBadSpec, "nonexistent-tether"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.want == nil && os.Geteuid() != 0 && tc.spec.Mode == ModeExec {
+			if tc.want == nil && os.Geteuid() != 0 && tc.spec.Mode == wire.ModeExec {
 				t.Skip("exec needs root")
 			}
-			err := checkSpec(tc.spec, tc.h, tc.noCgroup)
+			err := hostspec.Check(tc.spec, tc.h, tc.noCgroup)
 			if tc.want == nil {
 				if err != nil {
 					t.Fatalf("checkSpec = %v, want nil", err)
@@ -487,7 +489,7 @@ func TestContain_UnprivilegedExecutor(t *testing.T) {
 	if r.Exit.Code != 0 {
 		t.Errorf("raw_exec exit %+v", r.Exit)
 	}
-	log := readFileString(t, filepath.Join(dir, LogFile))
+	log := readFileString(t, filepath.Join(dir, wire.LogFile))
 	if n := strings.Count(log, "runs uncontained"); n != 1 {
 		t.Errorf("the executor log has %d warnings about running uncontained, want 1:\n%s", n, log)
 	}
@@ -511,10 +513,10 @@ func runUnpriv(dir string) int {
 	}
 	defer c.Close()
 	r.Cgroup = c.Identity().Cgroup
-	if _, err := c.Launch(ctx, LaunchSpec{Mode: ModeExec, Command: "/bin/true"}); err != nil {
+	if _, err := c.Launch(ctx, wire.LaunchSpec{Mode: wire.ModeExec, Command: "/bin/true"}); err != nil {
 		r.ExecErr = err.Error()
 	}
-	st, err := c.Launch(ctx, LaunchSpec{Mode: ModeRawExec, Command: self, Args: []string{"task", os.Args[2], "exit", "0"}})
+	st, err := c.Launch(ctx, wire.LaunchSpec{Mode: wire.ModeRawExec, Command: self, Args: []string{"task", os.Args[2], "exit", "0"}})
 	if err != nil {
 		r.Err = err.Error()
 		return 0

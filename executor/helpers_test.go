@@ -25,6 +25,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/cgroup"
+	hostspec "github.com/tether-fsm/tether/executor/internal/spec"
+	"github.com/tether-fsm/tether/executor/internal/wire"
+	"github.com/tether-fsm/tether/executor/server"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/internal/testproc"
@@ -42,7 +45,7 @@ func TestMain(m *testing.M) {
 	// Helper modes: the binary, the mode, the test's marker, then the
 	// mode's arguments.
 	testproc.Dispatch(map[string]func([]string) int{
-		"executor":       func(a []string) int { return Serve(a[1:]) },
+		"executor":       func(a []string) int { return server.Serve(a[1:]) },
 		"executor-crash": func([]string) int { return 3 },
 		"executor-hang":  func([]string) int { block(); return 0 },
 		"task":           func(a []string) int { return runTask(a[1:]) },
@@ -112,9 +115,9 @@ func (m marker) executorCmd(t testing.TB) []string {
 }
 
 // taskSpec runs the test binary as a task.
-func (m marker) taskSpec(t testing.TB, mode string, args ...string) LaunchSpec {
-	return LaunchSpec{
-		Mode:    ModeRawExec,
+func (m marker) taskSpec(t testing.TB, mode string, args ...string) wire.LaunchSpec {
+	return wire.LaunchSpec{
+		Mode:    wire.ModeRawExec,
 		Command: testBinary(t),
 		Args:    append([]string{"task", m.arg(), mode}, args...),
 		Env:     map[string]string{"TETHER_TEST_MARKER": string(m), "TASK_VAR": "task-value", "GORACE": os.Getenv("GORACE")},
@@ -123,10 +126,10 @@ func (m marker) taskSpec(t testing.TB, mode string, args ...string) LaunchSpec {
 
 // execSpec runs the test binary as an exec task: the binary's directory is
 // bound into the task's root at /testbin.
-func (m marker) execSpec(t testing.TB, mode string, args ...string) LaunchSpec {
+func (m marker) execSpec(t testing.TB, mode string, args ...string) wire.LaunchSpec {
 	s := m.taskSpec(t, mode, args...)
 	bin := testBinary(t)
-	s.Mode = ModeExec
+	s.Mode = wire.ModeExec
 	s.Command = "/testbin/" + filepath.Base(bin)
 	s.Chroot = testChroot(t, filepath.Dir(bin)+":/testbin")
 	return s
@@ -135,7 +138,7 @@ func (m marker) execSpec(t testing.TB, mode string, args ...string) LaunchSpec {
 // testChroot is DefaultChroot's entries that exist here, and extra.
 func testChroot(t testing.TB, extra ...string) []string {
 	var out []string
-	for _, e := range DefaultChroot {
+	for _, e := range hostspec.DefaultChroot {
 		if _, err := os.Lstat(e); err == nil {
 			out = append(out, e)
 		}
@@ -171,11 +174,11 @@ func needCgroups(t testing.TB) cgroup.Host {
 // path in the task's root and the test's read-write end.
 func execFifo(t *testing.T, dir, name string) (string, string, *os.File) {
 	t.Helper()
-	p, f := fifo(t, filepath.Join(dir, TaskLocalDir), name)
+	p, f := fifo(t, filepath.Join(dir, wire.TaskLocalDir), name)
 	if err := os.Chmod(p, 0o666); err != nil {
 		t.Fatal(err)
 	}
-	return p, "/" + TaskLocalDir + "/" + name, f
+	return p, "/" + wire.TaskLocalDir + "/" + name, f
 }
 
 // checkLeaks fails the test for any live process that carries the marker
@@ -213,7 +216,7 @@ func spawn(t *testing.T, m marker, dir string) *Client {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := c.Shutdown(ctx); err != nil && !errors.Is(err, ErrClosed) {
+		if err := c.Shutdown(ctx); err != nil && !errors.Is(err, wire.ErrClosed) {
 			t.Errorf("Shutdown: %v", err)
 		}
 		c.Close()
@@ -430,10 +433,10 @@ func serveTask(args []string) int {
 
 // driverPlan is what the driver helper does.
 type driverPlan struct {
-	Command []string    `json:"command"`
-	TaskDir string      `json:"task_dir"`
-	Nonce   string      `json:"nonce"`
-	Launch  *LaunchSpec `json:"launch,omitempty"`
+	Command []string         `json:"command"`
+	TaskDir string           `json:"task_dir"`
+	Nonce   string           `json:"nonce"`
+	Launch  *wire.LaunchSpec `json:"launch,omitempty"`
 }
 
 // driverReport is what the driver helper prints once it is set up.
@@ -456,7 +459,7 @@ func runDriver(planJSON string) int {
 	if err == nil {
 		rep.Identity = c.Identity()
 		if p.Launch != nil {
-			var lst Status
+			var lst wire.Status
 			lst, err = c.Launch(ctx, *p.Launch)
 			rep.TaskPID = lst.PID
 		}
@@ -485,7 +488,7 @@ func runDialer(dir, idJSON string) int {
 		return 1
 	}
 	fmt.Println(err)
-	if errors.Is(err, ErrPeerRefused) {
+	if errors.Is(err, wire.ErrPeerRefused) {
 		return 0
 	}
 	return 1
@@ -537,7 +540,7 @@ func waitDead(t *testing.T, id fsm.Identity) {
 		return
 	}
 	defer p.Close()
-	if err := proc.Check(id); errors.Is(err, ErrNotOurs) {
+	if err := proc.Check(id); errors.Is(err, wire.ErrNotOurs) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -561,6 +564,6 @@ var _ = io.EOF
 // readExitStatus is the exit status in dir's exit record, unchecked (the
 // tests know whose it is).
 func readExitStatus(dir string) (fsm.ExitStatus, bool, error) {
-	r, ok, err := ReadExitRecord(dir)
+	r, ok, err := wire.ReadExitRecord(dir)
 	return r.Exit, ok, err
 }

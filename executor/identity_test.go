@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/internal/proc"
 )
 
@@ -32,7 +33,7 @@ func TestIdentity_WrongBootIDAloneIsRefused(t *testing.T) {
 	if alive, err := proc.Alive(fake); alive || err != nil {
 		t.Errorf("proc.Alive(other boot) = %v %v, want false", alive, err)
 	}
-	if err := proc.Check(fake); !errors.Is(err, ErrGone) {
+	if err := proc.Check(fake); !errors.Is(err, wire.ErrGone) {
 		t.Errorf("proc.Check(other boot) = %v, want ErrGone", err)
 	}
 	if err := proc.Kill(ctx, fake); err != nil {
@@ -48,12 +49,12 @@ func TestIdentity_WrongBootIDAloneIsRefused(t *testing.T) {
 	if st, err := c.Status(ctx); err != nil || st.Exited {
 		t.Fatalf("the task was hurt by a refused kill: %+v %v", st, err)
 	}
-	rec := ExitRecord{Nonce: id.Nonce, BootID: id.BootID, PID: 10, StartTime: 20}
-	if err := rec.Match(fake, 10, 20); !errors.Is(err, ErrSideFileMismatch) {
+	rec := wire.ExitRecord{Nonce: id.Nonce, BootID: id.BootID, PID: 10, StartTime: 20}
+	if err := rec.Match(fake, 10, 20); !errors.Is(err, wire.ErrSideFileMismatch) {
 		t.Errorf("exit record of this boot matched an identity of another: %v", err)
 	}
-	lrec := LaunchRecord{Nonce: id.Nonce, BootID: id.BootID, PID: 10, StartTime: 20}
-	if err := lrec.Match(fake); !errors.Is(err, ErrSideFileMismatch) {
+	lrec := wire.LaunchRecord{Nonce: id.Nonce, BootID: id.BootID, PID: 10, StartTime: 20}
+	if err := lrec.Match(fake); !errors.Is(err, wire.ErrSideFileMismatch) {
 		t.Errorf("launch record of this boot matched an identity of another: %v", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/internal/crashfs"
 )
 
@@ -124,13 +125,13 @@ func TestPowerLoss_WriteFileAtomic(t *testing.T) {
 	fsys := crashfs.Mount(t, "", crashfs.Options{})
 	dir := plTaskDir(t, fsys)
 	since := fsys.Mark("task dir durable")
-	id := &sideFile{name: IdentityFile}
+	id := &sideFile{name: wire.IdentityFile}
 	for i := range 5 {
 		v := map[string]any{"pid": 1000 + i, "nonce": strings.Repeat(fmt.Sprint(i), 10*i+1)}
-		if err := writeFileAtomic(dir, IdentityFile, v); err != nil {
+		if err := wire.WriteFileAtomic(dir, wire.IdentityFile, v); err != nil {
 			t.Fatal(err)
 		}
-		b, err := os.ReadFile(filepath.Join(dir, IdentityFile))
+		b, err := os.ReadFile(filepath.Join(dir, wire.IdentityFile))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,8 +150,8 @@ func TestPowerLoss_ExecutorSideFiles(t *testing.T) {
 	fsys := crashfs.Mount(t, "", crashfs.Options{})
 	dir := plTaskDir(t, fsys)
 	since := fsys.Mark("task dir durable")
-	id := &sideFile{name: IdentityFile}
-	exit := &sideFile{name: ExitStatusFile}
+	id := &sideFile{name: wire.IdentityFile}
+	exit := &sideFile{name: wire.ExitStatusFile}
 	for round := range 2 {
 		if round > 0 {
 			// The new executor removes the last exit file before it
@@ -162,7 +163,7 @@ func TestPowerLoss_ExecutorSideFiles(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Spawn on the mount: %v", err)
 		}
-		b, err := os.ReadFile(filepath.Join(dir, IdentityFile))
+		b, err := os.ReadFile(filepath.Join(dir, wire.IdentityFile))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,9 +179,9 @@ func TestPowerLoss_ExecutorSideFiles(t *testing.T) {
 		if err := c.WaitDead(ctx); err != nil {
 			t.Fatalf("WaitDead: %v", err)
 		}
-		b, err = os.ReadFile(filepath.Join(dir, ExitStatusFile))
+		b, err = os.ReadFile(filepath.Join(dir, wire.ExitStatusFile))
 		if err != nil {
-			log, _ := os.ReadFile(filepath.Join(dir, LogFile))
+			log, _ := os.ReadFile(filepath.Join(dir, wire.LogFile))
 			t.Fatalf("after the executor exited: %v; its log:\n%s", err, log)
 		}
 		exit.wrote(b, fsys.Mark(fmt.Sprintf("executor %d exited", round+1)))

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/tether-fsm/tether/cgroup"
+	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
 )
@@ -17,9 +18,9 @@ import (
 // nonce argument. ok is false when none is alive.
 func FindByNonce(taskDir, nonce string) (fsm.Identity, bool, error) {
 	if nonce == "" {
-		return fsm.Identity{}, false, fmt.Errorf("%w: empty nonce", ErrBadConfig)
+		return fsm.Identity{}, false, fmt.Errorf("%w: empty nonce", wire.ErrBadConfig)
 	}
-	if id, err := ReadIdentity(taskDir); err == nil && id.Nonce == nonce {
+	if id, err := wire.ReadIdentity(taskDir); err == nil && id.Nonce == nonce {
 		alive, err := proc.Alive(id)
 		if err != nil {
 			return fsm.Identity{}, false, err
@@ -34,7 +35,7 @@ func FindByNonce(taskDir, nonce string) (fsm.Identity, bool, error) {
 	}
 	dir, err := filepath.Abs(taskDir)
 	if err != nil {
-		return fsm.Identity{}, false, fmt.Errorf("%w: task dir: %w", ErrBadConfig, err)
+		return fsm.Identity{}, false, fmt.Errorf("%w: task dir: %w", wire.ErrBadConfig, err)
 	}
 	// An executor is a session leader (Spawn's Setsid) whose argv carries
 	// both its task dir and its nonce as whole arguments: a process that
@@ -48,7 +49,7 @@ func FindByNonce(taskDir, nonce string) (fsm.Identity, bool, error) {
 			return
 		}
 		if has, _ := proc.CmdlineHas(pid, args...); has {
-			found = fsm.Identity{PID: pid, StartTime: s.StartTime, BootID: boot, Nonce: nonce, Socket: socketPath(taskDir)}
+			found = fsm.Identity{PID: pid, StartTime: s.StartTime, BootID: boot, Nonce: nonce, Socket: wire.SocketPath(taskDir)}
 			ok = true
 		}
 	})

@@ -1,10 +1,13 @@
 package main
 
-import "github.com/tether-fsm/tether/executor"
+import (
+	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/executor/server"
+)
 
 // serveExecutor runs the binary in executor mode: the driver re-executes
 // tether as `tether executor ...`.
-func serveExecutor(args []string) int { return executor.Serve(args) }
+func serveExecutor(args []string) int { return server.Serve(args) }
 
 // The executor's launch errors, matched to pick run's exit code.
 var (

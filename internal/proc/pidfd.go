@@ -47,7 +47,7 @@ func FromFD(fd int) (*PidFD, error) {
 // Close closes the pidfd.
 func (p *PidFD) Close() error { return p.f.Close() }
 
-// Raw is the pidfd's descriptor (to pass to setns or a child), valid until
+// Raw is the pidfd's descriptor (to pass on to a child), valid until
 // Close.
 func (p *PidFD) Raw() (int, error) { return RawFD(p.f) }
 

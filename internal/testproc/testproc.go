@@ -8,7 +8,7 @@
 //
 //	func TestMain(m *testing.M) {
 //		testproc.Dispatch(map[string]func([]string) int{
-//			"executor": executor.Serve,
+//			"executor": server.Serve,
 //			"task":     runTask,
 //		})
 //		os.Exit(m.Run())
@@ -30,9 +30,10 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
-	"golang.org/x/sys/unix"
 )
 
 // Dispatch runs the helper mode named by the binary's first argument, if

@@ -1,12 +1,13 @@
 //go:build linux
 
-package executor
+package server
 
 import (
 	"os"
 	"syscall"
 	"time"
 
+	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/fsm"
 )
 
@@ -32,18 +33,6 @@ import (
 // killed with its cgroup: nothing is started twice (only the executor
 // ever relaunches) and nothing leaks.
 
-// The executor's crash points.
-const (
-	CrashBeforeRestartIntent = "executor:before-journal:restart-intent"
-	CrashAfterRestartIntent  = "executor:after-journal:restart-intent"
-	CrashAfterRelaunch       = "executor:after-relaunch"
-)
-
-// CrashPoints lists the executor's crash points.
-func CrashPoints() []string {
-	return []string{CrashBeforeRestartIntent, CrashAfterRestartIntent, CrashAfterRelaunch}
-}
-
 // crash SIGKILLs the executor if TETHER_CRASHPOINT names point (tests of
 // the restart path; the driver's own points are checked by the driver).
 func crash(point string) {
@@ -63,16 +52,16 @@ type restarts struct {
 }
 
 // startRestarts sets up restarts for a task first launched now with spec.
-func (s *server) startRestarts(spec LaunchSpec) error {
-	if spec.Restart == nil {
+func (s *server) startRestarts(ls wire.LaunchSpec) error {
+	if ls.Restart == nil {
 		return nil
 	}
 	j, err := createJournal(s.taskDir, s.id)
 	if err != nil {
 		return err
 	}
-	s.spec = spec
-	s.rs = &restarts{policy: *spec.Restart, state: fsm.RestartState{WindowStart: time.Now().UnixNano()}, journal: j}
+	s.spec = ls
+	s.rs = &restarts{policy: *ls.Restart, state: fsm.RestartState{WindowStart: time.Now().UnixNano()}, journal: j}
 	return nil
 }
 
@@ -94,13 +83,13 @@ func (s *server) restartNext() bool {
 		return false
 	}
 	ev := fsm.Event{Type: fsm.EventRestartIntent, Time: now.UnixNano(), Attempt: d.Attempt, Exit: &exit, Grace: d.Delay, Reason: d.Reason}
-	crash(CrashBeforeRestartIntent)
+	crash(wire.CrashBeforeRestartIntent)
 	if err := rs.journal.append(ev); err != nil {
 		s.log.Error("could not journal the restart; not restarting", "err", err)
 		rs.reason = "the restart could not be journalled: " + err.Error()
 		return false
 	}
-	crash(CrashAfterRestartIntent)
+	crash(wire.CrashAfterRestartIntent)
 	rs.entries = append(rs.entries, ev)
 	rs.timer = time.NewTimer(d.Delay)
 	s.log.Info("restarting the task", "attempt", d.Attempt, "delay", d.Delay, "reason", d.Reason)
@@ -170,11 +159,11 @@ func (s *server) relaunch() {
 		s.writeExit()
 		return
 	}
-	crash(CrashAfterRelaunch)
+	crash(wire.CrashAfterRelaunch)
 	s.task = &taskState{pid: l.pid, start: l.start, nsInit: l.nsInit, join: l.join}
 	s.outs = l.outs
-	rec := LaunchRecord{Nonce: s.nonce, BootID: s.id.BootID, PID: l.pid, StartTime: l.start}
-	if err := writeFile(s.taskDir, LaunchFile, rec, false); err != nil {
+	rec := wire.LaunchRecord{Nonce: s.nonce, BootID: s.id.BootID, PID: l.pid, StartTime: l.start}
+	if err := wire.WriteFile(s.taskDir, wire.LaunchFile, rec, false); err != nil {
 		s.log.Warn("writing the launch record failed", "err", err)
 	}
 	ev := fsm.Event{Type: fsm.EventLaunched, Time: now, TaskPID: l.pid, TaskStartTime: l.start}
@@ -221,7 +210,7 @@ func (s *server) answerWatch(w watcher) {
 	if s.rs != nil && w.since >= 0 && w.since < len(s.rs.entries) {
 		entries = s.rs.entries[w.since:]
 	}
-	s.send(w.c, response{ID: w.id, Status: &st, Journal: entries})
+	s.send(w.c, wire.Response{ID: w.id, Status: &st, Journal: entries})
 }
 
 // notifyWatchers answers the watches the journal (or the task's end) has

@@ -1,12 +1,14 @@
 //go:build linux
 
-package executor
+package spec
 
 import (
 	"slices"
 	"strings"
 
 	"github.com/moby/sys/capability"
+
+	"github.com/tether-fsm/tether/executor/internal/wire"
 )
 
 // DefaultAllowedCaps is Nomad's exec driver default allow list, used when
@@ -19,7 +21,7 @@ var DefaultAllowedCaps = []string{
 
 // capByName maps "net_raw" to capability.CAP_NET_RAW for every capability
 // the library knows.
-func capByName(name string) (capability.Cap, bool) {
+func CapByName(name string) (capability.Cap, bool) {
 	n := normCap(name)
 	for _, c := range capability.ListKnown() {
 		if c.String() == n {
@@ -42,7 +44,7 @@ func normCap(name string) string {
 // adding "all" needs an allow list of every capability. It is pure: the
 // driver runs it before spawning anything.
 func ValidateCaps(add, drop, allowed []string) error {
-	_, err := resolveCaps(add, drop, allowed)
+	_, err := ResolveCaps(add, drop, allowed)
 	return err
 }
 
@@ -50,11 +52,11 @@ func ValidateCaps(add, drop, allowed []string) error {
 // as Nomad computes it: the basis DefaultAllowedCaps ∩ allowed, minus
 // drop, plus add. So cap_drop = ["all"] with cap_add = ["chown"] is
 // CAP_CHOWN alone.
-func resolveCaps(add, drop, allowed []string) ([]capability.Cap, error) {
+func ResolveCaps(add, drop, allowed []string) ([]capability.Cap, error) {
 	if allowed == nil {
 		allowed = DefaultAllowedCaps
 	}
-	ce := &CapError{}
+	ce := &wire.CapError{}
 	allowSet := map[capability.Cap]bool{}
 	for _, n := range allowed {
 		if normCap(n) == "all" {
@@ -63,7 +65,7 @@ func resolveCaps(add, drop, allowed []string) ([]capability.Cap, error) {
 			}
 			continue
 		}
-		c, ok := capByName(n)
+		c, ok := CapByName(n)
 		if !ok {
 			ce.Unknown = appendUniq(ce.Unknown, normCap(n))
 			continue
@@ -72,7 +74,7 @@ func resolveCaps(add, drop, allowed []string) ([]capability.Cap, error) {
 	}
 	final := map[capability.Cap]bool{}
 	for _, n := range DefaultAllowedCaps {
-		if c, ok := capByName(n); ok && allowSet[c] {
+		if c, ok := CapByName(n); ok && allowSet[c] {
 			final[c] = true
 		}
 	}
@@ -81,7 +83,7 @@ func resolveCaps(add, drop, allowed []string) ([]capability.Cap, error) {
 			clear(final)
 			continue
 		}
-		c, ok := capByName(n)
+		c, ok := CapByName(n)
 		if !ok {
 			ce.Unknown = appendUniq(ce.Unknown, normCap(n))
 			continue
@@ -99,7 +101,7 @@ func resolveCaps(add, drop, allowed []string) ([]capability.Cap, error) {
 			}
 			continue
 		}
-		c, ok := capByName(n)
+		c, ok := CapByName(n)
 		switch {
 		case !ok:
 			ce.Unknown = appendUniq(ce.Unknown, normCap(n))
@@ -129,21 +131,10 @@ func appendUniq(s []string, v string) []string {
 
 // capMask is the kernel bit mask of a capability set, as /proc/PID/status
 // prints CapEff and CapBnd.
-func capMask(caps []capability.Cap) uint64 {
+func CapMask(caps []capability.Cap) uint64 {
 	var m uint64
 	for _, c := range caps {
 		m |= 1 << uint(c)
 	}
 	return m
-}
-
-// capsFromMask is the inverse of capMask.
-func capsFromMask(m uint64) []capability.Cap {
-	var out []capability.Cap
-	for i := range 64 {
-		if m&(1<<uint(i)) != 0 {
-			out = append(out, capability.Cap(i))
-		}
-	}
-	return out
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package executor
+package wire
 
 import (
 	"encoding/binary"
@@ -36,59 +36,59 @@ import (
 // sendmsg.
 const ProtocolVersion = 5
 
-const maxFrame = 1 << 20
+const MaxFrame = 1 << 20
 
 // op names a request. Its JSON form is a number.
-type op uint8
+type Op uint8
 
 const (
-	opHello op = iota + 1
-	opLaunch
-	opStatus
-	opWait
-	opSignal
-	opStop
-	opShutdown
-	opStats
-	opWatch
-	opExec
-	opExecWait
-	opExecSignal
+	OpHello Op = iota + 1
+	OpLaunch
+	OpStatus
+	OpWait
+	OpSignal
+	OpStop
+	OpShutdown
+	OpStats
+	OpWatch
+	OpExec
+	OpExecWait
+	OpExecSignal
 )
 
-func (o op) String() string {
+func (o Op) String() string {
 	switch o {
-	case opHello:
+	case OpHello:
 		return "hello"
-	case opLaunch:
+	case OpLaunch:
 		return "launch"
-	case opStatus:
+	case OpStatus:
 		return "status"
-	case opWait:
+	case OpWait:
 		return "wait"
-	case opSignal:
+	case OpSignal:
 		return "signal"
-	case opStop:
+	case OpStop:
 		return "stop"
-	case opShutdown:
+	case OpShutdown:
 		return "shutdown"
-	case opStats:
+	case OpStats:
 		return "stats"
-	case opWatch:
+	case OpWatch:
 		return "watch"
-	case opExec:
+	case OpExec:
 		return "exec"
-	case opExecWait:
+	case OpExecWait:
 		return "exec-wait"
-	case opExecSignal:
+	case OpExecSignal:
 		return "exec-signal"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
 
-type request struct {
+type Request struct {
 	ID      uint64        `json:"id"`
-	Op      op            `json:"op"`
+	Op      Op            `json:"op"`
 	Version int           `json:"version,omitempty"` // hello
 	Nonce   string        `json:"nonce,omitempty"`   // hello
 	Spec    *LaunchSpec   `json:"spec,omitempty"`    // launch
@@ -100,12 +100,13 @@ type request struct {
 	PID     int           `json:"pid,omitempty"`     // exec-wait, exec-signal: which exec
 	FDs     int           `json:"fds,omitempty"`     // descriptors sent with this frame
 
-	files []*os.File // the descriptors that came (or go) with the frame
+	// Files are the descriptors that came (or go) with the frame.
+	Files []*os.File `json:"-"`
 }
 
-type response struct {
+type Response struct {
 	ID       uint64        `json:"id"`
-	Err      *wireError    `json:"err,omitempty"`
+	Err      *Failure      `json:"err,omitempty"`
 	Version  int           `json:"version,omitempty"`  // hello
 	Identity *fsm.Identity `json:"identity,omitempty"` // hello
 	Status   *Status       `json:"status,omitempty"`   // launch, status, wait, stop
@@ -114,7 +115,8 @@ type response struct {
 	Exec     *ExecStatus   `json:"exec,omitempty"`     // exec, exec-wait
 	FDs      int           `json:"fds,omitempty"`      // descriptors sent with this frame
 
-	files []*os.File // the descriptors that came (or go) with the frame
+	// Files are the descriptors that came (or go) with the frame.
+	Files []*os.File `json:"-"`
 }
 
 // errCode is the wire name of a named error.
@@ -171,18 +173,18 @@ var wireErrors = [...]error{
 	codeUnknownExec:     ErrUnknownExec,
 }
 
-type wireError struct {
+type Failure struct {
 	Code       errCode  `json:"code"`
 	Msg        string   `json:"msg"`
 	NotAllowed []string `json:"not_allowed,omitempty"`
 	Unknown    []string `json:"unknown,omitempty"`
 }
 
-func toWire(err error) *wireError {
+func FailureOf(err error) *Failure {
 	if err == nil {
 		return nil
 	}
-	w := &wireError{Msg: err.Error()}
+	w := &Failure{Msg: err.Error()}
 	var ce *CapError
 	if errors.As(err, &ce) {
 		w.NotAllowed, w.Unknown = ce.NotAllowed, ce.Unknown
@@ -196,7 +198,7 @@ func toWire(err error) *wireError {
 	return w
 }
 
-func (w *wireError) err() error {
+func (w *Failure) Err() error {
 	if w == nil {
 		return nil
 	}
@@ -211,7 +213,7 @@ func (w *wireError) err() error {
 }
 
 // writeFrame writes v as one frame.
-func writeFrame(w io.Writer, v any) error {
+func WriteFrame(w io.Writer, v any) error {
 	buf, err := encodeFrame(v)
 	if err != nil {
 		return err
@@ -225,7 +227,7 @@ func encodeFrame(v any) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: encode: %w", ErrProtocol, err)
 	}
-	if len(b) > maxFrame {
+	if len(b) > MaxFrame {
 		return nil, fmt.Errorf("%w: frame of %d bytes", ErrProtocol, len(b))
 	}
 	buf := make([]byte, 4+len(b))
@@ -235,14 +237,14 @@ func encodeFrame(v any) ([]byte, error) {
 }
 
 // maxFDs bounds the descriptors one frame may carry.
-const maxFDs = 3
+const MaxFDs = 3
 
 // writeFrameFDs writes v as one frame on a unix socket, with files passed
 // along (SCM_RIGHTS) on its first bytes. The caller keeps (and closes) its
 // copies of files.
-func writeFrameFDs(c *net.UnixConn, v any, files []*os.File) error {
+func WriteFrameFDs(c *net.UnixConn, v any, files []*os.File) error {
 	if len(files) == 0 {
-		return writeFrame(c, v)
+		return WriteFrame(c, v)
 	}
 	buf, err := encodeFrame(v)
 	if err != nil {
@@ -268,17 +270,17 @@ func writeFrameFDs(c *net.UnixConn, v any, files []*os.File) error {
 // never merges two such sendmsgs in one read, and readFrame reads no byte
 // past its frame, so once a frame is read the descriptors held are the
 // ones sent with it (take).
-type rightsReader struct {
+type RightsReader struct {
 	c     *net.UnixConn
 	oob   []byte
 	files []*os.File
 }
 
-func newRightsReader(c *net.UnixConn) *rightsReader {
-	return &rightsReader{c: c, oob: make([]byte, unix.CmsgSpace(4*maxFDs))}
+func NewRightsReader(c *net.UnixConn) *RightsReader {
+	return &RightsReader{c: c, oob: make([]byte, unix.CmsgSpace(4*MaxFDs))}
 }
 
-func (r *rightsReader) Read(p []byte) (int, error) {
+func (r *RightsReader) Read(p []byte) (int, error) {
 	n, oobn, _, _, err := r.c.ReadMsgUnix(p, r.oob)
 	if oobn > 0 {
 		r.keep(r.oob[:oobn])
@@ -291,7 +293,7 @@ func (r *rightsReader) Read(p []byte) (int, error) {
 
 // keep takes the descriptors out of a control message (received
 // close-on-exec: Go's ReadMsgUnix asks for MSG_CMSG_CLOEXEC).
-func (r *rightsReader) keep(oob []byte) {
+func (r *RightsReader) keep(oob []byte) {
 	msgs, err := unix.ParseSocketControlMessage(oob)
 	if err != nil {
 		return
@@ -302,7 +304,7 @@ func (r *rightsReader) keep(oob []byte) {
 			continue
 		}
 		for _, fd := range fds {
-			if len(r.files) >= maxFDs {
+			if len(r.files) >= MaxFDs {
 				unix.Close(fd)
 				continue
 			}
@@ -314,17 +316,17 @@ func (r *rightsReader) keep(oob []byte) {
 // take returns the descriptors that came with the frame just read, which
 // declared n of them. Any other count is a protocol error (and closes
 // what came).
-func (r *rightsReader) take(n int) ([]*os.File, error) {
+func (r *RightsReader) Take(n int) ([]*os.File, error) {
 	got := r.files
 	r.files = nil
 	if len(got) != n {
-		closeFiles(got)
+		CloseFiles(got)
 		return nil, fmt.Errorf("%w: frame declares %d descriptors, %d came with it", ErrProtocol, n, len(got))
 	}
 	return got, nil
 }
 
-func closeFiles(fs []*os.File) {
+func CloseFiles(fs []*os.File) {
 	for _, f := range fs {
 		if f != nil {
 			f.Close()
@@ -333,13 +335,13 @@ func closeFiles(fs []*os.File) {
 }
 
 // readFrame reads one frame into v. A clean EOF before a frame is io.EOF.
-func readFrame(r io.Reader, v any) error {
+func ReadFrame(r io.Reader, v any) error {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return err
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
-	if n > maxFrame {
+	if n > MaxFrame {
 		return fmt.Errorf("%w: frame of %d bytes", ErrProtocol, n)
 	}
 	b := make([]byte, n)
@@ -353,4 +355,31 @@ func readFrame(r io.Reader, v any) error {
 		return fmt.Errorf("%w: decode: %w", ErrProtocol, err)
 	}
 	return nil
+}
+
+// readyMsg is what the executor writes to its ready descriptor, then closes
+// it: its identity, or why it could not start.
+type ReadyMsg struct {
+	Identity *fsm.Identity `json:"identity,omitempty"`
+	Err      string        `json:"err,omitempty"`
+}
+
+// peerCred is the SO_PEERCRED of a connected unix socket: the pid, uid
+// and gid of the process at its other end (as of its connect or listen).
+func PeerCred(c *net.UnixConn) (*unix.Ucred, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return nil, err
+	}
+	if cerr != nil {
+		return nil, fmt.Errorf("executor: SO_PEERCRED: %w", cerr)
+	}
+	return cred, nil
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package executor
+package server
 
 import (
 	"encoding/json"
@@ -20,16 +20,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/cgroup"
+	"github.com/tether-fsm/tether/executor/internal/wire"
+	"github.com/tether-fsm/tether/executor/shim"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
 )
-
-// readyMsg is what the executor writes to its ready descriptor, then closes
-// it: its identity, or why it could not start.
-type readyMsg struct {
-	Identity *fsm.Identity `json:"identity,omitempty"`
-	Err      string        `json:"err,omitempty"`
-}
 
 // allowPeer is the SO_PEERCRED policy: a peer is accepted when it runs as
 // the executor's own uid or as root.
@@ -51,11 +46,11 @@ func Serve(args []string) int {
 		fmt.Fprintf(os.Stderr, "tether executor: %v\n", err)
 		return 1
 	}
-	if len(args) > 0 && args[0] == shimFlag {
-		return runShim(args[1:])
+	if len(args) > 0 && args[0] == shim.Flag {
+		return shim.Run(args[1:])
 	}
-	if len(args) > 0 && args[0] == joinFlag {
-		return runJoin(args[1:])
+	if len(args) > 0 && args[0] == shim.JoinFlag {
+		return shim.RunJoin(args[1:])
 	}
 	fs := flag.NewFlagSet("executor", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
@@ -76,13 +71,13 @@ func Serve(args []string) int {
 	if err != nil {
 		log.Error("executor failed to start", "err", err)
 		if ready != nil {
-			_ = json.NewEncoder(ready).Encode(readyMsg{Err: err.Error()})
+			_ = json.NewEncoder(ready).Encode(wire.ReadyMsg{Err: err.Error()})
 			ready.Close()
 		}
 		return 1
 	}
 	if ready != nil {
-		err := json.NewEncoder(ready).Encode(readyMsg{Identity: &s.id})
+		err := json.NewEncoder(ready).Encode(wire.ReadyMsg{Identity: &s.id})
 		ready.Close()
 		if err != nil {
 			log.Warn("could not report ready", "err", err)
@@ -151,7 +146,7 @@ type server struct {
 	// Restarts (see restart.go): the spec to relaunch, the restart state
 	// and journal, whether a stop asked for the end (no more restarts),
 	// and the watches waiting for the journal to grow.
-	spec     LaunchSpec
+	spec     wire.LaunchSpec
 	rs       *restarts
 	stopping bool
 	watchers []watcher
@@ -179,7 +174,7 @@ type waiter struct {
 
 type sconn struct {
 	c       *net.UnixConn
-	out     chan response
+	out     chan wire.Response
 	hello   bool
 	closed  bool
 	written chan struct{} // closed when the writer has finished
@@ -187,15 +182,15 @@ type sconn struct {
 
 type inMsg struct {
 	c   *sconn
-	req request
+	req wire.Request
 }
 
 func newServer(log hclog.Logger, dir, nonce string, prefix []string) (*server, error) {
 	if dir == "" || !filepath.IsAbs(dir) {
-		return nil, fmt.Errorf("%w: -dir must be an absolute path", ErrBadConfig)
+		return nil, fmt.Errorf("%w: -dir must be an absolute path", wire.ErrBadConfig)
 	}
-	if !validNonce(nonce) {
-		return nil, fmt.Errorf("%w: bad -nonce", ErrBadConfig)
+	if !wire.ValidNonce(nonce) {
+		return nil, fmt.Errorf("%w: bad -nonce", wire.ErrBadConfig)
 	}
 	syscall.Umask(0o077)
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
@@ -220,14 +215,14 @@ func newServer(log hclog.Logger, dir, nonce string, prefix []string) (*server, e
 	if sid, err := unix.Getsid(0); err == nil && sid == s.self {
 		s.ownSess = true
 	}
-	if old, err := ReadIdentity(dir); err == nil && old.Nonce != nonce {
+	if old, err := wire.ReadIdentity(dir); err == nil && old.Nonce != nonce {
 		if alive, _ := proc.Alive(old); alive {
-			return nil, fmt.Errorf("%w: pid %d", ErrBusy, old.PID)
+			return nil, fmt.Errorf("%w: pid %d", wire.ErrBusy, old.PID)
 		}
 	}
 	// Leftovers of an earlier executor of this directory.
-	_ = os.Remove(filepath.Join(dir, ExitStatusFile))
-	_ = os.Remove(filepath.Join(dir, SocketFile))
+	_ = os.Remove(filepath.Join(dir, wire.ExitStatusFile))
+	_ = os.Remove(filepath.Join(dir, wire.SocketFile))
 
 	start, err := proc.StartTime(s.self)
 	if err != nil {
@@ -237,7 +232,7 @@ func newServer(log hclog.Logger, dir, nonce string, prefix []string) (*server, e
 	if err != nil {
 		return nil, err
 	}
-	s.id = fsm.Identity{PID: s.self, StartTime: start, BootID: boot, Nonce: nonce, Socket: socketPath(dir)}
+	s.id = fsm.Identity{PID: s.self, StartTime: start, BootID: boot, Nonce: nonce, Socket: wire.SocketPath(dir)}
 	// Where the task will be contained is part of the identity, so the
 	// driver records it before the cgroup exists.
 	s.host, s.loc, s.noCgroup = probeContainment(dir, nonce)
@@ -247,7 +242,7 @@ func newServer(log hclog.Logger, dir, nonce string, prefix []string) (*server, e
 		s.log.Warn("no task cgroup on this host: exec tasks are refused, raw_exec tasks run uncontained", "err", s.noCgroup)
 	}
 
-	sp, dfd, err := shortPath(s.id.Socket)
+	sp, dfd, err := wire.ShortPath(s.id.Socket)
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +253,7 @@ func newServer(log hclog.Logger, dir, nonce string, prefix []string) (*server, e
 		return nil, fmt.Errorf("executor: listen: %w", err)
 	}
 	s.ln = ln
-	if err := writeFileAtomic(dir, IdentityFile, s.id); err != nil {
+	if err := wire.WriteFileAtomic(dir, wire.IdentityFile, s.id); err != nil {
 		ln.Close()
 		unix.Close(dfd)
 		return nil, err
@@ -352,11 +347,11 @@ func (s *server) acceptLoop() {
 		if err != nil || !allowPeer(uid, s.selfUID) {
 			s.log.Warn("refused peer", "peer_uid", uid, "err", err)
 			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
-			_ = writeFrame(c, response{Err: toWire(fmt.Errorf("%w: uid %d", ErrPeerRefused, uid))})
+			_ = wire.WriteFrame(c, wire.Response{Err: wire.FailureOf(fmt.Errorf("%w: uid %d", wire.ErrPeerRefused, uid))})
 			c.Close()
 			continue
 		}
-		sc := &sconn{c: c, out: make(chan response, 64), written: make(chan struct{})}
+		sc := &sconn{c: c, out: make(chan wire.Response, 64), written: make(chan struct{})}
 		select {
 		case s.accepted <- sc:
 		case <-s.quit:
@@ -369,40 +364,20 @@ func (s *server) acceptLoop() {
 }
 
 func peerUID(c *net.UnixConn) (uint32, error) {
-	cred, err := peerCred(c)
+	cred, err := wire.PeerCred(c)
 	if err != nil {
 		return 0, err
 	}
 	return cred.Uid, nil
 }
 
-// peerCred is the SO_PEERCRED of a connected unix socket: the pid, uid
-// and gid of the process at its other end (as of its connect or listen).
-func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := rc.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return nil, err
-	}
-	if cerr != nil {
-		return nil, fmt.Errorf("executor: SO_PEERCRED: %w", cerr)
-	}
-	return cred, nil
-}
-
 func (s *server) readLoop(sc *sconn) {
-	rd := newRightsReader(sc.c)
+	rd := wire.NewRightsReader(sc.c)
 	for {
-		var req request
-		err := readFrame(rd, &req)
+		var req wire.Request
+		err := wire.ReadFrame(rd, &req)
 		if err == nil {
-			req.files, err = rd.take(req.FDs)
+			req.Files, err = rd.Take(req.FDs)
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
@@ -417,7 +392,7 @@ func (s *server) readLoop(sc *sconn) {
 		select {
 		case s.inbox <- inMsg{c: sc, req: req}:
 		case <-s.quit:
-			closeFiles(req.files)
+			wire.CloseFiles(req.Files)
 			return
 		}
 	}
@@ -428,13 +403,13 @@ func (s *server) writeLoop(sc *sconn) {
 	defer sc.c.Close()
 	for r := range sc.out {
 		_ = sc.c.SetWriteDeadline(time.Now().Add(5 * time.Second))
-		r.FDs = len(r.files)
-		err := writeFrameFDs(sc.c, r, r.files)
-		closeFiles(r.files) // the client has its own copies now
+		r.FDs = len(r.Files)
+		err := wire.WriteFrameFDs(sc.c, r, r.Files)
+		wire.CloseFiles(r.Files) // the client has its own copies now
 		if err != nil {
 			sc.c.Close()
 			for r := range sc.out {
-				closeFiles(r.files)
+				wire.CloseFiles(r.Files)
 			}
 			return
 		}
@@ -443,15 +418,15 @@ func (s *server) writeLoop(sc *sconn) {
 
 // send queues a response without ever blocking the loop; a client that does
 // not read its answers is dropped.
-func (s *server) send(sc *sconn, r response) {
+func (s *server) send(sc *sconn, r wire.Response) {
 	if sc.closed {
-		closeFiles(r.files)
+		wire.CloseFiles(r.Files)
 		return
 	}
 	select {
 	case sc.out <- r:
 	default:
-		closeFiles(r.files)
+		wire.CloseFiles(r.Files)
 		s.log.Warn("client not reading, dropping it")
 		s.closeConn(sc)
 	}
@@ -490,55 +465,55 @@ func (s *server) helloCount() int {
 	return n
 }
 
-func (s *server) handle(sc *sconn, req request) {
+func (s *server) handle(sc *sconn, req wire.Request) {
 	// Descriptors that came with a request are the executor's copies:
 	// an exec hands them on to its shim (which gets its own), so they are
 	// closed once the request is handled, whatever it was.
-	defer closeFiles(req.files)
+	defer wire.CloseFiles(req.Files)
 	if _, known := s.conns[sc]; !known {
 		return
 	}
-	if !sc.hello && req.Op != opHello {
-		s.send(sc, response{ID: req.ID, Err: toWire(fmt.Errorf("%w: %v before hello", ErrProtocol, req.Op))})
+	if !sc.hello && req.Op != wire.OpHello {
+		s.send(sc, wire.Response{ID: req.ID, Err: wire.FailureOf(fmt.Errorf("%w: %v before hello", wire.ErrProtocol, req.Op))})
 		s.closeConn(sc)
 		return
 	}
 	switch req.Op {
-	case opHello:
+	case wire.OpHello:
 		switch {
-		case req.Version != ProtocolVersion:
-			s.send(sc, response{ID: req.ID, Version: ProtocolVersion, Err: toWire(fmt.Errorf("%w: executor speaks %d, client %d", ErrProtocolVersion, ProtocolVersion, req.Version))})
+		case req.Version != wire.ProtocolVersion:
+			s.send(sc, wire.Response{ID: req.ID, Version: wire.ProtocolVersion, Err: wire.FailureOf(fmt.Errorf("%w: executor speaks %d, client %d", wire.ErrProtocolVersion, wire.ProtocolVersion, req.Version))})
 			s.closeConn(sc)
 		case req.Nonce != s.nonce:
-			s.send(sc, response{ID: req.ID, Version: ProtocolVersion, Err: toWire(ErrNonceMismatch)})
+			s.send(sc, wire.Response{ID: req.ID, Version: wire.ProtocolVersion, Err: wire.FailureOf(wire.ErrNonceMismatch)})
 			s.closeConn(sc)
 		default:
 			sc.hello = true
 			s.conns[sc] = true
 			s.everUsed = true
 			id := s.id
-			s.send(sc, response{ID: req.ID, Version: ProtocolVersion, Identity: &id})
+			s.send(sc, wire.Response{ID: req.ID, Version: wire.ProtocolVersion, Identity: &id})
 		}
-	case opLaunch:
+	case wire.OpLaunch:
 		if s.task != nil {
 			st := s.status()
-			s.send(sc, response{ID: req.ID, Status: &st})
+			s.send(sc, wire.Response{ID: req.ID, Status: &st})
 			return
 		}
 		if s.shutdown || req.Spec == nil {
-			s.send(sc, response{ID: req.ID, Err: toWire(fmt.Errorf("%w: executor shutting down or no spec", ErrBadSpec))})
+			s.send(sc, wire.Response{ID: req.ID, Err: wire.FailureOf(fmt.Errorf("%w: executor shutting down or no spec", wire.ErrBadSpec))})
 			return
 		}
 		l, err := s.startTask(*req.Spec)
 		if err != nil {
 			s.log.Warn("launch failed", "err", err)
-			s.send(sc, response{ID: req.ID, Err: toWire(err)})
+			s.send(sc, wire.Response{ID: req.ID, Err: wire.FailureOf(err)})
 			return
 		}
 		s.task = &taskState{pid: l.pid, start: l.start, nsInit: l.nsInit, join: l.join}
 		s.outs = l.outs
-		rec := LaunchRecord{Nonce: s.nonce, BootID: s.id.BootID, PID: l.pid, StartTime: l.start}
-		if err := writeFile(s.taskDir, LaunchFile, rec, false); err != nil {
+		rec := wire.LaunchRecord{Nonce: s.nonce, BootID: s.id.BootID, PID: l.pid, StartTime: l.start}
+		if err := wire.WriteFile(s.taskDir, wire.LaunchFile, rec, false); err != nil {
 			s.log.Warn("writing the launch record failed", "err", err)
 		}
 		if err := s.startRestarts(*req.Spec); err != nil {
@@ -549,39 +524,39 @@ func (s *server) handle(sc *sconn, req request) {
 		s.reap() // it may already have exited
 		st := s.status()
 		st.Warnings = l.warnings
-		s.send(sc, response{ID: req.ID, Status: &st})
-	case opStatus:
+		s.send(sc, wire.Response{ID: req.ID, Status: &st})
+	case wire.OpStatus:
 		st := s.status()
-		s.send(sc, response{ID: req.ID, Status: &st})
-	case opWait:
+		s.send(sc, wire.Response{ID: req.ID, Status: &st})
+	case wire.OpWait:
 		s.waitFor(sc, req.ID)
-	case opWatch:
+	case wire.OpWatch:
 		s.watch(sc, req.ID, req.Since)
-	case opSignal:
+	case wire.OpSignal:
 		if req.Signal < 0 || req.Signal > 64 {
-			s.send(sc, response{ID: req.ID, Err: toWire(fmt.Errorf("%w: signal %d", ErrBadSpec, req.Signal))})
+			s.send(sc, wire.Response{ID: req.ID, Err: wire.FailureOf(fmt.Errorf("%w: signal %d", wire.ErrBadSpec, req.Signal))})
 			return
 		}
 		if err := s.checkRunning(); err != nil {
-			s.send(sc, response{ID: req.ID, Err: toWire(err)})
+			s.send(sc, wire.Response{ID: req.ID, Err: wire.FailureOf(err)})
 			return
 		}
 		if req.Main {
 			if err := s.signalMain(syscall.Signal(req.Signal)); err != nil {
-				s.send(sc, response{ID: req.ID, Err: toWire(err)})
+				s.send(sc, wire.Response{ID: req.ID, Err: wire.FailureOf(err)})
 				return
 			}
 		} else {
 			s.signalGroup(syscall.Signal(req.Signal))
 		}
-		s.send(sc, response{ID: req.ID})
-	case opStop:
+		s.send(sc, wire.Response{ID: req.ID})
+	case wire.OpStop:
 		if req.Signal < 0 || req.Signal > 64 {
-			s.send(sc, response{ID: req.ID, Err: toWire(fmt.Errorf("%w: signal %d", ErrBadSpec, req.Signal))})
+			s.send(sc, wire.Response{ID: req.ID, Err: wire.FailureOf(fmt.Errorf("%w: signal %d", wire.ErrBadSpec, req.Signal))})
 			return
 		}
 		if s.task == nil {
-			s.send(sc, response{ID: req.ID, Err: toWire(ErrNotLaunched)})
+			s.send(sc, wire.Response{ID: req.ID, Err: wire.FailureOf(wire.ErrNotLaunched)})
 			return
 		}
 		s.stopping = true // the task ends with this run: no more restarts
@@ -602,32 +577,32 @@ func (s *server) handle(sc *sconn, req request) {
 			}
 		}
 		s.waitFor(sc, req.ID)
-	case opShutdown:
+	case wire.OpShutdown:
 		s.waiters = append(s.waiters, waiter{sc, req.ID})
 		s.beginShutdown()
-	case opStats:
+	case wire.OpStats:
 		st, err := s.stats()
 		if err != nil {
-			s.send(sc, response{ID: req.ID, Err: toWire(err)})
+			s.send(sc, wire.Response{ID: req.ID, Err: wire.FailureOf(err)})
 			return
 		}
-		s.send(sc, response{ID: req.ID, Stats: &st})
-	case opExec:
+		s.send(sc, wire.Response{ID: req.ID, Stats: &st})
+	case wire.OpExec:
 		s.execute(sc, req)
-	case opExecWait:
+	case wire.OpExecWait:
 		s.execWait(sc, req.ID, req.PID)
-	case opExecSignal:
+	case wire.OpExecSignal:
 		s.execSignal(sc, req)
 	default:
-		s.send(sc, response{ID: req.ID, Err: toWire(fmt.Errorf("%w: unknown op %v", ErrProtocol, req.Op))})
+		s.send(sc, wire.Response{ID: req.ID, Err: wire.FailureOf(fmt.Errorf("%w: unknown op %v", wire.ErrProtocol, req.Op))})
 	}
 }
 
-func (s *server) status() Status {
+func (s *server) status() wire.Status {
 	if s.task == nil {
-		return Status{}
+		return wire.Status{}
 	}
-	return Status{Launched: true, PID: s.task.pid, StartTime: s.task.start, Exited: s.task.exited, Exit: s.task.exit,
+	return wire.Status{Launched: true, PID: s.task.pid, StartTime: s.task.start, Exited: s.task.exited, Exit: s.task.exit,
 		Restarting: s.restarting(), Journal: s.journalLen()}
 }
 
@@ -635,15 +610,15 @@ func (s *server) status() Status {
 func (s *server) stats() (cgroup.Stats, error) {
 	switch {
 	case s.task == nil:
-		return cgroup.Stats{}, ErrNotLaunched
+		return cgroup.Stats{}, wire.ErrNotLaunched
 	case s.cg == nil && s.noCgroup != nil:
-		return cgroup.Stats{}, fmt.Errorf("%w: the task has no cgroup: %w", ErrNoStats, s.noCgroup)
+		return cgroup.Stats{}, fmt.Errorf("%w: the task has no cgroup: %w", wire.ErrNoStats, s.noCgroup)
 	case s.cg == nil:
-		return cgroup.Stats{}, fmt.Errorf("%w: the task has ended and its cgroup is gone", ErrNoStats)
+		return cgroup.Stats{}, fmt.Errorf("%w: the task has ended and its cgroup is gone", wire.ErrNoStats)
 	}
 	st, err := s.cg.Stats()
 	if err != nil {
-		return cgroup.Stats{}, fmt.Errorf("%w: %w", ErrNoStats, err)
+		return cgroup.Stats{}, fmt.Errorf("%w: %w", wire.ErrNoStats, err)
 	}
 	return st, nil
 }
@@ -654,11 +629,11 @@ func (s *server) stats() (cgroup.Stats, error) {
 func (s *server) checkRunning() error {
 	switch {
 	case s.task == nil:
-		return ErrNotLaunched
+		return wire.ErrNotLaunched
 	case s.task.exited && s.restarting():
-		return ErrRestarting
+		return wire.ErrRestarting
 	case s.task.exited:
-		return ErrTaskExited
+		return wire.ErrTaskExited
 	}
 	return nil
 }
@@ -669,7 +644,7 @@ func (s *server) checkRunning() error {
 func (s *server) signalMain(sig syscall.Signal) error {
 	p, err := proc.Open(s.task.pid)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrTaskExited, err)
+		return fmt.Errorf("%w: %w", wire.ErrTaskExited, err)
 	}
 	defer p.Close()
 	return p.Signal(sig)
@@ -680,7 +655,7 @@ func (s *server) signalMain(sig syscall.Signal) error {
 func (s *server) waitFor(sc *sconn, id uint64) {
 	if s.complete {
 		st := s.status()
-		s.send(sc, response{ID: id, Status: &st})
+		s.send(sc, wire.Response{ID: id, Status: &st})
 		return
 	}
 	s.waiters = append(s.waiters, waiter{sc, id})
@@ -876,9 +851,9 @@ func (s *server) completeTask() {
 // executor alive for it: a driver that has its answer may kill it by
 // identity at once). The record is for a driver that is away.
 func (s *server) writeExit() {
-	rec := ExitRecord{Exit: s.task.exit, Nonce: s.nonce, BootID: s.id.BootID, PID: s.task.pid, StartTime: s.task.start}
+	rec := wire.ExitRecord{Exit: s.task.exit, Nonce: s.nonce, BootID: s.id.BootID, PID: s.task.pid, StartTime: s.task.start}
 	code := 0
-	if err := writeFileAtomic(s.taskDir, ExitStatusFile, rec); err != nil {
+	if err := wire.WriteFileAtomic(s.taskDir, wire.ExitStatusFile, rec); err != nil {
 		s.log.Error("could not record the exit status", "err", err)
 		code = 1
 	}
@@ -904,7 +879,7 @@ func (s *server) finish(code int) {
 func (s *server) answerWaiters() {
 	st := s.status()
 	for _, w := range s.waiters {
-		s.send(w.c, response{ID: w.id, Status: &st})
+		s.send(w.c, wire.Response{ID: w.id, Status: &st})
 	}
 	s.waiters = nil
 }

@@ -1,12 +1,14 @@
 //go:build linux
 
-package executor
+package server
 
 import (
 	"fmt"
 	"os"
 	"time"
 
+	"github.com/tether-fsm/tether/executor/internal/spec"
+	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/logs"
 )
 
@@ -30,7 +32,7 @@ type output struct {
 // openOutputs opens the task's stdout and stderr: a rotating writer and a
 // pipe each, or /dev/null when logs are disabled. It returns the child's
 // ends (the caller closes them, except devnull, after the fork).
-func (s *server) openOutputs(cfg logs.Config, tu taskUser, devnull *os.File) ([]*output, [2]*os.File, error) {
+func (s *server) openOutputs(cfg logs.Config, tu spec.User, devnull *os.File) ([]*output, [2]*os.File, error) {
 	var ends [2]*os.File
 	if cfg.Disabled {
 		ends[0], ends[1] = devnull, devnull
@@ -46,10 +48,10 @@ func (s *server) openOutputs(cfg logs.Config, tu taskUser, devnull *os.File) ([]
 				f.Close()
 			}
 		}
-		return nil, [2]*os.File{}, fmt.Errorf("%w: task output: %w", ErrLaunch, err)
+		return nil, [2]*os.File{}, fmt.Errorf("%w: task output: %w", wire.ErrLaunch, err)
 	}
-	opts := logs.Options{Chown: tu.set(), UID: tu.uid, GID: tu.gid, Logger: s.log.Named("logs")}
-	for i, name := range []string{StdoutFile, StderrFile} {
+	opts := logs.Options{Chown: tu.Set(), UID: tu.UID, GID: tu.GID, Logger: s.log.Named("logs")}
+	for i, name := range []string{wire.StdoutFile, wire.StderrFile} {
 		w, err := logs.Open(s.taskDir, name, cfg, opts)
 		if err != nil {
 			return fail(err)

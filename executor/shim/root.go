@@ -1,6 +1,6 @@
 //go:build linux
 
-package executor
+package shim
 
 import (
 	"errors"
@@ -12,14 +12,10 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
-)
 
-// DefaultChroot is what an exec task's root is built from when
-// LaunchSpec.Chroot is nil: Nomad's default chroot_env, each an existing
-// host directory bound read-only at the same place (those that do not exist
-// on a host are left out). Symbolic links among them (/bin -> usr/bin on a
-// merged-/usr host) are made as the same links in the root.
-var DefaultChroot = []string{"/bin", "/etc", "/lib", "/lib32", "/lib64", "/run/resolvconf", "/sbin", "/usr"}
+	"github.com/tether-fsm/tether/executor/internal/spec"
+	"github.com/tether-fsm/tether/executor/internal/wire"
+)
 
 // maskedFiles are host files an exec task's root hides although a
 // directory it binds holds them: each is covered by an empty file of mode
@@ -30,13 +26,9 @@ var maskedFiles = []string{
 	"/etc/security/opasswd", "/etc/ssh/ssh_host_*_key",
 }
 
-// reservedInRoot are the places of an exec task's root that the executor
-// fills itself; a chroot entry may not use them.
-var reservedInRoot = []string{"/", "/dev", "/proc", "/" + TaskLocalDir, "/" + TaskSecretsDir, "/" + TaskTmpDir, "/" + TaskAllocDir}
-
 // bindMount is one entry of a root: a bind mount of Src at Dst (a path in
 // the root), or a symbolic link to Link made at Dst.
-type bindMount struct {
+type BindMount struct {
 	Src  string `json:"src,omitempty"`
 	Dst  string `json:"dst"`
 	File bool   `json:"file,omitempty"` // Src is a regular file
@@ -46,111 +38,67 @@ type bindMount struct {
 // rootPlan is the exec task's root, computed by the executor and built by
 // the shim in the task's mount namespace (so that every mount of it
 // vanishes with the task: nothing is ever mounted in the host's namespace).
-type rootPlan struct {
+type RootPlan struct {
 	Dir    string      `json:"dir"`    // the empty mount point it is built on
-	System []bindMount `json:"system"` // read-only
-	Task   []bindMount `json:"task"`   // writable: local, secrets, tmp, alloc
+	System []BindMount `json:"system"` // read-only
+	Task   []BindMount `json:"task"`   // writable: local, secrets, tmp, alloc
 	Mask   []string    `json:"mask,omitempty"`
 	Hide   []string    `json:"hide,omitempty"` // directories covered by an empty, read-only tmpfs
 }
 
-// chrootEntry is one parsed Chroot entry.
-type chrootEntry struct{ src, dst string }
-
-// parseChroot parses Chroot entries ("SRC" or "SRC:DST"). Both paths must
-// be absolute; DST may not be one of the places the executor fills.
-func parseChroot(entries []string) ([]chrootEntry, error) {
-	var out []chrootEntry
-	for _, e := range entries {
-		src, dst, ok := strings.Cut(e, ":")
-		if !ok {
-			dst = src
-		}
-		src, dst = filepath.Clean(src), filepath.Clean(dst)
-		switch {
-		case !filepath.IsAbs(src) || !filepath.IsAbs(dst):
-			return nil, fmt.Errorf("%w: chroot entry %q: want an absolute SRC or SRC:DST", ErrBadSpec, e)
-		case slices.Contains(reservedInRoot, dst):
-			return nil, fmt.Errorf("%w: chroot entry %q: %s is made by the executor (one of %s)", ErrBadSpec, e, dst, strings.Join(reservedInRoot, " "))
-		}
-		for _, r := range reservedInRoot[1:] {
-			if strings.HasPrefix(dst, r+"/") {
-				return nil, fmt.Errorf("%w: chroot entry %q: %s is inside %s, which the executor makes", ErrBadSpec, e, dst, r)
-			}
-		}
-		out = append(out, chrootEntry{src, dst})
-	}
-	return out, nil
-}
-
-// ValidateChroot checks chroot entries as an exec launch would: the syntax
-// and, for entries given explicitly, that each source exists.
-func ValidateChroot(entries []string) error {
-	es, err := parseChroot(entries)
-	if err != nil {
-		return err
-	}
-	for _, e := range es {
-		if _, err := os.Stat(e.src); err != nil {
-			return fmt.Errorf("%w: chroot entry %s: %w", ErrBadSpec, e.src, err)
-		}
-	}
-	return nil
-}
-
 // planRoot computes the root of an exec task of taskDir from chroot
 // entries (nil: DefaultChroot, whose missing entries are skipped).
-func planRoot(taskDir string, chroot []string) (*rootPlan, error) {
+func PlanRoot(taskDir string, chroot []string) (*RootPlan, error) {
 	explicit := chroot != nil
 	if !explicit {
-		chroot = DefaultChroot
+		chroot = spec.DefaultChroot
 	}
-	es, err := parseChroot(chroot)
+	es, err := spec.ParseChroot(chroot)
 	if err != nil {
 		return nil, err
 	}
-	p := &rootPlan{Dir: filepath.Join(taskDir, rootDir)}
+	p := &RootPlan{Dir: filepath.Join(taskDir, wire.RootDir)}
 	type visible struct{ src, dst string } // a host directory and where the task sees it
 	var seen []visible
 	for _, e := range es {
-		fi, err := os.Lstat(e.src)
+		fi, err := os.Lstat(e.Src)
 		if errors.Is(err, fs.ErrNotExist) && !explicit {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: chroot entry %s: %w", ErrBadSpec, e.src, err)
+			return nil, fmt.Errorf("%w: chroot entry %s: %w", wire.ErrBadSpec, e.Src, err)
 		}
-		if fi.Mode()&os.ModeSymlink != 0 && e.src == e.dst {
+		if fi.Mode()&os.ModeSymlink != 0 && e.Src == e.Dst {
 			// The same link in the root: it resolves there, against
 			// the root's own binds.
-			target, err := os.Readlink(e.src)
+			target, err := os.Readlink(e.Src)
 			if err != nil {
-				return nil, fmt.Errorf("%w: chroot entry %s: %w", ErrBadSpec, e.src, err)
+				return nil, fmt.Errorf("%w: chroot entry %s: %w", wire.ErrBadSpec, e.Src, err)
 			}
-			p.System = append(p.System, bindMount{Dst: e.dst, Link: target})
+			p.System = append(p.System, BindMount{Dst: e.Dst, Link: target})
 			continue
 		}
-		if fi, err = os.Stat(e.src); err != nil {
-			return nil, fmt.Errorf("%w: chroot entry %s: %w", ErrBadSpec, e.src, err)
+		if fi, err = os.Stat(e.Src); err != nil {
+			return nil, fmt.Errorf("%w: chroot entry %s: %w", wire.ErrBadSpec, e.Src, err)
 		}
 		switch {
 		case fi.IsDir():
-			p.System = append(p.System, bindMount{Src: e.src, Dst: e.dst})
+			p.System = append(p.System, BindMount{Src: e.Src, Dst: e.Dst})
 		case fi.Mode().IsRegular():
-			p.System = append(p.System, bindMount{Src: e.src, Dst: e.dst, File: true})
+			p.System = append(p.System, BindMount{Src: e.Src, Dst: e.Dst, File: true})
 		default:
-			return nil, fmt.Errorf("%w: chroot entry %s is a %s; bind directories and regular files", ErrBadSpec, e.src, fi.Mode().Type())
+			return nil, fmt.Errorf("%w: chroot entry %s is a %s; bind directories and regular files", wire.ErrBadSpec, e.Src, fi.Mode().Type())
 		}
-		real, err := filepath.EvalSymlinks(e.src)
+		real, err := filepath.EvalSymlinks(e.Src)
 		if err != nil {
-			real = e.src
+			real = e.Src
 		}
-		seen = append(seen, visible{real, e.dst}, visible{e.src, e.dst})
+		seen = append(seen, visible{real, e.Dst}, visible{e.Src, e.Dst})
 	}
 	// Parents before children: a bind inside another lands on it.
-	slices.SortStableFunc(p.System, func(a, b bindMount) int { return strings.Compare(a.Dst, b.Dst) })
-	for _, d := range taskDirs {
-		p.Task = append(p.Task, bindMount{Src: filepath.Join(taskDir, d.name), Dst: "/" + d.name})
+	slices.SortStableFunc(p.System, func(a, b BindMount) int { return strings.Compare(a.Dst, b.Dst) })
+	for _, d := range wire.TaskDirs {
+		p.Task = append(p.Task, BindMount{Src: filepath.Join(taskDir, d.Name), Dst: "/" + d.Name})
 	}
 	// inRoot is where the task would see host path h, if it sees it.
 	inRoot := func(h string) (string, bool) {
@@ -214,7 +162,7 @@ var (
 
 // build builds the root and pivots into it. It runs in the shim, in the
 // task's fresh mount namespace (and PID namespace, for /proc), as root.
-func (p *rootPlan) build() error {
+func (p *RootPlan) build() error {
 	// Nothing mounted here may propagate to the host's namespace.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make the mount namespace private: %w", err)
@@ -272,7 +220,7 @@ func (p *rootPlan) build() error {
 // read-only (a task with CAP_DAC_OVERRIDE reads it empty and cannot write
 // it). The file is made in the root's tmpfs and unlinked once bound: the
 // binds keep it, and the task's / does not show it.
-func (p *rootPlan) mask(in func(string) string) error {
+func (p *RootPlan) mask(in func(string) string) error {
 	if len(p.Mask) == 0 {
 		return nil
 	}
@@ -298,7 +246,7 @@ func (p *rootPlan) mask(in func(string) string) error {
 
 // bindInto binds b at dst (making the mount point) with attrs, recursively;
 // or makes b's symbolic link.
-func bindInto(b bindMount, dst string, attrs uint64) error {
+func bindInto(b BindMount, dst string, attrs uint64) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return fmt.Errorf("make %s: %w", filepath.Dir(dst), err)
 	}

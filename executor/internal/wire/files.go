@@ -1,6 +1,6 @@
 //go:build linux
 
-package executor
+package wire
 
 import (
 	"encoding/json"
@@ -84,7 +84,7 @@ func (r LaunchRecord) Match(want fsm.Identity) error {
 	return matchSideFile(LaunchFile, r.Nonce, r.BootID, r.PID, r.StartTime, want, 0, 0)
 }
 
-func socketPath(taskDir string) string { return filepath.Join(taskDir, SocketFile) }
+func SocketPath(taskDir string) string { return filepath.Join(taskDir, SocketFile) }
 
 // readSideFile reads dir/name into v: never through a symlink (O_NOFOLLOW),
 // only a regular file, at most maxSideFile bytes. ok is false when the file
@@ -153,15 +153,15 @@ func ReadLaunchRecord(taskDir string) (LaunchRecord, bool, error) {
 
 // writeFileAtomic writes v as JSON to dir/name: a temporary file, fsync,
 // rename over name, fsync of the directory.
-func writeFileAtomic(dir, name string, v any) error {
-	return writeFile(dir, name, v, true)
+func WriteFileAtomic(dir, name string, v any) error {
+	return WriteFile(dir, name, v, true)
 }
 
 // writeFile writes v as JSON to dir/name through a rename, so readers see
 // all of it or nothing; with durable, it also fsyncs the file and the
 // directory. A record that only matters while this boot lasts (the launch
 // record: a reboot kills the task with it) needs no fsync.
-func writeFile(dir, name string, v any, durable bool) error {
+func WriteFile(dir, name string, v any, durable bool) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("executor: encode %s: %w", name, err)
@@ -203,7 +203,7 @@ func writeFile(dir, name string, v any, durable bool) error {
 // /proc/self/fd/N/<base>, with N an O_PATH descriptor of the directory. The
 // caller closes the returned descriptor after bind or connect (a listener
 // keeps it open for as long as it may unlink the socket).
-func shortPath(path string) (string, int, error) {
+func ShortPath(path string) (string, int, error) {
 	dfd, err := unix.Open(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return "", -1, fmt.Errorf("executor: open socket dir: %w", err)
@@ -212,8 +212,8 @@ func shortPath(path string) (string, int, error) {
 }
 
 // dialSocket connects to the unix socket at path, whatever its length.
-func dialSocket(path string) (*net.UnixConn, error) {
-	sp, dfd, err := shortPath(path)
+func DialSocket(path string) (*net.UnixConn, error) {
+	sp, dfd, err := ShortPath(path)
 	if err != nil {
 		return nil, err
 	}
@@ -223,4 +223,15 @@ func dialSocket(path string) (*net.UnixConn, error) {
 		return nil, fmt.Errorf("executor: connect %s: %w", path, err)
 	}
 	return c, nil
+}
+func ValidNonce(n string) bool {
+	if len(n) < 8 || len(n) > 128 {
+		return false
+	}
+	for _, r := range n {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
 }

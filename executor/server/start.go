@@ -1,6 +1,6 @@
 //go:build linux
 
-package executor
+package server
 
 import (
 	"errors"
@@ -12,6 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/cgroup"
+	"github.com/tether-fsm/tether/executor/internal/spec"
+	"github.com/tether-fsm/tether/executor/internal/wire"
+	"github.com/tether-fsm/tether/executor/shim"
 	"github.com/tether-fsm/tether/internal/proc"
 )
 
@@ -30,7 +33,7 @@ type launched struct {
 // capabilities; no root to build), its namespaces (CLONE_NEW* flags; 0 for
 // raw_exec) and its environment.
 type joinPlan struct {
-	cfg shimConfig
+	cfg shim.Config
 	ns  int
 	env map[string]string
 }
@@ -41,56 +44,56 @@ type joinPlan struct {
 // a root of its own. stdout and stderr go to pipes the executor copies into
 // rotating log files. It returns once the shim has exec'd the task, or
 // with the failure it reported (the shim reaped, the cgroup removed).
-func (s *server) startTask(spec LaunchSpec) (launched, error) {
+func (s *server) startTask(ls wire.LaunchSpec) (launched, error) {
 	var l launched
-	if err := checkSpec(spec, s.host, s.noCgroup); err != nil {
+	if err := spec.Check(ls, s.host, s.noCgroup); err != nil {
 		return l, err
 	}
 	if s.prefix == nil {
-		return l, fmt.Errorf("%w: the init shim needs Serve called with a tail of os.Args", ErrLaunch)
+		return l, fmt.Errorf("%w: the init shim needs Serve called with a tail of os.Args", wire.ErrLaunch)
 	}
-	exec := spec.Mode == ModeExec
-	tu, err := userOf(spec)
+	exec := ls.Mode == wire.ModeExec
+	tu, err := spec.UserOf(ls)
 	if err != nil {
 		return l, err
 	}
 	if err := prepareTaskDirs(s.taskDir, tu, exec); err != nil {
 		return l, err
 	}
-	env := TaskEnv(spec, s.taskDir, tu.home)
-	local := filepath.Join(s.taskDir, TaskLocalDir)
-	cfg := shimConfig{UID: tu.uid, GID: tu.gid, Groups: tu.groups}
-	if spec.OOMScoreAdj != nil {
-		cfg.OOMScoreAdj = *spec.OOMScoreAdj
+	env := spec.TaskEnv(ls, s.taskDir, tu.Home)
+	local := filepath.Join(s.taskDir, wire.TaskLocalDir)
+	cfg := shim.Config{UID: tu.UID, GID: tu.GID, Groups: tu.Groups}
+	if ls.OOMScoreAdj != nil {
+		cfg.OOMScoreAdj = *ls.OOMScoreAdj
 	}
 	sys := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if exec {
-		caps, err := resolveCaps(spec.CapAdd, spec.CapDrop, spec.AllowedCaps)
+		caps, err := spec.ResolveCaps(ls.CapAdd, ls.CapDrop, ls.AllowedCaps)
 		if err != nil {
 			return l, err
 		}
-		mask := capMask(caps)
+		mask := spec.CapMask(caps)
 		cfg.Caps = &mask
-		if cfg.Root, err = planRoot(s.taskDir, spec.Chroot); err != nil {
+		if cfg.Root, err = shim.PlanRoot(s.taskDir, ls.Chroot); err != nil {
 			return l, err
 		}
-		cfg.Path, cfg.Dir = spec.Command, spec.Dir
+		cfg.Path, cfg.Dir = ls.Command, ls.Dir
 		switch {
 		case cfg.Dir == "":
-			cfg.Dir = "/" + TaskLocalDir
+			cfg.Dir = "/" + wire.TaskLocalDir
 		case !filepath.IsAbs(cfg.Dir):
-			cfg.Dir = filepath.Join("/"+TaskLocalDir, cfg.Dir)
+			cfg.Dir = filepath.Join("/"+wire.TaskLocalDir, cfg.Dir)
 		}
 		sys.Cloneflags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS
-		if spec.PIDMode != ModeHost {
+		if ls.PIDMode != wire.ModeHost {
 			sys.Cloneflags |= unix.CLONE_NEWPID
 			l.nsInit = true
 		}
-		if spec.IPCMode != ModeHost {
+		if ls.IPCMode != wire.ModeHost {
 			sys.Cloneflags |= unix.CLONE_NEWIPC
 		}
 	} else {
-		dir := spec.Dir
+		dir := ls.Dir
 		switch {
 		case dir == "":
 			dir = local
@@ -98,11 +101,11 @@ func (s *server) startTask(spec LaunchSpec) (launched, error) {
 			dir = filepath.Join(local, dir)
 		}
 		if fi, err := os.Stat(dir); err != nil {
-			return l, fmt.Errorf("%w: %w", ErrWorkDir, err)
+			return l, fmt.Errorf("%w: %w", wire.ErrWorkDir, err)
 		} else if !fi.IsDir() {
-			return l, fmt.Errorf("%w: %s is not a directory", ErrWorkDir, dir)
+			return l, fmt.Errorf("%w: %s is not a directory", wire.ErrWorkDir, dir)
 		}
-		if cfg.Path, err = resolveCommand(spec.Command, dir, env["PATH"]); err != nil {
+		if cfg.Path, err = spec.ResolveCommand(ls.Command, dir, env["PATH"]); err != nil {
 			return l, err
 		}
 		cfg.Dir = dir
@@ -113,13 +116,13 @@ func (s *server) startTask(spec LaunchSpec) (launched, error) {
 		s.log.Warn("no cgroup for this task: it runs uncontained", "err", s.noCgroup)
 		l.warnings = append(l.warnings, fmt.Sprintf("no cgroup for this task, so it runs uncontained (a process it starts in a new session can outlive it): %v", s.noCgroup))
 	} else {
-		cg, err := cgroup.Create(s.host, s.loc, spec.Limits)
+		cg, err := cgroup.Create(s.host, s.loc, ls.Limits)
 		if err != nil {
 			var le *cgroup.LimitError
 			if errors.As(err, &le) {
-				return l, fmt.Errorf("%w: %w", ErrLimit, err)
+				return l, fmt.Errorf("%w: %w", wire.ErrLimit, err)
 			}
-			return l, fmt.Errorf("%w: create the task's cgroup: %w", ErrLaunch, err)
+			return l, fmt.Errorf("%w: create the task's cgroup: %w", wire.ErrLaunch, err)
 		}
 		s.cg = cg
 		cfg.Cgroup = s.loc.String()
@@ -136,10 +139,10 @@ func (s *server) startTask(spec LaunchSpec) (launched, error) {
 
 	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
-		return l, fmt.Errorf("%w: %w", ErrLaunch, err)
+		return l, fmt.Errorf("%w: %w", wire.ErrLaunch, err)
 	}
 	defer devnull.Close()
-	outs, childEnds, err := s.openOutputs(logsConfig(spec.Logs), tu, devnull)
+	outs, childEnds, err := s.openOutputs(spec.LogsConfig(ls.Logs), tu, devnull)
 	if err != nil {
 		return l, err
 	}
@@ -170,17 +173,17 @@ func (s *server) startTask(spec LaunchSpec) (launched, error) {
 	// so does a task with a user: the shim changes to the working directory
 	// before it switches user, for a task directory the user cannot
 	// traverse.
-	if !exec && !tu.set() {
-		attr := &syscall.ProcAttr{Dir: cfg.Dir, Env: envList(env), Sys: sys,
+	if !exec && !tu.Set() {
+		attr := &syscall.ProcAttr{Dir: cfg.Dir, Env: spec.EnvList(env), Sys: sys,
 			Files: []uintptr{devnull.Fd(), childEnds[0].Fd(), childEnds[1].Fd()}}
-		pid, err := s.startDirectly(cfg, append([]string{spec.Command}, spec.Args...), attr)
+		pid, err := s.startDirectly(cfg, append([]string{ls.Command}, ls.Args...), attr)
 		switch {
 		case err == nil:
 			start, err := proc.StartTime(pid) // our unreaped child: the pid cannot be reused yet
 			if err != nil {
 				_ = unix.Kill(pid, unix.SIGKILL)
 				s.reapShim(pid)
-				return l, fmt.Errorf("%w: %w", ErrLaunch, err)
+				return l, fmt.Errorf("%w: %w", wire.ErrLaunch, err)
 			}
 			return started(pid, start)
 		case errors.Is(err, cgroup.ErrThreadMove):
@@ -190,34 +193,34 @@ func (s *server) startTask(spec LaunchSpec) (launched, error) {
 			}
 			s.log.Info("starting the task through the init shim", "why", err)
 		default:
-			return l, execErr(cfg.Path, err)
+			return l, spec.ExecErr(cfg.Path, err)
 		}
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
-		return l, fmt.Errorf("%w: %w", ErrLaunch, err)
+		return l, fmt.Errorf("%w: %w", wire.ErrLaunch, err)
 	}
 	defer errR.Close()
 	defer errW.Close()
-	argv, err := shimArgv(s.prefix, cfg, append([]string{spec.Command}, spec.Args...))
+	argv, err := shim.Argv(s.prefix, cfg, append([]string{ls.Command}, ls.Args...))
 	if err != nil {
 		return l, err
 	}
 	files := []uintptr{devnull.Fd(), childEnds[0].Fd(), childEnds[1].Fd(), errW.Fd()}
-	pid, err := syscall.ForkExec("/proc/self/exe", argv, &syscall.ProcAttr{Dir: s.taskDir, Env: envList(env), Files: files, Sys: sys})
+	pid, err := syscall.ForkExec("/proc/self/exe", argv, &syscall.ProcAttr{Dir: s.taskDir, Env: spec.EnvList(env), Files: files, Sys: sys})
 	if err != nil {
-		return l, fmt.Errorf("%w: start the init shim: %w", ErrLaunch, err)
+		return l, fmt.Errorf("%w: start the init shim: %w", wire.ErrLaunch, err)
 	}
 	start, serr := proc.StartTime(pid) // our unreaped child: the pid cannot be reused yet
 	errW.Close()                       // or the read never sees EOF
-	if err := shimResult(errR); err != nil {
-		if ws, ok := s.reapShim(pid); ok && errors.Is(err, errShimDied) {
+	if err := shim.Result(errR); err != nil {
+		if ws, ok := s.reapShim(pid); ok && errors.Is(err, shim.ErrDied) {
 			err = fmt.Errorf("%w (%s)", err, exitOf(ws))
 		}
 		return l, err
 	}
 	if serr != nil {
-		return l, fmt.Errorf("%w: %w", ErrLaunch, serr)
+		return l, fmt.Errorf("%w: %w", wire.ErrLaunch, serr)
 	}
 	return started(pid, start)
 }
@@ -229,7 +232,7 @@ func (s *server) startTask(spec LaunchSpec) (launched, error) {
 // non-root executor could not lower its own again: then the shim sets
 // the task's). cgroup.ErrThreadMove means the caller should use the shim
 // instead.
-func (s *server) startDirectly(cfg shimConfig, argv []string, attr *syscall.ProcAttr) (int, error) {
+func (s *server) startDirectly(cfg shim.Config, argv []string, attr *syscall.ProcAttr) (int, error) {
 	own, err := cgroup.OOMScoreAdj(0)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", cgroup.ErrThreadMove, err)

@@ -1,6 +1,6 @@
 //go:build linux
 
-package executor
+package shim
 
 import (
 	"encoding/json"
@@ -19,6 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/cgroup"
+	"github.com/tether-fsm/tether/executor/internal/spec"
+	"github.com/tether-fsm/tether/executor/internal/wire"
 )
 
 // The init shim is this binary again, re-executed by the executor with
@@ -39,22 +41,22 @@ import (
 //
 // It reports a failure, naming the step, on descriptor 3 (close-on-exec,
 // so the executor reads EOF when the exec happened) and exits 127.
-const shimFlag = "-shim"
+const Flag = "-shim"
 
 // Shim steps, as a failure names them.
 const (
-	stepCgroup = "join the task's cgroup"
-	stepOOMAdj = "set oom_score_adj"
-	stepRoot   = "build the task's root"
-	stepDir    = "change to the working directory"
-	stepUser   = "switch to the task's user"
-	stepCaps   = "set the task's capabilities"
-	stepNNP    = "set no_new_privs"
-	stepExec   = "exec the task"
+	StepCgroup = "join the task's cgroup"
+	StepOOMAdj = "set oom_score_adj"
+	StepRoot   = "build the task's root"
+	StepDir    = "change to the working directory"
+	StepUser   = "switch to the task's user"
+	StepCaps   = "set the task's capabilities"
+	StepNNP    = "set no_new_privs"
+	StepExec   = "exec the task"
 )
 
 // shimConfig is what the executor tells the shim, as one JSON argument.
-type shimConfig struct {
+type Config struct {
 	// Path is the resolved program for raw_exec, the command to resolve in
 	// the task's root (with its PATH) for exec.
 	Path string `json:"path"`
@@ -71,18 +73,18 @@ type shimConfig struct {
 	// leaves the capabilities to the user switch.
 	Caps *uint64 `json:"caps,omitempty"`
 	// Root is the exec task's root; nil for raw_exec.
-	Root *rootPlan `json:"root,omitempty"`
+	Root *RootPlan `json:"root,omitempty"`
 }
 
 // shimArgv builds the argv that re-executes this binary as the shim:
 // prefix, shimFlag, the config, then the task's argv.
-func shimArgv(prefix []string, cfg shimConfig, argv []string) ([]string, error) {
+func Argv(prefix []string, cfg Config, argv []string) ([]string, error) {
 	b, err := json.Marshal(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%w: encode the shim's config: %w", ErrLaunch, err)
+		return nil, fmt.Errorf("%w: encode the shim's config: %w", wire.ErrLaunch, err)
 	}
 	out := slices.Clone(prefix)
-	out = append(out, shimFlag, string(b))
+	out = append(out, Flag, string(b))
 	return append(out, argv...), nil
 }
 
@@ -90,81 +92,81 @@ func shimArgv(prefix []string, cfg shimConfig, argv []string) ([]string, error) 
 // it execs the task, or Err when a step failed (also after Exec, when the
 // exec itself failed).
 type shimReport struct {
-	Exec bool       `json:"exec,omitempty"`
-	Err  *wireError `json:"err,omitempty"`
+	Exec bool          `json:"exec,omitempty"`
+	Err  *wire.Failure `json:"err,omitempty"`
 }
 
 // errShimDied is shimResult's verdict on a shim that died before it came
 // to the exec (a Go runtime that could not start a thread under a tiny
 // pids limit, a signal).
-var errShimDied = errors.New("the init shim died before it could exec the task")
+var ErrDied = errors.New("the init shim died before it could exec the task")
 
 // shimResult waits for the shim's verdict: its Exec mark then EOF (the pipe
 // is close-on-exec) means the exec happened; a failure frame says why it
 // did not; EOF without the mark means the shim died on the way.
-func shimResult(r *os.File) error {
+func Result(r *os.File) error {
 	_ = r.SetReadDeadline(time.Now().Add(10 * time.Second))
 	execd := false
 	for {
 		var rep shimReport
-		err := readFrame(r, &rep)
+		err := wire.ReadFrame(r, &rep)
 		switch {
 		case err == nil && rep.Err != nil:
-			return rep.Err.err()
+			return rep.Err.Err()
 		case err == nil:
 			execd = execd || rep.Exec
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			return fmt.Errorf("%w: the init shim gave no verdict within 10s", ErrLaunch)
+			return fmt.Errorf("%w: the init shim gave no verdict within 10s", wire.ErrLaunch)
 		case execd:
 			return nil // EOF after the mark: exec happened
 		default:
-			return fmt.Errorf("%w: %w (see the task's stderr log)", ErrLaunch, errShimDied)
+			return fmt.Errorf("%w: %w (see the task's stderr log)", wire.ErrLaunch, ErrDied)
 		}
 	}
 }
 
 // runShim is the init mode (see shimFlag).
-func runShim(args []string) int {
+func Run(args []string) int {
 	report := os.NewFile(3, "shim-report")
 	unix.CloseOnExec(3)
 	runtime.LockOSThread() // never unlocked: the thread execs or the process exits
 	fail := func(step string, err error) int {
-		_ = writeFrame(report, shimReport{Err: toWire(fmt.Errorf("%w: %s: %w", ErrLaunch, step, err))})
+		_ = wire.WriteFrame(report, shimReport{Err: wire.FailureOf(fmt.Errorf("%w: %s: %w", wire.ErrLaunch, step, err))})
 		return 127
 	}
 	if len(args) < 2 {
 		return fail("start", errors.New("the shim needs its config and the task's argv"))
 	}
-	var cfg shimConfig
+	var cfg Config
 	if err := json.Unmarshal([]byte(args[0]), &cfg); err != nil {
 		return fail("start", fmt.Errorf("the shim's config: %w", err))
 	}
 	argv := args[1:]
 	if cfg.Cgroup != "" {
 		if err := joinCgroup(cfg.Cgroup); err != nil {
-			return fail(stepCgroup, err)
+			return fail(StepCgroup, err)
 		}
 	}
 	if err := cgroup.SetOOMScoreAdj(cfg.OOMScoreAdj); err != nil {
-		return fail(stepOOMAdj, err)
+		return fail(StepOOMAdj, err)
 	}
 	if cfg.Root != nil {
 		if err := cfg.Root.build(); err != nil {
-			return fail(stepRoot, err)
+			return fail(StepRoot, err)
 		}
 	}
 	if err := unix.Chdir(cfg.Dir); err != nil {
-		return fail(stepDir, fmt.Errorf("%w: %s: %w", ErrWorkDir, cfg.Dir, err))
+		return fail(StepDir, fmt.Errorf("%w: %s: %w", wire.ErrWorkDir, cfg.Dir, err))
 	}
 	var caps []capability.Cap
 	if cfg.Caps != nil {
-		caps = capsFromMask(*cfg.Caps)
+		caps = CapsFromMask(*cfg.Caps)
 		if err := dropBounding(caps); err != nil {
-			return fail(stepCaps, err)
+			return fail(StepCaps, err)
 		}
 	}
 	if err := switchUser(cfg.UID, cfg.GID, cfg.Groups, cfg.Caps != nil); err != nil {
-		return fail(stepUser, err)
+		return fail(StepUser, err)
 	}
 	// A credential change clears the parent-death signal: set it again,
 	// then make sure the executor did not die meanwhile (in a PID
@@ -172,7 +174,7 @@ func runShim(args []string) int {
 	// pipe's reader, the executor, tells).
 	if cfg.UID >= 0 {
 		if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0, 0, 0); err != nil {
-			return fail(stepUser, fmt.Errorf("pdeathsig: %w", err))
+			return fail(StepUser, fmt.Errorf("pdeathsig: %w", err))
 		}
 		if readerGone(3) {
 			return 127
@@ -180,28 +182,28 @@ func runShim(args []string) int {
 	}
 	if cfg.Caps != nil {
 		if err := setCaps(caps, cfg.UID); err != nil {
-			return fail(stepCaps, err)
+			return fail(StepCaps, err)
 		}
 		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-			return fail(stepNNP, err)
+			return fail(StepNNP, err)
 		}
 	}
 	path := cfg.Path
 	if cfg.Root != nil {
 		var err error
-		if path, err = resolveCommand(cfg.Path, cfg.Dir, os.Getenv("PATH")); err != nil {
-			return fail(stepExec, err)
+		if path, err = spec.ResolveCommand(cfg.Path, cfg.Dir, os.Getenv("PATH")); err != nil {
+			return fail(StepExec, err)
 		}
 	} else if rel, ok := strings.CutPrefix(path, filepath.Clean(cfg.Dir)+"/"); ok {
 		// Through the working directory: a task user may not traverse
 		// the task directory above it.
 		path = "./" + rel
 	}
-	if err := writeFrame(report, shimReport{Exec: true}); err != nil {
+	if err := wire.WriteFrame(report, shimReport{Exec: true}); err != nil {
 		return 127 // the executor is gone
 	}
 	err := syscall.Exec(path, argv, os.Environ())
-	return fail(stepExec, execErr(path, err))
+	return fail(StepExec, spec.ExecErr(path, err))
 }
 
 // joinCgroup moves the shim into the cgroup at location loc.
@@ -329,19 +331,19 @@ func setCaps(caps []capability.Cap, uid int) error {
 //
 // The shim runs the command without exec'ing itself inside the task's
 // root, where its own binary is not visible.
-const joinFlag = "-join"
+const JoinFlag = "-join"
 
 // Join steps, as a failure names them.
 const (
-	stepJoinNS  = "join the task's namespaces"
-	stepTTY     = "open a terminal in the task"
-	stepCommand = "start the command"
+	StepJoinNS  = "join the task's namespaces"
+	StepTTY     = "open a terminal in the task"
+	StepCommand = "start the command"
 )
 
 // joinConfig is what the executor tells the join shim: the run's shim
 // config (no root, no path) and what to join.
-type joinConfig struct {
-	shimConfig
+type JoinConfig struct {
+	Config
 	// NS are the CLONE_NEW* flags of the task's namespaces to join
 	// through the pidfd on descriptor 4; 0 joins none (raw_exec).
 	NS int `json:"ns,omitempty"`
@@ -355,64 +357,64 @@ type joinConfig struct {
 
 // joinReport is the join shim's one report: the command's pid, or why it
 // did not start.
-type joinReport struct {
-	PID int        `json:"pid,omitempty"`
-	Err *wireError `json:"err,omitempty"`
+type JoinReport struct {
+	PID int           `json:"pid,omitempty"`
+	Err *wire.Failure `json:"err,omitempty"`
 }
 
 // runJoin is the join mode (see joinFlag).
-func runJoin(args []string) int {
+func RunJoin(args []string) int {
 	unix.CloseOnExec(3)
 	unix.CloseOnExec(4)
 	runtime.LockOSThread() // never unlocked: the command inherits this thread's attributes
 	fail := func(step string, err error) int {
-		b, _ := json.Marshal(joinReport{Err: toWire(fmt.Errorf("%w: %s: %w", ErrExec, step, err))})
+		b, _ := json.Marshal(JoinReport{Err: wire.FailureOf(fmt.Errorf("%w: %s: %w", wire.ErrExec, step, err))})
 		_ = unix.Sendmsg(3, b, nil, nil, 0)
 		return 127
 	}
 	if len(args) < 2 {
 		return fail("start", errors.New("the shim needs its config and the command's argv"))
 	}
-	var cfg joinConfig
+	var cfg JoinConfig
 	if err := json.Unmarshal([]byte(args[0]), &cfg); err != nil {
 		return fail("start", fmt.Errorf("the shim's config: %w", err))
 	}
 	argv := args[1:]
 	if cfg.Cgroup != "" {
 		if err := joinCgroup(cfg.Cgroup); err != nil {
-			return fail(stepCgroup, err)
+			return fail(StepCgroup, err)
 		}
 	}
 	if err := cgroup.SetOOMScoreAdj(cfg.OOMScoreAdj); err != nil {
-		return fail(stepOOMAdj, err)
+		return fail(StepOOMAdj, err)
 	}
 	if cfg.NS != 0 {
 		if err := unix.Unshare(unix.CLONE_FS); err != nil {
-			return fail(stepJoinNS, fmt.Errorf("unshare(CLONE_FS): %w", err))
+			return fail(StepJoinNS, fmt.Errorf("unshare(CLONE_FS): %w", err))
 		}
 		if err := unix.Setns(4, cfg.NS); err != nil {
-			return fail(stepJoinNS, fmt.Errorf("setns through the task's pidfd: %w", err))
+			return fail(StepJoinNS, fmt.Errorf("setns through the task's pidfd: %w", err))
 		}
 		unix.Close(4)
 	}
 	if err := unix.Chdir(cfg.Dir); err != nil {
-		return fail(stepDir, fmt.Errorf("%w: %s: %w", ErrWorkDir, cfg.Dir, err))
+		return fail(StepDir, fmt.Errorf("%w: %s: %w", wire.ErrWorkDir, cfg.Dir, err))
 	}
 	stdio := []uintptr{0, 1, 2}
 	var rights []byte
 	if cfg.TTY {
 		master, tty, err := pty.Open()
 		if err != nil {
-			return fail(stepTTY, err)
+			return fail(StepTTY, err)
 		}
 		if cfg.UID >= 0 {
 			if err := tty.Chown(cfg.UID, cfg.GID); err != nil {
-				return fail(stepTTY, err)
+				return fail(StepTTY, err)
 			}
 		}
 		if cfg.Rows > 0 && cfg.Cols > 0 {
 			if err := pty.Setsize(tty, &pty.Winsize{Rows: cfg.Rows, Cols: cfg.Cols}); err != nil {
-				return fail(stepTTY, err)
+				return fail(StepTTY, err)
 			}
 		}
 		fd := tty.Fd()
@@ -421,20 +423,20 @@ func runJoin(args []string) int {
 	}
 	var caps []capability.Cap
 	if cfg.Caps != nil {
-		caps = capsFromMask(*cfg.Caps)
+		caps = CapsFromMask(*cfg.Caps)
 		if err := dropBounding(caps); err != nil {
-			return fail(stepCaps, err)
+			return fail(StepCaps, err)
 		}
 	}
 	if err := switchUser(cfg.UID, cfg.GID, cfg.Groups, cfg.Caps != nil); err != nil {
-		return fail(stepUser, err)
+		return fail(StepUser, err)
 	}
 	if cfg.Caps != nil {
 		if err := setCaps(caps, cfg.UID); err != nil {
-			return fail(stepCaps, err)
+			return fail(StepCaps, err)
 		}
 		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-			return fail(stepNNP, err)
+			return fail(StepNNP, err)
 		}
 	}
 	// Relative to the working directory: a task user may not traverse
@@ -445,9 +447,9 @@ func runJoin(args []string) int {
 			pathEnv = v
 		}
 	}
-	path, err := resolveCommand(argv[0], ".", pathEnv)
+	path, err := spec.ResolveCommand(argv[0], ".", pathEnv)
 	if err != nil {
-		return fail(stepCommand, err)
+		return fail(StepCommand, err)
 	}
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Env:   cfg.Env,
@@ -455,9 +457,9 @@ func runJoin(args []string) int {
 		Sys:   &syscall.SysProcAttr{Setsid: true, Setctty: cfg.TTY, Ctty: 0, Cloneflags: unix.CLONE_PARENT},
 	})
 	if err != nil {
-		return fail(stepCommand, execErr(path, err))
+		return fail(StepCommand, spec.ExecErr(path, err))
 	}
-	b, err := json.Marshal(joinReport{PID: pid})
+	b, err := json.Marshal(JoinReport{PID: pid})
 	if err == nil {
 		err = unix.Sendmsg(3, b, rights, nil, 0)
 	}

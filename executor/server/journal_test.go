@@ -1,6 +1,6 @@
 //go:build linux
 
-package executor
+package server
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/crashfs"
 )
@@ -41,7 +42,7 @@ func TestJournal_RoundTrip(t *testing.T) {
 		}
 	}
 	j.close()
-	got, ok, err := ReadJournal(dir)
+	got, ok, err := wire.ReadJournal(dir)
 	if err != nil || !ok || got.Torn {
 		t.Fatalf("ReadJournal: %+v %v %v", got, ok, err)
 	}
@@ -51,13 +52,13 @@ func TestJournal_RoundTrip(t *testing.T) {
 	if err := got.Match(id); err != nil {
 		t.Fatal(err)
 	}
-	if err := got.Match(fsm.Identity{Nonce: "another-nonce", BootID: "boot"}); !errors.Is(err, ErrSideFileMismatch) {
+	if err := got.Match(fsm.Identity{Nonce: "another-nonce", BootID: "boot"}); !errors.Is(err, wire.ErrSideFileMismatch) {
 		t.Fatalf("a journal of another nonce matched: %v", err)
 	}
-	if err := got.Match(fsm.Identity{Nonce: id.Nonce, BootID: "other-boot"}); !errors.Is(err, ErrSideFileMismatch) {
+	if err := got.Match(fsm.Identity{Nonce: id.Nonce, BootID: "other-boot"}); !errors.Is(err, wire.ErrSideFileMismatch) {
 		t.Fatalf("a journal of another boot matched: %v", err)
 	}
-	if _, ok, err := ReadJournal(t.TempDir()); ok || err != nil {
+	if _, ok, err := wire.ReadJournal(t.TempDir()); ok || err != nil {
 		t.Fatalf("no journal: %v %v", ok, err)
 	}
 }
@@ -76,13 +77,13 @@ func TestJournal_TornTailDamageAndLinks(t *testing.T) {
 		}
 	}
 	j.close()
-	path := filepath.Join(dir, JournalFile)
+	path := filepath.Join(dir, wire.JournalFile)
 	whole, _ := os.ReadFile(path)
 	for cut := 1; cut < 8; cut++ {
 		if err := os.WriteFile(path, whole[:len(whole)-cut], 0o600); err != nil {
 			t.Fatal(err)
 		}
-		got, _, err := ReadJournal(dir)
+		got, _, err := wire.ReadJournal(dir)
 		if err != nil || !got.Torn || len(got.Entries) != 3 {
 			t.Fatalf("cut %d bytes: %d entries, torn %v, %v; want the 3 whole entries and a torn tail", cut, len(got.Entries), got.Torn, err)
 		}
@@ -92,7 +93,7 @@ func TestJournal_TornTailDamageAndLinks(t *testing.T) {
 	if err := os.WriteFile(path, damaged, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := ReadJournal(dir); !errors.Is(err, ErrProtocol) {
+	if _, _, err := wire.ReadJournal(dir); !errors.Is(err, wire.ErrProtocol) {
 		t.Fatalf("a damaged frame before the end: %v, want ErrProtocol", err)
 	}
 	other := filepath.Join(t.TempDir(), "elsewhere")
@@ -103,7 +104,7 @@ func TestJournal_TornTailDamageAndLinks(t *testing.T) {
 	if err := os.Symlink(other, path); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := ReadJournal(dir); !errors.Is(err, ErrSideFileMismatch) {
+	if _, _, err := wire.ReadJournal(dir); !errors.Is(err, wire.ErrSideFileMismatch) {
 		t.Fatalf("a symlinked journal: %v, want ErrSideFileMismatch", err)
 	}
 }
@@ -114,7 +115,7 @@ func TestJournalFolded_FollowsTheState(t *testing.T) {
 		state    fsm.State
 		want     int
 	}{{0, fsm.StateRunning, 0}, {1, fsm.StateRestarting, 1}, {1, fsm.StateRunning, 2}, {3, fsm.StateReaping, 6}, {2, fsm.StateRestarting, 3}} {
-		if got := JournalFolded(fsm.Task{Restarts: c.restarts, State: c.state}); got != c.want {
+		if got := wire.JournalFolded(fsm.Task{Restarts: c.restarts, State: c.state}); got != c.want {
 			t.Errorf("%d restarts, %s: %d, want %d", c.restarts, c.state, got, c.want)
 		}
 	}
@@ -152,7 +153,7 @@ func TestPowerLoss_RestartJournal(t *testing.T) {
 		if err := st.Materialize(out); err != nil {
 			t.Fatal(err)
 		}
-		got, ok, err := ReadJournal(filepath.Join(out, "task"))
+		got, ok, err := wire.ReadJournal(filepath.Join(out, "task"))
 		if err != nil {
 			t.Errorf("crash state %s: %v", st.Name, err)
 			continue

@@ -1,6 +1,6 @@
 //go:build linux
 
-package executor
+package wire
 
 import (
 	"bytes"
@@ -46,72 +46,29 @@ const JournalFile = "restart.journal"
 
 // maxJournal bounds what is read of a journal (a task restarted that many
 // times has long exhausted any sane policy).
-const maxJournal = 4 << 20
+const MaxJournal = 4 << 20
 
 var journalCRC = crc32.MakeTable(crc32.Castagnoli)
 
-// journalHeader is the first frame of a journal.
-type journalHeader struct {
-	Nonce  string `json:"nonce"`
-	BootID string `json:"boot_id"`
-}
-
-// journal is the executor's open restart journal.
-type journal struct {
-	f *os.File
-	n int // entries written
-}
-
-// createJournal starts a new journal in dir for the executor with id,
-// replacing any earlier executor's; the file and its name are made durable
-// before it returns.
-func createJournal(dir string, id fsm.Identity) (*journal, error) {
-	path := filepath.Join(dir, JournalFile)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("executor: restart journal: %w", err)
-	}
-	j := &journal{f: f}
-	if err := j.frame(journalHeader{Nonce: id.Nonce, BootID: id.BootID}); err != nil {
-		f.Close()
-		return nil, err
-	}
-	if err := syncDirOf(path); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("executor: restart journal: %w", err)
-	}
-	return j, nil
-}
-
-// append writes ev durably (fsync) before it returns: nothing an entry
-// announces may happen before the entry is on disk.
-func (j *journal) append(ev fsm.Event) error {
-	if err := j.frame(ev); err != nil {
-		return err
-	}
-	j.n++
-	return nil
-}
-
-func (j *journal) frame(v any) error {
+// JournalFrame is v as one frame of a restart journal: a 4-byte
+// big-endian length, a 4-byte CRC32C of the JSON that follows, and the
+// JSON.
+func JournalFrame(v any) ([]byte, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("executor: restart journal: encode: %w", err)
+		return nil, fmt.Errorf("executor: restart journal: encode: %w", err)
 	}
 	buf := make([]byte, 8, 8+len(b))
 	binary.BigEndian.PutUint32(buf, uint32(len(b)))
 	binary.BigEndian.PutUint32(buf[4:], crc32.Checksum(b, journalCRC))
-	buf = append(buf, b...)
-	if _, err := j.f.Write(buf); err != nil {
-		return fmt.Errorf("executor: restart journal: write: %w", err)
-	}
-	if err := j.f.Sync(); err != nil {
-		return fmt.Errorf("executor: restart journal: fsync: %w", err)
-	}
-	return nil
+	return append(buf, b...), nil
 }
 
-func (j *journal) close() error { return j.f.Close() }
+// journalHeader is the first frame of a journal.
+type JournalHeader struct {
+	Nonce  string `json:"nonce"`
+	BootID string `json:"boot_id"`
+}
 
 // Journal is a restart journal as read from a task directory.
 type Journal struct {
@@ -154,14 +111,14 @@ func ReadJournal(taskDir string) (j Journal, ok bool, err error) {
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		return j, false, fmt.Errorf("%w: %s is not a regular file (%v)", ErrSideFileMismatch, path, err)
 	}
-	b, err := io.ReadAll(io.LimitReader(f, maxJournal+1))
+	b, err := io.ReadAll(io.LimitReader(f, MaxJournal+1))
 	if err != nil {
 		return j, false, fmt.Errorf("executor: read %s: %w", path, err)
 	}
-	if len(b) > maxJournal {
-		return j, false, fmt.Errorf("%w: %s is larger than %d bytes", ErrSideFileMismatch, path, maxJournal)
+	if len(b) > MaxJournal {
+		return j, false, fmt.Errorf("%w: %s is larger than %d bytes", ErrSideFileMismatch, path, MaxJournal)
 	}
-	j, err = parseJournal(b)
+	j, err = ParseJournal(b)
 	if err != nil {
 		return j, false, fmt.Errorf("%w: %s: %w", ErrProtocol, path, err)
 	}
@@ -170,7 +127,7 @@ func ReadJournal(taskDir string) (j Journal, ok bool, err error) {
 
 // parseJournal decodes a journal's bytes. A frame cut short at the end is
 // a torn tail; an empty file is a header that never made it (torn too).
-func parseJournal(b []byte) (Journal, error) {
+func ParseJournal(b []byte) (Journal, error) {
 	var j Journal
 	first := true
 	for len(b) > 0 {
@@ -194,7 +151,7 @@ func parseJournal(b []byte) (Journal, error) {
 			return j, errors.New("an entry's checksum does not match")
 		}
 		if first {
-			var h journalHeader
+			var h JournalHeader
 			if err := json.Unmarshal(body, &h); err != nil || h.Nonce == "" {
 				return j, fmt.Errorf("bad header: %v", err)
 			}
@@ -235,7 +192,7 @@ func JournalFolded(st fsm.Task) int {
 }
 
 // syncDirOf fsyncs the directory holding path.
-func syncDirOf(path string) error {
+func SyncDirOf(path string) error {
 	d, err := os.Open(filepath.Dir(path))
 	if err != nil {
 		return err
