@@ -202,7 +202,7 @@ func BenchmarkExecStartVsRunc(b *testing.B) {
 	dir := filepath.Join(base, "state")
 	ph := newProbes()
 	d, err := driver.Open(driver.Config{StateDir: dir, KillTimeout: time.Second, Hooks: driver.Hooks{Crash: ph.hit},
-		Executors: driver.NewReal(dir, []string{exe}, nil, driver.WithChroot(chroot))})
+		World: &executor.Real{StateDir: dir, Command: []string{exe}, Chroot: chroot}})
 	if err != nil {
 		b.Fatal(err)
 	}

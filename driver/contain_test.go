@@ -317,7 +317,7 @@ func TestStartTask_OOMKilledIsRecorded(t *testing.T) {
 // TestReal_CheckSpec: the host-dependent checks the driver can run before
 // spawning anything.
 func TestReal_CheckSpec(t *testing.T) {
-	r := NewReal(t.TempDir(), nil, nil)
+	r := &executor.Real{StateDir: t.TempDir()}
 	for _, tc := range []struct {
 		spec fsm.Spec
 		want error
@@ -327,7 +327,7 @@ func TestReal_CheckSpec(t *testing.T) {
 		{fsm.Spec{Driver: "exec", Command: "/bin/true", PIDMode: "host", IPCMode: "host"}, nil},
 		{fsm.Spec{Driver: "raw_exec", Command: "/bin/true", Resources: fsm.Resources{MemoryMB: 64, PIDs: 10}}, nil},
 	} {
-		err := r.CheckSpec(tc.spec, nil)
+		err := r.CheckSpec(tc.spec)
 		if tc.want == nil && err != nil {
 			if h, perr := cgroup.Probe(); perr != nil || h.Usable() != nil || os.Geteuid() != 0 {
 				continue // a host without cgroups refuses these, as it should

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/statedir"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -35,18 +37,19 @@ type Config struct {
 	// Logger receives the driver's logs, each line scoped with task_id;
 	// nil discards them.
 	Logger hclog.Logger
-	// Executors is the process world; nil uses real executor processes
-	// started with ExecutorCommand (see NewReal).
-	Executors Executors
+	// World is the process world; nil uses real executor processes
+	// started with ExecutorCommand (executor.Real).
+	World executor.World
 	// ExecutorCommand is the argv prefix that starts a binary in executor
-	// mode (see the executor package); used only when Executors is nil.
+	// mode (see package executor/server); used only when World is nil.
 	ExecutorCommand []string
 	// AllowedCaps is the capability allow list for exec tasks; nil uses
-	// the executor's default (Nomad's exec default, without net_raw).
+	// the executor's default (Nomad's exec default, without net_raw). Used
+	// only when World is nil (a World has its own).
 	AllowedCaps []string
 	// ChrootEnv is what an exec task's root is built from: entries "SRC"
 	// or "SRC:DST", each bound read-only; nil uses Nomad's chroot_env
-	// default (executor.DefaultChroot). Used only when Executors is nil.
+	// default (executor.DefaultChroot). Used only when World is nil.
 	ChrootEnv []string
 	// KillTimeout is the default grace between the stop signal and SIGKILL
 	// (default 5s); KillSignal the default stop signal (default SIGTERM).
@@ -80,7 +83,7 @@ type Driver struct {
 	log      hclog.Logger
 	store    store.Log
 	ownStore bool
-	world    Executors
+	world    executor.World
 	hooks    Hooks
 
 	// life ends when the driver closes: supervision stops with it.
@@ -146,16 +149,15 @@ func Open(cfg Config) (*Driver, error) {
 	}
 	d := &Driver{cfg: cfg, log: cfg.Logger, hooks: cfg.Hooks, tasks: map[string]*task{},
 		closing: make(chan struct{}), abandoned: make(chan struct{})}
-	d.world = cfg.Executors
+	d.world = cfg.World
 	if d.world == nil {
-		var opts []RealOption
 		if cfg.ChrootEnv != nil {
 			if err := executor.ValidateChroot(cfg.ChrootEnv); err != nil {
 				return nil, fmt.Errorf("driver: Config.ChrootEnv: %w", err)
 			}
-			opts = append(opts, WithChroot(cfg.ChrootEnv))
 		}
-		d.world = NewReal(cfg.StateDir, cfg.ExecutorCommand, cfg.Logger, opts...)
+		d.world = &executor.Real{StateDir: cfg.StateDir, Command: cfg.ExecutorCommand, Logger: cfg.Logger,
+			AllowedCaps: cfg.AllowedCaps, Chroot: slices.Clone(cfg.ChrootEnv)}
 	}
 	d.store = cfg.Store
 	if d.store == nil {
@@ -181,7 +183,7 @@ func PrepareStateDir(dir string) error {
 		if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 			return fmt.Errorf("driver: create state directory %s: %w", dir, err)
 		}
-		if err := mkdirDurable(dir); err != nil {
+		if err := statedir.MkdirDurable(dir); err != nil {
 			return fmt.Errorf("driver: create state directory %s: %w", dir, err)
 		}
 		if fi, err = os.Lstat(dir); err != nil {
@@ -194,7 +196,7 @@ func PrepareStateDir(dir string) error {
 		return err
 	}
 	tasks := filepath.Join(dir, "tasks")
-	if err := mkdirDurable(tasks); err != nil {
+	if err := statedir.MkdirDurable(tasks); err != nil {
 		return fmt.Errorf("driver: create %s: %w", tasks, err)
 	}
 	fi, err = os.Lstat(tasks)
@@ -266,22 +268,8 @@ func (d *Driver) Store() store.Log { return d.store }
 func (d *Driver) TaskDir(id string) string { return filepath.Join(d.cfg.StateDir, "tasks", id) }
 
 // ValidateTaskID refuses ids that are empty, longer than 63 bytes, or
-// could escape the state directory ("..", slashes, leading dots): an id is
-// 1 to 63 of [A-Za-z0-9_.-], starting with a letter or digit. (Written out
-// rather than a regexp: compiling one at package init cost every process
-// of this binary, the executor and the shim among them, 1.6 ms here.)
-func ValidateTaskID(id string) error {
-	ok := len(id) >= 1 && len(id) <= 63
-	for i := 0; ok && i < len(id); i++ {
-		c := id[i]
-		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-		ok = alnum || i > 0 && (c == '_' || c == '.' || c == '-')
-	}
-	if !ok {
-		return fmt.Errorf("%w %q: use 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit", ErrInvalidTaskID, id)
-	}
-	return nil
-}
+// could escape the state directory (see statedir.ValidateTaskID).
+func ValidateTaskID(id string) error { return statedir.ValidateTaskID(id) }
 
 func randomNonce() string {
 	var b [16]byte
@@ -392,14 +380,6 @@ func (d *Driver) StartTask(ctx context.Context, id string, spec fsm.Spec) (fsm.T
 	}
 }
 
-// SpecChecker is implemented by a process world that can tell, before
-// anything is spawned, whether the host can run a spec as it asks (Real:
-// the user exists, exec's capabilities are allowed, the cgroup controllers
-// its limits need are there). The driver runs it after fsm's own checks.
-type SpecChecker interface {
-	CheckSpec(spec fsm.Spec, allowedCaps []string) error
-}
-
 // validateSpec is the check that can fail before anything is spawned.
 func (d *Driver) validateSpec(spec fsm.Spec) error {
 	if err := spec.Validate(); err != nil {
@@ -408,14 +388,8 @@ func (d *Driver) validateSpec(spec fsm.Spec) error {
 	if d.skipEarlyChecks {
 		return nil
 	}
-	if c, ok := d.world.(SpecChecker); ok {
-		if err := c.CheckSpec(spec, d.cfg.AllowedCaps); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
-		}
-	} else if spec.Driver == "exec" {
-		if err := validateCaps(spec.CapAdd, spec.CapDrop, d.cfg.AllowedCaps); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
-		}
+	if err := d.world.CheckSpec(spec); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
 	}
 	return nil
 }
@@ -538,12 +512,6 @@ func (d *Driver) SignalMain(ctx context.Context, id string, sig syscall.Signal) 
 	return d.signalTask(ctx, id, sig, true)
 }
 
-// mainSignaller is an Executor that can signal the task's main process
-// alone (the real one).
-type mainSignaller interface {
-	SignalMain(ctx context.Context, sig syscall.Signal) error
-}
-
 func (d *Driver) signalTask(ctx context.Context, id string, sig syscall.Signal, main bool) error {
 	h, st, err := d.attachRunning(ctx, id)
 	if err != nil {
@@ -552,16 +520,7 @@ func (d *Driver) signalTask(ctx context.Context, id string, sig syscall.Signal, 
 	defer h.Close()
 	pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
 	defer cancel()
-	if main {
-		m, ok := h.(mainSignaller)
-		if !ok {
-			return &TaskError{Task: id, State: st.State, Err: fmt.Errorf("this process world (%T) cannot signal a task's main process alone", h)}
-		}
-		err = m.SignalMain(pctx, sig)
-	} else {
-		err = h.Signal(pctx, sig)
-	}
-	if err != nil {
+	if err := h.Signal(pctx, sig, main); err != nil {
 		return runningErr(id, st, err)
 	}
 	return nil
@@ -570,7 +529,7 @@ func (d *Driver) signalTask(ctx context.Context, id string, sig syscall.Signal, 
 // attachRunning connects to the executor of a task the log says is
 // running, through its recorded identity (the hello bounded by
 // ProbeTimeout; the connection then lasts until Close).
-func (d *Driver) attachRunning(ctx context.Context, id string) (Executor, fsm.Task, error) {
+func (d *Driver) attachRunning(ctx context.Context, id string) (executor.Conn, fsm.Task, error) {
 	info, err := d.InspectTask(ctx, id)
 	if err != nil {
 		return nil, fsm.Task{}, err
@@ -657,10 +616,10 @@ func (d *Driver) InspectTask(ctx context.Context, id string) (TaskInfo, error) {
 			return info, &TaskError{Task: id, State: info.State, Err: err}
 		}
 		info.ExecutorAlive = alive
-		if jr, ok := d.world.(JournalReader); ok && info.Spec != nil && info.Spec.Restart != nil {
+		if info.Spec != nil && info.Spec.Restart != nil {
 			// Read, not believed: a journal that does not match the
 			// identity counts as nothing here (Reconcile says why).
-			if entries, err := jr.Journal(ctx, id, *info.Executor); err == nil {
+			if entries, err := d.world.Journal(ctx, id, *info.Executor); err == nil {
 				info.Unfolded = max(0, len(entries)-executor.JournalFolded(info.Task))
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 )
 
@@ -31,10 +32,10 @@ const (
 // jobResult is what a job reports.
 type jobResult struct {
 	kind   jobKind
-	inputs []fsm.Event // to step and append in one commit
-	h      Executor    // a connection the job opened (spawn, reattach)
-	closed bool        // the job closed the owner's connection (the executor is dead)
-	err    error       // a start effect's failure, for StartTask's caller
+	inputs []fsm.Event   // to step and append in one commit
+	h      executor.Conn // a connection the job opened (spawn, reattach)
+	closed bool          // the job closed the owner's connection (the executor is dead)
+	err    error         // a start effect's failure, for StartTask's caller
 	// supervise: the task is running and h reaches its executor.
 	supervise bool
 	action    string // what a recovery did, for the report
@@ -50,7 +51,7 @@ type job struct {
 	id   string
 	st   fsm.Task
 	eff  fsm.Effect
-	h    Executor
+	h    executor.Conn
 	kill *killOverride
 }
 
@@ -167,7 +168,7 @@ func (j job) spawn(ctx context.Context) jobResult {
 
 // handle is the owner's connection, or a new one through the recorded
 // identity (bounded by ProbeTimeout).
-func (j job) handle(ctx context.Context) (Executor, bool, error) {
+func (j job) handle(ctx context.Context) (executor.Conn, bool, error) {
 	if j.h != nil {
 		return j.h, false, nil
 	}
@@ -188,11 +189,11 @@ func (j job) launch(ctx context.Context) jobResult {
 	if err != nil {
 		return j.failed(jobLaunch, err)
 	}
-	var own Executor
+	var own executor.Conn
 	if opened {
 		own = h
 	}
-	s, err := h.Launch(ctx, *j.eff.Spec, j.d.cfg.AllowedCaps)
+	s, err := h.Launch(ctx, *j.eff.Spec)
 	if err != nil {
 		r := j.failed(jobLaunch, err)
 		r.h = own
@@ -243,9 +244,9 @@ func (j job) attach(ctx context.Context) jobResult {
 
 // reading is what endOf found.
 type reading struct {
-	r     report   // restart journal entries the log lacks, and the end if the task is over
-	h     Executor // a connection to the executor, if one was made
-	alive bool     // the task lives (between restarts too)
+	r     report        // restart journal entries the log lacks, and the end if the task is over
+	h     executor.Conn // a connection to the executor, if one was made
+	alive bool          // the task lives (between restarts too)
 	// unreachable: the executor is alive but does not answer (frozen);
 	// nothing is concluded from that.
 	unreachable bool
@@ -256,7 +257,7 @@ type reading struct {
 // executor's answer, else the exit status it left on disk (matched against
 // the log), else lost; with the restarts its journal holds that the log
 // lacks, in order, before the end.
-func (d *Driver) endOf(ctx context.Context, st fsm.Task, h Executor) reading {
+func (d *Driver) endOf(ctx context.Context, st fsm.Task, h executor.Conn) reading {
 	var err error
 	if h == nil {
 		if st.Executor == nil {
@@ -268,7 +269,7 @@ func (d *Driver) endOf(ctx context.Context, st fsm.Task, h Executor) reading {
 	}
 	if err == nil {
 		pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
-		var s Status
+		var s executor.Status
 		s, err = h.Status(pctx)
 		cancel()
 		if err == nil {
@@ -321,7 +322,7 @@ func (d *Driver) collectEnd(ctx context.Context, st fsm.Task, cause error) repor
 		return r // a failed relaunch ended it
 	}
 	if st.Executor != nil {
-		x, ok, err := d.world.ExitStatus(ctx, st.ID, *st.Executor, cur.TaskPID, cur.TaskStartTime)
+		x, ok, err := d.world.ExitStatus(ctx, st.ID, *st.Executor, cur.TaskProc())
 		switch {
 		case err == nil && ok:
 			ev := d.event(fsm.EventTaskExited)
@@ -347,7 +348,7 @@ func (d *Driver) collectEnd(ctx context.Context, st fsm.Task, cause error) repor
 // executor says whether it launched.
 func (j job) probeLaunch(ctx context.Context) jobResult {
 	h, _, err := j.handle(ctx)
-	var s Status
+	var s executor.Status
 	if err == nil {
 		pctx, cancel := context.WithTimeout(ctx, j.d.cfg.ProbeTimeout)
 		s, err = h.Status(pctx)
@@ -366,7 +367,7 @@ func (j job) probeLaunch(ctx context.Context) jobResult {
 			// The executor is gone: its launch record says whether it
 			// launched, once it matches the log; one that does not is
 			// believed in nothing (and nothing is signalled because of it).
-			if _, _, ok, lerr := j.d.world.LaunchRecord(ctx, j.id, *j.st.Executor); errors.Is(lerr, ErrNotOurs) {
+			if _, ok, lerr := j.d.world.LaunchRecord(ctx, j.id, *j.st.Executor); errors.Is(lerr, ErrNotOurs) {
 				cause = fmt.Errorf("%w; the launch record did not match the log, so it was not believed: %w", cause, lerr)
 			} else if ok {
 				cause = fmt.Errorf("%w; its launch record says it launched the task, which is killed with everything of it", cause)
@@ -444,26 +445,25 @@ func (j job) killExecutor(ctx context.Context) jobResult {
 			id = &found
 		}
 	}
-	pid, start := eff.TaskPID, eff.TaskStartTime
-	var lastPID int // a run the log does not know, to kill too
-	var lastStart uint64
+	run := eff.TaskProc()
+	var last fsm.Proc // a run the log does not know, to kill too
 	if id != nil {
 		// The executor may have launched a task whose launch was never
 		// recorded (a crash, or a stop that overtook the launch), or
 		// relaunched it since (its restart policy): its launch record
 		// names the latest run.
-		if rpid, rstart, ok, err := j.d.world.LaunchRecord(ctx, j.id, *id); err == nil && ok {
+		if rec, ok, err := j.d.world.LaunchRecord(ctx, j.id, *id); err == nil && ok {
 			switch {
-			case pid == 0:
-				pid, start = rpid, rstart
-			case rpid != pid || rstart != start:
-				lastPID, lastStart = rpid, rstart
+			case run.IsZero():
+				run = rec
+			case rec != run:
+				last = rec
 			}
 		}
 	}
 	h := j.h
 	opened := false
-	if h == nil && id != nil && pid != 0 {
+	if h == nil && id != nil && !run.IsZero() {
 		pctx, cancel := context.WithTimeout(ctx, j.d.cfg.ProbeTimeout)
 		if r, err := j.d.world.Reattach(pctx, j.id, *id); err == nil {
 			h, opened = r, true
@@ -472,7 +472,7 @@ func (j job) killExecutor(ctx context.Context) jobResult {
 	}
 	var exit *fsm.ExitStatus
 	if h != nil {
-		if pid != 0 {
+		if !run.IsZero() {
 			// A task was launched: stop it through its executor (signal,
 			// grace, SIGKILL to everything of it), which collects its exit.
 			sig := syscall.Signal(eff.Signal)
@@ -511,16 +511,16 @@ func (j job) killExecutor(ctx context.Context) jobResult {
 		if err := j.d.world.Kill(ctx, j.id, *id); err != nil && !errors.Is(err, ErrNotOurs) {
 			return fail(err)
 		}
-		if err := j.d.world.KillTask(ctx, j.id, *id, pid, start); err != nil && !errors.Is(err, ErrNotOurs) {
+		if err := j.d.world.KillTask(ctx, j.id, *id, run); err != nil && !errors.Is(err, ErrNotOurs) {
 			return fail(err)
 		}
-		if lastPID != 0 {
-			if err := j.d.world.KillTask(ctx, j.id, *id, lastPID, lastStart); err != nil && !errors.Is(err, ErrNotOurs) {
+		if !last.IsZero() {
+			if err := j.d.world.KillTask(ctx, j.id, *id, last); err != nil && !errors.Is(err, ErrNotOurs) {
 				return fail(err)
 			}
 		}
 		if exit == nil {
-			if x, ok, err := j.d.world.ExitStatus(ctx, j.id, *id, pid, start); err == nil && ok {
+			if x, ok, err := j.d.world.ExitStatus(ctx, j.id, *id, run); err == nil && ok {
 				exit = &x
 			}
 		}

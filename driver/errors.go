@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // Errors of task lookup and validation.
@@ -15,7 +17,7 @@ var (
 	ErrTaskExists = errors.New("driver: task id already exists")
 	// ErrInvalidTaskID: the id is empty, too long, or could escape the
 	// state directory.
-	ErrInvalidTaskID = errors.New("driver: invalid task id")
+	ErrInvalidTaskID = statedir.ErrInvalidTaskID
 	// ErrInvalidSpec: the task's spec was refused before anything was
 	// spawned (no command, unknown driver mode, disallowed capability). It
 	// is fsm.ErrInvalidSpec: one error, whichever layer refused.
@@ -43,14 +45,16 @@ var (
 	ErrInjected = errors.New("driver: injected fault")
 )
 
-// Errors of the process world, returned by Executors implementations.
+// Errors of the process world (executor.World), the same values as
+// executor's (and cgroup's ErrNotOurs): errors.Is holds whichever package
+// names them.
 var (
-	// ErrNotOurs: a process exists at the recorded pid but its identity
-	// (start time, boot id, nonce) is not the recorded one. Nothing was
-	// signalled.
-	ErrNotOurs = errors.New("driver: process identity does not match; not signalled")
+	// ErrNotOurs: what the log records (a pid, a cgroup, a side file) now
+	// belongs to something else (start time, boot id, nonce or task
+	// differ). Nothing was signalled, nothing believed.
+	ErrNotOurs = executor.ErrNotOurs
 	// ErrGone: the executor recorded for the task no longer exists.
-	ErrGone = errors.New("driver: executor is gone")
+	ErrGone = executor.ErrGone
 )
 
 // TaskError is an error about one task, carrying its id and, where it came

@@ -91,7 +91,7 @@ type owner struct {
 	driving bool         // this owner performs what st owes
 	unlock  func()       // lets go of the task's lock, held while driving when it could be taken
 
-	h Executor // a connection to the task's executor, when there is one
+	h executor.Conn // a connection to the task's executor, when there is one
 
 	job       jobKind // the effect or probe in flight (jobNone: none)
 	jobC      chan jobResult
@@ -312,7 +312,7 @@ func (o *owner) start(req request) {
 // so the directory its lock made is all it left.
 func (o *owner) discardIfUnrecorded() {
 	if o.st.State == fsm.StateNone && o.unlock != nil {
-		discardTaskDir(o.d.TaskDir(o.t.id)) // a world without lock files has nothing there to remove
+		o.d.world.DiscardTask(o.t.id)
 	}
 }
 

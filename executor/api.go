@@ -91,10 +91,6 @@ var DefaultAllowedCaps = spec.DefaultAllowedCaps
 // DefaultChroot is what an exec task's root is built from by default.
 var DefaultChroot = spec.DefaultChroot
 
-// ValidateCaps checks cap_add and cap_drop against allowed (nil means
-// DefaultAllowedCaps); see the package doc.
-func ValidateCaps(add, drop, allowed []string) error { return spec.ValidateCaps(add, drop, allowed) }
-
 // ValidateChroot checks chroot entries ("SRC" or "SRC:DST").
 func ValidateChroot(entries []string) error { return spec.ValidateChroot(entries) }
 

@@ -67,15 +67,14 @@ type Client struct {
 	wmu sync.Mutex // serialises frame writes
 
 	mu sync.Mutex
-	// taskPID and taskStart are the task process last reported by the
+	// task is the task process last reported by the
 	// executor, to check an exit record against.
-	taskPID   int
-	taskStart uint64
-	nextID    uint64
-	pending   map[uint64]chan wire.Response
-	closed    bool
-	connErr   error
-	readEnd   chan struct{} // closed when the reader goroutine ends
+	task    fsm.Proc
+	nextID  uint64
+	pending map[uint64]chan wire.Response
+	closed  bool
+	connErr error
+	readEnd chan struct{} // closed when the reader goroutine ends
 }
 
 // Spawn starts an executor detached from the caller's session and signals
@@ -443,7 +442,7 @@ func (c *Client) noteTask(r wire.Response) {
 		return
 	}
 	c.mu.Lock()
-	c.taskPID, c.taskStart = r.Status.PID, r.Status.StartTime
+	c.task = fsm.Proc{PID: r.Status.PID, StartTime: r.Status.StartTime}
 	c.mu.Unlock()
 }
 
@@ -535,9 +534,9 @@ func (c *Client) watchOnDisk(ctx context.Context, since int, cause error) (wire.
 		}
 	}
 	c.mu.Lock()
-	pid, start := c.taskPID, c.taskStart
+	run := c.task
 	c.mu.Unlock()
-	return wire.Status{Launched: true, PID: pid, StartTime: start, Exited: true, Exit: x, Journal: len(j.Entries)}, entries, nil
+	return wire.Status{Launched: true, PID: run.PID, StartTime: run.StartTime, Exited: true, Exit: x, Journal: len(j.Entries)}, entries, nil
 }
 
 // finalStatus turns the answer to a wait-like call into an exit status,
@@ -567,9 +566,9 @@ func (c *Client) finalStatus(ctx context.Context, r wire.Response, err error) (f
 		return fsm.ExitStatus{}, fmt.Errorf("%w: executor died without recording an exit status: %w", wire.ErrGone, err)
 	}
 	c.mu.Lock()
-	pid, start := c.taskPID, c.taskStart
+	run := c.task
 	c.mu.Unlock()
-	if merr := rec.Match(c.id, pid, start); merr != nil {
+	if merr := rec.Match(c.id, run); merr != nil {
 		return fsm.ExitStatus{}, merr
 	}
 	return rec.Exit, nil

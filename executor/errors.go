@@ -51,6 +51,7 @@ var (
 	// record) that does not match the log: another nonce, boot or task
 	// process, a symbolic link, not a regular file, or too large. Such a
 	// file is not believed and nothing is signalled because of it.
+	// It matches ErrNotOurs too.
 	ErrSideFileMismatch = wire.ErrSideFileMismatch
 )
 
@@ -105,6 +106,10 @@ var (
 
 // Errors returned by the control calls.
 var (
+	// ErrUnsupported is returned by a World (or a Conn of one) for what it
+	// does not model: a simulated world has no cgroup to read stats from
+	// and runs no command inside a task.
+	ErrUnsupported = wire.ErrUnsupported
 	// ErrNotLaunched is returned by Signal and Stop before a task was launched.
 	ErrNotLaunched = wire.ErrNotLaunched
 	// ErrTaskExited is returned by Signal and Exec after the task has

@@ -214,7 +214,7 @@ func TestLease_DriverKilledBeforeLaunch(t *testing.T) {
 	if _, err := os.Stat(rep.Identity.Socket); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("socket left behind: %v", err)
 	}
-	if _, ok, err := FindByNonce(dir, rep.Identity.Nonce); ok || err != nil {
+	if _, ok, err := findByNonce(dir, rep.Identity.Nonce); ok || err != nil {
 		t.Errorf("FindByNonce after lease expiry = %v %v", ok, err)
 	}
 }
@@ -753,18 +753,18 @@ func TestFindByNonce_IdentityFileAndScan(t *testing.T) {
 	c := spawn(t, m, "")
 	id := c.Identity()
 	dir := filepath.Dir(id.Socket)
-	got, ok, err := FindByNonce(dir, id.Nonce)
+	got, ok, err := findByNonce(dir, id.Nonce)
 	if err != nil || !ok || got != id {
 		t.Fatalf("FindByNonce = %+v %v %v, want %+v", got, ok, err, id)
 	}
 	if err := os.Remove(filepath.Join(dir, wire.IdentityFile)); err != nil {
 		t.Fatal(err)
 	}
-	got, ok, err = FindByNonce(dir, id.Nonce)
+	got, ok, err = findByNonce(dir, id.Nonce)
 	if err != nil || !ok || got != id {
 		t.Fatalf("FindByNonce by /proc scan = %+v %v %v, want %+v", got, ok, err, id)
 	}
-	if _, ok, _ := FindByNonce(dir, "nobodysnonce"); ok {
+	if _, ok, _ := findByNonce(dir, "nobodysnonce"); ok {
 		t.Fatal("found an executor for an unknown nonce")
 	}
 	// A look-alike: a process whose argv carries the same dir and nonce
@@ -778,7 +778,7 @@ func TestFindByNonce_IdentityFileAndScan(t *testing.T) {
 	if err := proc.Kill(t.Context(), id); err != nil {
 		t.Fatal(err)
 	}
-	if got, ok, err := FindByNonce(dir, id.Nonce); err != nil || ok {
+	if got, ok, err := findByNonce(dir, id.Nonce); err != nil || ok {
 		t.Fatalf("FindByNonce took the look-alike pid %d for the executor: %+v %v %v", look.Process.Pid, got, ok, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/tether-fsm/tether/executor/internal/wire"
+	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
 )
 
@@ -50,7 +51,7 @@ func TestIdentity_WrongBootIDAloneIsRefused(t *testing.T) {
 		t.Fatalf("the task was hurt by a refused kill: %+v %v", st, err)
 	}
 	rec := wire.ExitRecord{Nonce: id.Nonce, BootID: id.BootID, PID: 10, StartTime: 20}
-	if err := rec.Match(fake, 10, 20); !errors.Is(err, wire.ErrSideFileMismatch) {
+	if err := rec.Match(fake, fsm.Proc{PID: 10, StartTime: 20}); !errors.Is(err, wire.ErrSideFileMismatch) {
 		t.Errorf("exit record of this boot matched an identity of another: %v", err)
 	}
 	lrec := wire.LaunchRecord{Nonce: id.Nonce, BootID: id.BootID, PID: 10, StartTime: 20}

@@ -13,10 +13,10 @@ import (
 	"github.com/tether-fsm/tether/internal/proc"
 )
 
-// FindByNonce finds a live executor started with nonce: first through the
+// findByNonce finds a live executor started with nonce: first through the
 // identity file in taskDir, then by scanning /proc command lines for the
 // nonce argument. ok is false when none is alive.
-func FindByNonce(taskDir, nonce string) (fsm.Identity, bool, error) {
+func findByNonce(taskDir, nonce string) (fsm.Identity, bool, error) {
 	if nonce == "" {
 		return fsm.Identity{}, false, fmt.Errorf("%w: empty nonce", wire.ErrBadConfig)
 	}

@@ -234,10 +234,10 @@ func (h *Harness) newGeneration() error {
 		},
 	}
 	d, err := driver.Open(driver.Config{
-		StateDir:  h.opts.Dir,
-		Store:     &genLog{h: h, g: g, s: log},
-		Executors: h.World.Executors(g),
-		Hooks:     hooks,
+		StateDir: h.opts.Dir,
+		Store:    &genLog{h: h, g: g, s: log},
+		World:    h.World.View(g),
+		Hooks:    hooks,
 		Now: func() time.Time {
 			return time.Unix(1_700_000_000, 0).Add(time.Duration(h.clock.Add(1)) * time.Millisecond)
 		},

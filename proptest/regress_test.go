@@ -139,7 +139,7 @@ func TestDriver_StartReturnsRunningWhenAStopFollows(t *testing.T) {
 				<-release
 			}
 		}}
-		d, err := driver.Open(driver.Config{StateDir: dir, Store: NewMemLog(), Executors: w.Executors(w.NewGeneration(1)), Hooks: hooks})
+		d, err := driver.Open(driver.Config{StateDir: dir, Store: NewMemLog(), World: w.View(w.NewGeneration(1)), Hooks: hooks})
 		if err != nil {
 			t.Fatal(err)
 		}

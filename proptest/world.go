@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tether-fsm/tether/driver"
+	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 )
@@ -173,7 +173,7 @@ var WorldOps = []string{OpKill, OpKillTask, OpReattach, OpStop, OpStatus, OpShut
 
 // World is a deterministic simulated process table with executors, tasks
 // (with their descendants), strangers and, on a host that has them, a
-// cgroup per task. It implements driver.Executors through per-generation
+// cgroup per task. It implements executor.World through per-generation
 // views (World.Executors), so that a crashed driver generation loses its
 // connections exactly as a SIGKILLed agent would: an executor that had not
 // launched its task sees its lease drop and exits by itself; one that had
@@ -201,7 +201,7 @@ type World struct {
 	refused []Refusal
 	handles map[*Generation][]*handle
 
-	// locks are the task locks (driver.Executors.LockTask): held by a
+	// locks are the task locks (executor.World.LockTask): held by a
 	// generation until it lets go or dies; freed is closed at each release.
 	locks map[string]*lockEntry
 	freed chan struct{}
@@ -382,7 +382,7 @@ func (w *World) lockLocked(g *Generation, task string) (func(), int) {
 	}, 0
 }
 
-// LockTask implements driver.Executors: a lock a generation holds until it
+// LockTask implements executor.World: a lock a generation holds until it
 // lets go or dies.
 func (v *view) LockTask(task string) (func(), int, error) {
 	v.g.enter("lock", task)
@@ -392,7 +392,7 @@ func (v *view) LockTask(task string) (func(), int, error) {
 	return release, holder, nil
 }
 
-// WaitLockTask implements driver.Executors.
+// WaitLockTask implements executor.World.
 func (v *view) WaitLockTask(ctx context.Context, task string) (func(), error) {
 	for {
 		v.g.enter("lock-wait", task)
@@ -613,17 +613,17 @@ func (w *World) ours(p *Proc, id fsm.Identity) (bool, string) {
 // test).
 func (w *World) otherBoot(id fsm.Identity) bool { return id.BootID != w.bootID }
 
-// Executors returns the world as seen by driver generation g.
-func (w *World) Executors(g *Generation) driver.Executors { return &view{w: w, g: g} }
+// View returns the world as seen by driver generation g.
+func (w *World) View(g *Generation) executor.World { return &view{w: w, g: g} }
 
 type view struct {
 	w *World
 	g *Generation
 }
 
-var _ driver.Executors = (*view)(nil)
+var _ executor.World = (*view)(nil)
 
-func (v *view) Spawn(ctx context.Context, task, nonce string) (driver.Executor, error) {
+func (v *view) Spawn(ctx context.Context, task, nonce string) (executor.Conn, error) {
 	v.g.enter("spawn", task)
 	w := v.w
 	if w.BeforeEffect != nil {
@@ -659,7 +659,7 @@ func (w *World) connectLocked(g *Generation, p *Proc) *handle {
 	return h
 }
 
-func (v *view) Reattach(ctx context.Context, task string, id fsm.Identity) (driver.Executor, error) {
+func (v *view) Reattach(ctx context.Context, task string, id fsm.Identity) (executor.Conn, error) {
 	v.g.enter(OpReattach, task)
 	w := v.w
 	if err := w.inject(ctx, v.g, OpReattach, task); err != nil {
@@ -669,11 +669,11 @@ func (v *view) Reattach(ctx context.Context, task string, id fsm.Identity) (driv
 	defer w.mu.Unlock()
 	p := w.procs[id.PID]
 	if p == nil || !p.Alive || w.otherBoot(id) {
-		return nil, fmt.Errorf("%w: pid %d (boot %q)", driver.ErrGone, id.PID, id.BootID)
+		return nil, fmt.Errorf("%w: pid %d (boot %q)", executor.ErrGone, id.PID, id.BootID)
 	}
 	if ok, why := w.ours(p, id); !ok {
 		w.refused = append(w.refused, Refusal{Via: "reattach", PID: id.PID, Task: task, Why: why})
-		return nil, fmt.Errorf("%w: %s", driver.ErrNotOurs, why)
+		return nil, fmt.Errorf("%w: %s", executor.ErrNotOurs, why)
 	}
 	w.trustLocked(p, "reattach", task)
 	return w.connectLocked(v.g, p), nil
@@ -724,7 +724,7 @@ func (v *view) Kill(ctx context.Context, task string, id fsm.Identity) error {
 	}
 	if ok, why := w.ours(p, id); !ok {
 		w.refused = append(w.refused, Refusal{Via: "kill", PID: id.PID, Task: task, Why: why})
-		return fmt.Errorf("%w: %s", driver.ErrNotOurs, why)
+		return fmt.Errorf("%w: %s", executor.ErrNotOurs, why)
 	}
 	w.trustLocked(p, "kill", task)
 	w.signalLocked(p, syscall.SIGKILL, "kill", task)
@@ -737,7 +737,8 @@ func (v *view) Kill(ctx context.Context, task string, id fsm.Identity) error {
 // must have the recorded start time, and members are those of the group
 // that started no earlier than it. A task of another boot is gone: nothing
 // is signalled (driver.Real.KillTask checks the boot id first).
-func (v *view) KillTask(ctx context.Context, task string, id fsm.Identity, pid int, start uint64) error {
+func (v *view) KillTask(ctx context.Context, task string, id fsm.Identity, run fsm.Proc) error {
+	pid, start := run.PID, run.StartTime
 	v.g.enter(OpKillTask, task)
 	w := v.w
 	if id.Cgroup == "" && pid == 0 {
@@ -758,7 +759,7 @@ func (v *view) KillTask(ctx context.Context, task string, id fsm.Identity, pid i
 		if want := CgroupFor(task, id.Nonce); id.Cgroup != want || id.Nonce == "" {
 			why := fmt.Sprintf("cgroup %q does not name task %q and nonce %q", id.Cgroup, task, id.Nonce)
 			w.refused = append(w.refused, Refusal{Via: "kill-cgroup", Task: task, Why: why})
-			return fmt.Errorf("%w: %s", driver.ErrNotOurs, why)
+			return fmt.Errorf("%w: %s", executor.ErrNotOurs, why)
 		}
 		for _, p := range w.all {
 			if p.Alive && p.Cgroup == id.Cgroup && p.Kind != KindExecutor {
@@ -770,7 +771,7 @@ func (v *view) KillTask(ctx context.Context, task string, id fsm.Identity, pid i
 	if p := w.procs[pid]; p != nil && p.Alive && p.Start != start {
 		why := fmt.Sprintf("pid %d is a %s started at %d, recorded start %d", pid, p.Kind, p.Start, start)
 		w.refused = append(w.refused, Refusal{Via: "kill-group", PID: pid, Task: task, Why: why})
-		return fmt.Errorf("%w: %s", driver.ErrNotOurs, why)
+		return fmt.Errorf("%w: %s", executor.ErrNotOurs, why)
 	}
 	for _, p := range w.all {
 		if p.Alive && p.PGID == pid && p.Start >= start {
@@ -793,7 +794,8 @@ func (v *view) Alive(ctx context.Context, task string, id fsm.Identity) (bool, e
 	return ok, nil
 }
 
-func (v *view) ExitStatus(ctx context.Context, task string, id fsm.Identity, pid int, start uint64) (fsm.ExitStatus, bool, error) {
+func (v *view) ExitStatus(ctx context.Context, task string, id fsm.Identity, run fsm.Proc) (fsm.ExitStatus, bool, error) {
+	pid, start := run.PID, run.StartTime
 	v.g.enter("exit-status", task)
 	w := v.w
 	w.mu.Lock()
@@ -805,26 +807,26 @@ func (v *view) ExitStatus(ctx context.Context, task string, id fsm.Identity, pid
 	if d.exitNonce != id.Nonce || d.exitBoot != id.BootID || pid > 0 && (d.exitPID != pid || d.exitSt != start) {
 		why := fmt.Sprintf("exit record of nonce %q boot %q pid %d, the log has nonce %q boot %q pid %d", d.exitNonce, d.exitBoot, d.exitPID, id.Nonce, id.BootID, pid)
 		w.refused = append(w.refused, Refusal{Via: "exit-status", PID: d.exitPID, Task: task, Why: why})
-		return fsm.ExitStatus{}, false, fmt.Errorf("%w: %s", driver.ErrNotOurs, why)
+		return fsm.ExitStatus{}, false, fmt.Errorf("%w: %s", executor.ErrNotOurs, why)
 	}
 	return *d.exit, true, nil
 }
 
-func (v *view) LaunchRecord(ctx context.Context, task string, id fsm.Identity) (int, uint64, bool, error) {
+func (v *view) LaunchRecord(ctx context.Context, task string, id fsm.Identity) (fsm.Proc, bool, error) {
 	v.g.enter("launch-record", task)
 	w := v.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	d := w.disk[task]
 	if d == nil || !d.launched {
-		return 0, 0, false, nil
+		return fsm.Proc{}, false, nil
 	}
 	if d.nonce != id.Nonce || d.boot != id.BootID {
 		why := fmt.Sprintf("launch record of nonce %q boot %q, the log has %q boot %q", d.nonce, d.boot, id.Nonce, id.BootID)
 		w.refused = append(w.refused, Refusal{Via: "launch-record", PID: d.launchPID, Task: task, Why: why})
-		return 0, 0, false, fmt.Errorf("%w: %s", driver.ErrNotOurs, why)
+		return fsm.Proc{}, false, fmt.Errorf("%w: %s", executor.ErrNotOurs, why)
 	}
-	return d.launchPID, d.launchSt, true, nil
+	return fsm.Proc{PID: d.launchPID, StartTime: d.launchSt}, true, nil
 }
 
 // handle is one connection from a driver generation to an executor.
@@ -836,7 +838,7 @@ type handle struct {
 	closed   chan struct{}
 }
 
-var _ driver.Executor = (*handle)(nil)
+var _ executor.Conn = (*handle)(nil)
 
 func (w *World) closeHandleLocked(h *handle) {
 	if h.isClosed {
@@ -859,7 +861,7 @@ func (h *handle) usableLocked() error {
 	case h.isClosed:
 		return ErrConnClosed
 	case !h.p.Alive:
-		return fmt.Errorf("%w: executor pid %d died", driver.ErrGone, h.p.PID)
+		return fmt.Errorf("%w: executor pid %d died", executor.ErrGone, h.p.PID)
 	}
 	return nil
 }
@@ -870,7 +872,7 @@ func (h *handle) Identity() fsm.Identity {
 	return h.w.identity(h.p)
 }
 
-func (h *handle) Launch(ctx context.Context, spec fsm.Spec, allowed []string) (driver.Status, error) {
+func (h *handle) Launch(ctx context.Context, spec fsm.Spec) (executor.Status, error) {
 	h.g.enter("launch", h.p.Task)
 	w := h.w
 	if w.BeforeEffect != nil {
@@ -879,14 +881,14 @@ func (h *handle) Launch(ctx context.Context, spec fsm.Spec, allowed []string) (d
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := h.usableLocked(); err != nil {
-		return driver.Status{}, err
+		return executor.Status{}, err
 	}
 	p := h.p
 	if p.launched {
 		return statusOf(p), nil
 	}
 	if slices.Contains(spec.CapAdd, CapRefused) {
-		return driver.Status{}, ErrCapRefused
+		return executor.Status{}, ErrCapRefused
 	}
 	w.launchLocked(p, spec)
 	return statusOf(p), nil
@@ -941,11 +943,11 @@ func (w *World) exitNowLocked(c *Proc, spec fsm.Spec) {
 	}
 }
 
-func statusOf(p *Proc) driver.Status {
+func statusOf(p *Proc) executor.Status {
 	if !p.launched {
-		return driver.Status{}
+		return executor.Status{}
 	}
-	s := driver.Status{Launched: true, PID: p.child.PID, StartTime: p.child.Start}
+	s := executor.Status{Launched: true, PID: p.child.PID, StartTime: p.child.Start}
 	if !p.child.Alive {
 		s.Exited, s.Exit = true, p.child.Exit
 	}
@@ -955,16 +957,16 @@ func statusOf(p *Proc) driver.Status {
 	return s
 }
 
-func (h *handle) Status(ctx context.Context) (driver.Status, error) {
+func (h *handle) Status(ctx context.Context) (executor.Status, error) {
 	h.g.enter(OpStatus, h.p.Task)
 	w := h.w
 	if err := w.inject(ctx, h.g, OpStatus, h.p.Task); err != nil {
-		return driver.Status{}, err
+		return executor.Status{}, err
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := h.usableLocked(); err != nil {
-		return driver.Status{}, err
+		return executor.Status{}, err
 	}
 	return statusOf(h.p), nil
 }
@@ -1000,13 +1002,14 @@ func (h *handle) Wait(ctx context.Context) (fsm.ExitStatus, error) {
 	case h.isClosed:
 		return fsm.ExitStatus{}, ErrConnClosed
 	case !h.p.Alive:
-		return fsm.ExitStatus{}, fmt.Errorf("%w: executor pid %d died", driver.ErrGone, h.p.PID)
+		return fsm.ExitStatus{}, fmt.Errorf("%w: executor pid %d died", executor.ErrGone, h.p.PID)
 	}
 	return fsm.ExitStatus{}, ctx.Err()
 }
 
-// Signal sends sig to the task's process group.
-func (h *handle) Signal(ctx context.Context, sig syscall.Signal) error {
+// Signal sends sig to the task's process group, or with main to its
+// leader alone.
+func (h *handle) Signal(ctx context.Context, sig syscall.Signal, main bool) error {
 	h.g.enter("signal", h.p.Task)
 	w := h.w
 	w.mu.Lock()
@@ -1016,6 +1019,12 @@ func (h *handle) Signal(ctx context.Context, sig syscall.Signal) error {
 	}
 	if !h.p.launched {
 		return ErrNotLaunched
+	}
+	if main {
+		if h.p.child.Alive {
+			w.signalLocked(h.p.child, sig, "executor", h.p.Task)
+		}
+		return nil
 	}
 	w.signalGroupLocked(h.p, sig)
 	return nil
@@ -1088,19 +1097,19 @@ func (h *handle) Shutdown(ctx context.Context) error {
 // Watch implements driver.Watcher: it returns once the restart journal
 // holds entries past since, or the task is over (its last run exited and
 // no restart follows).
-func (h *handle) Watch(ctx context.Context, since int) (driver.Status, []fsm.Event, error) {
+func (h *handle) Watch(ctx context.Context, since int) (executor.Status, []fsm.Event, error) {
 	h.g.enter("watch", h.p.Task)
 	w := h.w
 	for {
 		w.mu.Lock()
 		if err := h.usableLocked(); err != nil {
 			w.mu.Unlock()
-			return driver.Status{}, nil, err
+			return executor.Status{}, nil, err
 		}
 		p := h.p
 		if !p.launched {
 			w.mu.Unlock()
-			return driver.Status{}, nil, ErrNotLaunched
+			return executor.Status{}, nil, ErrNotLaunched
 		}
 		st := statusOf(p)
 		var entries []fsm.Event
@@ -1119,7 +1128,7 @@ func (h *handle) Watch(ctx context.Context, since int) (driver.Status, []fsm.Eve
 		case <-p.died:
 		case <-ctx.Done():
 			h.g.enter("watch", h.p.Task)
-			return driver.Status{}, nil, ctx.Err()
+			return executor.Status{}, nil, ctx.Err()
 		case <-h.g.dead:
 			runtime.Goexit()
 		}
@@ -1141,15 +1150,36 @@ func (v *view) Journal(ctx context.Context, task string, id fsm.Identity) ([]fsm
 	if d.journalNonce != id.Nonce || d.journalBoot != id.BootID {
 		why := fmt.Sprintf("restart journal of nonce %q boot %q, the log has %q boot %q", d.journalNonce, d.journalBoot, id.Nonce, id.BootID)
 		w.refused = append(w.refused, Refusal{Via: "journal", Task: task, Why: why})
-		return nil, fmt.Errorf("%w: %s", driver.ErrNotOurs, why)
+		return nil, fmt.Errorf("%w: %s", executor.ErrNotOurs, why)
 	}
 	return slices.Clone(d.journal), nil
 }
 
-var (
-	_ driver.Watcher       = (*handle)(nil)
-	_ driver.JournalReader = (*view)(nil)
-)
+// CheckSpec implements executor.World: the simulation models no host, so
+// what it checks is what needs none (exec's capabilities against the
+// default allow list); CapRefused passes here and is refused at launch,
+// the in-executor failure the seed's bug is about.
+func (v *view) CheckSpec(spec fsm.Spec) error {
+	if spec.Driver == executor.ModeExec {
+		return executor.ValidateCaps(spec.CapAdd, spec.CapDrop, nil)
+	}
+	return nil
+}
+
+// DiscardTask implements executor.World: a simulated lock leaves nothing
+// behind.
+func (v *view) DiscardTask(task string) {}
+
+// Stats implements executor.Conn: the simulation has no cgroup figures.
+func (h *handle) Stats(ctx context.Context) (cgroup.Stats, error) {
+	return cgroup.Stats{}, fmt.Errorf("%w: stats of a simulated task", executor.ErrUnsupported)
+}
+
+// Exec implements executor.Conn: the simulation runs no command inside a
+// task.
+func (h *handle) Exec(ctx context.Context, es executor.ExecSpec) (*executor.ExecProcess, error) {
+	return nil, fmt.Errorf("%w: exec in a simulated task", executor.ErrUnsupported)
+}
 
 // Close drops the connection. It never stops the caller, even in a dead
 // generation: closing is what a dying process does anyway.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/driver"
+	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/store"
 )
@@ -209,7 +210,7 @@ func (c *cli) salvage(ctx context.Context, path string) int {
 	if err != nil {
 		return c.fail(err)
 	}
-	world := driver.NewReal(c.stateDir, cmd, c.log.Named("driver"))
+	world := &executor.Real{StateDir: c.stateDir, Command: cmd, Logger: c.log.Named("driver")}
 	code := exitOK
 	for _, l := range rep.Lost {
 		what := c.settleLost(ctx, world, l)
@@ -230,7 +231,7 @@ func (c *cli) salvage(ctx context.Context, path string) int {
 // settleLost kills the processes of a task that could not be salvaged,
 // when the readable part of its log proves which they are, and says what
 // it did.
-func (c *cli) settleLost(ctx context.Context, world driver.Executors, l store.LostTask) string {
+func (c *cli) settleLost(ctx context.Context, world executor.World, l store.LostTask) string {
 	if !l.Live && l.State.Terminal() {
 		return "it had ended; nothing to kill"
 	}
@@ -251,7 +252,7 @@ func (c *cli) settleLost(ctx context.Context, world driver.Executors, l store.Lo
 	if err := world.Kill(ctx, l.ID, *id); err != nil && !errors.Is(err, driver.ErrNotOurs) {
 		return "NOT killed: " + err.Error()
 	}
-	if err := world.KillTask(ctx, l.ID, *id, l.Prefix.TaskPID, l.Prefix.TaskStartTime); err != nil && !errors.Is(err, driver.ErrNotOurs) {
+	if err := world.KillTask(ctx, l.ID, *id, l.Prefix.TaskProc()); err != nil && !errors.Is(err, driver.ErrNotOurs) {
 		return "executor killed; NOT all of its task: " + err.Error()
 	}
 	return fmt.Sprintf("its executor (pid %d) and everything of its task were killed by proven identity", id.PID)
@@ -324,7 +325,7 @@ func (c *cli) cmdGC(args []string) int {
 
 // removeOrphanDirs removes the task directories the store does not know
 // (left by a start that crashed before it recorded the task, or by a
-// salvage); driver.RemoveOrphanDir keeps the ones in use.
+// salvage); executor.Real.RemoveOrphanDir keeps the ones in use.
 func (c *cli) removeOrphanDirs(ctx context.Context, s *session) ([]string, error) {
 	ents, err := os.ReadDir(filepath.Join(c.stateDir, "tasks"))
 	if err != nil {
@@ -334,7 +335,7 @@ func (c *cli) removeOrphanDirs(ctx context.Context, s *session) ([]string, error
 	if err != nil {
 		return nil, err
 	}
-	world := driver.NewReal(c.stateDir, cmd, c.log.Named("driver"))
+	world := &executor.Real{StateDir: c.stateDir, Command: cmd, Logger: c.log.Named("driver")}
 	var out []string
 	for _, e := range ents {
 		id := e.Name()

@@ -57,7 +57,8 @@ var (
 	// record) that does not match the log: another nonce, boot or task
 	// process, a symbolic link, not a regular file, or too large. Such a
 	// file is not believed and nothing is signalled because of it.
-	ErrSideFileMismatch = errors.New("executor: side file does not match the log")
+	// It matches ErrNotOurs too.
+	ErrSideFileMismatch = fmt.Errorf("executor: side file does not match the log: %w", proc.ErrNotOurs)
 )
 
 // Errors returned by Launch. They travel across the protocol, so errors.Is
@@ -111,6 +112,10 @@ var (
 
 // Errors returned by the control calls.
 var (
+	// ErrUnsupported is returned by a World (or a Conn of one) for what it
+	// does not model: a simulated world has no cgroup to read stats from
+	// and runs no command inside a task.
+	ErrUnsupported = errors.New("executor: not supported by this process world")
 	// ErrNotLaunched is returned by Signal and Stop before a task was launched.
 	ErrNotLaunched = errors.New("executor: task not launched")
 	// ErrTaskExited is returned by Signal and Exec after the task has

@@ -55,35 +55,50 @@ type LaunchRecord struct {
 	StartTime uint64 `json:"start_time"`
 }
 
-// Match checks a side file's owner against what the log says: the spawn
-// nonce and boot id of the task's executor, and (when the log has it, pid
-// > 0) the task process. A mismatch is ErrSideFileMismatch: the file is not
-// ours to believe, and nothing may be signalled or recorded from it.
-func matchSideFile(name, gotNonce, gotBoot string, gotPID int, gotStart uint64, want fsm.Identity, pid int, start uint64) error {
+// owner is whose a side file says it is: the spawn nonce and boot id of
+// the executor that wrote it, and the task process it is about.
+type owner struct {
+	nonce, boot string
+	run         fsm.Proc
+}
+
+// match checks a side file's owner against what the log says: the spawn
+// nonce and boot id of the task's executor, and (when the log has it, run
+// not zero) the task process. A mismatch is ErrSideFileMismatch: the file
+// is not ours to believe, and nothing may be signalled or recorded from
+// it.
+func (o owner) match(name string, want fsm.Identity, run fsm.Proc) error {
 	switch {
-	case gotNonce != want.Nonce:
-		return fmt.Errorf("%w: %s names nonce %q, the log's executor has %q", ErrSideFileMismatch, name, gotNonce, want.Nonce)
-	case want.BootID != "" && gotBoot != want.BootID:
-		return fmt.Errorf("%w: %s is from boot %q, the log's executor ran in %q", ErrSideFileMismatch, name, gotBoot, want.BootID)
-	case gotPID <= 0:
+	case o.nonce != want.Nonce:
+		return fmt.Errorf("%w: %s names nonce %q, the log's executor has %q", ErrSideFileMismatch, name, o.nonce, want.Nonce)
+	case want.BootID != "" && o.boot != want.BootID:
+		return fmt.Errorf("%w: %s is from boot %q, the log's executor ran in %q", ErrSideFileMismatch, name, o.boot, want.BootID)
+	case o.run.PID <= 0:
 		return fmt.Errorf("%w: %s names no task pid", ErrSideFileMismatch, name)
-	case pid > 0 && (gotPID != pid || gotStart != start):
-		return fmt.Errorf("%w: %s names pid %d (start %d), the log's task is pid %d (start %d)", ErrSideFileMismatch, name, gotPID, gotStart, pid, start)
+	case !run.IsZero() && o.run != run:
+		return fmt.Errorf("%w: %s names %s, the log's task is %s", ErrSideFileMismatch, name, o.run, run)
 	}
 	return nil
 }
 
 // Match checks the record against the log's executor identity and, when
-// pid > 0, the log's task process (see ErrSideFileMismatch).
-func (r ExitRecord) Match(want fsm.Identity, pid int, start uint64) error {
-	return matchSideFile(ExitStatusFile, r.Nonce, r.BootID, r.PID, r.StartTime, want, pid, start)
+// run is not zero, the log's task process (see ErrSideFileMismatch).
+func (r ExitRecord) Match(want fsm.Identity, run fsm.Proc) error {
+	return owner{r.Nonce, r.BootID, r.Proc()}.match(ExitStatusFile, want, run)
 }
+
+// Proc is the task process the record is the exit status of.
+func (r ExitRecord) Proc() fsm.Proc { return fsm.Proc{PID: r.PID, StartTime: r.StartTime} }
 
 // Match checks the record against the log's executor identity.
 func (r LaunchRecord) Match(want fsm.Identity) error {
-	return matchSideFile(LaunchFile, r.Nonce, r.BootID, r.PID, r.StartTime, want, 0, 0)
+	return owner{r.Nonce, r.BootID, r.Proc()}.match(LaunchFile, want, fsm.Proc{})
 }
 
+// Proc is the task process the executor launched.
+func (r LaunchRecord) Proc() fsm.Proc { return fsm.Proc{PID: r.PID, StartTime: r.StartTime} }
+
+// SocketPath is the control socket of the executor of taskDir.
 func SocketPath(taskDir string) string { return filepath.Join(taskDir, SocketFile) }
 
 // readSideFile reads dir/name into v: never through a symlink (O_NOFOLLOW),

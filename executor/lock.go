@@ -1,4 +1,4 @@
-package driver
+package executor
 
 import (
 	"context"
@@ -13,8 +13,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/internal/proc"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // LockFile is the file in a task's directory that a process holds locked
@@ -56,7 +57,7 @@ func discardTaskDir(dir string) {
 var errLockMoved = errors.New("driver: the task lock file was removed while it was being locked")
 
 func tryLockOnce(dir string) (*taskLock, int, error) {
-	if err := mkdirDurable(dir); err != nil {
+	if err := statedir.MkdirDurable(dir); err != nil {
 		return nil, 0, fmt.Errorf("driver: task directory: %w", err)
 	}
 	path := filepath.Join(dir, LockFile)
@@ -188,7 +189,12 @@ func lockWaitOnce(ctx context.Context, dir string) (*taskLock, error) {
 	}
 }
 
-// LockTask implements Executors.
+// DiscardTask implements World: the lock file, then the task's directory
+// if that emptied it (a process waiting on the unlinked lock file finds it
+// moved and starts over).
+func (r *Real) DiscardTask(task string) { discardTaskDir(r.dir(task)) }
+
+// LockTask implements World.
 func (r *Real) LockTask(task string) (func(), int, error) {
 	l, holder, err := tryLockTask(r.dir(task))
 	if l == nil {
@@ -197,7 +203,7 @@ func (r *Real) LockTask(task string) (func(), int, error) {
 	return l.release, 0, nil
 }
 
-// WaitLockTask implements Executors.
+// WaitLockTask implements World.
 func (r *Real) WaitLockTask(ctx context.Context, task string) (func(), error) {
 	l, err := lockTaskWait(ctx, r.dir(task))
 	if err != nil {
@@ -221,7 +227,7 @@ const OrphanMinAge = 10 * time.Minute
 // start that locks the directory while it is removed finds its lock file
 // gone and starts over in a new directory.
 func (r *Real) RemoveOrphanDir(task string, unknown func() (bool, error)) (removed bool, why string, err error) {
-	if err := ValidateTaskID(task); err != nil {
+	if err := statedir.ValidateTaskID(task); err != nil {
 		return false, "", err
 	}
 	dir := r.dir(task)
@@ -251,7 +257,7 @@ func (r *Real) RemoveOrphanDir(task string, unknown func() (bool, error)) (remov
 	if err != nil || !still {
 		return false, "the store knows the task", err
 	}
-	if x, err := executor.ReadIdentity(dir); err == nil {
+	if x, err := wire.ReadIdentity(dir); err == nil {
 		if alive, _ := proc.Alive(x); alive {
 			return false, fmt.Sprintf("its executor (pid %d) is alive", x.PID), nil
 		}
@@ -260,23 +266,4 @@ func (r *Real) RemoveOrphanDir(task string, unknown func() (bool, error)) (remov
 		return false, "", fmt.Errorf("driver: removing task directory %s: %w", dir, err)
 	}
 	return true, "", nil
-}
-
-// mkdirDurable creates dir (0700, its parent must exist) and fsyncs the
-// parent, so that the directory (and what is written durably into it: the
-// executor's identity, the task's exit status) survives a power loss. An
-// existing directory is left as it is.
-func mkdirDurable(dir string) error {
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		if errors.Is(err, os.ErrExist) {
-			return nil
-		}
-		return err
-	}
-	d, err := os.Open(filepath.Dir(dir))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -1,4 +1,4 @@
-package driver
+package executor
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 // start is removed under it.
 func TestRemoveOrphanDir_KeepsWhatAStartIsUsing(t *testing.T) {
 	dir := t.TempDir()
-	r := NewReal(dir, nil, nil)
+	r := &Real{StateDir: dir}
 	if err := os.MkdirAll(filepath.Join(dir, "tasks"), 0o700); err != nil {
 		t.Fatal(err)
 	}
