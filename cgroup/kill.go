@@ -10,8 +10,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tether-fsm/tether/internal/proc"
 	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/internal/proc"
 )
 
 // Kill kills every process in the cgroup, wherever it went (a member that

@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"sync"
@@ -161,7 +159,7 @@ func Open(cfg Config) (*Driver, error) {
 	}
 	d.store = cfg.Store
 	if d.store == nil {
-		s, err := store.Open(filepath.Join(cfg.StateDir, "tether.db"), cfg.StoreOptions)
+		s, err := store.Open(statedir.Layout{Dir: cfg.StateDir}.Store(), cfg.StoreOptions)
 		if err != nil {
 			return nil, err
 		}
@@ -171,58 +169,10 @@ func Open(cfg Config) (*Driver, error) {
 	return d, nil
 }
 
-// PrepareStateDir makes sure dir can serve as a state directory: a missing
-// one is created 0700 (with tasks/ inside); an existing one must be a
-// directory (not a symbolic link) owned by the caller with no group or
-// other permissions, and is never chmodded: a shared directory is refused
-// with an error saying what to do.
-func PrepareStateDir(dir string) error {
-	fi, err := os.Lstat(dir)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
-			return fmt.Errorf("driver: create state directory %s: %w", dir, err)
-		}
-		if err := statedir.MkdirDurable(dir); err != nil {
-			return fmt.Errorf("driver: create state directory %s: %w", dir, err)
-		}
-		if fi, err = os.Lstat(dir); err != nil {
-			return fmt.Errorf("driver: state directory %s: %w", dir, err)
-		}
-	case err != nil:
-		return fmt.Errorf("driver: state directory %s: %w", dir, err)
-	}
-	if err := checkPrivateDir(dir, fi); err != nil {
-		return err
-	}
-	tasks := filepath.Join(dir, "tasks")
-	if err := statedir.MkdirDurable(tasks); err != nil {
-		return fmt.Errorf("driver: create %s: %w", tasks, err)
-	}
-	fi, err = os.Lstat(tasks)
-	if err != nil {
-		return fmt.Errorf("driver: %s: %w", tasks, err)
-	}
-	return checkPrivateDir(tasks, fi)
-}
-
-func checkPrivateDir(dir string, fi os.FileInfo) error {
-	if fi.Mode()&os.ModeSymlink != 0 {
-		return fmt.Errorf("%w: %s is a symbolic link; give the real directory", ErrStateDir, dir)
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("%w: %s is not a directory", ErrStateDir, dir)
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if ok && int(st.Uid) != os.Geteuid() {
-		return fmt.Errorf("%w: %s is owned by uid %d, not by you (uid %d); use a directory of your own", ErrStateDir, dir, st.Uid, os.Geteuid())
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 || fi.Mode()&(os.ModeSticky|os.ModeSetgid|os.ModeSetuid) != 0 {
-		return fmt.Errorf("%w: %s has mode %s; it must be private (chmod 700 %s), or pick another with --state-dir",
-			ErrStateDir, dir, fi.Mode().Perm(), dir)
-	}
-	return nil
-}
+// PrepareStateDir makes sure dir can serve as a state directory (see
+// statedir.Layout.Prepare): a missing one is created 0700, an existing one
+// must be private and the caller's, and is never chmodded.
+func PrepareStateDir(dir string) error { return statedir.Layout{Dir: dir}.Prepare() }
 
 // Close stops supervising and releases the store. Tasks keep running: an
 // executor whose task is launched outlives the driver, and a later driver
@@ -265,7 +215,9 @@ func (d *Driver) Abandon() {
 func (d *Driver) Store() store.Log { return d.store }
 
 // TaskDir is the private directory of a task.
-func (d *Driver) TaskDir(id string) string { return filepath.Join(d.cfg.StateDir, "tasks", id) }
+func (d *Driver) TaskDir(id string) string {
+	return statedir.Layout{Dir: d.cfg.StateDir}.Task(id).Dir()
+}
 
 // ValidateTaskID refuses ids that are empty, longer than 63 bytes, or
 // could escape the state directory (see statedir.ValidateTaskID).

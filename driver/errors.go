@@ -24,7 +24,7 @@ var (
 	ErrInvalidSpec = fsm.ErrInvalidSpec
 	// ErrStateDir: the state directory is unusable as it is (shared,
 	// owned by someone else, a symbolic link); it is never chmodded.
-	ErrStateDir = errors.New("driver: unusable state directory")
+	ErrStateDir = statedir.ErrStateDir
 )
 
 // Errors of the task lifecycle.

@@ -18,6 +18,7 @@ import (
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/crashfs"
 	"github.com/tether-fsm/tether/internal/testproc"
+	"github.com/tether-fsm/tether/statedir"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -276,11 +277,11 @@ func sideFilesAhead(taskDir, id string, log []fsm.Event) []string {
 		mayTear  bool
 		ofEffect string
 	}{
-		{executor.LaunchFile, func() (string, bool, error) {
+		{statedir.LaunchFile, func() (string, bool, error) {
 			r, ok, err := executor.ReadLaunchRecord(taskDir)
 			return r.Nonce, ok, err
 		}, true, "launch"},
-		{executor.ExitStatusFile, func() (string, bool, error) {
+		{statedir.ExitStatusFile, func() (string, bool, error) {
 			r, ok, err := executor.ReadExitRecord(taskDir)
 			return r.Nonce, ok, err
 		}, false, "launch (the task it records ran)"},

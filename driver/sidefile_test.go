@@ -12,6 +12,7 @@ import (
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
+	"github.com/tether-fsm/tether/statedir"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -99,7 +100,7 @@ func TestRecover_PlantedLaunchRecordNeverKillsAStranger(t *testing.T) {
 	}
 	_ = c.Close()
 	stranger, start := startStranger(t, dir+"-stranger")
-	writeJSON(t, filepath.Join(dir, "tasks", id, executor.LaunchFile), executor.LaunchRecord{
+	writeJSON(t, filepath.Join(dir, "tasks", id, statedir.LaunchFile), executor.LaunchRecord{
 		Nonce: "someone-elses-nonce", BootID: x.BootID, PID: stranger.Process.Pid, StartTime: start})
 
 	d := newDriver(t, dir, Hooks{})
@@ -135,7 +136,7 @@ func TestRecover_ForgedExitRecordIsNotBelieved(t *testing.T) {
 		t.Fatal(err)
 	}
 	forged := executor.ExitRecord{Exit: fsm.ExitStatus{Code: 0}, Nonce: "forged-nonce-00", BootID: st.Executor.BootID, PID: st.TaskPID + 1, StartTime: 1}
-	exitPath := filepath.Join(dir, "tasks", "forged", executor.ExitStatusFile)
+	exitPath := filepath.Join(dir, "tasks", "forged", statedir.ExitStatusFile)
 	writeJSON(t, exitPath, forged)
 
 	// The executor is alive: it is asked, the file is not read.

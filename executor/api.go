@@ -25,20 +25,6 @@ const (
 	ModeHost    = wire.ModeHost
 )
 
-// Files the executor keeps in its task directory, and the task's own
-// directory below it.
-const (
-	IdentityFile   = wire.IdentityFile
-	ExitStatusFile = wire.ExitStatusFile
-	LogFile        = wire.LogFile
-	StdoutFile     = wire.StdoutFile
-	StderrFile     = wire.StderrFile
-	SocketFile     = wire.SocketFile
-	LaunchFile     = wire.LaunchFile
-	JournalFile    = wire.JournalFile
-	TaskLocalDir   = wire.TaskLocalDir
-)
-
 // The executor's crash points (TETHER_CRASHPOINT), on its restart path.
 const (
 	CrashBeforeRestartIntent = wire.CrashBeforeRestartIntent
@@ -58,10 +44,10 @@ type Status = wire.Status
 // ExecSpec is a command to run inside the running task.
 type ExecSpec = wire.ExecSpec
 
-// ExitRecord is the on-disk form of ExitStatusFile.
+// ExitRecord is the on-disk form of statedir.ExitStatusFile.
 type ExitRecord = wire.ExitRecord
 
-// LaunchRecord is the on-disk form of LaunchFile.
+// LaunchRecord is the on-disk form of statedir.LaunchFile.
 type LaunchRecord = wire.LaunchRecord
 
 // Journal is a restart journal as read from a task directory.

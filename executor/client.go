@@ -24,6 +24,7 @@ import (
 	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // SpawnConfig configures Spawn.
@@ -78,7 +79,7 @@ type Client struct {
 }
 
 // Spawn starts an executor detached from the caller's session and signals
-// (Setsid), with stdin and stdout on /dev/null and stderr on LogFile in the
+// (Setsid), with stdin and stdout on /dev/null and stderr on statedir.LogFile in the
 // task directory; waits for its ready report; connects; and checks the
 // protocol version and the nonce. On any failure or timeout it kills the
 // executor through the pidfd it got from clone, waits for it to die and
@@ -121,7 +122,7 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Client, error) {
 	if timeout <= 0 {
 		timeout = DefaultReadyTimeout
 	}
-	logf, err := os.OpenFile(filepath.Join(dir, wire.LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	logf, err := os.OpenFile(filepath.Join(dir, statedir.LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("%w: log file: %w", wire.ErrSpawn, err)
 	}
@@ -201,7 +202,7 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Client, error) {
 	}
 	var rm wire.ReadyMsg
 	if len(b) == 0 {
-		return fail(fmt.Errorf("%w: executor exited before it was ready (see %s)", wire.ErrSpawn, filepath.Join(dir, wire.LogFile)))
+		return fail(fmt.Errorf("%w: executor exited before it was ready (see %s)", wire.ErrSpawn, filepath.Join(dir, statedir.LogFile)))
 	}
 	if err := json.Unmarshal(b, &rm); err != nil {
 		return fail(fmt.Errorf("%w: ready report: %w", wire.ErrProtocol, err))

@@ -20,6 +20,7 @@ import (
 	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // taskCgroup opens the cgroup an executor announced, checking that it
@@ -204,7 +205,7 @@ func TestContain_OOMKilledRecorded(t *testing.T) {
 	if err != nil || !ok || !rec.Exit.OOM {
 		t.Fatalf("exit record %+v %v %v: want OOM", rec, ok, err)
 	}
-	if out := readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), wire.StdoutFile)); strings.Contains(out, "survived") {
+	if out := readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), statedir.StdoutFile)); strings.Contains(out, "survived") {
 		t.Fatal("the task survived touching 400 MB under a 64 MB limit")
 	}
 }
@@ -329,14 +330,14 @@ func TestContain_PidsOfOneStartsThroughTheShim(t *testing.T) {
 		t.Fatal(err)
 	}
 	if x, err := c.Wait(ctx); err != nil || x.Code != 0 {
-		t.Fatalf("Wait = %+v %v\n%s", x, err, readFileString(t, filepath.Join(dir, wire.StderrFile)))
+		t.Fatalf("Wait = %+v %v\n%s", x, err, readFileString(t, filepath.Join(dir, statedir.StderrFile)))
 	}
-	out := readFileString(t, filepath.Join(dir, wire.StdoutFile))
+	out := readFileString(t, filepath.Join(dir, statedir.StdoutFile))
 	want := cg.Location().Paths()[pidsH.Key]
 	if !strings.Contains(out, ":"+pidsH.Key+":"+want+"\n") || !strings.HasSuffix(out, "max 1\n") {
 		t.Fatalf("the task printed %q: want its pids cgroup %s and pids.max 1", out, want)
 	}
-	if log := readFileString(t, filepath.Join(dir, wire.LogFile)); !strings.Contains(log, "starting the task through the init shim") {
+	if log := readFileString(t, filepath.Join(dir, statedir.LogFile)); !strings.Contains(log, "starting the task through the init shim") {
 		t.Errorf("the executor did not fall back to the shim:\n%s", log)
 	}
 }
@@ -375,7 +376,7 @@ func TestContain_OOMScoreAdj(t *testing.T) {
 		if x, err := c.Wait(ctx); err != nil || x.Code != 0 {
 			t.Fatalf("Wait = %+v %v", x, err)
 		}
-		if out := strings.TrimSpace(readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), wire.StdoutFile))); out != tc.want {
+		if out := strings.TrimSpace(readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), statedir.StdoutFile))); out != tc.want {
 			t.Errorf("oom_score_adj %q under an executor at %d (spec %v), want %s", out, from, tc.set, tc.want)
 		}
 	}
@@ -489,7 +490,7 @@ func TestContain_UnprivilegedExecutor(t *testing.T) {
 	if r.Exit.Code != 0 {
 		t.Errorf("raw_exec exit %+v", r.Exit)
 	}
-	log := readFileString(t, filepath.Join(dir, wire.LogFile))
+	log := readFileString(t, filepath.Join(dir, statedir.LogFile))
 	if n := strings.Count(log, "runs uncontained"); n != 1 {
 		t.Errorf("the executor log has %d warnings about running uncontained, want 1:\n%s", n, log)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // execOut runs argv inside c's task with a pipe for stdout and stderr,
@@ -83,7 +84,7 @@ func TestExec_RawExecTask(t *testing.T) {
 	if x.Code != 7 || x.Signal != 0 {
 		t.Fatalf("exit %+v, want code 7\n%s", x, out)
 	}
-	want := filepath.Join(dir, wire.TaskLocalDir) + "\nvar=task-value\n" + cgroupOf(t, st.PID)
+	want := filepath.Join(dir, statedir.LocalDir) + "\nvar=task-value\n" + cgroupOf(t, st.PID)
 	if out != want {
 		t.Fatalf("exec printed\n%s\nwant\n%s", out, want)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/internal/testproc"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 func TestLaunch_ExitCode(t *testing.T) {
@@ -57,11 +58,11 @@ func TestLaunch_ExitCode(t *testing.T) {
 	if got, ok, err := readExitStatus(dir); err != nil || !ok || got.Code != 7 {
 		t.Fatalf("ReadExitStatus = %+v %v %v", got, ok, err)
 	}
-	out := readFileString(t, filepath.Join(dir, wire.StdoutFile))
-	if want := fmt.Sprintf("hello stdout dir=%s var=task-value\n", filepath.Join(dir, wire.TaskLocalDir)); out != want {
+	out := readFileString(t, filepath.Join(dir, statedir.StdoutFile))
+	if want := fmt.Sprintf("hello stdout dir=%s var=task-value\n", filepath.Join(dir, statedir.LocalDir)); out != want {
 		t.Errorf("stdout %q, want %q", out, want)
 	}
-	if e := readFileString(t, filepath.Join(dir, wire.StderrFile)); e != "hello stderr\n" {
+	if e := readFileString(t, filepath.Join(dir, statedir.StderrFile)); e != "hello stderr\n" {
 		t.Errorf("stderr %q", e)
 	}
 	if err := c.WaitDead(ctx); err != nil {
@@ -588,7 +589,7 @@ func TestLaunch_ExecCapsApplied(t *testing.T) {
 			if st, err := c.Wait(ctx); err != nil || st.Code != 0 {
 				t.Fatalf("Wait = %+v %v", st, err)
 			}
-			out := readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), wire.StdoutFile))
+			out := readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), statedir.StdoutFile))
 			got := map[string]uint64{}
 			uid := ""
 			for l := range strings.SplitSeq(out, "\n") {
@@ -757,7 +758,7 @@ func TestFindByNonce_IdentityFileAndScan(t *testing.T) {
 	if err != nil || !ok || got != id {
 		t.Fatalf("FindByNonce = %+v %v %v, want %+v", got, ok, err, id)
 	}
-	if err := os.Remove(filepath.Join(dir, wire.IdentityFile)); err != nil {
+	if err := os.Remove(filepath.Join(dir, statedir.IdentityFile)); err != nil {
 		t.Fatal(err)
 	}
 	got, ok, err = findByNonce(dir, id.Nonce)
@@ -859,7 +860,7 @@ func TestSpawn_ExecutorRunsOnOnePTasksDoNot(t *testing.T) {
 	if x, err := c.Wait(ctx); err != nil || x.Code != 0 {
 		t.Fatalf("Wait = %+v %v", x, err)
 	}
-	out := readFileString(t, filepath.Join(dir, wire.StdoutFile))
+	out := readFileString(t, filepath.Join(dir, statedir.StdoutFile))
 	if strings.Contains(out, "GOMAXPROCS") || !strings.Contains(out, "TETHER_TASK_ID=") {
 		t.Errorf("the task's environment:\n%s\nwant the task's own (TETHER_TASK_ID) without the executor's GOMAXPROCS", out)
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/internal/testproc"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // The test binary is also every helper process, dispatched on os.Args[1]:
@@ -174,11 +175,11 @@ func needCgroups(t testing.TB) cgroup.Host {
 // path in the task's root and the test's read-write end.
 func execFifo(t *testing.T, dir, name string) (string, string, *os.File) {
 	t.Helper()
-	p, f := fifo(t, filepath.Join(dir, wire.TaskLocalDir), name)
+	p, f := fifo(t, filepath.Join(dir, statedir.LocalDir), name)
 	if err := os.Chmod(p, 0o666); err != nil {
 		t.Fatal(err)
 	}
-	return p, "/" + wire.TaskLocalDir + "/" + name, f
+	return p, "/" + statedir.LocalDir + "/" + name, f
 }
 
 // checkLeaks fails the test for any live process that carries the marker

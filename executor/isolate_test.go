@@ -19,6 +19,7 @@ import (
 
 	hostspec "github.com/tether-fsm/tether/executor/internal/spec"
 	"github.com/tether-fsm/tether/executor/internal/wire"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // stateLayout is a state directory as the driver lays it out: the store
@@ -55,9 +56,9 @@ func inspectExec(t *testing.T, c *Client, spec wire.LaunchSpec) inspectReport {
 		t.Fatal(err)
 	}
 	if x, err := c.Wait(ctx); err != nil || x.Code != 0 {
-		t.Fatalf("Wait = %+v %v\nstderr: %s", x, err, readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), wire.StderrFile)))
+		t.Fatalf("Wait = %+v %v\nstderr: %s", x, err, readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), statedir.StderrFile)))
 	}
-	out := readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), wire.StdoutFile))
+	out := readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), statedir.StdoutFile))
 	var r inspectReport
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("report %q: %v", out, err)
@@ -92,7 +93,7 @@ func TestExec_IsolatedView(t *testing.T) {
 	m := newMarker(t)
 	l := newStateLayout(t)
 	c := spawn(t, m, l.dir)
-	spec := m.execSpec(t, "inspect", "/etc/shadow", "/etc/passwd", l.state, l.store, l.other, filepath.Join(l.dir, wire.IdentityFile), "/local")
+	spec := m.execSpec(t, "inspect", "/etc/shadow", "/etc/passwd", l.state, l.store, l.other, filepath.Join(l.dir, statedir.IdentityFile), "/local")
 	spec.Name = "web"
 	r := inspectExec(t, c, spec)
 	if r.UID != 65534 || r.GID != 65534 {
@@ -113,7 +114,7 @@ func TestExec_IsolatedView(t *testing.T) {
 	}
 	for p, wantReadable := range map[string]bool{
 		"/etc/shadow": false, "/etc/passwd": true, "/local": false, // local is empty
-		l.state: false, l.store: false, l.other: false, filepath.Join(l.dir, wire.IdentityFile): false,
+		l.state: false, l.store: false, l.other: false, filepath.Join(l.dir, statedir.IdentityFile): false,
 	} {
 		if got := r.Readable[p] == ""; got != wantReadable {
 			t.Errorf("%s readable=%v (%s), want %v", p, got, r.Readable[p], wantReadable)
@@ -135,7 +136,7 @@ func TestExec_IsolatedView(t *testing.T) {
 	if leaked := hostMountsMention(t, l.dir); len(leaked) > 0 {
 		t.Errorf("the task's mounts are in the host's mount table:\n%s", strings.Join(leaked, "\n"))
 	}
-	fi, err := os.Stat(filepath.Join(l.dir, wire.TaskSecretsDir))
+	fi, err := os.Stat(filepath.Join(l.dir, statedir.SecretsDir))
 	if err != nil || fi.Mode().Perm() != 0o700 || fi.Sys().(*syscall.Stat_t).Uid != 65534 {
 		t.Errorf("secrets/: %v %v, want 0700 owned by nobody", fi.Mode(), err)
 	}
@@ -197,7 +198,7 @@ func TestExec_HostileTask(t *testing.T) {
 			ctx := testCtx(t)
 			c := spawn(t, m, l.dir)
 			id := c.Identity()
-			tg, _ := json.Marshal(hostileTargets{Store: l.store, OtherTask: l.other, SideFile: filepath.Join(l.dir, wire.IdentityFile),
+			tg, _ := json.Marshal(hostileTargets{Store: l.store, OtherTask: l.other, SideFile: filepath.Join(l.dir, statedir.IdentityFile),
 				Socket: id.Socket, ExecutorPID: id.PID})
 			spec := m.execSpec(t, "hostile", string(tg))
 			spec.User = user
@@ -208,7 +209,7 @@ func TestExec_HostileTask(t *testing.T) {
 				t.Fatalf("Wait = %+v %v", x, err)
 			}
 			var r hostileReport
-			out := readFileString(t, filepath.Join(l.dir, wire.StdoutFile))
+			out := readFileString(t, filepath.Join(l.dir, statedir.StdoutFile))
 			if err := json.Unmarshal([]byte(out), &r); err != nil {
 				t.Fatalf("report %q: %v", out, err)
 			}
@@ -395,7 +396,7 @@ func TestExec_MountsStayInTheTaskNamespace(t *testing.T) {
 	if leaked := hostMountsMention(t, dir); len(leaked) > 0 {
 		t.Errorf("after the task, the host's mount table has its mounts:\n%s", strings.Join(leaked, "\n"))
 	}
-	if ents, err := os.ReadDir(filepath.Join(dir, wire.RootDir)); err != nil || len(ents) != 0 {
+	if ents, err := os.ReadDir(filepath.Join(dir, statedir.RootDir)); err != nil || len(ents) != 0 {
 		t.Errorf("the root's mount point is not an empty directory on the host: %v %v", ents, err)
 	}
 }
@@ -417,15 +418,15 @@ func TestRawExec_UserWithoutWorkDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	if x, err := c.Wait(ctx); err != nil || x.Code != 0 {
-		t.Fatalf("Wait = %+v %v\n%s", x, err, readFileString(t, filepath.Join(dir, wire.StderrFile)))
+		t.Fatalf("Wait = %+v %v\n%s", x, err, readFileString(t, filepath.Join(dir, statedir.StderrFile)))
 	}
-	want := filepath.Join(dir, wire.TaskLocalDir) + "\n65534\nwrote\n"
-	if out := readFileString(t, filepath.Join(dir, wire.StdoutFile)); out != want {
+	want := filepath.Join(dir, statedir.LocalDir) + "\n65534\nwrote\n"
+	if out := readFileString(t, filepath.Join(dir, statedir.StdoutFile)); out != want {
 		t.Errorf("stdout %q, want %q", out, want)
 	}
 	// Its tmp/ is 1777, as /tmp: sticky, so users sharing it cannot remove
 	// each other's files.
-	if fi, err := os.Stat(filepath.Join(dir, wire.TaskTmpDir)); err != nil || fi.Mode()&(os.ModePerm|os.ModeSticky) != 0o777|os.ModeSticky {
+	if fi, err := os.Stat(filepath.Join(dir, statedir.TmpDir)); err != nil || fi.Mode()&(os.ModePerm|os.ModeSticky) != 0o777|os.ModeSticky {
 		t.Errorf("the task's tmp/: %v %v, want drwxrwxrwt", fi.Mode(), err)
 	}
 }

@@ -18,13 +18,13 @@ import (
 	"github.com/tether-fsm/tether/statedir"
 )
 
-// LockFile is the file in a task's directory that a process holds locked
-// (flock) while it drives the task through a state that owes an effect: a
-// start, a stop, the reaping after an exit. Recovery in another process
-// leaves a locked task alone (its driver is alive and will finish), and
-// takes over an unlocked one (its driver died: the kernel released the
-// lock). The holder's pid is written into the file, for messages.
-const LockFile = "driver.lock"
+// The task's lock is the file statedir.LockFile in a task's directory:
+// a process holds it locked (flock) while it drives the task through a
+// state that owes an effect (a start, a stop, the reaping after an exit).
+// Recovery in another process leaves a locked task alone (its driver is
+// alive and will finish), and takes over an unlocked one (its driver died:
+// the kernel released the lock). The holder's pid is written into the
+// file, for messages.
 
 // taskLock is a held task lock.
 type taskLock struct{ f *os.File }
@@ -48,7 +48,7 @@ func tryLockTask(dir string) (*taskLock, int, error) {
 // emptied it. The caller holds the task's lock; a process waiting on the
 // unlinked file finds it moved and starts over (errLockMoved).
 func discardTaskDir(dir string) {
-	if err := os.Remove(filepath.Join(dir, LockFile)); err == nil {
+	if err := os.Remove(filepath.Join(dir, statedir.LockFile)); err == nil {
 		_ = os.Remove(dir) // only if nothing else is in it
 	}
 }
@@ -60,7 +60,7 @@ func tryLockOnce(dir string) (*taskLock, int, error) {
 	if err := statedir.MkdirDurable(dir); err != nil {
 		return nil, 0, fmt.Errorf("driver: task directory: %w", err)
 	}
-	path := filepath.Join(dir, LockFile)
+	path := filepath.Join(dir, statedir.LockFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, 0, errLockMoved // the directory went between the mkdir and the open
@@ -139,7 +139,7 @@ func lockTaskWait(ctx context.Context, dir string) (*taskLock, error) {
 // cannot be interrupted, so it runs in a goroutine that lets go of the
 // lock at once if it gets it after the caller gave up.
 func lockWaitOnce(ctx context.Context, dir string) (*taskLock, error) {
-	path := filepath.Join(dir, LockFile)
+	path := filepath.Join(dir, statedir.LockFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("driver: task lock %s: the task's directory is gone: %w", path, err)
@@ -231,7 +231,7 @@ func (r *Real) RemoveOrphanDir(task string, unknown func() (bool, error)) (remov
 		return false, "", err
 	}
 	dir := r.dir(task)
-	path := filepath.Join(dir, LockFile)
+	path := filepath.Join(dir, statedir.LockFile)
 	f, err := os.OpenFile(path, os.O_RDWR|unix.O_NOFOLLOW, 0)
 	switch {
 	case errors.Is(err, os.ErrNotExist):

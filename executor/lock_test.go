@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // gc's orphan removal beside a start: the lock decides, and nothing of a
@@ -56,7 +58,7 @@ func TestRemoveOrphanDir_KeepsWhatAStartIsUsing(t *testing.T) {
 	if removed, why, err := r.RemoveOrphanDir("young", unknown); !removed || err != nil {
 		t.Fatalf("an old directory with no lock file was kept (%q, %v)", why, err)
 	}
-	if _, err := os.Stat(filepath.Join(young, LockFile)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(young, statedir.LockFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("gc created a lock file: %v", err)
 	}
 }
@@ -74,7 +76,7 @@ func TestTaskLock_RemovedWhileLockingStartsOver(t *testing.T) {
 	if err := os.RemoveAll(dir); err != nil { // ...whose directory gc removes
 		t.Fatal(err)
 	}
-	if err := stillAt(f, filepath.Join(dir, LockFile)); !errors.Is(err, errLockMoved) {
+	if err := stillAt(f, filepath.Join(dir, statedir.LockFile)); !errors.Is(err, errLockMoved) {
 		t.Fatalf("stillAt after the removal: %v, want errLockMoved", err)
 	}
 	l.release()
@@ -83,7 +85,7 @@ func TestTaskLock_RemovedWhileLockingStartsOver(t *testing.T) {
 		t.Fatalf("lock after the removal: %v", err)
 	}
 	defer again.release()
-	if err := stillAt(again.f, filepath.Join(dir, LockFile)); err != nil {
+	if err := stillAt(again.f, filepath.Join(dir, statedir.LockFile)); err != nil {
 		t.Fatalf("the new lock is not at its path: %v", err)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/executor/shim"
 	"github.com/tether-fsm/tether/internal/testproc"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // The test binary is also this file's helper processes, dispatched in init
@@ -146,9 +147,9 @@ func viewExec(t *testing.T, c *Client, spec wire.LaunchSpec) viewReport {
 		t.Fatal(err)
 	}
 	if x, err := c.Wait(ctx); err != nil || x.Code != 0 {
-		t.Fatalf("Wait = %+v %v\nstderr: %s", x, err, readFileString(t, filepath.Join(dir, wire.StderrFile)))
+		t.Fatalf("Wait = %+v %v\nstderr: %s", x, err, readFileString(t, filepath.Join(dir, statedir.StderrFile)))
 	}
-	out := readFileString(t, filepath.Join(dir, wire.StdoutFile))
+	out := readFileString(t, filepath.Join(dir, statedir.StdoutFile))
 	var r viewReport
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("report %q: %v", out, err)
@@ -189,7 +190,7 @@ func TestExec_RootHoldsOnlyTheTasksEntries(t *testing.T) {
 			spec := m.viewSpec(t, "-write", "/etc/shadow")
 			spec.User = user
 			r := viewExec(t, c, spec)
-			want := append(topNames(t, spec.Chroot), "dev", "proc", wire.TaskLocalDir, wire.TaskSecretsDir, wire.TaskTmpDir, wire.TaskAllocDir)
+			want := append(topNames(t, spec.Chroot), "dev", "proc", statedir.LocalDir, statedir.SecretsDir, statedir.TmpDir, statedir.AllocDir)
 			slices.Sort(want)
 			got := slices.Sorted(slices.Values(r.Root))
 			if !slices.Equal(got, want) {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/logs"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // World is everything a driver asks of processes: the one contract
@@ -164,7 +164,7 @@ func (r *Real) cgroupHost(fresh bool) (cgroup.Host, error) {
 	return r.host, r.hostErr
 }
 
-func (r *Real) dir(task string) string { return filepath.Join(r.StateDir, "tasks", task) }
+func (r *Real) dir(task string) string { return statedir.Layout{Dir: r.StateDir}.Task(task).Dir() }
 
 func (r *Real) logger() hclog.Logger {
 	if r.Logger == nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -327,7 +326,7 @@ func (c *cli) cmdGC(args []string) int {
 // (left by a start that crashed before it recorded the task, or by a
 // salvage); executor.Real.RemoveOrphanDir keeps the ones in use.
 func (c *cli) removeOrphanDirs(ctx context.Context, s *session) ([]string, error) {
-	ents, err := os.ReadDir(filepath.Join(c.stateDir, "tasks"))
+	ents, err := os.ReadDir(c.layout().Tasks())
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/executor/server"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // serveExecutor runs the binary in executor mode: the driver re-executes
@@ -18,6 +19,6 @@ var (
 // The files the executor writes the task's output to, in the task's
 // directory (<state-dir>/tasks/<id>).
 const (
-	stdoutFile = executor.StdoutFile
-	stderrFile = executor.StderrFile
+	stdoutFile = statedir.StdoutFile
+	stderrFile = statedir.StderrFile
 )

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/statedir"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -25,9 +26,11 @@ import (
 // a command reconciles the tasks it touches, and status those it lists
 // whose executor is gone.
 
-func (c *cli) dbPath() string { return filepath.Join(c.stateDir, "tether.db") }
+func (c *cli) dbPath() string { return c.layout().Store() }
 
-func (c *cli) taskDir(id string) string { return filepath.Join(c.stateDir, "tasks", id) }
+func (c *cli) taskDir(id string) string { return c.layout().Task(id).Dir() }
+
+func (c *cli) layout() statedir.Layout { return statedir.Layout{Dir: c.stateDir} }
 
 func (c *cli) storeOptions() store.Options {
 	return store.Options{LockTimeout: c.lockTimeout, Logger: c.log.Named("store")}

@@ -20,6 +20,7 @@ import (
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/internal/testproc"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // waitGone waits, through a pidfd, until process pid has exited (a
@@ -127,13 +128,13 @@ func TestRecover_PlantedSideFilesAreRefusedCheaply(t *testing.T) {
 	if len(b) != maxSideFile+1 {
 		t.Fatalf("the over-cap record is %d bytes, want %d", len(b), maxSideFile+1)
 	}
-	if err := os.WriteFile(filepath.Join(e.dir, "tasks", overCap, executor.ExitStatusFile), b, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(e.dir, "tasks", overCap, statedir.ExitStatusFile), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 
 	// sparse: 300 MB, a record at its head and holes after.
 	sparse, rec := e.startOrphaned("sparse")
-	f, err := os.OpenFile(filepath.Join(e.dir, "tasks", sparse, executor.ExitStatusFile), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	f, err := os.OpenFile(filepath.Join(e.dir, "tasks", sparse, statedir.ExitStatusFile), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func TestRecover_PlantedSideFilesAreRefusedCheaply(t *testing.T) {
 
 	// fifo: a FIFO where the exit record goes.
 	fifo, _ := e.startOrphaned("fifo")
-	if err := unix.Mkfifo(filepath.Join(e.dir, "tasks", fifo, executor.ExitStatusFile), 0o600); err != nil {
+	if err := unix.Mkfifo(filepath.Join(e.dir, "tasks", fifo, statedir.ExitStatusFile), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
@@ -181,7 +182,7 @@ func TestRecover_PlantedSideFilesAreRefusedCheaply(t *testing.T) {
 	if err := os.WriteFile(target, lb, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(target, filepath.Join(symDir, executor.LaunchFile)); err != nil {
+	if err := os.Symlink(target, filepath.Join(symDir, statedir.LaunchFile)); err != nil {
 		t.Fatal(err)
 	}
 

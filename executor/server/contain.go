@@ -16,6 +16,7 @@ import (
 
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/internal/proc"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // Containment: the executor contains its task in a cgroup of its own,
@@ -33,9 +34,8 @@ const (
 	// cgroupKillTries is how often the executor tries to empty the
 	// cgroup before it gives up (leaving the cgroup to the driver's kill).
 	cgroupKillTries = 3
-	// reserveFile holds room for the exit status on a full disk; reserveSize
-	// is how much.
-	reserveFile = ".exit.reserve"
+	// reserveSize is how much room statedir.ReserveFile holds for the exit
+	// status on a full disk.
 	reserveSize = 16 << 10
 )
 
@@ -118,7 +118,7 @@ func (s *server) oomKilled() bool {
 // reserve holds room in the task directory for the exit status, so a task
 // that fills the disk with its output does not cost its exit status.
 func (s *server) reserve() error {
-	f, err := os.OpenFile(filepath.Join(s.taskDir, reserveFile), os.O_WRONLY|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(filepath.Join(s.taskDir, statedir.ReserveFile), os.O_WRONLY|os.O_CREATE, 0o600)
 	if err != nil {
 		return err
 	}
@@ -130,7 +130,7 @@ func (s *server) reserve() error {
 }
 
 func (s *server) release() {
-	if err := os.Remove(filepath.Join(s.taskDir, reserveFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := os.Remove(filepath.Join(s.taskDir, statedir.ReserveFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		s.log.Warn("removing the reserve file", "err", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // journal is the executor's open restart journal.
@@ -23,7 +24,7 @@ type journal struct {
 // replacing any earlier executor's; the file and its name are made durable
 // before it returns.
 func createJournal(dir string, id fsm.Identity) (*journal, error) {
-	path := filepath.Join(dir, wire.JournalFile)
+	path := filepath.Join(dir, statedir.JournalFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("executor: restart journal: %w", err)

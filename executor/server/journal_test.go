@@ -14,6 +14,7 @@ import (
 	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/crashfs"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 func journalEntries(n int) []fsm.Event {
@@ -77,7 +78,7 @@ func TestJournal_TornTailDamageAndLinks(t *testing.T) {
 		}
 	}
 	j.close()
-	path := filepath.Join(dir, wire.JournalFile)
+	path := filepath.Join(dir, statedir.JournalFile)
 	whole, _ := os.ReadFile(path)
 	for cut := 1; cut < 8; cut++ {
 		if err := os.WriteFile(path, whole[:len(whole)-cut], 0o600); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/tether-fsm/tether/executor/internal/spec"
 	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/logs"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // outputGrace bounds how long the executor waits, once its task's whole
@@ -51,7 +52,7 @@ func (s *server) openOutputs(cfg logs.Config, tu spec.User, devnull *os.File) ([
 		return nil, [2]*os.File{}, fmt.Errorf("%w: task output: %w", wire.ErrLaunch, err)
 	}
 	opts := logs.Options{Chown: tu.Set(), UID: tu.UID, GID: tu.GID, Logger: s.log.Named("logs")}
-	for i, name := range []string{wire.StdoutFile, wire.StderrFile} {
+	for i, name := range []string{statedir.StdoutFile, statedir.StderrFile} {
 		w, err := logs.Open(s.taskDir, name, cfg, opts)
 		if err != nil {
 			return fail(err)

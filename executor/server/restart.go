@@ -9,6 +9,7 @@ import (
 
 	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // Restarts.
@@ -163,7 +164,7 @@ func (s *server) relaunch() {
 	s.task = &taskState{pid: l.pid, start: l.start, nsInit: l.nsInit, join: l.join}
 	s.outs = l.outs
 	rec := wire.LaunchRecord{Nonce: s.nonce, BootID: s.id.BootID, PID: l.pid, StartTime: l.start}
-	if err := wire.WriteFile(s.taskDir, wire.LaunchFile, rec, false); err != nil {
+	if err := wire.WriteFile(s.taskDir, statedir.LaunchFile, rec, false); err != nil {
 		s.log.Warn("writing the launch record failed", "err", err)
 	}
 	ev := fsm.Event{Type: fsm.EventLaunched, Time: now, TaskPID: l.pid, TaskStartTime: l.start}

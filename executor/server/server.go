@@ -24,6 +24,7 @@ import (
 	"github.com/tether-fsm/tether/executor/shim"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // allowPeer is the SO_PEERCRED policy: a peer is accepted when it runs as
@@ -221,8 +222,8 @@ func newServer(log hclog.Logger, dir, nonce string, prefix []string) (*server, e
 		}
 	}
 	// Leftovers of an earlier executor of this directory.
-	_ = os.Remove(filepath.Join(dir, wire.ExitStatusFile))
-	_ = os.Remove(filepath.Join(dir, wire.SocketFile))
+	_ = os.Remove(filepath.Join(dir, statedir.ExitStatusFile))
+	_ = os.Remove(filepath.Join(dir, statedir.SocketFile))
 
 	start, err := proc.StartTime(s.self)
 	if err != nil {
@@ -253,7 +254,7 @@ func newServer(log hclog.Logger, dir, nonce string, prefix []string) (*server, e
 		return nil, fmt.Errorf("executor: listen: %w", err)
 	}
 	s.ln = ln
-	if err := wire.WriteFileAtomic(dir, wire.IdentityFile, s.id); err != nil {
+	if err := wire.WriteFileAtomic(dir, statedir.IdentityFile, s.id); err != nil {
 		ln.Close()
 		unix.Close(dfd)
 		return nil, err
@@ -513,7 +514,7 @@ func (s *server) handle(sc *sconn, req wire.Request) {
 		s.task = &taskState{pid: l.pid, start: l.start, nsInit: l.nsInit, join: l.join}
 		s.outs = l.outs
 		rec := wire.LaunchRecord{Nonce: s.nonce, BootID: s.id.BootID, PID: l.pid, StartTime: l.start}
-		if err := wire.WriteFile(s.taskDir, wire.LaunchFile, rec, false); err != nil {
+		if err := wire.WriteFile(s.taskDir, statedir.LaunchFile, rec, false); err != nil {
 			s.log.Warn("writing the launch record failed", "err", err)
 		}
 		if err := s.startRestarts(*req.Spec); err != nil {
@@ -853,7 +854,7 @@ func (s *server) completeTask() {
 func (s *server) writeExit() {
 	rec := wire.ExitRecord{Exit: s.task.exit, Nonce: s.nonce, BootID: s.id.BootID, PID: s.task.pid, StartTime: s.task.start}
 	code := 0
-	if err := wire.WriteFileAtomic(s.taskDir, wire.ExitStatusFile, rec); err != nil {
+	if err := wire.WriteFileAtomic(s.taskDir, statedir.ExitStatusFile, rec); err != nil {
 		s.log.Error("could not record the exit status", "err", err)
 		code = 1
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/executor/shim"
 	"github.com/tether-fsm/tether/internal/proc"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // launched is what startTask started.
@@ -61,7 +62,7 @@ func (s *server) startTask(ls wire.LaunchSpec) (launched, error) {
 		return l, err
 	}
 	env := spec.TaskEnv(ls, s.taskDir, tu.Home)
-	local := filepath.Join(s.taskDir, wire.TaskLocalDir)
+	local := filepath.Join(s.taskDir, statedir.LocalDir)
 	cfg := shim.Config{UID: tu.UID, GID: tu.GID, Groups: tu.Groups}
 	if ls.OOMScoreAdj != nil {
 		cfg.OOMScoreAdj = *ls.OOMScoreAdj
@@ -80,9 +81,9 @@ func (s *server) startTask(ls wire.LaunchSpec) (launched, error) {
 		cfg.Path, cfg.Dir = ls.Command, ls.Dir
 		switch {
 		case cfg.Dir == "":
-			cfg.Dir = "/" + wire.TaskLocalDir
+			cfg.Dir = "/" + statedir.LocalDir
 		case !filepath.IsAbs(cfg.Dir):
-			cfg.Dir = filepath.Join("/"+wire.TaskLocalDir, cfg.Dir)
+			cfg.Dir = filepath.Join("/"+statedir.LocalDir, cfg.Dir)
 		}
 		sys.Cloneflags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS
 		if ls.PIDMode != wire.ModeHost {

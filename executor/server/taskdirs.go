@@ -11,6 +11,7 @@ import (
 
 	"github.com/tether-fsm/tether/executor/internal/spec"
 	"github.com/tether-fsm/tether/executor/internal/wire"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // prepareTaskDirs makes the task's writable directories (and, for exec,
@@ -46,7 +47,7 @@ func prepareTaskDirs(taskDir string, tu spec.User, exec bool) error {
 		}
 	}
 	if exec {
-		return mk(wire.RootDir, 0o700, false)
+		return mk(statedir.RootDir, 0o700, false)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/executor/internal/wire"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // joinResult reads the join shim's report: the command's pid (and the
@@ -59,7 +60,7 @@ func JoinResult(fd int) (JoinReport, *os.File, error) {
 		if term != nil {
 			term.Close()
 		}
-		return rep, nil, fmt.Errorf("%w: %w (see %s)", wire.ErrExec, ErrDied, wire.LogFile)
+		return rep, nil, fmt.Errorf("%w: %w (see %s)", wire.ErrExec, ErrDied, statedir.LogFile)
 	}
 	if err := json.Unmarshal(buf[:n], &rep); err != nil {
 		if term != nil {

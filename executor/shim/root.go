@@ -15,6 +15,7 @@ import (
 
 	"github.com/tether-fsm/tether/executor/internal/spec"
 	"github.com/tether-fsm/tether/executor/internal/wire"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // maskedFiles are host files an exec task's root hides although a
@@ -57,7 +58,7 @@ func PlanRoot(taskDir string, chroot []string) (*RootPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &RootPlan{Dir: filepath.Join(taskDir, wire.RootDir)}
+	p := &RootPlan{Dir: filepath.Join(taskDir, statedir.RootDir)}
 	type visible struct{ src, dst string } // a host directory and where the task sees it
 	var seen []visible
 	for _, e := range es {

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/tether-fsm/tether/executor/internal/wire"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // DefaultChroot is what an exec task's root is built from when
@@ -21,7 +22,7 @@ var DefaultChroot = []string{"/bin", "/etc", "/lib", "/lib32", "/lib64", "/run/r
 
 // reservedInRoot are the places of an exec task's root that the executor
 // fills itself; a chroot entry may not use them.
-var ReservedInRoot = []string{"/", "/dev", "/proc", "/" + wire.TaskLocalDir, "/" + wire.TaskSecretsDir, "/" + wire.TaskTmpDir, "/" + wire.TaskAllocDir}
+var ReservedInRoot = []string{"/", "/dev", "/proc", "/" + statedir.LocalDir, "/" + statedir.SecretsDir, "/" + statedir.TmpDir, "/" + statedir.AllocDir}
 
 // chrootEntry is one parsed Chroot entry.
 type ChrootEntry struct{ Src, Dst string }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/logs"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -165,10 +166,10 @@ type taskPaths struct{ local, secrets, tmp, alloc string }
 
 func pathsFor(mode, taskDir string) taskPaths {
 	if mode == wire.ModeExec {
-		return taskPaths{"/" + wire.TaskLocalDir, "/" + wire.TaskSecretsDir, "/" + wire.TaskTmpDir, "/" + wire.TaskAllocDir}
+		return taskPaths{"/" + statedir.LocalDir, "/" + statedir.SecretsDir, "/" + statedir.TmpDir, "/" + statedir.AllocDir}
 	}
 	j := func(n string) string { return filepath.Join(taskDir, n) }
-	return taskPaths{j(wire.TaskLocalDir), j(wire.TaskSecretsDir), j(wire.TaskTmpDir), j(wire.TaskAllocDir)}
+	return taskPaths{j(statedir.LocalDir), j(statedir.SecretsDir), j(statedir.TmpDir), j(statedir.AllocDir)}
 }
 
 // TaskEnv is the environment a task of spec gets from an executor of

@@ -16,17 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/fsm"
-)
-
-// Files the executor keeps in its task directory.
-const (
-	IdentityFile   = "executor.json" // the executor's Identity, written before it answers
-	ExitStatusFile = "exit.json"     // the task's exit status, written before the executor exits
-	LogFile        = "executor.log"  // the executor's own log (its stderr)
-	StdoutFile     = "stdout.log"    // the task's stdout
-	StderrFile     = "stderr.log"    // the task's stderr
-	SocketFile     = "executor.sock" // the control socket (0600, in the 0700 task directory)
-	LaunchFile     = "launch.json"   // the task's pid and start time, written before Launch answers
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // maxSideFile bounds what is read of a side file: they are small JSON
@@ -34,7 +24,7 @@ const (
 // working directory, and as the executor's user) could plant a huge one.
 const maxSideFile = 64 << 10
 
-// ExitRecord is the on-disk form of ExitStatusFile: the task's exit status
+// ExitRecord is the on-disk form of statedir.ExitStatusFile: the task's exit status
 // and whose it is (the spawn nonce, the boot it happened in, and the task
 // process it is the status of), so that a driver checks it against the log
 // before believing it.
@@ -46,7 +36,7 @@ type ExitRecord struct {
 	StartTime uint64         `json:"start_time"`
 }
 
-// LaunchRecord is the on-disk form of LaunchFile: the task process the
+// LaunchRecord is the on-disk form of statedir.LaunchFile: the task process the
 // executor launched, and whose launch it was.
 type LaunchRecord struct {
 	Nonce     string `json:"nonce"`
@@ -84,7 +74,7 @@ func (o owner) match(name string, want fsm.Identity, run fsm.Proc) error {
 // Match checks the record against the log's executor identity and, when
 // run is not zero, the log's task process (see ErrSideFileMismatch).
 func (r ExitRecord) Match(want fsm.Identity, run fsm.Proc) error {
-	return owner{r.Nonce, r.BootID, r.Proc()}.match(ExitStatusFile, want, run)
+	return owner{r.Nonce, r.BootID, r.Proc()}.match(statedir.ExitStatusFile, want, run)
 }
 
 // Proc is the task process the record is the exit status of.
@@ -92,14 +82,14 @@ func (r ExitRecord) Proc() fsm.Proc { return fsm.Proc{PID: r.PID, StartTime: r.S
 
 // Match checks the record against the log's executor identity.
 func (r LaunchRecord) Match(want fsm.Identity) error {
-	return owner{r.Nonce, r.BootID, r.Proc()}.match(LaunchFile, want, fsm.Proc{})
+	return owner{r.Nonce, r.BootID, r.Proc()}.match(statedir.LaunchFile, want, fsm.Proc{})
 }
 
 // Proc is the task process the executor launched.
 func (r LaunchRecord) Proc() fsm.Proc { return fsm.Proc{PID: r.PID, StartTime: r.StartTime} }
 
 // SocketPath is the control socket of the executor of taskDir.
-func SocketPath(taskDir string) string { return filepath.Join(taskDir, SocketFile) }
+func SocketPath(taskDir string) string { return filepath.Join(taskDir, statedir.SocketFile) }
 
 // readSideFile reads dir/name into v: never through a symlink (O_NOFOLLOW),
 // only a regular file, at most maxSideFile bytes. ok is false when the file
@@ -140,7 +130,7 @@ func readSideFile(dir, name string, v any) (ok bool, err error) {
 // file yields an error matching fs.ErrNotExist.
 func ReadIdentity(taskDir string) (fsm.Identity, error) {
 	var id fsm.Identity
-	ok, err := readSideFile(taskDir, IdentityFile, &id)
+	ok, err := readSideFile(taskDir, statedir.IdentityFile, &id)
 	if err == nil && !ok {
 		err = fmt.Errorf("executor: read identity in %s: %w", taskDir, fs.ErrNotExist)
 	}
@@ -152,7 +142,7 @@ func ReadIdentity(taskDir string) (fsm.Identity, error) {
 // died without recording it). Check it with Match before believing it.
 func ReadExitRecord(taskDir string) (ExitRecord, bool, error) {
 	var r ExitRecord
-	ok, err := readSideFile(taskDir, ExitStatusFile, &r)
+	ok, err := readSideFile(taskDir, statedir.ExitStatusFile, &r)
 	return r, ok, err
 }
 
@@ -162,7 +152,7 @@ func ReadExitRecord(taskDir string) (ExitRecord, bool, error) {
 // task when the executor itself is gone.
 func ReadLaunchRecord(taskDir string) (LaunchRecord, bool, error) {
 	var r LaunchRecord
-	ok, err := readSideFile(taskDir, LaunchFile, &r)
+	ok, err := readSideFile(taskDir, statedir.LaunchFile, &r)
 	return r, ok && r.PID > 0, err
 }
 
@@ -181,7 +171,7 @@ func WriteFile(dir, name string, v any, durable bool) error {
 	if err != nil {
 		return fmt.Errorf("executor: encode %s: %w", name, err)
 	}
-	tmp := filepath.Join(dir, "."+name+".tmp")
+	tmp := filepath.Join(dir, statedir.TempName(name))
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return fmt.Errorf("executor: write %s: %w", name, err)

@@ -16,13 +16,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // The restart journal.
 //
 // The executor is the process that is there when a task exits, so it
 // performs the task's restarts (fsm.RestartPolicy), whether a driver is
-// attached or not. It writes each restart ahead, in JournalFile in the task
+// attached or not. It writes each restart ahead, in statedir.JournalFile in the task
 // directory: the restart intent (a restart-intent event: the attempt, the
 // exit status of the run that ended, the delay), fsynced before it waits
 // and relaunches, then the outcome (launched, with the new task process, or
@@ -40,9 +41,6 @@ import (
 // at the end (a crash while appending) is a torn tail: the entry was not
 // durable, so its restart never went ahead; it is ignored. A frame that
 // fails its checksum before the end is damage, reported.
-
-// JournalFile is the restart journal in a task directory.
-const JournalFile = "restart.journal"
 
 // maxJournal bounds what is read of a journal (a task restarted that many
 // times has long exhausted any sane policy).
@@ -86,9 +84,9 @@ type Journal struct {
 func (j Journal) Match(want fsm.Identity) error {
 	switch {
 	case j.Nonce != want.Nonce:
-		return fmt.Errorf("%w: %s names nonce %q, the log's executor has %q", ErrSideFileMismatch, JournalFile, j.Nonce, want.Nonce)
+		return fmt.Errorf("%w: %s names nonce %q, the log's executor has %q", ErrSideFileMismatch, statedir.JournalFile, j.Nonce, want.Nonce)
 	case want.BootID != "" && j.BootID != want.BootID:
-		return fmt.Errorf("%w: %s is from boot %q, the log's executor ran in %q", ErrSideFileMismatch, JournalFile, j.BootID, want.BootID)
+		return fmt.Errorf("%w: %s is from boot %q, the log's executor ran in %q", ErrSideFileMismatch, statedir.JournalFile, j.BootID, want.BootID)
 	}
 	return nil
 }
@@ -96,7 +94,7 @@ func (j Journal) Match(want fsm.Identity) error {
 // ReadJournal reads the restart journal in taskDir (never through a
 // symbolic link, at most maxJournal bytes). ok is false when there is none.
 func ReadJournal(taskDir string) (j Journal, ok bool, err error) {
-	path := filepath.Join(taskDir, JournalFile)
+	path := filepath.Join(taskDir, statedir.JournalFile)
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	switch {
 	case errors.Is(err, unix.ENOENT):

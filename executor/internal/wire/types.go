@@ -10,6 +10,7 @@ import (
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/logs"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // Launch modes.
@@ -43,7 +44,7 @@ type LaunchSpec struct {
 	// file): see TaskEnv.
 	Env map[string]string `json:"env,omitempty"`
 	// Dir is the working directory. "" is the task's own directory
-	// (TaskLocalDir). For raw_exec a relative Dir is relative to it; for
+	// (statedir.LocalDir). For raw_exec a relative Dir is relative to it; for
 	// exec Dir is a path inside the task's root, a relative one relative
 	// to /local.
 	Dir string `json:"dir,omitempty"`
@@ -79,7 +80,7 @@ type LaunchSpec struct {
 
 	// Restart is the task's restart policy: the executor, which is there
 	// when the task exits, restarts it (journalled ahead: see
-	// JournalFile). nil never restarts.
+	// statedir.JournalFile). nil never restarts.
 	Restart *fsm.RestartPolicy `json:"restart,omitempty"`
 }
 
@@ -109,18 +110,6 @@ type Status struct {
 // Over reports whether the task is over for good: its last run exited and
 // no restart of it may follow.
 func (s Status) Over() bool { return s.Exited && !s.Restarting }
-
-// The task's own directories, below its task directory. An exec task sees
-// them at /local, /secrets, /tmp and /alloc in its root.
-const (
-	TaskLocalDir   = "local"   // its working directory by default, and HOME for exec
-	TaskSecretsDir = "secrets" // 0700
-	TaskTmpDir     = "tmp"
-	TaskAllocDir   = "alloc" // NOMAD_ALLOC_DIR
-	// rootDir is the empty mount point an exec task's root is built on
-	// (in the task's mount namespace only).
-	RootDir = "root"
-)
 
 // ExecSpec is a command to run inside the running task.
 type ExecSpec struct {
@@ -182,5 +171,5 @@ var TaskDirs = []struct {
 	Name string
 	Mode os.FileMode
 }{
-	{TaskLocalDir, 0o755}, {TaskSecretsDir, 0o700}, {TaskTmpDir, 0o777 | os.ModeSticky}, {TaskAllocDir, 0o755},
+	{statedir.LocalDir, 0o755}, {statedir.SecretsDir, 0o700}, {statedir.TmpDir, 0o777 | os.ModeSticky}, {statedir.AllocDir, 0o755},
 }
