@@ -119,7 +119,7 @@ func launchedLog(ctx context.Context, d *Driver, spec fsm.Spec) error {
 	}
 	defer c.Close()
 	spec.Name = id
-	st, err := c.Launch(ctx, executor.LaunchSpec{Mode: spec.Driver, Command: spec.Command, Args: spec.Args})
+	st, err := c.Launch(ctx, executor.Launch{Spec: fsm.Spec{Driver: spec.Driver, Command: spec.Command, Args: spec.Args}})
 	if err != nil {
 		return err
 	}

@@ -155,7 +155,7 @@ func Open(cfg Config) (*Driver, error) {
 			}
 		}
 		d.world = &executor.Real{StateDir: cfg.StateDir, Command: cfg.ExecutorCommand, Logger: cfg.Logger,
-			AllowedCaps: cfg.AllowedCaps, Chroot: slices.Clone(cfg.ChrootEnv)}
+			Policy: executor.Policy{AllowedCaps: cfg.AllowedCaps, Chroot: slices.Clone(cfg.ChrootEnv)}}
 	}
 	d.store = cfg.Store
 	if d.store == nil {

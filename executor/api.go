@@ -3,7 +3,6 @@
 package executor
 
 import (
-	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/executor/internal/spec"
 	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/fsm"
@@ -18,7 +17,7 @@ import (
 // doc).
 const ProtocolVersion = wire.ProtocolVersion
 
-// Launch modes and namespace modes (LaunchSpec.Mode, PIDMode, IPCMode).
+// Launch modes and namespace modes (fsm.Spec.Driver, PIDMode, IPCMode).
 const (
 	ModeExec    = wire.ModeExec
 	ModeRawExec = wire.ModeRawExec
@@ -35,8 +34,14 @@ const (
 // CrashPoints lists the executor's crash points.
 func CrashPoints() []string { return wire.CrashPoints() }
 
-// LaunchSpec describes the task to launch.
-type LaunchSpec = wire.LaunchSpec
+// Launch is what an executor is asked to launch: the task's fsm.Spec as the
+// log records it, and the driver's Policy (their fields are promoted).
+type Launch = wire.Launch
+
+// Policy is the driver's host policy for exec tasks, sent with each
+// launch: the capability allow list (nil: DefaultAllowedCaps) and what an
+// exec task's root is built from (nil: DefaultChroot).
+type Policy = wire.Policy
 
 // Status is what the executor knows of its task.
 type Status = wire.Status
@@ -79,18 +84,3 @@ var DefaultChroot = spec.DefaultChroot
 
 // ValidateChroot checks chroot entries ("SRC" or "SRC:DST").
 func ValidateChroot(entries []string) error { return spec.ValidateChroot(entries) }
-
-// CheckSpec checks, before anything is spawned, what a launch of ls needs
-// from this host (see the package doc).
-func CheckSpec(ls LaunchSpec) error {
-	h, err := cgroup.Probe()
-	return CheckSpecOn(ls, h, err)
-}
-
-// CheckSpecOn is CheckSpec on a layout the caller probed already.
-func CheckSpecOn(ls LaunchSpec, h cgroup.Host, probeErr error) error {
-	if probeErr != nil {
-		return spec.Check(ls, cgroup.Host{}, probeErr)
-	}
-	return spec.Check(ls, h, h.Usable())
-}

@@ -63,6 +63,7 @@ type Client struct {
 	conn    *net.UnixConn
 	rd      *wire.RightsReader // reads conn, with the descriptors answers carry
 	exe     *proc.PidFD        // the executor, verified
+	version int                // the protocol version it speaks
 	reaped  chan struct{}      // closed once Spawn's reaper collected the executor; nil after Reattach
 
 	wmu sync.Mutex // serialises frame writes
@@ -265,8 +266,22 @@ func Reattach(ctx context.Context, taskDir string, want fsm.Identity) (*Client, 
 }
 
 // connect dials the executor's socket, checks that its peer is the
-// executor (see checkPeer) and says hello.
+// executor (see checkPeer) and says hello in the protocol's version; an
+// executor of the previous version (one a previous tether started, whose
+// task runs on) refuses that hello naming its own, and is dialled again
+// and spoken to in it.
 func connect(ctx context.Context, id fsm.Identity, dir string, log hclog.Logger) (*Client, error) {
+	c, err := dial(ctx, id, dir, log, wire.ProtocolVersion)
+	var re *wire.RemoteError
+	if errors.As(err, &re) && errors.Is(err, wire.ErrProtocolVersion) && re.Version == wire.OldProtocolVersion {
+		log.Debug("the executor speaks the previous protocol", "version", re.Version)
+		return dial(ctx, id, dir, log, wire.OldProtocolVersion)
+	}
+	return c, err
+}
+
+// dial is connect in one protocol version.
+func dial(ctx context.Context, id fsm.Identity, dir string, log hclog.Logger, version int) (*Client, error) {
 	conn, err := wire.DialSocket(wire.SocketPath(dir))
 	if err != nil {
 		return nil, err
@@ -285,12 +300,16 @@ func connect(ctx context.Context, id fsm.Identity, dir string, log hclog.Logger)
 		readEnd: make(chan struct{}),
 	}
 	go c.readLoop()
-	resp, err := c.call(ctx, wire.Request{Op: wire.OpHello, Version: wire.ProtocolVersion, Nonce: id.Nonce})
+	resp, err := c.call(ctx, wire.Request{Op: wire.OpHello, Version: version, Nonce: id.Nonce})
 	if err != nil {
 		c.Close()
+		var re *wire.RemoteError
+		if errors.As(err, &re) && errors.Is(err, wire.ErrProtocolVersion) {
+			re.Version = resp.Version // the executor's, for connect
+		}
 		return nil, err
 	}
-	if resp.Version != wire.ProtocolVersion {
+	if resp.Version != version {
 		c.Close()
 		return nil, fmt.Errorf("%w: executor speaks %d", wire.ErrProtocolVersion, resp.Version)
 	}
@@ -298,6 +317,7 @@ func connect(ctx context.Context, id fsm.Identity, dir string, log hclog.Logger)
 		c.Close()
 		return nil, fmt.Errorf("%w: executor answered as %+v", wire.ErrNotOurs, resp.Identity)
 	}
+	c.version = version
 	return c, nil
 }
 
@@ -459,13 +479,17 @@ func (c *Client) Identity() fsm.Identity { return c.id }
 // The answer is the task's status right after the launch: the executor
 // supervises the task from its first instruction, so a status that is not
 // Exited means the task is running and supervised.
-func (c *Client) Launch(ctx context.Context, ls wire.LaunchSpec) (wire.Status, error) {
-	if ls.Mode == wire.ModeExec {
-		if err := spec.ValidateCaps(ls.CapAdd, ls.CapDrop, ls.AllowedCaps); err != nil {
+func (c *Client) Launch(ctx context.Context, l wire.Launch) (wire.Status, error) {
+	if c.version != wire.ProtocolVersion {
+		return wire.Status{}, fmt.Errorf("%w: a launch needs protocol %d, and this executor (started by a previous tether) speaks %d",
+			wire.ErrProtocolVersion, wire.ProtocolVersion, c.version)
+	}
+	if l.Driver == wire.ModeExec {
+		if err := spec.ValidateCaps(l.CapAdd, l.CapDrop, l.AllowedCaps); err != nil {
 			return wire.Status{}, err
 		}
 	}
-	r, err := c.call(ctx, wire.Request{Op: wire.OpLaunch, Spec: &ls})
+	r, err := c.call(ctx, wire.Request{Op: wire.OpLaunch, Launch: &l})
 	if err != nil {
 		return wire.Status{}, err
 	}

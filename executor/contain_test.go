@@ -74,7 +74,7 @@ func TestContain_CgroupLifecycle(t *testing.T) {
 		t.Errorf("stats before launch: %v, want ErrNotLaunched", err)
 	}
 	spec := m.taskSpec(t, "serve", "-ready", readyPath, "-on-term", "0")
-	spec.Limits = cgroup.Limits{Memory: 64, Pids: 50}
+	spec.Resources = fsm.Resources{MemoryMB: 64, PIDs: 50}
 	st, err := c.Launch(ctx, spec)
 	if err != nil {
 		t.Fatal(err)
@@ -189,7 +189,7 @@ func TestContain_OOMKilledRecorded(t *testing.T) {
 	ctx := testCtx(t)
 	c := spawn(t, m, "")
 	spec := m.taskSpec(t, "alloc", "400")
-	spec.Limits = cgroup.Limits{Memory: 64}
+	spec.Resources = fsm.Resources{MemoryMB: 64}
 	if _, err := c.Launch(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestContain_PidsLimit(t *testing.T) {
 	c := spawn(t, m, dir)
 	spec := m.taskSpec(t, "forker", "100", fpath)
 	spec.Env["GOMAXPROCS"], spec.Env["GOGC"] = "1", "off"
-	spec.Limits = cgroup.Limits{Pids: 20}
+	spec.Resources = fsm.Resources{PIDs: 20}
 	if _, err := c.Launch(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
@@ -323,9 +323,7 @@ func TestContain_PidsOfOneStartsThroughTheShim(t *testing.T) {
 	cg := taskCgroup(t, h, c.Identity())
 	pidsMax := cg.Dirs()[pidsH.Key] + "/pids.max"
 	// Builtins only: under pids = 1 the shell cannot fork.
-	spec := wire.LaunchSpec{Mode: wire.ModeRawExec, Command: "/bin/sh",
-		Args:   []string{"-c", `while read -r l; do echo "$l"; done </proc/self/cgroup; read -r max <"$0"; echo "max $max"`, pidsMax},
-		Limits: cgroup.Limits{Pids: 1}}
+	spec := wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: "/bin/sh", Args: []string{"-c", `while read -r l; do echo "$l"; done </proc/self/cgroup; read -r max <"$0"; echo "max $max"`, pidsMax}, Resources: fsm.Resources{PIDs: 1}}}
 	if _, err := c.Launch(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
@@ -390,13 +388,13 @@ func TestCheckSpec_HostDecisions(t *testing.T) {
 		t.Fatal(err)
 	}
 	none := fmt.Errorf("%w: not root and no delegation", cgroup.ErrUnavailable)
-	raw := wire.LaunchSpec{Mode: wire.ModeRawExec, Command: "/bin/true"}
-	exec := wire.LaunchSpec{Mode: wire.ModeExec, Command: "/bin/true"}
+	raw := wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: "/bin/true"}}
+	exec := wire.Launch{Spec: fsm.Spec{Driver: wire.ModeExec, Command: "/bin/true"}}
 	withMem := raw
-	withMem.Limits = cgroup.Limits{Memory: 64}
+	withMem.Resources = fsm.Resources{MemoryMB: 64}
 	for _, tc := range []struct {
 		name     string
-		spec     wire.LaunchSpec
+		spec     wire.Launch
 		h        cgroup.Host
 		noCgroup error
 		want     error
@@ -406,17 +404,22 @@ func TestCheckSpec_HostDecisions(t *testing.T) {
 		{"exec without cgroups is refused", exec, cgroup.Host{}, none, wire.ErrNoCgroup, "not root and no delegation"},
 		{"a limit without cgroups is refused", withMem, cgroup.Host{}, none, wire.ErrNoCgroup, "resources"},
 		{"a limit without its controller names it", withMem, h.Without("memory"), nil, wire.ErrLimit, "memory controller"},
-		{"an unknown user", wire.LaunchSpec{Mode: wire.ModeRawExec, Command: "/bin/true", User: "tether-no-such-user"}, h, nil, wire.ErrUnknownUser, "tether-no-such-user"},
-		{"net_raw outside the allow list", wire.LaunchSpec{Mode: wire.ModeExec, Command: "/bin/true", CapAdd: []string{"net_raw"}}, h, nil, wire.ErrCapNotAllowed, "net_raw"},
-		{"pid_mode on raw_exec", wire.LaunchSpec{Mode: wire.ModeRawExec, Command: "/bin/true", PIDMode: "host"}, h, nil, wire.ErrBadSpec, "pid_mode"},
-		{"a chroot entry in a reserved place", wire.LaunchSpec{Mode: wire.ModeExec, Command: "/bin/true", Chroot: []string{"/usr:/proc"}}, h, nil, wire.ErrBadSpec, "/proc"},
-		{"a chroot entry that does not exist", wire.LaunchSpec{Mode: wire.ModeExec, Command: "/bin/true", Chroot: []string{"/nonexistent-tether"}}, h, nil, wire.ErrBadSpec, "nonexistent-tether"},
+		{"an unknown user", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: "/bin/true", User: "tether-no-such-user"}}, h, nil, wire.ErrUnknownUser, "tether-no-such-user"},
+		{"net_raw outside the allow list", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeExec, Command: "/bin/true", CapAdd: []string{"net_raw"}}}, h, nil, wire.ErrCapNotAllowed, "net_raw"},
+		{"pid_mode on raw_exec", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: "/bin/true", PIDMode: "host"}}, h, nil, fsm.ErrInvalidSpec, "pid_mode"},
+		{"a chroot entry in a reserved place", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeExec, Command: "/bin/true"}, Policy: wire.Policy{Chroot: []string{"/usr:/proc"}}}, h, nil, wire.ErrBadSpec, "/proc"},
+		{"a chroot entry that does not exist", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeExec, Command: "/bin/true"}, Policy: wire.Policy{Chroot: []string{"/nonexistent-tether"}}}, h, nil, wire.ErrBadSpec, "nonexistent-tether"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.want == nil && os.Geteuid() != 0 && tc.spec.Mode == wire.ModeExec {
+			if tc.want == nil && os.Geteuid() != 0 && tc.spec.Driver == wire.ModeExec {
 				t.Skip("exec needs root")
 			}
-			err := hostspec.Check(tc.spec, tc.h, tc.noCgroup)
+			// What the executor checks at launch: the spec's values,
+			// then the host.
+			err := tc.spec.Spec.Validate()
+			if err == nil {
+				err = hostspec.Check(tc.spec, tc.h, tc.noCgroup)
+			}
 			if tc.want == nil {
 				if err != nil {
 					t.Fatalf("checkSpec = %v, want nil", err)
@@ -514,10 +517,10 @@ func runUnpriv(dir string) int {
 	}
 	defer c.Close()
 	r.Cgroup = c.Identity().Cgroup
-	if _, err := c.Launch(ctx, wire.LaunchSpec{Mode: wire.ModeExec, Command: "/bin/true"}); err != nil {
+	if _, err := c.Launch(ctx, wire.Launch{Spec: fsm.Spec{Driver: wire.ModeExec, Command: "/bin/true"}}); err != nil {
 		r.ExecErr = err.Error()
 	}
-	st, err := c.Launch(ctx, wire.LaunchSpec{Mode: wire.ModeRawExec, Command: self, Args: []string{"task", os.Args[2], "exit", "0"}})
+	st, err := c.Launch(ctx, wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: self, Args: []string{"task", os.Args[2], "exit", "0"}}})
 	if err != nil {
 		r.Err = err.Error()
 		return 0

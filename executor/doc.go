@@ -36,8 +36,8 @@
 //	})
 //	// on error nothing was left running; err is typed (ErrSpawn, ErrReadyTimeout, ...)
 //	id := c.Identity() // persist it: its Cgroup is where the task will be
-//	st, err := c.Launch(ctx, executor.LaunchSpec{Mode: executor.ModeExec, Command: "/bin/app",
-//		Limits: cgroup.Limits{Memory: 256, Pids: 100}})
+//	st, err := c.Launch(ctx, executor.Launch{Spec: fsm.Spec{Driver: "exec", Command: "/bin/app",
+//		Resources: fsm.Resources{MemoryMB: 256, PIDs: 100}}}) // the spec as the log records it
 //	// launch errors: ErrCommandNotFound, ErrNotExecutable, ErrUnknownUser,
 //	// ErrCapNotAllowed (*CapError), ErrWorkDir, ErrBadSpec, ErrNoCgroup,
 //	// ErrLimit, ErrIsolation, ErrLaunch (naming the shim's step)
@@ -47,15 +47,18 @@
 //	x, err := c.Wait(ctx)                           // or Stop(ctx, syscall.SIGTERM, grace); x.OOM
 //
 // After a crash, a new driver process calls Reattach(ctx, dir, id) (identity
-// checked against the file and the live process), or, if the executor is
-// gone, ReadExitStatus(dir); FindByNonce finds an executor whose spawn
-// outcome was never recorded; Kill and KillGroup reap an executor and a task
-// group by identity when nothing else answers.
+// checked against the file and the live process). A driver does all of
+// this through World, the one contract with the process world, whose real
+// implementation is Real: it also reads the exit status an executor left
+// on disk, finds an executor by nonce whose spawn outcome was never
+// recorded, and kills an executor and a task (its cgroup, else its process
+// group) by proven identity when nothing else answers.
 //
 // # Protocol
 //
-// Length-prefixed JSON frames (see ProtocolVersion) on the unix socket; the
-// first request on a connection is a hello with the protocol version and the
-// nonce. A frame may carry descriptors (SCM_RIGHTS), as many as it declares.
+// Length-prefixed JSON frames on the unix socket; the first request on a
+// connection is a hello with the protocol version and the nonce. The
+// client speaks the current version (6) and, to an executor a previous
+// tether started, the previous one (5) for everything but a launch. A frame may carry descriptors (SCM_RIGHTS), as many as it declares.
 // Named errors cross it, so errors.Is works on the driver side.
 package executor

@@ -57,7 +57,7 @@ func execOut(t *testing.T, c *Client, argv ...string) (string, fsm.ExitStatus) {
 
 // launchSleeper launches spec (a task that prints "ok" and blocks) and
 // returns its status once it runs.
-func launchSleeper(t *testing.T, c *Client, spec wire.LaunchSpec) wire.Status {
+func launchSleeper(t *testing.T, c *Client, spec wire.Launch) wire.Status {
 	t.Helper()
 	st, err := c.Launch(testCtx(t), spec)
 	if err != nil {

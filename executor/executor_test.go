@@ -530,14 +530,14 @@ func TestLaunch_ExecCapAddNetRawRefused(t *testing.T) {
 	ctx := testCtx(t)
 	c := spawn(t, m, "")
 	spec := m.taskSpec(t, "exit", "0")
-	spec.Mode = wire.ModeExec
+	spec.Driver = wire.ModeExec
 	spec.CapAdd = []string{"net_raw"}
 	// The client refuses it before asking ...
 	if _, err := c.Launch(ctx, spec); !errors.Is(err, wire.ErrCapNotAllowed) || !strings.Contains(err.Error(), "net_raw") {
 		t.Fatalf("Launch = %v, want ErrCapNotAllowed naming net_raw", err)
 	}
 	// ... and so does the executor, across the protocol.
-	_, err := c.call(ctx, wire.Request{Op: wire.OpLaunch, Spec: &spec})
+	_, err := c.call(ctx, wire.Request{Op: wire.OpLaunch, Launch: &spec})
 	var ce *wire.CapError
 	if !errors.Is(err, wire.ErrCapNotAllowed) || !errors.As(err, &ce) || !strings.Contains(err.Error(), "net_raw") {
 		t.Fatalf("executor-side launch = %v, want a *CapError naming net_raw", err)
@@ -563,22 +563,20 @@ func TestLaunch_ExecCapsApplied(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name    string
-		spec    func() wire.LaunchSpec
+		spec    func() wire.Launch
 		want    map[string]uint64
 		wantUID string
 	}{
-		{"root task, chown dropped", func() wire.LaunchSpec {
+		{"root task, chown dropped", func() wire.Launch {
 			s := m.execSpec(t, "caps")
 			s.CapDrop, s.User = []string{"CAP_CHOWN"}, "root"
 			return s
 		}, map[string]uint64{"CapEff": hostspec.CapMask(withoutChown), "CapPrm": hostspec.CapMask(withoutChown), "CapBnd": hostspec.CapMask(withoutChown), "CapAmb": 0}, "0"},
-		{"nobody task, defaults as ambient", func() wire.LaunchSpec {
-			return wire.LaunchSpec{Mode: wire.ModeExec, Command: "/bin/cat", Args: []string{"/proc/self/status"}, User: "nobody",
-				Env: map[string]string{"TETHER_TEST_MARKER": string(m)}}
+		{"nobody task, defaults as ambient", func() wire.Launch {
+			return wire.Launch{Spec: fsm.Spec{Driver: wire.ModeExec, Command: "/bin/cat", Args: []string{"/proc/self/status"}, User: "nobody", Env: map[string]string{"TETHER_TEST_MARKER": string(m)}}}
 		}, map[string]uint64{"CapEff": hostspec.CapMask(def), "CapPrm": hostspec.CapMask(def), "CapBnd": hostspec.CapMask(def), "CapAmb": hostspec.CapMask(def)}, "65534"},
-		{"raw_exec nobody task", func() wire.LaunchSpec {
-			return wire.LaunchSpec{Mode: wire.ModeRawExec, Command: "cat", Args: []string{"/proc/self/status"}, User: "65534", Dir: "/",
-				Env: map[string]string{"TETHER_TEST_MARKER": string(m), "PATH": "/usr/bin:/bin"}}
+		{"raw_exec nobody task", func() wire.Launch {
+			return wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: "cat", Args: []string{"/proc/self/status"}, User: "65534", Dir: "/", Env: map[string]string{"TETHER_TEST_MARKER": string(m), "PATH": "/usr/bin:/bin"}}}
 		}, map[string]uint64{"CapEff": 0, "CapPrm": 0, "CapAmb": 0}, "65534"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -632,23 +630,23 @@ func TestLaunch_TypedErrors(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		edit func(*wire.LaunchSpec)
+		edit func(*wire.Launch)
 		want error
 	}{
-		{"missing binary", func(s *wire.LaunchSpec) { s.Command = "/nonexistent/tether-task" }, wire.ErrCommandNotFound},
-		{"missing in PATH", func(s *wire.LaunchSpec) { s.Command = "tether-no-such-command" }, wire.ErrCommandNotFound},
-		{"not executable", func(s *wire.LaunchSpec) { s.Command = plain }, wire.ErrNotExecutable},
-		{"no executable format", func(s *wire.LaunchSpec) { s.Command = noexec }, wire.ErrNotExecutable},
-		{"directory", func(s *wire.LaunchSpec) { s.Command = t.TempDir() }, wire.ErrNotExecutable},
-		{"unknown user", func(s *wire.LaunchSpec) { s.User = "tether-no-such-user" }, wire.ErrUnknownUser},
-		{"bad work dir", func(s *wire.LaunchSpec) { s.Dir = "/nonexistent/dir" }, wire.ErrWorkDir},
-		{"work dir is a file", func(s *wire.LaunchSpec) { s.Dir = plain }, wire.ErrWorkDir},
-		{"bad mode", func(s *wire.LaunchSpec) { s.Mode = "docker" }, wire.ErrBadSpec},
-		{"exec mode, not executable", func(s *wire.LaunchSpec) {
-			s.Mode, s.Command, s.Chroot = wire.ModeExec, "/bad/garbage", testChroot(t, filepath.Dir(noexec)+":/bad")
+		{"missing binary", func(s *wire.Launch) { s.Command = "/nonexistent/tether-task" }, wire.ErrCommandNotFound},
+		{"missing in PATH", func(s *wire.Launch) { s.Command = "tether-no-such-command" }, wire.ErrCommandNotFound},
+		{"not executable", func(s *wire.Launch) { s.Command = plain }, wire.ErrNotExecutable},
+		{"no executable format", func(s *wire.Launch) { s.Command = noexec }, wire.ErrNotExecutable},
+		{"directory", func(s *wire.Launch) { s.Command = t.TempDir() }, wire.ErrNotExecutable},
+		{"unknown user", func(s *wire.Launch) { s.User = "tether-no-such-user" }, wire.ErrUnknownUser},
+		{"bad work dir", func(s *wire.Launch) { s.Dir = "/nonexistent/dir" }, wire.ErrWorkDir},
+		{"work dir is a file", func(s *wire.Launch) { s.Dir = plain }, wire.ErrWorkDir},
+		{"bad mode", func(s *wire.Launch) { s.Driver = "docker" }, wire.ErrBadSpec},
+		{"exec mode, not executable", func(s *wire.Launch) {
+			s.Driver, s.Command, s.Chroot = wire.ModeExec, "/bad/garbage", testChroot(t, filepath.Dir(noexec)+":/bad")
 		}, wire.ErrNotExecutable},
-		{"exec mode, missing in the root", func(s *wire.LaunchSpec) {
-			s.Mode, s.Command, s.Chroot = wire.ModeExec, noexec, testChroot(t)
+		{"exec mode, missing in the root", func(s *wire.Launch) {
+			s.Driver, s.Command, s.Chroot = wire.ModeExec, noexec, testChroot(t)
 		}, wire.ErrCommandNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -854,7 +852,7 @@ func TestSpawn_ExecutorRunsOnOnePTasksDoNot(t *testing.T) {
 		t.Errorf("the executor's environment lacks GOMAXPROCS=1: %q", env)
 	}
 	dir := filepath.Dir(id.Socket)
-	if _, err := c.Launch(ctx, wire.LaunchSpec{Mode: wire.ModeRawExec, Command: "/usr/bin/env", Args: nil}); err != nil {
+	if _, err := c.Launch(ctx, wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: "/usr/bin/env", Args: nil}}); err != nil {
 		t.Fatal(err)
 	}
 	if x, err := c.Wait(ctx); err != nil || x.Code != 0 {

@@ -116,21 +116,16 @@ func (m marker) executorCmd(t testing.TB) []string {
 }
 
 // taskSpec runs the test binary as a task.
-func (m marker) taskSpec(t testing.TB, mode string, args ...string) wire.LaunchSpec {
-	return wire.LaunchSpec{
-		Mode:    wire.ModeRawExec,
-		Command: testBinary(t),
-		Args:    append([]string{"task", m.arg(), mode}, args...),
-		Env:     map[string]string{"TETHER_TEST_MARKER": string(m), "TASK_VAR": "task-value", "GORACE": os.Getenv("GORACE")},
-	}
+func (m marker) taskSpec(t testing.TB, mode string, args ...string) wire.Launch {
+	return wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: testBinary(t), Args: append([]string{"task", m.arg(), mode}, args...), Env: map[string]string{"TETHER_TEST_MARKER": string(m), "TASK_VAR": "task-value", "GORACE": os.Getenv("GORACE")}}}
 }
 
 // execSpec runs the test binary as an exec task: the binary's directory is
 // bound into the task's root at /testbin.
-func (m marker) execSpec(t testing.TB, mode string, args ...string) wire.LaunchSpec {
+func (m marker) execSpec(t testing.TB, mode string, args ...string) wire.Launch {
 	s := m.taskSpec(t, mode, args...)
 	bin := testBinary(t)
-	s.Mode = wire.ModeExec
+	s.Driver = wire.ModeExec
 	s.Command = "/testbin/" + filepath.Base(bin)
 	s.Chroot = testChroot(t, filepath.Dir(bin)+":/testbin")
 	return s
@@ -434,10 +429,10 @@ func serveTask(args []string) int {
 
 // driverPlan is what the driver helper does.
 type driverPlan struct {
-	Command []string         `json:"command"`
-	TaskDir string           `json:"task_dir"`
-	Nonce   string           `json:"nonce"`
-	Launch  *wire.LaunchSpec `json:"launch,omitempty"`
+	Command []string     `json:"command"`
+	TaskDir string       `json:"task_dir"`
+	Nonce   string       `json:"nonce"`
+	Launch  *wire.Launch `json:"launch,omitempty"`
 }
 
 // driverReport is what the driver helper prints once it is set up.

@@ -19,6 +19,7 @@ import (
 
 	hostspec "github.com/tether-fsm/tether/executor/internal/spec"
 	"github.com/tether-fsm/tether/executor/internal/wire"
+	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/statedir"
 )
 
@@ -49,7 +50,7 @@ func newStateLayout(t *testing.T) stateLayout {
 }
 
 // inspectExec runs an inspect task of spec and returns what it saw.
-func inspectExec(t *testing.T, c *Client, spec wire.LaunchSpec) inspectReport {
+func inspectExec(t *testing.T, c *Client, spec wire.Launch) inspectReport {
 	t.Helper()
 	ctx := testCtx(t)
 	if _, err := c.Launch(ctx, spec); err != nil {
@@ -256,15 +257,15 @@ func TestExec_StopOfAnInitThatIgnoresSIGTERM(t *testing.T) {
 	ctx := testCtx(t)
 	for _, tc := range []struct {
 		name string
-		spec func(ready string) wire.LaunchSpec
+		spec func(ready string) wire.Launch
 		want int // exit code, or -signal
 	}{
-		{"handles SIGTERM", func(ready string) wire.LaunchSpec {
+		{"handles SIGTERM", func(ready string) wire.Launch {
 			return m.execSpec(t, "serve", "-ready", ready, "-on-term", "3")
 		}, 3},
 		// sleep installs no handler (a Go task would: the runtime
 		// catches SIGTERM, and exits 2 when it cannot die of it).
-		{"no handler", func(ready string) wire.LaunchSpec {
+		{"no handler", func(ready string) wire.Launch {
 			s := m.execSpec(t, "unused")
 			s.Command, s.Args = "/bin/sh", []string{"-c", "echo ready > " + ready + "; exec sleep 1000", string(m)}
 			return s
@@ -301,7 +302,7 @@ func TestExec_JobEnvironment(t *testing.T) {
 	c := spawn(t, m, "")
 	spec := m.execSpec(t, "inspect")
 	spec.Job, spec.Group, spec.Name = "shop", "frontend", "web"
-	spec.Limits.Memory, spec.Limits.CPU = 128, 500
+	spec.Resources.MemoryMB, spec.Resources.CPU = 128, 500
 	spec.Env["HOME"] = "/secrets"
 	r := inspectExec(t, c, spec)
 	for k, want := range map[string]string{
@@ -412,8 +413,7 @@ func TestRawExec_UserWithoutWorkDir(t *testing.T) {
 	ctx := testCtx(t)
 	c := spawn(t, m, "")
 	dir := filepath.Dir(c.Identity().Socket)
-	spec := wire.LaunchSpec{Mode: wire.ModeRawExec, Command: "/bin/sh", User: "nobody",
-		Args: []string{"-c", "pwd; id -u; touch mine && echo wrote", string(m)}}
+	spec := wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: "/bin/sh", User: "nobody", Args: []string{"-c", "pwd; id -u; touch mine && echo wrote", string(m)}}}
 	if _, err := c.Launch(ctx, spec); err != nil {
 		t.Fatal(err)
 	}

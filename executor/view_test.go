@@ -132,14 +132,14 @@ func runDropCap(args []string) int {
 }
 
 // viewSpec is an exec task of the view helper.
-func (m marker) viewSpec(t testing.TB, args ...string) wire.LaunchSpec {
+func (m marker) viewSpec(t testing.TB, args ...string) wire.Launch {
 	s := m.execSpec(t, "unused")
 	s.Args = append([]string{"view", m.arg()}, args...)
 	return s
 }
 
 // viewExec runs a view task of spec and returns what it saw.
-func viewExec(t *testing.T, c *Client, spec wire.LaunchSpec) viewReport {
+func viewExec(t *testing.T, c *Client, spec wire.Launch) viewReport {
 	t.Helper()
 	ctx := testCtx(t)
 	dir := filepath.Dir(c.Identity().Socket)
@@ -302,14 +302,14 @@ func TestExec_SetupStepFailureNamesTheStep(t *testing.T) {
 	for _, tc := range []struct {
 		name, step string
 		prefix     []string // before the executor's command
-		spec       func(s *wire.LaunchSpec)
+		spec       func(s *wire.Launch)
 	}{
-		{"unbindable chroot entry", shim.StepRoot, nil, func(s *wire.LaunchSpec) {
+		{"unbindable chroot entry", shim.StepRoot, nil, func(s *wire.Launch) {
 			// /x is /usr/bin, read-only: the mount point of /x/no-such
 			// cannot be made in it.
 			s.Chroot = append(s.Chroot, "/usr/bin:/x", "/etc/hostname:/x/no-such-"+randHex(t, 4))
 		}},
-		{"capability the executor lacks", shim.StepCaps, []string{testBinary(t), "dropcap", m.arg(), "sys_module", "--"}, func(s *wire.LaunchSpec) {
+		{"capability the executor lacks", shim.StepCaps, []string{testBinary(t), "dropcap", m.arg(), "sys_module", "--"}, func(s *wire.Launch) {
 			s.AllowedCaps, s.CapAdd = []string{"all"}, []string{"sys_module"}
 		}},
 	} {

@@ -17,7 +17,6 @@ import (
 	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
-	"github.com/tether-fsm/tether/logs"
 	"github.com/tether-fsm/tether/statedir"
 )
 
@@ -135,13 +134,11 @@ type Real struct {
 	Command []string
 	// Logger receives the spawns' logs; nil discards them.
 	Logger hclog.Logger
-	// AllowedCaps is the capability allow list for exec tasks; nil:
-	// DefaultAllowedCaps.
-	AllowedCaps []string
-	// Chroot is what an exec task's root is built from: entries "SRC" or
-	// "SRC:DST", each bound read-only; nil: DefaultChroot (Nomad's
-	// chroot_env).
-	Chroot []string
+	// Policy is sent with every launch: the capability allow list for
+	// exec tasks (nil: DefaultAllowedCaps) and what an exec task's root is
+	// built from, entries "SRC" or "SRC:DST" each bound read-only (nil:
+	// DefaultChroot, Nomad's chroot_env).
+	Policy Policy
 
 	// The host's cgroup layout, probed once (0.4 ms a probe here, and a
 	// start and a kill each needed one) and again when a recorded cgroup
@@ -256,33 +253,19 @@ func (r *Real) KillTask(ctx context.Context, task string, id fsm.Identity, run f
 	return cg.Remove()
 }
 
-// CheckSpec implements World: the host-dependent check of a spec, run
-// before anything is spawned (see package executor/internal/spec's Check:
-// the executor runs the same at launch).
+// CheckSpec implements World: the one host check of a launch (package
+// executor/internal/spec's Check), run before anything is spawned; the
+// executor runs the same at launch.
 func (r *Real) CheckSpec(s fsm.Spec) error {
 	h, err := r.cgroupHost(false)
-	return CheckSpecOn(r.launchSpec(s), h, err)
+	if err != nil {
+		return spec.Check(r.launch(s), cgroup.Host{}, err)
+	}
+	return spec.Check(r.launch(s), h, h.Usable())
 }
 
-// launchSpec is what the executor is asked to launch for s.
-func (r *Real) launchSpec(s fsm.Spec) LaunchSpec {
-	res := s.Resources
-	ls := LaunchSpec{
-		Mode: s.Driver, Command: s.Command, Args: s.Args, Env: s.Env, Dir: s.Dir,
-		User: s.User, CapAdd: s.CapAdd, CapDrop: s.CapDrop, AllowedCaps: r.AllowedCaps,
-		Limits: cgroup.Limits{Memory: int64(res.MemoryMB), MemoryMax: int64(res.MemoryMaxMB),
-			CPU: int64(res.CPU), Cores: res.Cores, Pids: int64(res.PIDs)},
-		OOMScoreAdj: s.OOMScoreAdj,
-		PIDMode:     s.PIDMode, IPCMode: s.IPCMode,
-		Logs: logsConfigOf(s.Logs),
-		Name: s.Name, Job: s.Job, Group: s.Group,
-		Restart: s.Restart,
-	}
-	if s.Driver == ModeExec {
-		ls.Chroot = r.Chroot
-	}
-	return ls
-}
+// launch is what the executor is asked to launch for s.
+func (r *Real) launch(s fsm.Spec) Launch { return Launch{Spec: s, Policy: r.Policy} }
 
 // ExitStatus implements World.
 func (r *Real) ExitStatus(ctx context.Context, task string, id fsm.Identity, run fsm.Proc) (fsm.ExitStatus, bool, error) {
@@ -328,7 +311,7 @@ type realConn struct {
 }
 
 func (c realConn) Launch(ctx context.Context, s fsm.Spec) (Status, error) {
-	return c.Client.Launch(ctx, c.r.launchSpec(s))
+	return c.Client.Launch(ctx, c.r.launch(s))
 }
 
 func (c realConn) Signal(ctx context.Context, sig syscall.Signal, main bool) error {
@@ -345,8 +328,3 @@ func (c realConn) Signal(ctx context.Context, sig syscall.Signal, main bool) err
 // adding "all" needs an allow list of every capability. It is pure: a
 // driver runs it before spawning anything.
 func ValidateCaps(add, drop, allowed []string) error { return spec.ValidateCaps(add, drop, allowed) }
-
-// logsConfigOf is the executor's form of a task's logs block.
-func logsConfigOf(c fsm.LogConfig) logs.Config {
-	return logs.Config{MaxFiles: c.MaxFiles, MaxFileSizeMB: c.MaxFileSizeMB, Disabled: c.Disabled}
-}

@@ -57,7 +57,7 @@
 // location at startup and announces it in its Identity (fsm.Identity.Cgroup:
 // ready report, hello, identity file), so that the driver records it in
 // executor-up before the cgroup exists; it creates the cgroup with
-// LaunchSpec.Limits at launch. Stop (signal, grace, then SIGKILL) and
+// the spec's resources at launch. Stop (signal, grace, then SIGKILL) and
 // Shutdown kill the whole cgroup, not only the process group; a driver
 // whose executor is gone kills the recorded cgroup itself, after
 // cgroup.OpenRecorded proved it the task's. Where this process can make no
@@ -71,14 +71,14 @@
 // # Isolation (exec)
 //
 // An exec task is cloned into new mount, UTS, PID and IPC namespaces
-// (LaunchSpec.PIDMode and IPCMode "host" opt out of the last two) and is
+// (fsm.Spec.PIDMode and IPCMode "host" opt out of the last two) and is
 // pid 1 of its PID namespace: the kernel gives it only the signals it
 // handles, so a stop whose signal it does not catch, while it is alone in
 // its cgroup, kills it at once instead of waiting out the grace. The shim
 // builds its root on a tmpfs in the task directory, in the task's mount
 // namespace only (so every mount vanishes with the task and nothing is
 // ever mounted in the host's namespace): read-only, nosuid, nodev bind
-// mounts of LaunchSpec.Chroot (default DefaultChroot, Nomad's chroot_env;
+// mounts of the driver's Policy.Chroot (default DefaultChroot, Nomad's chroot_env;
 // never copies), the task's writable directories (local, secrets 0700,
 // tmp, alloc) owned by its user, a proc of its own with the host's kernel
 // interfaces masked or read-only, and a minimal read-only /dev (null, zero,

@@ -14,7 +14,7 @@ import (
 
 // Restarts.
 //
-// A task with a restart policy (LaunchSpec.Restart) is restarted by its
+// A task with a restart policy (fsm.Spec.Restart) is restarted by its
 // executor, the process that is there when the task exits, whether a
 // driver is attached or not. When a run has ended and everything of it is
 // gone (its cgroup empty and removed, its output copied), the executor asks
@@ -53,7 +53,7 @@ type restarts struct {
 }
 
 // startRestarts sets up restarts for a task first launched now with spec.
-func (s *server) startRestarts(ls wire.LaunchSpec) error {
+func (s *server) startRestarts(ls wire.Launch) error {
 	if ls.Restart == nil {
 		return nil
 	}

@@ -147,7 +147,7 @@ type server struct {
 	// Restarts (see restart.go): the spec to relaunch, the restart state
 	// and journal, whether a stop asked for the end (no more restarts),
 	// and the watches waiting for the journal to grow.
-	spec     wire.LaunchSpec
+	spec     wire.Launch
 	rs       *restarts
 	stopping bool
 	watchers []watcher
@@ -501,11 +501,11 @@ func (s *server) handle(sc *sconn, req wire.Request) {
 			s.send(sc, wire.Response{ID: req.ID, Status: &st})
 			return
 		}
-		if s.shutdown || req.Spec == nil {
+		if s.shutdown || req.Launch == nil {
 			s.send(sc, wire.Response{ID: req.ID, Err: wire.FailureOf(fmt.Errorf("%w: executor shutting down or no spec", wire.ErrBadSpec))})
 			return
 		}
-		l, err := s.startTask(*req.Spec)
+		l, err := s.startTask(*req.Launch)
 		if err != nil {
 			s.log.Warn("launch failed", "err", err)
 			s.send(sc, wire.Response{ID: req.ID, Err: wire.FailureOf(err)})
@@ -517,11 +517,11 @@ func (s *server) handle(sc *sconn, req wire.Request) {
 		if err := wire.WriteFile(s.taskDir, statedir.LaunchFile, rec, false); err != nil {
 			s.log.Warn("writing the launch record failed", "err", err)
 		}
-		if err := s.startRestarts(*req.Spec); err != nil {
+		if err := s.startRestarts(*req.Launch); err != nil {
 			s.log.Error("no restarts: the restart journal cannot be written", "err", err)
 			l.warnings = append(l.warnings, "the task will not be restarted: its restart journal cannot be written: "+err.Error())
 		}
-		s.log.Info("task launched", "task_pid", l.pid, "command", req.Spec.Command, "mode", req.Spec.Mode, "cgroup", s.cg != nil)
+		s.log.Info("task launched", "task_pid", l.pid, "command", req.Launch.Command, "mode", req.Launch.Driver, "cgroup", s.cg != nil)
 		s.reap() // it may already have exited
 		st := s.status()
 		st.Warnings = l.warnings

@@ -45,23 +45,26 @@ type joinPlan struct {
 // a root of its own. stdout and stderr go to pipes the executor copies into
 // rotating log files. It returns once the shim has exec'd the task, or
 // with the failure it reported (the shim reaped, the cgroup removed).
-func (s *server) startTask(ls wire.LaunchSpec) (launched, error) {
+func (s *server) startTask(ls wire.Launch) (launched, error) {
 	var l launched
+	if err := ls.Spec.Validate(); err != nil {
+		return l, fmt.Errorf("%w: %w", wire.ErrBadSpec, err)
+	}
 	if err := spec.Check(ls, s.host, s.noCgroup); err != nil {
 		return l, err
 	}
 	if s.prefix == nil {
 		return l, fmt.Errorf("%w: the init shim needs Serve called with a tail of os.Args", wire.ErrLaunch)
 	}
-	exec := ls.Mode == wire.ModeExec
-	tu, err := spec.UserOf(ls)
+	exec := ls.Driver == wire.ModeExec
+	tu, err := spec.UserOf(ls.Spec)
 	if err != nil {
 		return l, err
 	}
 	if err := prepareTaskDirs(s.taskDir, tu, exec); err != nil {
 		return l, err
 	}
-	env := spec.TaskEnv(ls, s.taskDir, tu.Home)
+	env := spec.TaskEnv(ls.Spec, s.taskDir, tu.Home)
 	local := filepath.Join(s.taskDir, statedir.LocalDir)
 	cfg := shim.Config{UID: tu.UID, GID: tu.GID, Groups: tu.Groups}
 	if ls.OOMScoreAdj != nil {
@@ -117,7 +120,7 @@ func (s *server) startTask(ls wire.LaunchSpec) (launched, error) {
 		s.log.Warn("no cgroup for this task: it runs uncontained", "err", s.noCgroup)
 		l.warnings = append(l.warnings, fmt.Sprintf("no cgroup for this task, so it runs uncontained (a process it starts in a new session can outlive it): %v", s.noCgroup))
 	} else {
-		cg, err := cgroup.Create(s.host, s.loc, ls.Limits)
+		cg, err := cgroup.Create(s.host, s.loc, spec.Limits(ls.Resources))
 		if err != nil {
 			var le *cgroup.LimitError
 			if errors.As(err, &le) {
@@ -143,7 +146,7 @@ func (s *server) startTask(ls wire.LaunchSpec) (launched, error) {
 		return l, fmt.Errorf("%w: %w", wire.ErrLaunch, err)
 	}
 	defer devnull.Close()
-	outs, childEnds, err := s.openOutputs(spec.LogsConfig(ls.Logs), tu, devnull)
+	outs, childEnds, err := s.openOutputs(ls.Logs.WithDefaults(), tu, devnull)
 	if err != nil {
 		return l, err
 	}

@@ -8,53 +8,37 @@ import (
 
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/executor/internal/wire"
+	"github.com/tether-fsm/tether/fsm"
 )
 
-// checkSpec is CheckSpec on host h; noCgroup is why h gives no task
-// cgroups (nil when it does).
-func Check(spec wire.LaunchSpec, h cgroup.Host, noCgroup error) error {
-	switch spec.Mode {
-	case wire.ModeExec, wire.ModeRawExec:
-	default:
-		return fmt.Errorf("%w: mode %q (want %q or %q)", wire.ErrBadSpec, spec.Mode, wire.ModeExec, wire.ModeRawExec)
-	}
-	if spec.Command == "" {
-		return fmt.Errorf("%w: empty command", wire.ErrBadSpec)
-	}
-	for _, m := range []struct{ name, v string }{{"pid_mode", spec.PIDMode}, {"ipc_mode", spec.IPCMode}} {
-		switch {
-		case m.v != "" && m.v != wire.ModeHost:
-			return fmt.Errorf("%w: %s %q: use %q or leave it unset", wire.ErrBadSpec, m.name, m.v, wire.ModeHost)
-		case m.v != "" && spec.Mode != wire.ModeExec:
-			return fmt.Errorf("%w: %s applies to exec tasks only (a raw_exec task shares the host's namespaces)", wire.ErrBadSpec, m.name)
-		}
-	}
-	if err := spec.Limits.Validate(); err != nil {
-		return fmt.Errorf("%w: resources: %w", wire.ErrBadSpec, err)
-	}
-	if err := LogsConfig(spec.Logs).Validate(); err != nil {
-		return fmt.Errorf("%w: %w", wire.ErrBadSpec, err)
-	}
-	if a := spec.OOMScoreAdj; a != nil && (*a < -1000 || *a > 1000) {
-		return fmt.Errorf("%w: oom_score_adj %d: use -1000 to 1000", wire.ErrBadSpec, *a)
-	}
-	tu, err := UserOf(spec)
+// Check is the one host check of a launch, made by the driver before it
+// spawns anything (executor.World.CheckSpec) and by the executor again at
+// launch, each after the spec's values were checked (fsm.Spec.Validate):
+// the user it runs as (exec defaults to nobody), for exec the capabilities
+// against the
+// allow list, the chroot entries, root, and task cgroups; for any limit, a
+// cgroup controller that enforces it. h is the host's cgroup layout, and
+// noCgroup why it gives no task cgroups (nil when it does). Errors are
+// named: ErrBadSpec, ErrUnknownUser, *CapError, ErrIsolation, ErrNoCgroup,
+// and ErrLimit wrapping a *cgroup.LimitError that names the controller.
+func Check(l wire.Launch, h cgroup.Host, noCgroup error) error {
+	tu, err := UserOf(l.Spec)
 	if err != nil {
 		return err
 	}
 	euid := os.Geteuid()
 	if tu.Set() && euid != 0 && tu.UID != euid {
-		return fmt.Errorf("%w: an executor running as uid %d cannot run a task as uid %d (%q); run tether as root", wire.ErrLaunch, euid, tu.UID, spec.User)
+		return fmt.Errorf("%w: an executor running as uid %d cannot run a task as uid %d (%q); run tether as root", wire.ErrLaunch, euid, tu.UID, l.User)
 	}
-	if spec.Mode == wire.ModeExec {
-		if _, err := ResolveCaps(spec.CapAdd, spec.CapDrop, spec.AllowedCaps); err != nil {
+	if l.Driver == wire.ModeExec {
+		if _, err := ResolveCaps(l.CapAdd, l.CapDrop, l.AllowedCaps); err != nil {
 			return err
 		}
-		if _, err := ParseChroot(spec.Chroot); err != nil {
+		if _, err := ParseChroot(l.Chroot); err != nil {
 			return err
 		}
-		if spec.Chroot != nil {
-			if err := ValidateChroot(spec.Chroot); err != nil {
+		if l.Chroot != nil {
+			if err := ValidateChroot(l.Chroot); err != nil {
 				return err
 			}
 		}
@@ -65,7 +49,7 @@ func Check(spec wire.LaunchSpec, h cgroup.Host, noCgroup error) error {
 			return fmt.Errorf("%w: an exec task is contained in a cgroup of its own, and this host gives none: %w; run tether as root with cgroups mounted, or use driver raw_exec", wire.ErrNoCgroup, noCgroup)
 		}
 	}
-	needs := limitNeeds(spec.Limits)
+	needs := limitNeeds(Limits(l.Resources))
 	if len(needs) > 0 && noCgroup != nil {
 		return fmt.Errorf("%w: resources need the task's cgroup, and this host gives none: %w; drop the resources block, or run tether where it can make cgroups (root, or a delegated cgroup)", wire.ErrNoCgroup, noCgroup)
 	}
@@ -75,6 +59,13 @@ func Check(spec wire.LaunchSpec, h cgroup.Host, noCgroup error) error {
 		}
 	}
 	return nil
+}
+
+// Limits are the task cgroup's limits for a spec's resources, in the
+// cgroup package's terms.
+func Limits(r fsm.Resources) cgroup.Limits {
+	return cgroup.Limits{Memory: int64(r.MemoryMB), MemoryMax: int64(r.MemoryMaxMB),
+		CPU: int64(r.CPU), Cores: r.Cores, Pids: int64(r.PIDs)}
 }
 
 // limitNeeds lists the controllers the set limits need, each with the

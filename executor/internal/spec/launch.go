@@ -15,7 +15,7 @@ import (
 	"syscall"
 
 	"github.com/tether-fsm/tether/executor/internal/wire"
-	"github.com/tether-fsm/tether/logs"
+	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/statedir"
 )
 
@@ -24,7 +24,7 @@ const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // nobody is the user an exec task runs as by default.
 const nobody = "nobody"
 
-// taskUser is a resolved LaunchSpec.User; uid -1 means the executor's own.
+// User is a resolved fsm.Spec.User; UID -1 means the executor's own.
 type User struct {
 	UID, GID int
 	Groups   []int
@@ -73,9 +73,9 @@ func LookupUser(name string) (User, error) {
 }
 
 // userOf is the user a task of spec runs as: exec defaults to nobody.
-func UserOf(spec wire.LaunchSpec) (User, error) {
-	name := spec.User
-	if name == "" && spec.Mode == wire.ModeExec {
+func UserOf(s fsm.Spec) (User, error) {
+	name := s.User
+	if name == "" && s.Driver == wire.ModeExec {
 		name = nobody
 	}
 	return LookupUser(name)
@@ -182,8 +182,8 @@ func pathsFor(mode, taskDir string) taskPaths {
 // NOMAD_GROUP_NAME and, for the limits that are set, NOMAD_MEMORY_LIMIT,
 // NOMAD_MEMORY_MAX_LIMIT and NOMAD_CPU_LIMIT. The spec's Env overrides any
 // of them.
-func TaskEnv(spec wire.LaunchSpec, taskDir, home string) map[string]string {
-	p := pathsFor(spec.Mode, taskDir)
+func TaskEnv(spec fsm.Spec, taskDir, home string) map[string]string {
+	p := pathsFor(spec.Driver, taskDir)
 	id := filepath.Base(taskDir)
 	name := spec.Name
 	if name == "" {
@@ -196,7 +196,7 @@ func TaskEnv(spec wire.LaunchSpec, taskDir, home string) map[string]string {
 		"TETHER_TASK_NAME": name,
 		"TETHER_TASK_DIR":  p.local,
 	}
-	if spec.Mode == wire.ModeExec {
+	if spec.Driver == wire.ModeExec {
 		env["HOME"] = p.local
 	} else if own := os.Getenv("PATH"); own != "" {
 		env["PATH"] = own
@@ -211,29 +211,18 @@ func TaskEnv(spec wire.LaunchSpec, taskDir, home string) map[string]string {
 		env["NOMAD_TASK_DIR"] = p.local
 		env["NOMAD_ALLOC_DIR"] = p.alloc
 		env["NOMAD_SECRETS_DIR"] = p.secrets
-		if spec.Limits.Memory > 0 {
-			env["NOMAD_MEMORY_LIMIT"] = strconv.FormatInt(spec.Limits.Memory, 10)
+		if r := spec.Resources; r.MemoryMB > 0 {
+			env["NOMAD_MEMORY_LIMIT"] = strconv.Itoa(r.MemoryMB)
 		}
-		if spec.Limits.MemoryMax > 0 {
-			env["NOMAD_MEMORY_MAX_LIMIT"] = strconv.FormatInt(spec.Limits.MemoryMax, 10)
+		if r := spec.Resources; r.MemoryMaxMB > 0 {
+			env["NOMAD_MEMORY_MAX_LIMIT"] = strconv.Itoa(r.MemoryMaxMB)
 		}
-		if spec.Limits.CPU > 0 {
-			env["NOMAD_CPU_LIMIT"] = strconv.FormatInt(spec.Limits.CPU, 10)
+		if r := spec.Resources; r.CPU > 0 {
+			env["NOMAD_CPU_LIMIT"] = strconv.Itoa(r.CPU)
 		}
 	}
 	for k, v := range spec.Env {
 		env[k] = v
 	}
 	return env
-}
-
-// logsConfig fills a spec's logs block with Nomad's defaults.
-func LogsConfig(c logs.Config) logs.Config {
-	if c.MaxFiles == 0 {
-		c.MaxFiles = logs.DefaultMaxFiles
-	}
-	if c.MaxFileSizeMB == 0 {
-		c.MaxFileSizeMB = logs.DefaultMaxFileSizeMB
-	}
-	return c
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
 )
 
@@ -69,7 +70,7 @@ var (
 	// ErrNotExecutable is returned when the command exists but cannot be
 	// executed (no execute permission, a directory, not an executable format).
 	ErrNotExecutable = errors.New("executor: command not executable")
-	// ErrUnknownUser is returned when LaunchSpec.User names no known user.
+	// ErrUnknownUser is returned when the spec's User names no known user.
 	ErrUnknownUser = errors.New("executor: unknown user")
 	// ErrCapNotAllowed is wrapped by CapError for a capability outside the
 	// allow list.
@@ -79,9 +80,10 @@ var (
 	// ErrWorkDir is returned when the working directory is missing or not a
 	// directory.
 	ErrWorkDir = errors.New("executor: bad working directory")
-	// ErrBadSpec is returned for a malformed LaunchSpec (unknown mode, empty
-	// command).
-	ErrBadSpec = errors.New("executor: bad launch spec")
+	// ErrBadSpec is returned for a launch whose spec or policy is malformed
+	// (fsm.Spec.Validate refused it, or a chroot entry is bad); it matches
+	// fsm.ErrInvalidSpec too.
+	ErrBadSpec = fmt.Errorf("executor: bad launch spec: %w", fsm.ErrInvalidSpec)
 	// ErrLaunch is returned for any other launch failure: fork or exec
 	// failed, or a step of the init shim did (the message names the step).
 	ErrLaunch = errors.New("executor: launch failed")
@@ -173,6 +175,9 @@ func (e *CapError) Unwrap() []error {
 type RemoteError struct {
 	Msg string
 	Err error // the named error, or nil for an unclassified one
+	// Version is the executor's protocol version, when it refused the
+	// client's (ErrProtocolVersion).
+	Version int
 }
 
 func (e *RemoteError) Error() string { return e.Msg }

@@ -18,8 +18,10 @@ import (
 	"github.com/tether-fsm/tether/fsm"
 )
 
-// ProtocolVersion is the version of the control protocol. A client and an
-// executor of different versions refuse each other at the hello.
+// ProtocolVersion is the version of the control protocol. An executor
+// refuses a hello of another version (answering with its own); a client
+// speaks OldProtocolVersion to an executor that answers with it (one a
+// previous tether started, still running its task after an upgrade).
 //
 // The protocol is length-prefixed JSON on a unix stream socket: each frame is
 // a 4-byte big-endian length followed by one JSON object, at most
@@ -33,8 +35,19 @@ import (
 // signal's main-only mode and the exec requests (exec, exec-wait,
 // exec-signal), whose frames carry descriptors (SCM_RIGHTS): a frame
 // declares how many (fds) and they travel with its bytes in the same
-// sendmsg.
-const ProtocolVersion = 5
+// sendmsg. Version 6 launches an fsm.Spec as the log records it, with the
+// driver's Policy beside it (launch: a Launch), where version 5 sent a
+// LaunchSpec converted from it; and the launch reply's warnings are typed
+// (fsm.Warning). Every other request and answer is the same in both, so a
+// client of version 6 drives an executor of version 5 through everything
+// but a launch (which a task whose executor a previous tether spawned
+// never needs: recovery asks it whether it launched, and stops it when
+// not).
+const ProtocolVersion = 6
+
+// OldProtocolVersion is the version a client still speaks: that of the
+// executors of the previous release.
+const OldProtocolVersion = 5
 
 const MaxFrame = 1 << 20
 
@@ -91,7 +104,7 @@ type Request struct {
 	Op      Op            `json:"op"`
 	Version int           `json:"version,omitempty"` // hello
 	Nonce   string        `json:"nonce,omitempty"`   // hello
-	Spec    *LaunchSpec   `json:"spec,omitempty"`    // launch
+	Launch  *Launch       `json:"launch,omitempty"`  // launch
 	Signal  int           `json:"signal,omitempty"`  // signal, stop
 	Grace   time.Duration `json:"grace,omitempty"`   // stop
 	Since   int           `json:"since,omitempty"`   // watch

@@ -7,19 +7,17 @@ import (
 	"os"
 	"strings"
 
-	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/fsm"
-	"github.com/tether-fsm/tether/logs"
 	"github.com/tether-fsm/tether/statedir"
 )
 
-// Launch modes.
+// Launch modes: fsm.Spec.Driver's values.
 const (
 	// ModeExec runs the task isolated: in a cgroup of its own; in new PID,
 	// mount, IPC and UTS namespaces (PIDMode and IPCMode "host" opt out of
-	// the first and third); pivoted into a root of read-only bind mounts
-	// (Chroot) and its own writable directories; as nobody unless User is
-	// set; with no new privileges; and with the capabilities
+	// the first and third); in a root of its own of read-only bind mounts
+	// (Launch.Chroot) and its own writable directories; as nobody unless
+	// User is set; with no new privileges; and with the capabilities
 	// DefaultAllowedCaps ∩ AllowedCaps, minus CapDrop, plus CapAdd, as its
 	// bounding, permitted, effective and inheritable sets (and ambient for
 	// a non-root task). It needs root and task cgroups.
@@ -31,57 +29,29 @@ const (
 	ModeRawExec = "raw_exec"
 )
 
-// Host modes for LaunchSpec.PIDMode and IPCMode.
+// ModeHost is the value of fsm.Spec.PIDMode and IPCMode that shares the
+// host's namespace.
 const ModeHost = "host"
 
-// LaunchSpec describes the task to launch.
-type LaunchSpec struct {
-	Mode    string   `json:"mode"`    // ModeExec or ModeRawExec
-	Command string   `json:"command"` // a path, or a name looked up in the task's PATH
-	Args    []string `json:"args,omitempty"`
-	// Env is the task file's environment. It is laid over the variables
-	// the executor sets (PATH, HOME, TETHER_TASK_*, and NOMAD_* for a job
-	// file): see TaskEnv.
-	Env map[string]string `json:"env,omitempty"`
-	// Dir is the working directory. "" is the task's own directory
-	// (statedir.LocalDir). For raw_exec a relative Dir is relative to it; for
-	// exec Dir is a path inside the task's root, a relative one relative
-	// to /local.
-	Dir string `json:"dir,omitempty"`
-	// User is a user name or uid. "": the executor's own user for
-	// raw_exec, nobody for exec.
-	User    string   `json:"user,omitempty"`
-	CapAdd  []string `json:"cap_add,omitempty"`
-	CapDrop []string `json:"cap_drop,omitempty"`
-	// AllowedCaps is the allow list for CapAdd; nil means DefaultAllowedCaps.
-	AllowedCaps []string `json:"allowed_caps"`
-
-	// Limits are the task cgroup's limits (the task file's resources).
-	Limits cgroup.Limits `json:"limits,omitzero"`
-	// OOMScoreAdj is the task's oom_score_adj; nil means 0.
-	OOMScoreAdj *int `json:"oom_score_adj,omitempty"`
-	// PIDMode and IPCMode are "" (namespaces of the task's own) or
-	// ModeHost; exec only.
-	PIDMode string `json:"pid_mode,omitempty"`
-	IPCMode string `json:"ipc_mode,omitempty"`
+// Policy is the driver's host policy for exec tasks, sent with each
+// launch: not part of a task's spec (the log records the spec alone), the
+// same for every task a driver starts.
+type Policy struct {
+	// AllowedCaps is the allow list for cap_add; nil means
+	// DefaultAllowedCaps.
+	AllowedCaps []string `json:"allowed_caps,omitempty"`
 	// Chroot lists what an exec task's root is built from: "SRC" or
 	// "SRC:DST" (DST a path inside the root), each a read-only bind mount
 	// of an existing host path; nil means DefaultChroot.
 	Chroot []string `json:"chroot,omitempty"`
-	// Logs configures the rotation of the task's stdout and stderr; zero
-	// fields take Nomad's defaults (10 files of 10 MB).
-	Logs logs.Config `json:"logs,omitzero"`
+}
 
-	// Name is the task's name (TETHER_TASK_NAME, NOMAD_TASK_NAME); Job and
-	// Group the Nomad job and group of a job file (then NOMAD_* are set).
-	Name  string `json:"name,omitempty"`
-	Job   string `json:"job,omitempty"`
-	Group string `json:"group,omitempty"`
-
-	// Restart is the task's restart policy: the executor, which is there
-	// when the task exits, restarts it (journalled ahead: see
-	// statedir.JournalFile). nil never restarts.
-	Restart *fsm.RestartPolicy `json:"restart,omitempty"`
+// Launch is what the executor is asked to launch: the task's spec as the
+// log records it, and the driver's policy (their fields are promoted:
+// l.Command, l.Chroot).
+type Launch struct {
+	fsm.Spec
+	Policy
 }
 
 // Status is what the executor knows of its task.
