@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"syscall"
 	"time"
 
@@ -145,13 +144,13 @@ func (j job) failed(kind jobKind, err error) jobResult {
 	default:
 		ev = j.d.event(fsm.EventKillFailed)
 	}
-	ev.Reason = err.Error()
+	ev.Reason, ev.Cause = err.Error(), causeOf(err)
 	return jobResult{inputs: []fsm.Event{ev}, err: err}
 }
 
 func (d *Driver) lost(err error) fsm.Event {
 	ev := d.event(fsm.EventExecutorLost)
-	ev.Reason = err.Error()
+	ev.Reason, ev.Cause = err.Error(), causeOf(err)
 	return ev
 }
 
@@ -205,8 +204,8 @@ func (j job) launch(ctx context.Context) jobResult {
 		// What the launch did differently from what was asked (a raw_exec
 		// task uncontained on a host without cgroups): in the log, for
 		// the caller and 'tether events' to show.
-		launched.Reason = "warning: " + strings.Join(s.Warnings, "; warning: ")
-		j.d.log.Info("the launch did not do all that was asked", "task_id", j.id, "warnings", strings.Join(s.Warnings, "; "))
+		launched.Warnings = s.Warnings
+		j.d.log.Info("the launch did not do all that was asked", "task_id", j.id, "warnings", fmt.Sprint(s.Warnings))
 	}
 	if s.Over() {
 		ex := j.d.event(fsm.EventTaskExited)
@@ -377,7 +376,7 @@ func (j job) probeLaunch(ctx context.Context) jobResult {
 	}
 	if !s.Launched {
 		ev := j.d.event(fsm.EventStartInterrupted)
-		ev.Reason = "the driver stopped before the executor launched the task"
+		ev.Reason, ev.Cause = "the driver stopped before the executor launched the task", fsm.CauseOther
 		return jobResult{h: h, inputs: []fsm.Event{ev}, action: "launch never happened; executor killed"}
 	}
 	launched := j.d.event(fsm.EventLaunched)

@@ -73,3 +73,32 @@ func (e *TaskError) Error() string {
 }
 
 func (e *TaskError) Unwrap() error { return e.Err }
+
+// causeOf is the category of a failure, recorded beside its reason
+// (fsm.Cause), so that no reader of the log has to match its text: the
+// executor's named errors, the spec's refusal, an injected fault.
+func causeOf(err error) fsm.Cause {
+	for _, c := range []struct {
+		err   error
+		cause fsm.Cause
+	}{
+		{executor.ErrCommandNotFound, fsm.CauseCommandNotFound},
+		{executor.ErrNotExecutable, fsm.CauseNotExecutable},
+		{executor.ErrUnknownUser, fsm.CauseUnknownUser},
+		{executor.ErrCapNotAllowed, fsm.CauseCapNotAllowed},
+		{executor.ErrUnknownCap, fsm.CauseUnknownCap},
+		{executor.ErrWorkDir, fsm.CauseWorkDir},
+		{executor.ErrNoCgroup, fsm.CauseNoCgroup},
+		{executor.ErrLimit, fsm.CauseLimit},
+		{executor.ErrIsolation, fsm.CauseIsolation},
+		{ErrInjected, fsm.CauseInjected},
+		{fsm.ErrInvalidSpec, fsm.CauseInvalidSpec}, // after the named ones it may wrap
+		{executor.ErrSpawn, fsm.CauseSpawn},
+		{executor.ErrReadyTimeout, fsm.CauseSpawn},
+	} {
+		if errors.Is(err, c.err) {
+			return c.cause
+		}
+	}
+	return fsm.CauseOther
+}

@@ -278,7 +278,7 @@ func (o *owner) start(req request) {
 	created.Spec = &req.spec
 	if verr := o.d.validateSpec(req.spec); verr != nil {
 		rej := o.d.event(fsm.EventConfigRejected)
-		rej.Reason = verr.Error()
+		rej.Reason, rej.Cause = verr.Error(), causeOf(verr)
 		applied, aerr := o.apply(created, rej)
 		if aerr == nil && !applied {
 			exists()
@@ -495,7 +495,7 @@ func (o *owner) reconcile() {
 	}
 	interrupted := func(reason, action string) {
 		ev := o.d.event(fsm.EventStartInterrupted)
-		ev.Reason = reason
+		ev.Reason, ev.Cause = reason, fsm.CauseOther
 		o.setAction(action)
 		o.kill = &killOverride{sig: syscall.SIGKILL}
 		o.driving = true

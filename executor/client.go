@@ -536,6 +536,9 @@ func (c *Client) Watch(ctx context.Context, since int) (wire.Status, []fsm.Event
 	if r.Status == nil {
 		return wire.Status{}, nil, fmt.Errorf("%w: watch answered without a status", wire.ErrProtocol)
 	}
+	for i := range r.Journal {
+		r.Journal[i].Upgrade() // an executor of protocol 5 sends its restart-intent's delay as Grace
+	}
 	return *r.Status, r.Journal, nil
 }
 

@@ -80,7 +80,7 @@ func TestContain_CgroupLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(st.Warnings) != 0 {
-		t.Errorf("warnings with a cgroup: %q", st.Warnings)
+		t.Errorf("warnings with a cgroup: %v", st.Warnings)
 	}
 	readLine(t, ready)
 	procs, err := cg.Procs()
@@ -438,7 +438,7 @@ type unprivReport struct {
 	Cgroup   string
 	ExecErr  string
 	ExecCode string
-	Warnings []string
+	Warnings []fsm.Warning
 	Exit     fsm.ExitStatus
 	Err      string
 }
@@ -487,8 +487,8 @@ func TestContain_UnprivilegedExecutor(t *testing.T) {
 	if r.ExecErr == "" || !strings.Contains(r.ExecErr, "exec needs root") {
 		t.Errorf("exec launch: %q, want a refusal saying exec needs root", r.ExecErr)
 	}
-	if len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "uncontained") || !strings.Contains(r.Warnings[0], "not root") {
-		t.Errorf("raw_exec warnings %q, want one saying it runs uncontained and why", r.Warnings)
+	if len(r.Warnings) != 1 || r.Warnings[0].Kind != fsm.WarnUncontained || !strings.Contains(r.Warnings[0].Text, "uncontained") || !strings.Contains(r.Warnings[0].Text, "not root") {
+		t.Errorf("raw_exec warnings %v, want one saying it runs uncontained and why", r.Warnings)
 	}
 	if r.Exit.Code != 0 {
 		t.Errorf("raw_exec exit %+v", r.Exit)

@@ -223,12 +223,13 @@ const OrphanMinAge = 10 * time.Minute
 // keeps the directory when another process holds the lock, when unknown
 // (asked under the lock) says the store knows the task after all, when an
 // executor whose identity file is there is alive, or when it has no lock
-// file and is younger than OrphanMinAge. It never creates anything: a
+// file and is younger than OrphanMinAge; kept says why (ErrBusy for a live
+// executor). It never creates anything: a
 // start that locks the directory while it is removed finds its lock file
 // gone and starts over in a new directory.
-func (r *Real) RemoveOrphanDir(task string, unknown func() (bool, error)) (removed bool, why string, err error) {
+func (r *Real) RemoveOrphanDir(task string, unknown func() (bool, error)) (removed bool, kept error, err error) {
 	if err := statedir.ValidateTaskID(task); err != nil {
-		return false, "", err
+		return false, nil, err
 	}
 	dir := r.dir(task)
 	path := filepath.Join(dir, statedir.LockFile)
@@ -237,33 +238,33 @@ func (r *Real) RemoveOrphanDir(task string, unknown func() (bool, error)) (remov
 	case errors.Is(err, os.ErrNotExist):
 		fi, serr := os.Lstat(dir)
 		if serr != nil {
-			return false, "", nil // gone already
+			return false, nil, nil // gone already
 		}
 		if time.Since(fi.ModTime()) < OrphanMinAge {
-			return false, "no lock file yet (a start may be creating it)", nil
+			return false, errors.New("no lock file yet (a start may be creating it)"), nil
 		}
 	case err != nil:
-		return false, "", fmt.Errorf("driver: task lock %s: %w", path, err)
+		return false, nil, fmt.Errorf("driver: task lock %s: %w", path, err)
 	default:
 		defer f.Close()
 		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 			if errors.Is(err, unix.EWOULDBLOCK) {
-				return false, "a process holds its lock", nil
+				return false, errors.New("a process holds its lock"), nil
 			}
-			return false, "", fmt.Errorf("driver: task lock %s: %w", path, err)
+			return false, nil, fmt.Errorf("driver: task lock %s: %w", path, err)
 		}
 	}
 	still, err := unknown()
 	if err != nil || !still {
-		return false, "the store knows the task", err
+		return false, errors.New("the store knows the task"), err
 	}
 	if x, err := wire.ReadIdentity(dir); err == nil {
 		if alive, _ := proc.Alive(x); alive {
-			return false, fmt.Sprintf("its executor (pid %d) is alive", x.PID), nil
+			return false, fmt.Errorf("%w: its executor (pid %d) is alive", ErrBusy, x.PID), nil
 		}
 	}
 	if err := os.RemoveAll(dir); err != nil {
-		return false, "", fmt.Errorf("driver: removing task directory %s: %w", dir, err)
+		return false, nil, fmt.Errorf("driver: removing task directory %s: %w", dir, err)
 	}
-	return true, "", nil
+	return true, nil, nil
 }

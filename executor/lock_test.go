@@ -26,7 +26,7 @@ func TestRemoveOrphanDir_KeepsWhatAStartIsUsing(t *testing.T) {
 		t.Fatal(err)
 	}
 	if removed, why, err := r.RemoveOrphanDir("held", unknown); removed || err != nil {
-		t.Fatalf("a locked directory was removed (%q, %v)", why, err)
+		t.Fatalf("a locked directory was removed (%v, %v)", why, err)
 	}
 	l.release()
 
@@ -37,7 +37,7 @@ func TestRemoveOrphanDir_KeepsWhatAStartIsUsing(t *testing.T) {
 	}
 	// Unlocked and unknown: removed.
 	if removed, why, err := r.RemoveOrphanDir("held", unknown); !removed || err != nil {
-		t.Fatalf("an orphan was kept (%q, %v)", why, err)
+		t.Fatalf("an orphan was kept (%v, %v)", why, err)
 	}
 	if _, err := os.Stat(r.dir("held")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("orphan still there: %v", err)
@@ -56,7 +56,7 @@ func TestRemoveOrphanDir_KeepsWhatAStartIsUsing(t *testing.T) {
 		t.Fatal(err)
 	}
 	if removed, why, err := r.RemoveOrphanDir("young", unknown); !removed || err != nil {
-		t.Fatalf("an old directory with no lock file was kept (%q, %v)", why, err)
+		t.Fatalf("an old directory with no lock file was kept (%v, %v)", why, err)
 	}
 	if _, err := os.Stat(filepath.Join(young, statedir.LockFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("gc created a lock file: %v", err)

@@ -206,11 +206,17 @@ type Event struct {
 	// identity even if its executor is gone.
 	TaskStartTime uint64        // launched
 	Exit          *ExitStatus   // task-exited, restart-intent; executor-reaped when collected
-	Signal        int           // stop-requested
-	Grace         time.Duration // stop-requested; restart-intent: the delay before the relaunch
+	Signal        int           // stop-requested: the stop's first signal
+	Grace         time.Duration // stop-requested: the stop's grace before SIGKILL
+	Delay         time.Duration // restart-intent: the restart's delay before the relaunch
 	Reason        string        // config-rejected, spawn-failed, launch-failed, executor-lost, fault, kill-failed, start-interrupted
-	Target        State         // executor-reaped: the terminal state reached
-	Attempt       int           // restart-intent: the restart's number, from 1
+	// Cause is the category of the failure Reason describes (CauseNone
+	// where no reason is recorded, or an earlier tether's reason names
+	// none).
+	Cause    Cause
+	Warnings []Warning // launched: what the launch did other than asked
+	Target   State     // executor-reaped: the terminal state reached
+	Attempt  int       // restart-intent: the restart's number, from 1
 }
 
 // TaskProc is the task process a launched event records.
@@ -220,6 +226,14 @@ func (e Event) TaskProc() Proc { return Proc{PID: e.TaskPID, StartTime: e.TaskSt
 func (e *Event) Validate() error {
 	bad := func(what string) error {
 		return fmt.Errorf("%w: %s needs %s", ErrInvalidEvent, e.Type, what)
+	}
+	if !e.Cause.Valid() {
+		return fmt.Errorf("%w: %s has an unknown cause %d", ErrInvalidEvent, e.Type, uint8(e.Cause))
+	}
+	for _, w := range e.Warnings {
+		if !w.Kind.Valid() {
+			return fmt.Errorf("%w: %s has a warning of unknown kind %d", ErrInvalidEvent, e.Type, uint8(w.Kind))
+		}
 	}
 	switch e.Type {
 	case EventCreated:

@@ -27,8 +27,11 @@ type Task struct {
 	// Target is the terminal state reaping leads to, set by the event that
 	// entered reaping (or went straight to a terminal state).
 	Target State
-	// Reason is the last failure reason recorded.
+	// Reason is the last failure reason recorded, and Cause its category.
 	Reason string
+	Cause  Cause
+	// Warnings are what the last launch did other than what was asked.
+	Warnings []Warning
 	// StopSignal and StopGrace come from stop-requested.
 	StopSignal int
 	StopGrace  time.Duration
@@ -113,7 +116,7 @@ func (t *Table) Apply(task *Task, e *Event) error {
 	// state (self-loops, intents): fold those without the checks and
 	// copies below, which would all find nothing to do for them.
 	if s := task.State; s != StateNone && s < numStates && e.Type < numEventTypes && bare[e.Type] &&
-		e.Exit == nil && e.Executor == nil && e.Reason == "" && (e.Seq == 0 || e.Seq == task.Version+1) {
+		e.Exit == nil && e.Executor == nil && e.Reason == "" && len(e.Warnings) == 0 && (e.Seq == 0 || e.Seq == task.Version+1) {
 		if m := t.next[s][e.Type]; m != 0 && m&(m-1) == 0 {
 			if task.Target == StateNone {
 				task.Target = targetOf(e.Type)
@@ -179,7 +182,10 @@ func (t *Table) Apply(task *Task, e *Event) error {
 		task.Exit = &x
 	}
 	if e.Reason != "" {
-		task.Reason = e.Reason
+		task.Reason, task.Cause = e.Reason, e.Cause
+	}
+	if len(e.Warnings) > 0 {
+		task.Warnings = e.Warnings
 	}
 	if task.Target == StateNone {
 		task.Target = targetOf(e.Type)

@@ -523,7 +523,7 @@ func (w *World) restartLocked(e *Proc, x fsm.ExitStatus) bool {
 		return true
 	}
 	xx := x
-	w.journalLocked(e, fsm.Event{Type: fsm.EventRestartIntent, Time: now, Attempt: d.Attempt, Exit: &xx, Grace: d.Delay, Reason: d.Reason})
+	w.journalLocked(e, fsm.Event{Type: fsm.EventRestartIntent, Time: now, Attempt: d.Attempt, Exit: &xx, Delay: d.Delay, Reason: d.Reason})
 	if w.execCrashLocked(e, executor.CrashAfterRestartIntent) {
 		return true
 	}

@@ -351,15 +351,15 @@ func (c *cli) removeOrphanDirs(ctx context.Context, s *session) ([]string, error
 		if still, _ := unknown(); !still {
 			continue
 		}
-		removed, why, err := world.RemoveOrphanDir(id, unknown)
+		removed, kept, err := world.RemoveOrphanDir(id, unknown)
 		if err != nil {
 			return out, err
 		}
 		if !removed {
-			if strings.Contains(why, "alive") {
-				c.errorf("warning: task directory %s is unknown to the store but %s; kept", id, why)
+			if errors.Is(kept, executor.ErrBusy) {
+				c.errorf("warning: task directory %s is unknown to the store but kept: %v", id, kept)
 			}
-			c.log.Debug("task directory kept", "task_id", id, "why", why)
+			c.log.Debug("task directory kept", "task_id", id, "why", fmt.Sprint(kept))
 			continue
 		}
 		out = append(out, id)

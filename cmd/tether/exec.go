@@ -121,7 +121,7 @@ func (c *cli) cmdExec(args []string) int {
 // execFailed reports an exec that did not start and picks its exit code:
 // 127 not found, 126 not executable, else 125.
 func (c *cli) execFailed(id string, err error) int {
-	code := startExitCode(err, "")
+	code := startExitCode(err, fsm.CauseNone)
 	switch code {
 	case exitNotFound:
 		c.errorf("%v", err)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/executor/server"
 	"github.com/tether-fsm/tether/statedir"
 )
@@ -9,12 +8,6 @@ import (
 // serveExecutor runs the binary in executor mode: the driver re-executes
 // tether as `tether executor ...`.
 func serveExecutor(args []string) int { return server.Serve(args) }
-
-// The executor's launch errors, matched to pick run's exit code.
-var (
-	errCommandNotFound = executor.ErrCommandNotFound
-	errNotExecutable   = executor.ErrNotExecutable
-)
 
 // The files the executor writes the task's output to, in the task's
 // directory (<state-dir>/tasks/<id>).

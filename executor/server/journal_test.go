@@ -21,7 +21,7 @@ func journalEntries(n int) []fsm.Event {
 	var out []fsm.Event
 	for i := 1; i <= n; i++ {
 		out = append(out,
-			fsm.Event{Type: fsm.EventRestartIntent, Time: int64(i * 10), Attempt: i, Exit: &fsm.ExitStatus{Code: i}, Grace: time.Second},
+			fsm.Event{Type: fsm.EventRestartIntent, Time: int64(i * 10), Attempt: i, Exit: &fsm.ExitStatus{Code: i}, Delay: time.Second},
 			fsm.Event{Type: fsm.EventLaunched, Time: int64(i*10 + 1), TaskPID: 100 + i, TaskStartTime: uint64(1000 + i)})
 	}
 	return out
@@ -173,4 +173,27 @@ func TestPowerLoss_RestartJournal(t *testing.T) {
 		}
 	}
 	t.Logf("%d crash states", len(states))
+}
+
+// TestJournal_OldExecutorsEntriesReadTyped: an executor of protocol 5
+// journalled a restart-intent's delay as its Grace; read now, it is the
+// entry's Delay (fsm.Event.Upgrade), as the log records it.
+func TestJournal_OldExecutorsEntriesReadTyped(t *testing.T) {
+	dir := t.TempDir()
+	j, err := createJournal(dir, fsm.Identity{Nonce: "journal-nonce-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := fsm.Event{Type: fsm.EventRestartIntent, Time: 10, Attempt: 1, Exit: &fsm.ExitStatus{Code: 2}, Grace: 3 * time.Second}
+	if err := j.append(old); err != nil {
+		t.Fatal(err)
+	}
+	j.close()
+	got, ok, err := wire.ReadJournal(dir)
+	if err != nil || !ok || len(got.Entries) != 1 {
+		t.Fatalf("ReadJournal: %+v %v %v", got, ok, err)
+	}
+	if e := got.Entries[0]; e.Delay != 3*time.Second || e.Grace != 0 {
+		t.Fatalf("an old restart-intent read with delay %s grace %s, want the delay 3s", e.Delay, e.Grace)
+	}
 }

@@ -83,7 +83,7 @@ func (s *server) restartNext() bool {
 		s.log.Info("not restarting the task", "reason", d.Reason)
 		return false
 	}
-	ev := fsm.Event{Type: fsm.EventRestartIntent, Time: now.UnixNano(), Attempt: d.Attempt, Exit: &exit, Grace: d.Delay, Reason: d.Reason}
+	ev := fsm.Event{Type: fsm.EventRestartIntent, Time: now.UnixNano(), Attempt: d.Attempt, Exit: &exit, Delay: d.Delay, Reason: d.Reason}
 	crash(wire.CrashBeforeRestartIntent)
 	if err := rs.journal.append(ev); err != nil {
 		s.log.Error("could not journal the restart; not restarting", "err", err)

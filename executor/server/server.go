@@ -519,7 +519,7 @@ func (s *server) handle(sc *sconn, req wire.Request) {
 		}
 		if err := s.startRestarts(*req.Launch); err != nil {
 			s.log.Error("no restarts: the restart journal cannot be written", "err", err)
-			l.warnings = append(l.warnings, "the task will not be restarted: its restart journal cannot be written: "+err.Error())
+			l.warnings = append(l.warnings, fsm.Warning{Kind: fsm.WarnNoRestarts, Text: "the task will not be restarted: its restart journal cannot be written: " + err.Error()})
 		}
 		s.log.Info("task launched", "task_pid", l.pid, "command", req.Launch.Command, "mode", req.Launch.Driver, "cgroup", s.cg != nil)
 		s.reap() // it may already have exited

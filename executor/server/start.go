@@ -15,6 +15,7 @@ import (
 	"github.com/tether-fsm/tether/executor/internal/spec"
 	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/executor/shim"
+	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/statedir"
 )
@@ -25,7 +26,7 @@ type launched struct {
 	start    uint64
 	nsInit   bool // the task is pid 1 of a PID namespace of its own
 	outs     []*output
-	warnings []string
+	warnings []fsm.Warning
 	join     joinPlan // how a command joins this run (see Exec)
 }
 
@@ -118,7 +119,8 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 	// The cgroup, with its limits, before anything of the task exists.
 	if s.loc.IsZero() {
 		s.log.Warn("no cgroup for this task: it runs uncontained", "err", s.noCgroup)
-		l.warnings = append(l.warnings, fmt.Sprintf("no cgroup for this task, so it runs uncontained (a process it starts in a new session can outlive it): %v", s.noCgroup))
+		l.warnings = append(l.warnings, fsm.Warning{Kind: fsm.WarnUncontained,
+			Text: fmt.Sprintf("no cgroup for this task, so it runs uncontained (a process it starts in a new session can outlive it): %v", s.noCgroup)})
 	} else {
 		cg, err := cgroup.Create(s.host, s.loc, spec.Limits(ls.Resources))
 		if err != nil {

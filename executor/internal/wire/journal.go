@@ -167,6 +167,7 @@ func ParseJournal(b []byte) (Journal, error) {
 		default:
 			return j, fmt.Errorf("entry %d: %s is not a restart journal event", len(j.Entries)+1, ev.Type)
 		}
+		ev.Upgrade() // an entry of an executor of protocol 5 (its restart-intent's delay in Grace)
 		if err := ev.Validate(); err != nil {
 			return j, fmt.Errorf("entry %d: %w", len(j.Entries)+1, err)
 		}

@@ -65,8 +65,9 @@ type Status struct {
 	Exit   fsm.ExitStatus `json:"exit"`
 	// Warnings are what the launch did differently from what was asked,
 	// for the caller to show once (a raw_exec task that runs uncontained
-	// because the host has no usable cgroups).
-	Warnings []string `json:"warnings,omitempty"`
+	// because the host has no usable cgroups). Only a launch reply has
+	// them (version 6; an executor of version 5 is never asked to launch).
+	Warnings []fsm.Warning `json:"warnings,omitempty"`
 	// Restarting: the run that exited (Exit) may be restarted by the
 	// executor: its restart policy is being asked (the run's tree is
 	// still being drained), or a restart's delay runs. The task is not
