@@ -407,8 +407,8 @@ func (simExecutor) Stats(context.Context) (cgroup.Stats, error)        { return 
 func (simExecutor) Exec(context.Context, executor.ExecSpec) (*executor.ExecProcess, error) {
 	return nil, errSim
 }
-func (simExecutor) Stop(context.Context, syscall.Signal, time.Duration) (fsm.ExitStatus, error) {
-	return fsm.ExitStatus{}, errSim
+func (simExecutor) Stop(context.Context, syscall.Signal, time.Duration) (executor.Status, error) {
+	return executor.Status{}, errSim
 }
 func (simExecutor) Shutdown(context.Context) error { return errSim }
 func (simExecutor) Close() error                   { return nil }

@@ -46,12 +46,13 @@ type jobResult struct {
 // job is what a job goroutine may read: copies, and the concurrency-safe
 // handle and world.
 type job struct {
-	d    *Driver
-	id   string
-	st   fsm.Task
-	eff  fsm.Effect
-	h    executor.Conn
-	kill *killOverride
+	d     *Driver
+	id    string
+	st    fsm.Task
+	eff   fsm.Effect
+	h     executor.Conn
+	final *executor.Status // the executor on h reported the task over (owner.final)
+	kill  *killOverride
 }
 
 func effectJob(t fsm.EffectType) jobKind {
@@ -89,7 +90,7 @@ func (o *owner) perform(eff fsm.Effect) {
 // startJob runs a job of kind in a goroutine, bounded by timeout.
 func (o *owner) startJob(kind jobKind, timeout time.Duration, eff *fsm.Effect) {
 	ctx, cancel := context.WithCancelCause(o.d.life)
-	j := job{d: o.d, id: o.t.id, st: o.st, h: o.h, kill: o.kill}
+	j := job{d: o.d, id: o.t.id, st: o.st, h: o.h, final: o.final, kill: o.kill}
 	if eff != nil {
 		j.eff = *eff
 	}
@@ -424,10 +425,18 @@ func (j job) lockWait(ctx context.Context) jobResult {
 
 // killExecutor is the kill-executor effect: stop everything of the task
 // (with the stop's signal and grace when it is being stopped), collect its
-// exit status, kill the executor by its proven identity (or find it by
-// nonce when none was recorded), and confirm that nothing of it is alive.
+// exit status, and confirm that nothing of it is alive. The normal end, an
+// executor this owner is connected to that reported the task over or
+// answered the stop, is endWithExecutor; anything else is recovery's kill:
+// the executor killed by its proven identity (or found by nonce when none
+// was recorded), the task by its recorded cgroup and its launch record.
 func (j job) killExecutor(ctx context.Context) jobResult {
 	eff := j.eff
+	if j.h != nil && (j.final != nil || !eff.TaskProc().IsZero()) {
+		if r, ok := j.endWithExecutor(ctx); ok {
+			return r
+		}
+	}
 	var id *fsm.Identity
 	switch {
 	case eff.Executor != nil:
@@ -482,7 +491,7 @@ func (j job) killExecutor(ctx context.Context) jobResult {
 			// hold the kill up; it is killed by identity below.
 			sctx, cancel := context.WithTimeout(ctx, eff.Grace+j.d.cfg.ProbeTimeout)
 			if x, err := h.Stop(sctx, sig, eff.Grace); err == nil {
-				exit = &x
+				exit = &x.Exit
 			}
 			cancel()
 			if exit == nil {
@@ -532,6 +541,59 @@ func (j job) killExecutor(ctx context.Context) jobResult {
 	return jobResult{inputs: []fsm.Event{ev}, closed: closed}
 }
 
+// endWithExecutor is the normal end of a task whose executor this owner
+// is connected to: the end it reported (its watch said the task is over),
+// else its answer to a stop with the kill's signal and grace. Either way
+// the executor has the exit status, has emptied the task's cgroup (or says
+// it could not: Status.Emptied) and exits by itself; its death is
+// confirmed through the pidfd the connection holds (opened on the process
+// whose identity was proven when it was spawned or reattached), with no
+// read of the launch record and no kill by identity of a process known to
+// be dead, and the cgroup is killed only when the executor could not
+// confirm it empty. ok is false when the executor did not answer, or its
+// death could not be confirmed: the recovery's kill follows.
+func (j job) endWithExecutor(ctx context.Context) (jobResult, bool) {
+	eff, h := j.eff, j.h
+	var st executor.Status
+	if j.final != nil {
+		st = *j.final
+	} else {
+		sig := syscall.Signal(eff.Signal)
+		if sig == 0 {
+			sig = syscall.SIGKILL
+		}
+		// Bounded by the grace and a probe: a frozen executor does not
+		// hold the kill up; recovery's kill by identity follows.
+		sctx, cancel := context.WithTimeout(ctx, eff.Grace+j.d.cfg.ProbeTimeout)
+		s, err := h.Stop(sctx, sig, eff.Grace)
+		cancel()
+		if err != nil || !s.Over() {
+			return jobResult{}, false
+		}
+		st = s
+	}
+	// Its death, which follows its answer.
+	dctx, cancel := context.WithTimeout(ctx, j.d.cfg.ProbeTimeout)
+	err := h.Shutdown(dctx)
+	cancel()
+	if err != nil {
+		return jobResult{}, false
+	}
+	_ = h.Close()
+	if !st.Emptied {
+		id := h.Identity()
+		if err := j.d.world.KillTask(ctx, j.id, id, fsm.Proc{PID: st.PID, StartTime: st.StartTime}); err != nil && !errors.Is(err, ErrNotOurs) {
+			r := j.failed(jobKill, err)
+			r.closed = true
+			return r, true
+		}
+	}
+	exit := st.Exit
+	ev := j.d.event(fsm.EventExecutorReaped)
+	ev.Target, ev.Exit = eff.Target, &exit
+	return jobResult{inputs: []fsm.Event{ev}, closed: true}, true
+}
+
 // maxKillAttempts bounds how often one owner retries a failed kill before
 // it leaves the task in reaping for a later Recover.
 const maxKillAttempts = 3
@@ -541,7 +603,7 @@ const maxKillAttempts = 3
 func (o *owner) jobDone(r jobResult) {
 	o.job, o.cancelJob = jobNone, nil
 	if r.closed {
-		o.h = nil
+		o.h, o.final = nil, nil
 	}
 	if r.h != nil && r.h != o.h {
 		if o.h != nil {

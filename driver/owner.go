@@ -92,6 +92,10 @@ type owner struct {
 	unlock  func()       // lets go of the task's lock, held while driving when it could be taken
 
 	h executor.Conn // a connection to the task's executor, when there is one
+	// final is what the executor on h said when it reported the task over
+	// (its supervisor's last watch): the normal end, which needs no
+	// recovery (see job.endReported).
+	final *executor.Status
 
 	job       jobKind // the effect or probe in flight (jobNone: none)
 	jobC      chan jobResult
@@ -808,6 +812,7 @@ func (o *owner) supervised(r report) {
 	}
 	if len(r.end) > 0 {
 		o.supC, o.supStop = nil, nil // the supervisor has ended
+		o.final = r.final
 		o.drive()
 	}
 	inputs := o.d.inputs(o.st, r)

@@ -28,6 +28,10 @@ type report struct {
 	// refused: an exit record was there but did not match the log, so it
 	// was not believed (end is executor-lost).
 	refused bool
+	// final is the executor's own last word on a task it reported over
+	// (its watch answered with the task over): the executor exits by
+	// itself, and says whether it confirmed the task's cgroup empty.
+	final *executor.Status
 }
 
 // inputs are the events that record what the report found that st's log
@@ -90,6 +94,7 @@ func (d *Driver) superviseLoop(ctx context.Context, h executor.Conn, st fsm.Task
 			ev := d.event(fsm.EventTaskExited)
 			ev.Exit = &s.Exit
 			r.end = []fsm.Event{ev}
+			r.final = &s
 		}
 		if (len(r.entries) > 0 || over) && !send(r) {
 			return

@@ -513,7 +513,8 @@ func (c *Client) Status(ctx context.Context) (wire.Status, error) {
 // exit status it left on disk is returned.
 func (c *Client) Wait(ctx context.Context) (fsm.ExitStatus, error) {
 	r, err := c.call(ctx, wire.Request{Op: wire.OpWait})
-	return c.finalStatus(ctx, r, err)
+	st, err := c.finalStatus(ctx, r, err)
+	return st.Exit, err
 }
 
 // Watch returns as soon as the task's restart journal holds entries past
@@ -544,7 +545,7 @@ func (c *Client) Watch(ctx context.Context, since int) (wire.Status, []fsm.Event
 
 // watchOnDisk is Watch's answer from the files a dead executor left.
 func (c *Client) watchOnDisk(ctx context.Context, since int, cause error) (wire.Status, []fsm.Event, error) {
-	x, err := c.finalStatus(ctx, wire.Response{}, cause)
+	st, err := c.finalStatus(ctx, wire.Response{}, cause)
 	if err != nil {
 		return wire.Status{}, nil, err
 	}
@@ -561,45 +562,44 @@ func (c *Client) watchOnDisk(ctx context.Context, since int, cause error) (wire.
 			entries = j.Entries[since:]
 		}
 	}
-	c.mu.Lock()
-	run := c.task
-	c.mu.Unlock()
-	return wire.Status{Launched: true, PID: run.PID, StartTime: run.StartTime, Exited: true, Exit: x, Journal: len(j.Entries)}, entries, nil
+	st.Journal = len(j.Entries)
+	return st, entries, nil
 }
 
-// finalStatus turns the answer to a wait-like call into an exit status,
-// falling back to the exit status file when the connection was lost.
-func (c *Client) finalStatus(ctx context.Context, r wire.Response, err error) (fsm.ExitStatus, error) {
+// finalStatus turns the answer to a wait-like call into the task's final
+// status, falling back to the exit status file when the connection was
+// lost (a status that says nothing then of the cgroup: not Emptied).
+func (c *Client) finalStatus(ctx context.Context, r wire.Response, err error) (wire.Status, error) {
 	if err == nil {
 		if r.Status == nil || !r.Status.Launched {
-			return fsm.ExitStatus{}, wire.ErrNotLaunched
+			return wire.Status{}, wire.ErrNotLaunched
 		}
-		return r.Status.Exit, nil
+		return *r.Status, nil
 	}
 	if !errors.Is(err, wire.ErrClosed) {
-		return fsm.ExitStatus{}, err
+		return wire.Status{}, err
 	}
 	// The executor writes the file before it answers and exits; once it is
 	// dead the file is final.
 	if c.exe != nil {
 		if werr := c.exe.Wait(ctx); werr != nil {
-			return fsm.ExitStatus{}, errors.Join(err, werr)
+			return wire.Status{}, errors.Join(err, werr)
 		}
 	}
 	rec, ok, rerr := wire.ReadExitRecord(c.taskDir)
 	if rerr != nil {
-		return fsm.ExitStatus{}, rerr
+		return wire.Status{}, rerr
 	}
 	if !ok {
-		return fsm.ExitStatus{}, fmt.Errorf("%w: executor died without recording an exit status: %w", wire.ErrGone, err)
+		return wire.Status{}, fmt.Errorf("%w: executor died without recording an exit status: %w", wire.ErrGone, err)
 	}
 	c.mu.Lock()
 	run := c.task
 	c.mu.Unlock()
 	if merr := rec.Match(c.id, run); merr != nil {
-		return fsm.ExitStatus{}, merr
+		return wire.Status{}, merr
 	}
-	return rec.Exit, nil
+	return wire.Status{Launched: true, PID: run.PID, StartTime: run.StartTime, Exited: true, Exit: rec.Exit}, nil
 }
 
 // Stats returns the figures of the task's cgroup: memory now and at its
@@ -638,6 +638,13 @@ func (c *Client) SignalMain(ctx context.Context, sig syscall.Signal) error {
 // returns the exit status once none is left. A task killed after the grace
 // reports Signal 9.
 func (c *Client) Stop(ctx context.Context, sig syscall.Signal, grace time.Duration) (fsm.ExitStatus, error) {
+	st, err := c.stop(ctx, sig, grace)
+	return st.Exit, err
+}
+
+// stop is Stop with the final status: whether the executor confirmed the
+// task's cgroup empty (Emptied) beside the exit.
+func (c *Client) stop(ctx context.Context, sig syscall.Signal, grace time.Duration) (wire.Status, error) {
 	r, err := c.call(ctx, wire.Request{Op: wire.OpStop, Signal: int(sig), Grace: grace})
 	return c.finalStatus(ctx, r, err)
 }

@@ -95,7 +95,7 @@ func TestRestart_DelayModeWaitsAndAStopEndsIt(t *testing.T) {
 	}
 	entries := watchUntil(t, c, 3)
 	checkJournalShape(t, entries)
-	if d := entries[2].Grace; d < 59*time.Minute || d > time.Hour {
+	if d := entries[2].Delay; d < 59*time.Minute || d > time.Hour {
 		t.Fatalf("the second restart waits %s, want the rest of the hour's interval", d)
 	}
 	if st, err := c.Status(ctx); err != nil || !st.Restarting || st.Journal != 3 {

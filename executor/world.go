@@ -102,9 +102,11 @@ type Conn interface {
 	// Signal sends sig to the task's process group, or with main to its
 	// main process alone.
 	Signal(ctx context.Context, sig syscall.Signal, main bool) error
-	// Stop sends sig, waits grace, SIGKILLs the group and confirms it gone.
-	// A second Stop with an earlier deadline (or SIGKILL) escalates.
-	Stop(ctx context.Context, sig syscall.Signal, grace time.Duration) (fsm.ExitStatus, error)
+	// Stop sends sig, waits grace, SIGKILLs the group and confirms it gone,
+	// and returns the task's final status: its exit, and whether the
+	// executor confirmed its cgroup empty (Status.Emptied). A second Stop
+	// with an earlier deadline (or SIGKILL) escalates.
+	Stop(ctx context.Context, sig syscall.Signal, grace time.Duration) (Status, error)
 	// Shutdown makes the executor kill what is left and exit; returns once
 	// it is dead.
 	Shutdown(ctx context.Context) error
@@ -312,6 +314,10 @@ type realConn struct {
 
 func (c realConn) Launch(ctx context.Context, s fsm.Spec) (Status, error) {
 	return c.Client.Launch(ctx, c.r.launch(s))
+}
+
+func (c realConn) Stop(ctx context.Context, sig syscall.Signal, grace time.Duration) (Status, error) {
+	return c.Client.stop(ctx, sig, grace)
 }
 
 func (c realConn) Signal(ctx context.Context, sig syscall.Signal, main bool) error {

@@ -366,3 +366,66 @@ func TestDriver_AbandonedWaitStopsTheProbes(t *testing.T) {
 		h.World.Fault = nil
 	})
 }
+
+// TestDriver_NormalEndCollectsWithoutRecoveryKill: a task that exits (or
+// is stopped) while its driver is connected to its executor ends without
+// recovery's kill: the exit the executor reported is recorded, the
+// executor's death is confirmed through the connection (its shutdown),
+// and nothing is read or killed by identity: no launch record, no exit
+// record, no kill of the executor by identity, and (its cgroup emptied by
+// the executor, as it says) no kill of the task's cgroup. Without a
+// cgroup, the executor cannot say its task is gone, and the driver kills
+// the task's group itself.
+func TestDriver_NormalEndCollectsWithoutRecoveryKill(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		cgroups  bool
+		stop     bool
+		killTask int // the kill-task calls wanted
+	}{
+		{"exit", true, false, 0},
+		{"stop", true, true, 0},
+		{"exit without cgroups", false, false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := scratch(t)
+			w := NewWorld()
+			w.SetCgroups(tc.cgroups)
+			d, err := driver.Open(driver.Config{StateDir: dir, Store: NewMemLog(), World: w.View(w.NewGeneration(1))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			ctx := context.Background()
+			if st, err := d.StartTask(ctx, "a", SpecFor("run")); err != nil || st.State != fsm.StateRunning {
+				t.Fatalf("StartTask: %v %s", err, st.State)
+			}
+			var final fsm.Task
+			if tc.stop {
+				final, err = d.StopTask(ctx, "a", 0, 0)
+			} else {
+				if !w.ExitTask("a", 3) {
+					t.Fatal("no task to exit")
+				}
+				final, err = d.WaitTask(ctx, "a")
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tc.stop && final.State != fsm.StateStopped:
+				t.Fatalf("stopped task ended %s", final.State)
+			case !tc.stop && (final.State != fsm.StateExited || final.Exit == nil || final.Exit.Code != 3):
+				t.Fatalf("exited task ended %s %+v", final.State, final.Exit)
+			}
+			for op, want := range map[string]int{OpKill: 0, "launch-record": 0, "exit-status": 0, OpKillTask: tc.killTask, OpShutdown: 1} {
+				if got := w.Calls(op); got != want {
+					t.Errorf("the normal end asked the world for %s %d times, want %d", op, got, want)
+				}
+			}
+			if live := w.Live(); len(live) != 0 {
+				t.Errorf("alive after the end: %v", live)
+			}
+		})
+	}
+}

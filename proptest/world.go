@@ -160,12 +160,12 @@ const (
 
 // The world operations a fault can be injected into (World.Fault).
 const (
-	OpKill     = "kill"      // Executors.Kill
-	OpKillTask = "kill-task" // Executors.KillTask
-	OpReattach = "reattach"  // Executors.Reattach
-	OpStop     = "stop"      // Executor.Stop
-	OpStatus   = "status"    // Executor.Status
-	OpShutdown = "shutdown"  // Executor.Shutdown
+	OpKill     = "kill"      // World.Kill
+	OpKillTask = "kill-task" // World.KillTask
+	OpReattach = "reattach"  // World.Reattach
+	OpStop     = "stop"      // Conn.Stop
+	OpStatus   = "status"    // Conn.Status
+	OpShutdown = "shutdown"  // Conn.Shutdown
 )
 
 // WorldOps lists the operations a world fault can hit.
@@ -207,6 +207,8 @@ type World struct {
 	freed chan struct{}
 
 	sched *scheduler // a harness's: the executors' own timers take turns too
+
+	calls map[string]int // the world's operations asked of it, by name (Calls)
 
 	failSpawns int
 	noLease    bool
@@ -309,6 +311,12 @@ func (g *Generation) Kill() {
 // waits there for its turn (see the scheduler); then it stops if its
 // generation is dead: the process it belongs to no longer exists.
 func (g *Generation) enter(op, task string) {
+	g.w.mu.Lock()
+	if g.w.calls == nil {
+		g.w.calls = map[string]int{}
+	}
+	g.w.calls[op]++
+	g.w.mu.Unlock()
 	if g.sched != nil {
 		g.sched.park(op, task, -1)
 	}
@@ -613,6 +621,15 @@ func (w *World) ours(p *Proc, id fsm.Identity) (bool, string) {
 // test).
 func (w *World) otherBoot(id fsm.Identity) bool { return id.BootID != w.bootID }
 
+// Calls says how often a driver asked the world for op ("kill",
+// "kill-task", "launch-record", "exit-status", "reattach", "stop",
+// "shutdown", "spawn", "launch", ...), counting each contact.
+func (w *World) Calls(op string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.calls[op]
+}
+
 // View returns the world as seen by driver generation g.
 func (w *World) View(g *Generation) executor.World { return &view{w: w, g: g} }
 
@@ -885,13 +902,13 @@ func (h *handle) Launch(ctx context.Context, spec fsm.Spec) (executor.Status, er
 	}
 	p := h.p
 	if p.launched {
-		return statusOf(p), nil
+		return w.statusOfLocked(p), nil
 	}
 	if slices.Contains(spec.CapAdd, CapRefused) {
 		return executor.Status{}, ErrCapRefused
 	}
 	w.launchLocked(p, spec)
-	return statusOf(p), nil
+	return w.statusOfLocked(p), nil
 }
 
 // launchLocked starts executor p's task (and the descendants its spec
@@ -943,7 +960,7 @@ func (w *World) exitNowLocked(c *Proc, spec fsm.Spec) {
 	}
 }
 
-func statusOf(p *Proc) executor.Status {
+func (w *World) statusOfLocked(p *Proc) executor.Status {
 	if !p.launched {
 		return executor.Status{}
 	}
@@ -954,6 +971,9 @@ func statusOf(p *Proc) executor.Status {
 	if p.rs != nil {
 		s.Restarting, s.Journal = p.rs.pending, len(p.rs.entries)
 	}
+	// Emptied, as the real executor says it: the task is over and its
+	// cgroup holds nothing (no cgroup: never).
+	s.Emptied = s.Over() && p.child.recorded && p.Cgroup != "" && len(w.treeLocked(p)) == 0
 	return s
 }
 
@@ -968,7 +988,7 @@ func (h *handle) Status(ctx context.Context) (executor.Status, error) {
 	if err := h.usableLocked(); err != nil {
 		return executor.Status{}, err
 	}
-	return statusOf(h.p), nil
+	return w.statusOfLocked(h.p), nil
 }
 
 func (h *handle) Wait(ctx context.Context) (fsm.ExitStatus, error) {
@@ -1041,19 +1061,19 @@ func (w *World) signalGroupLocked(e *Proc, sig syscall.Signal) {
 
 // Stop signals the task's group, and after the grace SIGKILLs the whole
 // tree (the executor is a subreaper: escaped descendants too).
-func (h *handle) Stop(ctx context.Context, sig syscall.Signal, grace time.Duration) (fsm.ExitStatus, error) {
+func (h *handle) Stop(ctx context.Context, sig syscall.Signal, grace time.Duration) (executor.Status, error) {
 	h.g.enter(OpStop, h.p.Task)
 	w := h.w
 	if err := w.inject(ctx, h.g, OpStop, h.p.Task); err != nil {
-		return fsm.ExitStatus{}, err
+		return executor.Status{}, err
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := h.usableLocked(); err != nil {
-		return fsm.ExitStatus{}, err
+		return executor.Status{}, err
 	}
 	if !h.p.launched {
-		return fsm.ExitStatus{}, ErrNotLaunched
+		return executor.Status{}, ErrNotLaunched
 	}
 	h.p.stopping = true
 	w.cancelRestartLocked(h.p)
@@ -1064,7 +1084,7 @@ func (h *handle) Stop(ctx context.Context, sig syscall.Signal, grace time.Durati
 	for _, q := range w.treeLocked(h.p) { // what ignored the signal: SIGKILL after grace
 		w.signalLocked(q, syscall.SIGKILL, "executor", h.p.Task)
 	}
-	return c.Exit, nil
+	return w.statusOfLocked(h.p), nil
 }
 
 func (h *handle) Shutdown(ctx context.Context) error {
@@ -1111,7 +1131,7 @@ func (h *handle) Watch(ctx context.Context, since int) (executor.Status, []fsm.E
 			w.mu.Unlock()
 			return executor.Status{}, nil, ErrNotLaunched
 		}
-		st := statusOf(p)
+		st := w.statusOfLocked(p)
 		var entries []fsm.Event
 		if p.rs != nil && since >= 0 && since < len(p.rs.entries) {
 			entries = slices.Clone(p.rs.entries[since:])

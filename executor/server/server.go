@@ -604,7 +604,7 @@ func (s *server) status() wire.Status {
 		return wire.Status{}
 	}
 	return wire.Status{Launched: true, PID: s.task.pid, StartTime: s.task.start, Exited: s.task.exited, Exit: s.task.exit,
-		Restarting: s.restarting(), Journal: s.journalLen()}
+		Restarting: s.restarting(), Journal: s.journalLen(), Emptied: s.task.done && s.cgEmpty}
 }
 
 // stats reads the task cgroup's figures.

@@ -76,6 +76,11 @@ type Status struct {
 	// Journal is the number of entries in the executor's restart journal
 	// (see Client.Watch).
 	Journal int `json:"journal,omitempty"`
+	// Emptied: the task is over, and the executor confirmed its cgroup
+	// empty: nothing of the task is left for a driver to kill (version 6;
+	// an executor of version 5 never says so, and its task's cgroup is
+	// killed again by the driver).
+	Emptied bool `json:"emptied,omitempty"`
 }
 
 // Over reports whether the task is over for good: its last run exited and
