@@ -44,7 +44,7 @@ type jobResult struct {
 }
 
 // job is what a job goroutine may read: copies, and the concurrency-safe
-// handle and world.
+// connection and world.
 type job struct {
 	d     *Driver
 	id    string
@@ -166,9 +166,9 @@ func (j job) spawn(ctx context.Context) jobResult {
 	return jobResult{inputs: []fsm.Event{ev}, h: h}
 }
 
-// handle is the owner's connection, or a new one through the recorded
+// conn is the owner's connection, or a new one through the recorded
 // identity (bounded by ProbeTimeout).
-func (j job) handle(ctx context.Context) (executor.Conn, bool, error) {
+func (j job) conn(ctx context.Context) (executor.Conn, bool, error) {
 	if j.h != nil {
 		return j.h, false, nil
 	}
@@ -185,7 +185,7 @@ func (j job) handle(ctx context.Context) (executor.Conn, bool, error) {
 // status right after: running (and supervised by the executor from its
 // first instruction) is recorded with launched in one append.
 func (j job) launch(ctx context.Context) jobResult {
-	h, opened, err := j.handle(ctx)
+	h, opened, err := j.conn(ctx)
 	if err != nil {
 		return j.failed(jobLaunch, err)
 	}
@@ -347,7 +347,7 @@ func (d *Driver) collectEnd(ctx context.Context, st fsm.Task, cause error) repor
 // probeLaunch reconciles a launch whose outcome was never recorded: the
 // executor says whether it launched.
 func (j job) probeLaunch(ctx context.Context) jobResult {
-	h, _, err := j.handle(ctx)
+	h, _, err := j.conn(ctx)
 	var s executor.Status
 	if err == nil {
 		pctx, cancel := context.WithTimeout(ctx, j.d.cfg.ProbeTimeout)
@@ -621,16 +621,16 @@ func (o *owner) jobDone(r jobResult) {
 		return
 	}
 	if len(r.inputs) > 0 {
-		ok, err := o.apply(r.inputs...)
+		ok, err := o.record(r.inputs...)
 		if err != nil {
 			if r.kind == jobSpawn && o.st.Executor == nil {
-				o.abandon() // an executor spawned but not recorded must not live on
+				o.killUnrecorded() // an executor spawned but not recorded must not live on
 			}
 			o.giveUp(err)
 			return
 		}
 		if !ok && o.st.State.Terminal() && o.h != nil {
-			o.abandon() // a late outcome of a task that ended meanwhile
+			o.killUnrecorded() // a late outcome of a task that ended meanwhile
 		}
 	}
 	o.setAction(r.action)

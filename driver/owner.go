@@ -143,7 +143,7 @@ func (d *Driver) startOwner(st fsm.Task, first *request) *task {
 func (o *owner) run(first *request) {
 	defer o.exit()
 	if first != nil {
-		o.handle(*first)
+		o.serve(*first)
 	}
 	closing := o.d.closing
 	for {
@@ -162,7 +162,7 @@ func (o *owner) run(first *request) {
 		}
 		select {
 		case req := <-in:
-			o.handle(req)
+			o.serve(req)
 		case r := <-jobC:
 			o.jobDone(r)
 		case r := <-o.supC:
@@ -229,7 +229,7 @@ func (o *owner) exit() {
 	o.d.owners.Done()
 }
 
-func (o *owner) handle(req request) {
+func (o *owner) serve(req request) {
 	o.fresh = false
 	switch req.kind {
 	case inStart:
@@ -283,8 +283,8 @@ func (o *owner) start(req request) {
 	if verr := o.d.validateSpec(req.spec); verr != nil {
 		rej := o.d.event(fsm.EventConfigRejected)
 		rej.Reason, rej.Cause = verr.Error(), causeOf(verr)
-		applied, aerr := o.apply(created, rej)
-		if aerr == nil && !applied {
+		recorded, aerr := o.record(created, rej)
+		if aerr == nil && !recorded {
 			exists()
 			return
 		}
@@ -295,14 +295,14 @@ func (o *owner) start(req request) {
 	}
 	intent := o.d.event(fsm.EventSpawnIntent)
 	intent.Nonce = o.d.cfg.NewNonce()
-	applied, err := o.apply(created, intent)
+	recorded, err := o.record(created, intent)
 	if err != nil {
 		o.discardIfUnrecorded()
 		o.release()
 		req.reply <- reply{task: o.st, err: err}
 		return
 	}
-	if !applied {
+	if !recorded {
 		exists()
 		return
 	}
@@ -341,7 +341,7 @@ func (o *owner) stop(req request) {
 	}
 	in := o.d.event(fsm.EventStopRequested)
 	in.Signal, in.Grace = int(sig), grace
-	if _, err := o.apply(in); err != nil {
+	if _, err := o.record(in); err != nil {
 		req.reply <- reply{task: o.st, err: err}
 		return
 	}
@@ -503,7 +503,7 @@ func (o *owner) reconcile() {
 		o.setAction(action)
 		o.kill = &killOverride{sig: syscall.SIGKILL}
 		o.driving = true
-		if _, err := o.apply(ev); err != nil {
+		if _, err := o.record(ev); err != nil {
 			o.giveUp(err)
 		}
 	}
@@ -633,13 +633,13 @@ func (o *owner) giveUp(err error) {
 	o.concludeRecovery("", err)
 }
 
-// apply steps the task with inputs and appends the resulting events in one
+// record steps the task with inputs and appends the resulting events in one
 // commit before anything else (write-ahead), then folds them. It returns
 // false, nil when the inputs no longer apply because the task moved on (a
 // late outcome of an effect that a stop overtook, or a stop of a task
 // already reaping). A conflict with another process's append reloads the
 // log and steps the inputs again.
-func (o *owner) apply(inputs ...fsm.Event) (bool, error) {
+func (o *owner) record(inputs ...fsm.Event) (bool, error) {
 	for attempt := 0; ; attempt++ {
 		events, effects, err := fsm.StepAll(o.st, inputs...)
 		if errors.Is(err, fsm.ErrIllegalTransition) && o.st.Version > 0 {
@@ -819,7 +819,7 @@ func (o *owner) supervised(r report) {
 	if len(inputs) == 0 {
 		return
 	}
-	if _, err := o.apply(inputs...); err != nil {
+	if _, err := o.record(inputs...); err != nil {
 		// The supervisor is past what the log holds: stop it, so that a
 		// Recover reconciles the task (from the journal) rather than
 		// leave it to a supervision that will not report it again.
@@ -832,10 +832,10 @@ func (o *owner) supervised(r report) {
 	}
 }
 
-// abandon kills an executor whose spawn the log does not (or no longer)
+// killUnrecorded kills an executor whose spawn the log does not (or no longer)
 // say is alive: an executor-up that could not be recorded, or a spawn that
 // a stop overtook and reaped without it.
-func (o *owner) abandon() {
+func (o *owner) killUnrecorded() {
 	h := o.h
 	o.h = nil
 	if h == nil {

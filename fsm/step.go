@@ -44,9 +44,9 @@ type Task struct {
 // (zero before the launch).
 func (t Task) TaskProc() Proc { return Proc{PID: t.TaskPID, StartTime: t.TaskStartTime} }
 
-// bare marks the event types Apply may fold on its fast path when they
+// bare marks the event types FoldInPlace may fold on its fast path when they
 // carry no exit status, identity or reason: Validate requires nothing of
-// them, Apply checks nothing of them against the task, and they copy
+// them, FoldInPlace checks nothing of them against the task, and they copy
 // nothing else into it.
 var bare = [numEventTypes]bool{
 	EventConfigRejected: true, EventSpawnFailed: true, EventLaunchIntent: true, EventLaunchFailed: true,
@@ -105,13 +105,13 @@ func (t *Table) nextState(s State, e *Event) (State, error) {
 // event's payload, its sequence number (when set) and its legality; it
 // performs no effect.
 func (t *Table) Fold(task Task, e Event) (Task, error) {
-	err := t.Apply(&task, &e)
+	err := t.FoldInPlace(&task, &e)
 	return task, err
 }
 
-// Apply is Fold in place, for replay's hot path: it folds e into *task, or
+// FoldInPlace is Fold in place, for replay's hot path: it folds e into *task, or
 // returns an error and leaves *task unchanged.
-func (t *Table) Apply(task *Task, e *Event) error {
+func (t *Table) FoldInPlace(task *Task, e *Event) error {
 	// Most of a long log is events that carry nothing and lead to one
 	// state (self-loops, intents): fold those without the checks and
 	// copies below, which would all find nothing to do for them.

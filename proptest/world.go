@@ -199,7 +199,7 @@ type World struct {
 	disk    map[string]*disk
 	signals []Signal
 	refused []Refusal
-	handles map[*Generation][]*handle
+	conns   map[*Generation][]*conn
 
 	// locks are the task locks (executor.World.LockTask): held by a
 	// generation until it lets go or dies; freed is closed at each release.
@@ -233,7 +233,7 @@ type World struct {
 // NewWorld returns an empty world with boot id "boot-1", the executors'
 // lease on and no cgroups.
 func NewWorld() *World {
-	return &World{bootID: "boot-1", nextPID: 1000, procs: map[int]*Proc{}, disk: map[string]*disk{}, handles: map[*Generation][]*handle{},
+	return &World{bootID: "boot-1", nextPID: 1000, procs: map[int]*Proc{}, disk: map[string]*disk{}, conns: map[*Generation][]*conn{},
 		locks: map[string]*lockEntry{}, freed: make(chan struct{})}
 }
 
@@ -333,10 +333,10 @@ func (g *Generation) exitIfDead() {
 func (w *World) dropGeneration(g *Generation) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, h := range w.handles[g] {
-		w.closeHandleLocked(h)
+	for _, h := range w.conns[g] {
+		w.closeConnLocked(h)
 	}
-	delete(w.handles, g)
+	delete(w.conns, g)
 	for task, l := range w.locks { // the kernel lets go of a dead process's locks
 		if l.g == g {
 			w.unlockLocked(task, l)
@@ -669,10 +669,10 @@ func (w *World) newExecutorLocked(task, nonce string) *Proc {
 	return p
 }
 
-func (w *World) connectLocked(g *Generation, p *Proc) *handle {
+func (w *World) connectLocked(g *Generation, p *Proc) *conn {
 	p.conns++
-	h := &handle{w: w, g: g, p: p, closed: make(chan struct{})}
-	w.handles[g] = append(w.handles[g], h)
+	h := &conn{w: w, g: g, p: p, closed: make(chan struct{})}
+	w.conns[g] = append(w.conns[g], h)
 	return h
 }
 
@@ -846,8 +846,8 @@ func (v *view) LaunchRecord(ctx context.Context, task string, id fsm.Identity) (
 	return fsm.Proc{PID: d.launchPID, StartTime: d.launchSt}, true, nil
 }
 
-// handle is one connection from a driver generation to an executor.
-type handle struct {
+// conn is one connection from a driver generation to an executor.
+type conn struct {
 	w        *World
 	g        *Generation
 	p        *Proc
@@ -855,9 +855,9 @@ type handle struct {
 	closed   chan struct{}
 }
 
-var _ executor.Conn = (*handle)(nil)
+var _ executor.Conn = (*conn)(nil)
 
-func (w *World) closeHandleLocked(h *handle) {
+func (w *World) closeConnLocked(h *conn) {
 	if h.isClosed {
 		return
 	}
@@ -873,7 +873,7 @@ func (w *World) closeHandleLocked(h *handle) {
 }
 
 // usable returns an error if the connection cannot carry a request.
-func (h *handle) usableLocked() error {
+func (h *conn) usableLocked() error {
 	switch {
 	case h.isClosed:
 		return ErrConnClosed
@@ -883,13 +883,13 @@ func (h *handle) usableLocked() error {
 	return nil
 }
 
-func (h *handle) Identity() fsm.Identity {
+func (h *conn) Identity() fsm.Identity {
 	h.w.mu.Lock()
 	defer h.w.mu.Unlock()
 	return h.w.identity(h.p)
 }
 
-func (h *handle) Launch(ctx context.Context, spec fsm.Spec) (executor.Status, error) {
+func (h *conn) Launch(ctx context.Context, spec fsm.Spec) (executor.Status, error) {
 	h.g.enter("launch", h.p.Task)
 	w := h.w
 	if w.BeforeEffect != nil {
@@ -977,7 +977,7 @@ func (w *World) statusOfLocked(p *Proc) executor.Status {
 	return s
 }
 
-func (h *handle) Status(ctx context.Context) (executor.Status, error) {
+func (h *conn) Status(ctx context.Context) (executor.Status, error) {
 	h.g.enter(OpStatus, h.p.Task)
 	w := h.w
 	if err := w.inject(ctx, h.g, OpStatus, h.p.Task); err != nil {
@@ -991,7 +991,7 @@ func (h *handle) Status(ctx context.Context) (executor.Status, error) {
 	return w.statusOfLocked(h.p), nil
 }
 
-func (h *handle) Wait(ctx context.Context) (fsm.ExitStatus, error) {
+func (h *conn) Wait(ctx context.Context) (fsm.ExitStatus, error) {
 	h.g.enter("wait", h.p.Task)
 	w := h.w
 	w.mu.Lock()
@@ -1029,7 +1029,7 @@ func (h *handle) Wait(ctx context.Context) (fsm.ExitStatus, error) {
 
 // Signal sends sig to the task's process group, or with main to its
 // leader alone.
-func (h *handle) Signal(ctx context.Context, sig syscall.Signal, main bool) error {
+func (h *conn) Signal(ctx context.Context, sig syscall.Signal, main bool) error {
 	h.g.enter("signal", h.p.Task)
 	w := h.w
 	w.mu.Lock()
@@ -1061,7 +1061,7 @@ func (w *World) signalGroupLocked(e *Proc, sig syscall.Signal) {
 
 // Stop signals the task's group, and after the grace SIGKILLs the whole
 // tree (the executor is a subreaper: escaped descendants too).
-func (h *handle) Stop(ctx context.Context, sig syscall.Signal, grace time.Duration) (executor.Status, error) {
+func (h *conn) Stop(ctx context.Context, sig syscall.Signal, grace time.Duration) (executor.Status, error) {
 	h.g.enter(OpStop, h.p.Task)
 	w := h.w
 	if err := w.inject(ctx, h.g, OpStop, h.p.Task); err != nil {
@@ -1087,7 +1087,7 @@ func (h *handle) Stop(ctx context.Context, sig syscall.Signal, grace time.Durati
 	return w.statusOfLocked(h.p), nil
 }
 
-func (h *handle) Shutdown(ctx context.Context) error {
+func (h *conn) Shutdown(ctx context.Context) error {
 	h.g.enter(OpShutdown, h.p.Task)
 	w := h.w
 	if err := w.inject(ctx, h.g, OpShutdown, h.p.Task); err != nil {
@@ -1117,7 +1117,7 @@ func (h *handle) Shutdown(ctx context.Context) error {
 // Watch implements driver.Watcher: it returns once the restart journal
 // holds entries past since, or the task is over (its last run exited and
 // no restart follows).
-func (h *handle) Watch(ctx context.Context, since int) (executor.Status, []fsm.Event, error) {
+func (h *conn) Watch(ctx context.Context, since int) (executor.Status, []fsm.Event, error) {
 	h.g.enter("watch", h.p.Task)
 	w := h.w
 	for {
@@ -1191,22 +1191,22 @@ func (v *view) CheckSpec(spec fsm.Spec) error {
 func (v *view) DiscardTask(task string) {}
 
 // Stats implements executor.Conn: the simulation has no cgroup figures.
-func (h *handle) Stats(ctx context.Context) (cgroup.Stats, error) {
+func (h *conn) Stats(ctx context.Context) (cgroup.Stats, error) {
 	return cgroup.Stats{}, fmt.Errorf("%w: stats of a simulated task", executor.ErrUnsupported)
 }
 
 // Exec implements executor.Conn: the simulation runs no command inside a
 // task.
-func (h *handle) Exec(ctx context.Context, es executor.ExecSpec) (*executor.ExecProcess, error) {
+func (h *conn) Exec(ctx context.Context, es executor.ExecSpec) (*executor.ExecProcess, error) {
 	return nil, fmt.Errorf("%w: exec in a simulated task", executor.ErrUnsupported)
 }
 
 // Close drops the connection. It never stops the caller, even in a dead
 // generation: closing is what a dying process does anyway.
-func (h *handle) Close() error {
+func (h *conn) Close() error {
 	h.w.mu.Lock()
 	defer h.w.mu.Unlock()
-	h.w.closeHandleLocked(h)
+	h.w.closeConnLocked(h)
 	return nil
 }
 
@@ -1352,11 +1352,11 @@ func (w *World) Reboot() {
 			close(p.died)
 		}
 	}
-	for g, hs := range w.handles {
+	for g, hs := range w.conns {
 		for _, h := range hs {
-			w.closeHandleLocked(h)
+			w.closeConnLocked(h)
 		}
-		delete(w.handles, g)
+		delete(w.conns, g)
 	}
 	for task, l := range w.locks {
 		w.unlockLocked(task, l)

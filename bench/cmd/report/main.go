@@ -496,7 +496,7 @@ func rows(t *table, res map[string]map[string]metrics, failed map[string]string,
 		t.add("13. Property suite (TestDriver_Properties)", "not measured: "+firstLine(propErr.Error()), "", "", "(info)", "—", "")
 	}
 	if m, ok := get("fold", "BenchmarkFoldVsSwitch"); ok {
-		t.add("fsm: fold (Table.Apply) per event", fmt.Sprintf("%.0f ns", m["table-ns/event"]),
+		t.add("fsm: fold (Table.FoldInPlace) per event", fmt.Sprintf("%.0f ns", m["table-ns/event"]),
 			fmt.Sprintf("hand-written switch %.0f ns", m["switch-ns/event"]), ratioCell(m["ratio"]), "(info)", "—", "")
 	}
 }
