@@ -195,6 +195,16 @@ func (d *Driver) Close() error {
 	return nil
 }
 
+// isClosing reports whether Close has begun.
+func (d *Driver) isClosing() bool {
+	select {
+	case <-d.closing:
+		return true
+	default:
+		return false
+	}
+}
+
 // Abandon stops the driver at once, as a crash of its process would: every
 // owner stops where it is, nothing more is appended, performed or answered
 // (calls in flight return only when their context ends), and connections

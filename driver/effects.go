@@ -651,8 +651,7 @@ func (o *owner) jobDone(r jobResult) {
 		o.supervise()
 	}
 	if (r.kind == jobProbe || r.kind == jobProbeLaunch) && len(r.inputs) == 0 && len(o.owed) == 0 {
-		o.driving = false // nothing to do: alive, supervised or left alone
-		o.release()
+		o.rest() // nothing to do: alive, supervised or left alone
 		o.concludeRecovery("", nil)
 		if o.supC == nil && len(o.watchers) > 0 {
 			o.retryC = time.After(o.d.cfg.ProbeTimeout) // left alone while a watcher waits: ask again

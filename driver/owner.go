@@ -81,15 +81,52 @@ type recovering struct {
 	action string
 }
 
+// phase is what an owner is doing with its task. The inputs it takes and
+// when it may end follow from it (run, finished, advance); what is in
+// flight beside it (an effect or probe: job; a kill's back-off: retryC)
+// and who waits for it (starters, stoppers, watchers, a recovery) are
+// data, not modes.
+type phase uint8
+
+const (
+	// phaseFresh: started for a request it has not served yet; it serves
+	// that first.
+	phaseFresh phase = iota
+	// phaseIdle: it owes nothing here and follows nothing; it answers and
+	// waits for input.
+	phaseIdle
+	// phaseDriving: it performs what the task owes, one effect at a time,
+	// holding the task's lock when it could take it.
+	phaseDriving
+	// phaseSupervising: the task runs, and a supervisor follows its
+	// executor (supC): its restarts and its end.
+	phaseSupervising
+	// phaseClosing: the driver is closing; it drove what it was driving
+	// to a stable state, and ends once no caller waits on it.
+	phaseClosing
+	// phaseEnded: its loop ended by itself (not by a simulated crash), so
+	// the watchers still waiting are told why.
+	phaseEnded
+)
+
+var phaseNames = [...]string{"fresh", "idle", "driving", "supervising", "closing", "ended"}
+
+func (p phase) String() string {
+	if int(p) < len(phaseNames) {
+		return phaseNames[p]
+	}
+	return fmt.Sprintf("phase(%d)", uint8(p))
+}
+
 type owner struct {
 	d   *Driver
 	t   *task
 	log hclog.Logger
 
-	st      fsm.Task     // the durable state: the fold of the log
-	owed    []fsm.Effect // what st owes, as Step returned it (Pending after a load)
-	driving bool         // this owner performs what st owes
-	unlock  func()       // lets go of the task's lock, held while driving when it could be taken
+	phase  phase
+	st     fsm.Task     // the durable state: the fold of the log
+	owed   []fsm.Effect // what st owes, as Step returned it (Pending after a load)
+	unlock func()       // lets go of the task's lock, held while driving when it could be taken
 
 	h executor.Conn // a connection to the task's executor, when there is one
 	// final is what the executor on h said when it reported the task over
@@ -118,10 +155,6 @@ type owner struct {
 	cancels   map[chan reply]<-chan struct{}
 	recovery  *recovering
 	lastErr   error // the last start effect's error, for the starters
-
-	closing bool
-	normal  bool // the loop ended by itself (not by a simulated crash)
-	fresh   bool // before the request the owner was started for
 }
 
 // startOwner registers a task and starts its owner on st, serving first
@@ -135,7 +168,7 @@ func (d *Driver) startOwner(st fsm.Task, first *request) *task {
 	d.tasks[st.ID] = t
 	d.owners.Add(1)
 	o := &owner{d: d, t: t, log: d.log.With("task_id", st.ID), st: st, owed: fsm.Pending(st), jobC: make(chan jobResult, 1),
-		fresh: true}
+		phase: phaseFresh}
 	go o.run(first)
 	return t
 }
@@ -149,7 +182,7 @@ func (o *owner) run(first *request) {
 	for {
 		o.advance()
 		if o.finished() {
-			o.normal = true
+			o.phase = phaseEnded
 			return
 		}
 		var jobC chan jobResult
@@ -157,7 +190,7 @@ func (o *owner) run(first *request) {
 			jobC = o.jobC
 		}
 		var in chan request
-		if !o.closing || o.job != jobNone || o.driving {
+		if o.phase != phaseClosing || o.job != jobNone {
 			in = o.t.in // while closing, callers are refused by the driver already
 		}
 		select {
@@ -170,13 +203,15 @@ func (o *owner) run(first *request) {
 		case <-o.retryC:
 			o.retryC = nil
 			o.pruneWatchers()
-			if len(o.watchers) > 0 && !o.driving && o.job == jobNone && o.supC == nil && !o.st.State.Terminal() {
+			if len(o.watchers) > 0 && o.phase == phaseIdle && o.job == jobNone && !o.st.State.Terminal() {
 				o.reconcile() // a watcher waits on a task nobody watches: ask again
 			}
 		case <-closing:
 			closing = nil
-			o.closing = true
 			o.stopSupervising()
+			if o.phase != phaseDriving {
+				o.phase = phaseClosing
+			}
 		case <-o.d.abandoned:
 			return
 		}
@@ -191,14 +226,14 @@ func (o *owner) finished() bool {
 	o.pruneWatchers()
 	waiting := len(o.starters)+len(o.stoppers)+len(o.watchers) > 0 || o.recovery != nil
 	switch {
-	case o.fresh:
+	case o.phase == phaseFresh:
 		return false // an owner is started for a request: it serves that first
 	case o.st.State == fsm.StateNone:
 		return !waiting // a start that recorded nothing
 	case o.st.State.Terminal():
 		return !waiting
-	case o.closing:
-		return !o.driving && len(o.starters)+len(o.stoppers) == 0 && o.recovery == nil
+	case o.phase == phaseClosing:
+		return len(o.starters)+len(o.stoppers) == 0 && o.recovery == nil
 	}
 	return false
 }
@@ -215,7 +250,7 @@ func (o *owner) exit() {
 	if o.cancelJob != nil {
 		o.cancelJob(ErrClosed)
 	}
-	if o.normal {
+	if o.phase == phaseEnded {
 		for _, w := range o.watchers {
 			w <- reply{task: o.st, err: &TaskError{Task: o.st.ID, State: o.st.State, Err: ErrClosed}}
 		}
@@ -230,7 +265,9 @@ func (o *owner) exit() {
 }
 
 func (o *owner) serve(req request) {
-	o.fresh = false
+	if o.phase == phaseFresh {
+		o.phase = phaseIdle
+	}
 	switch req.kind {
 	case inStart:
 		o.start(req)
@@ -306,7 +343,7 @@ func (o *owner) start(req request) {
 		exists()
 		return
 	}
-	o.driving = true
+	o.phase = phaseDriving
 	o.starters = append(o.starters, req.reply)
 }
 
@@ -391,11 +428,30 @@ func (o *owner) escalate(sig syscall.Signal, grace time.Duration) {
 // lock when it can be had (another live process may be driving it too;
 // both are idempotent, and their appends are ordered by version).
 func (o *owner) drive() {
-	o.driving = true
+	o.phase = phaseDriving
 	if o.unlock == nil {
 		if unlock, _, err := o.d.world.LockTask(o.t.id); err == nil {
 			o.unlock = unlock
 		}
+	}
+}
+
+// rest lets go of the task's lock and ends driving: the owner supervises
+// the task if a supervisor follows it, closes if the driver is closing,
+// else idles. An owner that was not driving keeps its phase.
+func (o *owner) rest() {
+	o.release()
+	if o.phase != phaseDriving {
+		return
+	}
+	switch {
+	case o.d.isClosing():
+		o.stopSupervising()
+		o.phase = phaseClosing
+	case o.supC != nil:
+		o.phase = phaseSupervising
+	default:
+		o.phase = phaseIdle
 	}
 }
 
@@ -432,7 +488,7 @@ func (o *owner) watch(req request) {
 		o.followers[req.reply] = req.progress
 		req.progress <- o.st // where the follow begins
 	}
-	if o.driving || o.job != jobNone || o.supC != nil {
+	if o.phase == phaseDriving || o.phase == phaseSupervising || o.job != jobNone {
 		return
 	}
 	o.reconcile()
@@ -452,10 +508,10 @@ func (o *owner) recover(req request) {
 	case o.st.State.Terminal():
 		done("already " + o.st.State.String())
 		return
-	case o.driving || o.job != jobNone || o.recovery != nil:
+	case o.phase == phaseDriving || o.job != jobNone || o.recovery != nil:
 		done("in progress in this driver; left to it")
 		return
-	case o.supC != nil:
+	case o.phase == phaseSupervising:
 		done("supervised by this driver")
 		return
 	}
@@ -502,7 +558,7 @@ func (o *owner) reconcile() {
 		ev.Reason, ev.Cause = reason, fsm.CauseOther
 		o.setAction(action)
 		o.kill = &killOverride{sig: syscall.SIGKILL}
-		o.driving = true
+		o.phase = phaseDriving
 		if _, err := o.record(ev); err != nil {
 			o.giveUp(err)
 		}
@@ -515,18 +571,18 @@ func (o *owner) reconcile() {
 	case fsm.StateExecutorUp:
 		interrupted("the driver stopped before launching the task", "executor up but task never launched; executor killed")
 	case fsm.StateLaunching:
-		o.driving = true
+		o.phase = phaseDriving
 		o.startJob(jobProbeLaunch, o.d.cfg.ProbeTimeout*2, nil)
 	case fsm.StateLaunched:
 		o.setAction("reattached; supervision attached")
-		o.driving = true // it owes the attach effect
+		o.phase = phaseDriving // it owes the attach effect
 	case fsm.StateRunning, fsm.StateRestarting:
-		o.driving = true
+		o.phase = phaseDriving
 		o.startJob(jobProbe, o.d.cfg.ProbeTimeout*2, nil)
 	case fsm.StateReaping:
 		o.setAction("reaping resumed; executor killed by identity")
 		o.kill = &killOverride{sig: syscall.SIGKILL}
-		o.driving = true
+		o.phase = phaseDriving
 	default:
 		o.release()
 		o.concludeRecovery("nothing to do in state "+o.st.State.String(), nil)
@@ -569,8 +625,7 @@ func (o *owner) advance() {
 	switch {
 	case st.Terminal():
 		if o.job == jobNone {
-			o.driving = false
-			o.release()
+			o.rest()
 		}
 		for _, s := range o.starters {
 			s <- o.startReply()
@@ -587,15 +642,14 @@ func (o *owner) advance() {
 		}
 		o.starters = nil
 		o.concludeRecovery("", nil)
-		if o.driving {
-			o.driving = false
-			o.release()
+		if o.phase == phaseDriving {
+			o.rest()
 		}
-		if o.supC == nil && o.h != nil && !o.closing {
+		if o.supC == nil && o.h != nil && o.phase != phaseClosing {
 			o.supervise()
 		}
 	}
-	if o.job == jobNone && o.driving && o.retryC == nil && len(o.owed) > 0 {
+	if o.job == jobNone && o.phase == phaseDriving && o.retryC == nil && len(o.owed) > 0 {
 		o.perform(o.owed[0])
 	}
 }
@@ -623,9 +677,8 @@ func (o *owner) startReply() reply {
 // a later Recover reconciles it. Everyone waiting is told why.
 func (o *owner) giveUp(err error) {
 	o.log.Error("giving up on the task for now; Recover will reconcile it", "err", err, "state", o.st.State.String())
-	o.driving = false
 	o.retryC = nil
-	o.release()
+	o.rest()
 	for _, s := range append(append(o.starters, o.stoppers...), o.watchers...) {
 		s <- reply{task: o.st, err: err}
 	}
@@ -791,6 +844,9 @@ func (o *owner) supervise() {
 	c := make(chan report, 1)
 	go o.d.superviseLoop(ctx, o.h, o.st, c)
 	o.supC, o.supStop = c, cancel
+	if o.phase == phaseIdle {
+		o.phase = phaseSupervising
+	}
 }
 
 func (o *owner) stopSupervising() {
@@ -798,6 +854,9 @@ func (o *owner) stopSupervising() {
 		o.supStop()
 	}
 	o.supC, o.supStop = nil, nil
+	if o.phase == phaseSupervising {
+		o.phase = phaseIdle
+	}
 }
 
 // supervised records what the supervisor reported: restarts the log
@@ -811,7 +870,7 @@ func (o *owner) supervised(r report) {
 		return
 	}
 	if len(r.end) > 0 {
-		o.supC, o.supStop = nil, nil // the supervisor has ended
+		o.stopSupervising() // the supervisor has ended
 		o.final = r.final
 		o.drive()
 	}
