@@ -56,10 +56,10 @@ func probeContainment(taskDir, nonce string) (cgroup.Host, cgroup.Location, erro
 // killCgroup starts killing the task's cgroup in a goroutine, so the loop
 // goes on reaping and answering; the outcome arrives on cgKilled.
 func (s *server) killCgroup() {
-	if s.cg == nil || s.cgKilling || s.cgEmpty {
+	if s.cg == nil || s.cgKill == cgKilling || s.cgKill == cgEmpty {
 		return // none, under way, or done: nothing of the task is left to join it
 	}
-	s.cgKilling = true
+	s.cgKill = cgKilling
 	cg := s.cg
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), cgroupKillTimeout)
@@ -70,15 +70,15 @@ func (s *server) killCgroup() {
 
 // cgroupKilled takes the outcome of a kill of the task's cgroup.
 func (s *server) cgroupKilled(err error) {
-	s.cgKilling = false
 	if err == nil {
-		s.cgEmpty = true
+		s.cgKill = cgEmpty
 		s.log.Debug("task cgroup empty")
 	} else {
 		s.cgTries++
 		s.log.Error("killing the task's cgroup", "err", err, "try", s.cgTries)
+		s.cgKill = cgLive
 		if s.cgTries >= cgroupKillTries {
-			s.cgGaveUp = true
+			s.cgKill = cgGaveUp
 			s.log.Error("giving up on emptying the task's cgroup; it is left for the driver's kill", "cgroup", s.loc.String())
 		}
 	}

@@ -39,7 +39,7 @@ func (s *server) canExec() error {
 	if err := s.checkRunning(); err != nil {
 		return err
 	}
-	if s.shutdown || s.stopping {
+	if s.ending != endNone {
 		return fmt.Errorf("%w: the task is being stopped", wire.ErrTaskExited)
 	}
 	if s.prefix == nil {

@@ -71,7 +71,7 @@ func (s *server) startRestarts(ls wire.Launch) error {
 // did; otherwise the task is over.
 func (s *server) restartNext() bool {
 	rs := s.rs
-	if rs == nil || s.shutdown || s.stopping || s.cgGaveUp {
+	if rs == nil || s.ending != endNone || s.cgKill == cgGaveUp {
 		return false
 	}
 	now := time.Now()
@@ -117,7 +117,7 @@ func (s *server) restarting() bool {
 		return true
 	}
 	undecided := s.task != nil && s.task.exited && !s.task.done
-	return undecided && !s.shutdown && !s.stopping && !s.cgGaveUp
+	return undecided && s.ending == endNone && s.cgKill != cgGaveUp
 }
 
 // restartPending reports whether a restart's delay runs.
@@ -140,7 +140,7 @@ func (s *server) cancelRestart() {
 func (s *server) relaunch() {
 	rs := s.rs
 	rs.timer = nil
-	s.cgEmpty, s.cgTries, s.cgGaveUp, s.noChildren = false, 0, false, false
+	s.cgKill, s.cgTries, s.noChildren = cgLive, 0, false
 	// No task while the next run starts: the last run is over and drained,
 	// and nothing (a reap while the shim starts) may complete it again.
 	last := s.task
@@ -191,7 +191,7 @@ type watcher struct {
 // watch answers a watch now if the journal holds entries past since or
 // the task is over, or when it does.
 func (s *server) watch(sc *sconn, id uint64, since int) {
-	if s.journalLen() > since || s.complete {
+	if s.journalLen() > since || s.lease == leaseDone {
 		s.answerWatch(watcher{sc, id, since})
 		return
 	}
@@ -219,7 +219,7 @@ func (s *server) answerWatch(w watcher) {
 func (s *server) notifyWatchers() {
 	keep := s.watchers[:0]
 	for _, w := range s.watchers {
-		if s.journalLen() > w.since || s.complete {
+		if s.journalLen() > w.since || s.lease == leaseDone {
 			s.answerWatch(w)
 			continue
 		}

@@ -97,6 +97,40 @@ func prefixOf(args []string) []string {
 	return slices.Clone(os.Args[:n])
 }
 
+// lease is where the executor's lease stands: it exits by itself when no
+// client said hello within the lease, or when the last client that did
+// disconnects before a launch; once its task is launched it runs on
+// without any.
+type lease uint8
+
+const (
+	leaseWaiting lease = iota // no client said hello yet: the lease timer runs
+	leaseHeld                 // a client said hello: the lease is the connections
+	leaseDone                 // the loop ends: the executor exits
+)
+
+// ending is what a client asked of the task's end: nothing yet, that it
+// end with this run (a stop: no more restarts), or that the executor kill
+// what is left and exit (a shutdown, or SIGTERM). Each is more than the
+// one before and replaces it.
+type ending uint8
+
+const (
+	endNone ending = iota
+	endStop
+	endShutdown
+)
+
+// cgKill is where the kill of the task's cgroup stands (a run's drain).
+type cgKill uint8
+
+const (
+	cgLive    cgKill = iota // not killed: members may live
+	cgKilling               // a kill in flight (killCgroup)
+	cgEmpty                 // confirmed empty
+	cgGaveUp                // could not be emptied in cgroupKillTries: left to the driver
+)
+
 type server struct {
 	log     hclog.Logger
 	taskDir string
@@ -115,41 +149,36 @@ type server struct {
 	gone     chan *sconn
 	quit     chan struct{}
 
-	conns    map[*sconn]bool // connections that passed hello
-	everUsed bool
+	conns map[*sconn]bool // connections that passed hello
+	lease lease
 
 	task       *taskState
 	noChildren bool
 	waiters    []waiter
 	killTimer  *time.Timer
 	killAt     time.Time
-	shutdown   bool
-	complete   bool
+	ending     ending
 	exitCode   int
 
 	// Containment (see contain.go): the host's layout, the task cgroup's
 	// location (zero, with noCgroup saying why, when the host gives
-	// none), the cgroup once created, and its kill in flight.
-	host      cgroup.Host
-	loc       cgroup.Location
-	noCgroup  error
-	cg        *cgroup.Cgroup
-	cgKilling bool
-	cgKilled  chan error
-	cgEmpty   bool
-	cgTries   int
-	cgGaveUp  bool
+	// none), the cgroup once created, and its kill.
+	host     cgroup.Host
+	loc      cgroup.Location
+	noCgroup error
+	cg       *cgroup.Cgroup
+	cgKill   cgKill
+	cgKilled chan error
+	cgTries  int
 
 	// The task's output streams, and the bound on their last copies.
 	outs     []*output
 	outTimer *time.Timer
 
 	// Restarts (see restart.go): the spec to relaunch, the restart state
-	// and journal, whether a stop asked for the end (no more restarts),
-	// and the watches waiting for the journal to grow.
+	// and journal, and the watches waiting for the journal to grow.
 	spec     wire.Launch
 	rs       *restarts
-	stopping bool
 	watchers []watcher
 
 	// Commands run inside the task (see exec.go), by pid.
@@ -283,7 +312,7 @@ func (s *server) run(lease time.Duration) int {
 	defer leaseTimer.Stop()
 	s.log.Info("executor ready", "socket", s.id.Socket)
 
-	for !s.complete {
+	for s.lease != leaseDone {
 		var killC, outC <-chan time.Time
 		if s.killTimer != nil {
 			killC = s.killTimer.C
@@ -307,11 +336,11 @@ func (s *server) run(lease time.Duration) int {
 			s.dropConn(sc)
 		case m := <-s.inbox:
 			s.handle(m.c, m.req)
-			if s.everUsed {
+			if s.lease != leaseWaiting {
 				leaseTimer.Stop()
 			}
 		case <-leaseTimer.C:
-			if s.task == nil && !s.everUsed {
+			if s.task == nil && s.lease == leaseWaiting {
 				s.log.Warn("no client within the lease, exiting")
 				s.finish(0)
 			}
@@ -450,7 +479,7 @@ func (s *server) dropConn(sc *sconn) {
 	delete(s.conns, sc)
 	s.closeConn(sc)
 	s.dropExecs(sc)
-	if hello && s.task == nil && !s.shutdown && s.helloCount() == 0 {
+	if hello && s.task == nil && s.ending != endShutdown && s.helloCount() == 0 {
 		s.log.Warn("lease lost before launch: driver connection dropped, exiting")
 		s.finish(0)
 	}
@@ -491,7 +520,7 @@ func (s *server) handle(sc *sconn, req wire.Request) {
 		default:
 			sc.hello = true
 			s.conns[sc] = true
-			s.everUsed = true
+			s.lease = leaseHeld
 			id := s.id
 			s.send(sc, wire.Response{ID: req.ID, Version: wire.ProtocolVersion, Identity: &id})
 		}
@@ -501,7 +530,7 @@ func (s *server) handle(sc *sconn, req wire.Request) {
 			s.send(sc, wire.Response{ID: req.ID, Status: &st})
 			return
 		}
-		if s.shutdown || req.Launch == nil {
+		if s.ending == endShutdown || req.Launch == nil {
 			s.send(sc, wire.Response{ID: req.ID, Err: wire.FailureOf(fmt.Errorf("%w: executor shutting down or no spec", wire.ErrBadSpec))})
 			return
 		}
@@ -560,7 +589,7 @@ func (s *server) handle(sc *sconn, req wire.Request) {
 			s.send(sc, wire.Response{ID: req.ID, Err: wire.FailureOf(wire.ErrNotLaunched)})
 			return
 		}
-		s.stopping = true // the task ends with this run: no more restarts
+		s.ending = max(s.ending, endStop) // the task ends with this run: no more restarts
 		s.cancelRestart()
 		if !s.task.exited {
 			sig := syscall.Signal(req.Signal)
@@ -604,7 +633,7 @@ func (s *server) status() wire.Status {
 		return wire.Status{}
 	}
 	return wire.Status{Launched: true, PID: s.task.pid, StartTime: s.task.start, Exited: s.task.exited, Exit: s.task.exit,
-		Restarting: s.restarting(), Journal: s.journalLen(), Emptied: s.task.done && s.cgEmpty}
+		Restarting: s.restarting(), Journal: s.journalLen(), Emptied: s.task.done && s.cgKill == cgEmpty}
 }
 
 // stats reads the task cgroup's figures.
@@ -654,7 +683,7 @@ func (s *server) signalMain(sig syscall.Signal) error {
 // waitFor answers now if the task is over, or when it is (completeTask,
 // once it has ended for good).
 func (s *server) waitFor(sc *sconn, id uint64) {
-	if s.complete {
+	if s.lease == leaseDone {
 		st := s.status()
 		s.send(sc, wire.Response{ID: id, Status: &st})
 		return
@@ -680,7 +709,7 @@ func (s *server) armKill(grace time.Duration) {
 }
 
 func (s *server) beginShutdown() {
-	s.shutdown = true
+	s.ending = endShutdown
 	if s.task == nil {
 		s.finish(0)
 		return
@@ -709,7 +738,7 @@ func (s *server) signalGroup(sig syscall.Signal) {
 // none (or its members cannot be read): then the caller looks through all
 // of /proc.
 func (s *server) cgroupMembers() []int {
-	if s.cg == nil || s.cgEmpty {
+	if s.cg == nil || s.cgKill == cgEmpty {
 		return nil
 	}
 	pids, err := s.cg.Procs()
@@ -792,7 +821,7 @@ func (s *server) reap() {
 // the end of their pipes; then complete.
 func (s *server) drain() {
 	switch {
-	case s.cg != nil && !s.cgEmpty && !s.cgGaveUp:
+	case s.cg != nil && (s.cgKill == cgLive || s.cgKill == cgKilling):
 		s.killCgroup()
 	case !s.noChildren:
 		s.killAll()
@@ -835,7 +864,7 @@ func (s *server) completeTask() {
 		// exit record's fsync, which are for a driver that is away.
 		s.answerWaiters()
 	}
-	if !s.cgGaveUp {
+	if s.cgKill != cgGaveUp {
 		s.removeCgroup()
 	}
 	s.release()
@@ -869,7 +898,7 @@ func (s *server) finish(code int) {
 	}
 	s.answerWaiters()
 	s.exitCode = code
-	s.complete = true
+	s.lease = leaseDone
 	s.notifyWatchers()
 	if s.rs != nil {
 		_ = s.rs.journal.close()
