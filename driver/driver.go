@@ -84,9 +84,6 @@ type Driver struct {
 	world    executor.World
 	hooks    Hooks
 
-	// life ends when the driver closes: supervision stops with it.
-	life      context.Context
-	endLife   context.CancelFunc
 	closing   chan struct{} // closed by Close
 	abandoned chan struct{} // closed by Abandon
 	owners    sync.WaitGroup
@@ -137,7 +134,7 @@ func Open(cfg Config) (*Driver, error) {
 		cfg.EffectTimeout = 30 * time.Second
 	}
 	if cfg.ProbeTimeout <= 0 {
-		cfg.ProbeTimeout = 5 * time.Second
+		cfg.ProbeTimeout = defaultProbeTimeout
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -165,7 +162,6 @@ func Open(cfg Config) (*Driver, error) {
 		}
 		d.store, d.ownStore = s, true
 	}
-	d.life, d.endLife = context.WithCancel(context.Background())
 	return d, nil
 }
 
@@ -188,12 +184,14 @@ func (d *Driver) Close() error {
 	close(d.closing)
 	d.mu.Unlock()
 	d.owners.Wait()
-	d.endLife()
 	if d.ownStore {
 		return d.store.Close()
 	}
 	return nil
 }
+
+// defaultProbeTimeout is Config.ProbeTimeout's default.
+const defaultProbeTimeout = 5 * time.Second
 
 // isClosing reports whether Close has begun.
 func (d *Driver) isClosing() bool {
@@ -218,7 +216,6 @@ func (d *Driver) Abandon() {
 		close(d.abandoned)
 	}
 	d.mu.Unlock()
-	d.endLife()
 }
 
 // Store returns the driver's event log.

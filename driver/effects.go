@@ -89,7 +89,9 @@ func (o *owner) perform(eff fsm.Effect) {
 
 // startJob runs a job of kind in a goroutine, bounded by timeout.
 func (o *owner) startJob(kind jobKind, timeout time.Duration, eff *fsm.Effect) {
-	ctx, cancel := context.WithCancelCause(o.d.life)
+	// The driver keeps no context: each job has its own, which the owner
+	// cancels (a stop overtaking a start, the owner's exit).
+	ctx, cancel := context.WithCancelCause(context.Background())
 	j := job{d: o.d, id: o.t.id, st: o.st, h: o.h, final: o.final, kill: o.kill}
 	if eff != nil {
 		j.eff = *eff
@@ -437,30 +439,68 @@ func (j job) killExecutor(ctx context.Context) jobResult {
 			return r
 		}
 	}
-	var id *fsm.Identity
+	k := recoveryKill{world: j.d.world, probe: j.d.cfg.ProbeTimeout, task: j.id, id: eff.Executor, nonce: eff.Nonce,
+		run: eff.TaskProc(), sig: syscall.Signal(eff.Signal), grace: eff.Grace, conn: j.h}
+	exit, _, err := k.kill(ctx)
+	closed := j.h != nil // the kill closed the owner's connection: the executor is dead
+	if err != nil {
+		r := j.failed(jobKill, err)
+		r.closed = closed
+		return r
+	}
+	if exit == nil && eff.Target == fsm.StateExited {
+		exit = j.st.Exit
+	}
+	ev := j.d.event(fsm.EventExecutorReaped)
+	ev.Target, ev.Exit = eff.Target, exit
+	return jobResult{inputs: []fsm.Event{ev}, closed: closed}
+}
+
+// recoveryKill is the kill of a task's processes from what its log
+// records, when its executor did not (or could not) tell of its end: the
+// executor by its proven identity (or found by its spawn nonce when none
+// was recorded), the task by its recorded cgroup (or process group), and
+// the latest run its launch record names.
+type recoveryKill struct {
+	world executor.World
+	probe time.Duration // bounds each question to the executor
+	task  string
+	id    *fsm.Identity // the executor, as recorded; nil: look it up by nonce
+	nonce string
+	run   fsm.Proc       // the task process the log knows (zero: none)
+	sig   syscall.Signal // the stop's first signal (0: SIGKILL at once)
+	grace time.Duration
+	conn  executor.Conn // a connection to the executor the caller holds (closed by kill), if any
+}
+
+// kill kills everything of the task and confirms it dead. It returns the
+// exit status when one was collected (the executor's answer to a stop, or
+// its exit record), and the executor's identity when one was known or
+// found (nil: nothing with the nonce was alive).
+func (k recoveryKill) kill(ctx context.Context) (*fsm.ExitStatus, *fsm.Identity, error) {
+	id := k.id
 	switch {
-	case eff.Executor != nil:
-		id = eff.Executor
-	case j.h != nil: // spawned, but the spawn's outcome was not recorded
-		x := j.h.Identity()
+	case id != nil:
+	case k.conn != nil: // spawned, but the spawn's outcome was not recorded
+		x := k.conn.Identity()
 		id = &x
-	case eff.Nonce != "":
-		found, ok, err := j.d.world.FindByNonce(ctx, j.id, eff.Nonce)
+	case k.nonce != "":
+		found, ok, err := k.world.FindByNonce(ctx, k.task, k.nonce)
 		if err != nil {
-			return j.failed(jobKill, err)
+			return nil, nil, err
 		}
 		if ok {
 			id = &found
 		}
 	}
-	run := eff.TaskProc()
+	run := k.run
 	var last fsm.Proc // a run the log does not know, to kill too
 	if id != nil {
 		// The executor may have launched a task whose launch was never
 		// recorded (a crash, or a stop that overtook the launch), or
 		// relaunched it since (its restart policy): its launch record
 		// names the latest run.
-		if rec, ok, err := j.d.world.LaunchRecord(ctx, j.id, *id); err == nil && ok {
+		if rec, ok, err := k.world.LaunchRecord(ctx, k.task, *id); err == nil && ok {
 			switch {
 			case run.IsZero():
 				run = rec
@@ -469,12 +509,11 @@ func (j job) killExecutor(ctx context.Context) jobResult {
 			}
 		}
 	}
-	h := j.h
-	opened := false
+	h := k.conn
 	if h == nil && id != nil && !run.IsZero() {
-		pctx, cancel := context.WithTimeout(ctx, j.d.cfg.ProbeTimeout)
-		if r, err := j.d.world.Reattach(pctx, j.id, *id); err == nil {
-			h, opened = r, true
+		pctx, cancel := context.WithTimeout(ctx, k.probe)
+		if r, err := k.world.Reattach(pctx, k.task, *id); err == nil {
+			h = r
 		}
 		cancel()
 	}
@@ -483,14 +522,14 @@ func (j job) killExecutor(ctx context.Context) jobResult {
 		if !run.IsZero() {
 			// A task was launched: stop it through its executor (signal,
 			// grace, SIGKILL to everything of it), which collects its exit.
-			sig := syscall.Signal(eff.Signal)
+			sig := k.sig
 			if sig == 0 {
 				sig = syscall.SIGKILL
 			}
 			// Bounded by the grace and a probe: a frozen executor does not
 			// hold the kill up; it is killed by identity below.
-			sctx, cancel := context.WithTimeout(ctx, eff.Grace+j.d.cfg.ProbeTimeout)
-			if x, err := h.Stop(sctx, sig, eff.Grace); err == nil {
+			sctx, cancel := context.WithTimeout(ctx, k.grace+k.probe)
+			if x, err := h.Stop(sctx, sig, k.grace); err == nil {
 				exit = &x.Exit
 			}
 			cancel()
@@ -498,7 +537,7 @@ func (j job) killExecutor(ctx context.Context) jobResult {
 				// The Stop did not end it: ask for an orderly exit
 				// (after a stop that answered, the executor is on its
 				// way out already). The kill by identity follows.
-				sctx, cancel = context.WithTimeout(ctx, j.d.cfg.ProbeTimeout)
+				sctx, cancel = context.WithTimeout(ctx, k.probe)
 				_ = h.Shutdown(sctx)
 				cancel()
 			}
@@ -507,38 +546,28 @@ func (j job) killExecutor(ctx context.Context) jobResult {
 		// exit: the kill by identity below is all it needs.
 		_ = h.Close()
 	}
-	closed := h != nil && !opened
-	fail := func(err error) jobResult {
-		r := j.failed(jobKill, err)
-		r.closed = closed
-		return r
+	if id == nil {
+		return exit, nil, nil
 	}
-	if id != nil {
-		// ErrNotOurs: the pid now belongs to a stranger, so ours is dead;
-		// nothing was signalled.
-		if err := j.d.world.Kill(ctx, j.id, *id); err != nil && !errors.Is(err, ErrNotOurs) {
-			return fail(err)
-		}
-		if err := j.d.world.KillTask(ctx, j.id, *id, run); err != nil && !errors.Is(err, ErrNotOurs) {
-			return fail(err)
-		}
-		if !last.IsZero() {
-			if err := j.d.world.KillTask(ctx, j.id, *id, last); err != nil && !errors.Is(err, ErrNotOurs) {
-				return fail(err)
-			}
-		}
-		if exit == nil {
-			if x, ok, err := j.d.world.ExitStatus(ctx, j.id, *id, run); err == nil && ok {
-				exit = &x
-			}
+	// ErrNotOurs: the pid now belongs to a stranger, so ours is dead;
+	// nothing was signalled.
+	if err := k.world.Kill(ctx, k.task, *id); err != nil && !errors.Is(err, ErrNotOurs) {
+		return exit, id, err
+	}
+	if err := k.world.KillTask(ctx, k.task, *id, run); err != nil && !errors.Is(err, ErrNotOurs) {
+		return exit, id, fmt.Errorf("%w: %w", ErrTaskNotKilled, err)
+	}
+	if !last.IsZero() {
+		if err := k.world.KillTask(ctx, k.task, *id, last); err != nil && !errors.Is(err, ErrNotOurs) {
+			return exit, id, fmt.Errorf("%w: %w", ErrTaskNotKilled, err)
 		}
 	}
-	if exit == nil && eff.Target == fsm.StateExited {
-		exit = j.st.Exit
+	if exit == nil {
+		if x, ok, err := k.world.ExitStatus(ctx, k.task, *id, run); err == nil && ok {
+			exit = &x
+		}
 	}
-	ev := j.d.event(fsm.EventExecutorReaped)
-	ev.Target, ev.Exit = eff.Target, exit
-	return jobResult{inputs: []fsm.Event{ev}, closed: closed}
+	return exit, id, nil
 }
 
 // endWithExecutor is the normal end of a task whose executor this owner

@@ -40,6 +40,12 @@ var (
 	ErrUnreachable = errors.New("driver: the task's executor does not answer")
 	// ErrClosed: the driver was closed.
 	ErrClosed = errors.New("driver: closed")
+	// ErrTaskNotKilled: a task's executor is dead, and something of the
+	// task could not be killed (its cgroup could not be emptied).
+	ErrTaskNotKilled = errors.New("driver: the executor is dead; its task could not all be killed")
+	// ErrUnproven: nothing readable of a lost task's log proves which
+	// processes are its own (SettleLost); nothing was killed.
+	ErrUnproven = errors.New("driver: nothing readable proves which processes are the task's")
 	// ErrInjected is the error returned by an injected fault (tests, and
 	// TETHER_FAULT in real-process tests).
 	ErrInjected = errors.New("driver: injected fault")

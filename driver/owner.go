@@ -139,7 +139,7 @@ type owner struct {
 	cancelJob context.CancelCauseFunc
 
 	supC    chan report // the supervisor's reports: restarts, and the task's end; nil: none
-	supStop context.CancelFunc
+	supStop context.CancelCauseFunc
 
 	retryC <-chan time.Time // a kill's back-off; nil: none
 	kills  int
@@ -407,7 +407,7 @@ func (o *owner) escalate(sig syscall.Signal, grace time.Duration) {
 		return // no executor known: the kill in flight looks it up by nonce
 	}
 	go func() {
-		ctx, cancel := context.WithTimeout(o.d.life, timeout)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		if h == nil {
 			// The kill in flight reattached on its own connection (a
@@ -840,7 +840,7 @@ func (o *owner) supervise() {
 	if o.supC != nil || o.h == nil {
 		return
 	}
-	ctx, cancel := context.WithCancel(o.d.life)
+	ctx, cancel := context.WithCancelCause(context.Background()) // stopSupervising (at the owner's exit too) cancels it
 	c := make(chan report, 1)
 	go o.d.superviseLoop(ctx, o.h, o.st, c)
 	o.supC, o.supStop = c, cancel
@@ -851,7 +851,7 @@ func (o *owner) supervise() {
 
 func (o *owner) stopSupervising() {
 	if o.supStop != nil {
-		o.supStop()
+		o.supStop(nil)
 	}
 	o.supC, o.supStop = nil, nil
 	if o.phase == phaseSupervising {
@@ -900,7 +900,7 @@ func (o *owner) killUnrecorded() {
 	if h == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(o.d.life, o.d.cfg.EffectTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), o.d.cfg.EffectTimeout)
 	defer cancel()
 	if err := h.Shutdown(ctx); err != nil {
 		_ = o.d.world.Kill(ctx, o.t.id, h.Identity())

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/store"
 )
 
 // Regression tests for bugs the property tests found in driver/. Each
@@ -427,5 +428,43 @@ func TestDriver_NormalEndCollectsWithoutRecoveryKill(t *testing.T) {
 				t.Errorf("alive after the end: %v", live)
 			}
 		})
+	}
+}
+
+// TestSettleLost_KillsWhatTheReadablePrefixProves: a task a salvage lost
+// is killed by what could be read of its log (driver.SettleLost): its
+// executor by proven identity, its task with it; one whose readable prefix
+// proves nothing is refused (ErrUnproven) and nothing is signalled; one
+// that had ended is left alone.
+func TestSettleLost_KillsWhatTheReadablePrefixProves(t *testing.T) {
+	dir := scratch(t)
+	w := NewWorld()
+	w.SetCgroups(true)
+	d, err := driver.Open(driver.Config{StateDir: dir, Store: NewMemLog(), World: w.View(w.NewGeneration(1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	st, err := d.StartTask(ctx, "a", SpecFor("fork"))
+	if err != nil || st.State != fsm.StateRunning {
+		t.Fatalf("StartTask: %v %s", err, st.State)
+	}
+	d.Abandon() // the driver is gone; its store is beyond repair
+	other := w.View(w.NewGeneration(2))
+	if _, err := driver.SettleLost(ctx, other, store.LostTask{ID: "a", Live: true, State: st.State}); !errors.Is(err, driver.ErrUnproven) {
+		t.Fatalf("SettleLost with nothing readable: %v, want ErrUnproven", err)
+	}
+	if len(w.Live()) == 0 || len(w.Signals()) != 0 {
+		t.Fatalf("an unproven lost task had processes signalled: %v", w.Signals())
+	}
+	if set, err := driver.SettleLost(ctx, other, store.LostTask{ID: "a", State: fsm.StateExited}); err != nil || !set.Ended {
+		t.Fatalf("SettleLost of an ended task: %+v %v", set, err)
+	}
+	set, err := driver.SettleLost(ctx, other, store.LostTask{ID: "a", Live: true, State: st.State, Nonce: st.Nonce, Prefix: st})
+	if err != nil || set.Executor == nil || *set.Executor != *st.Executor {
+		t.Fatalf("SettleLost: %+v %v, want the executor %+v killed", set, err, st.Executor)
+	}
+	if live := w.Live(); len(live) != 0 {
+		t.Errorf("alive after SettleLost: %v", live)
 	}
 }
