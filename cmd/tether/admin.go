@@ -212,9 +212,9 @@ func (c *cli) salvage(ctx context.Context, path string) int {
 	world := &executor.Real{StateDir: c.stateDir, Command: cmd, Logger: c.log.Named("driver")}
 	code := exitOK
 	for _, l := range rep.Lost {
-		what := c.settleLost(ctx, world, l)
+		what, settled := c.settleLost(ctx, world, l)
 		fmt.Fprintf(c.stdout, "lost task %s (%s): %s\n  why: %s\n", printable(l.ID), l.State, what, printable(l.Err.Error()))
-		if strings.HasPrefix(what, "NOT") {
+		if !settled {
 			code = exitError
 		}
 	}
@@ -228,33 +228,23 @@ func (c *cli) salvage(ctx context.Context, path string) int {
 }
 
 // settleLost kills the processes of a task that could not be salvaged,
-// when the readable part of its log proves which they are, and says what
-// it did.
-func (c *cli) settleLost(ctx context.Context, world executor.World, l store.LostTask) string {
-	if !l.Live && l.State.Terminal() {
-		return "it had ended; nothing to kill"
+// when the readable part of its log proves which they are
+// (driver.SettleLost), and says what it did.
+func (c *cli) settleLost(ctx context.Context, world executor.World, l store.LostTask) (string, bool) {
+	set, err := driver.SettleLost(ctx, world, l)
+	switch {
+	case errors.Is(err, driver.ErrUnproven):
+		return fmt.Sprintf("NOT killed: %v; look at %s", err, c.taskDir(l.ID)), false
+	case errors.Is(err, driver.ErrTaskNotKilled):
+		return "executor killed; NOT all of its task: " + err.Error(), false
+	case err != nil:
+		return "NOT killed: " + err.Error(), false
+	case set.Ended:
+		return "it had ended; nothing to kill", true
+	case set.Executor == nil:
+		return "no executor with its spawn nonce is alive; nothing to kill", true
 	}
-	id := l.Prefix.Executor
-	if id == nil && l.Nonce != "" {
-		found, ok, err := world.FindByNonce(ctx, l.ID, l.Nonce)
-		if err != nil {
-			return "NOT killed: looking its executor up by nonce failed: " + err.Error()
-		}
-		if !ok {
-			return "no executor with its spawn nonce is alive; nothing to kill"
-		}
-		id = &found
-	}
-	if id == nil {
-		return fmt.Sprintf("NOT killed: nothing readable proves which processes are its own; look at %s", c.taskDir(l.ID))
-	}
-	if err := world.Kill(ctx, l.ID, *id); err != nil && !errors.Is(err, driver.ErrNotOurs) {
-		return "NOT killed: " + err.Error()
-	}
-	if err := world.KillTask(ctx, l.ID, *id, l.Prefix.TaskProc()); err != nil && !errors.Is(err, driver.ErrNotOurs) {
-		return "executor killed; NOT all of its task: " + err.Error()
-	}
-	return fmt.Sprintf("its executor (pid %d) and everything of its task were killed by proven identity", id.PID)
+	return fmt.Sprintf("its executor (pid %d) and everything of its task were killed by proven identity", set.Executor.PID), true
 }
 
 func (c *cli) cmdGC(args []string) int {
