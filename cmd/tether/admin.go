@@ -45,15 +45,11 @@ func (c *cli) cmdStop(args []string) int {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	s, err := c.open()
-	if err != nil {
-		return c.fail(err)
+	s, info, code, ok := c.openTask(ctx, fs.Arg(0))
+	if !ok {
+		return code
 	}
 	defer c.closeSession(s)
-	info, err := c.resolve(ctx, s, fs.Arg(0))
-	if err != nil {
-		return c.fail(err)
-	}
 	if info.State.Terminal() {
 		fmt.Fprintf(c.stderr, "tether: %s is already %s\n", info.ID, describeEnd(info.Task))
 		return exitOK

@@ -96,20 +96,11 @@ func (c *cli) cmdExec(args []string) int {
 		}
 	}
 	ctx := context.Background()
-	s, err := c.open()
-	if err != nil {
-		c.errorf("%v", err)
-		if h := hint(err); h != "" {
-			fmt.Fprintf(c.stderr, "  %s\n", h)
-		}
-		return exitStartFail
+	s, info, _, ok := c.openTask(ctx, id)
+	if !ok {
+		return exitStartFail // as for a command that could not start
 	}
 	defer c.closeSession(s)
-	info, err := c.resolve(ctx, s, id)
-	if err != nil {
-		c.fail(err)
-		return exitStartFail
-	}
 	info = c.reconcileIfGone(ctx, s, info)
 	spec := driver.ExecSpec{Argv: rest, Env: env}
 	if *tty {

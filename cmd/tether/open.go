@@ -99,6 +99,22 @@ func (c *cli) closeSession(s *session) {
 	}
 }
 
+// openTask opens a session and resolves arg (an id, or a name) to a task.
+// When either fails it has said why and returns the command's exit code;
+// else the caller closes the session (closeSession).
+func (c *cli) openTask(ctx context.Context, arg string) (*session, driver.TaskInfo, int, bool) {
+	s, err := c.open()
+	if err != nil {
+		return nil, driver.TaskInfo{}, c.fail(err), false
+	}
+	info, err := c.resolve(ctx, s, arg)
+	if err != nil {
+		c.closeSession(s)
+		return nil, driver.TaskInfo{}, c.fail(err), false
+	}
+	return s, info, 0, true
+}
+
 // errAmbiguous: a name given for an id matches several tasks.
 var errAmbiguous = errors.New("ambiguous task name")
 

@@ -495,15 +495,11 @@ func (c *cli) cmdWait(args []string) int {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	s, err := c.open()
-	if err != nil {
-		return c.fail(err)
+	s, info, code, ok := c.openTask(ctx, fs.Arg(0))
+	if !ok {
+		return code
 	}
 	defer c.closeSession(s)
-	info, err := c.resolve(ctx, s, fs.Arg(0))
-	if err != nil {
-		return c.fail(err)
-	}
 	if info.State.Terminal() {
 		return c.endCode(info.Task, nil, nil)
 	}

@@ -418,15 +418,11 @@ func (c *cli) cmdLogs(args []string) int {
 		return exitUsage
 	}
 	ctx := context.Background()
-	s, err := c.open()
-	if err != nil {
-		return c.fail(err)
+	s, info, code, ok := c.openTask(ctx, fs.Arg(0))
+	if !ok {
+		return code
 	}
 	defer c.closeSession(s)
-	info, err := c.resolve(ctx, s, fs.Arg(0))
-	if err != nil {
-		return c.fail(err)
-	}
 	name := stdoutFile
 	if *stderr {
 		name = stderrFile
@@ -454,7 +450,7 @@ func (c *cli) cmdLogs(args []string) int {
 		}
 	}()
 	tail := startTail(c.log, c.taskDir(info.ID), []tailStream{stream})
-	_, err = s.d.WaitTask(wctx, info.ID)
+	_, err := s.d.WaitTask(wctx, info.ID)
 	tail.stop()
 	if err != nil && wctx.Err() == nil {
 		c.log.Debug("stopped following", "task_id", info.ID, "err", err)
