@@ -128,71 +128,50 @@ func Result(r *os.File) error {
 // runShim is the init mode (see shimFlag).
 func Run(args []string) int {
 	report := os.NewFile(3, "shim-report")
-	unix.CloseOnExec(3)
-	runtime.LockOSThread() // never unlocked: the thread execs or the process exits
-	fail := func(step string, err error) int {
-		_ = wire.WriteFrame(report, shimReport{Err: wire.FailureOf(fmt.Errorf("%w: %s: %w", wire.ErrLaunch, step, err))})
+	fail := func(e *stepError) int {
+		_ = wire.WriteFrame(report, shimReport{Err: wire.FailureOf(fmt.Errorf("%w: %s: %w", wire.ErrLaunch, e.step, e.err))})
 		return 127
 	}
-	if len(args) < 2 {
-		return fail("start", errors.New("the shim needs its config and the task's argv"))
-	}
 	var cfg Config
-	if err := json.Unmarshal([]byte(args[0]), &cfg); err != nil {
-		return fail("start", fmt.Errorf("the shim's config: %w", err))
+	argv, e := start(args, &cfg, 3)
+	if e == nil {
+		e = cfg.enter()
 	}
-	argv := args[1:]
-	if cfg.Cgroup != "" {
-		if err := joinCgroup(cfg.Cgroup); err != nil {
-			return fail(StepCgroup, err)
-		}
-	}
-	if err := cgroup.SetOOMScoreAdj(cfg.OOMScoreAdj); err != nil {
-		return fail(StepOOMAdj, err)
+	if e != nil {
+		return fail(e)
 	}
 	if cfg.Root != nil {
 		if err := cfg.Root.build(); err != nil {
-			return fail(StepRoot, err)
+			return fail(&stepError{StepRoot, err})
 		}
 	}
-	if err := unix.Chdir(cfg.Dir); err != nil {
-		return fail(StepDir, fmt.Errorf("%w: %s: %w", wire.ErrWorkDir, cfg.Dir, err))
+	if e := cfg.chdir(); e != nil {
+		return fail(e)
 	}
-	var caps []capability.Cap
-	if cfg.Caps != nil {
-		caps = CapsFromMask(*cfg.Caps)
-		if err := dropBounding(caps); err != nil {
-			return fail(StepCaps, err)
-		}
-	}
-	if err := switchUser(cfg.UID, cfg.GID, cfg.Groups, cfg.Caps != nil); err != nil {
-		return fail(StepUser, err)
-	}
-	// A credential change clears the parent-death signal: set it again,
-	// then make sure the executor did not die meanwhile (in a PID
-	// namespace of its own the shim cannot see its parent: the report
-	// pipe's reader, the executor, tells).
-	if cfg.UID >= 0 {
+	e = cfg.become(func() *stepError {
+		// A credential change clears the parent-death signal: set it
+		// again, then make sure the executor did not die meanwhile (in a
+		// PID namespace of its own the shim cannot see its parent: the
+		// report pipe's reader, the executor, tells).
 		if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0, 0, 0); err != nil {
-			return fail(StepUser, fmt.Errorf("pdeathsig: %w", err))
+			return &stepError{StepUser, fmt.Errorf("pdeathsig: %w", err)}
 		}
 		if readerGone(3) {
-			return 127
+			return &stepError{StepUser, errExecutorGone}
 		}
+		return nil
+	})
+	if e != nil && errors.Is(e.err, errExecutorGone) {
+		return 127 // nobody to report to
 	}
-	if cfg.Caps != nil {
-		if err := setCaps(caps, cfg.UID); err != nil {
-			return fail(StepCaps, err)
-		}
-		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-			return fail(StepNNP, err)
-		}
+	if e != nil {
+		return fail(e)
 	}
 	path := cfg.Path
 	if cfg.Root != nil {
 		var err error
 		if path, err = spec.ResolveCommand(cfg.Path, cfg.Dir, os.Getenv("PATH")); err != nil {
-			return fail(StepExec, err)
+			return fail(&stepError{StepExec, err})
 		}
 	} else if rel, ok := strings.CutPrefix(path, filepath.Clean(cfg.Dir)+"/"); ok {
 		// Through the working directory: a task user may not traverse
@@ -203,7 +182,88 @@ func Run(args []string) int {
 		return 127 // the executor is gone
 	}
 	err := syscall.Exec(path, argv, os.Environ())
-	return fail(StepExec, spec.ExecErr(path, err))
+	return fail(&stepError{StepExec, spec.ExecErr(path, err)})
+}
+
+// errExecutorGone: the executor died while the shim set the task up.
+var errExecutorGone = errors.New("the executor is gone")
+
+// stepError is a step of a shim that failed, and why.
+type stepError struct {
+	step string
+	err  error
+}
+
+// start is how both modes begin: their report descriptor (and any
+// descriptor after it up to last) kept from the task, this goroutine
+// locked to its thread for good (the thread execs, or the command
+// inherits its attributes, or the process exits), the config of args[0]
+// decoded into cfg; it returns the argv that follows.
+func start(args []string, cfg any, last int) ([]string, *stepError) {
+	for fd := 3; fd <= last; fd++ {
+		unix.CloseOnExec(fd)
+	}
+	runtime.LockOSThread() // never unlocked
+	if len(args) < 2 {
+		return nil, &stepError{"start", errors.New("the shim needs its config and an argv")}
+	}
+	if err := json.Unmarshal([]byte(args[0]), cfg); err != nil {
+		return nil, &stepError{"start", fmt.Errorf("the shim's config: %w", err)}
+	}
+	return args[1:], nil
+}
+
+// enter puts the shim in the run's cgroup with its oom_score_adj.
+func (c *Config) enter() *stepError {
+	if c.Cgroup != "" {
+		if err := joinCgroup(c.Cgroup); err != nil {
+			return &stepError{StepCgroup, err}
+		}
+	}
+	if err := cgroup.SetOOMScoreAdj(c.OOMScoreAdj); err != nil {
+		return &stepError{StepOOMAdj, err}
+	}
+	return nil
+}
+
+// chdir changes to the working directory, still as root, so that a task
+// with a user starts in its own directory even though it could not
+// traverse the root-owned 0700 task directory.
+func (c *Config) chdir() *stepError {
+	if err := unix.Chdir(c.Dir); err != nil {
+		return &stepError{StepDir, fmt.Errorf("%w: %s: %w", wire.ErrWorkDir, c.Dir, err)}
+	}
+	return nil
+}
+
+// become takes the task's user and, for exec, its capabilities (the
+// bounding set before the switch, the rest after) and no_new_privs, as the
+// task got them. afterUser runs right after a user switch.
+func (c *Config) become(afterUser func() *stepError) *stepError {
+	var caps []capability.Cap
+	if c.Caps != nil {
+		caps = CapsFromMask(*c.Caps)
+		if err := dropBounding(caps); err != nil {
+			return &stepError{StepCaps, err}
+		}
+	}
+	if err := switchUser(c.UID, c.GID, c.Groups, c.Caps != nil); err != nil {
+		return &stepError{StepUser, err}
+	}
+	if c.UID >= 0 && afterUser != nil {
+		if e := afterUser(); e != nil {
+			return e
+		}
+	}
+	if c.Caps != nil {
+		if err := setCaps(caps, c.UID); err != nil {
+			return &stepError{StepCaps, err}
+		}
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return &stepError{StepNNP, err}
+		}
+	}
+	return nil
 }
 
 // joinCgroup moves the shim into the cgroup at location loc.
@@ -364,80 +424,54 @@ type JoinReport struct {
 
 // runJoin is the join mode (see joinFlag).
 func RunJoin(args []string) int {
-	unix.CloseOnExec(3)
-	unix.CloseOnExec(4)
-	runtime.LockOSThread() // never unlocked: the command inherits this thread's attributes
-	fail := func(step string, err error) int {
-		b, _ := json.Marshal(JoinReport{Err: wire.FailureOf(fmt.Errorf("%w: %s: %w", wire.ErrExec, step, err))})
+	fail := func(e *stepError) int {
+		b, _ := json.Marshal(JoinReport{Err: wire.FailureOf(fmt.Errorf("%w: %s: %w", wire.ErrExec, e.step, e.err))})
 		_ = unix.Sendmsg(3, b, nil, nil, 0)
 		return 127
 	}
-	if len(args) < 2 {
-		return fail("start", errors.New("the shim needs its config and the command's argv"))
-	}
 	var cfg JoinConfig
-	if err := json.Unmarshal([]byte(args[0]), &cfg); err != nil {
-		return fail("start", fmt.Errorf("the shim's config: %w", err))
+	argv, e := start(args, &cfg, 4)
+	if e == nil {
+		e = cfg.enter()
 	}
-	argv := args[1:]
-	if cfg.Cgroup != "" {
-		if err := joinCgroup(cfg.Cgroup); err != nil {
-			return fail(StepCgroup, err)
-		}
-	}
-	if err := cgroup.SetOOMScoreAdj(cfg.OOMScoreAdj); err != nil {
-		return fail(StepOOMAdj, err)
+	if e != nil {
+		return fail(e)
 	}
 	if cfg.NS != 0 {
 		if err := unix.Unshare(unix.CLONE_FS); err != nil {
-			return fail(StepJoinNS, fmt.Errorf("unshare(CLONE_FS): %w", err))
+			return fail(&stepError{StepJoinNS, fmt.Errorf("unshare(CLONE_FS): %w", err)})
 		}
 		if err := unix.Setns(4, cfg.NS); err != nil {
-			return fail(StepJoinNS, fmt.Errorf("setns through the task's pidfd: %w", err))
+			return fail(&stepError{StepJoinNS, fmt.Errorf("setns through the task's pidfd: %w", err)})
 		}
 		unix.Close(4)
 	}
-	if err := unix.Chdir(cfg.Dir); err != nil {
-		return fail(StepDir, fmt.Errorf("%w: %s: %w", wire.ErrWorkDir, cfg.Dir, err))
+	if e := cfg.chdir(); e != nil {
+		return fail(e)
 	}
 	stdio := []uintptr{0, 1, 2}
 	var rights []byte
 	if cfg.TTY {
 		master, tty, err := pty.Open()
 		if err != nil {
-			return fail(StepTTY, err)
+			return fail(&stepError{StepTTY, err})
 		}
 		if cfg.UID >= 0 {
 			if err := tty.Chown(cfg.UID, cfg.GID); err != nil {
-				return fail(StepTTY, err)
+				return fail(&stepError{StepTTY, err})
 			}
 		}
 		if cfg.Rows > 0 && cfg.Cols > 0 {
 			if err := pty.Setsize(tty, &pty.Winsize{Rows: cfg.Rows, Cols: cfg.Cols}); err != nil {
-				return fail(StepTTY, err)
+				return fail(&stepError{StepTTY, err})
 			}
 		}
 		fd := tty.Fd()
 		stdio = []uintptr{fd, fd, fd}
 		rights = unix.UnixRights(int(master.Fd()))
 	}
-	var caps []capability.Cap
-	if cfg.Caps != nil {
-		caps = CapsFromMask(*cfg.Caps)
-		if err := dropBounding(caps); err != nil {
-			return fail(StepCaps, err)
-		}
-	}
-	if err := switchUser(cfg.UID, cfg.GID, cfg.Groups, cfg.Caps != nil); err != nil {
-		return fail(StepUser, err)
-	}
-	if cfg.Caps != nil {
-		if err := setCaps(caps, cfg.UID); err != nil {
-			return fail(StepCaps, err)
-		}
-		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-			return fail(StepNNP, err)
-		}
+	if e := cfg.become(nil); e != nil {
+		return fail(e)
 	}
 	// Relative to the working directory: a task user may not traverse
 	// the task directory above it.
@@ -449,7 +483,7 @@ func RunJoin(args []string) int {
 	}
 	path, err := spec.ResolveCommand(argv[0], ".", pathEnv)
 	if err != nil {
-		return fail(StepCommand, err)
+		return fail(&stepError{StepCommand, err})
 	}
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Env:   cfg.Env,
@@ -457,7 +491,7 @@ func RunJoin(args []string) int {
 		Sys:   &syscall.SysProcAttr{Setsid: true, Setctty: cfg.TTY, Ctty: 0, Cloneflags: unix.CLONE_PARENT},
 	})
 	if err != nil {
-		return fail(StepCommand, spec.ExecErr(path, err))
+		return fail(&stepError{StepCommand, spec.ExecErr(path, err)})
 	}
 	b, err := json.Marshal(JoinReport{PID: pid})
 	if err == nil {
