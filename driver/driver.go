@@ -579,7 +579,7 @@ func (d *Driver) InspectTask(ctx context.Context, id string) (TaskInfo, error) {
 			// Read, not believed: a journal that does not match the
 			// identity counts as nothing here (Reconcile says why).
 			if entries, err := d.world.Journal(ctx, id, *info.Executor); err == nil {
-				info.Unfolded = max(0, len(entries)-executor.JournalFolded(info.Task))
+				info.Unfolded = max(0, len(entries)-info.Task.RestartEvents())
 			}
 		}
 	}

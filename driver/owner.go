@@ -862,7 +862,7 @@ func (o *owner) stopSupervising() {
 // supervised records what the supervisor reported: restarts the log
 // lacks, and the task's end, whose reaping it then drives.
 func (o *owner) supervised(r report) {
-	if r.from > executor.JournalFolded(o.st) && o.h != nil {
+	if r.from > o.st.RestartEvents() && o.h != nil {
 		// Entries before this report were reported and not recorded (an
 		// append that failed): follow the journal again from the log.
 		o.stopSupervising()

@@ -16,7 +16,7 @@ import (
 // driver folds the entries its log lacks, in order: from a watch of the
 // live executor (Conn.Watch, in the supervisor), or from the journal the
 // executor left on disk (World.Journal) when it is gone. How many entries
-// the log holds follows from the task's state (executor.JournalFolded), so
+// the log holds follows from the task's state (fsm.Task.RestartEvents), so
 // folding is idempotent: a report is cut to the entries past it.
 
 // report is what the supervisor, or a look at reality, found: restart
@@ -37,7 +37,7 @@ type report struct {
 // inputs are the events that record what the report found that st's log
 // lacks.
 func (d *Driver) inputs(st fsm.Task, r report) []fsm.Event {
-	folded := executor.JournalFolded(st)
+	folded := st.RestartEvents()
 	var out []fsm.Event
 	for i, e := range r.entries {
 		if r.from+i < folded {
@@ -76,7 +76,7 @@ func (d *Driver) superviseLoop(ctx context.Context, h executor.Conn, st fsm.Task
 			return false
 		}
 	}
-	since := executor.JournalFolded(st)
+	since := st.RestartEvents()
 	for {
 		s, entries, err := h.Watch(ctx, since)
 		if ctx.Err() != nil {
@@ -115,7 +115,7 @@ func (d *Driver) journalReport(ctx context.Context, st fsm.Task) (report, error)
 	if err != nil {
 		return report{}, err
 	}
-	folded := executor.JournalFolded(st)
+	folded := st.RestartEvents()
 	if folded >= len(entries) {
 		return report{from: folded}, nil
 	}
@@ -125,7 +125,7 @@ func (d *Driver) journalReport(ctx context.Context, st fsm.Task) (report, error)
 // catchUp asks a live executor for the restart journal entries st's log
 // lacks (its status says how many it has).
 func (d *Driver) catchUp(ctx context.Context, st fsm.Task, h executor.Conn, s executor.Status) report {
-	folded := executor.JournalFolded(st)
+	folded := st.RestartEvents()
 	if s.Journal <= folded {
 		return report{from: folded}
 	}

@@ -13,10 +13,6 @@ import (
 // protocol, the side files) and executor/internal/spec (what a spec means
 // on a host); these are its public names.
 
-// ProtocolVersion is the version of the control protocol (see the package
-// doc).
-const ProtocolVersion = wire.ProtocolVersion
-
 // Launch modes and namespace modes (fsm.Spec.Driver, PIDMode, IPCMode).
 const (
 	ModeExec    = wire.ModeExec
@@ -58,29 +54,38 @@ type LaunchRecord = wire.LaunchRecord
 // Journal is a restart journal as read from a task directory.
 type Journal = wire.Journal
 
-// ReadIdentity reads the identity file an executor left in taskDir.
-func ReadIdentity(taskDir string) (fsm.Identity, error) { return wire.ReadIdentity(taskDir) }
+// SideFiles are the files an executor leaves in its task directory (the
+// directory's path): read, never through a symbolic link, only a regular
+// file, size-capped. Each record is believed only once it matches the log
+// (Match): Real does that for a driver.
+type SideFiles string
 
-// ReadExitRecord returns the exit record the executor left in taskDir.
-func ReadExitRecord(taskDir string) (ExitRecord, bool, error) { return wire.ReadExitRecord(taskDir) }
+// Identity reads the executor's identity file (an error matching
+// fs.ErrNotExist when there is none).
+func (f SideFiles) Identity() (fsm.Identity, error) { return wire.ReadIdentity(string(f)) }
 
-// ReadLaunchRecord returns the launch record the executor left in taskDir.
-func ReadLaunchRecord(taskDir string) (LaunchRecord, bool, error) {
-	return wire.ReadLaunchRecord(taskDir)
+// ExitRecord reads the exit record; ok is false when there is none.
+func (f SideFiles) ExitRecord() (ExitRecord, bool, error) { return wire.ReadExitRecord(string(f)) }
+
+// LaunchRecord reads the launch record; ok is false when there is none.
+func (f SideFiles) LaunchRecord() (LaunchRecord, bool, error) {
+	return wire.ReadLaunchRecord(string(f))
 }
 
-// ReadJournal reads the restart journal in taskDir.
-func ReadJournal(taskDir string) (Journal, bool, error) { return wire.ReadJournal(taskDir) }
+// Journal reads the restart journal; ok is false when there is none.
+func (f SideFiles) Journal() (Journal, bool, error) { return wire.ReadJournal(string(f)) }
 
-// JournalFolded is how many entries of a task's restart journal its log
-// already holds.
-func JournalFolded(st fsm.Task) int { return wire.JournalFolded(st) }
-
-// DefaultAllowedCaps is Nomad's exec driver default allow list.
-var DefaultAllowedCaps = spec.DefaultAllowedCaps
-
-// DefaultChroot is what an exec task's root is built from by default.
-var DefaultChroot = spec.DefaultChroot
+// The defaults of Policy.
+var (
+	// DefaultAllowedCaps is Nomad's exec driver default allow list, used
+	// when Policy.AllowedCaps is nil. It is also the set an exec-mode task
+	// gets when it adds and drops nothing. NET_RAW is deliberately absent.
+	DefaultAllowedCaps = spec.DefaultAllowedCaps
+	// DefaultChroot is what an exec task's root is built from when
+	// Policy.Chroot is nil: Nomad's default chroot_env, each an existing
+	// host directory bound read-only at the same place.
+	DefaultChroot = spec.DefaultChroot
+)
 
 // ValidateChroot checks chroot entries ("SRC" or "SRC:DST").
 func ValidateChroot(entries []string) error { return spec.ValidateChroot(entries) }

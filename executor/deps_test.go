@@ -96,3 +96,23 @@ func TestDeps_DriverLinksNoExecutorProcessCode(t *testing.T) {
 		})
 	}
 }
+
+// TestDoc_ClientIsSmall holds the client's surface: `go doc -short
+// ./executor` (every exported top-level name, a constructor on a line of
+// its own, a const or var block one line) lists at most 30 lines. What
+// the executor process and the shim need of each other is theirs
+// (executor/server, executor/shim) or shared below executor/internal.
+func TestDoc_ClientIsSmall(t *testing.T) {
+	cmd := exec.Command(goTool(t), "doc", "-short", ".")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go doc: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) > 30 {
+		t.Errorf("go doc -short ./executor lists %d lines, at most 30:\n%s", len(lines), out)
+	}
+	if len(lines) < 10 {
+		t.Fatalf("go doc -short listed %d lines: the test reads the wrong package\n%s", len(lines), out)
+	}
+}

@@ -212,10 +212,10 @@ func (r *Real) WaitLockTask(ctx context.Context, task string) (func(), error) {
 	return l.release, nil
 }
 
-// OrphanMinAge is how old a task directory without a lock file must be
+// orphanMinAge is how old a task directory without a lock file must be
 // before RemoveOrphanDir removes it: younger, a start may be between
 // creating the directory and creating its lock file.
-const OrphanMinAge = 10 * time.Minute
+const orphanMinAge = 10 * time.Minute
 
 // RemoveOrphanDir removes the directory of a task the store does not know
 // (left by a start that crashed before it recorded the task, or by a
@@ -223,7 +223,7 @@ const OrphanMinAge = 10 * time.Minute
 // keeps the directory when another process holds the lock, when unknown
 // (asked under the lock) says the store knows the task after all, when an
 // executor whose identity file is there is alive, or when it has no lock
-// file and is younger than OrphanMinAge; kept says why (ErrBusy for a live
+// file and is younger than orphanMinAge; kept says why (ErrBusy for a live
 // executor). It never creates anything: a
 // start that locks the directory while it is removed finds its lock file
 // gone and starts over in a new directory.
@@ -240,7 +240,7 @@ func (r *Real) RemoveOrphanDir(task string, unknown func() (bool, error)) (remov
 		if serr != nil {
 			return false, nil, nil // gone already
 		}
-		if time.Since(fi.ModTime()) < OrphanMinAge {
+		if time.Since(fi.ModTime()) < orphanMinAge {
 			return false, errors.New("no lock file yet (a start may be creating it)"), nil
 		}
 	case err != nil:

@@ -51,7 +51,7 @@ func TestRemoveOrphanDir_KeepsWhatAStartIsUsing(t *testing.T) {
 	if removed, _, _ := r.RemoveOrphanDir("young", unknown); removed {
 		t.Fatal("a fresh directory with no lock file was removed")
 	}
-	old := time.Now().Add(-2 * OrphanMinAge)
+	old := time.Now().Add(-2 * orphanMinAge)
 	if err := os.Chtimes(young, old, old); err != nil {
 		t.Fatal(err)
 	}

@@ -40,6 +40,18 @@ type Task struct {
 	Restarts int
 }
 
+// RestartEvents is how many restart events the task's log holds (its
+// executor journals the same, each restart an intent and an outcome; a
+// task in restarting has the intent of its last without the outcome): how
+// far into that journal the log is.
+func (t Task) RestartEvents() int {
+	n := 2 * t.Restarts
+	if t.State == StateRestarting {
+		n--
+	}
+	return n
+}
+
 // TaskProc is the task process of the current run, from its launched event
 // (zero before the launch).
 func (t Task) TaskProc() Proc { return Proc{PID: t.TaskPID, StartTime: t.TaskStartTime} }

@@ -56,7 +56,7 @@ func (e *env) startOrphaned(name string) (string, executor.LaunchRecord) {
 	e.t.Helper()
 	id := strings.TrimSpace(e.must(e.runArgs("start", []string{"--name", name}, "sleep")...).stdout)
 	st := e.status(id)[0]
-	rec, ok, err := executor.ReadLaunchRecord(filepath.Join(e.dir, "tasks", id))
+	rec, ok, err := executor.SideFiles(filepath.Join(e.dir, "tasks", id)).LaunchRecord()
 	if err != nil || !ok {
 		e.t.Fatalf("the launch record of %s: %v %v", id, ok, err)
 	}
@@ -169,7 +169,7 @@ func TestRecover_PlantedSideFilesAreRefusedCheaply(t *testing.T) {
 		t.Fatalf("the crashed start's task directory: %v %v", dirs, err)
 	}
 	symDir, symlink := dirs[0], filepath.Base(dirs[0])
-	x, err := executor.ReadIdentity(symDir)
+	x, err := executor.SideFiles(symDir).Identity()
 	if err != nil {
 		t.Fatalf("the identity of the crashed start's executor: %v", err)
 	}

@@ -110,18 +110,6 @@ func TestJournal_TornTailDamageAndLinks(t *testing.T) {
 	}
 }
 
-func TestJournalFolded_FollowsTheState(t *testing.T) {
-	for _, c := range []struct {
-		restarts int
-		state    fsm.State
-		want     int
-	}{{0, fsm.StateRunning, 0}, {1, fsm.StateRestarting, 1}, {1, fsm.StateRunning, 2}, {3, fsm.StateReaping, 6}, {2, fsm.StateRestarting, 3}} {
-		if got := wire.JournalFolded(fsm.Task{Restarts: c.restarts, State: c.state}); got != c.want {
-			t.Errorf("%d restarts, %s: %d, want %d", c.restarts, c.state, got, c.want)
-		}
-	}
-}
-
 // Power loss: every entry whose append returned is in the journal in every
 // crash state, and nothing else is (a torn tail at most).
 func TestPowerLoss_RestartJournal(t *testing.T) {

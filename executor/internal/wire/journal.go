@@ -32,7 +32,7 @@ import (
 // contact (a watch of the live executor, or this file once the executor is
 // gone). Each restart is one intent and one outcome, so the number of
 // entries the log holds follows from the task's state alone
-// (JournalFolded), and folding is idempotent.
+// (fsm.Task.RestartEvents), and folding is idempotent.
 //
 // The file is a header (the spawn nonce and boot id of the executor that
 // writes it, so that the driver matches it against the log before
@@ -177,17 +177,6 @@ func ParseJournal(b []byte) (Journal, error) {
 		j.Torn = true // empty: the header never made it
 	}
 	return j, nil
-}
-
-// JournalFolded is how many entries of a task's restart journal its log
-// already holds: each restart is an intent and an outcome, and a task in
-// restarting has the intent of its last one without the outcome.
-func JournalFolded(st fsm.Task) int {
-	n := 2 * st.Restarts
-	if st.State == fsm.StateRestarting {
-		n--
-	}
-	return n
 }
 
 // syncDirOf fsyncs the directory holding path.
