@@ -378,23 +378,6 @@ func capLines(t *testing.T, pid int) string {
 	return b.String()
 }
 
-// childOf is the one live child of pid.
-func childOf(t *testing.T, pid int) int {
-	t.Helper()
-	var kids []int
-	if err := proc.Each(func(p int, s proc.Stat) {
-		if s.PPID == pid && !s.Dead() {
-			kids = append(kids, p)
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if len(kids) != 1 {
-		t.Fatalf("pid %d has children %v, want one", pid, kids)
-	}
-	return kids[0]
-}
-
 // TestCheckPeer_PlantedListener: a listener planted at the executor's
 // socket path by another process is refused before anything is sent to
 // it.

@@ -218,7 +218,7 @@ func TestKill_PIDRecycledAfterItsPidfdOpenedSignalsNothing(t *testing.T) {
 		}
 		return real()
 	})
-	defer proc.SwapBootID(real)
+	defer func() { proc.SwapBootID(real) }()
 	err = proc.Kill(ctx, fsm.Identity{PID: pid, StartTime: start, BootID: boot})
 	if stranger == nil {
 		t.Fatal("Kill did not read the boot id: the pid was never recycled")
@@ -262,7 +262,7 @@ func TestKill_PIDRecycledWithinATickSignalsThroughThePidfd(t *testing.T) {
 	}
 	real := proc.SwapBootID(nil)
 	proc.SwapBootID(real)
-	defer proc.SwapBootID(real)
+	defer func() { proc.SwapBootID(real) }()
 	for try := 0; try < 50; try++ {
 		atTickStart()
 		first := start()
