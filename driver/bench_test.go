@@ -411,6 +411,7 @@ func (simExecutor) Stop(context.Context, syscall.Signal, time.Duration) (executo
 	return executor.Status{}, errSim
 }
 func (simExecutor) Shutdown(context.Context) error { return errSim }
+func (simExecutor) Dismiss(context.Context) error  { return errSim }
 func (simExecutor) Close() error                   { return nil }
 
 // recoverTasks is the number of live tasks BenchmarkRecover replays.

@@ -573,13 +573,13 @@ func (k recoveryKill) kill(ctx context.Context) (*fsm.ExitStatus, *fsm.Identity,
 // endWithExecutor is the normal end of a task whose executor this owner
 // is connected to: the end it reported (its watch said the task is over),
 // else its answer to a stop with the kill's signal and grace. Either way
-// the executor has the exit status, has emptied the task's cgroup (or says
-// it could not: Status.Emptied) and exits by itself; its death is
-// confirmed through the pidfd the connection holds (opened on the process
-// whose identity was proven when it was spawned or reattached), with no
-// read of the launch record and no kill by identity of a process known to
-// be dead, and the cgroup is killed only when the executor could not
-// confirm it empty. ok is false when the executor did not answer, or its
+// the executor has the exit status, has emptied and removed the task's
+// cgroup (or says it could not: Status.Emptied) and is ended through the
+// pidfd the connection holds (opened on the process whose identity was
+// proven when it was spawned or reattached: Conn.Dismiss, or Conn.Shutdown
+// when it did not say Emptied), with no read of the launch record and no
+// kill by identity of a process known to be dead, and the cgroup is killed
+// only when the executor could not confirm it empty. ok is false when the executor did not answer, or its
 // death could not be confirmed: the recovery's kill follows.
 func (j job) endWithExecutor(ctx context.Context) (jobResult, bool) {
 	eff, h := j.eff, j.h
@@ -601,9 +601,16 @@ func (j job) endWithExecutor(ctx context.Context) (jobResult, bool) {
 		}
 		st = s
 	}
-	// Its death, which follows its answer.
+	// Its death. One that drained the task and removed its cgroup
+	// (Emptied) has told all it knows and is killed at once (its exit
+	// record is for a driver that is away); any other is asked to kill
+	// what is left and exit.
 	dctx, cancel := context.WithTimeout(ctx, j.d.cfg.ProbeTimeout)
-	err := h.Shutdown(dctx)
+	end := h.Shutdown
+	if st.Emptied {
+		end = h.Dismiss
+	}
+	err := end(dctx)
 	cancel()
 	if err != nil {
 		return jobResult{}, false

@@ -662,6 +662,34 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	if err != nil && !errors.Is(err, wire.ErrClosed) {
 		return err
 	}
+	return c.waitGone(ctx)
+}
+
+// Dismiss ends an executor that reported its task over for good (its
+// answer to a Stop or Wait, or a Watch, said Status.Over): it SIGKILLs it
+// through the pidfd opened on the process whose identity was proven, and
+// returns once it is dead. The executor's exit record, which it writes
+// for a driver that is away, is not needed by one that has the status in
+// hand. Without a pidfd (never verified) it falls back to Shutdown.
+func (c *Client) Dismiss(ctx context.Context) error {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return wire.ErrClosed
+	}
+	if c.exe == nil {
+		return c.Shutdown(ctx)
+	}
+	if err := c.exe.Signal(syscall.SIGKILL); err != nil {
+		return fmt.Errorf("executor: dismissing: %w", err)
+	}
+	return c.waitGone(ctx)
+}
+
+// waitGone returns once the executor process is dead, and reaped when
+// this client spawned it.
+func (c *Client) waitGone(ctx context.Context) error {
 	if c.exe == nil {
 		return nil
 	}

@@ -121,6 +121,40 @@ func TestContain_CgroupLifecycle(t *testing.T) {
 	}
 }
 
+// TestContain_DismissAfterAnEmptiedEnd: the executor answers a stop once
+// its task's cgroup is empty and removed (Status.Emptied), so the driver
+// that has the answer kills nothing of the task and ends the executor at
+// once (Dismiss), without waiting for its exit record.
+func TestContain_DismissAfterAnEmptiedEnd(t *testing.T) {
+	h := needCgroups(t)
+	m := newMarker(t)
+	ctx := testCtx(t)
+	c := spawn(t, m, "")
+	id := c.Identity()
+	cg := taskCgroup(t, h, id)
+	if _, err := c.Launch(ctx, m.taskSpec(t, "sleep")); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.Status(ctx); err != nil || st.Emptied {
+		t.Fatalf("a running task's status %+v %v: Emptied", st, err)
+	}
+	st, err := c.stop(ctx, syscall.SIGKILL, 0)
+	if err != nil || !st.Over() || !st.Emptied {
+		t.Fatalf("stop = %+v %v, want over and emptied", st, err)
+	}
+	checkGone(t, cg) // before the answer, not after
+	if err := c.Dismiss(ctx); err != nil {
+		t.Fatalf("Dismiss: %v", err)
+	}
+	if alive, err := proc.Alive(id); err != nil || alive {
+		t.Fatalf("executor alive after Dismiss (%v)", err)
+	}
+	if err := c.Dismiss(ctx); err != nil {
+		t.Errorf("a second Dismiss: %v", err)
+	}
+	checkLeaks(t, m)
+}
+
 // TestContain_DescendantsKilledWhenTaskExits: a task whose setsid'd,
 // double-forked descendant outlives it; the executor kills the descendant
 // through the cgroup before it answers Wait.

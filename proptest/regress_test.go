@@ -383,10 +383,11 @@ func TestDriver_NormalEndCollectsWithoutRecoveryKill(t *testing.T) {
 		cgroups  bool
 		stop     bool
 		killTask int // the kill-task calls wanted
+		dismiss  int // the executor killed at once (it said Emptied), else shut down
 	}{
-		{"exit", true, false, 0},
-		{"stop", true, true, 0},
-		{"exit without cgroups", false, false, 1},
+		{"exit", true, false, 0, 1},
+		{"stop", true, true, 0, 1},
+		{"exit without cgroups", false, false, 1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := scratch(t)
@@ -419,7 +420,7 @@ func TestDriver_NormalEndCollectsWithoutRecoveryKill(t *testing.T) {
 			case !tc.stop && (final.State != fsm.StateExited || final.Exit == nil || final.Exit.Code != 3):
 				t.Fatalf("exited task ended %s %+v", final.State, final.Exit)
 			}
-			for op, want := range map[string]int{OpKill: 0, "launch-record": 0, "exit-status": 0, OpKillTask: tc.killTask, OpShutdown: 1} {
+			for op, want := range map[string]int{OpKill: 0, "launch-record": 0, "exit-status": 0, OpKillTask: tc.killTask, OpDismiss: tc.dismiss, OpShutdown: 1 - tc.dismiss} {
 				if got := w.Calls(op); got != want {
 					t.Errorf("the normal end asked the world for %s %d times, want %d", op, got, want)
 				}

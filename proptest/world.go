@@ -166,10 +166,11 @@ const (
 	OpStop     = "stop"      // Conn.Stop
 	OpStatus   = "status"    // Conn.Status
 	OpShutdown = "shutdown"  // Conn.Shutdown
+	OpDismiss  = "dismiss"   // Conn.Dismiss
 )
 
 // WorldOps lists the operations a world fault can hit.
-var WorldOps = []string{OpKill, OpKillTask, OpReattach, OpStop, OpStatus, OpShutdown}
+var WorldOps = []string{OpKill, OpKillTask, OpReattach, OpStop, OpStatus, OpShutdown, OpDismiss}
 
 // World is a deterministic simulated process table with executors, tasks
 // (with their descendants), strangers and, on a host that has them, a
@@ -623,7 +624,7 @@ func (w *World) otherBoot(id fsm.Identity) bool { return id.BootID != w.bootID }
 
 // Calls says how often a driver asked the world for op ("kill",
 // "kill-task", "launch-record", "exit-status", "reattach", "stop",
-// "shutdown", "spawn", "launch", ...), counting each contact.
+// "shutdown", "dismiss", "spawn", "launch", ...), counting each contact.
 func (w *World) Calls(op string) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -1114,7 +1115,25 @@ func (h *conn) Shutdown(ctx context.Context) error {
 	return nil
 }
 
-// Watch implements driver.Watcher: it returns once the restart journal
+// Dismiss SIGKILLs an executor whose task is over (its pidfd, opened on
+// the proven process, reaches it and nothing else); its task's tree, if
+// any were left, lives on as it would.
+func (h *conn) Dismiss(ctx context.Context) error {
+	h.g.enter(OpDismiss, h.p.Task)
+	w := h.w
+	if err := w.inject(ctx, h.g, OpDismiss, h.p.Task); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := h.usableLocked(); err != nil {
+		return err
+	}
+	w.signalLocked(h.p, syscall.SIGKILL, "dismiss", h.p.Task) // a look-alike (reattached to one) is logged as signalled
+	return nil
+}
+
+// Watch implements executor.Conn: it returns once the restart journal
 // holds entries past since, or the task is over (its last run exited and
 // no restart follows).
 func (h *conn) Watch(ctx context.Context, since int) (executor.Status, []fsm.Event, error) {

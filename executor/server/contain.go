@@ -93,6 +93,8 @@ func (s *server) removeCgroup() {
 	}
 	if err := s.cg.Remove(); err != nil {
 		s.log.Warn("removing the task's cgroup", "err", err)
+	} else if s.cgKill == cgEmpty {
+		s.cgKill = cgGone
 	}
 	s.cg = nil
 }

@@ -120,6 +120,12 @@ func (s *server) restarting() bool {
 	return undecided && s.ending == endNone && s.cgKill != cgGaveUp
 }
 
+// over reports whether the task is over for good: its last run has ended
+// and drained, and no restart of it is pending (or the executor is ending).
+func (s *server) over() bool {
+	return s.lease == leaseDone || s.task != nil && s.task.done && !s.restartPending()
+}
+
 // restartPending reports whether a restart's delay runs.
 func (s *server) restartPending() bool { return s.rs != nil && s.rs.timer != nil }
 
@@ -191,7 +197,7 @@ type watcher struct {
 // watch answers a watch now if the journal holds entries past since or
 // the task is over, or when it does.
 func (s *server) watch(sc *sconn, id uint64, since int) {
-	if s.journalLen() > since || s.lease == leaseDone {
+	if s.journalLen() > since || s.over() {
 		s.answerWatch(watcher{sc, id, since})
 		return
 	}
@@ -219,7 +225,7 @@ func (s *server) answerWatch(w watcher) {
 func (s *server) notifyWatchers() {
 	keep := s.watchers[:0]
 	for _, w := range s.watchers {
-		if s.journalLen() > w.since || s.lease == leaseDone {
+		if s.journalLen() > w.since || s.over() {
 			s.answerWatch(w)
 			continue
 		}

@@ -128,6 +128,7 @@ const (
 	cgLive    cgKill = iota // not killed: members may live
 	cgKilling               // a kill in flight (killCgroup)
 	cgEmpty                 // confirmed empty
+	cgGone                  // confirmed empty and removed
 	cgGaveUp                // could not be emptied in cgroupKillTries: left to the driver
 )
 
@@ -633,7 +634,7 @@ func (s *server) status() wire.Status {
 		return wire.Status{}
 	}
 	return wire.Status{Launched: true, PID: s.task.pid, StartTime: s.task.start, Exited: s.task.exited, Exit: s.task.exit,
-		Restarting: s.restarting(), Journal: s.journalLen(), Emptied: s.task.done && s.cgKill == cgEmpty}
+		Restarting: s.restarting(), Journal: s.journalLen(), Emptied: s.task.done && s.cgKill == cgGone}
 }
 
 // stats reads the task cgroup's figures.
@@ -843,7 +844,8 @@ func exitOf(ws unix.WaitStatus) fsm.ExitStatus {
 
 // completeTask runs once the task exited, its cgroup is empty, its whole
 // tree is gone and its output copied: read the OOM kill count, remove the
-// cgroup, record the exit status on disk, answer every waiter, exit.
+// cgroup, answer every waiter and watcher, record the exit status on
+// disk, exit.
 func (s *server) completeTask() {
 	s.task.done = true
 	if s.killTimer != nil {
@@ -858,12 +860,6 @@ func (s *server) completeTask() {
 		s.task.exit.OOM = true
 	}
 	restart := s.restartNext()
-	if !restart {
-		// The task has ended for good: whoever waits for it (a driver's
-		// Stop or Wait) has its status before the cgroup's removal and the
-		// exit record's fsync, which are for a driver that is away.
-		s.answerWaiters()
-	}
 	if s.cgKill != cgGaveUp {
 		s.removeCgroup()
 	}
@@ -871,6 +867,13 @@ func (s *server) completeTask() {
 	if restart {
 		return // journalled a restart; the relaunch follows its delay
 	}
+	// The task has ended for good, its cgroup empty and removed
+	// (Status.Emptied): whoever waits for it (a driver's Stop or Wait, or
+	// its watch) has its status now, before the exit record's fsync,
+	// which is for a driver that is away. A driver that has it may end
+	// the executor at once (executor.Conn.Dismiss).
+	s.answerWaiters()
+	s.notifyWatchers()
 	s.writeExit()
 }
 
@@ -878,8 +881,8 @@ func (s *server) completeTask() {
 // executor. The waiters connected by then (a driver's Stop or Wait) were
 // answered already: they have the status in hand and record it in their
 // log, so they need not wait for the record's fsync (nor keep the
-// executor alive for it: a driver that has its answer may kill it by
-// identity at once). The record is for a driver that is away.
+// executor alive for it: a driver that has its answer may kill it at once,
+// executor.Conn.Dismiss). The record is for a driver that is away.
 func (s *server) writeExit() {
 	rec := wire.ExitRecord{Exit: s.task.exit, Nonce: s.nonce, BootID: s.id.BootID, PID: s.task.pid, StartTime: s.task.start}
 	code := 0

@@ -76,8 +76,9 @@ type Status struct {
 	// Journal is the number of entries in the executor's restart journal
 	// (see Client.Watch).
 	Journal int `json:"journal,omitempty"`
-	// Emptied: the task is over, and the executor confirmed its cgroup
-	// empty: nothing of the task is left for a driver to kill (version 6;
+	// Emptied: the task is over and drained, and the executor confirmed
+	// its cgroup empty and removed it: nothing of the task is left for a
+	// driver to kill, and the executor may be killed at once (version 6;
 	// an executor of version 5 never says so, and its task's cgroup is
 	// killed again by the driver).
 	Emptied bool `json:"emptied,omitempty"`
