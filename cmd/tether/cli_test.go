@@ -7,23 +7,26 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 )
 
 func TestStartExitCode_DockerConvention(t *testing.T) {
 	for _, tc := range []struct {
-		err    error
-		reason string
-		want   int
+		err   error
+		cause fsm.Cause
+		want  int
 	}{
-		{fmt.Errorf("launch: %w", errCommandNotFound), "", exitNotFound},
-		{errors.New("driver: task failed to start"), errCommandNotFound.Error() + `: "x" not in PATH`, exitNotFound},
-		{errors.New("driver: task failed to start"), errNotExecutable.Error() + ": /etc/passwd", exitCannotRun},
-		{errors.New("driver: invalid task spec: capability not allowed: net_raw"), "", exitStartFail},
-		{nil, "spawn timed out", exitStartFail},
+		{fmt.Errorf("launch: %w", executor.ErrCommandNotFound), fsm.CauseNone, exitNotFound},
+		{errors.New("driver: task failed to start"), fsm.CauseCommandNotFound, exitNotFound},
+		{errors.New("driver: task failed to start"), fsm.CauseNotExecutable, exitCannotRun},
+		// The text alone says nothing: only the recorded cause does.
+		{errors.New("driver: task failed to start: " + executor.ErrCommandNotFound.Error()), fsm.CauseOther, exitStartFail},
+		{fmt.Errorf("driver: invalid task spec: %w", executor.ErrCapNotAllowed), fsm.CauseCapNotAllowed, exitStartFail},
+		{nil, fsm.CauseSpawn, exitStartFail},
 	} {
-		if got := startExitCode(tc.err, tc.reason); got != tc.want {
-			t.Errorf("startExitCode(%v, %q) = %d, want %d", tc.err, tc.reason, got, tc.want)
+		if got := startExitCode(tc.err, tc.cause); got != tc.want {
+			t.Errorf("startExitCode(%v, %s) = %d, want %d", tc.err, tc.cause, got, tc.want)
 		}
 	}
 }
