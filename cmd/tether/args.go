@@ -6,8 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/hashicorp/hcl/v2"
-	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/tether-fsm/tether/taskfile"
 )
 
 // firstArg is what run's and start's first argument is.
@@ -43,8 +42,8 @@ func classifyFirst(arg string) firstArg {
 	return argDataFile
 }
 
-// sniffTaskFile reports whether the file at path parses as HCL with a
-// task or job block at its top level.
+// sniffTaskFile reports whether the file at path is a task file by its
+// form (taskfile.Sniff), reading at most maxSniff bytes of it.
 func sniffTaskFile(path string, size int64) bool {
 	if size > maxSniff {
 		return false
@@ -58,20 +57,7 @@ func sniffTaskFile(path string, size int64) bool {
 	if err != nil {
 		return false
 	}
-	file, diags := hclsyntax.ParseConfig(src, filepath.Base(path), hcl.InitialPos)
-	if diags.HasErrors() {
-		return false
-	}
-	body, ok := file.Body.(*hclsyntax.Body)
-	if !ok {
-		return false
-	}
-	for _, b := range body.Blocks {
-		if b.Type == "task" || b.Type == "job" {
-			return true
-		}
-	}
-	return false
+	return taskfile.Sniff(filepath.Base(path), src)
 }
 
 // taskLine is run's and start's rule for their command line: it starts

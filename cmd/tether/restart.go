@@ -39,22 +39,17 @@ func (c *cli) cmdRestart(args []string) int {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	s, err := c.open()
-	if err != nil {
-		c.fail(err)
-		return exitStartFail
+	s, info, _, ok := c.openTask(ctx, fs.Arg(0))
+	if !ok {
+		return exitStartFail // as for a start that could not happen
 	}
 	defer c.closeSession(s)
-	info, err := c.resolve(ctx, s, fs.Arg(0))
-	if err != nil {
-		c.fail(err)
-		return exitStartFail
-	}
 	if info.Spec == nil {
 		c.errorf("task %s has no spec in its log to start again", info.ID)
 		return exitStartFail
 	}
 	spec := *info.Spec
+	opts.batch = batchSpec(spec)
 	newID := newTaskID(spec.Name)
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -98,5 +93,5 @@ func (c *cli) cmdRestart(args []string) int {
 	if opts.verbose {
 		fmt.Fprintf(c.stderr, "tether: %s: %s; started again as %s\n", info.ID, describeEnd(r.old), newID)
 	}
-	return c.started(ctx, s, r.task, c.minUptime(spec, opts), sigs)
+	return c.started(ctx, s, r.task, c.minUptime(opts), sigs)
 }

@@ -25,19 +25,20 @@ const lastLines = 5
 // minUptime is how long start waits for the task to stay up: --min-uptime
 // when given, else none for a batch job's task (it is meant to end) and
 // the flag's default (1s) for any other.
-func (c *cli) minUptime(spec fsm.Spec, opts startOptions) time.Duration {
-	if !opts.minUptimeSet && batchTask(spec) {
+func (c *cli) minUptime(opts startOptions) time.Duration {
+	if !opts.minUptimeSet && opts.batch {
 		return 0
 	}
 	return opts.minUptime
 }
 
-// batchTask reports whether spec is a task of a Nomad batch job: a task
-// of a job whose restart policy does not restart a successful exit, which
-// the task file gives only to the tasks of a batch job (Nomad's defaults
-// by job type; a restart block in the file keeps its job's on-success
-// rule).
-func batchTask(spec fsm.Spec) bool {
+// batchSpec reports whether a recorded spec is a task of a batch (or
+// sysbatch) job, for a restart, which has the log's spec and not the job
+// file: the spec records the job's name, not its type, but the restart
+// policy a job file gives a task restarts a successful exit exactly when
+// the job is not a batch (Nomad's defaults by job type, which a restart
+// block in the file keeps: it has no on-success setting).
+func batchSpec(spec fsm.Spec) bool {
 	return spec.Job != "" && spec.Restart != nil && !spec.Restart.OnSuccess
 }
 
@@ -113,7 +114,7 @@ func (c *cli) endedEarly(t fsm.Task, min time.Duration) int {
 	case t.Exit != nil && exitCode(*t.Exit) != 0:
 		code = exitCode(*t.Exit)
 	case t.Exit == nil && t.State == fsm.StateFailed:
-		code = startExitCode(nil, t.Reason)
+		code = startExitCode(nil, t.Cause)
 	}
 	return code
 }
