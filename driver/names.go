@@ -69,44 +69,11 @@ func (e *NameError) Error() string {
 
 func (e *NameError) Unwrap() error { return e.Err }
 
-// lister folds the tasks of a selection in one read (store.Store and
-// store.Shared); Resolve falls back to a read a task on any other
-// store.Log.
-type lister interface {
-	LoadTasks(ctx context.Context, which store.Selection) (store.Scan, error)
-}
-
-var (
-	_ lister = (*store.Store)(nil)
-	_ lister = (*store.Shared)(nil)
-)
-
-// loadTasks folds the tasks of a selection.
+// loadTasks folds the tasks of a selection in one read of the store. A
+// task it cannot read is left out: status and check name it.
 func (d *Driver) loadTasks(ctx context.Context, which store.Selection) ([]fsm.Task, error) {
-	if l, ok := d.store.(lister); ok {
-		sc, err := l.LoadTasks(ctx, which)
-		return sc.Tasks, err
-	}
-	var ids []string
-	add := func(id string) error { ids = append(ids, id); return nil }
-	var err error
-	if which == store.AllTasks {
-		err = d.store.All(ctx, add)
-	} else {
-		err = d.store.Live(ctx, add)
-	}
-	if err != nil {
-		return nil, err
-	}
-	out := make([]fsm.Task, 0, len(ids))
-	for _, id := range ids {
-		t, err := d.store.LoadTask(ctx, id)
-		if err != nil {
-			continue // unreadable: named by status and check, not here
-		}
-		out = append(out, t)
-	}
-	return out, nil
+	sc, err := d.store.LoadTasks(ctx, which)
+	return sc.Tasks, err
 }
 
 // PickNamed applies rules 2 to 4 to tasks: the one live task named name,
