@@ -3,18 +3,16 @@ package driver
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/statedir"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -36,10 +34,6 @@ import (
 // to replace it; RestartTask stops a task and starts its spec again as a
 // new task. A per-name lock file orders these across processes, so two
 // starts of one name at once cannot both find it free.
-
-// NameDir is the directory of the state directory that holds the name
-// locks: one file a name ever started, named by the name's SHA-256.
-const NameDir = "names"
 
 // NameError is a name that stands for no task, for several, or that a
 // live task holds.
@@ -327,12 +321,11 @@ func (d *Driver) promisedSuccessor(ctx context.Context, id string) (string, erro
 // interrupted, so it runs in a goroutine that lets go of the lock at once
 // if it gets it after the caller gave up.
 func (d *Driver) lockName(ctx context.Context, name string) (func(), error) {
-	dir := filepath.Join(d.cfg.StateDir, NameDir)
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+	l := statedir.Layout{Dir: d.cfg.StateDir}
+	if err := os.Mkdir(l.Names(), 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("driver: name locks: %w", err)
 	}
-	sum := sha256.Sum256([]byte(name))
-	path := filepath.Join(dir, hex.EncodeToString(sum[:16])+".lock")
+	path := l.NameLock(name)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("driver: name lock %s: %w", path, err)
