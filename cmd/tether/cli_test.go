@@ -189,3 +189,21 @@ func TestNewTaskID_Valid(t *testing.T) {
 		t.Errorf("two ids for the same name are equal: %s", a)
 	}
 }
+
+// TestSpawnedText_SaysWhatAFailedStartLeft: a failed start's message says
+// "confirmed dead" only of a task whose end is recorded; a start the
+// driver gave up on mid-way names its state and recover.
+func TestSpawnedText_SaysWhatAFailedStartLeft(t *testing.T) {
+	for _, tc := range []struct {
+		task fsm.Task
+		want string
+	}{
+		{fsm.Task{State: fsm.StateFailed}, "nothing was spawned"},
+		{fsm.Task{State: fsm.StateFailed, Nonce: "n"}, "its executor was stopped and confirmed dead"},
+		{fsm.Task{State: fsm.StateLaunching, Nonce: "n"}, "it is left launching and its executor may be alive: 'tether recover' reconciles it"},
+	} {
+		if got := spawnedText(tc.task); got != tc.want {
+			t.Errorf("spawnedText(%s, nonce %q) = %q, want %q", tc.task.State, tc.task.Nonce, got, tc.want)
+		}
+	}
+}

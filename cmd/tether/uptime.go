@@ -144,12 +144,18 @@ func (c *cli) lastOutput(id, stream string, n int) []string {
 	return lines
 }
 
-// spawnedText says what a failed start left behind.
+// spawnedText says what a failed start left behind. A start the driver
+// gave up on before its end was recorded (the store failed under it: a
+// full disk) leaves the task in the state it reached, its executor not
+// confirmed dead, for recovery.
 func spawnedText(t fsm.Task) string {
-	if t.Nonce == "" {
+	switch {
+	case t.Nonce == "":
 		return "nothing was spawned"
+	case t.State.Terminal():
+		return "its executor was stopped and confirmed dead"
 	}
-	return "its executor was stopped and confirmed dead"
+	return fmt.Sprintf("it is left %s and its executor may be alive: 'tether recover' reconciles it", t.State)
 }
 
 // endSummary says how a task ended, for run's last line and a failed
