@@ -19,8 +19,8 @@ import (
 
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/driver"
-	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -103,7 +103,7 @@ func Open(cfg Config) (a *Agent, err error) {
 		cfg.NewID = newTaskID
 	}
 	if cfg.BootID == "" {
-		if cfg.BootID, err = executor.BootID(); err != nil {
+		if cfg.BootID, err = proc.BootID(); err != nil {
 			return nil, fmt.Errorf("agent: boot id: %w", err)
 		}
 	}

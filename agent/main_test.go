@@ -18,7 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
 
-	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/executor/server"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/testproc"
 	"github.com/tether-fsm/tether/store"
@@ -35,7 +35,7 @@ const (
 
 func TestMain(m *testing.M) {
 	testproc.Dispatch(map[string]func([]string) int{
-		modeExecutor: executor.Serve, modeTask: runTask, modeAgent: runAgent, modeDialAs: dialAs,
+		modeExecutor: server.Serve, modeTask: runTask, modeAgent: runAgent, modeDialAs: dialAs,
 	})
 	os.Setenv("GORACE", "atexit_sleep_ms=0")
 	goleak.VerifyTestMain(m)

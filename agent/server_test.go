@@ -20,8 +20,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/tether-fsm/tether/driver"
-	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/internal/testproc"
 	"github.com/tether-fsm/tether/store"
 )
@@ -382,7 +382,7 @@ func TestAgent_EnableKillStopStartDisable(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Its executor and task are SIGKILLed behind the agent's back.
-	if err := executor.Kill(ctx, *info.Executor); err != nil {
+	if err := proc.Kill(ctx, *info.Executor); err != nil {
 		t.Fatal(err)
 	}
 	_ = syscall.Kill(info.TaskPID, syscall.SIGKILL)

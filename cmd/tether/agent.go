@@ -175,7 +175,7 @@ func (c *cli) cmdEnable(args []string) int {
 		return exitUsage
 	}
 	file := fs.Arg(0)
-	spec, ok := c.readTaskFile(file, *task)
+	spec, _, ok := c.readTaskFile(file, *task)
 	if !ok {
 		return exitError
 	}

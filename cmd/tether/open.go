@@ -14,6 +14,7 @@ import (
 
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/statedir"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -25,9 +26,11 @@ import (
 // a command reconciles the tasks it touches, and status those it lists
 // whose executor is gone.
 
-func (c *cli) dbPath() string { return filepath.Join(c.stateDir, "tether.db") }
+func (c *cli) dbPath() string { return c.layout().Store() }
 
-func (c *cli) taskDir(id string) string { return filepath.Join(c.stateDir, "tasks", id) }
+func (c *cli) taskDir(id string) string { return c.layout().Task(id).Dir() }
+
+func (c *cli) layout() statedir.Layout { return statedir.Layout{Dir: c.stateDir} }
 
 func (c *cli) storeOptions() store.Options {
 	return store.Options{LockTimeout: c.lockTimeout, Logger: c.log.Named("store")}
@@ -96,43 +99,20 @@ func (c *cli) closeSession(s *session) {
 	}
 }
 
-// errAmbiguous: a name given for an id matches several tasks.
-var errAmbiguous = errors.New("ambiguous task name")
-
-// resolve turns an id or a task name into a task. An id costs one read; a
-// name (accepted while it is unique among all the tasks in the store)
-// costs a read of every task.
-func (c *cli) resolve(ctx context.Context, s *session, arg string) (driver.TaskInfo, error) {
-	if arg == "" {
-		return driver.TaskInfo{}, errors.New("no task id given")
-	}
-	if driver.ValidateTaskID(arg) == nil {
-		info, err := s.d.InspectTask(ctx, arg)
-		if err == nil || !errors.Is(err, driver.ErrUnknownTask) {
-			return info, err
-		}
-	}
-	scan, err := s.st.LoadTasks(ctx, store.AllTasks)
+// openTask opens a session and resolves arg (an id, or a name) to a task.
+// When either fails it has said why and returns the command's exit code;
+// else the caller closes the session (closeSession).
+func (c *cli) openTask(ctx context.Context, arg string) (*session, driver.TaskInfo, int, bool) {
+	s, err := c.open()
 	if err != nil {
-		return driver.TaskInfo{}, err
+		return nil, driver.TaskInfo{}, c.fail(err), false
 	}
-	var matches []fsm.Task
-	for _, t := range scan.Tasks {
-		if t.Spec != nil && t.Spec.Name == arg {
-			matches = append(matches, t)
-		}
+	info, err := c.resolve(ctx, s, arg)
+	if err != nil {
+		c.closeSession(s)
+		return nil, driver.TaskInfo{}, c.fail(err), false
 	}
-	switch len(matches) {
-	case 0:
-		return driver.TaskInfo{}, fmt.Errorf("%w: no task has the id or name %q", driver.ErrUnknownTask, printable(arg))
-	case 1:
-		return s.d.InspectTask(ctx, matches[0].ID)
-	}
-	var list []string
-	for _, m := range matches {
-		list = append(list, fmt.Sprintf("%s (%s)", m.ID, m.State))
-	}
-	return driver.TaskInfo{}, fmt.Errorf("%w: %d tasks are named %q: %s; use an id", errAmbiguous, len(matches), printable(arg), strings.Join(list, ", "))
+	return s, info, 0, true
 }
 
 // reconcileIfGone reconciles a task whose executor is gone (its end is not

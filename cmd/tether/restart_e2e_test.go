@@ -81,7 +81,7 @@ func waitJournal(t *testing.T, dir string, n int) executor.Journal {
 	buf := make([]byte, 4096)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if j, ok, err := executor.ReadJournal(dir); err == nil && ok && len(j.Entries) >= n {
+		if j, ok, err := executor.SideFiles(dir).Journal(); err == nil && ok && len(j.Entries) >= n {
 			return j
 		}
 		fds := []unix.PollFd{{Fd: int32(in), Events: unix.POLLIN}}
@@ -104,7 +104,7 @@ func TestRun_RestartingTaskStreamsEveryAttempt(t *testing.T) {
     delay    = "0s"
     mode     = "fail"
   }`, "3")
-	r := e.tether("run", file)
+	r := e.tether("run", "-v", file)
 	if r.code != 3 {
 		t.Fatalf("run: want exit 3 (the last run's code)\n%s", r)
 	}
@@ -153,7 +153,9 @@ func TestStart_RestartsWithNoCommandRunningAreFoldedLater(t *testing.T) {
     delay    = "0s"
     mode     = "fail"
   }`, "5")
-	id := strings.TrimSpace(e.must("start", file).stdout)
+	// --min-uptime 0: start returns at once, and the restarts happen
+	// with no command running.
+	id := strings.TrimSpace(e.must("start", "--min-uptime", "0", file).stdout)
 	// Read the store directly (a command would fold): the executor is the
 	// only one at work now.
 	before := e.statusOfRaw(id)
@@ -164,7 +166,7 @@ func TestStart_RestartsWithNoCommandRunningAreFoldedLater(t *testing.T) {
 	if n := runs(t, counter); n != 3 {
 		t.Fatalf("the executor ran the task %d times with no command running, want 3", n)
 	}
-	j, ok, err := executor.ReadJournal(filepath.Join(e.dir, "tasks", id))
+	j, ok, err := executor.SideFiles(filepath.Join(e.dir, "tasks", id)).Journal()
 	if err != nil || !ok || len(j.Entries) != 4 {
 		t.Fatalf("journal: %v %v %v, want 2 restart-intents and 2 launches", j.Entries, ok, err)
 	}
@@ -212,7 +214,7 @@ func TestStop_DuringTheRestartDelayStopsForGood(t *testing.T) {
 	if n := runs(t, counter); n != 1 {
 		t.Errorf("the task ran %d times, want 1 (the stop ends it for good)", n)
 	}
-	j, _, _ := executor.ReadJournal(dir)
+	j, _, _ := executor.SideFiles(dir).Journal()
 	if len(j.Entries) != 1 {
 		t.Errorf("journal after the stop: %v, want only the one intent", j.Entries)
 	}

@@ -22,18 +22,7 @@ func (c *cli) cmdSignal(args []string) int {
 	if code, ok := c.parse(fs, args); !ok {
 		return code
 	}
-	// Flags may follow the id and the signal.
 	pos := fs.Args()
-	if len(pos) > 2 {
-		if err := fs.Parse(pos[2:]); err != nil {
-			return exitUsage
-		}
-		if fs.NArg() > 0 {
-			c.errorf("unexpected arguments after the signal: %v", fs.Args())
-			return exitUsage
-		}
-		pos = pos[:2]
-	}
 	if len(pos) != 2 {
 		c.errorf("signal takes a task id or name and a signal: tether signal ID SIGNAL [--main]")
 		return exitUsage
@@ -44,15 +33,11 @@ func (c *cli) cmdSignal(args []string) int {
 		return exitUsage
 	}
 	ctx := context.Background()
-	s, err := c.open()
-	if err != nil {
-		return c.fail(err)
+	s, info, code, ok := c.openTask(ctx, pos[0])
+	if !ok {
+		return code
 	}
 	defer c.closeSession(s)
-	info, err := c.resolve(ctx, s, pos[0])
-	if err != nil {
-		return c.fail(err)
-	}
 	info = c.reconcileIfGone(ctx, s, info)
 	if *main {
 		err = s.d.SignalMain(ctx, info.ID, sig)
