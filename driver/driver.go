@@ -131,7 +131,7 @@ func Open(cfg Config) (*Driver, error) {
 		cfg.SpawnTimeout = 10 * time.Second
 	}
 	if cfg.EffectTimeout <= 0 {
-		cfg.EffectTimeout = 30 * time.Second
+		cfg.EffectTimeout = defaultEffectTimeout
 	}
 	if cfg.ProbeTimeout <= 0 {
 		cfg.ProbeTimeout = defaultProbeTimeout
@@ -190,8 +190,12 @@ func (d *Driver) Close() error {
 	return nil
 }
 
-// defaultProbeTimeout is Config.ProbeTimeout's default.
-const defaultProbeTimeout = 5 * time.Second
+// defaultProbeTimeout is Config.ProbeTimeout's default, and
+// defaultEffectTimeout Config.EffectTimeout's.
+const (
+	defaultProbeTimeout  = 5 * time.Second
+	defaultEffectTimeout = 30 * time.Second
+)
 
 // isClosing reports whether Close has begun.
 func (d *Driver) isClosing() bool {
@@ -498,18 +502,24 @@ func (d *Driver) attachRunning(ctx context.Context, id string) (executor.Conn, f
 	if err != nil {
 		return nil, fsm.Task{}, err
 	}
-	st := info.Task
+	h, err := attach(ctx, d.world, info.Task, d.cfg.ProbeTimeout)
+	return h, info.Task, err
+}
+
+// attach reattaches to the executor of a task that is running (or
+// launched), proving its identity, within probe.
+func attach(ctx context.Context, world executor.World, st fsm.Task, probe time.Duration) (executor.Conn, error) {
 	if st.State != fsm.StateRunning && st.State != fsm.StateLaunched || st.Executor == nil {
-		return nil, st, &TaskError{Task: id, State: st.State, Err: ErrNotRunning}
+		return nil, &TaskError{Task: st.ID, State: st.State, Err: ErrNotRunning}
 	}
-	pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
+	pctx, cancel := context.WithTimeout(ctx, probe)
 	defer cancel()
-	h, err := d.world.Reattach(pctx, id, *st.Executor)
+	h, err := world.Reattach(pctx, st.ID, *st.Executor)
 	if err != nil {
-		return nil, st, &TaskError{Task: id, State: st.State,
+		return nil, &TaskError{Task: st.ID, State: st.State,
 			Err: fmt.Errorf("%w (pid %d): %w", ErrUnreachable, st.Executor.PID, err)}
 	}
-	return h, st, nil
+	return h, nil
 }
 
 // runningErr is the error of an executor's answer about a task the log

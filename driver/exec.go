@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"syscall"
+	"time"
 
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
@@ -48,14 +49,32 @@ func (d *Driver) ExecTask(ctx context.Context, id string, spec ExecSpec) (*ExecP
 	if err != nil {
 		return nil, err
 	}
-	pctx, cancel := context.WithTimeout(ctx, d.cfg.EffectTimeout)
+	return execOn(ctx, h, st, spec, d.cfg.EffectTimeout)
+}
+
+// ExecIn is ExecTask for a process that has no driver of its own: a
+// client of an agent, which read the task's state from the agent (t, as
+// InspectTask gives it) and asks the task's executor itself, through
+// world, so that its own descriptors (the command's stdio) reach the
+// executor from it alone. The executor's identity is proven on the way,
+// as ExecTask proves it.
+func ExecIn(ctx context.Context, world executor.World, t fsm.Task, spec ExecSpec) (*ExecProcess, error) {
+	h, err := attach(ctx, world, t, defaultProbeTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return execOn(ctx, h, t, spec, defaultEffectTimeout)
+}
+
+func execOn(ctx context.Context, h executor.Conn, st fsm.Task, spec ExecSpec, timeout time.Duration) (*ExecProcess, error) {
+	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	p, err := h.Exec(pctx, spec)
 	if err != nil {
 		h.Close()
-		return nil, runningErr(id, st, err)
+		return nil, runningErr(st.ID, st, err)
 	}
-	return &ExecProcess{id: id, h: h, p: p}, nil
+	return &ExecProcess{id: st.ID, h: h, p: p}, nil
 }
 
 // PID is the command's pid in the host's PID namespace.

@@ -514,6 +514,16 @@ func (o *owner) recover(req request) {
 	case o.phase == phaseDriving || o.job != jobNone || o.recovery != nil:
 		done("in progress in this driver; left to it")
 		return
+	case o.phase == phaseSupervising && o.h != nil:
+		// A task this driver supervises is asked about as a recovery in
+		// another process would ask: its executor now, so that an end (or
+		// a restart) its supervisor has not reported yet is recorded
+		// before the answer. A name check or a status in a long-lived
+		// driver (an agent's) then sees what a daemonless command sees.
+		o.recovery = &recovering{reply: req.reply, from: from}
+		o.drive()
+		o.startJob(jobProbe, o.d.cfg.ProbeTimeout, nil)
+		return
 	case o.phase == phaseSupervising:
 		done("supervised by this driver")
 		return

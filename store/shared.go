@@ -53,7 +53,7 @@ const (
 	sharedOpening
 	sharedOpen
 	sharedClosing
-	sharedCompacting
+	sharedExclusive
 )
 
 // openAttempt is one open of the store file that callers waiting for it
@@ -280,14 +280,29 @@ func (s *Shared) Check(ctx context.Context) (Report, error) {
 // then compacts it (see Compact) while operations that start meanwhile
 // wait for it.
 func (s *Shared) Compact(ctx context.Context) (before, after int64, err error) {
+	if s.opts.ReadOnly {
+		return 0, 0, fmt.Errorf("%w: %s", ErrReadOnly, s.path)
+	}
+	err = s.Exclusive(ctx, func() error {
+		before, after, err = Compact(s.path, s.opts)
+		return err
+	})
+	return before, after, err
+}
+
+// Exclusive waits until no operation of this process has the store open,
+// then runs fn while operations that start meanwhile wait for it: for
+// what works on the store's file by its path (Compact, CheckFile, a
+// salvage and its Install), which takes the file's lock itself.
+func (s *Shared) Exclusive(ctx context.Context, fn func() error) error {
 	for {
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
-			return 0, 0, ErrClosed
+			return ErrClosed
 		}
 		if s.state == sharedIdle {
-			s.state = sharedCompacting
+			s.state = sharedExclusive
 			s.mu.Unlock()
 			break
 		}
@@ -296,7 +311,7 @@ func (s *Shared) Compact(ctx context.Context) (before, after int64, err error) {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return 0, 0, ctx.Err()
+			return ctx.Err()
 		}
 	}
 	defer func() {
@@ -305,11 +320,11 @@ func (s *Shared) Compact(ctx context.Context) (before, after int64, err error) {
 		s.notify()
 		s.mu.Unlock()
 	}()
-	if s.opts.ReadOnly {
-		return 0, 0, fmt.Errorf("%w: %s", ErrReadOnly, s.path)
-	}
-	return Compact(s.path, s.opts)
+	return fn()
 }
+
+// Options returns the options the store is opened with.
+func (s *Shared) Options() Options { return s.opts }
 
 // Close waits for the operations in flight to end (the last one closes
 // the store) and makes later ones fail with ErrClosed. It is idempotent.

@@ -482,20 +482,26 @@ func viewSafe(db *bolt.DB, path string, fn func(tx *bolt.Tx) error) (err error) 
 // exclusive, it is a write transaction: it holds bbolt's writer lock, so no
 // commit runs beside it (bbolt's page check reads the shared freelist, which
 // a concurrent commit changes under a read transaction).
+//
+// Begin is inside the recovery too: it reads the meta pages, and panics on
+// a file damaged under an open store (another program wrote over it), with
+// no transaction to roll back and bbolt's locks for it still held: the
+// store is wedged then.
 func readSafe(db *bolt.DB, path string, exclusive bool, fn func(tx *bolt.Tx) error) (err error) {
 	old := debug.SetPanicOnFault(true)
 	defer debug.SetPanicOnFault(old)
-	tx, err := db.Begin(exclusive)
-	if err != nil {
-		return fmt.Errorf("store: read %s: %w", path, err)
-	}
+	var tx *bolt.Tx
 	defer func() {
 		r := recover()
-		released := rollback(tx)
+		released := tx != nil && rollback(tx)
 		if r != nil {
 			err = panicked(path, r, !released)
 		}
 	}()
+	tx, err = db.Begin(exclusive)
+	if err != nil {
+		return fmt.Errorf("store: read %s: %w", path, err)
+	}
 	return fn(tx)
 }
 
@@ -506,18 +512,19 @@ func readSafe(db *bolt.DB, path string, exclusive bool, fn func(tx *bolt.Tx) err
 func updateSafe(db *bolt.DB, path string, fn func(tx *bolt.Tx) error) (err error) {
 	old := debug.SetPanicOnFault(true)
 	defer debug.SetPanicOnFault(old)
-	tx, err := db.Begin(true)
-	if err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrWrite, path, err)
-	}
+	var tx *bolt.Tx
 	done := false // Commit returned: it releases the transaction even when it fails
 	defer func() {
 		r := recover()
-		released := done || rollback(tx)
+		released := done || tx != nil && rollback(tx)
 		if r != nil {
 			err = panicked(path, r, !released)
 		}
 	}()
+	tx, err = db.Begin(true)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrWrite, path, err)
+	}
 	if err := fn(tx); err != nil {
 		return err
 	}
