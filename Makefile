@@ -10,10 +10,10 @@ RAPID_CHECKS ?= 5000
 # the binary then says what the Go build information holds).
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
 
-.PHONY: help build test test-short test-cluster bench-cluster fmt lint vet proptest bench bench-quick demo mutants clean
+.PHONY: help build test test-e2e-agent test-short test-cluster bench-cluster fmt lint vet proptest bench bench-quick demo mutants clean
 
 help:
-	@echo "build | test | test-cluster | bench-cluster | fmt | lint | proptest | bench | bench-quick | demo | mutants | clean"
+	@echo "build | test | test-e2e-agent | test-cluster | bench-cluster | fmt | lint | proptest | bench | bench-quick | demo | mutants | clean"
 
 # A static binary (no cgo: os/user and net in pure Go): the CLI, its
 # executor and its init shim are this binary, started three times a task,
@@ -26,6 +26,13 @@ build:
 test: build
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 	$(GO) test -count=1 -run 'TestHarness_StepIsAFunctionOfItsPlan' ./proptest/
+	$(MAKE) test-e2e-agent
+
+# The CLI's end-to-end suite again, every test's state directory served by
+# a real tether agent (TETHER_E2E_AGENT): the commands must print and exit
+# as they do daemonless (about two minutes here).
+test-e2e-agent:
+	TETHER_E2E_AGENT=1 $(GO) test -count=1 -timeout 20m ./cmd/tether/
 
 # The fleet's tests alone: unit tests on an embedded etcd, then the
 # end-to-end tests and the linearizability check on a real 3-member etcd

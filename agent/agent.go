@@ -7,20 +7,20 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/driver"
+	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
+	"github.com/tether-fsm/tether/statedir"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -66,12 +66,15 @@ type Config struct {
 // state. It stops nothing when it exits: the executors keep their tasks,
 // and the next agent adopts them.
 type Agent struct {
+	*Local // the task operations and the upkeep, served to clients
+
 	cfg  Config
 	log  hclog.Logger
 	lock *os.File
-	st   *store.Store
+	st   *heldStore
 	d    *driver.Driver
 	conv *converger
+	env  *spawnEnv
 
 	serving   chan struct{} // closed once Run's socket listens
 	started   atomic.Bool   // Run or Once was called
@@ -96,6 +99,7 @@ func Open(cfg Config) (a *Agent, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
+	notifySocket() // out of the environment before anything is spawned
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -131,20 +135,30 @@ func Open(cfg Config) (a *Agent, err error) {
 	if opts.Logger == nil {
 		opts.Logger = cfg.Logger.Named("store")
 	}
-	st, err := store.Open(filepath.Join(cfg.StateDir, "tether.db"), opts)
+	if cfg.ChrootEnv != nil {
+		if err := executor.ValidateChroot(cfg.ChrootEnv); err != nil {
+			return nil, fmt.Errorf("agent: Config.ChrootEnv: %w", err)
+		}
+	}
+	st, err := openHeld(statedir.Layout{Dir: cfg.StateDir}.Store(), opts)
 	if err != nil {
 		return nil, err
 	}
+	env := &spawnEnv{paths: map[string]string{}}
+	world := &executor.Real{StateDir: cfg.StateDir, Command: cfg.ExecutorCommand, Logger: cfg.Logger.Named("driver"),
+		Policy: executor.Policy{AllowedCaps: slices.Clone(cfg.AllowedCaps), Chroot: slices.Clone(cfg.ChrootEnv)},
+		Env:    env.of}
 	d, err := driver.Open(driver.Config{
-		StateDir: cfg.StateDir, Store: st, Logger: cfg.Logger.Named("driver"),
-		ExecutorCommand: cfg.ExecutorCommand, AllowedCaps: cfg.AllowedCaps, ChrootEnv: cfg.ChrootEnv,
+		StateDir: cfg.StateDir, Store: st, Logger: cfg.Logger.Named("driver"), World: world,
 		Hooks: cfg.DriverHooks,
 	})
 	if err != nil {
 		_ = st.Close()
 		return nil, err
 	}
-	a = &Agent{cfg: cfg, log: cfg.Logger, lock: lock, st: st, d: d, serving: make(chan struct{})}
+	a = &Agent{cfg: cfg, log: cfg.Logger, lock: lock, st: st, d: d, env: env, serving: make(chan struct{})}
+	a.Local = &Local{D: d, Store: st, StateDir: cfg.StateDir, ExecutorCommand: cfg.ExecutorCommand,
+		Logger: cfg.Logger, Now: cfg.Now, NewID: cfg.NewID}
 	a.conv = newConverger(a)
 	return a, nil
 }
@@ -178,6 +192,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("agent: state directory: %w", err)
 	}
 	srv := NewServer(a, owner, a.log.Named("server"))
+	srv.Policy = a.Policy()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, ln) }()
 	a.log.Info("agent serving", "socket", SocketPath(a.cfg.StateDir), "pid", os.Getpid(), "config_dir", a.cfg.ConfigDir)
@@ -265,52 +280,14 @@ func newTaskID(name string) string {
 	return base + "-" + hex.EncodeToString(suffix[:])
 }
 
-// The Service, served to the agent's clients: the task operations are the
-// driver's, over the agent's store and with its allow lists.
+// The Service, served to the agent's clients: the task operations and the
+// upkeep are Local's (the driver's, over the agent's store and with its
+// allow lists); the desired state is the convergence loop's.
 
-func (a *Agent) StartTask(ctx context.Context, id string, spec fsm.Spec) (fsm.Task, error) {
-	return a.d.StartTask(ctx, id, spec)
-}
-
-func (a *Agent) StopTask(ctx context.Context, id string, sig syscall.Signal, grace time.Duration) (fsm.Task, error) {
-	return a.d.StopTask(ctx, id, sig, grace)
-}
-
-func (a *Agent) SignalTask(ctx context.Context, id string, sig syscall.Signal, main bool) error {
-	if main {
-		return a.d.SignalMain(ctx, id, sig)
-	}
-	return a.d.SignalTask(ctx, id, sig)
-}
-
-func (a *Agent) InspectTask(ctx context.Context, id string) (driver.TaskInfo, error) {
-	return a.d.InspectTask(ctx, id)
-}
-
-func (a *Agent) TaskEvents(ctx context.Context, id string) ([]fsm.Event, error) {
-	return a.d.TaskEvents(ctx, id)
-}
-
-func (a *Agent) LoadTasks(ctx context.Context, which store.Selection) (store.Scan, error) {
-	return a.st.LoadTasks(ctx, which)
-}
-
-func (a *Agent) FollowTask(ctx context.Context, id string, fn func(fsm.Task)) (fsm.Task, error) {
-	return a.d.FollowTask(ctx, id, fn)
-}
-
-func (a *Agent) WaitTask(ctx context.Context, id string) (fsm.Task, error) {
-	return a.d.WaitTask(ctx, id)
-}
-
-func (a *Agent) Reconcile(ctx context.Context, ids ...string) (driver.Report, error) {
-	return a.d.Reconcile(ctx, ids...)
-}
-
-func (a *Agent) Recover(ctx context.Context) (driver.Report, error) { return a.d.Recover(ctx) }
-
-func (a *Agent) TaskStats(ctx context.Context, id string) (cgroup.Stats, error) {
-	return a.d.TaskStats(ctx, id)
+// Policy is the agent's allow lists (its clients' flags cannot change
+// them: the CLI refuses a list of its own that differs, naming these).
+func (a *Agent) Policy() Policy {
+	return Policy{AllowedCaps: slices.Clone(a.cfg.AllowedCaps), ChrootEnv: slices.Clone(a.cfg.ChrootEnv)}
 }
 
 func (a *Agent) Enable(ctx context.Context, file string, spec fsm.Spec) (Entry, error) {
@@ -325,18 +302,106 @@ func (a *Agent) StartDesired(ctx context.Context, name string) (Entry, error) {
 	return a.conv.request(ctx, convRequest{kind: commitStart, name: name})
 }
 
+// RestartDesired stops the desired task's task, as tether stop does (the
+// convergence sees it stopped on request), then starts it again with a
+// fresh restart count.
+func (a *Agent) RestartDesired(ctx context.Context, name string) (Entry, error) {
+	e, ok := a.conv.snapshot().Entry(name)
+	if !ok {
+		return Entry{}, fmt.Errorf("%w: %q", ErrUnknownDesired, name)
+	}
+	if e.Task != "" {
+		if t, err := a.d.InspectTask(ctx, e.Task); err == nil && !t.State.Terminal() && t.State != fsm.StateNone {
+			if _, err := a.d.StopTask(ctx, e.Task, 0, 0); err != nil {
+				return e, err
+			}
+		}
+	}
+	return a.conv.request(ctx, convRequest{kind: commitStart, name: name, reason: "restarted on request"})
+}
+
+// StartTask, StartNamed and RestartTask are Local's, with the executor
+// spawned on the client's PATH when the request carries one (see
+// WithClientPath).
+func (a *Agent) StartTask(ctx context.Context, id string, spec fsm.Spec) (t fsm.Task, err error) {
+	a.env.with(id, clientPath(ctx), func() { t, err = a.Local.StartTask(ctx, id, spec) })
+	return t, err
+}
+
+func (a *Agent) StartNamed(ctx context.Context, id string, spec fsm.Spec, opts driver.StartOptions) (t fsm.Task, replaced []fsm.Task, err error) {
+	a.env.with(id, clientPath(ctx), func() { t, replaced, err = a.Local.StartNamed(ctx, id, spec, opts) })
+	return t, replaced, err
+}
+
+func (a *Agent) RestartTask(ctx context.Context, id, newID string) (t, old fsm.Task, err error) {
+	a.env.with(newID, clientPath(ctx), func() { t, old, err = a.Local.RestartTask(ctx, id, newID) })
+	return t, old, err
+}
+
+type clientPathKey struct{}
+
+// WithClientPath says that the starts of ctx are a client's whose PATH is
+// path: the executors an agent spawns for them get it, as the client's own
+// would have daemonless.
+func WithClientPath(ctx context.Context, path string) context.Context {
+	return context.WithValue(ctx, clientPathKey{}, path)
+}
+
+func clientPath(ctx context.Context) string {
+	p, _ := ctx.Value(clientPathKey{}).(string)
+	return p
+}
+
 func (a *Agent) Status(context.Context) (Status, error) { return a.conv.snapshot(), nil }
 
 func (a *Agent) WatchStatus(ctx context.Context, fn func(Status) bool) error {
 	return a.conv.watch(ctx, fn)
 }
 
-func (a *Agent) Check(ctx context.Context) (store.Report, error) { return a.st.Check(ctx) }
-
-func (a *Agent) GC(context.Context, time.Duration) ([]string, error) {
-	return nil, fmt.Errorf("%w: gc compacts the store, which the agent holds: stop the agent, run tether gc, start it again", ErrUnsupported)
+// Salvage is Local's, then a recovery of the driver over the salvaged
+// store (tasks that were lost to it have had their processes killed) and a
+// new decision of the desired state.
+func (a *Agent) Salvage(ctx context.Context) (SalvageReport, error) {
+	rep, err := a.Local.Salvage(ctx)
+	if err == nil && rep.Installed {
+		a.recover(ctx)
+		a.conv.rescan()
+	}
+	return rep, err
 }
 
-func (a *Agent) Salvage(context.Context) error {
-	return fmt.Errorf("%w: salvage replaces the store, which the agent holds: stop the agent, run tether check --salvage, start it again", ErrUnsupported)
+// spawnEnv is the environment of the executors the agent spawns for a
+// client: its own, with the client's PATH (a raw_exec task's default PATH
+// is its executor's, which daemonless is the CLI's).
+type spawnEnv struct {
+	mu    sync.Mutex
+	paths map[string]string // task id -> PATH, while its start is under way
+}
+
+func (e *spawnEnv) of(task string) []string {
+	e.mu.Lock()
+	path, ok := e.paths[task]
+	e.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "PATH=") })
+	return append(env, "PATH="+path)
+}
+
+// with runs fn with task's executor spawned on path (none: the agent's).
+func (e *spawnEnv) with(task, path string, fn func()) {
+	if path == "" {
+		fn()
+		return
+	}
+	e.mu.Lock()
+	e.paths[task] = path
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.paths, task)
+		e.mu.Unlock()
+	}()
+	fn()
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/driver"
+	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/store"
 )
@@ -42,9 +43,10 @@ type Client struct {
 	owner    uint32
 	deadline time.Duration
 
-	mu   sync.Mutex
-	pid  int
-	idle *net.UnixConn // a connection past its hello, not used yet
+	mu     sync.Mutex
+	pid    int
+	policy Policy
+	idle   *net.UnixConn // a connection past its hello, not used yet
 }
 
 var _ Service = (*Client)(nil)
@@ -81,6 +83,16 @@ func (c *Client) PID() int {
 	defer c.mu.Unlock()
 	return c.pid
 }
+
+// Policy is the agent's allow lists, as its hello said.
+func (c *Client) Policy() Policy {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.policy
+}
+
+// StateDir is the state directory the agent serves.
+func (c *Client) StateDir() string { return c.stateDir }
 
 // Close lets go of the connection Dial kept. Calls after Close dial again.
 func (c *Client) Close() error {
@@ -146,6 +158,11 @@ func (c *Client) connect(ctx context.Context) (*net.UnixConn, error) {
 	case h.Error != "":
 		return fail(fmt.Errorf("%w: the agent (pid %d) says: %s", ErrPeerRefused, h.PID, h.Error))
 	}
+	if h.Policy != nil {
+		c.mu.Lock()
+		c.policy = *h.Policy
+		c.mu.Unlock()
+	}
 	_ = conn.SetDeadline(time.Time{})
 	return conn, nil
 }
@@ -153,6 +170,13 @@ func (c *Client) connect(ctx context.Context) (*net.UnixConn, error) {
 // call runs one exchange: req, then the answer's frames. progress, when
 // set, is called with each progress frame; returning true ends the
 // exchange (the connection is closed, which cancels the request there).
+//
+// When ctx ends first, the request is cancelled there (the client shuts
+// its side of the connection: the agent's request context ends) and the
+// answer is still awaited, as an in-process call returns only once the
+// operation has seen its context end: a start that is past the point of
+// no return (StartNamed's, RestartTask's) finishes and says which task it
+// started. A cancellation the agent answers with is ctx's cause.
 func (c *Client) call(ctx context.Context, req Request, progress func(Response) bool) (Response, error) {
 	c.mu.Lock()
 	conn := c.idle
@@ -165,13 +189,21 @@ func (c *Client) call(ctx context.Context, req Request, progress func(Response) 
 		}
 	}
 	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(ctx, func() { _ = conn.CloseWrite() })
 	defer stop()
 	wedged := func(during string) error {
 		return &WedgedError{PID: c.PID(), Socket: c.socket, Deadline: c.deadline.String(), During: during}
 	}
-	_ = conn.SetWriteDeadline(time.Now().Add(c.deadline))
-	if err := writeFrame(conn, req); err != nil {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return Response{}, fmt.Errorf("%w: encode %s: %w", ErrProtocol, req.Op, err)
+	}
+	if len(b) > maxRequestFrame {
+		return Response{}, fmt.Errorf("%w: the %s request is %d bytes, more than an agent takes (%d): its spec is far larger than any tether can record",
+			ErrProtocol, req.Op, len(b), maxRequestFrame)
+	}
+	_ = conn.SetWriteDeadline(time.Now().Add(c.deadline + time.Duration(len(b)>>20)*time.Second))
+	if err := writeFrame(conn, json.RawMessage(b)); err != nil {
 		if cerr := context.Cause(ctx); cerr != nil {
 			return Response{}, cerr
 		}
@@ -188,11 +220,11 @@ func (c *Client) call(ctx context.Context, req Request, progress func(Response) 
 		_ = conn.SetReadDeadline(time.Now().Add(silence))
 		b, err := readFrame(conn, maxResponseFrame)
 		if err != nil {
-			if cerr := context.Cause(ctx); cerr != nil {
-				return Response{}, cerr
-			}
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				return Response{}, &WedgedError{PID: c.PID(), Socket: c.socket, Deadline: silence.String(), During: "the answer to " + req.Op.String()}
+			}
+			if cerr := context.Cause(ctx); cerr != nil {
+				return Response{}, cerr
 			}
 			return Response{}, fmt.Errorf("agent: the answer to %s: %w (the agent may have exited)", req.Op, err)
 		}
@@ -207,7 +239,11 @@ func (c *Client) call(ctx context.Context, req Request, progress func(Response) 
 				return r, nil
 			}
 		case respResult:
-			return r, r.Err.err()
+			err := r.Err.err()
+			if cerr := context.Cause(ctx); cerr != nil && errors.Is(err, context.Canceled) {
+				err = cerr
+			}
+			return r, err
 		default:
 			return Response{}, fmt.Errorf("%w: an answer frame of kind %d", ErrProtocol, r.Kind)
 		}
@@ -233,10 +269,58 @@ func taskOf(r Response) fsm.Task {
 }
 
 // StartTask is driver.StartTask through the agent (the agent applies its
-// own allow lists).
+// own allow lists; the executor gets this process's PATH).
 func (c *Client) StartTask(ctx context.Context, id string, spec fsm.Spec) (fsm.Task, error) {
-	r, err := c.callTask(ctx, Request{Op: OpStart, ID: id, Spec: &spec}, nil)
+	r, err := c.callTask(ctx, Request{Op: OpStart, ID: id, Spec: &spec, Path: os.Getenv("PATH")}, nil)
 	return taskOf(r), err
+}
+
+// StartNamed is driver.StartNamed through the agent: opts.Stopping is
+// called on the caller's goroutine as the agent stops each task it
+// replaces.
+func (c *Client) StartNamed(ctx context.Context, id string, spec fsm.Spec, opts driver.StartOptions) (fsm.Task, []fsm.Task, error) {
+	r, err := c.callTask(ctx, Request{Op: OpStartNamed, ID: id, Spec: &spec, Replace: opts.Replace, Path: os.Getenv("PATH")},
+		func(r Response) bool {
+			if r.Task != nil && opts.Stopping != nil {
+				opts.Stopping(*r.Task)
+			}
+			return false
+		})
+	return taskOf(r), r.Replaced, err
+}
+
+// RestartTask is driver.RestartTask through the agent.
+func (c *Client) RestartTask(ctx context.Context, id, newID string) (fsm.Task, fsm.Task, error) {
+	if err := driver.ValidateTaskID(newID); err != nil {
+		return fsm.Task{}, fsm.Task{}, err
+	}
+	r, err := c.callTask(ctx, Request{Op: OpRestart, ID: id, NewID: newID, Path: os.Getenv("PATH")}, nil)
+	var old fsm.Task
+	if r.Old != nil {
+		old = *r.Old
+	}
+	return taskOf(r), old, err
+}
+
+// Resolve is driver.Resolve through the agent.
+func (c *Client) Resolve(ctx context.Context, arg string) (driver.TaskInfo, error) {
+	r, err := c.call(ctx, Request{Op: OpResolve, Name: arg}, nil)
+	if r.Info == nil {
+		return driver.TaskInfo{}, err
+	}
+	return *r.Info, err
+}
+
+// ExecTask is driver.ExecTask with the task's state read from the agent
+// and the command started by the task's executor for this process
+// directly (driver.ExecIn): the command's stdio never pass through the
+// agent.
+func (c *Client) ExecTask(ctx context.Context, id string, spec driver.ExecSpec) (*driver.ExecProcess, error) {
+	info, err := c.InspectTask(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return driver.ExecIn(ctx, &executor.Real{StateDir: c.stateDir}, info.Task, spec)
 }
 
 // StopTask is driver.StopTask through the agent.
@@ -352,6 +436,12 @@ func (c *Client) StartDesired(ctx context.Context, name string) (Entry, error) {
 	return entryOf(r), err
 }
 
+// RestartDesired restarts a desired task (see DesiredState).
+func (c *Client) RestartDesired(ctx context.Context, name string) (Entry, error) {
+	r, err := c.call(ctx, Request{Op: OpRestartDesired, Name: name}, nil)
+	return entryOf(r), err
+}
+
 // Status is the agent's desired state.
 func (c *Client) Status(ctx context.Context) (Status, error) {
 	r, err := c.call(ctx, Request{Op: OpStatus}, nil)
@@ -386,14 +476,20 @@ func (c *Client) Check(ctx context.Context) (store.Report, error) {
 	return r.Check.report(), err
 }
 
-// GC is not served by an agent yet (ErrUnsupported).
-func (c *Client) GC(ctx context.Context, olderThan time.Duration) ([]string, error) {
-	_, err := c.call(ctx, Request{Op: OpGC, OlderThan: olderThan}, nil)
-	return nil, err
+// GC is the agent's gc (see Maintenance).
+func (c *Client) GC(ctx context.Context, olderThan time.Duration) (GCReport, error) {
+	r, err := c.call(ctx, Request{Op: OpGC, OlderThan: olderThan}, nil)
+	if r.GC == nil {
+		return GCReport{}, err
+	}
+	return *r.GC, err
 }
 
-// Salvage is not served by an agent yet (ErrUnsupported).
-func (c *Client) Salvage(ctx context.Context) error {
-	_, err := c.call(ctx, Request{Op: OpSalvage}, nil)
-	return err
+// Salvage is the agent's salvage (see Maintenance).
+func (c *Client) Salvage(ctx context.Context) (SalvageReport, error) {
+	r, err := c.call(ctx, Request{Op: OpSalvage}, nil)
+	if r.Salvage == nil {
+		return SalvageReport{}, err
+	}
+	return *r.Salvage, err
 }

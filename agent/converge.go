@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -64,11 +65,14 @@ func newConverger(a *Agent) *converger {
 // convRequest is a client's request of the desired state (enable, disable,
 // start again), served by run between rounds.
 type convRequest struct {
-	kind  commitKind
-	name  string
-	file  string
-	spec  fsm.Spec
-	reply chan convReply
+	kind commitKind
+	name string
+	// reason is a start's, said in the record (default "started again
+	// on request").
+	reason string
+	file   string
+	spec   fsm.Spec
+	reply  chan convReply
 }
 
 type convReply struct {
@@ -505,7 +509,7 @@ func (c *converger) handle(ctx context.Context, r convRequest) (Entry, error) {
 		ch, err = disableChange(rec, r.name)
 	case commitStart:
 		var ok bool
-		if ch, ok, err = startChange(rec, r.name, live, now); err == nil && !ok {
+		if ch, ok, err = startChange(rec, r.name, live, cmp.Or(r.reason, "started again on request"), now); err == nil && !ok {
 			return entryOfRecord(*rec, live), nil // running already
 		}
 	}
@@ -645,7 +649,7 @@ func disableChange(rec *store.Desired, name string) (Change, error) {
 
 // startChange is the record change of starting a desired task again: a new
 // task with a fresh restart count, unless its task is live (ok false).
-func startChange(rec *store.Desired, name string, live bool, now int64) (Change, bool, error) {
+func startChange(rec *store.Desired, name string, live bool, reason string, now int64) (Change, bool, error) {
 	switch {
 	case rec == nil:
 		return Change{}, false, fmt.Errorf("%w: %q", ErrUnknownDesired, name)
@@ -655,6 +659,6 @@ func startChange(rec *store.Desired, name string, live bool, now int64) (Change,
 		return Change{}, false, nil
 	}
 	d := *rec
-	d.Settled, d.Reason, d.NotBefore, d.Restart = "", "started again on request", 0, fsm.RestartState{WindowStart: now}
+	d.Settled, d.Reason, d.NotBefore, d.Restart = "", reason, 0, fsm.RestartState{WindowStart: now}
 	return Change{DesiredChange: store.DesiredChange{Desired: d}, NewTask: true}, true, nil
 }

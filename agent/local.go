@@ -2,40 +2,62 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/driver"
+	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/statedir"
 	"github.com/tether-fsm/tether/store"
 )
 
 // LocalStore is what Local needs of the driver's store beside the event
-// log: listings, checks, removal and the desired records. *store.Store and
-// *store.Shared have it.
+// log: listings, removal, the desired records, and the file itself for
+// its upkeep. *store.Shared (daemonless) and the agent's held store have
+// it.
 type LocalStore interface {
 	LoadTasks(ctx context.Context, which store.Selection) (store.Scan, error)
-	Check(ctx context.Context) (store.Report, error)
+	LoadTask(ctx context.Context, id string) (fsm.Task, error)
 	Remove(ctx context.Context, olderThan time.Time) ([]string, error)
 	Desired(ctx context.Context) ([]store.Desired, error)
 	ChangeDesired(ctx context.Context, changes ...store.DesiredChange) ([]store.Desired, error)
+	// Path is the store's file and Options what it is opened with.
+	Path() string
+	Options() store.Options
+	// Exclusive runs fn while nothing of this process has the store file
+	// open; the process's operations wait meanwhile.
+	Exclusive(ctx context.Context, fn func() error) error
 }
 
 var (
-	_ LocalStore = (*store.Store)(nil)
 	_ LocalStore = (*store.Shared)(nil)
+	_ LocalStore = (*heldStore)(nil)
 	_ Service    = (*Local)(nil)
 )
 
-// Local is the Service in-process, daemonless: a driver and its store,
-// with no agent. Task operations are the driver's; the desired state is
-// only recorded (no agent converges it: an enabled task starts when an
-// agent runs).
+// Local is the Service in this process: a driver and its store. It is the
+// one implementation of every operation: the CLI runs it daemonless (over
+// a store.Shared), and an agent serves its clients with it (over the store
+// it holds), so that a command prints and exits the same either way. With
+// no agent the desired state is only recorded: an enabled task starts when
+// an agent runs.
 type Local struct {
 	D     *driver.Driver
 	Store LocalStore
+	// StateDir is the driver's state directory; ExecutorCommand starts
+	// this binary in executor mode (for the upkeep's process world: a
+	// salvage kills lost tasks' processes, a gc keeps the directories of
+	// live executors). Logger receives the upkeep's logs (nil: none).
+	StateDir        string
+	ExecutorCommand []string
+	Logger          hclog.Logger
 	// Now is the clock (default time.Now); NewID draws task ids (default:
 	// the name and six random hex digits).
 	Now   func() time.Time
@@ -49,8 +71,28 @@ func (l *Local) now() int64 {
 	return time.Now().UnixNano()
 }
 
+func (l *Local) logger() hclog.Logger {
+	if l.Logger == nil {
+		return hclog.NewNullLogger()
+	}
+	return l.Logger
+}
+
+// world is the process world of the upkeep.
+func (l *Local) world() *executor.Real {
+	return &executor.Real{StateDir: l.StateDir, Command: l.ExecutorCommand, Logger: l.logger().Named("driver")}
+}
+
 func (l *Local) StartTask(ctx context.Context, id string, spec fsm.Spec) (fsm.Task, error) {
 	return l.D.StartTask(ctx, id, spec)
+}
+
+func (l *Local) StartNamed(ctx context.Context, id string, spec fsm.Spec, opts driver.StartOptions) (fsm.Task, []fsm.Task, error) {
+	return l.D.StartNamed(ctx, id, spec, opts)
+}
+
+func (l *Local) RestartTask(ctx context.Context, id, newID string) (fsm.Task, fsm.Task, error) {
+	return l.D.RestartTask(ctx, id, newID)
 }
 
 func (l *Local) StopTask(ctx context.Context, id string, sig syscall.Signal, grace time.Duration) (fsm.Task, error) {
@@ -62,6 +104,10 @@ func (l *Local) SignalTask(ctx context.Context, id string, sig syscall.Signal, m
 		return l.D.SignalMain(ctx, id, sig)
 	}
 	return l.D.SignalTask(ctx, id, sig)
+}
+
+func (l *Local) Resolve(ctx context.Context, arg string) (driver.TaskInfo, error) {
+	return l.D.Resolve(ctx, arg)
 }
 
 func (l *Local) InspectTask(ctx context.Context, id string) (driver.TaskInfo, error) {
@@ -92,6 +138,10 @@ func (l *Local) Recover(ctx context.Context) (driver.Report, error) { return l.D
 
 func (l *Local) TaskStats(ctx context.Context, id string) (cgroup.Stats, error) {
 	return l.D.TaskStats(ctx, id)
+}
+
+func (l *Local) ExecTask(ctx context.Context, id string, spec driver.ExecSpec) (*driver.ExecProcess, error) {
+	return l.D.ExecTask(ctx, id, spec)
 }
 
 func (l *Local) record(ctx context.Context, name string) (*store.Desired, bool, error) {
@@ -174,7 +224,12 @@ func (l *Local) Disable(ctx context.Context, name string) (Entry, error) {
 
 // StartDesired needs an agent: daemonless, nothing would keep it running.
 func (l *Local) StartDesired(_ context.Context, name string) (Entry, error) {
-	return Entry{}, fmt.Errorf("%w: starting the desired task %q again is the agent's: run tether agent", ErrNoAgent, name)
+	return Entry{}, fmt.Errorf("%w: %q is a desired task, which the agent starts and keeps running: run tether agent", ErrNoAgent, name)
+}
+
+// RestartDesired needs an agent, as StartDesired does.
+func (l *Local) RestartDesired(_ context.Context, name string) (Entry, error) {
+	return Entry{}, fmt.Errorf("%w: %q is a desired task, which the agent restarts: run tether agent", ErrNoAgent, name)
 }
 
 // Status lists the desired records with their tasks' states (no config
@@ -214,12 +269,166 @@ func (l *Local) WatchStatus(ctx context.Context, fn func(Status) bool) error {
 	return fmt.Errorf("%w: nothing converges the desired state daemonless", ErrNoAgent)
 }
 
-func (l *Local) Check(ctx context.Context) (store.Report, error) { return l.Store.Check(ctx) }
-
-func (l *Local) GC(ctx context.Context, olderThan time.Duration) ([]string, error) {
-	return l.Store.Remove(ctx, time.Unix(0, l.now()).Add(-olderThan))
+// Check checks the store file page by page, then with bbolt's own check
+// (store.CheckFile: it reports on a file Open refuses), while nothing of
+// this process has it open.
+func (l *Local) Check(ctx context.Context) (rep store.Report, err error) {
+	err = l.Store.Exclusive(ctx, func() error {
+		rep, err = store.CheckFile(ctx, l.Store.Path(), l.Store.Options())
+		return err
+	})
+	return rep, err
 }
 
-func (l *Local) Salvage(context.Context) error {
-	return fmt.Errorf("%w: salvage works on the store file itself (tether check --salvage)", ErrUnsupported)
+// GC removes the tasks that ended more than olderThan ago and their
+// directories, the task directories the store does not know, and compacts
+// the store.
+func (l *Local) GC(ctx context.Context, olderThan time.Duration) (GCReport, error) {
+	var rep GCReport
+	cutoff := time.Unix(0, l.now()).Add(-olderThan)
+	removed, err := l.Store.Remove(ctx, cutoff)
+	if errors.Is(err, store.ErrCorrupt) {
+		// A damaged freelist refuses writes; compaction rewrites the file
+		// from its (checked) tree, and the removal can then proceed.
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("warning: %v; compacting first", err))
+		if _, _, cerr := l.compact(ctx); cerr != nil {
+			return rep, fmt.Errorf("compact: %w", cerr)
+		}
+		removed, err = l.Store.Remove(ctx, cutoff)
+	}
+	if err != nil {
+		return rep, err
+	}
+	rep.Removed = removed
+	layout := statedir.Layout{Dir: l.StateDir}
+	for _, id := range removed {
+		if driver.ValidateTaskID(id) != nil {
+			continue // never a path outside the state directory
+		}
+		if err := os.RemoveAll(layout.Task(id).Dir()); err != nil {
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("removing the directory of task %s: %v", id, err))
+			rep.Failed = true
+		}
+	}
+	orphans, err := l.removeOrphanDirs(ctx, layout, &rep)
+	rep.Orphans = orphans
+	if err != nil {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("looking for task directories the store does not know: %v", err))
+		rep.Failed = true
+	}
+	rep.Before, rep.After, err = l.compact(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("compact: %w", err)
+	}
+	return rep, nil
+}
+
+func (l *Local) compact(ctx context.Context) (before, after int64, err error) {
+	err = l.Store.Exclusive(ctx, func() error {
+		before, after, err = store.Compact(l.Store.Path(), l.Store.Options())
+		return err
+	})
+	return before, after, err
+}
+
+// removeOrphanDirs removes the task directories the store does not know
+// (left by a start that crashed before it recorded the task, or by a
+// salvage); executor.Real.RemoveOrphanDir keeps the ones in use.
+func (l *Local) removeOrphanDirs(ctx context.Context, layout statedir.Layout, rep *GCReport) ([]string, error) {
+	ents, err := os.ReadDir(layout.Tasks())
+	if err != nil {
+		return nil, err
+	}
+	world := l.world()
+	var out []string
+	for _, e := range ents {
+		id := e.Name()
+		if !e.IsDir() || driver.ValidateTaskID(id) != nil {
+			continue // never a path outside the state directory
+		}
+		unknown := func() (bool, error) {
+			_, err := l.Store.LoadTask(ctx, id)
+			if errors.Is(err, store.ErrUnknownTask) {
+				return true, nil
+			}
+			return false, nil // known, or unreadable: not ours to judge
+		}
+		if still, _ := unknown(); !still {
+			continue
+		}
+		removed, kept, err := world.RemoveOrphanDir(id, unknown)
+		if err != nil {
+			return out, err
+		}
+		if !removed {
+			if errors.Is(kept, executor.ErrBusy) {
+				rep.Warnings = append(rep.Warnings, fmt.Sprintf("warning: task directory %s is unknown to the store but kept: %v", id, kept))
+			}
+			l.logger().Debug("task directory kept", "task_id", id, "why", fmt.Sprint(kept))
+			continue
+		}
+		out = append(out, id)
+	}
+	return out, nil
+}
+
+// Salvage is the way out of a damaged store that keeps the running tasks
+// under control. Every readable task is copied into a new store; the live
+// tasks that cannot be read have their processes killed by proven
+// identity (from what of their log could be read), so none runs on
+// unknown to the new store; then the new store is put in place and the
+// damaged one kept beside it. It all happens while nothing of this
+// process has the store open.
+func (l *Local) Salvage(ctx context.Context) (SalvageReport, error) {
+	path, opts := l.Store.Path(), l.Store.Options()
+	stamp := time.Unix(0, l.now()).UTC().Format("20060102T150405")
+	rep := SalvageReport{Dst: path + ".salvaged-" + stamp, Aside: path + ".damaged-" + stamp}
+	var fatal error
+	err := l.Store.Exclusive(ctx, func() error {
+		sr, err := store.Salvage(ctx, path, rep.Dst, opts)
+		if err != nil {
+			_ = os.Remove(rep.Dst)
+			fatal = fmt.Errorf("salvage: %w", err)
+			return nil
+		}
+		rep.Copied, rep.HeadsRebuilt = len(sr.Copied), len(sr.HeadsRebuilt)
+		for _, d := range sr.Damage {
+			rep.Damage = append(rep.Damage, d.Error())
+		}
+		world := l.world()
+		for _, lt := range sr.Lost {
+			what, settled := settleLost(ctx, world, statedir.Layout{Dir: l.StateDir}, lt)
+			rep.Lost = append(rep.Lost, Lost{ID: lt.ID, State: lt.State, What: what, Why: lt.Err.Error(), Settled: settled})
+		}
+		if err := store.Install(ctx, path, rep.Dst, rep.Aside, opts); err != nil {
+			rep.InstallErr = err.Error()
+			return nil
+		}
+		rep.Installed = true
+		return nil
+	})
+	if err != nil {
+		return rep, err
+	}
+	return rep, fatal
+}
+
+// settleLost kills the processes of a task that could not be salvaged,
+// when the readable part of its log proves which they are
+// (driver.SettleLost), and says what it did.
+func settleLost(ctx context.Context, world executor.World, layout statedir.Layout, l store.LostTask) (string, bool) {
+	set, err := driver.SettleLost(ctx, world, l)
+	switch {
+	case errors.Is(err, driver.ErrUnproven):
+		return fmt.Sprintf("NOT killed: %v; look at %s", err, layout.Task(l.ID).Dir()), false
+	case errors.Is(err, driver.ErrTaskNotKilled):
+		return "executor killed; NOT all of its task: " + err.Error(), false
+	case err != nil:
+		return "NOT killed: " + err.Error(), false
+	case set.Ended:
+		return "it had ended; nothing to kill", true
+	case set.Executor == nil:
+		return "no executor with its spawn nonce is alive; nothing to kill", true
+	}
+	return fmt.Sprintf("its executor (pid %d) and everything of its task were killed by proven identity", set.Executor.PID), true
 }

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/driver"
@@ -37,16 +39,21 @@ import (
 // two versions tell each other apart. Everything after the hello is the
 // version's own.
 
-// ProtocolVersion is the version of the agent protocol this build speaks.
-const ProtocolVersion = 1
+// ProtocolVersion is the version of the agent protocol this build speaks
+// (2: the CLI's whole surface, names, exec's resolution, the upkeep).
+const ProtocolVersion = 2
 
 const protocolMagic = "tether-agent"
 
-// Frame bounds: a request carries at most a spec (512 KiB by
-// fsm.Spec.Validate) and a few names; an answer may list every task of the
-// store.
+// Frame bounds: a request carries a spec and a few names. A valid spec
+// is at most 512 KiB of arguments and environment and a few names of 64
+// KiB (fsm.Spec.Validate), a few MiB once JSON has escaped it; an invalid
+// one is the agent's to refuse and record as a daemonless start would (a
+// task file with a 10 MB argument is refused by the driver, naming it,
+// not by the protocol), up to this bound. An answer may list every task of
+// the store.
 const (
-	maxRequestFrame  = 2 << 20
+	maxRequestFrame  = 64 << 20
 	maxResponseFrame = 256 << 20
 )
 
@@ -92,6 +99,19 @@ type hello struct {
 	Version int    `json:"version"`
 	PID     int    `json:"pid,omitempty"`   // the agent's
 	Error   string `json:"error,omitempty"` // the agent's refusal
+	// Policy is the agent's allow lists (its hello only).
+	Policy *Policy `json:"policy,omitempty"`
+}
+
+// Policy is what an agent allows the tasks it starts, whoever asks: the
+// operator's lists, given to tether agent. A client's flags never reach
+// it.
+type Policy struct {
+	// AllowedCaps is the capability allow list for exec tasks (nil: the
+	// executor's default); ChrootEnv what an exec task's root is built
+	// from (nil: Nomad's chroot_env).
+	AllowedCaps []string `json:"allowed_caps,omitempty"`
+	ChrootEnv   []string `json:"chroot_env,omitempty"`
 }
 
 func decodeHello(b []byte) (hello, error) {
@@ -128,8 +148,13 @@ const (
 	OpWatch        // WatchStatus(): a stream of statuses
 	// Maintenance.
 	OpCheck   // Check()
-	OpGC      // GC(OlderThan): not served yet (ErrUnsupported)
-	OpSalvage // Salvage(): not served yet (ErrUnsupported)
+	OpGC      // GC(OlderThan)
+	OpSalvage // Salvage()
+	// Names (version 2).
+	OpResolve        // Resolve(Name: an id or a name)
+	OpStartNamed     // StartNamed(ID, Spec, Replace): progress frames name each task it stops
+	OpRestart        // RestartTask(ID, NewID)
+	OpRestartDesired // RestartDesired(Name)
 
 	numOps
 )
@@ -139,7 +164,8 @@ var opNames = [numOps]string{
 	OpEvents: "events", OpList: "list", OpFollow: "follow", OpWait: "wait", OpReconcile: "reconcile",
 	OpRecover: "recover", OpStats: "stats", OpEnable: "enable", OpDisable: "disable",
 	OpStartDesired: "start-desired", OpStatus: "status", OpWatch: "watch", OpCheck: "check",
-	OpGC: "gc", OpSalvage: "salvage",
+	OpGC: "gc", OpSalvage: "salvage", OpResolve: "resolve", OpStartNamed: "start-named", OpRestart: "restart",
+	OpRestartDesired: "restart-desired",
 }
 
 func (o Op) String() string {
@@ -171,11 +197,14 @@ func (o *Op) UnmarshalText(b []byte) error {
 // Request is a client's request.
 type Request struct {
 	Op Op `json:"op"`
-	// ID is the task (start, stop, signal, inspect, events, follow, wait,
-	// stats); IDs the tasks to reconcile.
-	ID  string   `json:"id,omitempty"`
-	IDs []string `json:"ids,omitempty"`
-	// Name is the desired task (disable, start-desired).
+	// ID is the task (start, start-named, restart, stop, signal, inspect,
+	// events, follow, wait, stats); IDs the tasks to reconcile; NewID a
+	// restart's new task.
+	ID    string   `json:"id,omitempty"`
+	IDs   []string `json:"ids,omitempty"`
+	NewID string   `json:"new_id,omitempty"`
+	// Name is the desired task (disable, start-desired, restart-desired),
+	// or what to resolve (an id or a task's name).
 	Name string `json:"name,omitempty"`
 	// Spec is the parsed spec (start, enable): the CLI parses the task
 	// file; the agent never reads a file a request names.
@@ -190,6 +219,12 @@ type Request struct {
 	Main   bool          `json:"main,omitempty"`
 	// All lists every task, not only live ones (list).
 	All bool `json:"all,omitempty"`
+	// Replace stops the live task of the name first (start-named).
+	Replace bool `json:"replace,omitempty"`
+	// Path is the client's PATH (start, start-named, restart): the
+	// executor spawned for the task gets it, as the client's own would
+	// daemonless (a raw_exec task's default PATH).
+	Path string `json:"path,omitempty"`
 	// OlderThan is gc's age.
 	OlderThan time.Duration `json:"older_than,omitempty"`
 }
@@ -203,9 +238,20 @@ func (r *Request) Validate() error {
 		return fmt.Errorf("%w: %s: "+format, append([]any{ErrBadRequest, r.Op}, args...)...)
 	}
 	switch r.Op {
-	case OpStart, OpStop, OpSignal, OpInspect, OpEvents, OpFollow, OpWait, OpStats:
+	case OpStart, OpStartNamed, OpStop, OpSignal, OpInspect, OpEvents, OpFollow, OpWait, OpStats:
 		if err := driver.ValidateTaskID(r.ID); err != nil {
 			return bad("%v", err)
+		}
+	case OpRestart:
+		if err := driver.ValidateTaskID(r.ID); err != nil {
+			return bad("%v", err)
+		}
+		if err := driver.ValidateTaskID(r.NewID); err != nil {
+			return bad("new task: %v", err)
+		}
+	case OpResolve:
+		if len(r.Name) > maxName {
+			return bad("a name of %d bytes (at most %d)", len(r.Name), maxName)
 		}
 	case OpReconcile:
 		for _, id := range r.IDs {
@@ -213,7 +259,7 @@ func (r *Request) Validate() error {
 				return bad("%v", err)
 			}
 		}
-	case OpDisable, OpStartDesired:
+	case OpDisable, OpStartDesired, OpRestartDesired:
 		if err := validName(r.Name); err != nil {
 			return bad("%v", err)
 		}
@@ -231,8 +277,11 @@ func (r *Request) Validate() error {
 	default:
 		return bad("unknown operation")
 	}
-	if r.Op == OpStart && r.Spec == nil {
+	if (r.Op == OpStart || r.Op == OpStartNamed) && r.Spec == nil {
 		return bad("no spec")
+	}
+	if r.Path != "" && !utf8.ValidString(r.Path) || len(r.Path) > maxPath || strings.IndexByte(r.Path, 0) >= 0 {
+		return bad("a PATH that is not one")
 	}
 	if r.Signal < 0 || r.Signal > 64 {
 		return bad("signal %d is not a signal", r.Signal)
@@ -243,8 +292,12 @@ func (r *Request) Validate() error {
 	return nil
 }
 
-// maxName bounds a desired task's name (a store key).
-const maxName = 1024
+// maxName bounds a desired task's name (a store key); maxPath a client's
+// PATH.
+const (
+	maxName = 1024
+	maxPath = 64 << 10
+)
 
 func validName(name string) error {
 	switch {
@@ -295,17 +348,23 @@ const (
 // Response is a frame of the agent's answer. Which fields are set depends
 // on the request's operation; Err is set when it failed.
 type Response struct {
-	Kind   respKind         `json:"kind"`
-	Task   *fsm.Task        `json:"task,omitempty"`
-	Info   *driver.TaskInfo `json:"info,omitempty"`
-	Events []fsm.Event      `json:"events,omitempty"`
-	Scan   *wireScan        `json:"scan,omitempty"`
-	Report *wireReport      `json:"report,omitempty"`
-	Stats  *cgroup.Stats    `json:"stats,omitempty"`
-	Entry  *Entry           `json:"entry,omitempty"`
-	Status *Status          `json:"status,omitempty"`
-	Check  *wireCheck       `json:"check,omitempty"`
-	Err    *wireError       `json:"err,omitempty"`
+	Kind respKind  `json:"kind"`
+	Task *fsm.Task `json:"task,omitempty"`
+	// Old is a restart's old task; Replaced the tasks a start-named
+	// stopped.
+	Old      *fsm.Task        `json:"old,omitempty"`
+	Replaced []fsm.Task       `json:"replaced,omitempty"`
+	Info     *driver.TaskInfo `json:"info,omitempty"`
+	Events   []fsm.Event      `json:"events,omitempty"`
+	Scan     *wireScan        `json:"scan,omitempty"`
+	Report   *wireReport      `json:"report,omitempty"`
+	Stats    *cgroup.Stats    `json:"stats,omitempty"`
+	Entry    *Entry           `json:"entry,omitempty"`
+	Status   *Status          `json:"status,omitempty"`
+	Check    *wireCheck       `json:"check,omitempty"`
+	GC       *GCReport        `json:"gc,omitempty"`
+	Salvage  *SalvageReport   `json:"salvage,omitempty"`
+	Err      *wireError       `json:"err,omitempty"`
 }
 
 // wireScan is store.Scan on the wire.

@@ -4,10 +4,17 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
@@ -26,6 +33,12 @@ func TestDecodeRequest_ValidRequests(t *testing.T) {
 		{Op: OpDisable, Name: "web"},
 		{Op: OpWatch},
 		{Op: OpGC, OlderThan: time.Hour},
+		{Op: OpSalvage},
+		{Op: OpCheck},
+		{Op: OpResolve, Name: "web"},
+		{Op: OpStartNamed, ID: "web-1", Spec: &spec, Replace: true, Path: "/usr/bin:/bin"},
+		{Op: OpRestart, ID: "web-1", NewID: "web-2", Path: "/bin"},
+		{Op: OpRestartDesired, Name: "web"},
 	} {
 		b, err := json.Marshal(r)
 		if err != nil {
@@ -57,6 +70,10 @@ func TestDecodeRequest_RefusesBadRequests(t *testing.T) {
 		`not json`:                                             ErrProtocol,
 		``:                                                     ErrProtocol,
 		`{"op":"none"}`:                                        ErrBadRequest,
+		`{"op":"start-named","id":"web-1"}`:                    ErrBadRequest, // no spec
+		`{"op":"restart","id":"web-1","new_id":"../x"}`:        ErrBadRequest,
+		`{"op":"restart-desired"}`:                             ErrBadRequest,
+		`{"op":"list","path":"/bin\u0000/x"}`:                  ErrBadRequest, // a PATH with a NUL
 	} {
 		_, err := DecodeRequest([]byte(in))
 		if !errors.Is(err, want) {
@@ -84,6 +101,10 @@ func TestWireError_KeepsTextAndIdentity(t *testing.T) {
 		&driver.TaskError{Task: "web-1", Err: driver.ErrUnknownTask},
 		&store.CorruptError{Task: "t", Seq: 3, Reason: "checksum mismatch"},
 		errors.Join(errors.New("context"), store.ErrLocked),
+		&driver.NameError{Name: "web", Tasks: []fsm.Task{{ID: "web-1", State: fsm.StateRunning}, {ID: "web-2", State: fsm.StateRunning}}, Err: driver.ErrAmbiguous},
+		fmt.Errorf("start: %w", &driver.TaskError{Task: "web-3", State: fsm.StateNone,
+			Err: &driver.NameError{Name: "web", Tasks: []fsm.Task{{ID: "web-1"}}, Err: driver.ErrNameTaken}}),
+		fmt.Errorf("wrapped: %w", os.ErrPermission),
 	} {
 		w := toWireError(err)
 		b, _ := json.Marshal(w)
@@ -100,11 +121,95 @@ func TestWireError_KeepsTextAndIdentity(t *testing.T) {
 				t.Errorf("%q: errors.Is(%v) = %v across the socket, %v here", err, c.err, errors.Is(got, c.err), errors.Is(err, c.err))
 			}
 		}
-		var te *driver.TaskError
-		if errors.As(err, &te) != errors.As(got, &te) {
+		var te, gte *driver.TaskError
+		if errors.As(err, &te) != errors.As(got, &gte) {
 			t.Errorf("%q: errors.As(*driver.TaskError) differs across the socket", err)
+		} else if te != nil && (te.Task != gte.Task || te.State != gte.State || te.Err.Error() != gte.Err.Error()) {
+			t.Errorf("%q: the task error across the socket is %+v, here %+v", err, gte, te)
+		}
+		var ne, gne *driver.NameError
+		if errors.As(err, &ne) != errors.As(got, &gne) {
+			t.Errorf("%q: errors.As(*driver.NameError) differs across the socket", err)
+		} else if ne != nil && (ne.Name != gne.Name || !reflect.DeepEqual(ne.Tasks, gne.Tasks) || !errors.Is(gne.Err, ne.Err)) {
+			t.Errorf("%q: the name error across the socket is %+v, here %+v", err, gne, ne)
 		}
 	}
+}
+
+// Every named error of the packages a CLI's errors come from has a wire
+// code, spelled after its name (ErrUnknownTask: "driver.unknown-task"), so
+// that a command through an agent picks the exit code and the hint it
+// picks daemonless. A new Err in one of them fails here until it is added
+// to wireCodes.
+func TestWireCodes_NameEveryNamedError(t *testing.T) {
+	codes := map[string]error{}
+	for _, c := range wireCodes {
+		if _, dup := codes[c.code]; dup {
+			t.Errorf("wire code %q twice", c.code)
+		}
+		codes[c.code] = c.err
+	}
+	for pkg, dir := range map[string]string{"driver": "../driver", "store": "../store", "executor": "../executor",
+		"cgroup": "../cgroup", "agent": "."} {
+		for _, name := range namedErrors(t, dir) {
+			code := pkg + "." + kebab(strings.TrimPrefix(name, "Err"))
+			if _, ok := codes[code]; !ok {
+				t.Errorf("%s.%s has no wire code (want %q in wireCodes)", pkg, name, code)
+			}
+		}
+	}
+}
+
+// namedErrors are the exported Err* variables of the package in dir.
+func namedErrors(t *testing.T, dir string) []string {
+	t.Helper()
+	fset := token.NewFileSet()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		af, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range af.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.VAR {
+				continue
+			}
+			for _, sp := range g.Specs {
+				for _, n := range sp.(*ast.ValueSpec).Names {
+					if strings.HasPrefix(n.Name, "Err") && n.IsExported() {
+						out = append(out, n.Name)
+					}
+				}
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("no named errors in %s", dir)
+	}
+	return out
+}
+
+// kebab spells a Go name in words: UnknownTask is unknown-task,
+// InvalidTaskID invalid-task-id.
+func kebab(s string) string {
+	var b strings.Builder
+	r := []rune(s)
+	for i, c := range r {
+		upper := unicode.IsUpper(c)
+		if i > 0 && upper && (unicode.IsLower(r[i-1]) || i+1 < len(r) && unicode.IsLower(r[i+1])) {
+			b.WriteByte('-')
+		}
+		b.WriteRune(unicode.ToLower(c))
+	}
+	return b.String()
 }
 
 func FuzzDecodeRequest(f *testing.F) {
@@ -114,6 +219,10 @@ func FuzzDecodeRequest(f *testing.F) {
 		{Op: OpStop, ID: "web-1", Signal: 15, Grace: time.Second},
 		{Op: OpEnable, File: "/etc/tether/web.hcl", Spec: &spec},
 		{Op: OpReconcile, IDs: []string{"a"}},
+		{Op: OpStartNamed, ID: "web-1", Spec: &spec, Replace: true, Path: "/bin"},
+		{Op: OpRestart, ID: "web-1", NewID: "web-2"},
+		{Op: OpResolve, Name: "web"},
+		{Op: OpRestartDesired, Name: "web"},
 	} {
 		b, _ := json.Marshal(r)
 		f.Add(b)

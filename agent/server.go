@@ -8,11 +8,13 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/store"
 )
@@ -30,6 +32,8 @@ type Server struct {
 	log   hclog.Logger
 	owner uint32 // the state directory's owner: served, with root
 	pid   int
+	// Policy is the agent's allow lists, told to each client in the hello.
+	Policy Policy
 
 	wg sync.WaitGroup
 }
@@ -112,7 +116,7 @@ func (s *Server) handle(ctx context.Context, c *net.UnixConn) {
 			Error: (&VersionError{Agent: ProtocolVersion, Client: h.Version}).Error()})
 		return
 	}
-	if err := writeFrame(c, hello{Magic: protocolMagic, Version: ProtocolVersion, PID: s.pid}); err != nil {
+	if err := writeFrame(c, hello{Magic: protocolMagic, Version: ProtocolVersion, PID: s.pid, Policy: &s.Policy}); err != nil {
 		return
 	}
 	w := &respWriter{c: c}
@@ -131,14 +135,18 @@ func (s *Server) handle(ctx context.Context, c *net.UnixConn) {
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
-	rctx, cancel := context.WithCancelCause(ctx)
+	rctx, cancel := context.WithCancelCause(WithClientPath(ctx, req.Path))
 	defer cancel(nil)
+	var gone atomic.Bool
 	go func() {
-		// The client sends nothing more: a read returns when it closes
-		// (a stream it is done with, or a client that went away).
+		// The client sends nothing more: a read returns when it shuts
+		// its side (its call's context ended: the request is cancelled,
+		// and the answer still sent, as in-process) or closes (a stream
+		// it is done with, or a client that went away).
 		var one [1]byte
 		_, _ = c.Read(one[:])
-		cancel(errClientGone)
+		gone.Store(true)
+		cancel(context.Canceled)
 	}()
 	go func() {
 		t := time.NewTicker(HeartbeatInterval)
@@ -157,12 +165,10 @@ func (s *Server) handle(ctx context.Context, c *net.UnixConn) {
 	log.Trace("request", "op", req.Op.String(), "task_id", req.ID)
 	resp := s.dispatch(rctx, req, w)
 	resp.Kind = respResult
-	if err := w.write(resp); err != nil && context.Cause(rctx) != errClientGone {
+	if err := w.write(resp); err != nil && !gone.Load() {
 		log.Debug("answer not delivered", "op", req.Op.String(), "err", err)
 	}
 }
-
-var errClientGone = errors.New("agent: the client closed its connection")
 
 // dispatch runs a request against the service.
 func (s *Server) dispatch(ctx context.Context, req Request, w *respWriter) Response {
@@ -172,6 +178,19 @@ func (s *Server) dispatch(ctx context.Context, req Request, w *respWriter) Respo
 	case OpStart:
 		task, e := s.svc.StartTask(ctx, req.ID, *req.Spec)
 		r.Task, err = &task, e
+	case OpStartNamed:
+		task, replaced, e := s.svc.StartNamed(ctx, req.ID, *req.Spec, driver.StartOptions{Replace: req.Replace,
+			Stopping: func(old fsm.Task) { _ = w.write(Response{Kind: respProgress, Task: &old}) }})
+		r.Task, r.Replaced, err = &task, replaced, e
+	case OpRestart:
+		task, old, e := s.svc.RestartTask(ctx, req.ID, req.NewID)
+		r.Task, r.Old, err = &task, &old, e
+	case OpResolve:
+		info, e := s.svc.Resolve(ctx, req.Name)
+		r.Info, err = &info, e
+	case OpRestartDesired:
+		e, er := s.svc.RestartDesired(ctx, req.Name)
+		r.Entry, err = &e, er
 	case OpStop:
 		task, e := s.svc.StopTask(ctx, req.ID, syscall.Signal(req.Signal), req.Grace)
 		r.Task, err = &task, e
@@ -222,16 +241,15 @@ func (s *Server) dispatch(ctx context.Context, req Request, w *respWriter) Respo
 		err = s.svc.WatchStatus(ctx, func(st Status) bool {
 			return w.write(Response{Kind: respProgress, Status: &st}) != nil
 		})
-		if context.Cause(ctx) == errClientGone {
-			err = nil
-		}
 	case OpCheck:
 		rep, e := s.svc.Check(ctx)
 		r.Check, err = toWireCheck(rep), e
 	case OpGC:
-		_, err = s.svc.GC(ctx, req.OlderThan)
+		rep, e := s.svc.GC(ctx, req.OlderThan)
+		r.GC, err = &rep, e
 	case OpSalvage:
-		err = s.svc.Salvage(ctx)
+		rep, e := s.svc.Salvage(ctx)
+		r.Salvage, err = &rep, e
 	default:
 		err = fmt.Errorf("%w: %s", ErrBadRequest, req.Op)
 	}

@@ -12,15 +12,24 @@ import (
 )
 
 // Tasks are the driver's operations a CLI needs, with the driver's
-// meanings and errors. *Local serves them in-process (daemonless), *Client
-// through an agent, *Agent to its clients: a command written against Tasks
-// prints the same and exits the same either way.
+// meanings and errors. *Local serves them in-process (daemonless, and in
+// the agent for its clients: one implementation), *Client through an
+// agent: a command written against Tasks prints the same and exits the
+// same either way.
 type Tasks interface {
 	StartTask(ctx context.Context, id string, spec fsm.Spec) (fsm.Task, error)
+	// StartNamed is driver.StartNamed: the name rules (one live task a
+	// name; Replace stops it first) under the name's lock.
+	StartNamed(ctx context.Context, id string, spec fsm.Spec, opts driver.StartOptions) (fsm.Task, []fsm.Task, error)
+	// RestartTask is driver.RestartTask: stop, then start the spec again
+	// as newID, under the name's lock.
+	RestartTask(ctx context.Context, id, newID string) (task, old fsm.Task, err error)
 	StopTask(ctx context.Context, id string, sig syscall.Signal, grace time.Duration) (fsm.Task, error)
 	// SignalTask signals the task's process group, or its main process
 	// alone with main (driver.SignalTask, driver.SignalMain).
 	SignalTask(ctx context.Context, id string, sig syscall.Signal, main bool) error
+	// Resolve is driver.Resolve: an id, or a name by the name rules.
+	Resolve(ctx context.Context, arg string) (driver.TaskInfo, error)
 	InspectTask(ctx context.Context, id string) (driver.TaskInfo, error)
 	TaskEvents(ctx context.Context, id string) ([]fsm.Event, error)
 	LoadTasks(ctx context.Context, which store.Selection) (store.Scan, error)
@@ -29,10 +38,17 @@ type Tasks interface {
 	Reconcile(ctx context.Context, ids ...string) (driver.Report, error)
 	Recover(ctx context.Context) (driver.Report, error)
 	TaskStats(ctx context.Context, id string) (cgroup.Stats, error)
+	// ExecTask is driver.ExecTask: a command inside the running task, its
+	// stdio the caller's (spec.Stdin...) or a terminal. Through an agent
+	// the task is resolved there and the command started by the task's
+	// executor for this process directly: no descriptor of the caller
+	// passes through the agent.
+	ExecTask(ctx context.Context, id string, spec driver.ExecSpec) (*driver.ExecProcess, error)
 }
 
 // DesiredState is the desired state's operations: what `tether enable`,
-// `disable` and a status of the desired tasks need.
+// `disable`, a start or restart of a desired task and a status of the
+// desired tasks need.
 type DesiredState interface {
 	// Enable registers spec (read from file by the caller) as a desired
 	// task: it is started, and kept running under its restart policy.
@@ -45,6 +61,9 @@ type DesiredState interface {
 	// StartDesired starts a settled desired task again (a fresh restart
 	// count); a running one is left as it is.
 	StartDesired(ctx context.Context, name string) (Entry, error)
+	// RestartDesired stops a desired task's task (if it runs) and starts
+	// a new one for it, with a fresh restart count.
+	RestartDesired(ctx context.Context, name string) (Entry, error)
 	// Status is the desired tasks and the problems of the config dir.
 	Status(ctx context.Context) (Status, error)
 	// WatchStatus calls fn with the status now and after each change until
@@ -52,13 +71,25 @@ type DesiredState interface {
 	WatchStatus(ctx context.Context, fn func(Status) bool) error
 }
 
-// Maintenance is the store's upkeep.
+// Maintenance is the store's upkeep. Each works on the store file with
+// nothing of the serving process holding it: daemonless, the file's lock
+// orders it with other commands; in an agent, its requests wait meanwhile
+// (their store operations are paused, none is lost) and the store is
+// opened again after.
 type Maintenance interface {
+	// Check is store.CheckFile of the store: page by page, then bbolt's
+	// own check.
 	Check(ctx context.Context) (store.Report, error)
-	// GC and Salvage need the store closed; an agent does not serve them
-	// yet (ErrUnsupported: stop the agent and run them daemonless).
-	GC(ctx context.Context, olderThan time.Duration) ([]string, error)
-	Salvage(ctx context.Context) error
+	// GC removes the tasks that ended longer than olderThan ago (never a
+	// task a desired record names), their directories and the task
+	// directories the store does not know, and compacts the store.
+	GC(ctx context.Context, olderThan time.Duration) (GCReport, error)
+	// Salvage copies every readable task of a damaged store into a new
+	// one, kills the processes of the live tasks it could not copy (by
+	// proven identity), and puts the new store in place, keeping the
+	// damaged file beside it. An error is a salvage that could not be
+	// done (nothing changed); the report says what an install left.
+	Salvage(ctx context.Context) (SalvageReport, error)
 }
 
 // Service is everything a CLI asks of tether.
@@ -66,6 +97,48 @@ type Service interface {
 	Tasks
 	DesiredState
 	Maintenance
+}
+
+// GCReport is what a GC did.
+type GCReport struct {
+	// Removed are the tasks removed from the store; Orphans the task
+	// directories the store did not know, removed.
+	Removed []string `json:"removed,omitempty"`
+	Orphans []string `json:"orphans,omitempty"`
+	// Before and After are the store file's sizes around its compaction.
+	Before int64 `json:"before"`
+	After  int64 `json:"after"`
+	// Warnings are problems on the way, in order (a directory that could
+	// not be removed, one kept busy); Failed is set when one of them makes
+	// the gc incomplete.
+	Warnings []string `json:"warnings,omitempty"`
+	Failed   bool     `json:"failed,omitempty"`
+}
+
+// SalvageReport is what a Salvage did.
+type SalvageReport struct {
+	Copied       int      `json:"copied"`
+	HeadsRebuilt int      `json:"heads_rebuilt,omitempty"`
+	Damage       []string `json:"damage,omitempty"`
+	Lost         []Lost   `json:"lost,omitempty"`
+	// Dst is the salvaged store's file and Aside where the damaged one is
+	// kept; Installed is set once the salvaged store is in place, else
+	// InstallErr says why not (the damaged store is still in place).
+	Dst        string `json:"dst"`
+	Aside      string `json:"aside"`
+	Installed  bool   `json:"installed"`
+	InstallErr string `json:"install_err,omitempty"`
+}
+
+// Lost is a task a salvage could not copy, and what was done about its
+// processes.
+type Lost struct {
+	ID    string    `json:"id"`
+	State fsm.State `json:"state"`
+	What  string    `json:"what"`
+	Why   string    `json:"why"`
+	// Settled: nothing of it is left running unknown to the store.
+	Settled bool `json:"settled"`
 }
 
 // Entry is the state of one desired task.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -181,3 +182,38 @@ func dirOwner(dir string) (uint32, error) {
 // allowed is the peer rule of both ends: root, or the state directory's
 // owner.
 func allowed(uid, owner uint32) bool { return uid == 0 || uid == owner }
+
+// Holder reports whether an agent holds the state directory's agent lock,
+// and its pid (0 if unknown), without taking the lock even for a moment:
+// it reads the kernel's table of locks (/proc/locks) for the lock file's
+// device and inode. A CLI asked to work daemonless uses it to refuse at
+// once while an agent holds the store.
+func Holder(stateDir string) (pid int, held bool, err error) {
+	path := filepath.Join(stateDir, LockFile)
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return 0, false, nil
+		}
+		return 0, false, fmt.Errorf("agent: %s: %w", path, err)
+	}
+	b, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return 0, false, fmt.Errorf("agent: the kernel's lock table: %w", err)
+	}
+	want := fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+	for _, line := range strings.Split(string(b), "\n") {
+		// "1: FLOCK  ADVISORY  WRITE 21931 fe:00:9986677 0 EOF"; a waiter's
+		// line has "->" after its number.
+		f := strings.Fields(line)
+		if len(f) < 6 || f[1] == "->" || f[1] != "FLOCK" || f[3] != "WRITE" || f[5] != want {
+			continue
+		}
+		pid, _ := strconv.Atoi(f[4])
+		if pid <= 0 {
+			pid = readPID(path)
+		}
+		return pid, true, nil
+	}
+	return 0, false, nil
+}

@@ -11,11 +11,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tether-fsm/tether/agent"
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/driver"
-	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
-	"github.com/tether-fsm/tether/store"
 )
 
 func (c *cli) cmdStop(args []string) int {
@@ -58,10 +57,10 @@ func (c *cli) cmdStop(args []string) int {
 	go func() {
 		if _, ok := <-sigs; ok {
 			fmt.Fprintf(c.stderr, "tether: %s: interrupted, killing the task now\n", info.ID)
-			_, _ = s.d.StopTask(ctx, info.ID, syscall.SIGKILL, time.Nanosecond)
+			_, _ = s.svc.StopTask(ctx, info.ID, syscall.SIGKILL, time.Nanosecond)
 		}
 	}()
-	final, err := s.d.StopTask(ctx, info.ID, sig, *timeout)
+	final, err := s.svc.StopTask(ctx, info.ID, sig, *timeout)
 	if err != nil {
 		return c.fail(err)
 	}
@@ -83,7 +82,7 @@ func (c *cli) cmdRecover(args []string) int {
 	if err != nil {
 		return c.fail(err)
 	}
-	rep, rerr := s.d.Recover(ctx)
+	rep, rerr := s.svc.Recover(ctx)
 	c.closeSession(s)
 	if len(rep.Tasks) == 0 {
 		if rerr != nil {
@@ -158,12 +157,17 @@ func (c *cli) cmdCheck(args []string) int {
 		return exitOK
 	}
 	ctx := context.Background()
-	if *salvage {
-		return c.salvage(ctx, path)
+	s, err := c.open()
+	if err != nil {
+		return c.fail(err)
 	}
-	// CheckFile reads the file page by page, so it reports on a file that
-	// Open refuses.
-	rep, err := store.CheckFile(ctx, path, c.storeOptions())
+	defer c.closeSession(s)
+	if *salvage {
+		return c.salvage(ctx, s)
+	}
+	// The check reads the file page by page, so it reports on a file that
+	// Open refuses (agent.Local.Check).
+	rep, err := s.svc.Check(ctx)
 	if err != nil {
 		return c.fail(fmt.Errorf("check could not finish: %w", err))
 	}
@@ -179,68 +183,34 @@ func (c *cli) cmdCheck(args []string) int {
 }
 
 // salvage is check --salvage: the way out of a damaged store that keeps
-// the running tasks under control. Every readable task is copied into a
-// new store; the live tasks that cannot be read have their processes
-// killed by proven identity (from what of their log could be read), so
-// none runs on unknown to the new store; then the new store is put in
-// place and the damaged one kept beside it.
-func (c *cli) salvage(ctx context.Context, path string) int {
-	stamp := time.Now().UTC().Format("20060102T150405")
-	dst := path + ".salvaged-" + stamp
-	aside := path + ".damaged-" + stamp
-	rep, err := store.Salvage(ctx, path, dst, c.storeOptions())
-	if err != nil {
-		_ = os.Remove(dst)
-		return c.fail(fmt.Errorf("salvage: %w", err))
-	}
-	fmt.Fprintf(c.stdout, "copied %d tasks into a new store", len(rep.Copied))
-	if len(rep.HeadsRebuilt) > 0 {
-		fmt.Fprintf(c.stdout, " (%d with a rebuilt head)", len(rep.HeadsRebuilt))
-	}
-	fmt.Fprintln(c.stdout)
-	for _, d := range rep.Damage {
-		fmt.Fprintf(c.stdout, "damage not attributable to one task: %s\n", printable(d.Error()))
-	}
-	cmd, err := executorCommand()
+// the running tasks under control (agent.Local.Salvage).
+func (c *cli) salvage(ctx context.Context, s *session) int {
+	rep, err := s.svc.Salvage(ctx)
 	if err != nil {
 		return c.fail(err)
 	}
-	world := &executor.Real{StateDir: c.stateDir, Command: cmd, Logger: c.log.Named("driver")}
+	fmt.Fprintf(c.stdout, "copied %d tasks into a new store", rep.Copied)
+	if rep.HeadsRebuilt > 0 {
+		fmt.Fprintf(c.stdout, " (%d with a rebuilt head)", rep.HeadsRebuilt)
+	}
+	fmt.Fprintln(c.stdout)
+	for _, d := range rep.Damage {
+		fmt.Fprintf(c.stdout, "damage not attributable to one task: %s\n", printable(d))
+	}
 	code := exitOK
 	for _, l := range rep.Lost {
-		what, settled := c.settleLost(ctx, world, l)
-		fmt.Fprintf(c.stdout, "lost task %s (%s): %s\n  why: %s\n", printable(l.ID), l.State, what, printable(l.Err.Error()))
-		if !settled {
+		fmt.Fprintf(c.stdout, "lost task %s (%s): %s\n  why: %s\n", printable(l.ID), l.State, l.What, printable(l.Why))
+		if !l.Settled {
 			code = exitError
 		}
 	}
-	if err := store.Install(ctx, path, dst, aside, c.storeOptions()); err != nil {
-		c.errorf("putting the salvaged store in place: %v", err)
-		fmt.Fprintf(c.stderr, "  the salvaged store is %s; the damaged one is still %s\n", dst, path)
+	if !rep.Installed {
+		c.errorf("putting the salvaged store in place: %s", rep.InstallErr)
+		fmt.Fprintf(c.stderr, "  the salvaged store is %s; the damaged one is still %s\n", rep.Dst, c.dbPath())
 		return exitError
 	}
-	fmt.Fprintf(c.stdout, "the salvaged store is in place; the damaged one is kept as %s\n", aside)
+	fmt.Fprintf(c.stdout, "the salvaged store is in place; the damaged one is kept as %s\n", rep.Aside)
 	return code
-}
-
-// settleLost kills the processes of a task that could not be salvaged,
-// when the readable part of its log proves which they are
-// (driver.SettleLost), and says what it did.
-func (c *cli) settleLost(ctx context.Context, world executor.World, l store.LostTask) (string, bool) {
-	set, err := driver.SettleLost(ctx, world, l)
-	switch {
-	case errors.Is(err, driver.ErrUnproven):
-		return fmt.Sprintf("NOT killed: %v; look at %s", err, c.taskDir(l.ID)), false
-	case errors.Is(err, driver.ErrTaskNotKilled):
-		return "executor killed; NOT all of its task: " + err.Error(), false
-	case err != nil:
-		return "NOT killed: " + err.Error(), false
-	case set.Ended:
-		return "it had ended; nothing to kill", true
-	case set.Executor == nil:
-		return "no executor with its spawn nonce is alive; nothing to kill", true
-	}
-	return fmt.Sprintf("its executor (pid %d) and everything of its task were killed by proven identity", set.Executor.PID), true
 }
 
 func (c *cli) cmdGC(args []string) int {
@@ -263,94 +233,27 @@ func (c *cli) cmdGC(args []string) int {
 		return c.fail(err)
 	}
 	defer c.closeSession(s)
-	cutoff := time.Now().Add(-*olderThan)
-	removed, err := s.st.Remove(ctx, cutoff)
-	if errors.Is(err, store.ErrCorrupt) {
-		// A damaged freelist refuses writes; compaction rewrites the file
-		// from its (checked) tree, and the removal can then proceed.
-		c.errorf("warning: %v; compacting first", err)
-		if _, _, cerr := s.st.Compact(ctx); cerr != nil {
-			return c.fail(fmt.Errorf("compact: %w", cerr))
-		}
-		removed, err = s.st.Remove(ctx, cutoff)
+	rep, err := s.svc.GC(ctx, *olderThan)
+	for _, w := range rep.Warnings {
+		c.errorf("%s", w)
 	}
 	if err != nil {
 		return c.fail(err)
 	}
 	code := exitOK
-	for _, id := range removed {
-		if driver.ValidateTaskID(id) != nil {
-			continue // never a path outside the state directory
-		}
-		if err := os.RemoveAll(c.taskDir(id)); err != nil {
-			c.errorf("removing the directory of task %s: %v", id, err)
-			code = exitError
-		}
-	}
-	orphans, err := c.removeOrphanDirs(ctx, s)
-	if err != nil {
-		c.errorf("looking for task directories the store does not know: %v", err)
+	if rep.Failed {
 		code = exitError
 	}
-	before, after, err := s.st.Compact(ctx)
-	if err != nil {
-		return c.fail(fmt.Errorf("compact: %w", err))
+	if len(rep.Orphans) > 0 {
+		fmt.Fprintf(c.stdout, "removed %d task directories the store does not know: %s\n", len(rep.Orphans), strings.Join(rep.Orphans, ", "))
 	}
-	if len(orphans) > 0 {
-		fmt.Fprintf(c.stdout, "removed %d task directories the store does not know: %s\n", len(orphans), strings.Join(orphans, ", "))
-	}
-	if len(removed) == 0 {
+	if len(rep.Removed) == 0 {
 		fmt.Fprintln(c.stdout, "no ended tasks to remove")
 	} else {
-		fmt.Fprintf(c.stdout, "removed %d tasks: %s\n", len(removed), strings.Join(removed, ", "))
+		fmt.Fprintf(c.stdout, "removed %d tasks: %s\n", len(rep.Removed), strings.Join(rep.Removed, ", "))
 	}
-	fmt.Fprintf(c.stdout, "store compacted: %d -> %d bytes\n", before, after)
+	fmt.Fprintf(c.stdout, "store compacted: %d -> %d bytes\n", rep.Before, rep.After)
 	return code
-}
-
-// removeOrphanDirs removes the task directories the store does not know
-// (left by a start that crashed before it recorded the task, or by a
-// salvage); executor.Real.RemoveOrphanDir keeps the ones in use.
-func (c *cli) removeOrphanDirs(ctx context.Context, s *session) ([]string, error) {
-	ents, err := os.ReadDir(c.layout().Tasks())
-	if err != nil {
-		return nil, err
-	}
-	cmd, err := executorCommand()
-	if err != nil {
-		return nil, err
-	}
-	world := &executor.Real{StateDir: c.stateDir, Command: cmd, Logger: c.log.Named("driver")}
-	var out []string
-	for _, e := range ents {
-		id := e.Name()
-		if !e.IsDir() || driver.ValidateTaskID(id) != nil {
-			continue // never a path outside the state directory
-		}
-		unknown := func() (bool, error) {
-			_, err := s.st.LoadTask(ctx, id)
-			if errors.Is(err, store.ErrUnknownTask) {
-				return true, nil
-			}
-			return false, nil // known, or unreadable: not ours to judge
-		}
-		if still, _ := unknown(); !still {
-			continue
-		}
-		removed, kept, err := world.RemoveOrphanDir(id, unknown)
-		if err != nil {
-			return out, err
-		}
-		if !removed {
-			if errors.Is(kept, executor.ErrBusy) {
-				c.errorf("warning: task directory %s is unknown to the store but kept: %v", id, kept)
-			}
-			c.log.Debug("task directory kept", "task_id", id, "why", fmt.Sprint(kept))
-			continue
-		}
-		out = append(out, id)
-	}
-	return out, nil
 }
 
 func (c *cli) cmdDebug(args []string) int {
@@ -361,7 +264,7 @@ func (c *cli) cmdDebug(args []string) int {
 	var points []string
 	switch fs.Arg(0) {
 	case "crashpoints":
-		points = driver.CrashPoints()
+		points = append(driver.CrashPoints(), agent.CrashPoints()...)
 	case "faultpoints":
 		points = driver.FaultPoints()
 	case "host":

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/hcl/v2"
 
@@ -146,23 +147,6 @@ func (c *cli) parseTasks(file string, src []byte) ([]fsm.Spec, error) {
 	return specs, nil
 }
 
-// service returns the agent serving the state directory, or, when none
-// does, the daemonless service over a session (closed by done).
-func (c *cli) service(ctx context.Context) (svc agent.Service, done func(), err error) {
-	cl, err := agent.Dial(ctx, c.stateDir, agent.DialOptions{})
-	if err == nil {
-		return cl, func() { _ = cl.Close() }, nil
-	}
-	if !errors.Is(err, agent.ErrNoAgent) {
-		return nil, nil, err
-	}
-	s, err := c.open()
-	if err != nil {
-		return nil, nil, err
-	}
-	return &agent.Local{D: s.d, Store: s.st}, func() { c.closeSession(s) }, nil
-}
-
 // cmdEnable registers a task file's task as a desired task.
 func (c *cli) cmdEnable(args []string) int {
 	fs := c.flags("enable")
@@ -180,16 +164,17 @@ func (c *cli) cmdEnable(args []string) int {
 		return exitError
 	}
 	ctx := context.Background()
-	svc, done, err := c.service(ctx)
+	s, err := c.open()
 	if err != nil {
 		return c.fail(err)
 	}
-	defer done()
+	defer c.closeSession(s)
+	svc := s.svc
 	e, err := svc.Enable(ctx, file, spec)
 	if err != nil {
 		return c.fail(err)
 	}
-	if _, local := svc.(*agent.Local); local {
+	if s.local != nil {
 		fmt.Fprintf(c.stdout, "enabled %s\n", printable(e.Name))
 		c.errorf("no agent serves %s: %s starts when one does (tether agent)", c.stateDir, printable(e.Name))
 		return exitOK
@@ -211,16 +196,17 @@ func (c *cli) cmdDisable(args []string) int {
 		return exitUsage
 	}
 	ctx := context.Background()
-	svc, done, err := c.service(ctx)
+	s, err := c.open()
 	if err != nil {
 		return c.fail(err)
 	}
-	defer done()
+	defer c.closeSession(s)
+	svc := s.svc
 	e, err := svc.Disable(ctx, fs.Arg(0))
 	if err != nil {
 		return c.fail(err)
 	}
-	if _, local := svc.(*agent.Local); !local {
+	if s.agent != nil {
 		c.awaitEntry(ctx, svc, e.Name, func(_ agent.Entry, ok bool) bool { return !ok })
 	}
 	fmt.Fprintf(c.stdout, "disabled %s\n", printable(e.Name))
@@ -257,4 +243,80 @@ func (c *cli) describeEntry(e agent.Entry) {
 	case e.Task != "":
 		c.errorf("%s: task %s %s", printable(e.Name), e.Task, e.State)
 	}
+}
+
+// startIfDesired is `tether start NAME` for the name of a desired task:
+// it is started again through the desired state (agent.StartDesired: a
+// fresh restart count, and the agent keeps it running), and awaited as
+// start awaits a task. ok is false when no desired task has the name: the
+// word is a command to run.
+func (c *cli) startIfDesired(ctx context.Context, s *session, opts startOptions, sigs <-chan os.Signal) (int, bool) {
+	st, err := s.svc.Status(ctx)
+	if err != nil {
+		return 0, false // the start says what is wrong with the store
+	}
+	e, ok := st.Entry(opts.bare)
+	if !ok {
+		return 0, false
+	}
+	e, err = s.svc.StartDesired(ctx, e.Name)
+	if err != nil {
+		return c.fail(err), true
+	}
+	return c.awaitDesired(ctx, s, e, c.minUptime(opts), sigs), true
+}
+
+// restartDesired is `tether restart` of a desired task's task: the agent
+// stops it and starts a new one for the desired task
+// (agent.RestartDesired), awaited as start awaits a task.
+func (c *cli) restartDesired(ctx context.Context, s *session, name string, old driver.TaskInfo, opts startOptions, sigs <-chan os.Signal) int {
+	e, err := s.svc.RestartDesired(ctx, name)
+	if err != nil {
+		return c.fail(err)
+	}
+	if opts.verbose {
+		if t, err := s.svc.InspectTask(ctx, old.ID); err == nil {
+			fmt.Fprintf(c.stderr, "tether: %s: %s; started again as %s (desired task %s)\n", old.ID, describeEnd(t.Task), e.Task, printable(name))
+		}
+	}
+	return c.awaitDesired(ctx, s, e, c.minUptime(opts), sigs)
+}
+
+// desiredOf returns the desired task whose current task is id, if any.
+func (c *cli) desiredOf(ctx context.Context, s *session, id string) (string, bool) {
+	st, err := s.svc.Status(ctx)
+	if err != nil {
+		return "", false
+	}
+	for _, e := range st.Entries {
+		if e.Task == id {
+			return e.Name, true
+		}
+	}
+	return "", false
+}
+
+// awaitDesired waits until the task the agent recorded for a desired task
+// (e.Task) runs or has ended, then finishes as start does (its minimum
+// uptime, its id on stdout).
+func (c *cli) awaitDesired(ctx context.Context, s *session, e agent.Entry, min time.Duration, sigs <-chan os.Signal) int {
+	target := e.Task
+	err := s.svc.WatchStatus(ctx, func(st agent.Status) bool {
+		now, ok := st.Entry(e.Name)
+		return !ok || now.Problem != "" || now.Task != target ||
+			now.State != fsm.StateNone && (now.State == fsm.StateRunning || now.State.Terminal())
+	})
+	if err != nil {
+		return c.fail(err)
+	}
+	info, err := s.svc.InspectTask(ctx, target)
+	if err != nil {
+		if st, serr := s.svc.Status(ctx); serr == nil {
+			if now, ok := st.Entry(e.Name); ok {
+				c.describeEntry(now)
+			}
+		}
+		return c.fail(err)
+	}
+	return c.started(ctx, s, info.Task, min, sigs)
 }

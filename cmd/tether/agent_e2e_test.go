@@ -52,13 +52,89 @@ type agentRun struct {
 	cmd    *exec.Cmd
 	logs   *lockedBuffer
 	exited chan struct{}
-	err    error // its Wait's, once exited is closed
+	notify *net.UnixConn // its NOTIFY_SOCKET
+	err    error         // its Wait's, once exited is closed
+	// stopped: stop was called (a second call checks nothing).
+	stopped bool
 }
 
 // startAgent starts `tether agent` with args and extra environment. With
 // wait, it returns once the agent has said READY=1 on its NOTIFY_SOCKET
 // (as systemd's Type=notify waits for).
 func (e *env) startAgent(extra []string, wait bool, args ...string) *agentRun {
+	e.t.Helper()
+	return e.runAgent(e.command(context.Background(), extra, append([]string{"agent"}, args...)...), wait)
+}
+
+// serveAgent starts the agent that serves a test's commands when the
+// suite runs through one (newEnv). Its state directory is given relative
+// to its working directory, so that the scans for what a test left
+// running (which look for the state directory in command lines and
+// environments) see its executors and tasks, not it: it is stopped at
+// cleanup, and checked to exit 0.
+func (e *env) serveAgent() *agentRun {
+	e.t.Helper()
+	cmd := e.command(context.Background(), nil, "agent")
+	cmd.Args = []string{tetherBin, "--state-dir", filepath.Base(e.dir), "agent"}
+	cmd.Dir = filepath.Dir(e.dir)
+	a := e.runAgent(cmd, true)
+	e.t.Cleanup(a.stop)
+	return a
+}
+
+// policy gives the agent serving the test's commands the operator's
+// global flags (--allow-caps, --chroot-env): a command through an agent
+// may not give other lists than the agent's, so a test that gives them
+// gives them to the agent too (it is stopped and started again with
+// them). Daemonless, it does nothing: each command gives its own.
+func (e *env) policy(flags ...string) {
+	e.t.Helper()
+	e.restartAgent(nil, flags...)
+}
+
+// restartAgent starts the agent serving the test's commands again, with
+// extra environment and global flags (when the suite runs through one).
+func (e *env) restartAgent(extra []string, flags ...string) {
+	e.t.Helper()
+	if e.agent == nil {
+		return
+	}
+	e.agent.stop()
+	cmd := e.command(context.Background(), extra, "agent")
+	cmd.Args = append(append([]string{tetherBin, "--state-dir", filepath.Base(e.dir)}, flags...), "agent")
+	cmd.Dir = filepath.Dir(e.dir)
+	e.agent = e.runAgent(cmd, true)
+	e.t.Cleanup(e.agent.stop)
+}
+
+// offline runs fn with no agent serving the state directory: a test that
+// changes the store's file itself (as a bad sector or another program
+// would) must not do it under an agent that holds the file open. The
+// suite's agent is stopped first and started again after; an agent that
+// then refuses the store (it is no store any more) exits, and the test's
+// commands run daemonless, as they would on such a host.
+func (e *env) offline(fn func()) {
+	e.t.Helper()
+	if e.agent == nil {
+		fn()
+		return
+	}
+	e.agent.stop()
+	fn()
+	cmd := e.command(context.Background(), nil, "agent")
+	cmd.Args = []string{tetherBin, "--state-dir", filepath.Base(e.dir), "agent"}
+	cmd.Dir = filepath.Dir(e.dir)
+	a := e.runAgent(cmd, false)
+	if !a.ready() {
+		e.t.Logf("the agent did not serve the changed store (%v); the test's commands run daemonless:\n%s", a.err, a.logs)
+		e.agent = nil
+		return
+	}
+	e.agent = a
+	e.t.Cleanup(a.stop)
+}
+
+func (e *env) runAgent(cmd *exec.Cmd, wait bool) *agentRun {
 	e.t.Helper()
 	ndir, err := os.MkdirTemp("", "tn")
 	if err != nil {
@@ -70,26 +146,43 @@ func (e *env) startAgent(extra []string, wait bool, args ...string) *agentRun {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	defer notify.Close()
-	a := &agentRun{e: e, logs: &lockedBuffer{}, exited: make(chan struct{})}
-	a.cmd = e.command(context.Background(), append(extra, "NOTIFY_SOCKET="+nsock), append([]string{"agent"}, args...)...)
+	a := &agentRun{e: e, logs: &lockedBuffer{}, exited: make(chan struct{}), notify: notify}
+	e.t.Cleanup(func() { notify.Close() })
+	a.cmd = cmd
+	a.cmd.Env = append(a.cmd.Env, "NOTIFY_SOCKET="+nsock)
 	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
 	if err := a.cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
 	go func() { a.err = a.cmd.Wait(); close(a.exited) }()
 	e.t.Cleanup(a.kill)
-	if !wait {
-		return a
-	}
-	_ = notify.SetReadDeadline(time.Now().Add(time.Minute))
-	buf := make([]byte, 512)
-	n, err := notify.Read(buf)
-	if err != nil || !strings.Contains(string(buf[:n]), "READY=1") ||
-		!strings.Contains(string(buf[:n]), "MAINPID="+strconv.Itoa(a.cmd.Process.Pid)) {
-		e.t.Fatalf("agent's notification: %q, %v\nlogs:\n%s", buf[:n], err, a.logs)
+	if wait && !a.ready() {
+		e.t.Fatalf("the agent did not say READY=1 (%v)\nlogs:\n%s", a.err, a.logs)
 	}
 	return a
+}
+
+// ready waits until the agent has said READY=1 on its NOTIFY_SOCKET (as
+// systemd's Type=notify waits for), or has exited (false).
+func (a *agentRun) ready() bool {
+	a.e.t.Helper()
+	got := make(chan string, 1)
+	go func() {
+		_ = a.notify.SetReadDeadline(time.Now().Add(time.Minute))
+		buf := make([]byte, 512)
+		n, _ := a.notify.Read(buf)
+		got <- string(buf[:n])
+	}()
+	select {
+	case msg := <-got:
+		if !strings.Contains(msg, "READY=1") || !strings.Contains(msg, "MAINPID="+strconv.Itoa(a.cmd.Process.Pid)) {
+			a.e.t.Fatalf("agent's notification: %q\nlogs:\n%s", msg, a.logs)
+		}
+		return true
+	case <-a.exited:
+		_ = a.notify.SetReadDeadline(time.Now())
+		return false
+	}
 }
 
 func (a *agentRun) pid() int { return a.cmd.Process.Pid }
@@ -110,6 +203,31 @@ func (a *agentRun) term() {
 	<-a.exited
 	if a.err != nil {
 		a.e.t.Fatalf("agent on SIGTERM: %v\n%s", a.err, a.logs)
+	}
+}
+
+// stop ends the agent that served a test's commands: an agent that died
+// during the test fails it; else SIGTERM, and it must exit 0. Its logs
+// are shown when the test failed.
+func (a *agentRun) stop() {
+	t := a.e.t
+	t.Helper()
+	select {
+	case <-a.exited:
+		if !a.stopped {
+			t.Errorf("the agent serving the test exited during it: %v\n%s", a.err, a.logs)
+		}
+		return
+	default:
+	}
+	a.stopped = true
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	<-a.exited
+	if a.err != nil {
+		t.Errorf("agent on SIGTERM: %v", a.err)
+	}
+	if t.Failed() {
+		t.Logf("the agent's logs:\n%s", a.logs)
 	}
 }
 
@@ -223,7 +341,7 @@ func (e *env) stopEverything() {
 // newAgentEnv is newEnv whose cleanup kills its agents and then stops
 // their tasks, before the leak check.
 func newAgentEnv(t *testing.T) *env {
-	e := newEnv(t)
+	e := newDaemonlessEnv(t, "it starts and kills its own agents")
 	t.Cleanup(e.stopEverything) // runs after the agents' kills (registered later), before the leak check
 	return e
 }

@@ -88,12 +88,14 @@ func checkNames(t *testing.T, e *env, hurt, fine string, seq uint64, want string
 func TestCheck_RecordRemovedFromTheMiddleExits1NamingTaskAndSeq(t *testing.T) {
 	e := newEnv(t)
 	hurt, fine := twoTasks(t, e)
-	plantInTask(t, filepath.Join(e.dir, "tether.db"), hurt, func(b *bolt.Bucket) error {
-		key := binary.BigEndian.AppendUint64(nil, 3)
-		if b.Get(key) == nil || b.Get(binary.BigEndian.AppendUint64(nil, 4)) == nil {
-			return fmt.Errorf("task %s has no records 3 and 4", hurt)
-		}
-		return b.Delete(key)
+	e.offline(func() {
+		plantInTask(t, filepath.Join(e.dir, "tether.db"), hurt, func(b *bolt.Bucket) error {
+			key := binary.BigEndian.AppendUint64(nil, 3)
+			if b.Get(key) == nil || b.Get(binary.BigEndian.AppendUint64(nil, 4)) == nil {
+				return fmt.Errorf("task %s has no records 3 and 4", hurt)
+			}
+			return b.Delete(key)
+		})
 	})
 	checkNames(t, e, hurt, fine, 3, "missing record")
 }
@@ -103,14 +105,16 @@ func TestCheck_RecordRemovedFromTheMiddleExits1NamingTaskAndSeq(t *testing.T) {
 func TestCheck_DamagedTaskHeadExits1NamingTheTask(t *testing.T) {
 	e := newEnv(t)
 	hurt, fine := twoTasks(t, e)
-	plantInTask(t, filepath.Join(e.dir, "tether.db"), hurt, func(b *bolt.Bucket) error {
-		key := []byte("\xffhead")
-		v := bytes.Clone(b.Get(key))
-		if len(v) < 4 {
-			return fmt.Errorf("task %s has no head", hurt)
-		}
-		v[3] ^= 0x01
-		return b.Put(key, v)
+	e.offline(func() {
+		plantInTask(t, filepath.Join(e.dir, "tether.db"), hurt, func(b *bolt.Bucket) error {
+			key := []byte("\xffhead")
+			v := bytes.Clone(b.Get(key))
+			if len(v) < 4 {
+				return fmt.Errorf("task %s has no head", hurt)
+			}
+			v[3] ^= 0x01
+			return b.Put(key, v)
+		})
 	})
 	checkNames(t, e, hurt, fine, 0, "head")
 }

@@ -19,6 +19,7 @@ func TestRun_ChrootEnvFlagShapesTheExecRoot(t *testing.T) {
 	if _, err := os.Stat("/lib64"); err == nil {
 		entries += ",/lib64"
 	}
+	e.policy("--chroot-env", entries) // through an agent, its list is the one that applies
 	r := e.tether("--chroot-env", entries, "run", "--driver", "exec", "--", "/bin/ls", "-A", "/")
 	if r.code != 0 {
 		t.Fatalf("exec with --chroot-env: %s", r)
@@ -54,6 +55,7 @@ func TestRun_ChrootEnvFlagShapesTheExecRoot(t *testing.T) {
 		}
 	}
 	// With /etc, /etc/shadow is masked; the mask does not show at /.
+	e.policy("--chroot-env", entries+",/etc")
 	env := e.tetherEnv([]string{"TETHER_CHROOT_ENV=" + entries + ",/etc"}, "run", "--driver", "exec", "--", "/bin/ls", "-A", "/")
 	if env.code != 0 || !slices.Contains(strings.Fields(env.stdout), "etc") || strings.Contains(env.stdout, ".") {
 		t.Errorf("TETHER_CHROOT_ENV with /etc: want etc, and no dot file at /: %s", env)

@@ -179,7 +179,15 @@ func TestRun_NetRawFailsCleanly(t *testing.T) {
 // and reap it before the task is recorded failed.
 func TestRun_FailureAfterExecutorUpReapsIt(t *testing.T) {
 	e := newEnv(t)
-	r := e.tetherEnv([]string{"TETHER_FAULT=effect:launch-task"}, e.runArgs("run", []string{"--name", "seed"}, "sleep")...)
+	fault := []string{"TETHER_FAULT=effect:launch-task"}
+	var r result
+	if e.agent != nil {
+		// The fault is armed where the driver runs: in the agent.
+		e.restartAgent(fault)
+		r = e.tether(e.runArgs("run", []string{"--name", "seed"}, "sleep")...)
+	} else {
+		r = e.tetherEnv(fault, e.runArgs("run", []string{"--name", "seed"}, "sleep")...)
+	}
 	if r.code != exitStartFail || !strings.Contains(r.stderr, "injected") {
 		t.Fatalf("want exit 125 with the injected fault: %s", r)
 	}
@@ -386,7 +394,7 @@ func TestRun_InterruptStopsTheTask(t *testing.T) {
 }
 
 func TestCrash_RecoverReapsTheExecutor(t *testing.T) {
-	e := newEnv(t)
+	e := newDaemonlessEnv(t, "a crash point armed in the CLI, whose driver spawned the executor (the agent's crash points: TestAgent_CrashPoints)")
 	// The CLI SIGKILLs itself right after the executor is recorded up
 	// (with the launch intent): no task was launched, and the executor,
 	// whose lease was the CLI's connection, exits by itself.

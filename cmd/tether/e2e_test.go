@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-fsm/tether/agent"
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/internal/testproc"
 	"github.com/tether-fsm/tether/store"
@@ -134,10 +135,43 @@ func helperMain(args []string) int {
 type env struct {
 	t   *testing.T
 	dir string
+	// agent serves dir when the suite runs through an agent (see
+	// newEnv).
+	agent *agentRun
 }
 
+// envAgent is the variable that runs the suite through an agent: with
+// TETHER_E2E_AGENT=1, newEnv starts `tether agent` on each test's state
+// directory before its first command, so that every command the test runs
+// goes through it (make test-e2e-agent). The same tests, the same
+// expectations: the CLI must print and exit the same either way.
+const envAgent = "TETHER_E2E_AGENT"
+
+// throughAgent reports whether the suite runs through an agent.
+func throughAgent() bool { return os.Getenv(envAgent) != "" }
+
+// newEnv is a test's state directory, served by an agent when the suite
+// runs through one; its cleanup stops the agent (which stops no task)
+// before it checks that nothing of the test is left running.
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	e := newDaemonlessEnv(t, "")
+	if throughAgent() {
+		e.agent = e.serveAgent()
+	}
+	return e
+}
+
+// newDaemonlessEnv is a state directory that no agent serves, even when
+// the suite runs through one: for a test of what only a daemonless
+// command does (a crash point or a fault armed in the CLI's own process,
+// the store's file lock between commands, allow lists given to the
+// process that spawns). why says which, for a reader of the test.
+func newDaemonlessEnv(t *testing.T, why string) *env {
+	t.Helper()
+	if throughAgent() {
+		t.Logf("daemonless although the suite runs through an agent: %s", why)
+	}
 	e := &env{t: t, dir: filepath.Join(t.TempDir(), "state")} // TempDir's own is 0755: not a private state dir
 	if err := os.Mkdir(e.dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -232,7 +266,7 @@ func TestGraph_MarksKillExecutor(t *testing.T) {
 func TestDebugCrashpoints_ListsDriverPoints(t *testing.T) {
 	e := newEnv(t)
 	r := e.must("debug", "crashpoints")
-	want := strings.Join(driver.CrashPoints(), "\n") + "\n"
+	want := strings.Join(append(driver.CrashPoints(), agent.CrashPoints()...), "\n") + "\n"
 	if r.stdout != want {
 		t.Fatalf("crashpoints:\n%s\nwant:\n%s", r.stdout, want)
 	}
@@ -278,7 +312,7 @@ func TestCorruptStore_ClearErrorNoPanic(t *testing.T) {
 }
 
 func TestLockedStore_ClearError(t *testing.T) {
-	e := newEnv(t)
+	e := newDaemonlessEnv(t, "the store's file lock between tether processes: an agent holds it for good")
 	st, err := store.Open(filepath.Join(e.dir, "tether.db"), store.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -134,7 +134,7 @@ func (c *cli) execPlain(ctx context.Context, s *session, id string, spec driver.
 		return exitStartFail
 	}
 	spec.Stdin, spec.Stdout, spec.Stderr = stdio[0], stdio[1], stdio[2]
-	p, err := s.d.ExecTask(ctx, id, spec)
+	p, err := s.svc.ExecTask(ctx, id, spec)
 	for _, f := range stdio {
 		if f != os.Stdin && f != os.Stdout && f != os.Stderr {
 			f.Close() // the command has its own copies
@@ -264,7 +264,7 @@ func (c *cli) execTTY(ctx context.Context, s *session, id string, spec driver.Ex
 	signal.Notify(winch, syscall.SIGWINCH)
 	defer signal.Stop(winch)
 
-	p, err := s.d.ExecTask(ctx, id, spec)
+	p, err := s.svc.ExecTask(ctx, id, spec)
 	if err != nil {
 		return c.execFailed(id, err)
 	}

@@ -149,7 +149,8 @@ func (c *cli) globalFlags(fs *flagSet, startsTasks bool) {
 	fs.DurationVar(&c.lockTimeout, "lock-timeout", c.lockTimeout, "how long to wait while another tether holds the store without letting go (commands queued behind each other wait their turn)")
 	fs.StringVar(&c.allowCaps, "allow-caps", c.allowCaps, "capability allow `list` for exec tasks, comma-separated (env TETHER_ALLOW_CAPS; default Nomad's exec list, without net_raw)")
 	fs.StringVar(&c.chrootEnv, "chroot-env", c.chrootEnv, "what an exec task's root is made of: `entries` SRC or SRC:DST, comma-separated, each bound read-only (env TETHER_CHROOT_ENV; default Nomad's chroot_env)")
-	for _, name := range []string{"state-dir", "log-level", "lock-timeout", "allow-caps", "chroot-env"} {
+	fs.BoolVar(&c.noAgent, "no-agent", c.noAgent, "work daemonless even if an agent serves the state directory (refused while one holds its store)")
+	for _, name := range []string{"state-dir", "log-level", "lock-timeout", "allow-caps", "chroot-env", "no-agent"} {
 		_ = fs.SetAnnotation(name, globalAnnotation, nil)
 	}
 	if !startsTasks {
@@ -170,6 +171,7 @@ func (c *cli) parse(fs *flagSet, args []string) (int, bool) {
 		c.flagError(fs, err)
 		return exitUsage, false
 	}
+	c.command = fs.cmd
 	if err := c.setup(); err != nil {
 		c.errorf("%v", err)
 		return exitUsage, false

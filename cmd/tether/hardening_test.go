@@ -341,7 +341,10 @@ func TestSalvage_DamagedStoreKeepsRunningTasksUnderControl(t *testing.T) {
 	fine := strings.TrimSpace(e.must(e.runArgs("start", []string{"--name", "fine"}, "sleep")...).stdout)
 	hurtSt := e.status(hurt)[0]
 	// Record 5 is the launch: the prefix before it names the executor.
-	damageRecord(t, filepath.Join(e.dir, "tether.db"), hurt, 5)
+	// (Under an agent, the damage is done with the agent stopped, as a bad
+	// sector is found by the next open; the next agent serves the
+	// damaged store, and check and the salvage run in it.)
+	e.offline(func() { damageRecord(t, filepath.Join(e.dir, "tether.db"), hurt, 5) })
 
 	r := e.tether("check")
 	if r.code != exitError || !strings.Contains(r.stdout, fmt.Sprintf("task %q seq 5", hurt)) {

@@ -210,6 +210,7 @@ func TestRun_AllowCapsEndToEnd(t *testing.T) {
 	withNetRaw := strings.ToLower(strings.Join(append(slices.Clone(executor.DefaultAllowedCaps), "NET_RAW"), ","))
 
 	file := execTaskFile(t, e, "raw", `    cap_add = ["net_raw"]`, "capeff")
+	e.policy("--chroot-env", chroot) // through an agent, its lists are the ones that apply
 	refused := e.tether("--chroot-env", chroot, "run", "-v", file)
 	if refused.code != exitStartFail || !strings.Contains(refused.stderr, "net_raw") {
 		t.Fatalf("want exit %d naming net_raw: %s", exitStartFail, refused)
@@ -224,6 +225,7 @@ func TestRun_AllowCapsEndToEnd(t *testing.T) {
 		t.Errorf("want a refusal before spawn (config-rejected, no spawn-intent): %s", eventNames(evs))
 	}
 
+	e.policy("--chroot-env", chroot, "--allow-caps", withNetRaw)
 	allowed := e.tether("--chroot-env", chroot, "--allow-caps", withNetRaw, "run", file)
 	if allowed.code != 0 {
 		t.Fatalf("with --allow-caps %s: %s", withNetRaw, allowed)
@@ -292,7 +294,9 @@ func TestRecover_KilledExecutorLeavesNothingOfAnExecTask(t *testing.T) {
 				config = fmt.Sprintf("    pid_mode = %q", pidMode)
 			}
 			file := execTaskFile(t, e, "tree", config, "setsid-kid", "/ctl/ready")
-			id := strings.TrimSpace(e.must("--chroot-env", execChroot(t, filepath.Dir(ready)+":/ctl"), "start", file).stdout)
+			chroot := execChroot(t, filepath.Dir(ready)+":/ctl")
+			e.policy("--chroot-env", chroot) // through an agent, its list is the one that applies
+			id := strings.TrimSpace(e.must("--chroot-env", chroot, "start", file).stdout)
 			if line := fifoLine(t, f, rd); line != "ready" {
 				t.Fatalf("the task said %q, want ready", line)
 			}
@@ -338,7 +342,9 @@ func TestRecover_KilledExecutorLeavesNothingOfAnExecTask(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitExit(t, st.Executor.PID)
-			if pidMode == "host" && !testproc.Alive(kid) {
+			if pidMode == "host" && e.agent == nil && !testproc.Alive(kid) {
+				// (An agent supervises the task: it reconciles the
+				// executor's death at once, with recovery's kill.)
 				// No PID namespace, and the kid has no parent-death
 				// signal: only the cgroup can end it, so the kill
 				// below is recover's.
@@ -346,6 +352,14 @@ func TestRecover_KilledExecutorLeavesNothingOfAnExecTask(t *testing.T) {
 			}
 			r := e.must("recover")
 			t.Logf("recover: %s", r.stdout)
+			if e.agent != nil {
+				// The agent's driver reconciles the executor's death as
+				// soon as it sees it, and recover leaves a task it is at to
+				// it: wait for its end to be recorded (a lost task: exit 1).
+				if w := e.tether("wait", id); w.code != exitError || !strings.Contains(w.stderr, "lost") {
+					t.Logf("wait: %s", w)
+				}
+			}
 
 			testproc.CheckNoLeak(t, e.dir)
 			for key, d := range cg.Dirs() {
@@ -384,14 +398,21 @@ func TestRun_ShimSetupFailureNamesTheStep(t *testing.T) {
 	}{
 		{"unbindable chroot entry", "build the task's root", func(e *env) []string {
 			// /x is /usr/bin, read-only: no mount point can be made in it.
-			return []string{"--chroot-env", execChroot(t, "/usr/bin:/x", "/etc/hostname:/x/no-such-entry"), "run", "-v", "--driver", "exec", "--name", "unbindable", "--", "/bin/true", e.dir}
+			chroot := execChroot(t, "/usr/bin:/x", "/etc/hostname:/x/no-such-entry")
+			e.policy("--chroot-env", chroot) // through an agent, its list is the one that applies
+			return []string{"--chroot-env", chroot, "run", "-v", "--driver", "exec", "--name", "unbindable", "--", "/bin/true", e.dir}
 		}, nil},
 		{"capability the executor lacks", "set the task's capabilities", func(e *env) []string {
 			return []string{"--allow-caps", "all", "run", "-v", "--driver", "exec", "--name", "nomodule", "--cap-add", "sys_module", "--", "/bin/true", e.dir}
 		}, []string{self, isoHelperArg, "dropcap", "sys_module", "--"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t)
+			var e *env
+			if tc.wrap != nil {
+				e = newDaemonlessEnv(t, "the executor lacks what the CLI that spawns it lacks: through an agent, the agent spawns it")
+			} else {
+				e = newEnv(t)
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			cmd := e.command(ctx, nil, tc.args(e)...)

@@ -28,6 +28,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/pflag"
 
+	"github.com/tether-fsm/tether/agent"
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/internal/proc"
@@ -74,6 +75,11 @@ type cli struct {
 	allowedCaps []string
 	chrootEnv   string
 	chroot      []string
+	// noAgent makes the command work daemonless (--no-agent), refusing
+	// while an agent holds the store.
+	noAgent bool
+	// command is the command being run, once its flags are parsed.
+	command command
 
 	log   hclog.Logger
 	hooks driver.Hooks
@@ -445,6 +451,18 @@ func hint(err error) string {
 		return "" // the error says what to do
 	}
 	return ""
+}
+
+// agentError reports an error about the agent (or about what a command
+// was given that an agent serving the state directory cannot honour),
+// which says what to do itself.
+func agentError(err error) bool {
+	for _, e := range []error{errAgentServes, agent.ErrAgentRunning, agent.ErrWedged, agent.ErrVersion, agent.ErrPeerRefused, agent.ErrSocket} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 func upperFirst(s string) string {

@@ -15,7 +15,7 @@ import (
 // driver.Resolve: a name stands for its one live task, else its most
 // recent one.
 func (c *cli) resolve(ctx context.Context, s *session, arg string) (driver.TaskInfo, error) {
-	return s.d.Resolve(ctx, arg)
+	return s.svc.Resolve(ctx, arg)
 }
 
 // nameTaken reports a start (or the restart of an ended task) refused

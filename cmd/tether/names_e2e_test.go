@@ -160,7 +160,7 @@ func TestNames_RestartStopsWithTheKillSignalAndStartsTheSameSpec(t *testing.T) {
 // naming a successor that does not exist, and no process; the restart run
 // again starts the spec as that successor.
 func TestNames_RestartCrashBetweenStopAndStart(t *testing.T) {
-	e := newEnv(t)
+	e := newDaemonlessEnv(t, "a crash point armed in the CLI, whose driver runs the restart (the agent's crash points: TestAgent_CrashPoints)")
 	file := serviceFile(t, e, "web")
 	old := strings.TrimSpace(e.must("start", file).stdout)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

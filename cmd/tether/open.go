@@ -6,25 +6,34 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
+	"github.com/tether-fsm/tether/agent"
 	"github.com/tether-fsm/tether/driver"
+	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/statedir"
 	"github.com/tether-fsm/tether/store"
 )
 
-// The store is one bbolt file locked exclusively while open. Every command
-// goes through a store.Shared: the file (and its lock) is held only while a
-// read or an append is in flight, never across a spawn, a launch, a stop's
-// grace or a wait, so hundreds of commands at once share it (each waits at
-// most --lock-timeout for the lock). No command reconciles every live task:
-// a command reconciles the tasks it touches, and status those it lists
-// whose executor is gone.
+// A command runs against an agent.Service: the agent that serves the
+// state directory when there is one (it holds the store, and its driver
+// runs the command), else a driver and the store in this process
+// (daemonless). Both run the same code (agent.Local), so a command prints
+// and exits the same either way.
+//
+// Daemonless, the store is one bbolt file locked exclusively while open,
+// reached through a store.Shared: the file (and its lock) is held only
+// while a read or an append is in flight, never across a spawn, a launch,
+// a stop's grace or a wait, so hundreds of commands at once share it (each
+// waits at most --lock-timeout for the lock). No command reconciles every
+// live task: a command reconciles the tasks it touches, and status those
+// it lists whose executor is gone.
 
 func (c *cli) dbPath() string { return c.layout().Store() }
 
@@ -49,20 +58,49 @@ func executorCommand() ([]string, error) {
 	return []string{self, executorArg}, nil
 }
 
-// session is a driver on the state directory and its shared store.
+// session is what a command runs against: an agent, or this process.
 type session struct {
-	d  *driver.Driver
-	st *store.Shared
+	svc agent.Service
+	// agent is set when an agent serves the state directory; local when
+	// the command runs daemonless.
+	agent *agent.Client
+	local *agent.Local
+	close func() error
 }
 
-// Close closes the driver (tasks keep running) and the store.
-func (s *session) Close() error {
-	return errors.Join(s.d.Close(), s.st.Close())
-}
+// Close lets go of the agent's connection, or closes the driver (tasks
+// keep running) and the store.
+func (s *session) Close() error { return s.close() }
 
-// open opens a session. It reconciles nothing: commands reconcile the
-// tasks they touch.
+// open returns the agent serving the state directory, or, when none does
+// (no socket, or a dead one: at once), a session in this process. It
+// reconciles nothing: commands reconcile the tasks they touch. An agent
+// that does not answer is an error (agent.WedgedError), not a fallback:
+// it holds the store. With --no-agent, an agent holding the store is an
+// error at once.
 func (c *cli) open() (*session, error) {
+	ctx := context.Background()
+	if c.noAgent {
+		pid, held, err := agent.Holder(c.stateDir)
+		if err != nil {
+			return nil, err
+		}
+		if held {
+			return nil, &agentHeldError{pid: pid, stateDir: c.stateDir}
+		}
+	} else {
+		cl, err := agent.Dial(ctx, c.stateDir, agent.DialOptions{})
+		switch {
+		case err == nil:
+			if err := errors.Join(c.checkPolicy(cl), c.checkArmed(cl)); err != nil {
+				_ = cl.Close()
+				return nil, err
+			}
+			return &session{svc: cl, agent: cl, close: cl.Close}, nil
+		case !errors.Is(err, agent.ErrNoAgent):
+			return nil, err
+		}
+	}
 	if err := driver.PrepareStateDir(c.stateDir); err != nil {
 		return nil, err
 	}
@@ -88,7 +126,94 @@ func (c *cli) open() (*session, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	return &session{d: d, st: st}, nil
+	l := &agent.Local{D: d, Store: st, StateDir: c.stateDir, ExecutorCommand: cmd, Logger: c.log}
+	return &session{svc: l, local: l, close: func() error { return errors.Join(d.Close(), st.Close()) }}, nil
+}
+
+// agentHeldError is --no-agent refused: an agent holds the store.
+type agentHeldError struct {
+	pid      int
+	stateDir string
+}
+
+func (e *agentHeldError) Error() string {
+	who := "an agent"
+	if e.pid > 0 {
+		who = fmt.Sprintf("an agent (pid %d)", e.pid)
+	}
+	return fmt.Sprintf("--no-agent: %s serves %s and holds its store: drop --no-agent to go through it, or stop the agent first", who, e.stateDir)
+}
+
+func (e *agentHeldError) Unwrap() error { return agent.ErrAgentRunning }
+
+// checkPolicy refuses the allow lists a command that starts tasks was given
+// (flags or environment) when the agent's differ: the agent starts every
+// task with its own, which a client cannot change, and running the task
+// with other lists than asked (wider or narrower) would not be what was
+// asked.
+func (c *cli) checkPolicy(cl *agent.Client) error {
+	if !c.command.startsTasks {
+		return nil
+	}
+	p := cl.Policy()
+	var errs []error
+	if c.allowedCaps != nil {
+		theirs := p.AllowedCaps
+		if theirs == nil {
+			theirs = executor.DefaultAllowedCaps
+		}
+		if !sameList(c.allowedCaps, theirs, capKey) {
+			errs = append(errs, fmt.Errorf("%w: the agent (pid %d) serving %s starts every task with its own capability allow list, %s; --allow-caps %s (or TETHER_ALLOW_CAPS) cannot change it: leave it out, or restart the agent with that list",
+				errAgentServes, cl.PID(), c.stateDir, strings.ToLower(strings.Join(theirs, ",")), strings.Join(c.allowedCaps, ",")))
+		}
+	}
+	if c.chroot != nil {
+		theirs := p.ChrootEnv
+		if theirs == nil {
+			theirs = executor.DefaultChroot
+		}
+		if !sameList(c.chroot, theirs, strings.TrimSpace) {
+			errs = append(errs, fmt.Errorf("%w: the agent (pid %d) serving %s builds exec tasks' roots from its own chroot environment, %s; --chroot-env %s (or TETHER_CHROOT_ENV) cannot change it: leave it out, or restart the agent with it",
+				errAgentServes, cl.PID(), c.stateDir, strings.Join(theirs, ","), strings.Join(c.chroot, ",")))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkArmed refuses a crash point or a fault armed in this process's
+// environment while an agent serves: it would arm a driver (and its
+// executors) that does not run here, and a test that believes it crashed
+// something would have crashed nothing.
+func (c *cli) checkArmed(cl *agent.Client) error {
+	for _, v := range []string{driver.EnvCrashPoint, driver.EnvFault} {
+		if p := os.Getenv(v); p != "" {
+			return fmt.Errorf("%w: %s=%s arms the driver of the process that runs the command, and the agent (pid %d) runs it: give the variable to tether agent, or stop the agent and run the command daemonless",
+				errAgentServes, v, p, cl.PID())
+		}
+	}
+	return nil
+}
+
+// errAgentServes: what a command was given applies to a process that
+// does not run it while an agent serves (allow lists, crash points).
+var errAgentServes = errors.New("an agent serves this state directory")
+
+// capKey is a capability's name as a list compares it: cap_net_raw and
+// NET_RAW are one.
+func capKey(s string) string {
+	return strings.TrimPrefix(strings.ToLower(strings.TrimSpace(s)), "cap_")
+}
+
+// sameList reports whether a and b hold the same entries, by key.
+func sameList(a, b []string, key func(string) string) bool {
+	set := func(l []string) map[string]bool {
+		m := map[string]bool{}
+		for _, s := range l {
+			m[key(s)] = true
+		}
+		return m
+	}
+	return maps.Equal(set(a), set(b))
 }
 
 // closeSession closes s, warning about a failure without changing the
@@ -123,7 +248,7 @@ func (c *cli) reconcileIfGone(ctx context.Context, s *session, info driver.TaskI
 	if !info.State.OwnsExecutor() || info.ExecutorAlive && info.Executor != nil && info.Unfolded == 0 {
 		return info
 	}
-	rep, err := s.d.Reconcile(ctx, info.ID)
+	rep, err := s.svc.Reconcile(ctx, info.ID)
 	for _, r := range rep.Tasks {
 		if r.Err != nil {
 			c.errorf("warning: reconciling task %s: %v", r.ID, r.Err)
@@ -134,7 +259,7 @@ func (c *cli) reconcileIfGone(ctx context.Context, s *session, info driver.TaskI
 	if err != nil && len(rep.Tasks) == 0 {
 		c.errorf("warning: reconciling task %s: %v", info.ID, err)
 	}
-	if now, err := s.d.InspectTask(ctx, info.ID); err == nil {
+	if now, err := s.svc.InspectTask(ctx, info.ID); err == nil {
 		return now
 	}
 	return info

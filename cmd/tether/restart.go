@@ -48,6 +48,10 @@ func (c *cli) cmdRestart(args []string) int {
 		c.errorf("task %s has no spec in its log to start again", info.ID)
 		return exitStartFail
 	}
+	if name, ok := c.desiredOf(ctx, s, info.ID); ok {
+		opts.batch = batchSpec(*info.Spec)
+		return c.restartDesired(ctx, s, name, info, opts, sigs)
+	}
 	spec := *info.Spec
 	opts.batch = batchSpec(spec)
 	newID := newTaskID(spec.Name)
@@ -59,7 +63,7 @@ func (c *cli) cmdRestart(args []string) int {
 	}
 	done := make(chan result, 1)
 	go func() {
-		t, old, err := s.d.RestartTask(rctx, info.ID, newID)
+		t, old, err := s.svc.RestartTask(rctx, info.ID, newID)
 		done <- result{t, old, err}
 	}()
 	var r result
@@ -70,7 +74,7 @@ func (c *cli) cmdRestart(args []string) int {
 		fmt.Fprintf(c.stderr, "tether: got %v; %s is left to stop, and nothing is started\n", sig, info.ID)
 		r = <-done
 		if r.err == nil && !r.task.State.Terminal() {
-			_, _ = s.d.StopTask(ctx, r.task.ID, 0, 0) // the start had begun
+			_, _ = s.svc.StopTask(ctx, r.task.ID, 0, 0) // the start had begun
 		}
 		return 128 + int(sig.(syscall.Signal))
 	}

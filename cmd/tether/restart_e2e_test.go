@@ -223,8 +223,18 @@ func TestStop_DuringTheRestartDelayStopsForGood(t *testing.T) {
 
 // statusOfRaw reads a task's state from the store itself, as no command
 // would leave it (a command reconciles what it shows).
+//
+// Through an agent (which holds the store) it is the agent's InspectTask:
+// the store's state, and nothing reconciled.
 func (e *env) statusOfRaw(id string) fsm.Task {
 	e.t.Helper()
+	if e.agent != nil {
+		info, err := e.client().InspectTask(context.Background(), id)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		return info.Task
+	}
 	s, err := store.OpenShared(filepath.Join(e.dir, "tether.db"), store.Options{})
 	if err != nil {
 		e.t.Fatal(err)

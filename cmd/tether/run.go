@@ -51,6 +51,9 @@ type startOptions struct {
 	// batch is set for a task of a batch (or sysbatch) job, by its job
 	// file's type: its min-uptime is 0 unless given.
 	batch bool
+	// bare is start's one argument when it is a bare word (no "--", no
+	// path, no arguments): the name of a desired task, if one has it.
+	bare string
 }
 
 func (o *startOptions) register(fs *flagSet, name string) {
@@ -129,6 +132,9 @@ func (c *cli) taskSpec(name string, args []string) (fsm.Spec, startOptions, int,
 			return usage("--task picks a task from a task file; with a command, use --name")
 		}
 		spec = fsm.Spec{Driver: "raw_exec", Command: fs.line[0], Args: fs.line[1:]}
+		if len(fs.line) == 1 && !fs.dash && !strings.Contains(fs.line[0], "/") {
+			in.bare = fs.line[0]
+		}
 		if in.drv != "" {
 			spec.Driver = in.drv
 		}
@@ -228,12 +234,17 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 		c.errorf("nothing was started: %v", err)
 		if h := hint(err); h != "" {
 			fmt.Fprintf(c.stderr, "  %s\n", h)
-		} else {
+		} else if !agentError(err) {
 			fmt.Fprintf(c.stderr, "  make %s usable (or pick another with --state-dir) and run the task again\n", c.stateDir)
 		}
 		return exitStartFail
 	}
 	defer c.closeSession(s)
+	if detach && opts.bare != "" {
+		if code, ok := c.startIfDesired(ctx, s, opts, sigs); ok {
+			return code
+		}
+	}
 
 	var tail *tailer
 	if !detach {
@@ -251,11 +262,11 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 	defer cancelStart()
 	go func() {
 		if !opts.named {
-			t, err := s.d.StartTask(ctx, id, spec)
+			t, err := s.svc.StartTask(ctx, id, spec)
 			started <- result{t, err}
 			return
 		}
-		t, _, err := s.d.StartNamed(sctx, id, spec, driver.StartOptions{Replace: opts.replace, Stopping: func(old fsm.Task) {
+		t, _, err := s.svc.StartNamed(sctx, id, spec, driver.StartOptions{Replace: opts.replace, Stopping: func(old fsm.Task) {
 			if opts.verbose {
 				fmt.Fprintf(c.stderr, "tether: %s: stopping %s (%s), which it replaces\n", id, old.ID, old.State)
 			}
@@ -275,7 +286,7 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 		r = <-started
 		if r.err == nil && !r.task.State.Terminal() {
 			// The stop came before the start had claimed the id.
-			r.task, _ = s.d.StopTask(ctx, id, 0, 0)
+			r.task, _ = s.svc.StopTask(ctx, id, 0, 0)
 			r.err = errInterrupted
 		}
 	}
@@ -293,7 +304,7 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 			fmt.Fprintf(c.stderr, "tether: %s: %s\n", id, joinStates(straightStart))
 		}
 		c.sayWarnings(id, r.task.Warnings) // the launch's, folded into the state
-	} else if evs, err := s.d.TaskEvents(ctx, id); err == nil {
+	} else if evs, err := s.svc.TaskEvents(ctx, id); err == nil {
 		seen = len(evs)
 		if opts.verbose {
 			fmt.Fprintf(c.stderr, "tether: %s: %s\n", id, joinStates(lifecycle(evs)))
@@ -352,11 +363,11 @@ func (c *cli) waitTask(ctx context.Context, s *session, id string, seen int, sig
 	go func() {
 		if seen < 0 {
 			seen = 0
-			if evs, err := s.d.TaskEvents(ctx, id); err == nil {
+			if evs, err := s.svc.TaskEvents(ctx, id); err == nil {
 				seen = len(evs)
 			}
 		}
-		t, err := s.d.FollowTask(ctx, id, func(st fsm.Task) {
+		t, err := s.svc.FollowTask(ctx, id, func(st fsm.Task) {
 			if st.Restarts > 0 && st.Version > uint64(seen) {
 				seen = c.sayRestarts(ctx, s, id, seen)
 			}
@@ -378,7 +389,7 @@ func (c *cli) waitTask(ctx context.Context, s *session, id string, seen int, sig
 // sayRestarts tells, on stderr, the restarts recorded in the task's log
 // past its first seen events, and returns how many events it has now.
 func (c *cli) sayRestarts(ctx context.Context, s *session, id string, seen int) int {
-	evs, err := s.d.TaskEvents(ctx, id)
+	evs, err := s.svc.TaskEvents(ctx, id)
 	if err != nil || len(evs) <= seen {
 		return seen
 	}
@@ -402,11 +413,11 @@ func (c *cli) sayRestarts(ctx context.Context, s *session, id string, seen int) 
 // stopOnSignals stops the task in the background with its kill signal and
 // timeout, and kills it at once on a further signal.
 func (c *cli) stopOnSignals(ctx context.Context, s *session, id string, sigs <-chan os.Signal) {
-	go func() { _, _ = s.d.StopTask(ctx, id, 0, 0) }()
+	go func() { _, _ = s.svc.StopTask(ctx, id, 0, 0) }()
 	go func() {
 		if sig, ok := <-sigs; ok {
 			fmt.Fprintf(c.stderr, "tether: %s: got %v again, killing the task now\n", id, sig)
-			_, _ = s.d.StopTask(ctx, id, syscall.SIGKILL, time.Nanosecond)
+			_, _ = s.svc.StopTask(ctx, id, syscall.SIGKILL, time.Nanosecond)
 		}
 	}()
 }
@@ -571,7 +582,7 @@ func (c *cli) cmdWait(args []string) int {
 			cancel()
 		}
 	}()
-	final, err := s.d.WaitTask(wctx, info.ID)
+	final, err := s.svc.WaitTask(wctx, info.ID)
 	if wctx.Err() != nil {
 		fmt.Fprintf(c.stderr, "tether: stopped waiting; task %s is still %s\n", info.ID, final.State)
 		return 128 + int(syscall.SIGINT)

@@ -162,7 +162,7 @@ func (c *cli) list(ctx context.Context, s *session, all bool) ([]driver.TaskInfo
 	if all {
 		which = store.AllTasks
 	}
-	scan, err := s.st.LoadTasks(ctx, which)
+	scan, err := s.svc.LoadTasks(ctx, which)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -171,7 +171,7 @@ func (c *cli) list(ctx context.Context, s *session, all bool) ([]driver.TaskInfo
 	}
 	infos := make([]driver.TaskInfo, 0, len(scan.Tasks))
 	for _, t := range scan.Tasks {
-		info, err := s.d.InspectTask(ctx, t.ID)
+		info, err := s.svc.InspectTask(ctx, t.ID)
 		if err != nil {
 			scan.Unreadable = append(scan.Unreadable, store.TaskError{Task: t.ID, Err: err})
 			continue
@@ -321,7 +321,7 @@ func (c *cli) cmdEvents(args []string) int {
 	var evs []fsm.Event
 	info, err := c.resolve(ctx, s, fs.Arg(0))
 	if err == nil {
-		evs, err = s.d.TaskEvents(ctx, info.ID)
+		evs, err = s.svc.TaskEvents(ctx, info.ID)
 	}
 	c.closeSession(s)
 	if err != nil {
@@ -464,7 +464,7 @@ func (c *cli) cmdLogs(args []string) int {
 		}
 	}()
 	tail := startTail(c.log, c.taskDir(info.ID), []tailStream{stream})
-	_, err := s.d.WaitTask(wctx, info.ID)
+	_, err := s.svc.WaitTask(wctx, info.ID)
 	tail.stop()
 	if err != nil && wctx.Err() == nil {
 		c.log.Debug("stopped following", "task_id", info.ID, "err", err)

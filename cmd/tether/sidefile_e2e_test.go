@@ -99,7 +99,7 @@ func (e *env) lostReason(id string) (string, string) {
 // MB file, the stranger is not signalled, and every task is recorded lost
 // with a reason saying the file did not match / was not believed, and why.
 func TestRecover_PlantedSideFilesAreRefusedCheaply(t *testing.T) {
-	e := newEnv(t)
+	e := newDaemonlessEnv(t, "a crash point armed in the CLI leaves the task for a recovery to reconcile")
 	stranger := exec.Command(e.helper("sleep")[0], e.helper("sleep")[1:]...)
 	stranger.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := stranger.Start(); err != nil {

@@ -39,11 +39,7 @@ func (c *cli) cmdSignal(args []string) int {
 	}
 	defer c.closeSession(s)
 	info = c.reconcileIfGone(ctx, s, info)
-	if *main {
-		err = s.d.SignalMain(ctx, info.ID, sig)
-	} else {
-		err = s.d.SignalTask(ctx, info.ID, sig)
-	}
+	err = s.svc.SignalTask(ctx, info.ID, sig, *main)
 	if err != nil {
 		return c.taskCallFailed(info.ID, err)
 	}

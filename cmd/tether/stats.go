@@ -34,7 +34,7 @@ func (c *cli) cmdStats(args []string) int {
 		return code
 	}
 	defer c.closeSession(s)
-	st, err := s.d.TaskStats(ctx, info.ID)
+	st, err := s.svc.TaskStats(ctx, info.ID)
 	if err != nil {
 		return c.fail(err)
 	}

@@ -107,7 +107,7 @@ func untar(t *testing.T, b []byte, dir string) {
 func TestUpgrade_PreviousReleasesTasksLiveOn(t *testing.T) {
 	needTaskCgroups(t)
 	old := buildPrevious(t)
-	e := newEnv(t)
+	e := newDaemonlessEnv(t, "the previous release has no agent: the upgrade in place is of a daemonless state directory")
 	run := func(bin string, extra []string, args ...string) result {
 		t.Helper()
 		saved := tetherBin

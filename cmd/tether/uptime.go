@@ -60,7 +60,7 @@ func (c *cli) started(ctx context.Context, s *session, t fsm.Task, min time.Dura
 		defer cancel()
 		done := make(chan result, 1)
 		go func() {
-			final, err := s.d.WaitTask(wctx, t.ID)
+			final, err := s.svc.WaitTask(wctx, t.ID)
 			done <- result{final, err}
 		}()
 		select {
@@ -80,7 +80,7 @@ func (c *cli) started(ctx context.Context, s *session, t fsm.Task, min time.Dura
 			<-done
 			fmt.Fprintf(c.stderr, "tether: %s: got %v before the task was up, stopping it\n", t.ID, sig)
 			c.stopOnSignals(ctx, s, t.ID, sigs)
-			_, _ = s.d.StopTask(ctx, t.ID, 0, 0)
+			_, _ = s.svc.StopTask(ctx, t.ID, 0, 0)
 			return 128 + int(sig.(syscall.Signal))
 		}
 		if t.State.Terminal() {
