@@ -40,6 +40,7 @@ func genSpec(t *rapid.T) *fsm.Spec {
 		KillTimeout: time.Duration(rapid.Int64().Draw(t, "kill_timeout")),
 		PIDMode:     rapid.String().Draw(t, "pid_mode"), IPCMode: rapid.String().Draw(t, "ipc_mode"),
 		Job: rapid.String().Draw(t, "job"), Group: rapid.String().Draw(t, "group"),
+		Network: fsm.NetworkMode(rapid.String().Draw(t, "network")), Seccomp: rapid.String().Draw(t, "seccomp"),
 	}
 	if env := rapid.MapOfN(rapid.String(), rapid.String(), 0, 4).Draw(t, "env"); len(env) > 0 {
 		s.Env = env
@@ -457,6 +458,7 @@ func fullEvents() []fsm.Event {
 		OOMScoreAdj: &adj, Logs: fsm.LogConfig{MaxFiles: 3, MaxFileSizeMB: 5, Disabled: true},
 		Restart: &fsm.RestartPolicy{Attempts: 2, Interval: time.Minute, Delay: time.Second, Mode: fsm.RestartDelay, OnSuccess: true},
 		PIDMode: "host", IPCMode: "host", Job: "job", Group: "group",
+		Network: fsm.NetworkNone, Seccomp: "/etc/tether/profile.json",
 	}
 	return []fsm.Event{
 		{Type: fsm.EventCreated, Time: at(0), Spec: spec},
