@@ -98,9 +98,9 @@ func genEvent(t *rapid.T) fsm.Event {
 	e.Target = rapid.SampledFrom(append([]fsm.State{fsm.StateNone}, fsm.States()...)).Draw(t, "target")
 	e.Attempt = rapid.Int().Draw(t, "attempt")
 	e.Delay = time.Duration(rapid.Int64().Draw(t, "delay"))
-	e.Cause = fsm.Cause(rapid.IntRange(0, int(fsm.CauseInjected)).Draw(t, "cause"))
+	e.Cause = fsm.Cause(rapid.IntRange(0, int(fsm.CauseHostFeature)).Draw(t, "cause"))
 	for range rapid.IntRange(0, 2).Draw(t, "warnings") {
-		e.Warnings = append(e.Warnings, fsm.Warning{Kind: fsm.WarningKind(rapid.IntRange(0, int(fsm.WarnNoRestarts)).Draw(t, "warning_kind")),
+		e.Warnings = append(e.Warnings, fsm.Warning{Kind: fsm.WarningKind(rapid.IntRange(0, int(fsm.WarnUnsandboxed)).Draw(t, "warning_kind")),
 			Text: rapid.String().Draw(t, "warning_text")})
 	}
 	return e
