@@ -53,6 +53,7 @@ func TestMain(m *testing.M) {
 		"driver":         func(a []string) int { return runDriver(a[1]) },
 		"dialer":         func(a []string) int { return runDialer(a[1], a[2]) },
 		"unpriv":         func(a []string) int { return runUnpriv(a[1]) },
+		"executor-keyed": runKeyedExecutor,
 	})
 	// Helper processes built with -race would otherwise sleep 1s at exit.
 	if os.Getenv("GORACE") == "" {

@@ -271,7 +271,7 @@ func (c *cli) setup() error {
 				c.chroot = append(c.chroot, e)
 			}
 		}
-		if err := executor.ValidateChroot(c.chroot); err != nil {
+		if err := executor.ValidatePolicy(executor.Policy{Chroot: c.chroot}); err != nil {
 			return fmt.Errorf("--chroot-env: %w; give existing host paths as SRC or SRC:DST", err)
 		}
 	}
