@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -76,6 +77,47 @@ func isoHelper(args []string) int {
 		}
 	case "sleep":
 		fmt.Println("ok")
+		for {
+			_ = unix.Pause()
+		}
+	case "notify":
+		// PATH MARKER: write "started" to PATH, then block, stdio untouched.
+		if err := os.WriteFile(args[1], []byte("started\n"), 0); err != nil {
+			return 2
+		}
+		for {
+			_ = unix.Pause()
+		}
+	case "fdsteal":
+		// GO READY MARKER: once GO has a line, reach for the descriptors
+		// of every other process in sight (a tether exec command), print
+		// what it got, write READY, block.
+		f, err := os.Open(args[1])
+		if err != nil {
+			return 2
+		}
+		_, _ = bufio.NewReader(f).ReadString('\n')
+		f.Close()
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == os.Getpid() {
+				continue
+			}
+			for fd := range 3 {
+				p := fmt.Sprintf("/proc/%d/fd/%d", pid, fd)
+				link, _ := os.Readlink(p)
+				w, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+				if err == nil {
+					_, err = w.WriteString("rewritten by the task\n")
+					w.Close()
+				}
+				fmt.Printf("fd %d %s write:%v\n", fd, link, err)
+			}
+		}
+		if err := os.WriteFile(args[2], []byte("done\n"), 0); err != nil {
+			return 3
+		}
 		for {
 			_ = unix.Pause()
 		}
@@ -228,8 +270,20 @@ func TestRun_AllowCapsEndToEnd(t *testing.T) {
 	if allowed.code != 0 {
 		t.Fatalf("with --allow-caps %s: %s", withNetRaw, allowed)
 	}
-	if got, want := capEff(t, allowed), capMaskOf(t, strings.Split(withNetRaw, ",")...); got != want {
-		t.Errorf("--allow-caps with net_raw: CapEff %016x, want the default set plus net_raw %016x", got, want)
+	if got, want := capEff(t, allowed), capMaskOf(t, "net_raw"); got != want {
+		t.Errorf("--allow-caps with net_raw, nobody: CapEff %016x, want net_raw alone %016x (a non-root task holds what it names)", got, want)
+	}
+	src, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootFile := writeFile(t, t.TempDir(), "root.hcl", strings.Replace(string(src), `driver = "exec"`, "driver = \"exec\"\n  user   = \"root\"", 1))
+	root := e.tether("--chroot-env", chroot, "--allow-caps", withNetRaw, "run", rootFile)
+	if root.code != 0 {
+		t.Fatalf("as root with --allow-caps %s: %s", withNetRaw, root)
+	}
+	if got, want := capEff(t, root), capMaskOf(t, strings.Split(withNetRaw, ",")...); got != want {
+		t.Errorf("--allow-caps with net_raw, root: CapEff %016x, want the default set plus net_raw %016x", got, want)
 	}
 
 	only := execTaskFile(t, e, "only", `    cap_drop = ["all"]
@@ -428,4 +482,95 @@ func TestRun_ShimSetupFailureNamesTheStep(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestExec_CallersDescriptorsNeverReachTheTask: `tether exec ID -- CMD <
+// FILE` (with a socket as stdout, a pipe as stderr) hands the command
+// pipes, never the caller's descriptors: a root task with the default
+// capabilities (DAC_OVERRIDE among them), reopening /proc/PID/fd/N of the
+// command for writing, reaches pipes, and the root-owned file is not
+// rewritten. (Before issue 21, only terminals were relayed, and the task
+// rewrote the file through the command's stdin.)
+func TestExec_CallersDescriptorsNeverReachTheTask(t *testing.T) {
+	needExec(t)
+	e := newEnv(t)
+	goPath, goF, _ := fifoRW(t, "go")
+	dir := filepath.Dir(goPath)
+	readyF, readyR := fifoIn(t, dir, "ready")
+	startedF, startedR := fifoIn(t, dir, "started")
+	chroot := execChroot(t, dir+":/fifos")
+	file := execTaskFile(t, e, "thief", "", "fdsteal", "/fifos/go", "/fifos/ready")
+	src, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file = writeFile(t, t.TempDir(), "thief.hcl", strings.Replace(string(src), `driver = "exec"`, "driver = \"exec\"\n  user   = \"root\"", 1))
+	id := strings.TrimSpace(e.must("--chroot-env", chroot, "start", file).stdout)
+
+	victim := writeFile(t, t.TempDir(), "victim.txt", "the original\n")
+	in, err := os.Open(victim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock, peer := os.NewFile(uintptr(sp[0]), "sock"), os.NewFile(uintptr(sp[1]), "peer")
+	defer peer.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := e.command(ctx, nil, "exec", id, "--", inTestbin(t), isoHelperArg, "notify", "/fifos/started", e.dir)
+	var stderr bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, sock, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sock.Close()
+	fifoLine(t, startedF, startedR) // the command runs, its descriptors set
+	if _, err := goF.WriteString("go\n"); err != nil {
+		t.Fatal(err)
+	}
+	fifoLine(t, readyF, readyR)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Wait()
+	if b, _ := os.ReadFile(victim); string(b) != "the original\n" {
+		t.Errorf("the task rewrote the caller's file through the exec'd command: %q", b)
+	}
+	out := e.must("logs", id).stdout
+	n := 0
+	for l := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 3 || f[0] != "fd" {
+			continue
+		}
+		n++
+		if !strings.HasPrefix(f[2], "pipe:") {
+			t.Errorf("the command's descriptor %s is %s, not a pipe (%s)", f[1], f[2], l)
+		}
+	}
+	if n != 3 {
+		t.Errorf("the task saw %d descriptors of the command, want 3:\n%s", n, out)
+	}
+	e.must("stop", id)
+}
+
+// fifoIn makes a FIFO named name in dir (one fifoRW made) and opens it
+// read-write.
+func fifoIn(t *testing.T, dir, name string) (*os.File, *bufio.Reader) {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := unix.Mkfifo(p, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f, bufio.NewReader(f)
 }

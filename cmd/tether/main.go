@@ -73,6 +73,10 @@ type cli struct {
 	allowedCaps []string
 	chrootEnv   string
 	chroot      []string
+	// The seccomp allow list and the sandbox parts exec tasks may run
+	// without (--allow-seccomp, --allow-missing), as given and as lists.
+	allowSeccompFlag, allowMissingFlag string
+	allowSeccomp, allowMissing         []string
 
 	log   hclog.Logger
 	hooks driver.Hooks
@@ -130,6 +134,14 @@ Global flags (also accepted after the command):
   --chroot-env LIST     what an exec task's root is made of: SRC or SRC:DST
                         entries, comma-separated, each bound read-only (env
                         TETHER_CHROOT_ENV; default Nomad's chroot_env list)
+  --allow-seccomp LIST  what an exec task's seccomp may name besides
+                        "default": unconfined, profile paths (env
+                        TETHER_ALLOW_SECCOMP; default none); unconfined also
+                        runs exec tasks unfiltered on a host without seccomp
+  --allow-missing LIST  sandbox parts exec tasks may run without where the
+                        host lacks them: cgroupns, keyring (env
+                        TETHER_ALLOW_MISSING; default none: such a host
+                        refuses exec tasks)
   --log-level LEVEL     trace, debug, info, warn, error or off (default warn)
   --lock-timeout DUR    how long to wait while another tether holds the
                         store without letting go (default 10s; commands
@@ -151,6 +163,8 @@ func (c *cli) globalFlags(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&c.allowCaps, "allow-caps", c.allowCaps, "comma-separated capability allow `list` for exec tasks (env TETHER_ALLOW_CAPS; default Nomad's exec list, without net_raw)")
 	fs.StringVar(&c.chrootEnv, "chroot-env", c.chrootEnv, "comma-separated `entries` (SRC or SRC:DST) an exec task's root is bound from, read-only (env TETHER_CHROOT_ENV; default Nomad's chroot_env)")
+	fs.StringVar(&c.allowSeccompFlag, "allow-seccomp", c.allowSeccompFlag, "comma-separated `list` of what an exec task's seccomp may name besides default: unconfined, profile paths (env TETHER_ALLOW_SECCOMP)")
+	fs.StringVar(&c.allowMissingFlag, "allow-missing", c.allowMissingFlag, "comma-separated sandbox `parts` exec tasks may run without where the host lacks them: cgroupns, keyring (env TETHER_ALLOW_MISSING)")
 	fs.StringVar(&c.logLevel, "log-level", c.logLevel, "log `level`: trace, debug, info, warn, error, off")
 	fs.DurationVar(&c.lockTimeout, "lock-timeout", c.lockTimeout, "how long to wait while another tether holds the store without letting go")
 }
@@ -275,6 +289,14 @@ func (c *cli) setup() error {
 			return fmt.Errorf("--chroot-env: %w; give existing host paths as SRC or SRC:DST", err)
 		}
 	}
+	c.allowSeccomp = splitList(c.allowSeccompFlag, "TETHER_ALLOW_SECCOMP")
+	if err := executor.ValidatePolicy(executor.Policy{AllowSeccomp: c.allowSeccomp}); err != nil {
+		return fmt.Errorf("--allow-seccomp: %w", err)
+	}
+	c.allowMissing = splitList(c.allowMissingFlag, "TETHER_ALLOW_MISSING")
+	if err := executor.ValidatePolicy(executor.Policy{AllowMissing: c.allowMissing}); err != nil {
+		return fmt.Errorf("--allow-missing: %w", err)
+	}
 	dir, err := stateDir(c.stateDir)
 	if err != nil {
 		return err
@@ -286,6 +308,22 @@ func (c *cli) setup() error {
 	}
 	c.hooks = hooks
 	return nil
+}
+
+// splitList splits a comma-separated flag value, or when it is empty the
+// environment variable env's, into its non-empty entries.
+func splitList(flagValue, env string) []string {
+	v := flagValue
+	if v == "" {
+		v = os.Getenv(env)
+	}
+	var out []string
+	for _, e := range strings.Split(v, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // stateDir picks the state directory: the flag, then TETHER_STATE_DIR,

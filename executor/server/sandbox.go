@@ -19,9 +19,15 @@ import (
 // spec.ProbeFeatures reads, and what only a sandbox syscall tells, probed
 // once per executor (its restarts and execs ask again).
 func (s *server) features() spec.Features {
-	if s.feats != nil {
-		return s.feats
+	if s.feats == nil {
+		s.feats = probeFeatures()
 	}
+	return s.feats
+}
+
+// probeFeatures is spec.ProbeFeatures and what only a sandbox syscall
+// tells.
+func probeFeatures() spec.Features {
 	f := spec.ProbeFeatures()
 	if _, ok := f[spec.FeatureSeccomp]; !ok {
 		if err := seccomp.CheckHost(); err != nil {
@@ -39,7 +45,6 @@ func (s *server) features() spec.Features {
 			f[spec.FeatureKeyring] = fmt.Errorf("keyctl: %w", e)
 		}
 	}
-	s.feats = f
 	return f
 }
 
@@ -79,4 +84,27 @@ func filterFor(choice string, caps []capability.Cap, hostPID bool) ([]byte, erro
 		return nil, fmt.Errorf("%w: %w", wire.ErrBadSpec, err)
 	}
 	return f.MarshalBinary()
+}
+
+// HostFeatures reports, a line each, the parts of an exec task's sandbox
+// this host has or lacks, as an executor probes them at launch, with the
+// operator's way to run exec tasks without a missing one: `tether debug
+// host` prints them.
+func HostFeatures() []string {
+	f := probeFeatures()
+	var out []string
+	for _, feat := range []spec.Feature{spec.FeatureSeccomp, spec.FeatureCgroupNS, spec.FeatureKeyring, spec.FeatureNetNS, spec.FeatureOpenat2} {
+		why, missing := f[feat]
+		switch {
+		case !missing:
+			out = append(out, fmt.Sprintf("%s: yes", feat))
+		case feat.OptOut() != "":
+			out = append(out, fmt.Sprintf("%s: no (%v): exec tasks are refused unless the operator allows %s", feat, why, feat.OptOut()))
+		case feat == spec.FeatureNetNS:
+			out = append(out, fmt.Sprintf("%s: no (%v): network mode \"none\" is refused", feat, why))
+		default:
+			out = append(out, fmt.Sprintf("%s: no (%v): exec tasks, and raw_exec tasks with a user, are refused", feat, why))
+		}
+	}
+	return out
 }
