@@ -5,6 +5,7 @@ package executor
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -19,6 +20,7 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/executor/internal/wire"
@@ -850,5 +852,97 @@ func runKeyedExecutor(args []string) int {
 	}
 	err = syscall.Exec(os.Args[0], append([]string{os.Args[0], "executor", markerArg}, rest...), os.Environ())
 	fmt.Fprintln(os.Stderr, "keyed executor: exec:", err)
+	return 2
+}
+
+// TestExec_HostWithoutAFeature: an executor on a host that lacks a part
+// of the sandbox (here: its own seccomp filter makes keyctl, or seccomp
+// itself, answer ENOSYS, as a kernel without them would) refuses an exec
+// task, naming the part and the operator's opt-out; with the opt-out the
+// task runs without it, and the launch warns of it.
+func TestExec_HostWithoutAFeature(t *testing.T) {
+	needIsolation(t)
+	if runtime.GOARCH != "amd64" {
+		t.Skipf("the test's filter is x86_64's; this is %s", runtime.GOARCH)
+	}
+	m := newMarker(t)
+	for _, tc := range []struct {
+		feature string
+		optOut  func(*wire.Launch)
+		names   string
+	}{
+		{"keyring", func(l *wire.Launch) { l.AllowMissing = []string{"keyring"} }, "--allow-missing keyring"},
+		{"seccomp", func(l *wire.Launch) { l.AllowSeccomp = []string{"unconfined"} }, "--allow-seccomp unconfined"},
+	} {
+		t.Run(tc.feature, func(t *testing.T) {
+			ctx := testCtx(t)
+			spawnWithout := func() *Client {
+				c, err := Spawn(ctx, SpawnConfig{Command: []string{testBinary(t), "executor-without", m.arg(), tc.feature},
+					TaskDir: filepath.Join(t.TempDir(), "task"), Nonce: randHex(t, 12)})
+				if err != nil {
+					t.Fatalf("Spawn: %v", err)
+				}
+				id := c.Identity()
+				t.Cleanup(func() {
+					ctx, cancel := testCtxBackground()
+					defer cancel()
+					_ = c.Shutdown(ctx)
+					c.Close()
+					waitDead(t, id)
+					removeTaskCgroup(t, id)
+				})
+				return c
+			}
+			c := spawnWithout()
+			_, err := c.Launch(ctx, m.execSpec(t, "exit", "0"))
+			if !errors.Is(err, wire.ErrHostFeature) || !strings.Contains(err.Error(), tc.feature) || !strings.Contains(err.Error(), tc.names) {
+				t.Fatalf("Launch on a host without %s: %v, want ErrHostFeature naming it and %s", tc.feature, err, tc.names)
+			}
+			c = spawnWithout()
+			spec := m.execSpec(t, "exit", "0")
+			tc.optOut(&spec)
+			st, err := c.Launch(ctx, spec)
+			if err != nil {
+				t.Fatalf("Launch with the opt-out: %v", err)
+			}
+			if len(st.Warnings) != 1 || st.Warnings[0].Kind != fsm.WarnUnsandboxed || !strings.Contains(st.Warnings[0].Text, tc.feature) {
+				t.Errorf("warnings %+v, want one of kind unsandboxed naming %s", st.Warnings, tc.feature)
+			}
+			if x, err := c.Wait(ctx); err != nil || x.Code != 0 {
+				t.Errorf("Wait = %+v %v", x, err)
+			}
+		})
+	}
+}
+
+// runExecutorWithout is an executor on a host without a feature: it
+// installs a seccomp filter of its own that answers ENOSYS to keyctl
+// ("keyring") or to seccomp ("seccomp"), as a kernel without them would,
+// then execs itself as the plain executor helper (the filter stays).
+func runExecutorWithout(args []string) int {
+	markerArg, feature, rest := args[0], args[1], args[2:]
+	nr := map[string]uint32{"keyring": unix.SYS_KEYCTL, "seccomp": unix.SYS_SECCOMP}[feature]
+	prog, err := bpf.Assemble([]bpf.Instruction{
+		bpf.LoadAbsolute{Off: 0, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: 1},
+		bpf.RetConstant{Val: 0x00050000 | uint32(unix.ENOSYS)}, // SECCOMP_RET_ERRNO
+		bpf.RetConstant{Val: 0x7fff0000},                       // SECCOMP_RET_ALLOW
+	})
+	if err != nil || nr == 0 {
+		fmt.Fprintln(os.Stderr, "executor-without:", feature, err)
+		return 2
+	}
+	sf := make([]unix.SockFilter, len(prog))
+	for i, in := range prog {
+		sf[i] = unix.SockFilter{Code: in.Op, Jt: in.Jt, Jf: in.Jf, K: in.K}
+	}
+	fprog := unix.SockFprog{Len: uint16(len(sf)), Filter: &sf[0]}
+	const setModeFilter, flagTSync = 1, 1
+	if _, _, e := unix.Syscall(unix.SYS_SECCOMP, setModeFilter, flagTSync, uintptr(unsafe.Pointer(&fprog))); e != 0 {
+		fmt.Fprintln(os.Stderr, "executor-without: seccomp:", e)
+		return 2
+	}
+	err = syscall.Exec(os.Args[0], append([]string{os.Args[0], "executor", markerArg}, rest...), os.Environ())
+	fmt.Fprintln(os.Stderr, "executor-without: exec:", err)
 	return 2
 }
