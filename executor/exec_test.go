@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -109,6 +110,18 @@ func TestExec_ExecTask(t *testing.T) {
 	l := newStateLayout(t)
 	c := spawn(t, m, l.dir)
 	st := launchSleeper(t, c, m.execSpec(t, "sleep"))
+	// The task itself is a member of its cgroup in every hierarchy (its
+	// shim was born there, or joined it).
+	cg := taskCgroup(t, needCgroups(t), c.Identity())
+	if procs, err := cg.Procs(); err != nil || !slices.Contains(procs, st.PID) {
+		t.Errorf("the task %d is not among its cgroup's members %v (%v)", st.PID, procs, err)
+	}
+	for key, d := range cg.Dirs() {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if err != nil || !slices.Contains(strings.Fields(string(b)), strconv.Itoa(st.PID)) {
+			t.Errorf("the task %d is not in its %s cgroup %s: %q %v", st.PID, key, d, b, err)
+		}
+	}
 	if out, x := execOut(t, c, "id", "-u"); out != "65534\n" || x.Code != 0 {
 		t.Errorf("id -u printed %q, exit %+v; want 65534", out, x)
 	}

@@ -240,14 +240,10 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 	}
 	defer errR.Close()
 	defer errW.Close()
-	argv, err := shim.Argv(s.prefix, cfg, append([]string{ls.Command}, ls.Args...))
+	files := []uintptr{devnull.Fd(), childEnds[0].Fd(), childEnds[1].Fd(), errW.Fd()}
+	pid, err := s.startShim(cfg, append([]string{ls.Command}, ls.Args...), &syscall.ProcAttr{Dir: s.taskDir, Env: spec.EnvList(env), Files: files, Sys: sys})
 	if err != nil {
 		return l, err
-	}
-	files := []uintptr{devnull.Fd(), childEnds[0].Fd(), childEnds[1].Fd(), errW.Fd()}
-	pid, err := syscall.ForkExec("/proc/self/exe", argv, &syscall.ProcAttr{Dir: s.taskDir, Env: spec.EnvList(env), Files: files, Sys: sys})
-	if err != nil {
-		return l, fmt.Errorf("%w: start the init shim: %w", wire.ErrLaunch, err)
 	}
 	start, serr := proc.StartTime(pid) // our unreaped child: the pid cannot be reused yet
 	errW.Close()                       // or the read never sees EOF
@@ -261,6 +257,49 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 		return l, fmt.Errorf("%w: %w", wire.ErrLaunch, serr)
 	}
 	return started(pid, start)
+}
+
+// startShim starts the init shim for cfg and the task's argv, born in the
+// task's cgroup when it can be (cgroup.ForkExec: an executor thread moves
+// itself alone into the v1 hierarchies and the child is cloned into the
+// cgroup2 one), so that the shim need not join it: a whole process's
+// migration waits for an RCU grace period per v1 hierarchy, which cost a
+// shim 10 to 18 ms on a hybrid host of seven, more than the rest of its
+// work. Where the thread cannot move (cgroup.ErrThreadMove: a pids limit
+// of 1, a hierarchy of unknown own path), the shim joins the cgroup itself.
+// (A command Exec starts joins the running task's cgroup itself: an
+// executor thread inside a live task's cgroup would count among its
+// members for a kill or the OOM killer.)
+func (s *server) startShim(cfg shim.Config, argv []string, attr *syscall.ProcAttr) (int, error) {
+	if s.cg != nil {
+		born := cfg
+		born.Cgroup = ""
+		a, err := shim.Argv(s.prefix, born, argv)
+		if err != nil {
+			return 0, err
+		}
+		pid, err := s.cg.ForkExec(s.host, "/proc/self/exe", a, attr)
+		if err == nil {
+			return pid, nil
+		}
+		if !errors.Is(err, cgroup.ErrThreadMove) {
+			return 0, fmt.Errorf("%w: start the init shim: %w", wire.ErrLaunch, err)
+		}
+		if pid > 0 { // it dies with the thread that could not leave the cgroup
+			_ = unix.Kill(pid, unix.SIGKILL)
+			s.reapShim(pid)
+		}
+		s.log.Info("the init shim joins the task's cgroup itself", "why", err)
+	}
+	a, err := shim.Argv(s.prefix, cfg, argv)
+	if err != nil {
+		return 0, err
+	}
+	pid, err := syscall.ForkExec("/proc/self/exe", a, attr)
+	if err != nil {
+		return 0, fmt.Errorf("%w: start the init shim: %w", wire.ErrLaunch, err)
+	}
+	return pid, nil
 }
 
 // startDirectly forks and execs a raw_exec task from the executor without
