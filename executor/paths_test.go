@@ -239,3 +239,34 @@ func readLineOr(f *os.File) string {
 		b = append(b, one[0])
 	}
 }
+
+// TestPrivilegedPaths_RestartAfterALinkWasPlanted: a raw_exec task with a
+// user plants a link to a root-only directory where its working directory
+// was, then fails; the executor's restart (the same launch path, as root)
+// refuses the link (launch-failed in the journal) and changes nothing
+// there.
+func TestPrivilegedPaths_RestartAfterALinkWasPlanted(t *testing.T) {
+	needCgroups(t)
+	if os.Geteuid() != 0 {
+		t.Skip("running a task as nobody needs root")
+	}
+	m := newMarker(t)
+	ctx := testCtx(t)
+	target, unchanged := rootOnly(t)
+	defer unchanged()
+	dir := filepath.Join(t.TempDir(), "task")
+	if err := os.MkdirAll(filepath.Join(dir, statedir.LocalDir, "work"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := spawn(t, m, dir)
+	spec := wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: "/bin/sh", User: "nobody", Dir: "work",
+		Args:    []string{"-c", "mv ../work ../work.old && ln -s " + target + " ../work && exit 3", string(m)},
+		Restart: &fsm.RestartPolicy{Attempts: 1, Interval: time.Hour, Mode: fsm.RestartFail}}}
+	if _, err := c.Launch(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	entries := watchUntil(t, c, 2)
+	if entries[1].Type != fsm.EventLaunchFailed || !strings.Contains(entries[1].Reason, "symbolic link") {
+		t.Fatalf("the restart's relaunch: %s %q, want launch-failed naming the link", entries[1].Type, entries[1].Reason)
+	}
+}

@@ -229,7 +229,7 @@ func (s *server) startExec(es wire.ExecSpec) (*execProc, []*os.File, error) {
 		files = append(files, uintptr(fd))
 	}
 	pid, err := syscall.ForkExec("/proc/self/exe", argv, &syscall.ProcAttr{
-		Dir: s.taskDir, Env: os.Environ(), Files: files,
+		Dir: s.taskDir, Env: cfg.Env, Files: files, // nothing of the executor's environment (the operator's)
 		Sys: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})
 	unix.Close(pair[1]) // or the read never sees the shim's end
