@@ -268,7 +268,7 @@ func TestExec_SandboxAttacks(t *testing.T) {
 			if _, err := fmt.Fprintf(g, "%s\n", files); err != nil {
 				t.Fatal(err)
 			}
-			readLine(t, f)
+			out := readLine(t, f)
 			// The cgroup files, from the host: root's, and writable by
 			// nobody else.
 			for _, d := range dirs {
@@ -286,7 +286,6 @@ func TestExec_SandboxAttacks(t *testing.T) {
 					}
 				}
 			}
-			out := readFileString(t, filepath.Join(dir, statedir.StdoutFile))
 			var r attackReport
 			if err := json.Unmarshal([]byte(out), &r); err != nil {
 				t.Fatalf("report %q: %v", out, err)
@@ -542,11 +541,10 @@ func TestExec_CommandHoldsNoCallerDescriptor(t *testing.T) {
 	}
 	defer p.Close()
 	fmt.Fprintln(g, "[]")
-	readLine(t, f)
+	out := readLine(t, f)
 	if b, _ := os.ReadFile(victim); string(b) != "the original\n" {
 		t.Errorf("the caller's file was rewritten through the command: %q", b)
 	}
-	out := readFileString(t, filepath.Join(dir, statedir.StdoutFile))
 	var r fdReport
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("report %q: %v", out, err)
@@ -793,12 +791,11 @@ func runSandboxTask(args []string) int {
 		_, _ = bufio.NewReader(f).ReadString('\n')
 		f.Close()
 		b, _ := json.Marshal(fdSteal())
-		fmt.Println(string(b))
 		w, err := os.OpenFile(tg.Ready, os.O_WRONLY, 0)
 		if err != nil {
 			return 4
 		}
-		fmt.Fprintln(w, "reported")
+		fmt.Fprintln(w, string(b))
 		w.Close()
 		block()
 	case "attack":
@@ -807,16 +804,19 @@ func runSandboxTask(args []string) int {
 			return 2
 		}
 		b, _ := json.Marshal(attack(tg))
-		fmt.Println(string(b))
-		if tg.Ready != "" {
-			f, err := os.OpenFile(tg.Ready, os.O_WRONLY, 0)
-			if err != nil {
-				return 3
-			}
-			fmt.Fprintln(f, "reported")
-			f.Close()
-			block()
+		if tg.Ready == "" {
+			fmt.Println(string(b))
+			return 0
 		}
+		// The report goes on Ready itself: the test reads it there, not
+		// from the log, which the executor's copy may not have reached.
+		f, err := os.OpenFile(tg.Ready, os.O_WRONLY, 0)
+		if err != nil {
+			return 3
+		}
+		fmt.Fprintln(f, string(b))
+		f.Close()
+		block()
 		return 0
 	case "keyring":
 		var tg attackTargets
