@@ -445,6 +445,43 @@ func TestExec_SessionKeyringIsTheTasks(t *testing.T) {
 		t.Fatalf("exec Wait = %+v %v", x, err)
 	}
 	check(t, "an exec'd command", []byte(out.String()), key, ring)
+
+	// A raw_exec task run as another user gets a keyring of its own too
+	// (no filter there: keyctl is the task's, and it would possess the
+	// operator's keyring).
+	c, key, ring = spawnKeyed(t, m)
+	bin := nobodyBinary(t)
+	tg, _ = json.Marshal(attackTargets{KeyID: int32(key)})
+	raw := m.taskSpec(t, "keyring", string(tg))
+	raw.Command, raw.User, raw.Dir = bin, "nobody", "/"
+	if _, err := c.Launch(ctx, raw); err != nil {
+		t.Fatal(err)
+	}
+	if x, err := c.Wait(ctx); err != nil || x.Code != 0 {
+		t.Fatalf("raw_exec Wait = %+v %v", x, err)
+	}
+	check(t, "a raw_exec task run as nobody", []byte(readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), statedir.StdoutFile))), key, ring)
+}
+
+// nobodyBinary is a copy of the test binary that nobody can run (the
+// one go test built sits in a directory only root may enter).
+func nobodyBinary(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(testBinary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "tether-test")
+	if err := os.WriteFile(p, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // keyringReport is what the keyring task saw.

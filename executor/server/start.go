@@ -133,8 +133,13 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 			// The shim changes to the directory (beneath the task
 			// directory, no link followed, when it is there) and looks
 			// the command up as the task's user: nothing of a path the
-			// task controls is touched with root's rights.
+			// task controls is touched with root's rights. And a task
+			// run as another user gets a session keyring of its own, so
+			// that it does not possess the operator's (where the host
+			// has keyrings at all).
 			cfg.Path, cfg.Resolve = ls.Command, true
+			_, noKeys := s.features()[spec.FeatureKeyring]
+			cfg.Keyring = !noKeys
 		} else {
 			if fi, err := os.Stat(dir); err != nil {
 				return l, fmt.Errorf("%w: %w", wire.ErrWorkDir, err)
