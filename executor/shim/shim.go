@@ -555,9 +555,11 @@ type JoinConfig struct {
 	// NS are the CLONE_NEW* flags of the task's namespaces to join
 	// through the pidfd on descriptor 4; 0 joins none (raw_exec).
 	NS int `json:"ns,omitempty"`
-	// Env is the command's environment (the shim itself runs with the
-	// executor's).
-	Env  []string `json:"env"`
+	// Env is the command's environment. It travels as the shim's own
+	// environment, never in its arguments: /proc/PID/cmdline is anyone's
+	// to read, environ only its owner's (the task's variables may be
+	// secrets, and another user's task on the host could read them).
+	Env  []string `json:"-"`
 	TTY  bool     `json:"tty,omitempty"`
 	Rows uint16   `json:"rows,omitempty"`
 	Cols uint16   `json:"cols,omitempty"`
@@ -579,6 +581,7 @@ func RunJoin(args []string) int {
 	}
 	var cfg JoinConfig
 	argv, e := start(args, &cfg, 4)
+	cfg.Env = os.Environ() // the command's, as the executor started this shim with it
 	if e == nil {
 		e = cfg.enter()
 	}
