@@ -98,15 +98,15 @@ var (
 // field.
 func ValidatePolicy(p Policy) error {
 	if err := spec.ValidateCaps(nil, nil, p.AllowedCaps); err != nil && p.AllowedCaps != nil {
-		return fmt.Errorf("AllowedCaps: %w", err)
+		return fmt.Errorf("executor: policy AllowedCaps: %w", err)
 	}
 	if p.Chroot != nil {
 		if err := spec.ValidateChroot(p.Chroot); err != nil {
-			return fmt.Errorf("Chroot: %w", err)
+			return fmt.Errorf("executor: policy Chroot: %w", err)
 		}
 	}
 	if err := spec.ValidatePolicy(p.AllowSeccomp, p.AllowMissing); err != nil {
-		return fmt.Errorf("AllowSeccomp/AllowMissing: %w", err)
+		return fmt.Errorf("executor: policy AllowSeccomp/AllowMissing: %w", err)
 	}
 	return nil
 }

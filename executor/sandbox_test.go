@@ -314,19 +314,6 @@ func TestExec_SandboxAttacks(t *testing.T) {
 var dockerCaps = []string{"chown", "dac_override", "fsetid", "fowner", "mknod", "net_raw", "setgid", "setuid",
 	"setfcap", "setpcap", "net_bind_service", "sys_chroot", "kill", "audit_write"}
 
-func readAll(t *testing.T, files []string) map[string]string {
-	out := map[string]string{}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			out[f] = "(" + err.Error() + ")"
-			continue
-		}
-		out[f] = string(b)
-	}
-	return out
-}
-
 func maps2Equal(a, b map[string]string) bool {
 	if len(a) != len(b) {
 		return false
