@@ -46,14 +46,15 @@ func isoHelper(args []string) int {
 		return 2
 	}
 	switch args[0] {
-	case "capeff":
+	case "capeff", "seccomp":
 		b, err := os.ReadFile("/proc/self/status")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
+		field := map[string]string{"capeff": "CapEff:", "seccomp": "Seccomp:"}[args[0]]
 		for l := range strings.SplitSeq(string(b), "\n") {
-			if strings.HasPrefix(l, "CapEff:") {
+			if strings.HasPrefix(l, field) {
 				fmt.Println(l)
 			}
 		}
@@ -574,4 +575,33 @@ func fifoIn(t *testing.T, dir, name string) (*os.File, *bufio.Reader) {
 	}
 	t.Cleanup(func() { f.Close() })
 	return f, bufio.NewReader(f)
+}
+
+// TestRun_SeccompNeedsTheOperator: a task file asking for seccomp =
+// "unconfined" is refused before anything is spawned, the refusal naming
+// --allow-seccomp; allowed by the flag (or TETHER_ALLOW_SECCOMP) it runs
+// without a filter (Seccomp: 0 inside), where the default runs with one
+// (Seccomp: 2).
+func TestRun_SeccompNeedsTheOperator(t *testing.T) {
+	needExec(t)
+	e := newEnv(t)
+	chroot := execChroot(t)
+	unconfined := execTaskFile(t, e, "loose", `    seccomp = "unconfined"`, "seccomp")
+	refused := e.tether("--chroot-env", chroot, "run", "-v", unconfined)
+	if refused.code != exitStartFail || !strings.Contains(refused.stderr, "--allow-seccomp unconfined") {
+		t.Fatalf("want exit %d naming --allow-seccomp unconfined: %s", exitStartFail, refused)
+	}
+	evs := e.events(taskID(t, refused.stderr))
+	if last := evs[len(evs)-1]; last.Event != "config-rejected" || strings.Contains(eventNames(evs), "spawn-intent") {
+		t.Errorf("want a refusal before spawn (config-rejected, no spawn-intent): %s", eventNames(evs))
+	}
+	if r := e.tether("--chroot-env", chroot, "--allow-seccomp", "unconfined", "run", unconfined); r.code != 0 || strings.TrimSpace(r.stdout) != "Seccomp:\t0" {
+		t.Errorf("allowed by --allow-seccomp: %s, want Seccomp 0 inside", r)
+	}
+	if r := e.tetherEnv([]string{"TETHER_ALLOW_SECCOMP=unconfined"}, "--chroot-env", chroot, "run", unconfined); r.code != 0 || strings.TrimSpace(r.stdout) != "Seccomp:\t0" {
+		t.Errorf("allowed by TETHER_ALLOW_SECCOMP: %s, want Seccomp 0 inside", r)
+	}
+	if r := e.tether("--chroot-env", chroot, "run", execTaskFile(t, e, "tight", "", "seccomp")); r.code != 0 || strings.TrimSpace(r.stdout) != "Seccomp:\t2" {
+		t.Errorf("the default: %s, want Seccomp 2 inside", r)
+	}
 }
