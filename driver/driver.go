@@ -49,6 +49,13 @@ type Config struct {
 	// or "SRC:DST", each bound read-only; nil uses Nomad's chroot_env
 	// default (executor.DefaultChroot). Used only when World is nil.
 	ChrootEnv []string
+	// AllowSeccomp lists what an exec task's seccomp option may name
+	// besides the default ("unconfined", profile paths); AllowMissing the
+	// parts of the sandbox exec tasks may run without on a host that
+	// lacks them ("cgroupns", "keyring"). See executor.Policy. Used only
+	// when World is nil.
+	AllowSeccomp []string
+	AllowMissing []string
 	// KillTimeout is the default grace between the stop signal and SIGKILL
 	// (default 5s); KillSignal the default stop signal (default SIGTERM).
 	KillTimeout time.Duration
@@ -146,13 +153,12 @@ func Open(cfg Config) (*Driver, error) {
 		closing: make(chan struct{}), abandoned: make(chan struct{})}
 	d.world = cfg.World
 	if d.world == nil {
-		if cfg.ChrootEnv != nil {
-			if err := executor.ValidateChroot(cfg.ChrootEnv); err != nil {
-				return nil, fmt.Errorf("driver: Config.ChrootEnv: %w", err)
-			}
+		policy := executor.Policy{AllowedCaps: cfg.AllowedCaps, Chroot: slices.Clone(cfg.ChrootEnv),
+			AllowSeccomp: slices.Clone(cfg.AllowSeccomp), AllowMissing: slices.Clone(cfg.AllowMissing)}
+		if err := executor.ValidatePolicy(policy); err != nil {
+			return nil, fmt.Errorf("driver: Config's policy: %w", err)
 		}
-		d.world = &executor.Real{StateDir: cfg.StateDir, Command: cfg.ExecutorCommand, Logger: cfg.Logger,
-			Policy: executor.Policy{AllowedCaps: cfg.AllowedCaps, Chroot: slices.Clone(cfg.ChrootEnv)}}
+		d.world = &executor.Real{StateDir: cfg.StateDir, Command: cfg.ExecutorCommand, Logger: cfg.Logger, Policy: policy}
 	}
 	d.store = cfg.Store
 	if d.store == nil {

@@ -106,6 +106,8 @@ func causeOf(err error) fsm.Cause {
 		{executor.ErrNoCgroup, fsm.CauseNoCgroup},
 		{executor.ErrLimit, fsm.CauseLimit},
 		{executor.ErrIsolation, fsm.CauseIsolation},
+		{executor.ErrSeccompNotAllowed, fsm.CauseSeccompNotAllowed},
+		{executor.ErrHostFeature, fsm.CauseHostFeature},
 		{ErrInjected, fsm.CauseInjected},
 		{fsm.ErrInvalidSpec, fsm.CauseInvalidSpec}, // after the named ones it may wrap
 		{executor.ErrSpawn, fsm.CauseSpawn},

@@ -267,15 +267,16 @@ func Reattach(ctx context.Context, taskDir string, want fsm.Identity) (*Client, 
 
 // connect dials the executor's socket, checks that its peer is the
 // executor (see checkPeer) and says hello in the protocol's version; an
-// executor of the previous version (one a previous tether started, whose
+// executor of a previous version (one a previous tether started, whose
 // task runs on) refuses that hello naming its own, and is dialled again
-// and spoken to in it.
+// and spoken to in it, from OldProtocolVersion on.
 func connect(ctx context.Context, id fsm.Identity, dir string, log hclog.Logger) (*Client, error) {
 	c, err := dial(ctx, id, dir, log, wire.ProtocolVersion)
 	var re *wire.RemoteError
-	if errors.As(err, &re) && errors.Is(err, wire.ErrProtocolVersion) && re.Version == wire.OldProtocolVersion {
-		log.Debug("the executor speaks the previous protocol", "version", re.Version)
-		return dial(ctx, id, dir, log, wire.OldProtocolVersion)
+	if errors.As(err, &re) && errors.Is(err, wire.ErrProtocolVersion) &&
+		re.Version >= wire.OldProtocolVersion && re.Version < wire.ProtocolVersion {
+		log.Debug("the executor speaks a previous protocol", "version", re.Version)
+		return dial(ctx, id, dir, log, re.Version)
 	}
 	return c, err
 }

@@ -89,6 +89,15 @@ var (
 	// ErrIsolation is returned when an exec task cannot be isolated here
 	// (the executor is not root).
 	ErrIsolation = wire.ErrIsolation
+	// ErrSeccompNotAllowed is returned for an exec task whose seccomp
+	// option (unconfined, a profile) the operator's Policy.AllowSeccomp
+	// does not hold.
+	ErrSeccompNotAllowed = wire.ErrSeccompNotAllowed
+	// ErrHostFeature is returned for an exec task whose sandbox needs a
+	// feature this host lacks (a seccomp filter, a cgroup or network
+	// namespace, keyrings, openat2) and the operator did not let it run
+	// without; the message names the feature and the opt-out.
+	ErrHostFeature = wire.ErrHostFeature
 )
 
 // Errors returned by Exec.

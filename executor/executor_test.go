@@ -572,9 +572,17 @@ func TestLaunch_ExecCapsApplied(t *testing.T) {
 			s.CapDrop, s.User = []string{"CAP_CHOWN"}, "root"
 			return s
 		}, map[string]uint64{"CapEff": hostspec.CapMask(withoutChown), "CapPrm": hostspec.CapMask(withoutChown), "CapBnd": hostspec.CapMask(withoutChown), "CapAmb": 0}, "0"},
-		{"nobody task, defaults as ambient", func() wire.Launch {
+		{"nobody task, none unless named", func() wire.Launch {
 			return wire.Launch{Spec: fsm.Spec{Driver: wire.ModeExec, Command: "/bin/cat", Args: []string{"/proc/self/status"}, User: "nobody", Env: map[string]string{"TETHER_TEST_MARKER": string(m)}}}
-		}, map[string]uint64{"CapEff": hostspec.CapMask(def), "CapPrm": hostspec.CapMask(def), "CapBnd": hostspec.CapMask(def), "CapAmb": hostspec.CapMask(def)}, "65534"},
+		}, map[string]uint64{"CapEff": 0, "CapPrm": 0, "CapBnd": 0, "CapAmb": 0, "CapInh": 0}, "65534"},
+		{"nobody task, cap_add as ambient", func() wire.Launch {
+			return wire.Launch{Spec: fsm.Spec{Driver: wire.ModeExec, Command: "/bin/cat", Args: []string{"/proc/self/status"}, User: "nobody", CapAdd: []string{"chown", "kill"}, Env: map[string]string{"TETHER_TEST_MARKER": string(m)}}}
+		}, map[string]uint64{"CapEff": 1<<0 | 1<<5, "CapPrm": 1<<0 | 1<<5, "CapBnd": 1<<0 | 1<<5, "CapAmb": 1<<0 | 1<<5}, "65534"},
+		{"root task, the default set", func() wire.Launch {
+			s := m.execSpec(t, "caps")
+			s.User = "root"
+			return s
+		}, map[string]uint64{"CapEff": hostspec.CapMask(def), "CapPrm": hostspec.CapMask(def), "CapBnd": hostspec.CapMask(def), "CapAmb": 0}, "0"},
 		{"raw_exec nobody task", func() wire.Launch {
 			return wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: "cat", Args: []string{"/proc/self/status"}, User: "65534", Dir: "/", Env: map[string]string{"TETHER_TEST_MARKER": string(m), "PATH": "/usr/bin:/bin"}}}
 		}, map[string]uint64{"CapEff": 0, "CapPrm": 0, "CapAmb": 0}, "65534"},

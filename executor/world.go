@@ -142,9 +142,10 @@ type Real struct {
 	// Logger receives the spawns' logs; nil discards them.
 	Logger hclog.Logger
 	// Policy is sent with every launch: the capability allow list for
-	// exec tasks (nil: DefaultAllowedCaps) and what an exec task's root is
+	// exec tasks (nil: DefaultAllowedCaps), what an exec task's root is
 	// built from, entries "SRC" or "SRC:DST" each bound read-only (nil:
-	// DefaultChroot, Nomad's chroot_env).
+	// DefaultChroot, Nomad's chroot_env), the seccomp allow list and the
+	// sandbox parts exec tasks may run without where the host lacks them.
 	Policy Policy
 
 	// The host's cgroup layout, probed once (0.4 ms a probe here, and a
@@ -154,6 +155,10 @@ type Real struct {
 	host     cgroup.Host
 	hostErr  error
 	hostDone bool
+	// The sandbox features the host lacks, probed once: a kernel's do not
+	// change while it runs.
+	featuresOnce sync.Once
+	features     spec.Features
 }
 
 // cgroupHost returns the host's cgroup layout, probing it the first time,
@@ -264,11 +269,14 @@ func (r *Real) KillTask(ctx context.Context, task string, id fsm.Identity, run f
 // executor/internal/spec's Check), run before anything is spawned; the
 // executor runs the same at launch.
 func (r *Real) CheckSpec(s fsm.Spec) error {
+	r.featuresOnce.Do(func() { r.features = spec.ProbeFeatures() })
 	h, err := r.cgroupHost(false)
 	if err != nil {
-		return spec.Check(r.launch(s), cgroup.Host{}, err)
+		_, err = spec.Check(r.launch(s), cgroup.Host{}, err, r.features)
+		return err
 	}
-	return spec.Check(r.launch(s), h, h.Usable())
+	_, err = spec.Check(r.launch(s), h, h.Usable(), r.features)
+	return err
 }
 
 // launch is what the executor is asked to launch for s.

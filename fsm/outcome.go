@@ -30,10 +30,14 @@ const (
 	// WarnNoRestarts: the restart journal cannot be written, so the task
 	// will not be restarted.
 	WarnNoRestarts
+	// WarnUnsandboxed: the host lacks a part of the exec sandbox (a
+	// seccomp filter, a cgroup namespace, keyrings), and the operator let
+	// exec tasks run without it, as this one does.
+	WarnUnsandboxed
 	numWarningKinds
 )
 
-var warningNames = [numWarningKinds]string{WarnOther: "other", WarnUncontained: "uncontained", WarnNoRestarts: "no-restarts"}
+var warningNames = [numWarningKinds]string{WarnOther: "other", WarnUncontained: "uncontained", WarnNoRestarts: "no-restarts", WarnUnsandboxed: "unsandboxed"}
 
 func (k WarningKind) String() string {
 	if k < numWarningKinds {
@@ -81,6 +85,12 @@ const (
 	CauseSpawn
 	// CauseInjected: a fault a test injected.
 	CauseInjected
+	// CauseSeccompNotAllowed: an exec task's seccomp option (unconfined,
+	// a profile) the operator did not allow.
+	CauseSeccompNotAllowed
+	// CauseHostFeature: the host lacks a part of the exec sandbox the
+	// operator did not let tasks run without.
+	CauseHostFeature
 	numCauses
 )
 
@@ -90,6 +100,7 @@ var causeNames = [numCauses]string{
 	CauseUnknownUser: "unknown-user", CauseCapNotAllowed: "cap-not-allowed", CauseUnknownCap: "unknown-cap",
 	CauseWorkDir: "work-dir", CauseNoCgroup: "no-cgroup", CauseLimit: "limit", CauseIsolation: "isolation",
 	CauseSpawn: "spawn", CauseInjected: "injected",
+	CauseSeccompNotAllowed: "seccomp-not-allowed", CauseHostFeature: "host-feature",
 }
 
 func (c Cause) String() string {

@@ -36,11 +36,36 @@ type Spec struct {
 	// only) or "host".
 	PIDMode string
 	IPCMode string
+	// Network is the task's network: "" (as "host") shares the host's
+	// network namespace, its loopback and abstract unix sockets included;
+	// "none" gives an exec task a namespace of its own with loopback alone.
+	Network NetworkMode
+	// Seccomp is an exec task's syscall filter: "" (as "default") is
+	// Docker's default profile, "unconfined" none, an absolute path a
+	// Docker/OCI profile file. Anything but the default needs the
+	// operator's allow list (the driver's policy), never the spec alone.
+	Seccomp string
 	// Job and Group name the Nomad job and group a task came from (a job
 	// file); the task then also gets Nomad's NOMAD_* variables.
 	Job   string
 	Group string
 }
+
+// NetworkMode is a task's network block's mode (Nomad's group network
+// shape): tether runs "host" and "none"; bridge networking is not there.
+type NetworkMode string
+
+// Network modes; "" is NetworkHost, as in Nomad.
+const (
+	NetworkHost NetworkMode = "host"
+	NetworkNone NetworkMode = "none"
+)
+
+// Seccomp choices other than a profile's path; "" is SeccompDefault.
+const (
+	SeccompDefault    = "default"
+	SeccompUnconfined = "unconfined"
+)
 
 // Resources are a task's limits, with Nomad's names and units. Zero means
 // unset.
@@ -247,6 +272,28 @@ func (s *Spec) Validate() error {
 		case m.v != "" && s.Driver != "exec":
 			return bad("%s applies to exec tasks only (a raw_exec task shares the host's namespaces)", m.name)
 		}
+	}
+	switch s.Network {
+	case "", NetworkHost:
+	case NetworkNone:
+		if s.Driver != "exec" {
+			return bad("network mode %q applies to exec tasks only (a raw_exec task shares the host's network); use driver \"exec\", or mode \"host\"", s.Network)
+		}
+	case "bridge":
+		return bad("network mode \"bridge\": tether has no bridge networking (CNI) yet; use \"host\" (the host's network) or \"none\" (loopback alone)")
+	default:
+		return bad("network mode %q: use \"host\" or \"none\"", s.Network)
+	}
+	if err := check("seccomp", s.Seccomp); err != nil {
+		return err
+	}
+	switch {
+	case s.Seccomp == "", s.Seccomp == SeccompDefault:
+	case s.Driver != "exec":
+		return bad("seccomp applies to exec tasks only (a raw_exec task runs unfiltered); remove it, or use driver \"exec\"")
+	case s.Seccomp == SeccompUnconfined, strings.HasPrefix(s.Seccomp, "/"):
+	default:
+		return bad("seccomp %q: use \"default\", \"unconfined\" or the absolute path of a Docker/OCI profile (both need the operator's --allow-seccomp)", s.Seccomp)
 	}
 	return nil
 }

@@ -395,12 +395,31 @@ func TestSpec_Validate(t *testing.T) {
 		"negative logs":    func(s *Spec) { s.Logs.MaxFiles = neg },
 		"pid_mode":         func(s *Spec) { s.PIDMode = "private" },
 		"restart":          func(s *Spec) { s.Restart = &RestartPolicy{Attempts: 1, Mode: RestartFail} },
+		"network none raw": func(s *Spec) { s.Network = NetworkNone },
+		"network bridge":   func(s *Spec) { s.Driver, s.Network = "exec", "bridge" },
+		"network other":    func(s *Spec) { s.Driver, s.Network = "exec", "cni/x" },
+		"seccomp raw":      func(s *Spec) { s.Seccomp = SeccompUnconfined },
+		"seccomp relative": func(s *Spec) { s.Driver, s.Seccomp = "exec", "profile.json" },
+		"seccomp NUL":      func(s *Spec) { s.Driver, s.Seccomp = "exec", "/p\x00" },
 	}
 	for name, mod := range cases {
 		s := ok
 		mod(&s)
 		if err := s.Validate(); !errors.Is(err, ErrInvalidSpec) {
 			t.Errorf("%s: %v, want ErrInvalidSpec", name, err)
+		}
+	}
+	for name, mod := range map[string]func(s *Spec){
+		"network none":       func(s *Spec) { s.Driver, s.Network = "exec", NetworkNone },
+		"network host":       func(s *Spec) { s.Network = NetworkHost },
+		"seccomp default":    func(s *Spec) { s.Seccomp = SeccompDefault },
+		"seccomp unconfined": func(s *Spec) { s.Driver, s.Seccomp = "exec", SeccompUnconfined },
+		"seccomp profile":    func(s *Spec) { s.Driver, s.Seccomp = "exec", "/etc/tether/p.json" },
+	} {
+		s := ok
+		mod(&s)
+		if err := s.Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
 		}
 	}
 }

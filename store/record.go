@@ -33,7 +33,8 @@ import (
 //	         parts, then those present: resources (memory, memory_max,
 //	         cpu, cores, pids), oom_score_adj, logs (max_files,
 //	         max_file_size, disabled), restart (attempts, interval, delay,
-//	         mode, on_success), pid_mode, ipc_mode, job, group
+//	         mode, on_success), pid_mode, ipc_mode, job, group,
+//	         network, seccomp
 //	nonce    string
 //	executor pid, start_time, boot_id, nonce, socket; v2 (fCgroup): cgroup
 //	task_pid varint; task_start uvarint
@@ -97,6 +98,8 @@ const (
 	sxIPCMode
 	sxJob
 	sxGroup
+	sxNetwork
+	sxSeccomp
 	sxAll = 1<<iota - 1
 )
 
@@ -307,6 +310,12 @@ func specExtOf(s *fsm.Spec) uint64 {
 	if s.Group != "" {
 		x |= sxGroup
 	}
+	if s.Network != "" {
+		x |= sxNetwork
+	}
+	if s.Seccomp != "" {
+		x |= sxSeccomp
+	}
 	return x
 }
 
@@ -337,7 +346,8 @@ func appendSpecExt(dst []byte, s *fsm.Spec) []byte {
 	for _, v := range [...]struct {
 		bit uint64
 		s   string
-	}{{sxPIDMode, s.PIDMode}, {sxIPCMode, s.IPCMode}, {sxJob, s.Job}, {sxGroup, s.Group}} {
+	}{{sxPIDMode, s.PIDMode}, {sxIPCMode, s.IPCMode}, {sxJob, s.Job}, {sxGroup, s.Group},
+		{sxNetwork, string(s.Network)}, {sxSeccomp, s.Seccomp}} {
 		if x&v.bit != 0 {
 			dst = appendString(dst, v.s)
 		}
@@ -624,6 +634,12 @@ func (d *decoder) spec(ext bool) *fsm.Spec {
 	}
 	if x&sxGroup != 0 {
 		s.Group = d.nonEmpty()
+	}
+	if x&sxNetwork != 0 {
+		s.Network = fsm.NetworkMode(d.nonEmpty())
+	}
+	if x&sxSeccomp != 0 {
+		s.Seccomp = d.nonEmpty()
 	}
 	return s
 }

@@ -40,6 +40,7 @@ func genSpec(t *rapid.T) *fsm.Spec {
 		KillTimeout: time.Duration(rapid.Int64().Draw(t, "kill_timeout")),
 		PIDMode:     rapid.String().Draw(t, "pid_mode"), IPCMode: rapid.String().Draw(t, "ipc_mode"),
 		Job: rapid.String().Draw(t, "job"), Group: rapid.String().Draw(t, "group"),
+		Network: fsm.NetworkMode(rapid.String().Draw(t, "network")), Seccomp: rapid.String().Draw(t, "seccomp"),
 	}
 	if env := rapid.MapOfN(rapid.String(), rapid.String(), 0, 4).Draw(t, "env"); len(env) > 0 {
 		s.Env = env
@@ -97,9 +98,9 @@ func genEvent(t *rapid.T) fsm.Event {
 	e.Target = rapid.SampledFrom(append([]fsm.State{fsm.StateNone}, fsm.States()...)).Draw(t, "target")
 	e.Attempt = rapid.Int().Draw(t, "attempt")
 	e.Delay = time.Duration(rapid.Int64().Draw(t, "delay"))
-	e.Cause = fsm.Cause(rapid.IntRange(0, int(fsm.CauseInjected)).Draw(t, "cause"))
+	e.Cause = fsm.Cause(rapid.IntRange(0, int(fsm.CauseHostFeature)).Draw(t, "cause"))
 	for range rapid.IntRange(0, 2).Draw(t, "warnings") {
-		e.Warnings = append(e.Warnings, fsm.Warning{Kind: fsm.WarningKind(rapid.IntRange(0, int(fsm.WarnNoRestarts)).Draw(t, "warning_kind")),
+		e.Warnings = append(e.Warnings, fsm.Warning{Kind: fsm.WarningKind(rapid.IntRange(0, int(fsm.WarnUnsandboxed)).Draw(t, "warning_kind")),
 			Text: rapid.String().Draw(t, "warning_text")})
 	}
 	e.Replaces = rapid.String().Draw(t, "replaces")
@@ -477,6 +478,7 @@ func fullEvents() []fsm.Event {
 		OOMScoreAdj: &adj, Logs: fsm.LogConfig{MaxFiles: 3, MaxFileSizeMB: 5, Disabled: true},
 		Restart: &fsm.RestartPolicy{Attempts: 2, Interval: time.Minute, Delay: time.Second, Mode: fsm.RestartDelay, OnSuccess: true},
 		PIDMode: "host", IPCMode: "host", Job: "job", Group: "group",
+		Network: fsm.NetworkNone, Seccomp: "/etc/tether/profile.json",
 	}
 	return []fsm.Event{
 		{Type: fsm.EventCreated, Time: at(0), Spec: spec},

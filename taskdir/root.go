@@ -435,3 +435,58 @@ func (r *Root) Chown(rel string, owner Owner) error {
 	}
 	return nil
 }
+
+// OpenDir opens the directory rel below the root as a path descriptor
+// (O_PATH), no symbolic link followed on the way or at its end: for a
+// privileged process to fchdir into a task's directory, or to act below
+// it, without a link the task planted ever taking it elsewhere.
+func (r *Root) OpenDir(rel string) (*os.File, error) {
+	fd, err := r.dir(rel, false, 0, Keep)
+	if err != nil {
+		return nil, err
+	}
+	c, _ := clean(rel)
+	return os.NewFile(uintptr(fd), filepath.Join(r.path, c)), nil
+}
+
+// EnsureDir makes rel a directory with perm and owner: created when
+// missing (its parents must exist), and its mode and owner set through a
+// descriptor of it, so that a symbolic link or anything but a directory
+// there is an error and never followed.
+func (r *Root) EnsureDir(rel string, perm os.FileMode, owner Owner) error {
+	parent, base, err := split(rel)
+	if err != nil {
+		return err
+	}
+	dfd, err := r.dir(parent, false, 0, Keep)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	if err := unix.Mkdirat(dfd, base, uint32(perm.Perm())); err != nil && !errors.Is(err, unix.EEXIST) {
+		return r.errf("mkdir", rel, err)
+	}
+	fd, err := r.openat2(dfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+			if fi, lerr := r.lstatAt(dfd, base); lerr == nil && fi.Mode()&os.ModeSymlink != 0 {
+				err = unix.ELOOP
+			}
+		}
+		return r.errf("open directory", rel, err)
+	}
+	defer unix.Close(fd)
+	mode := uint32(perm.Perm())
+	if perm&os.ModeSticky != 0 {
+		mode |= unix.S_ISVTX
+	}
+	if err := unix.Fchmod(fd, mode); err != nil {
+		return r.errf("chmod", rel, err)
+	}
+	if owner != Keep {
+		if err := unix.Fchown(fd, owner.UID, owner.GID); err != nil {
+			return r.errf("chown", rel, err)
+		}
+	}
+	return nil
+}

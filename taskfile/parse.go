@@ -187,6 +187,9 @@ func (p *parser) top(body *hclsyntax.Body) {
 }
 
 func (p *parser) addGroup(g *Group) {
+	for _, t := range g.Tasks {
+		t.networkMode()
+	}
 	p.file.Groups = append(p.file.Groups, g)
 	p.file.Tasks = append(p.file.Tasks, g.Tasks...)
 }

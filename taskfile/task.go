@@ -3,6 +3,7 @@ package taskfile
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -118,6 +119,14 @@ func (p *parser) task(b *hclsyntax.Block, g *Group, job *Job) *Task {
 			}
 		case "meta":
 			t.Meta = p.stringMap(c, "meta")
+		case "network":
+			// The group's network block, accepted in a task too (a
+			// task file's task is its own group).
+			if t.Network != nil {
+				p.errorf(c.TypeRange, "Duplicate network block", "Task %q already has a network block at %s.", name, pos(t.Network.Range))
+				continue
+			}
+			t.Network = p.network(c, t.Name, &t.Refusals)
 		case "constraint":
 			if con, ok := p.constraint(c); ok {
 				t.Constraints = append(t.Constraints, con)
@@ -152,6 +161,9 @@ func (p *parser) task(b *hclsyntax.Block, g *Group, job *Job) *Task {
 	} else if !hasCommand {
 		p.errorf(config.TypeRange, "Missing command", `The config block of task %q needs command = "...".`, name)
 	}
+	if config != nil && t.Driver == "raw_exec" && t.Spec.Seccomp != "" && t.Spec.Seccomp != fsm.SeccompDefault {
+		p.errorf(config.TypeRange, "Seccomp for raw_exec", `Task %q uses raw_exec, which runs unfiltered; seccomp applies only to driver = "exec".`, name)
+	}
 	if config != nil && t.Driver == "raw_exec" && (len(t.Spec.CapAdd) > 0 || len(t.Spec.CapDrop) > 0) {
 		p.warnf(config.TypeRange, "Capabilities ignored", `Task %q uses raw_exec, which runs the command as is; cap_add and cap_drop apply only to driver = "exec".`, name)
 	}
@@ -167,7 +179,7 @@ func (p *parser) config(c *hclsyntax.Block, name string, spec *fsm.Spec) (hasCom
 	for _, nb := range c.Body.Blocks {
 		p.warnf(nb.TypeRange, "Unsupported block", "tether ignores the %q block in the config of task %q.", nb.Type, name)
 	}
-	for _, a := range p.attrs(c.Body, fmt.Sprintf("the config of task %q", name), "command", "args", "cap_add", "cap_drop", "work_dir", "pid_mode", "ipc_mode", "oom_score_adj") {
+	for _, a := range p.attrs(c.Body, fmt.Sprintf("the config of task %q", name), "command", "args", "cap_add", "cap_drop", "work_dir", "pid_mode", "ipc_mode", "oom_score_adj", "seccomp") {
 		switch a.Name {
 		case "command":
 			hasCommand = true
@@ -187,6 +199,15 @@ func (p *parser) config(c *hclsyntax.Block, name string, spec *fsm.Spec) (hasCom
 			spec.PIDMode = p.mode(a)
 		case "ipc_mode":
 			spec.IPCMode = p.mode(a)
+		case "seccomp":
+			if v, ok := p.lit(a); ok {
+				switch {
+				case v == fsm.SeccompDefault, v == fsm.SeccompUnconfined, filepath.IsAbs(v):
+					spec.Seccomp = v
+				default:
+					p.errorf(a.Expr.Range(), "Bad seccomp", `seccomp is %q; use "default", "unconfined" or the absolute path of a Docker/OCI profile (anything but "default" needs the operator's --allow-seccomp).`, v)
+				}
+			}
 		case "oom_score_adj":
 			if v, ok := p.int(a); ok {
 				if v < -1000 || v > 1000 {
@@ -197,6 +218,25 @@ func (p *parser) config(c *hclsyntax.Block, name string, spec *fsm.Spec) (hasCom
 		}
 	}
 	return hasCommand
+}
+
+// networkMode sets the task's spec's network from its own network block,
+// else its group's (Nomad's place for it); "none" for a raw_exec task,
+// which shares the host's network whatever it says, is refused.
+func (t *Task) networkMode() {
+	n := t.Network
+	if n == nil && t.Group != nil {
+		n = t.Group.Network
+	}
+	if n == nil || n.Mode != NetworkNone {
+		return
+	}
+	if t.Driver == "raw_exec" {
+		t.Refusals = append(t.Refusals, Refusal{What: `network mode "none" for a raw_exec task`,
+			Why: `raw_exec shares the host's network; use driver = "exec" for a task with loopback alone, or mode = "host"`, Range: n.Range})
+		return
+	}
+	t.Spec.Network = fsm.NetworkNone
 }
 
 // mode reads pid_mode or ipc_mode: "host", or unset for the task's own.

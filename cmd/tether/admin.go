@@ -14,6 +14,7 @@ import (
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/executor/server"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/store"
 )
@@ -374,6 +375,10 @@ func (c *cli) cmdDebug(args []string) int {
 			return c.fail(err)
 		}
 		fmt.Fprint(c.stdout, h.String())
+		fmt.Fprintln(c.stdout, "exec sandbox:")
+		for _, l := range server.HostFeatures() {
+			fmt.Fprintf(c.stdout, "  %s\n", l)
+		}
 		return exitOK
 	default:
 		c.errorf("debug: use 'tether debug crashpoints', 'tether debug faultpoints' or 'tether debug host'")

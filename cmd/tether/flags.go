@@ -149,12 +149,15 @@ func (c *cli) globalFlags(fs *flagSet, startsTasks bool) {
 	fs.DurationVar(&c.lockTimeout, "lock-timeout", c.lockTimeout, "how long to wait while another tether holds the store without letting go (commands queued behind each other wait their turn)")
 	fs.StringVar(&c.allowCaps, "allow-caps", c.allowCaps, "capability allow `list` for exec tasks, comma-separated (env TETHER_ALLOW_CAPS; default Nomad's exec list, without net_raw)")
 	fs.StringVar(&c.chrootEnv, "chroot-env", c.chrootEnv, "what an exec task's root is made of: `entries` SRC or SRC:DST, comma-separated, each bound read-only (env TETHER_CHROOT_ENV; default Nomad's chroot_env)")
-	for _, name := range []string{"state-dir", "log-level", "lock-timeout", "allow-caps", "chroot-env"} {
+	fs.StringVar(&c.allowSeccompFlag, "allow-seccomp", c.allowSeccompFlag, "what an exec task's seccomp may name besides \"default\": `list` of unconfined and profile paths, comma-separated (env TETHER_ALLOW_SECCOMP; default none); unconfined also runs exec tasks unfiltered on a host without seccomp")
+	fs.StringVar(&c.allowMissingFlag, "allow-missing", c.allowMissingFlag, "sandbox `parts` exec tasks may run without where the host lacks them: cgroupns, keyring, comma-separated (env TETHER_ALLOW_MISSING; default none: such a host refuses exec tasks)")
+	for _, name := range []string{"state-dir", "log-level", "lock-timeout", "allow-caps", "chroot-env", "allow-seccomp", "allow-missing"} {
 		_ = fs.SetAnnotation(name, globalAnnotation, nil)
 	}
 	if !startsTasks {
-		_ = fs.MarkHidden("allow-caps")
-		_ = fs.MarkHidden("chroot-env")
+		for _, name := range []string{"allow-caps", "chroot-env", "allow-seccomp", "allow-missing"} {
+			_ = fs.MarkHidden(name)
+		}
 	}
 }
 

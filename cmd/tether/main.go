@@ -74,6 +74,10 @@ type cli struct {
 	allowedCaps []string
 	chrootEnv   string
 	chroot      []string
+	// The seccomp allow list and the sandbox parts exec tasks may run
+	// without (--allow-seccomp, --allow-missing), as given and as lists.
+	allowSeccompFlag, allowMissingFlag string
+	allowSeccomp, allowMissing         []string
 
 	log   hclog.Logger
 	hooks driver.Hooks
@@ -356,9 +360,17 @@ func (c *cli) setup() error {
 				c.chroot = append(c.chroot, e)
 			}
 		}
-		if err := executor.ValidateChroot(c.chroot); err != nil {
+		if err := executor.ValidatePolicy(executor.Policy{Chroot: c.chroot}); err != nil {
 			return fmt.Errorf("--chroot-env: %w; give existing host paths as SRC or SRC:DST", err)
 		}
+	}
+	c.allowSeccomp = splitList(c.allowSeccompFlag, "TETHER_ALLOW_SECCOMP")
+	if err := executor.ValidatePolicy(executor.Policy{AllowSeccomp: c.allowSeccomp}); err != nil {
+		return fmt.Errorf("--allow-seccomp: %w", err)
+	}
+	c.allowMissing = splitList(c.allowMissingFlag, "TETHER_ALLOW_MISSING")
+	if err := executor.ValidatePolicy(executor.Policy{AllowMissing: c.allowMissing}); err != nil {
+		return fmt.Errorf("--allow-missing: %w", err)
 	}
 	dir, err := stateDir(c.stateDir)
 	if err != nil {
@@ -371,6 +383,22 @@ func (c *cli) setup() error {
 	}
 	c.hooks = hooks
 	return nil
+}
+
+// splitList splits a comma-separated flag value, or when it is empty the
+// environment variable env's, into its non-empty entries.
+func splitList(flagValue, env string) []string {
+	v := flagValue
+	if v == "" {
+		v = os.Getenv(env)
+	}
+	var out []string
+	for _, e := range strings.Split(v, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // stateDir picks the state directory: the flag, then TETHER_STATE_DIR,

@@ -82,6 +82,8 @@ func (c *cli) open() (*session, error) {
 		ExecutorCommand: cmd,
 		AllowedCaps:     c.allowedCaps,
 		ChrootEnv:       c.chroot,
+		AllowSeccomp:    c.allowSeccomp,
+		AllowMissing:    c.allowMissing,
 		Hooks:           c.hooks,
 	})
 	if err != nil {

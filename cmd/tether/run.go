@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -423,6 +424,7 @@ func (c *cli) endCode(final fsm.Task, err error, interrupted os.Signal) int {
 	if s := endSummary(final, false); s != "" {
 		fmt.Fprintf(c.stderr, "tether: %s: %s\n", final.ID, s)
 	}
+	c.capNote(final)
 	switch {
 	case interrupted != nil && final.State == fsm.StateStopped:
 		return 128 + int(interrupted.(syscall.Signal))
@@ -519,6 +521,41 @@ func exitCode(x fsm.ExitStatus) int {
 }
 
 // describeEnd says how a terminal task ended.
+// capNote reminds, when a non-root exec task that named no capability
+// ended badly, that it held none: an exec task of any user but root gets
+// exactly the capabilities its cap_add names (Docker's rule, not Nomad's
+// default set), and a failure to bind a low port or chown a file is often
+// that.
+func (c *cli) capNote(t fsm.Task) {
+	s := t.Spec
+	failed := t.State == fsm.StateFailed || t.Exit != nil && (t.Exit.Code != 0 || t.Exit.Signal != 0)
+	if s == nil || s.Driver != "exec" || len(s.CapAdd) > 0 || !failed || isRoot(s.User) {
+		return
+	}
+	fmt.Fprintf(c.stderr, "tether: %s: note: it ran as %s with no capability; if it needed one, name it in its config's cap_add\n"+
+		"  (cap_add = [\"net_bind_service\"] to bind a port below 1024), within the allow list (--allow-caps)\n", t.ID, userName(s.User))
+}
+
+// isRoot reports whether an exec task's user (a name or a uid; "" is
+// nobody) is root.
+func isRoot(name string) bool {
+	if name == "" {
+		return false
+	}
+	if name == "0" || name == "root" {
+		return true
+	}
+	u, err := user.Lookup(name)
+	return err == nil && u.Uid == "0"
+}
+
+func userName(name string) string {
+	if name == "" {
+		return "nobody"
+	}
+	return name
+}
+
 func describeEnd(t fsm.Task) string {
 	s := t.State.String()
 	if t.Exit != nil {

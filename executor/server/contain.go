@@ -120,7 +120,7 @@ func (s *server) oomKilled() bool {
 // reserve holds room in the task directory for the exit status, so a task
 // that fills the disk with its output does not cost its exit status.
 func (s *server) reserve() error {
-	f, err := os.OpenFile(filepath.Join(s.taskDir, statedir.ReserveFile), os.O_WRONLY|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(filepath.Join(s.taskDir, statedir.ReserveFile), os.O_WRONLY|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/cgroup"
+	"github.com/tether-fsm/tether/executor/internal/spec"
 	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/executor/shim"
 	"github.com/tether-fsm/tether/fsm"
@@ -171,6 +172,8 @@ type server struct {
 	cgKill   cgKill
 	cgKilled chan error
 	cgTries  int
+	// feats is what of the exec sandbox the host lacks (see features).
+	feats spec.Features
 
 	// The task's output streams, and the bound on their last copies.
 	outs     []*output

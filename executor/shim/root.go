@@ -164,6 +164,10 @@ var (
 // build builds the root and pivots into it. It runs in the shim, in the
 // task's fresh mount namespace (and PID namespace, for /proc), as root.
 func (p *RootPlan) build() error {
+	// The directories made on the way to a bind (/run of /run/resolvconf)
+	// are 0755 whatever the executor's umask (077): the task's user must
+	// traverse them. The task gets the umask it had.
+	defer unix.Umask(unix.Umask(0o022))
 	// Nothing mounted here may propagate to the host's namespace.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make the mount namespace private: %w", err)

@@ -97,6 +97,15 @@ var (
 	// ErrIsolation is returned when an exec task cannot be isolated here
 	// (the executor is not root).
 	ErrIsolation = errors.New("executor: cannot isolate the task")
+	// ErrSeccompNotAllowed is returned for an exec task whose seccomp
+	// option (unconfined, a profile) the operator's allow list
+	// (Policy.AllowSeccomp) does not hold.
+	ErrSeccompNotAllowed = errors.New("executor: seccomp option not allowed by the operator")
+	// ErrHostFeature is returned for an exec task whose sandbox needs a
+	// feature this host lacks (a seccomp filter, a cgroup or network
+	// namespace, keyrings, openat2), unless the operator let exec tasks
+	// run without it; the message names the feature and the opt-out.
+	ErrHostFeature = errors.New("executor: the host lacks a feature of the exec sandbox")
 )
 
 // Errors returned by Exec.
