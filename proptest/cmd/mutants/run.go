@@ -95,12 +95,12 @@ func (r *runner) pkg(ctx context.Context, pkg, overlay string) ([]catch, error) 
 			if top != "" && slices.Contains(skip, top) {
 				continue
 			}
-			ok, why, err := r.prove(ctx, pkg, overlay, ct)
+			ok, proof, why, err := r.prove(ctx, pkg, overlay, ct)
 			if err != nil {
 				return nil, err
 			}
 			if ok {
-				proven = append(proven, ct)
+				proven = append(proven, proof)
 				continue
 			}
 			fmt.Printf("   not counted: %s: %s\n", ct.test, why)
@@ -116,19 +116,22 @@ func (r *runner) pkg(ctx context.Context, pkg, overlay string) ([]catch, error) 
 	}
 }
 
-// prove checks that ct is the mutant's doing: its test passes alone
-// without the mutant (else it is red: recorded, and skipped from then on),
-// and, with -confirm, fails alone again with it (else it is flaky). A
+// prove checks that ct is the mutant's doing: its top-level test passes
+// alone without the mutant (else it is red: recorded, and skipped from
+// then on), and, with -confirm, fails alone again with it, the same
+// subtest if it was one (else it is flaky). It returns the catch to
+// report: ct, or the failure of the rerun where another subtest of the
+// same test failed there (parallel subtests report in any order). A
 // failure outside any test is proven by the package passing without the
 // mutant.
-func (r *runner) prove(ctx context.Context, pkg, overlay string, ct catch) (bool, string, error) {
+func (r *runner) prove(ctx context.Context, pkg, overlay string, ct catch) (bool, catch, string, error) {
 	top := ct.top()
 	key := pkg + " " + top
 	passes, known := r.passes[key]
 	if !known {
 		got, err := goTest(ctx, r.root, "", r.args(pkg, top, r.red[pkg], false))
 		if err != nil {
-			return false, "", fmt.Errorf("without the mutant: %w", err)
+			return false, ct, "", fmt.Errorf("without the mutant: %w", err)
 		}
 		passes = !slices.ContainsFunc(got, func(c catch) bool { return top == "" || c.top() == top })
 		r.passes[key] = passes
@@ -138,19 +141,23 @@ func (r *runner) prove(ctx context.Context, pkg, overlay string, ct catch) (bool
 		}
 	}
 	if !passes {
-		return false, "it fails without the mutant too", nil
+		return false, ct, "it fails without the mutant too", nil
 	}
 	if !r.c.confirm || top == "" {
-		return true, "", nil
+		return true, ct, "", nil
 	}
 	got, err := goTest(ctx, r.root, overlay, r.args(pkg, top, nil, false))
 	if err != nil {
-		return false, "", fmt.Errorf("confirming %s: %w", ct.test, err)
+		return false, ct, "", fmt.Errorf("confirming %s: %w", ct.test, err)
 	}
-	if !slices.ContainsFunc(got, func(c catch) bool { return c.top() == top }) {
-		return false, "it passed when run again alone with the mutant (flaky?)", nil
+	if i := slices.IndexFunc(got, func(c catch) bool { return c.id == ct.id }); i >= 0 {
+		return true, got[i], "", nil
 	}
-	return true, "", nil
+	if i := slices.IndexFunc(got, func(c catch) bool { return c.top() == top }); i >= 0 {
+		fmt.Printf("   not counted: %s: it passed when run again with the mutant (flaky?); %s failed instead\n", ct.test, got[i].test)
+		return true, got[i], "", nil
+	}
+	return false, ct, "it passed when run again alone with the mutant (flaky?)", nil
 }
 
 // args are go test's arguments for pkg: only the top-level test run if
