@@ -23,6 +23,7 @@ import (
 //
 //	hold-lock PATH        open the store, print "locked", hold it until
 //	                      stdin closes.
+//	hold-lock-ro PATH     hold-lock with a read-only open.
 //	append PATH N PREFIX  append to N tasks (PREFIX-task-NNN) concurrently, printing
 //	                      "ack TASK SEQ" once each Append returns; runs
 //	                      until killed.
@@ -36,7 +37,9 @@ func runHelper(name string) int {
 	var err error
 	switch name {
 	case "hold-lock":
-		err = helperHoldLock(args[0])
+		err = helperHoldLock(args[0], Options{})
+	case "hold-lock-ro":
+		err = helperHoldLock(args[0], Options{ReadOnly: true})
 	case "append":
 		n, _ := strconv.Atoi(args[1])
 		err = helperAppend(args[0], n, args[2])
@@ -54,8 +57,8 @@ func runHelper(name string) int {
 	return 0
 }
 
-func helperHoldLock(path string) error {
-	s, err := Open(path, Options{})
+func helperHoldLock(path string, opts Options) error {
+	s, err := Open(path, opts)
 	if err != nil {
 		return err
 	}
