@@ -21,7 +21,12 @@ type mutant struct {
 	// first (their tests are known to catch it quickest). Every other
 	// reverse dependency of the mutated files is tried after them.
 	packages []string
-	edits    []edit
+	// tests is the comment's "tests:" line: a go test -run pattern of the
+	// tests to run first, alone, in each package (the catch of a mutant
+	// whose catching test comes late in a slow package's suite); if none of
+	// them catches it, every package's whole suite runs as without it.
+	tests string
+	edits []edit
 }
 
 func (m mutant) summary() string {
@@ -43,6 +48,9 @@ func loadMutant(path string) (mutant, error) {
 	for line := range strings.SplitSeq(comment, "\n") {
 		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "packages:"); ok {
 			m.packages = append(m.packages, strings.Fields(rest)...)
+		}
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "tests:"); ok {
+			m.tests = strings.TrimSpace(rest)
 		}
 	}
 	for _, p := range m.packages {

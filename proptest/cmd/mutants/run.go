@@ -60,9 +60,24 @@ func (r *runner) mutant(m mutant) (o outcome) {
 	}
 	ctx, cancel := context.WithTimeoutCause(context.Background(), r.c.budget, fmt.Errorf("the mutant's budget of %s ran out", r.c.budget))
 	defer cancel()
+	// The mutant's own tests first, if it names some.
+	if m.tests != "" && !r.c.all && r.c.run == "" {
+		for _, pkg := range o.plan {
+			caught, err := r.pkg(ctx, pkg, overlay, m.tests)
+			if err != nil {
+				o.err = fmt.Errorf("%s: %w", shortPkg(pkg), err)
+				return o
+			}
+			if len(caught) > 0 {
+				o.caught, o.ran = caught, 1
+				return o
+			}
+		}
+		fmt.Printf("   not caught by its tests (%s): running every package\n", m.tests)
+	}
 	for _, pkg := range o.plan {
 		o.ran++
-		caught, err := r.pkg(ctx, pkg, overlay)
+		caught, err := r.pkg(ctx, pkg, overlay, r.c.run)
 		if err != nil {
 			o.err = fmt.Errorf("%s: %w", shortPkg(pkg), err)
 			return o
@@ -75,12 +90,13 @@ func (r *runner) mutant(m mutant) (o outcome) {
 	return o
 }
 
-// pkg runs one package's tests under the mutant and returns the proven
-// catches: the first one (with -failfast), or with -all every one.
-func (r *runner) pkg(ctx context.Context, pkg, overlay string) ([]catch, error) {
+// pkg runs one package's tests matching run (all if "") under the mutant
+// and returns the proven catches: the first one (with -failfast), or with
+// -all every one.
+func (r *runner) pkg(ctx context.Context, pkg, overlay, run string) ([]catch, error) {
 	skip := slices.Clone(r.red[pkg])
 	for {
-		args := r.args(pkg, "", skip, !r.c.all)
+		args := r.args(pkg, run, skip, !r.c.all)
 		got, err := goTest(ctx, r.root, overlay, args)
 		if err != nil {
 			return nil, err
@@ -129,7 +145,7 @@ func (r *runner) prove(ctx context.Context, pkg, overlay string, ct catch) (bool
 	key := pkg + " " + top
 	passes, known := r.passes[key]
 	if !known {
-		got, err := goTest(ctx, r.root, "", r.args(pkg, top, r.red[pkg], false))
+		got, err := goTest(ctx, r.root, "", r.args(pkg, exactly(top), r.red[pkg], false))
 		if err != nil {
 			return false, ct, "", fmt.Errorf("without the mutant: %w", err)
 		}
@@ -146,7 +162,7 @@ func (r *runner) prove(ctx context.Context, pkg, overlay string, ct catch) (bool
 	if !r.c.confirm || top == "" {
 		return true, ct, "", nil
 	}
-	got, err := goTest(ctx, r.root, overlay, r.args(pkg, top, nil, false))
+	got, err := goTest(ctx, r.root, overlay, r.args(pkg, exactly(top), nil, false))
 	if err != nil {
 		return false, ct, "", fmt.Errorf("confirming %s: %w", ct.test, err)
 	}
@@ -160,9 +176,9 @@ func (r *runner) prove(ctx context.Context, pkg, overlay string, ct catch) (bool
 	return false, ct, "it passed when run again alone with the mutant (flaky?)", nil
 }
 
-// args are go test's arguments for pkg: only the top-level test run if
-// given, skipping the tests in skip, stopping at the first failure if
-// failfast.
+// args are go test's arguments for pkg: only the tests run matches if
+// given (a -run pattern), skipping the top-level tests in skip, stopping at
+// the first failure if failfast.
 func (r *runner) args(pkg, run string, skip []string, failfast bool) []string {
 	args := []string{"test", "-json", "-count=1", "-timeout=" + r.c.budget.String()}
 	if failfast {
@@ -171,11 +187,8 @@ func (r *runner) args(pkg, run string, skip []string, failfast bool) []string {
 	if r.c.race {
 		args = append(args, "-race")
 	}
-	switch {
-	case run != "":
-		args = append(args, "-run=^"+regexp.QuoteMeta(run)+"$")
-	case r.c.run != "":
-		args = append(args, "-run="+r.c.run)
+	if run != "" {
+		args = append(args, "-run="+run)
 	}
 	if len(skip) > 0 {
 		q := make([]string, len(skip))
@@ -189,6 +202,14 @@ func (r *runner) args(pkg, run string, skip []string, failfast bool) []string {
 		args = append(args, rapidFlag)
 	}
 	return args
+}
+
+// exactly is the -run pattern of one top-level test ("" for all).
+func exactly(test string) string {
+	if test == "" {
+		return ""
+	}
+	return "^" + regexp.QuoteMeta(test) + "$"
 }
 
 // top is the top-level test of a catch ("" for a failure outside any
