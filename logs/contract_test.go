@@ -52,6 +52,7 @@ import (
 // exactly the tail of the output (nothing of it twice, nothing missing
 // from within).
 func TestWriter_KeepsExactlyMaxFiles(t *testing.T) {
+	t.Parallel()
 	for _, maxFiles := range []int{1, 2, 3, 5} {
 		t.Run(fmt.Sprintf("max_files=%d", maxFiles), func(t *testing.T) {
 			t.Parallel()
@@ -102,6 +103,7 @@ func TestWriter_KeepsExactlyMaxFiles(t *testing.T) {
 // rename and never deleted: a fresh file is renamed over it, so a reader
 // that opens it by name at any moment finds a file.
 func TestWriter_LiveNameNeverMissing(t *testing.T) {
+	t.Parallel()
 	for _, maxFiles := range []int{1, 3} {
 		t.Run(fmt.Sprintf("max_files=%d", maxFiles), func(t *testing.T) {
 			t.Parallel()
@@ -182,6 +184,7 @@ func watchLiveName(t *testing.T, dir, name string) func() ([]string, int, error)
 // random lengths (each write smaller than a file) never leave a line split
 // between two files, and no file is ever larger than max_file_size.
 func TestWriter_LineNeverSplitWhenANewlineFits(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	w := openWriter(t, dir, Config{MaxFiles: 100, MaxFileSizeMB: 1})
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -221,6 +224,7 @@ func TestWriter_LineNeverSplitWhenANewlineFits(t *testing.T) {
 // files; once it is, it gets a *GapError naming exactly the files it
 // missed, and every line it does get is in order and once.
 func TestCursor_AcrossRotationsEveryLineOnce(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		maxFiles int
@@ -317,6 +321,7 @@ func numberedLines(t *testing.T, b []byte) []int {
 // (nothing retained is deleted to make room); and once there is room
 // again, Close writes the note that says how much was dropped.
 func TestWriter_FullDiskKeepsWhatItWrote(t *testing.T) {
+	t.Parallel()
 	const page = 4096
 	disk := mountTmpfs(t, 1*MB+64*page)
 	w, err := Open(disk, "stdout.log", Config{MaxFiles: 3, MaxFileSizeMB: 1}, Options{})

@@ -109,6 +109,7 @@ func flockMode(t *testing.T, pid int, ino uint64) string {
 // ErrLocked naming the holder (it never holds the store beside it), and
 // readers open beside a reader.
 func TestLock_TwoProcesses(t *testing.T) {
+	t.Parallel()
 	type how int
 	const (
 		writer how = iota
@@ -228,6 +229,7 @@ func atState(state fsm.State, last int) []fsm.Event {
 // their ids in order; takes them out of the live index too; and on a
 // read-only, closed or cancelled store removes nothing.
 func TestRemove_WhatItRemoves(t *testing.T) {
+	t.Parallel()
 	terminal := []fsm.State{fsm.StateExited, fsm.StateFailed, fsm.StateStopped, fsm.StateLost}
 	live := []fsm.State{fsm.StateCreated, fsm.StateSpawning, fsm.StateExecutorUp, fsm.StateLaunching,
 		fsm.StateLaunched, fsm.StateRunning, fsm.StateReaping}
@@ -300,6 +302,7 @@ func TestRemove_WhatItRemoves(t *testing.T) {
 // the live index are the same after Compact, which reports the file's
 // sizes before and after, and the store checks clean.
 func TestCompact_KeepsEverything(t *testing.T) {
+	t.Parallel()
 	path := testPath(t)
 	s := openTest(t, path, Options{NoSync: true})
 	ctx := context.Background()
@@ -370,6 +373,7 @@ func TestCompact_KeepsEverything(t *testing.T) {
 // with its liveness, state, nonce and the readable prefix; no damaged task
 // is copied as if whole.
 func TestSalvage_PartialResultReportedAsSuch(t *testing.T) {
+	t.Parallel()
 	type want struct {
 		lost  bool
 		live  bool

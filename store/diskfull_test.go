@@ -19,6 +19,7 @@ import (
 // fails. The error must say the write failed and name the file, and every
 // append acknowledged before it must still be there after reopening.
 func TestAppend_DiskFull(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Fatal("this test mounts a tmpfs and needs root (CI runs as root)")
 	}

@@ -209,6 +209,7 @@ func (run *plRun) checkState(ctx context.Context, st *crashfs.CrashState, path s
 }
 
 func TestPowerLoss_SingleWriter(t *testing.T) {
+	t.Parallel()
 	run, s := plOpen(t, crashfs.Options{})
 	for i := range 3 {
 		task := fmt.Sprintf("t%d", i)
@@ -228,6 +229,7 @@ func TestPowerLoss_SingleWriter(t *testing.T) {
 // Many writers at once, so group commit puts several requests in one
 // bbolt transaction and one fsync; each of them must survive.
 func TestPowerLoss_ConcurrentWriters(t *testing.T) {
+	t.Parallel()
 	// Each fsync takes a millisecond, as a disk's would, so that writers
 	// queue behind a commit and the next one batches them.
 	run, s := plOpen(t, crashfs.Options{SyncLatency: time.Millisecond})

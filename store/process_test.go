@@ -138,6 +138,7 @@ func helper(t *testing.T, name string, args ...string) *exec.Cmd {
 }
 
 func TestOpen_LockedByAnotherProcess(t *testing.T) {
+	t.Parallel()
 	path := testPath(t)
 	s := openTest(t, path, Options{})
 	mustAppend(t, s, "a", 0, runningLog(0)...)
@@ -166,6 +167,7 @@ func TestOpen_LockedByAnotherProcess(t *testing.T) {
 }
 
 func TestAppend_AcknowledgedSurvivesKill(t *testing.T) {
+	t.Parallel()
 	path := testPath(t)
 	// Create the store (and its directory) first so that the child only
 	// appends.

@@ -45,6 +45,7 @@ func FuzzRawFile(f *testing.F) {
 // Every byte of a real page, flipped, gives the page reader an error or a
 // page it can walk: never a panic.
 func TestParseNode_EveryFlip(t *testing.T) {
+	t.Parallel()
 	path := testPath(t)
 	s := openTest(t, path, Options{NoSync: true})
 	mustAppend(t, s, "a", 0, bigLog(120)...)

@@ -118,6 +118,7 @@ func roundTrip(t interface{ Fatalf(string, ...any) }, e fsm.Event, seq uint64) {
 }
 
 func TestRecord_RoundTrip(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		roundTrip(t, genEvent(t), rapid.Uint64().Draw(t, "seq"))
 	})
@@ -129,6 +130,7 @@ func TestRecord_RoundTrip(t *testing.T) {
 // time: a field added to fsm that the record does not carry fails here,
 // without anyone having to remember to add it to a generator.
 func TestRecord_EveryFieldEncoded(t *testing.T) {
+	t.Parallel()
 	typ := reflect.TypeFor[fsm.Event]()
 	all := reflect.New(typ).Elem()
 	paths := fill(all, "Event")
@@ -253,6 +255,7 @@ func setNonZero(v reflect.Value, path string) {
 // Seq is the record's key, not a field of the body: roundTrip passes it
 // separately, and the one-at-a-time pass must not count it.
 func TestRecord_EveryFieldEncoded_SeqIsTheKey(t *testing.T) {
+	t.Parallel()
 	e := fsm.Event{Type: fsm.EventCreated, Seq: 5, Spec: &fsm.Spec{}}
 	rec := encodeRecord(nil, 5, &e)
 	var got fsm.Event
@@ -315,6 +318,7 @@ func readV1Records(t *testing.T) [][]byte {
 // the fields version 2 added are zero), and re-encode in version 1 to the
 // same bytes; encoded now they are version 2.
 func TestDecodeRecord_Version1Upcast(t *testing.T) {
+	t.Parallel()
 	recs := readV1Records(t)
 	want := v1Records()
 	if len(recs) != len(want) {
@@ -344,6 +348,7 @@ func TestDecodeRecord_Version1Upcast(t *testing.T) {
 // A version-1 record cannot carry version 2's fields: their bits are
 // refused in it, so an old record is never read as something it was not.
 func TestDecodeRecord_Version1RefusesVersion2Bits(t *testing.T) {
+	t.Parallel()
 	for _, e := range []fsm.Event{
 		{Type: fsm.EventRestartIntent, Attempt: 1, Exit: &fsm.ExitStatus{Code: 1}},
 		{Type: fsm.EventExecutorUp, Executor: &fsm.Identity{PID: 1, Cgroup: "/tether/x"}},
@@ -361,6 +366,7 @@ func TestDecodeRecord_Version1RefusesVersion2Bits(t *testing.T) {
 // The stored version-1 store opens, folds, takes appends (its heads are
 // rewritten in the current form) and checks clean.
 func TestOpen_Version1Store(t *testing.T) {
+	t.Parallel()
 	good, err := os.ReadFile(filepath.Join("testdata", "v1", "tether.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -400,6 +406,7 @@ func TestOpen_Version1Store(t *testing.T) {
 }
 
 func TestDecodeRecord_EveryTruncationIsCorrupt(t *testing.T) {
+	t.Parallel()
 	evs := append(runningLog(1), finishLog(9)...)
 	evs = append(evs, fullEvents()...)
 	for _, e := range evs {
@@ -453,6 +460,7 @@ func fullEvents() []fsm.Event {
 // The spec's optional parts refuse non-canonical forms: a part present
 // with the zero value, an empty extension, a boolean other than 0 or 1.
 func TestDecodeRecord_SpecExtensionCanonical(t *testing.T) {
+	t.Parallel()
 	base := fsm.Event{Type: fsm.EventCreated, Spec: &fsm.Spec{Logs: fsm.LogConfig{Disabled: true}}}
 	rec := encodeRecord(nil, 1, &base)
 	// The last byte is the Disabled boolean; make it 2.
@@ -472,6 +480,7 @@ func TestDecodeRecord_SpecExtensionCanonical(t *testing.T) {
 }
 
 func TestDecodeRecord_UnknownType(t *testing.T) {
+	t.Parallel()
 	e := fsm.Event{Type: fsm.EventRunning}
 	rec := encodeRecord(nil, 1, &e)
 	rec[5] = 200
@@ -484,6 +493,7 @@ func TestDecodeRecord_UnknownType(t *testing.T) {
 
 // Decoding into a reused event leaves nothing of the previous one.
 func TestDecodeRecord_ReusedEventReset(t *testing.T) {
+	t.Parallel()
 	var e fsm.Event
 	for _, prev := range append(fullEvents(), runningLog(0)...) {
 		rec := encodeRecord(nil, 1, &prev)
@@ -532,6 +542,7 @@ func FuzzDecodeRecord(f *testing.F) {
 
 // checksum agrees with hash/crc32 on every length and alignment.
 func TestChecksum_AgreesWithHashCRC32(t *testing.T) {
+	t.Parallel()
 	buf := make([]byte, 1100)
 	for i := range buf {
 		buf[i] = byte(i*131 + 7)

@@ -21,6 +21,7 @@ import (
 )
 
 func TestAppend_LoadRoundTrip(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	ctx := context.Background()
 	log := runningLog(3)
@@ -48,6 +49,7 @@ func TestAppend_LoadRoundTrip(t *testing.T) {
 }
 
 func TestAppend_SameExpectedVersionOneWins(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	ctx := context.Background()
 	for round := range 20 {
@@ -83,6 +85,7 @@ func TestAppend_SameExpectedVersionOneWins(t *testing.T) {
 }
 
 func TestAppend_NewTaskThatExistsConflicts(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	mustAppend(t, s, "a", 0, runningLog(0)[:1]...)
 	_, err := s.Append(context.Background(), "a", 0, runningLog(0)[:1]...)
@@ -93,6 +96,7 @@ func TestAppend_NewTaskThatExistsConflicts(t *testing.T) {
 }
 
 func TestAppend_UnknownTask(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	ctx := context.Background()
 	_, err := s.Append(ctx, "ghost", 3, fsm.Event{Type: fsm.EventReattached})
@@ -108,6 +112,7 @@ func TestAppend_UnknownTask(t *testing.T) {
 }
 
 func TestAppend_IllegalEventWritesNothing(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	ctx := context.Background()
 	log := runningLog(0)
@@ -141,6 +146,7 @@ func TestAppend_IllegalEventWritesNothing(t *testing.T) {
 }
 
 func TestAppend_BadInput(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	ctx := context.Background()
 	if _, err := s.Append(ctx, "a", 0, withSeq(2, runningLog(0)[:1])...); !errors.Is(err, ErrSequence) {
@@ -155,6 +161,7 @@ func TestAppend_BadInput(t *testing.T) {
 }
 
 func TestAppend_CancelledContextWritesNothing(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -167,6 +174,7 @@ func TestAppend_CancelledContextWritesNothing(t *testing.T) {
 }
 
 func TestAppend_AbandonedRequestNotWritten(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	// Drive the committer by hand: a request abandoned before it is claimed
 	// is skipped, and its caller's cancellation is what it reports.
@@ -188,6 +196,7 @@ func TestAppend_AbandonedRequestNotWritten(t *testing.T) {
 }
 
 func TestAppend_AfterClose(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	mustAppend(t, s, "a", 0, runningLog(0)...)
 	if err := s.Close(); err != nil {
@@ -205,6 +214,7 @@ func TestAppend_AfterClose(t *testing.T) {
 }
 
 func TestAppend_CloseDrainsQueue(t *testing.T) {
+	t.Parallel()
 	path := testPath(t)
 	s := openTest(t, path, Options{NoSync: true})
 	var wg sync.WaitGroup
@@ -229,6 +239,7 @@ func TestAppend_CloseDrainsQueue(t *testing.T) {
 }
 
 func TestAppend_256Writers(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, testPath(t), Options{})
 	ctx := context.Background()
 	const writers, each = 256, 4
@@ -269,6 +280,7 @@ func TestAppend_256Writers(t *testing.T) {
 }
 
 func TestLive_TerminalTasksLeaveIndex(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	for _, id := range []string{"c", "a", "b", "d"} {
 		mustAppend(t, s, id, 0, runningLog(0)...)
@@ -290,6 +302,7 @@ func TestLive_TerminalTasksLeaveIndex(t *testing.T) {
 }
 
 func TestRemove_OldTerminalTasksOnly(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	mustAppend(t, s, "old-done", 0, runningLog(0)...)
 	mustAppend(t, s, "old-done", 6, finishLog(10)...) // last event at 11s
@@ -311,6 +324,7 @@ func TestRemove_OldTerminalTasksOnly(t *testing.T) {
 }
 
 func TestCompact_ShrinksAndKeepsData(t *testing.T) {
+	t.Parallel()
 	path := testPath(t)
 	s := openTest(t, path, Options{NoSync: true})
 	for i := range 200 {
@@ -348,6 +362,7 @@ func TestCompact_ShrinksAndKeepsData(t *testing.T) {
 }
 
 func TestOpen_PrivateModes(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "a", "b", "tether.db")
 	openTest(t, path, Options{NoSync: true})
 	for p, want := range map[string]os.FileMode{path: 0o600, filepath.Dir(path): 0o700, filepath.Dir(filepath.Dir(path)): 0o700} {
@@ -362,6 +377,7 @@ func TestOpen_PrivateModes(t *testing.T) {
 }
 
 func TestOpen_ReadOnlyRefusesWrites(t *testing.T) {
+	t.Parallel()
 	path := testPath(t)
 	s := openTest(t, path, Options{NoSync: true})
 	mustAppend(t, s, "a", 0, runningLog(0)...)
@@ -393,6 +409,7 @@ func notStoreError(t *testing.T, path string, err error) {
 }
 
 func TestOpen_TruncatedFile(t *testing.T) {
+	t.Parallel()
 	path := testPath(t)
 	s := openTest(t, path, Options{NoSync: true})
 	for i := range 50 {
@@ -422,6 +439,7 @@ func TestOpen_TruncatedFile(t *testing.T) {
 }
 
 func TestOpen_GarbageFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for name, data := range map[string][]byte{
 		"text":  []byte(strings.Repeat("this is not a database\n", 2000)),
@@ -438,6 +456,7 @@ func TestOpen_GarbageFile(t *testing.T) {
 }
 
 func TestOpen_ForeignBoltFile(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "other.db")
 	rawUpdate(t, path, func(tx *bolt.Tx) error {
 		_, err := tx.CreateBucket([]byte("someone-elses"))
@@ -448,6 +467,7 @@ func TestOpen_ForeignBoltFile(t *testing.T) {
 }
 
 func TestOpen_UnknownSchemaVersion(t *testing.T) {
+	t.Parallel()
 	path := testPath(t)
 	s := openTest(t, path, Options{NoSync: true})
 	if err := s.Close(); err != nil {
@@ -481,6 +501,7 @@ func damageRecord(t *testing.T, path, task string, seq uint64) {
 }
 
 func TestLoad_CorruptRecordNamesTaskAndSeq(t *testing.T) {
+	t.Parallel()
 	path := testPath(t)
 	s := openDamaged(t, path, Options{NoSync: true}, func(t testing.TB, r Report) {
 		if len(r.Problems) != 1 || r.Problems[0].Task != "web" || r.Problems[0].Seq != 4 {
@@ -527,6 +548,7 @@ func TestLoad_CorruptRecordNamesTaskAndSeq(t *testing.T) {
 }
 
 func TestLoad_UnknownRecordVersionRefused(t *testing.T) {
+	t.Parallel()
 	path := testPath(t)
 	s := openDamaged(t, path, Options{NoSync: true}, func(t testing.TB, r Report) {
 		var ve *VersionError
@@ -560,6 +582,7 @@ func TestLoad_UnknownRecordVersionRefused(t *testing.T) {
 }
 
 func TestCheck_GoodStore(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	mustAppend(t, s, "a", 0, runningLog(2)...)
 	mustAppend(t, s, "b", 0, runningLog(0)...)
@@ -576,6 +599,7 @@ func TestCheck_GoodStore(t *testing.T) {
 // Check while appends commit beside it: no false "reachable freed" (a
 // read transaction's page check would see the freelist move under it).
 func TestCheck_WhileAppending(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	ctx := context.Background()
 	done := make(chan error, 8)
@@ -609,6 +633,7 @@ func TestCheck_WhileAppending(t *testing.T) {
 }
 
 func TestCheck_DamagedStore(t *testing.T) {
+	t.Parallel()
 	path := testPath(t)
 	type where struct {
 		task string
@@ -667,6 +692,7 @@ func TestCheck_DamagedStore(t *testing.T) {
 }
 
 func TestCheck_CancelledContext(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	mustAppend(t, s, "a", 0, runningLog(0)...)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -677,6 +703,7 @@ func TestCheck_CancelledContext(t *testing.T) {
 }
 
 func TestTx_PanicBecomesCorruptNamingFile(t *testing.T) {
+	t.Parallel()
 	path := testPath(t)
 	s := openTest(t, path, Options{NoSync: true})
 	err := s.view(func(*bolt.Tx) error { panic("invalid page type: 0") })
@@ -692,6 +719,7 @@ func TestTx_PanicBecomesCorruptNamingFile(t *testing.T) {
 }
 
 func TestOpen_DamagedPagesNeverPanic(t *testing.T) {
+	t.Parallel()
 	path := testPath(t)
 	s := openTest(t, path, Options{NoSync: true})
 	for i := range 40 {
