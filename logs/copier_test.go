@@ -13,17 +13,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// countingWriter publishes how much has been written through it.
-type countingWriter struct {
-	w    io.Writer
+// countingReader publishes how far a copier got in the task's output,
+// whatever its writer did with it: at each read, how much it had read
+// before (Copy hands each read to its writer before it reads again, so
+// that much has been through the writer).
+type countingReader struct {
+	r    io.Reader
 	n    int64
 	seen chan int64
 }
 
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
+func (c *countingReader) Read(p []byte) (int, error) {
+	if c.n > 0 {
+		c.seen <- c.n
+	}
+	n, err := c.r.Read(p)
 	c.n += int64(n)
-	c.seen <- c.n
 	return n, err
 }
 
@@ -156,13 +161,14 @@ func TestCopier_FullDisk(t *testing.T) {
 	defer stdinW.Close()
 	r, wait := startHelper(t, stdinR, "phases", fmt.Sprint(phase1), fmt.Sprint(phase2))
 	stdinR.Close()
-	cw := &countingWriter{w: w, seen: make(chan int64, 1024)}
-	c := StartCopy(cw, r)
+	cr := &countingReader{r: r, seen: make(chan int64, 1024)}
+	c := StartCopy(w, cr)
 
-	// The process wrote ten times what fits; the copier read it all.
+	// The process wrote ten times what fits; the copier read it all and
+	// gave it to the writer.
 	for n := int64(0); n < int64(len(before)); {
 		select {
-		case n = <-cw.seen:
+		case n = <-cr.seen:
 		case <-c.Done():
 			_, err := c.Wait()
 			t.Fatalf("the copier stopped during the full disk: %v", err)
