@@ -41,7 +41,6 @@ var (
 	evCreated  = Event{Type: EventCreated, Spec: spec(), Time: 1}
 	evIntent   = Event{Type: EventSpawnIntent, Nonce: "n1"}
 	evUp       = Event{Type: EventExecutorUp, Executor: &Identity{PID: 10, StartTime: 5, BootID: "b", Nonce: "n1"}}
-	evLIntent  = Event{Type: EventLaunchIntent}
 	evLaunched = Event{Type: EventLaunched, TaskPID: 11, TaskStartTime: 6}
 	evRunning  = Event{Type: EventRunning}
 )

@@ -151,12 +151,4 @@ func statOf(fi fs.FileInfo) *syscall.Stat_t {
 
 func inoOf(fi fs.FileInfo) uint64 { return statOf(fi).Ino }
 
-// checkRegular refuses anything but a regular file.
-func checkRegular(path string, fi fs.FileInfo) error {
-	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("%w: %s is a %v; remove it so that the log can be written there", ErrNotRegular, path, fi.Mode().Type())
-	}
-	return nil
-}
-
 func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }

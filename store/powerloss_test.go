@@ -80,18 +80,6 @@ func plOpen(t *testing.T, opts crashfs.Options) (*plRun, *store.Store) {
 	return run, s
 }
 
-func plSyncDir(t *testing.T, dir string) {
-	t.Helper()
-	d, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // appendAll appends task's log, n events per call, marking each
 // acknowledgement.
 func (run *plRun) appendAll(t *testing.T, s *store.Store, task string, evs []fsm.Event, n int) error {
