@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // modeLockHolder makes the test binary a process that takes a task's lock
@@ -136,7 +138,7 @@ func taskLockMode(t *testing.T, pid int, ino uint64) (mode string, waiter bool) 
 func TestTaskLock_ExcludesAnotherProcess(t *testing.T) {
 	for _, holderHow := range []string{"try", "wait"} {
 		t.Run("holder "+holderHow+"s", func(t *testing.T) {
-			t.Parallel()
+			testproc.Parallel(t)
 			stateDir := t.TempDir()
 			// The task's directory, as a start makes it (WaitLockTask is
 			// for a task that has one).

@@ -14,6 +14,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // The package's documented promises, each with the test that holds it
@@ -52,10 +54,10 @@ import (
 // exactly the tail of the output (nothing of it twice, nothing missing
 // from within).
 func TestWriter_KeepsExactlyMaxFiles(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	for _, maxFiles := range []int{1, 2, 3, 5} {
 		t.Run(fmt.Sprintf("max_files=%d", maxFiles), func(t *testing.T) {
-			t.Parallel()
+			testproc.Parallel(t)
 			dir := t.TempDir()
 			w := openWriter(t, dir, Config{MaxFiles: maxFiles, MaxFileSizeMB: 1})
 			var written []byte
@@ -103,10 +105,10 @@ func TestWriter_KeepsExactlyMaxFiles(t *testing.T) {
 // rename and never deleted: a fresh file is renamed over it, so a reader
 // that opens it by name at any moment finds a file.
 func TestWriter_LiveNameNeverMissing(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	for _, maxFiles := range []int{1, 3} {
 		t.Run(fmt.Sprintf("max_files=%d", maxFiles), func(t *testing.T) {
-			t.Parallel()
+			testproc.Parallel(t)
 			dir := t.TempDir()
 			w := openWriter(t, dir, Config{MaxFiles: maxFiles, MaxFileSizeMB: 1})
 			stop := watchLiveName(t, dir, "stdout.log")
@@ -184,7 +186,7 @@ func watchLiveName(t *testing.T, dir, name string) func() ([]string, int, error)
 // random lengths (each write smaller than a file) never leave a line split
 // between two files, and no file is ever larger than max_file_size.
 func TestWriter_LineNeverSplitWhenANewlineFits(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	dir := t.TempDir()
 	w := openWriter(t, dir, Config{MaxFiles: 100, MaxFileSizeMB: 1})
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -224,7 +226,7 @@ func TestWriter_LineNeverSplitWhenANewlineFits(t *testing.T) {
 // files; once it is, it gets a *GapError naming exactly the files it
 // missed, and every line it does get is in order and once.
 func TestCursor_AcrossRotationsEveryLineOnce(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	for _, tc := range []struct {
 		name     string
 		maxFiles int
@@ -239,7 +241,7 @@ func TestCursor_AcrossRotationsEveryLineOnce(t *testing.T) {
 		{"max_files = 1", 1, []int{300, 2500, 300}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
+			testproc.Parallel(t)
 			dir := t.TempDir()
 			w := openWriter(t, dir, Config{MaxFiles: tc.maxFiles, MaxFileSizeMB: 1})
 			c, err := NewCursor(dir, "stdout.log")
@@ -321,7 +323,7 @@ func numberedLines(t *testing.T, b []byte) []int {
 // (nothing retained is deleted to make room); and once there is room
 // again, Close writes the note that says how much was dropped.
 func TestWriter_FullDiskKeepsWhatItWrote(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	const page = 4096
 	disk := mountTmpfs(t, 1*MB+64*page)
 	w, err := Open(disk, "stdout.log", Config{MaxFiles: 3, MaxFileSizeMB: 1}, Options{})

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // countingReader publishes how far a copier got in the task's output,
@@ -61,7 +63,7 @@ func startHelper(t *testing.T, stdin io.Reader, args ...string) (*os.File, func(
 // a pipe into rotated files: everything arrives in order, and the copy
 // ends when the process closes its end.
 func TestCopier_CopiesAProcessOutput(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	dir := t.TempDir()
 	w := openWriter(t, dir, Config{MaxFiles: 10, MaxFileSizeMB: 1})
 	const lines = 40000 // about 2.5 MB
@@ -90,7 +92,7 @@ func TestCopier_CopiesAProcessOutput(t *testing.T) {
 // TestCopier_KeepsDrainingAfterWriteErrors: a writer that fails does not
 // stop the copy, so the process is never blocked on a full pipe.
 func TestCopier_KeepsDrainingAfterWriteErrors(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	r, wait := startHelper(t, nil, "lines", "20000")
 	n, err := Copy(failingWriter{}, r)
 	if werr := wait(); werr != nil {
@@ -140,7 +142,7 @@ func mountTmpfs(t *testing.T, size int) string {
 // process neither blocks nor dies), and once space is back a note says
 // how much was dropped, followed by the new output.
 func TestCopier_FullDisk(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	const page = 4096
 	disk := mountTmpfs(t, 64*page)
 	// Leave 16 pages free.

@@ -82,7 +82,7 @@ func readAll(t testing.TB, dir string) []byte {
 }
 
 func TestConfig_Validate(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	for _, tc := range []struct {
 		cfg  Config
 		want string // "" for valid
@@ -120,7 +120,7 @@ func TestConfig_Validate(t *testing.T) {
 // cut: after its last newline that fits; else it goes whole into a fresh
 // file; else (larger than a file, no newline) at max_file_size exactly.
 func TestWriter_RotationBoundary(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	line := func(c byte, n int) []byte { return append(bytes.Repeat([]byte{c}, n-1), '\n') }
 	prefill := line('x', MB-50)
 	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
@@ -260,7 +260,7 @@ func (p *progress) result() (int, error) {
 // max_files files of at most max_file_size bytes each. With -long it
 // writes four times as much.
 func TestWriter_FastWriterWithFollower(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	const maxFiles = 4
 	total := 6 * MB // six rotations, past max_files
 	if testproc.Long() {
@@ -345,7 +345,7 @@ func TestWriter_FastWriterWithFollower(t *testing.T) {
 }
 
 func TestWriter_ReopenContinuesIndex(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	for _, maxFiles := range []int{1, 3, 10} {
 		t.Run(fmt.Sprintf("max_files=%d", maxFiles), func(t *testing.T) {
 			dir := t.TempDir()
@@ -389,7 +389,7 @@ func TestWriter_ReopenContinuesIndex(t *testing.T) {
 // step of a rotation leaves, and checks that Open carries on from it with
 // nothing lost, nothing doubled and the index right.
 func TestWriter_ReopenAfterInterruptedRotation(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	live, old := []byte("live line\n"), []byte("old line\n")
 	for _, tc := range []struct {
 		name    string
@@ -502,7 +502,7 @@ func setMarker(t *testing.T, s stream, idx uint64, of string) {
 }
 
 func TestWriter_ShrunkMaxFilesDeletesOnOpen(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	dir := t.TempDir()
 	data, _ := linesOf(0, 5*MB+10)
 	w := openWriter(t, dir, Config{MaxFiles: 10, MaxFileSizeMB: 1})
@@ -519,7 +519,7 @@ func TestWriter_ShrunkMaxFilesDeletesOnOpen(t *testing.T) {
 }
 
 func TestWriter_Disabled(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	dir := t.TempDir()
 	w := openWriter(t, dir, Config{Disabled: true})
 	mustWrite(t, w, []byte("gone\n"))
@@ -536,7 +536,7 @@ func TestWriter_Disabled(t *testing.T) {
 }
 
 func TestWriter_RefusesWhatIsNotItsFile(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	for _, tc := range []struct {
 		name  string
 		setup func(t *testing.T, dir string)
@@ -591,7 +591,7 @@ func TestWriter_RefusesWhatIsNotItsFile(t *testing.T) {
 }
 
 func TestWriter_FileModesAndOwner(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	dir := t.TempDir()
 	opts := Options{}
 	if os.Geteuid() == 0 {

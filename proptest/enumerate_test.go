@@ -6,6 +6,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // TestEnumerate_EveryCrashPoint runs every crash point x {crash, fault}
@@ -52,7 +54,7 @@ func TestEnumerate_EveryCrashPoint(t *testing.T) {
 	for i, c := range cfgs {
 		name := strings.ReplaceAll(strings.ReplaceAll(strings.Split(c.String(), " | ")[0], ":", "_"), " ", "_")
 		t.Run(name, func(t *testing.T) {
-			t.Parallel()
+			testproc.Parallel(t)
 			dir := scratch(t)
 			cov := NewCoverage()
 			synctest.Test(t, func(t *testing.T) { Enumerate(t, dir, c, cov) })

@@ -17,6 +17,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/tether-fsm/tether/fsm"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // The store's lock and maintenance promises, each with the test that holds
@@ -109,7 +111,7 @@ func flockMode(t *testing.T, pid int, ino uint64) string {
 // ErrLocked naming the holder (it never holds the store beside it), and
 // readers open beside a reader.
 func TestLock_TwoProcesses(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	type how int
 	const (
 		writer how = iota
@@ -129,7 +131,7 @@ func TestLock_TwoProcesses(t *testing.T) {
 		{reader, reader, true},
 	} {
 		t.Run(name[tc.holder]+" then "+name[tc.contender], func(t *testing.T) {
-			t.Parallel()
+			testproc.Parallel(t)
 			path := testPath(t)
 			s := openTest(t, path, Options{})
 			mustAppend(t, s, "a", 0, runningLog(0)...)
@@ -229,7 +231,7 @@ func atState(state fsm.State, last int) []fsm.Event {
 // their ids in order; takes them out of the live index too; and on a
 // read-only, closed or cancelled store removes nothing.
 func TestRemove_WhatItRemoves(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	terminal := []fsm.State{fsm.StateExited, fsm.StateFailed, fsm.StateStopped, fsm.StateLost}
 	live := []fsm.State{fsm.StateCreated, fsm.StateSpawning, fsm.StateExecutorUp, fsm.StateLaunching,
 		fsm.StateLaunched, fsm.StateRunning, fsm.StateReaping}
@@ -302,7 +304,7 @@ func TestRemove_WhatItRemoves(t *testing.T) {
 // the live index are the same after Compact, which reports the file's
 // sizes before and after, and the store checks clean.
 func TestCompact_KeepsEverything(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	path := testPath(t)
 	s := openTest(t, path, Options{NoSync: true})
 	ctx := context.Background()
@@ -373,7 +375,7 @@ func TestCompact_KeepsEverything(t *testing.T) {
 // with its liveness, state, nonce and the readable prefix; no damaged task
 // is copied as if whole.
 func TestSalvage_PartialResultReportedAsSuch(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	type want struct {
 		lost  bool
 		live  bool

@@ -138,7 +138,7 @@ func checkAcked(t *testing.T, path string, acked map[string]uint64) {
 // gets the lock it must write into the new file, not the unlinked old
 // one, so its acknowledged append is in the store afterwards.
 func TestCompact_WaiterOpensTheNewFile(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	path := testPath(t)
 	s := openTest(t, path, Options{})
 	mustAppend(t, s, "before", 0, runningLog(0)...)
@@ -186,7 +186,7 @@ func TestCompact_WaiterOpensTheNewFile(t *testing.T) {
 // close over and over, as CLI commands do: every acknowledged append is in
 // the final file, and it checks clean.
 func TestCompact_LoopBesideWriterProcesses(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	path := testPath(t)
 	s := openTest(t, path, Options{})
 	if err := s.Close(); err != nil {
@@ -250,7 +250,7 @@ func TestCompact_LoopBesideWriterProcesses(t *testing.T) {
 // by TestOpen_WaiterWaitsWhileTheLockMoves (and end to end by the CLI's
 // TestParallel_200StartsThen200Stops). It runs with -long (make test-long).
 func TestOpen_ManyProcessesAllSucceed(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	testproc.SkipUnlessLong(t, "40 processes opening the store at once, a load test of the lock TestOpen_WaiterWaitsWhileTheLockMoves checks")
 	path := testPath(t)
 	s := openTest(t, path, Options{})
@@ -293,7 +293,7 @@ func TestOpen_ManyProcessesAllSucceed(t *testing.T) {
 // up. The other processes' takings are made here, by counting them in the
 // lock file as a holder does, while a helper process holds the lock.
 func TestOpen_WaiterWaitsWhileTheLockMoves(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	path := testPath(t)
 	s := openTest(t, path, Options{NoSync: true})
 	if err := s.Close(); err != nil {
@@ -345,7 +345,7 @@ func TestOpen_WaiterWaitsWhileTheLockMoves(t *testing.T) {
 }
 
 func TestOpen_LockFile(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	path := testPath(t)
 	s := openTest(t, path, Options{NoSync: true})
 	mustAppend(t, s, "a", 0, runningLog(0)...)
@@ -376,7 +376,7 @@ func TestOpen_LockFile(t *testing.T) {
 // An Open that gave up waiting leaves nothing held: once the holder lets
 // go, the next Open gets the lock (the abandoned waiter released it).
 func TestOpen_TimedOutWaiterLetsGo(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	path := testPath(t)
 	s := openTest(t, path, Options{NoSync: true})
 	mustAppend(t, s, "a", 0, runningLog(0)...)
@@ -407,7 +407,7 @@ func TestOpen_TimedOutWaiterLetsGo(t *testing.T) {
 
 // A waiter gets the store as soon as its holder closes it.
 func TestOpen_WaiterGetsTheLockWhenReleased(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	path := testPath(t)
 	s := openTest(t, path, Options{NoSync: true})
 	if err := s.Close(); err != nil {
@@ -430,7 +430,7 @@ func TestOpen_WaiterGetsTheLockWhenReleased(t *testing.T) {
 }
 
 func TestOpen_SymlinkRefused(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	dir := t.TempDir()
 	real := filepath.Join(dir, "elsewhere.db")
 	s := openTest(t, real, Options{NoSync: true})
@@ -477,7 +477,7 @@ func TestOpen_SymlinkRefused(t *testing.T) {
 }
 
 func TestOpen_SpecialFileRefused(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	path := filepath.Join(t.TempDir(), "tether.db")
 	if err := unix.Mkfifo(path, 0o600); err != nil {
 		t.Skipf("this test needs mkfifo: %v", err)
@@ -490,7 +490,7 @@ func TestOpen_SpecialFileRefused(t *testing.T) {
 // A link planted where Compact writes its new file is not followed: its
 // target is untouched and the compaction still succeeds.
 func TestCompact_PlantedLinkNotFollowed(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	path := testPath(t)
 	s := openTest(t, path, Options{NoSync: true})
 	mustAppend(t, s, "a", 0, runningLog(3)...)

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/tether-fsm/tether/fsm"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // Helper processes: the test binary re-executed with helperEnv set.
@@ -138,7 +140,7 @@ func helper(t *testing.T, name string, args ...string) *exec.Cmd {
 }
 
 func TestOpen_LockedByAnotherProcess(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	path := testPath(t)
 	s := openTest(t, path, Options{})
 	mustAppend(t, s, "a", 0, runningLog(0)...)
@@ -167,7 +169,7 @@ func TestOpen_LockedByAnotherProcess(t *testing.T) {
 }
 
 func TestAppend_AcknowledgedSurvivesKill(t *testing.T) {
-	t.Parallel()
+	testproc.Parallel(t)
 	path := testPath(t)
 	// Create the store (and its directory) first so that the child only
 	// appends.

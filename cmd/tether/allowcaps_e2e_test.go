@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // TestAllowCaps_NarrowsAsWellAsWidens: --allow-caps (and TETHER_ALLOW_CAPS)
@@ -31,7 +33,7 @@ func TestAllowCaps_NarrowsAsWellAsWidens(t *testing.T) {
 		{"the variable applies without the flag", "", "chown,kill", "kill", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
+			testproc.Parallel(t)
 			e := newEnv(t)
 			file := writeFile(t, t.TempDir(), "caps.hcl", fmt.Sprintf(`task "caps" {
   driver = "exec"

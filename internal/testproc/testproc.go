@@ -52,6 +52,21 @@ func SkipUnlessLong(t testing.TB, what string) {
 	}
 }
 
+// Parallel marks t as a test to run in parallel with the others (t.Parallel),
+// unless the binary runs with -failfast. -failfast only keeps tests from
+// starting after a failure, and a parallel test has started when it pauses,
+// so every paused one would still run to its end (a hang in one under a
+// planted bug waits out the timeout). Under -failfast (make mutants, a
+// bisection) the tests therefore run one at a time, and the first failure
+// is the last.
+func Parallel(t *testing.T) {
+	t.Helper()
+	if f := flag.Lookup("test.failfast"); f != nil && f.Value.String() == "true" {
+		return
+	}
+	t.Parallel()
+}
+
 // Dispatch runs the helper mode named by the binary's first argument, if
 // modes has it, and exits with its code; otherwise it returns (the binary
 // is running its tests).
