@@ -306,7 +306,10 @@ func TestOpen_WaiterWaitsWhileTheLockMoves(t *testing.T) {
 	}
 	defer lf.Close()
 
-	const timeout = 200 * time.Millisecond
+	// The lock moves every sixth of the timeout: a taker held up by five
+	// sixths of it (a loaded machine, the tests beside this one) does not
+	// make the waiter give up early.
+	const timeout = 600 * time.Millisecond
 	got := make(chan error, 1)
 	wait := func() { // an Open that waits for the lock, its outcome on got
 		go func() {
@@ -319,9 +322,9 @@ func TestOpen_WaiterWaitsWhileTheLockMoves(t *testing.T) {
 		waitBlockedOn(t, os.Getpid(), inode(t, path+lockSuffix))
 	}
 	wait()
-	// Takings for five timeouts, one every half timeout.
-	tick := time.NewTicker(timeout / 2)
-	for range 10 {
+	// Takings for two and a half timeouts, one every sixth of it.
+	tick := time.NewTicker(timeout / 6)
+	for range 15 {
 		select {
 		case err := <-got:
 			t.Fatalf("the waiter returned while the lock kept moving: %v", err)
