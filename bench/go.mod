@@ -8,8 +8,8 @@ require (
 	github.com/tether-fsm/tether v0.0.0-00010101000000-000000000000
 	go.etcd.io/bbolt v1.5.0
 	golang.org/x/sys v0.50.0
-	google.golang.org/grpc v1.61.0
-	google.golang.org/protobuf v1.36.6
+	google.golang.org/grpc v1.83.2
+	google.golang.org/protobuf v1.36.11
 )
 
 require (
@@ -22,9 +22,9 @@ require (
 	github.com/mattn/go-isatty v0.0.17 // indirect
 	github.com/moby/sys/capability v0.5.0 // indirect
 	github.com/oklog/run v1.1.0 // indirect
-	golang.org/x/net v0.38.0 // indirect
-	golang.org/x/text v0.31.0 // indirect
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20231106174013-bbf56f31fb17 // indirect
+	golang.org/x/net v0.61.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d // indirect
 )
 
 replace github.com/tether-fsm/tether => ../

@@ -202,7 +202,7 @@ func BenchmarkExecStartVsRunc(b *testing.B) {
 	dir := filepath.Join(base, "state")
 	ph := newProbes()
 	d, err := driver.Open(driver.Config{StateDir: dir, KillTimeout: time.Second, Hooks: driver.Hooks{Crash: ph.hit},
-		Executors: driver.NewReal(dir, []string{exe}, nil, driver.WithChroot(chroot))})
+		World: &executor.Real{StateDir: dir, Command: []string{exe}, Policy: executor.Policy{Chroot: chroot}}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func BenchmarkExecLaunchVsRunc(b *testing.B) {
 	chroot := chrootOf(filepath.Dir(sleeper))
 	base := b.TempDir()
 	ctx := context.Background()
-	spec := executor.LaunchSpec{Mode: executor.ModeExec, Command: "/bench/sleeper", Limits: cgroup.Limits{Memory: 64}, Chroot: chroot}
+	spec := executor.Launch{Spec: fsm.Spec{Driver: executor.ModeExec, Command: "/bench/sleeper", Resources: fsm.Resources{MemoryMB: 64}}, Policy: executor.Policy{Chroot: chroot}}
 	runcRoot := filepath.Join(base, "runc")
 	tether := func(i int) float64 {
 		c, err := executor.Spawn(ctx, executor.SpawnConfig{Command: []string{exe}, TaskDir: filepath.Join(base, fmt.Sprintf("t%d", i+2)),
@@ -373,9 +373,9 @@ func BenchmarkStartCgroupVsNone(b *testing.B) {
 	}
 	start := func(i int, limits bool) float64 {
 		dir := filepath.Join(base, fmt.Sprintf("t%d-%v", i+2, limits))
-		spec := executor.LaunchSpec{Mode: executor.ModeRawExec, Command: sleeper}
+		spec := executor.Launch{Spec: fsm.Spec{Driver: executor.ModeRawExec, Command: sleeper}}
 		if limits {
-			spec.Limits = cgroup.Limits{Memory: 64, Pids: 100}
+			spec.Resources = fsm.Resources{MemoryMB: 64, PIDs: 100}
 		}
 		t0 := time.Now()
 		var c *executor.Client

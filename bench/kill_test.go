@@ -65,9 +65,9 @@ func killFloor(b *testing.B, steps *benchkit.BoltSteps, h *benchkit.Helper, task
 // sample after settle (untimed: the start before it).
 //
 //   - running: StopTask(SIGKILL) of a running raw_exec task in its cgroup
-//     (stop-requested appended, the executor's Stop kills the cgroup and
-//     confirms it empty, its Shutdown, the executor killed by identity
-//     through a pidfd and confirmed dead, the cgroup removed,
+//     (stop-requested appended, the executor's Stop kills the cgroup,
+//     confirms it empty and removes it, the executor is dismissed: killed
+//     through the pidfd on its proven identity and confirmed dead,
 //     executor-reaped appended); against the floor with a task in a cgroup.
 //   - after-executor-up: from a fault injected into the launch-task
 //     effect (the seed's path: nothing launched, so no cgroup) to

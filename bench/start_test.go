@@ -27,11 +27,6 @@ const taskBinary = "/bin/sleep"
 
 var taskArgs = []string{"3600"}
 
-// floorCommits is the fewest durable commits tether's write-ahead rule
-// allows a start: the spawn intent before the spawn; executor-up with the
-// launch intent before the launch; launched (and running) after it.
-const floorCommits = 3
-
 // contained reports whether this host gives tasks cgroups (root, a usable
 // layout), and the probed host.
 func contained() (cgroup.Host, bool) {
@@ -93,8 +88,10 @@ func gpStart(b *testing.B, steps *benchkit.BoltSteps, helper string, args []stri
 //   - tether: the driver's StartTask -> running (real store, the standalone
 //     tether-executor, the task in a cgroup of its own where the host has
 //     them, which it does here).
-//   - floor: the irreducible work of such a start: floorCommits bare bbolt
-//     Updates; the minimal Go helper spawned the way the executor is
+//   - floor: the irreducible work of such a start: 3 bare bbolt Updates
+//     (the fewest durable commits the write-ahead rule allows a start: the
+//     spawn intent before the spawn; executor-up with the launch intent
+//     before the launch; launched and running after it); the minimal Go helper spawned the way the executor is
 //     (Setsid, ready pipe) answering one net/rpc call on its unix socket;
 //     its identity file (fsync of file and directory); and the task
 //     fork/exec'd and moved into a new cgroup (benchkit.StartContained: one

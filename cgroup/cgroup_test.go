@@ -15,8 +15,9 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/tether-fsm/tether/internal/testproc"
 	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // killPaths are the ways Kill can empty a cgroup; each test that kills runs

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/tether-fsm/tether/internal/proc"
 )
 
 // Errors about the host.
@@ -32,7 +34,8 @@ var (
 	ErrBadLocation = errors.New("cgroup: bad location")
 	// ErrNotOurs is returned when a location is not the one for the given
 	// task and nonce. Nothing is touched.
-	ErrNotOurs = errors.New("cgroup: location is not this task's")
+	// It is tether's one ErrNotOurs (executor.ErrNotOurs, driver.ErrNotOurs).
+	ErrNotOurs = proc.ErrNotOurs
 	// ErrBadLimits is returned for limits that make no sense (negative,
 	// memory above memory_max, more cores than the parent cgroup has).
 	ErrBadLimits = errors.New("cgroup: bad limits")

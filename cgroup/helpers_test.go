@@ -20,8 +20,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-fsm/tether/internal/testproc"
 	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // The test binary is also every helper process, dispatched on os.Args[1]

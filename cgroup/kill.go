@@ -4,15 +4,15 @@ package cgroup
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/internal/proc"
 )
 
 // Kill kills every process in the cgroup, wherever it went (a member that
@@ -48,7 +48,7 @@ func (c *Cgroup) Kill(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		early := openPidfds(pids)
+		early := proc.OpenRaw(pids)
 		switch err := writeFile(d.dir, "cgroup.kill", "1"); {
 		case isNotExist(err):
 			closeAll(early)
@@ -138,7 +138,7 @@ func (c *Cgroup) killEach(ctx context.Context) error {
 			return &KillError{Dir: members[0].dir, Alive: describe(strangers),
 				Err: errors.New("listed in cgroup.procs but not shown in this cgroup by /proc/PID/cgroup (another pid namespace?); not signalled")}
 		}
-		err = waitAll(ctx, fds)
+		err = proc.WaitAll(ctx, fds)
 		closeAll(fds)
 		if err != nil {
 			return c.gaveUp(ctx, members[0].dir, err)
@@ -255,7 +255,7 @@ func waitUnpopulated(ctx context.Context, dir string, early []int) error {
 		if err != nil {
 			return err
 		}
-		fresh := openPidfds(pids)
+		fresh := proc.OpenRaw(pids)
 		left, err := waitAllOr(ctx, efd, append(slices.Clone(pending), fresh...))
 		closeAll(fresh)
 		if err != nil {
@@ -283,7 +283,7 @@ func waitAllOr(ctx context.Context, wake int, fds []int) ([]int, error) {
 		for _, fd := range left {
 			pfds = append(pfds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
 		}
-		if err := waitPoll(ctx, pfds); err != nil {
+		if err := proc.Poll(ctx, pfds); err != nil {
 			return left, err
 		}
 		var next []int
@@ -299,17 +299,6 @@ func waitAllOr(ctx context.Context, wake int, fds []int) ([]int, error) {
 	}
 }
 
-// openPidfds opens a pidfd for each pid still there (for waiting only).
-func openPidfds(pids []int) []int {
-	var fds []int
-	for _, pid := range pids {
-		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
-			fds = append(fds, fd)
-		}
-	}
-	return fds
-}
-
 // kvValue finds key's number in a flat-keyed file's text.
 func kvValue(b []byte, key string) (uint64, bool) {
 	for line := range strings.SplitSeq(string(b), "\n") {
@@ -321,80 +310,13 @@ func kvValue(b []byte, key string) (uint64, bool) {
 	return 0, false
 }
 
-// waitAll returns when every pidfd in fds is readable (its process exited).
-func waitAll(ctx context.Context, fds []int) error {
-	left := slices.Clone(fds)
-	for len(left) > 0 {
-		pfds := make([]unix.PollFd, len(left))
-		for i, fd := range left {
-			pfds[i] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
-		}
-		if err := waitPoll(ctx, pfds); err != nil {
-			return err
-		}
-		var next []int
-		for i, fd := range left {
-			if pfds[i].Revents == 0 {
-				next = append(next, fd)
-			}
-		}
-		left = next
-	}
-	return nil
-}
-
-// waitPoll polls pfds until at least one has an event (their Revents say
-// which) or ctx ends; ctx wakes the poll through an eventfd.
-func waitPoll(ctx context.Context, pfds []unix.PollFd) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		return fmt.Errorf("cgroup: eventfd: %w", err)
-	}
-	woke := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(woke)
-		_, _ = unix.Write(efd, binary.NativeEndian.AppendUint64(nil, 1))
-	})
-	defer func() {
-		if !stop() {
-			<-woke
-		}
-		unix.Close(efd)
-	}()
-	all := append(pfds, unix.PollFd{Fd: int32(efd), Events: unix.POLLIN})
-	for {
-		_, err := unix.Poll(all, -1)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("cgroup: poll: %w", err)
-		}
-		break
-	}
-	copy(pfds, all) // all may be a new array
-	if all[len(all)-1].Revents != 0 {
-		return ctx.Err()
-	}
-	return nil
-}
-
 // describe names each pid's process for an error: comm and state.
 func describe(pids []int) []Member {
 	out := make([]Member, 0, len(pids))
 	for _, pid := range pids {
-		m := Member{PID: pid}
-		p := "/proc/" + strconv.Itoa(pid)
-		if b, err := os.ReadFile(p + "/comm"); err == nil {
-			m.Comm = strings.TrimSpace(string(b))
-		}
-		if b, err := os.ReadFile(p + "/stat"); err == nil {
-			if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) {
-				m.State = string(b[i+2])
-			}
+		m := Member{PID: pid, Comm: proc.Comm(pid)}
+		if st, err := proc.ReadStat(pid); err == nil {
+			m.State = string(st.State)
 		}
 		out = append(out, m)
 	}

@@ -140,10 +140,10 @@ func (l Location) Check(task, nonce string) error {
 		return err
 	}
 	if l.IsZero() {
-		return fmt.Errorf("%w: no location recorded", ErrNotOurs)
+		return fmt.Errorf("cgroup: %w: no location recorded", ErrNotOurs)
 	}
 	if l.leaf != want {
-		return fmt.Errorf("%w: %s is %q, task %q with nonce %q has %q", ErrNotOurs, l, l.leaf, task, nonce, want)
+		return fmt.Errorf("cgroup: %w: location %s is %q, task %q with nonce %q has %q", ErrNotOurs, l, l.leaf, task, nonce, want)
 	}
 	return nil
 }

@@ -27,9 +27,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/benchkit"
+	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -340,13 +342,13 @@ func BenchmarkKill(b *testing.B) {
 // one, as the real executor client does before it connects.
 type simWorld struct{}
 
-var _ Executors = simWorld{}
+var _ executor.World = simWorld{}
 
 var errSim = errors.New("bench: not simulated")
 
-func (simWorld) Spawn(context.Context, string, string) (Executor, error) { return nil, errSim }
+func (simWorld) Spawn(context.Context, string, string) (executor.Conn, error) { return nil, errSim }
 
-func (simWorld) Reattach(_ context.Context, _ string, id fsm.Identity) (Executor, error) {
+func (simWorld) Reattach(_ context.Context, _ string, id fsm.Identity) (executor.Conn, error) {
 	if err := checkIdentity(id.PID, id.StartTime); err != nil {
 		return nil, err
 	}
@@ -356,15 +358,18 @@ func (simWorld) Reattach(_ context.Context, _ string, id fsm.Identity) (Executor
 func (simWorld) FindByNonce(context.Context, string, string) (fsm.Identity, bool, error) {
 	return fsm.Identity{}, false, nil
 }
-func (simWorld) Kill(context.Context, string, fsm.Identity) error                  { return errSim }
-func (simWorld) KillTask(context.Context, string, fsm.Identity, int, uint64) error { return errSim }
-func (simWorld) Alive(context.Context, string, fsm.Identity) (bool, error)         { return true, nil }
-func (simWorld) ExitStatus(context.Context, string, fsm.Identity, int, uint64) (fsm.ExitStatus, bool, error) {
+func (simWorld) Kill(context.Context, string, fsm.Identity) error               { return errSim }
+func (simWorld) KillTask(context.Context, string, fsm.Identity, fsm.Proc) error { return errSim }
+func (simWorld) Alive(context.Context, string, fsm.Identity) (bool, error)      { return true, nil }
+func (simWorld) ExitStatus(context.Context, string, fsm.Identity, fsm.Proc) (fsm.ExitStatus, bool, error) {
 	return fsm.ExitStatus{}, false, nil
 }
-func (simWorld) LaunchRecord(context.Context, string, fsm.Identity) (int, uint64, bool, error) {
-	return 0, 0, false, nil
+func (simWorld) LaunchRecord(context.Context, string, fsm.Identity) (fsm.Proc, bool, error) {
+	return fsm.Proc{}, false, nil
 }
+func (simWorld) Journal(context.Context, string, fsm.Identity) ([]fsm.Event, error) { return nil, nil }
+func (simWorld) CheckSpec(fsm.Spec) error                                           { return nil }
+func (simWorld) DiscardTask(string)                                                 {}
 
 // checkIdentity is the floor's unit of work, and the simulated Reattach's:
 // pidfd_open, read /proc/PID/stat, compare the start time.
@@ -374,7 +379,7 @@ func checkIdentity(pid int, start uint64) error {
 		return fmt.Errorf("%w: %w", ErrGone, err)
 	}
 	defer unix.Close(fd)
-	got, err := executor.ProcStartTime(pid)
+	got, err := proc.StartTime(pid)
 	if err != nil {
 		return err
 	}
@@ -387,21 +392,26 @@ func checkIdentity(pid int, start uint64) error {
 type simExecutor struct{ id fsm.Identity }
 
 func (e simExecutor) Identity() fsm.Identity { return e.id }
-func (simExecutor) Launch(context.Context, fsm.Spec, []string) (Status, error) {
-	return Status{}, errSim
+func (simExecutor) Launch(context.Context, fsm.Spec) (executor.Status, error) {
+	return executor.Status{}, errSim
 }
-func (simExecutor) Status(context.Context) (Status, error) {
-	return Status{Launched: true, PID: 2, StartTime: 1}, nil
+func (simExecutor) Status(context.Context) (executor.Status, error) {
+	return executor.Status{Launched: true, PID: 2, StartTime: 1}, nil
 }
-func (simExecutor) Wait(ctx context.Context) (fsm.ExitStatus, error) {
+func (simExecutor) Watch(ctx context.Context, _ int) (executor.Status, []fsm.Event, error) {
 	<-ctx.Done()
-	return fsm.ExitStatus{}, context.Cause(ctx)
+	return executor.Status{}, nil, context.Cause(ctx)
 }
-func (simExecutor) Signal(context.Context, syscall.Signal) error { return errSim }
-func (simExecutor) Stop(context.Context, syscall.Signal, time.Duration) (fsm.ExitStatus, error) {
-	return fsm.ExitStatus{}, errSim
+func (simExecutor) Signal(context.Context, syscall.Signal, bool) error { return errSim }
+func (simExecutor) Stats(context.Context) (cgroup.Stats, error)        { return cgroup.Stats{}, errSim }
+func (simExecutor) Exec(context.Context, executor.ExecSpec) (*executor.ExecProcess, error) {
+	return nil, errSim
+}
+func (simExecutor) Stop(context.Context, syscall.Signal, time.Duration) (executor.Status, error) {
+	return executor.Status{}, errSim
 }
 func (simExecutor) Shutdown(context.Context) error { return errSim }
+func (simExecutor) Dismiss(context.Context) error  { return errSim }
 func (simExecutor) Close() error                   { return nil }
 
 // recoverTasks is the number of live tasks BenchmarkRecover replays.
@@ -419,11 +429,11 @@ func BenchmarkRecover(b *testing.B) {
 	}
 	b.Cleanup(func() { _ = live.Process.Kill(); _ = live.Wait() })
 	pid := live.Process.Pid
-	start, err := executor.ProcStartTime(pid)
+	start, err := proc.StartTime(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	boot, err := executor.BootID()
+	boot, err := proc.BootID()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -461,7 +471,7 @@ func BenchmarkRecover(b *testing.B) {
 		b.Fatal(err)
 	}
 	tether := func(int) time.Duration {
-		d, err := Open(Config{StateDir: dir, Store: s, Executors: simWorld{}})
+		d, err := Open(Config{StateDir: dir, Store: s, World: simWorld{}})
 		if err != nil {
 			b.Fatal(err)
 		}

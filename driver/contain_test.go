@@ -19,6 +19,7 @@ import (
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/internal/testproc"
 )
 
@@ -113,7 +114,7 @@ func readLineDeadline(t *testing.T, f *os.File) string {
 // alive reports whether pid is a live (non-zombie) process started at
 // start.
 func alive(pid int, start uint64) bool {
-	ok, err := executor.Alive(fsm.Identity{PID: pid, StartTime: start})
+	ok, err := proc.Alive(fsm.Identity{PID: pid, StartTime: start})
 	return err == nil && ok
 }
 
@@ -151,7 +152,7 @@ func TestRecover_SetsidDescendantOfKilledExecutorIsKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	escStart, err := executor.ProcStartTime(escapee)
+	escStart, err := proc.StartTime(escapee)
 	if err != nil {
 		t.Fatalf("the setsid'd sleep: %v", err)
 	}
@@ -166,7 +167,7 @@ func TestRecover_SetsidDescendantOfKilledExecutorIsKilled(t *testing.T) {
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := executor.Kill(ctx, *st.Executor); err != nil {
+	if err := proc.Kill(ctx, *st.Executor); err != nil {
 		t.Fatal(err)
 	}
 
@@ -316,7 +317,7 @@ func TestStartTask_OOMKilledIsRecorded(t *testing.T) {
 // TestReal_CheckSpec: the host-dependent checks the driver can run before
 // spawning anything.
 func TestReal_CheckSpec(t *testing.T) {
-	r := NewReal(t.TempDir(), nil, nil)
+	r := &executor.Real{StateDir: t.TempDir()}
 	for _, tc := range []struct {
 		spec fsm.Spec
 		want error
@@ -326,7 +327,7 @@ func TestReal_CheckSpec(t *testing.T) {
 		{fsm.Spec{Driver: "exec", Command: "/bin/true", PIDMode: "host", IPCMode: "host"}, nil},
 		{fsm.Spec{Driver: "raw_exec", Command: "/bin/true", Resources: fsm.Resources{MemoryMB: 64, PIDs: 10}}, nil},
 	} {
-		err := r.CheckSpec(tc.spec, nil)
+		err := r.CheckSpec(tc.spec)
 		if tc.want == nil && err != nil {
 			if h, perr := cgroup.Probe(); perr != nil || h.Usable() != nil || os.Geteuid() != 0 {
 				continue // a host without cgroups refuses these, as it should

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/internal/testproc"
 )
 
@@ -80,7 +81,7 @@ func runChild(args []string) int {
 	case "lost":
 		var st fsm.Task
 		if st, err = d.StartTask(ctx, "a", sleeper); err == nil {
-			if err = executor.Kill(ctx, *st.Executor); err == nil {
+			if err = proc.Kill(ctx, *st.Executor); err == nil {
 				_, err = d.WaitTask(ctx, "a")
 			}
 		}
@@ -118,7 +119,7 @@ func launchedLog(ctx context.Context, d *Driver, spec fsm.Spec) error {
 	}
 	defer c.Close()
 	spec.Name = id
-	st, err := c.Launch(ctx, executor.LaunchSpec{Mode: spec.Driver, Command: spec.Command, Args: spec.Args})
+	st, err := c.Launch(ctx, executor.Launch{Spec: fsm.Spec{Driver: spec.Driver, Command: spec.Command, Args: spec.Args}})
 	if err != nil {
 		return err
 	}

@@ -6,8 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/statedir"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -35,18 +35,19 @@ type Config struct {
 	// Logger receives the driver's logs, each line scoped with task_id;
 	// nil discards them.
 	Logger hclog.Logger
-	// Executors is the process world; nil uses real executor processes
-	// started with ExecutorCommand (see NewReal).
-	Executors Executors
+	// World is the process world; nil uses real executor processes
+	// started with ExecutorCommand (executor.Real).
+	World executor.World
 	// ExecutorCommand is the argv prefix that starts a binary in executor
-	// mode (see the executor package); used only when Executors is nil.
+	// mode (see package executor/server); used only when World is nil.
 	ExecutorCommand []string
 	// AllowedCaps is the capability allow list for exec tasks; nil uses
-	// the executor's default (Nomad's exec default, without net_raw).
+	// the executor's default (Nomad's exec default, without net_raw). Used
+	// only when World is nil (a World has its own).
 	AllowedCaps []string
 	// ChrootEnv is what an exec task's root is built from: entries "SRC"
 	// or "SRC:DST", each bound read-only; nil uses Nomad's chroot_env
-	// default (executor.DefaultChroot). Used only when Executors is nil.
+	// default (executor.DefaultChroot). Used only when World is nil.
 	ChrootEnv []string
 	// KillTimeout is the default grace between the stop signal and SIGKILL
 	// (default 5s); KillSignal the default stop signal (default SIGTERM).
@@ -80,12 +81,9 @@ type Driver struct {
 	log      hclog.Logger
 	store    store.Log
 	ownStore bool
-	world    Executors
+	world    executor.World
 	hooks    Hooks
 
-	// life ends when the driver closes: supervision stops with it.
-	life      context.Context
-	endLife   context.CancelFunc
 	closing   chan struct{} // closed by Close
 	abandoned chan struct{} // closed by Abandon
 	owners    sync.WaitGroup
@@ -136,7 +134,7 @@ func Open(cfg Config) (*Driver, error) {
 		cfg.EffectTimeout = 30 * time.Second
 	}
 	if cfg.ProbeTimeout <= 0 {
-		cfg.ProbeTimeout = 5 * time.Second
+		cfg.ProbeTimeout = defaultProbeTimeout
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -146,81 +144,31 @@ func Open(cfg Config) (*Driver, error) {
 	}
 	d := &Driver{cfg: cfg, log: cfg.Logger, hooks: cfg.Hooks, tasks: map[string]*task{},
 		closing: make(chan struct{}), abandoned: make(chan struct{})}
-	d.world = cfg.Executors
+	d.world = cfg.World
 	if d.world == nil {
-		var opts []RealOption
 		if cfg.ChrootEnv != nil {
 			if err := executor.ValidateChroot(cfg.ChrootEnv); err != nil {
 				return nil, fmt.Errorf("driver: Config.ChrootEnv: %w", err)
 			}
-			opts = append(opts, WithChroot(cfg.ChrootEnv))
 		}
-		d.world = NewReal(cfg.StateDir, cfg.ExecutorCommand, cfg.Logger, opts...)
+		d.world = &executor.Real{StateDir: cfg.StateDir, Command: cfg.ExecutorCommand, Logger: cfg.Logger,
+			Policy: executor.Policy{AllowedCaps: cfg.AllowedCaps, Chroot: slices.Clone(cfg.ChrootEnv)}}
 	}
 	d.store = cfg.Store
 	if d.store == nil {
-		s, err := store.Open(filepath.Join(cfg.StateDir, "tether.db"), cfg.StoreOptions)
+		s, err := store.Open(statedir.Layout{Dir: cfg.StateDir}.Store(), cfg.StoreOptions)
 		if err != nil {
 			return nil, err
 		}
 		d.store, d.ownStore = s, true
 	}
-	d.life, d.endLife = context.WithCancel(context.Background())
 	return d, nil
 }
 
-// PrepareStateDir makes sure dir can serve as a state directory: a missing
-// one is created 0700 (with tasks/ inside); an existing one must be a
-// directory (not a symbolic link) owned by the caller with no group or
-// other permissions, and is never chmodded: a shared directory is refused
-// with an error saying what to do.
-func PrepareStateDir(dir string) error {
-	fi, err := os.Lstat(dir)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
-			return fmt.Errorf("driver: create state directory %s: %w", dir, err)
-		}
-		if err := mkdirDurable(dir); err != nil {
-			return fmt.Errorf("driver: create state directory %s: %w", dir, err)
-		}
-		if fi, err = os.Lstat(dir); err != nil {
-			return fmt.Errorf("driver: state directory %s: %w", dir, err)
-		}
-	case err != nil:
-		return fmt.Errorf("driver: state directory %s: %w", dir, err)
-	}
-	if err := checkPrivateDir(dir, fi); err != nil {
-		return err
-	}
-	tasks := filepath.Join(dir, "tasks")
-	if err := mkdirDurable(tasks); err != nil {
-		return fmt.Errorf("driver: create %s: %w", tasks, err)
-	}
-	fi, err = os.Lstat(tasks)
-	if err != nil {
-		return fmt.Errorf("driver: %s: %w", tasks, err)
-	}
-	return checkPrivateDir(tasks, fi)
-}
-
-func checkPrivateDir(dir string, fi os.FileInfo) error {
-	if fi.Mode()&os.ModeSymlink != 0 {
-		return fmt.Errorf("%w: %s is a symbolic link; give the real directory", ErrStateDir, dir)
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("%w: %s is not a directory", ErrStateDir, dir)
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if ok && int(st.Uid) != os.Geteuid() {
-		return fmt.Errorf("%w: %s is owned by uid %d, not by you (uid %d); use a directory of your own", ErrStateDir, dir, st.Uid, os.Geteuid())
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 || fi.Mode()&(os.ModeSticky|os.ModeSetgid|os.ModeSetuid) != 0 {
-		return fmt.Errorf("%w: %s has mode %s; it must be private (chmod 700 %s), or pick another with --state-dir",
-			ErrStateDir, dir, fi.Mode().Perm(), dir)
-	}
-	return nil
-}
+// PrepareStateDir makes sure dir can serve as a state directory (see
+// statedir.Layout.Prepare): a missing one is created 0700, an existing one
+// must be private and the caller's, and is never chmodded.
+func PrepareStateDir(dir string) error { return statedir.Layout{Dir: dir}.Prepare() }
 
 // Close stops supervising and releases the store. Tasks keep running: an
 // executor whose task is launched outlives the driver, and a later driver
@@ -236,11 +184,23 @@ func (d *Driver) Close() error {
 	close(d.closing)
 	d.mu.Unlock()
 	d.owners.Wait()
-	d.endLife()
 	if d.ownStore {
 		return d.store.Close()
 	}
 	return nil
+}
+
+// defaultProbeTimeout is Config.ProbeTimeout's default.
+const defaultProbeTimeout = 5 * time.Second
+
+// isClosing reports whether Close has begun.
+func (d *Driver) isClosing() bool {
+	select {
+	case <-d.closing:
+		return true
+	default:
+		return false
+	}
 }
 
 // Abandon stops the driver at once, as a crash of its process would: every
@@ -256,32 +216,19 @@ func (d *Driver) Abandon() {
 		close(d.abandoned)
 	}
 	d.mu.Unlock()
-	d.endLife()
 }
 
 // Store returns the driver's event log.
 func (d *Driver) Store() store.Log { return d.store }
 
 // TaskDir is the private directory of a task.
-func (d *Driver) TaskDir(id string) string { return filepath.Join(d.cfg.StateDir, "tasks", id) }
+func (d *Driver) TaskDir(id string) string {
+	return statedir.Layout{Dir: d.cfg.StateDir}.Task(id).Dir()
+}
 
 // ValidateTaskID refuses ids that are empty, longer than 63 bytes, or
-// could escape the state directory ("..", slashes, leading dots): an id is
-// 1 to 63 of [A-Za-z0-9_.-], starting with a letter or digit. (Written out
-// rather than a regexp: compiling one at package init cost every process
-// of this binary, the executor and the shim among them, 1.6 ms here.)
-func ValidateTaskID(id string) error {
-	ok := len(id) >= 1 && len(id) <= 63
-	for i := 0; ok && i < len(id); i++ {
-		c := id[i]
-		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-		ok = alnum || i > 0 && (c == '_' || c == '.' || c == '-')
-	}
-	if !ok {
-		return fmt.Errorf("%w %q: use 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit", ErrInvalidTaskID, id)
-	}
-	return nil
-}
+// could escape the state directory (see statedir.ValidateTaskID).
+func ValidateTaskID(id string) error { return statedir.ValidateTaskID(id) }
 
 func randomNonce() string {
 	var b [16]byte
@@ -392,14 +339,6 @@ func (d *Driver) StartTask(ctx context.Context, id string, spec fsm.Spec) (fsm.T
 	}
 }
 
-// SpecChecker is implemented by a process world that can tell, before
-// anything is spawned, whether the host can run a spec as it asks (Real:
-// the user exists, exec's capabilities are allowed, the cgroup controllers
-// its limits need are there). The driver runs it after fsm's own checks.
-type SpecChecker interface {
-	CheckSpec(spec fsm.Spec, allowedCaps []string) error
-}
-
 // validateSpec is the check that can fail before anything is spawned.
 func (d *Driver) validateSpec(spec fsm.Spec) error {
 	if err := spec.Validate(); err != nil {
@@ -408,14 +347,8 @@ func (d *Driver) validateSpec(spec fsm.Spec) error {
 	if d.skipEarlyChecks {
 		return nil
 	}
-	if c, ok := d.world.(SpecChecker); ok {
-		if err := c.CheckSpec(spec, d.cfg.AllowedCaps); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
-		}
-	} else if spec.Driver == "exec" {
-		if err := validateCaps(spec.CapAdd, spec.CapDrop, d.cfg.AllowedCaps); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
-		}
+	if err := d.world.CheckSpec(spec); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
 	}
 	return nil
 }
@@ -538,12 +471,6 @@ func (d *Driver) SignalMain(ctx context.Context, id string, sig syscall.Signal) 
 	return d.signalTask(ctx, id, sig, true)
 }
 
-// mainSignaller is an Executor that can signal the task's main process
-// alone (the real one).
-type mainSignaller interface {
-	SignalMain(ctx context.Context, sig syscall.Signal) error
-}
-
 func (d *Driver) signalTask(ctx context.Context, id string, sig syscall.Signal, main bool) error {
 	h, st, err := d.attachRunning(ctx, id)
 	if err != nil {
@@ -552,16 +479,7 @@ func (d *Driver) signalTask(ctx context.Context, id string, sig syscall.Signal, 
 	defer h.Close()
 	pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
 	defer cancel()
-	if main {
-		m, ok := h.(mainSignaller)
-		if !ok {
-			return &TaskError{Task: id, State: st.State, Err: fmt.Errorf("this process world (%T) cannot signal a task's main process alone", h)}
-		}
-		err = m.SignalMain(pctx, sig)
-	} else {
-		err = h.Signal(pctx, sig)
-	}
-	if err != nil {
+	if err := h.Signal(pctx, sig, main); err != nil {
 		return runningErr(id, st, err)
 	}
 	return nil
@@ -570,7 +488,7 @@ func (d *Driver) signalTask(ctx context.Context, id string, sig syscall.Signal, 
 // attachRunning connects to the executor of a task the log says is
 // running, through its recorded identity (the hello bounded by
 // ProbeTimeout; the connection then lasts until Close).
-func (d *Driver) attachRunning(ctx context.Context, id string) (Executor, fsm.Task, error) {
+func (d *Driver) attachRunning(ctx context.Context, id string) (executor.Conn, fsm.Task, error) {
 	info, err := d.InspectTask(ctx, id)
 	if err != nil {
 		return nil, fsm.Task{}, err
@@ -657,11 +575,11 @@ func (d *Driver) InspectTask(ctx context.Context, id string) (TaskInfo, error) {
 			return info, &TaskError{Task: id, State: info.State, Err: err}
 		}
 		info.ExecutorAlive = alive
-		if jr, ok := d.world.(JournalReader); ok && info.Spec != nil && info.Spec.Restart != nil {
+		if info.Spec != nil && info.Spec.Restart != nil {
 			// Read, not believed: a journal that does not match the
 			// identity counts as nothing here (Reconcile says why).
-			if entries, err := jr.Journal(ctx, id, *info.Executor); err == nil {
-				info.Unfolded = max(0, len(entries)-executor.JournalFolded(info.Task))
+			if entries, err := d.world.Journal(ctx, id, *info.Executor); err == nil {
+				info.Unfolded = max(0, len(entries)-info.Task.RestartEvents())
 			}
 		}
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -27,12 +28,12 @@ func checkReaped(t *testing.T, d *Driver, st fsm.Task) {
 		t.Fatalf("task %s is %s, want terminal", st.ID, st.State)
 	}
 	if st.Executor != nil {
-		if alive, err := executor.Alive(*st.Executor); err != nil || alive {
+		if alive, err := proc.Alive(*st.Executor); err != nil || alive {
 			t.Errorf("task %s is %s but its executor %d is alive (%v)", st.ID, st.State, st.Executor.PID, err)
 		}
 	}
 	if st.TaskPID != 0 {
-		if alive, err := executor.Alive(fsm.Identity{PID: st.TaskPID, StartTime: st.TaskStartTime}); err == nil && alive {
+		if alive, err := proc.Alive(fsm.Identity{PID: st.TaskPID, StartTime: st.TaskStartTime}); err == nil && alive {
 			t.Errorf("task %s is %s but its process %d is alive", st.ID, st.State, st.TaskPID)
 		}
 	}
@@ -360,7 +361,7 @@ func TestRecover_ReattachesRunningTask(t *testing.T) {
 	if err := d1.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if alive, _ := executor.Alive(*st.Executor); !alive {
+	if alive, _ := proc.Alive(*st.Executor); !alive {
 		t.Fatal("executor died with its driver after launch")
 	}
 	d2 := newDriver(t, dir, Hooks{})
@@ -426,7 +427,7 @@ func TestRecover_CollectsExitStatusLeftOnDisk(t *testing.T) {
 func waitDead(t *testing.T, id fsm.Identity) {
 	t.Helper()
 	for {
-		if alive, err := executor.Alive(id); err != nil || !alive {
+		if alive, err := proc.Alive(id); err != nil || !alive {
 			return
 		}
 		if err := waitPidfd(id.PID); err != nil {
@@ -445,11 +446,11 @@ func TestRecover_PIDReuseNeverSignalsTheStranger(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = stranger.Process.Kill(); _ = stranger.Wait() })
-	start, err := executor.ProcStartTime(stranger.Process.Pid)
+	start, err := proc.StartTime(stranger.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	boot, err := executor.BootID()
+	boot, err := proc.BootID()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,7 +492,7 @@ func TestRecover_PIDReuseNeverSignalsTheStranger(t *testing.T) {
 	if final.State != fsm.StateLost {
 		t.Fatalf("state %s, want lost", final.State)
 	}
-	if alive, err := executor.Alive(fsm.Identity{PID: stranger.Process.Pid, StartTime: start}); err != nil || !alive {
+	if alive, err := proc.Alive(fsm.Identity{PID: stranger.Process.Pid, StartTime: start}); err != nil || !alive {
 		t.Fatalf("the stranger was killed (alive=%v, %v)", alive, err)
 	}
 	var ws syscall.WaitStatus
@@ -594,7 +595,7 @@ func TestWaitTask_ExecutorGoneWithoutRecover(t *testing.T) {
 	if err := d1.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := executor.Kill(ctx, *st.Executor); err != nil {
+	if err := proc.Kill(ctx, *st.Executor); err != nil {
 		t.Fatal(err)
 	}
 	d2 := newDriver(t, dir, Hooks{})

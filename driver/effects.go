@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"syscall"
 	"time"
 
+	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 )
 
@@ -31,10 +31,10 @@ const (
 // jobResult is what a job reports.
 type jobResult struct {
 	kind   jobKind
-	inputs []fsm.Event // to step and append in one commit
-	h      Executor    // a connection the job opened (spawn, reattach)
-	closed bool        // the job closed the owner's connection (the executor is dead)
-	err    error       // a start effect's failure, for StartTask's caller
+	inputs []fsm.Event   // to step and append in one commit
+	h      executor.Conn // a connection the job opened (spawn, reattach)
+	closed bool          // the job closed the owner's connection (the executor is dead)
+	err    error         // a start effect's failure, for StartTask's caller
 	// supervise: the task is running and h reaches its executor.
 	supervise bool
 	action    string // what a recovery did, for the report
@@ -44,14 +44,15 @@ type jobResult struct {
 }
 
 // job is what a job goroutine may read: copies, and the concurrency-safe
-// handle and world.
+// connection and world.
 type job struct {
-	d    *Driver
-	id   string
-	st   fsm.Task
-	eff  fsm.Effect
-	h    Executor
-	kill *killOverride
+	d     *Driver
+	id    string
+	st    fsm.Task
+	eff   fsm.Effect
+	h     executor.Conn
+	final *executor.Status // the executor on h reported the task over (owner.final)
+	kill  *killOverride
 }
 
 func effectJob(t fsm.EffectType) jobKind {
@@ -88,8 +89,10 @@ func (o *owner) perform(eff fsm.Effect) {
 
 // startJob runs a job of kind in a goroutine, bounded by timeout.
 func (o *owner) startJob(kind jobKind, timeout time.Duration, eff *fsm.Effect) {
-	ctx, cancel := context.WithCancelCause(o.d.life)
-	j := job{d: o.d, id: o.t.id, st: o.st, h: o.h, kill: o.kill}
+	// The driver keeps no context: each job has its own, which the owner
+	// cancels (a stop overtaking a start, the owner's exit).
+	ctx, cancel := context.WithCancelCause(context.Background())
+	j := job{d: o.d, id: o.t.id, st: o.st, h: o.h, final: o.final, kill: o.kill}
 	if eff != nil {
 		j.eff = *eff
 	}
@@ -144,13 +147,13 @@ func (j job) failed(kind jobKind, err error) jobResult {
 	default:
 		ev = j.d.event(fsm.EventKillFailed)
 	}
-	ev.Reason = err.Error()
+	ev.Reason, ev.Cause = err.Error(), causeOf(err)
 	return jobResult{inputs: []fsm.Event{ev}, err: err}
 }
 
 func (d *Driver) lost(err error) fsm.Event {
 	ev := d.event(fsm.EventExecutorLost)
-	ev.Reason = err.Error()
+	ev.Reason, ev.Cause = err.Error(), causeOf(err)
 	return ev
 }
 
@@ -165,9 +168,9 @@ func (j job) spawn(ctx context.Context) jobResult {
 	return jobResult{inputs: []fsm.Event{ev}, h: h}
 }
 
-// handle is the owner's connection, or a new one through the recorded
+// conn is the owner's connection, or a new one through the recorded
 // identity (bounded by ProbeTimeout).
-func (j job) handle(ctx context.Context) (Executor, bool, error) {
+func (j job) conn(ctx context.Context) (executor.Conn, bool, error) {
 	if j.h != nil {
 		return j.h, false, nil
 	}
@@ -184,15 +187,15 @@ func (j job) handle(ctx context.Context) (Executor, bool, error) {
 // status right after: running (and supervised by the executor from its
 // first instruction) is recorded with launched in one append.
 func (j job) launch(ctx context.Context) jobResult {
-	h, opened, err := j.handle(ctx)
+	h, opened, err := j.conn(ctx)
 	if err != nil {
 		return j.failed(jobLaunch, err)
 	}
-	var own Executor
+	var own executor.Conn
 	if opened {
 		own = h
 	}
-	s, err := h.Launch(ctx, *j.eff.Spec, j.d.cfg.AllowedCaps)
+	s, err := h.Launch(ctx, *j.eff.Spec)
 	if err != nil {
 		r := j.failed(jobLaunch, err)
 		r.h = own
@@ -204,8 +207,8 @@ func (j job) launch(ctx context.Context) jobResult {
 		// What the launch did differently from what was asked (a raw_exec
 		// task uncontained on a host without cgroups): in the log, for
 		// the caller and 'tether events' to show.
-		launched.Reason = "warning: " + strings.Join(s.Warnings, "; warning: ")
-		j.d.log.Info("the launch did not do all that was asked", "task_id", j.id, "warnings", strings.Join(s.Warnings, "; "))
+		launched.Warnings = s.Warnings
+		j.d.log.Info("the launch did not do all that was asked", "task_id", j.id, "warnings", fmt.Sprint(s.Warnings))
 	}
 	if s.Over() {
 		ex := j.d.event(fsm.EventTaskExited)
@@ -243,9 +246,9 @@ func (j job) attach(ctx context.Context) jobResult {
 
 // reading is what endOf found.
 type reading struct {
-	r     report   // restart journal entries the log lacks, and the end if the task is over
-	h     Executor // a connection to the executor, if one was made
-	alive bool     // the task lives (between restarts too)
+	r     report        // restart journal entries the log lacks, and the end if the task is over
+	h     executor.Conn // a connection to the executor, if one was made
+	alive bool          // the task lives (between restarts too)
 	// unreachable: the executor is alive but does not answer (frozen);
 	// nothing is concluded from that.
 	unreachable bool
@@ -256,7 +259,7 @@ type reading struct {
 // executor's answer, else the exit status it left on disk (matched against
 // the log), else lost; with the restarts its journal holds that the log
 // lacks, in order, before the end.
-func (d *Driver) endOf(ctx context.Context, st fsm.Task, h Executor) reading {
+func (d *Driver) endOf(ctx context.Context, st fsm.Task, h executor.Conn) reading {
 	var err error
 	if h == nil {
 		if st.Executor == nil {
@@ -268,7 +271,7 @@ func (d *Driver) endOf(ctx context.Context, st fsm.Task, h Executor) reading {
 	}
 	if err == nil {
 		pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
-		var s Status
+		var s executor.Status
 		s, err = h.Status(pctx)
 		cancel()
 		if err == nil {
@@ -321,7 +324,7 @@ func (d *Driver) collectEnd(ctx context.Context, st fsm.Task, cause error) repor
 		return r // a failed relaunch ended it
 	}
 	if st.Executor != nil {
-		x, ok, err := d.world.ExitStatus(ctx, st.ID, *st.Executor, cur.TaskPID, cur.TaskStartTime)
+		x, ok, err := d.world.ExitStatus(ctx, st.ID, *st.Executor, cur.TaskProc())
 		switch {
 		case err == nil && ok:
 			ev := d.event(fsm.EventTaskExited)
@@ -346,8 +349,8 @@ func (d *Driver) collectEnd(ctx context.Context, st fsm.Task, cause error) repor
 // probeLaunch reconciles a launch whose outcome was never recorded: the
 // executor says whether it launched.
 func (j job) probeLaunch(ctx context.Context) jobResult {
-	h, _, err := j.handle(ctx)
-	var s Status
+	h, _, err := j.conn(ctx)
+	var s executor.Status
 	if err == nil {
 		pctx, cancel := context.WithTimeout(ctx, j.d.cfg.ProbeTimeout)
 		s, err = h.Status(pctx)
@@ -366,7 +369,7 @@ func (j job) probeLaunch(ctx context.Context) jobResult {
 			// The executor is gone: its launch record says whether it
 			// launched, once it matches the log; one that does not is
 			// believed in nothing (and nothing is signalled because of it).
-			if _, _, ok, lerr := j.d.world.LaunchRecord(ctx, j.id, *j.st.Executor); errors.Is(lerr, ErrNotOurs) {
+			if _, ok, lerr := j.d.world.LaunchRecord(ctx, j.id, *j.st.Executor); errors.Is(lerr, ErrNotOurs) {
 				cause = fmt.Errorf("%w; the launch record did not match the log, so it was not believed: %w", cause, lerr)
 			} else if ok {
 				cause = fmt.Errorf("%w; its launch record says it launched the task, which is killed with everything of it", cause)
@@ -376,7 +379,7 @@ func (j job) probeLaunch(ctx context.Context) jobResult {
 	}
 	if !s.Launched {
 		ev := j.d.event(fsm.EventStartInterrupted)
-		ev.Reason = "the driver stopped before the executor launched the task"
+		ev.Reason, ev.Cause = "the driver stopped before the executor launched the task", fsm.CauseOther
 		return jobResult{h: h, inputs: []fsm.Event{ev}, action: "launch never happened; executor killed"}
 	}
 	launched := j.d.event(fsm.EventLaunched)
@@ -424,73 +427,117 @@ func (j job) lockWait(ctx context.Context) jobResult {
 
 // killExecutor is the kill-executor effect: stop everything of the task
 // (with the stop's signal and grace when it is being stopped), collect its
-// exit status, kill the executor by its proven identity (or find it by
-// nonce when none was recorded), and confirm that nothing of it is alive.
+// exit status, and confirm that nothing of it is alive. The normal end, an
+// executor this owner is connected to that reported the task over or
+// answered the stop, is endWithExecutor; anything else is recovery's kill:
+// the executor killed by its proven identity (or found by nonce when none
+// was recorded), the task by its recorded cgroup and its launch record.
 func (j job) killExecutor(ctx context.Context) jobResult {
 	eff := j.eff
-	var id *fsm.Identity
+	if j.h != nil && (j.final != nil || !eff.TaskProc().IsZero()) {
+		if r, ok := j.endWithExecutor(ctx); ok {
+			return r
+		}
+	}
+	k := recoveryKill{world: j.d.world, probe: j.d.cfg.ProbeTimeout, task: j.id, id: eff.Executor, nonce: eff.Nonce,
+		run: eff.TaskProc(), sig: syscall.Signal(eff.Signal), grace: eff.Grace, conn: j.h}
+	exit, _, err := k.kill(ctx)
+	closed := j.h != nil // the kill closed the owner's connection: the executor is dead
+	if err != nil {
+		r := j.failed(jobKill, err)
+		r.closed = closed
+		return r
+	}
+	if exit == nil && eff.Target == fsm.StateExited {
+		exit = j.st.Exit
+	}
+	ev := j.d.event(fsm.EventExecutorReaped)
+	ev.Target, ev.Exit = eff.Target, exit
+	return jobResult{inputs: []fsm.Event{ev}, closed: closed}
+}
+
+// recoveryKill is the kill of a task's processes from what its log
+// records, when its executor did not (or could not) tell of its end: the
+// executor by its proven identity (or found by its spawn nonce when none
+// was recorded), the task by its recorded cgroup (or process group), and
+// the latest run its launch record names.
+type recoveryKill struct {
+	world executor.World
+	probe time.Duration // bounds each question to the executor
+	task  string
+	id    *fsm.Identity // the executor, as recorded; nil: look it up by nonce
+	nonce string
+	run   fsm.Proc       // the task process the log knows (zero: none)
+	sig   syscall.Signal // the stop's first signal (0: SIGKILL at once)
+	grace time.Duration
+	conn  executor.Conn // a connection to the executor the caller holds (closed by kill), if any
+}
+
+// kill kills everything of the task and confirms it dead. It returns the
+// exit status when one was collected (the executor's answer to a stop, or
+// its exit record), and the executor's identity when one was known or
+// found (nil: nothing with the nonce was alive).
+func (k recoveryKill) kill(ctx context.Context) (*fsm.ExitStatus, *fsm.Identity, error) {
+	id := k.id
 	switch {
-	case eff.Executor != nil:
-		id = eff.Executor
-	case j.h != nil: // spawned, but the spawn's outcome was not recorded
-		x := j.h.Identity()
+	case id != nil:
+	case k.conn != nil: // spawned, but the spawn's outcome was not recorded
+		x := k.conn.Identity()
 		id = &x
-	case eff.Nonce != "":
-		found, ok, err := j.d.world.FindByNonce(ctx, j.id, eff.Nonce)
+	case k.nonce != "":
+		found, ok, err := k.world.FindByNonce(ctx, k.task, k.nonce)
 		if err != nil {
-			return j.failed(jobKill, err)
+			return nil, nil, err
 		}
 		if ok {
 			id = &found
 		}
 	}
-	pid, start := eff.TaskPID, eff.TaskStartTime
-	var lastPID int // a run the log does not know, to kill too
-	var lastStart uint64
+	run := k.run
+	var last fsm.Proc // a run the log does not know, to kill too
 	if id != nil {
 		// The executor may have launched a task whose launch was never
 		// recorded (a crash, or a stop that overtook the launch), or
 		// relaunched it since (its restart policy): its launch record
 		// names the latest run.
-		if rpid, rstart, ok, err := j.d.world.LaunchRecord(ctx, j.id, *id); err == nil && ok {
+		if rec, ok, err := k.world.LaunchRecord(ctx, k.task, *id); err == nil && ok {
 			switch {
-			case pid == 0:
-				pid, start = rpid, rstart
-			case rpid != pid || rstart != start:
-				lastPID, lastStart = rpid, rstart
+			case run.IsZero():
+				run = rec
+			case rec != run:
+				last = rec
 			}
 		}
 	}
-	h := j.h
-	opened := false
-	if h == nil && id != nil && pid != 0 {
-		pctx, cancel := context.WithTimeout(ctx, j.d.cfg.ProbeTimeout)
-		if r, err := j.d.world.Reattach(pctx, j.id, *id); err == nil {
-			h, opened = r, true
+	h := k.conn
+	if h == nil && id != nil && !run.IsZero() {
+		pctx, cancel := context.WithTimeout(ctx, k.probe)
+		if r, err := k.world.Reattach(pctx, k.task, *id); err == nil {
+			h = r
 		}
 		cancel()
 	}
 	var exit *fsm.ExitStatus
 	if h != nil {
-		if pid != 0 {
+		if !run.IsZero() {
 			// A task was launched: stop it through its executor (signal,
 			// grace, SIGKILL to everything of it), which collects its exit.
-			sig := syscall.Signal(eff.Signal)
+			sig := k.sig
 			if sig == 0 {
 				sig = syscall.SIGKILL
 			}
 			// Bounded by the grace and a probe: a frozen executor does not
 			// hold the kill up; it is killed by identity below.
-			sctx, cancel := context.WithTimeout(ctx, eff.Grace+j.d.cfg.ProbeTimeout)
-			if x, err := h.Stop(sctx, sig, eff.Grace); err == nil {
-				exit = &x
+			sctx, cancel := context.WithTimeout(ctx, k.grace+k.probe)
+			if x, err := h.Stop(sctx, sig, k.grace); err == nil {
+				exit = &x.Exit
 			}
 			cancel()
 			if exit == nil {
 				// The Stop did not end it: ask for an orderly exit
 				// (after a stop that answered, the executor is on its
 				// way out already). The kill by identity follows.
-				sctx, cancel = context.WithTimeout(ctx, j.d.cfg.ProbeTimeout)
+				sctx, cancel = context.WithTimeout(ctx, k.probe)
 				_ = h.Shutdown(sctx)
 				cancel()
 			}
@@ -499,38 +546,88 @@ func (j job) killExecutor(ctx context.Context) jobResult {
 		// exit: the kill by identity below is all it needs.
 		_ = h.Close()
 	}
-	closed := h != nil && !opened
-	fail := func(err error) jobResult {
-		r := j.failed(jobKill, err)
-		r.closed = closed
-		return r
+	if id == nil {
+		return exit, nil, nil
 	}
-	if id != nil {
-		// ErrNotOurs: the pid now belongs to a stranger, so ours is dead;
-		// nothing was signalled.
-		if err := j.d.world.Kill(ctx, j.id, *id); err != nil && !errors.Is(err, ErrNotOurs) {
-			return fail(err)
-		}
-		if err := j.d.world.KillTask(ctx, j.id, *id, pid, start); err != nil && !errors.Is(err, ErrNotOurs) {
-			return fail(err)
-		}
-		if lastPID != 0 {
-			if err := j.d.world.KillTask(ctx, j.id, *id, lastPID, lastStart); err != nil && !errors.Is(err, ErrNotOurs) {
-				return fail(err)
-			}
-		}
-		if exit == nil {
-			if x, ok, err := j.d.world.ExitStatus(ctx, j.id, *id, pid, start); err == nil && ok {
-				exit = &x
-			}
+	// ErrNotOurs: the pid now belongs to a stranger, so ours is dead;
+	// nothing was signalled.
+	if err := k.world.Kill(ctx, k.task, *id); err != nil && !errors.Is(err, ErrNotOurs) {
+		return exit, id, err
+	}
+	if err := k.world.KillTask(ctx, k.task, *id, run); err != nil && !errors.Is(err, ErrNotOurs) {
+		return exit, id, fmt.Errorf("%w: %w", ErrTaskNotKilled, err)
+	}
+	if !last.IsZero() {
+		if err := k.world.KillTask(ctx, k.task, *id, last); err != nil && !errors.Is(err, ErrNotOurs) {
+			return exit, id, fmt.Errorf("%w: %w", ErrTaskNotKilled, err)
 		}
 	}
-	if exit == nil && eff.Target == fsm.StateExited {
-		exit = j.st.Exit
+	if exit == nil {
+		if x, ok, err := k.world.ExitStatus(ctx, k.task, *id, run); err == nil && ok {
+			exit = &x
+		}
 	}
+	return exit, id, nil
+}
+
+// endWithExecutor is the normal end of a task whose executor this owner
+// is connected to: the end it reported (its watch said the task is over),
+// else its answer to a stop with the kill's signal and grace. Either way
+// the executor has the exit status, has emptied and removed the task's
+// cgroup (or says it could not: Status.Emptied) and is ended through the
+// pidfd the connection holds (opened on the process whose identity was
+// proven when it was spawned or reattached: Conn.Dismiss, or Conn.Shutdown
+// when it did not say Emptied), with no read of the launch record and no
+// kill by identity of a process known to be dead, and the cgroup is killed
+// only when the executor could not confirm it empty. ok is false when the executor did not answer, or its
+// death could not be confirmed: the recovery's kill follows.
+func (j job) endWithExecutor(ctx context.Context) (jobResult, bool) {
+	eff, h := j.eff, j.h
+	var st executor.Status
+	if j.final != nil {
+		st = *j.final
+	} else {
+		sig := syscall.Signal(eff.Signal)
+		if sig == 0 {
+			sig = syscall.SIGKILL
+		}
+		// Bounded by the grace and a probe: a frozen executor does not
+		// hold the kill up; recovery's kill by identity follows.
+		sctx, cancel := context.WithTimeout(ctx, eff.Grace+j.d.cfg.ProbeTimeout)
+		s, err := h.Stop(sctx, sig, eff.Grace)
+		cancel()
+		if err != nil || !s.Over() {
+			return jobResult{}, false
+		}
+		st = s
+	}
+	// Its death. One that drained the task and removed its cgroup
+	// (Emptied) has told all it knows and is killed at once (its exit
+	// record is for a driver that is away); any other is asked to kill
+	// what is left and exit.
+	dctx, cancel := context.WithTimeout(ctx, j.d.cfg.ProbeTimeout)
+	end := h.Shutdown
+	if st.Emptied {
+		end = h.Dismiss
+	}
+	err := end(dctx)
+	cancel()
+	if err != nil {
+		return jobResult{}, false
+	}
+	_ = h.Close()
+	if !st.Emptied {
+		id := h.Identity()
+		if err := j.d.world.KillTask(ctx, j.id, id, fsm.Proc{PID: st.PID, StartTime: st.StartTime}); err != nil && !errors.Is(err, ErrNotOurs) {
+			r := j.failed(jobKill, err)
+			r.closed = true
+			return r, true
+		}
+	}
+	exit := st.Exit
 	ev := j.d.event(fsm.EventExecutorReaped)
-	ev.Target, ev.Exit = eff.Target, exit
-	return jobResult{inputs: []fsm.Event{ev}, closed: closed}
+	ev.Target, ev.Exit = eff.Target, &exit
+	return jobResult{inputs: []fsm.Event{ev}, closed: true}, true
 }
 
 // maxKillAttempts bounds how often one owner retries a failed kill before
@@ -542,7 +639,7 @@ const maxKillAttempts = 3
 func (o *owner) jobDone(r jobResult) {
 	o.job, o.cancelJob = jobNone, nil
 	if r.closed {
-		o.h = nil
+		o.h, o.final = nil, nil
 	}
 	if r.h != nil && r.h != o.h {
 		if o.h != nil {
@@ -560,16 +657,16 @@ func (o *owner) jobDone(r jobResult) {
 		return
 	}
 	if len(r.inputs) > 0 {
-		ok, err := o.apply(r.inputs...)
+		ok, err := o.record(r.inputs...)
 		if err != nil {
 			if r.kind == jobSpawn && o.st.Executor == nil {
-				o.abandon() // an executor spawned but not recorded must not live on
+				o.killUnrecorded() // an executor spawned but not recorded must not live on
 			}
 			o.giveUp(err)
 			return
 		}
 		if !ok && o.st.State.Terminal() && o.h != nil {
-			o.abandon() // a late outcome of a task that ended meanwhile
+			o.killUnrecorded() // a late outcome of a task that ended meanwhile
 		}
 	}
 	o.setAction(r.action)
@@ -590,8 +687,7 @@ func (o *owner) jobDone(r jobResult) {
 		o.supervise()
 	}
 	if (r.kind == jobProbe || r.kind == jobProbeLaunch) && len(r.inputs) == 0 && len(o.owed) == 0 {
-		o.driving = false // nothing to do: alive, supervised or left alone
-		o.release()
+		o.rest() // nothing to do: alive, supervised or left alone
 		o.concludeRecovery("", nil)
 		if o.supC == nil && len(o.watchers) > 0 {
 			o.retryC = time.After(o.d.cfg.ProbeTimeout) // left alone while a watcher waits: ask again

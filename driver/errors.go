@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // Errors of task lookup and validation.
@@ -15,14 +17,14 @@ var (
 	ErrTaskExists = errors.New("driver: task id already exists")
 	// ErrInvalidTaskID: the id is empty, too long, or could escape the
 	// state directory.
-	ErrInvalidTaskID = errors.New("driver: invalid task id")
+	ErrInvalidTaskID = statedir.ErrInvalidTaskID
 	// ErrInvalidSpec: the task's spec was refused before anything was
 	// spawned (no command, unknown driver mode, disallowed capability). It
 	// is fsm.ErrInvalidSpec: one error, whichever layer refused.
 	ErrInvalidSpec = fsm.ErrInvalidSpec
 	// ErrStateDir: the state directory is unusable as it is (shared,
 	// owned by someone else, a symbolic link); it is never chmodded.
-	ErrStateDir = errors.New("driver: unusable state directory")
+	ErrStateDir = statedir.ErrStateDir
 )
 
 // Errors of the task lifecycle.
@@ -38,19 +40,27 @@ var (
 	ErrUnreachable = errors.New("driver: the task's executor does not answer")
 	// ErrClosed: the driver was closed.
 	ErrClosed = errors.New("driver: closed")
+	// ErrTaskNotKilled: a task's executor is dead, and something of the
+	// task could not be killed (its cgroup could not be emptied).
+	ErrTaskNotKilled = errors.New("driver: the executor is dead; its task could not all be killed")
+	// ErrUnproven: nothing readable of a lost task's log proves which
+	// processes are its own (SettleLost); nothing was killed.
+	ErrUnproven = errors.New("driver: nothing readable proves which processes are the task's")
 	// ErrInjected is the error returned by an injected fault (tests, and
 	// TETHER_FAULT in real-process tests).
 	ErrInjected = errors.New("driver: injected fault")
 )
 
-// Errors of the process world, returned by Executors implementations.
+// Errors of the process world (executor.World), the same values as
+// executor's (and cgroup's ErrNotOurs): errors.Is holds whichever package
+// names them.
 var (
-	// ErrNotOurs: a process exists at the recorded pid but its identity
-	// (start time, boot id, nonce) is not the recorded one. Nothing was
-	// signalled.
-	ErrNotOurs = errors.New("driver: process identity does not match; not signalled")
+	// ErrNotOurs: what the log records (a pid, a cgroup, a side file) now
+	// belongs to something else (start time, boot id, nonce or task
+	// differ). Nothing was signalled, nothing believed.
+	ErrNotOurs = executor.ErrNotOurs
 	// ErrGone: the executor recorded for the task no longer exists.
-	ErrGone = errors.New("driver: executor is gone")
+	ErrGone = executor.ErrGone
 )
 
 // TaskError is an error about one task, carrying its id and, where it came
@@ -69,3 +79,32 @@ func (e *TaskError) Error() string {
 }
 
 func (e *TaskError) Unwrap() error { return e.Err }
+
+// causeOf is the category of a failure, recorded beside its reason
+// (fsm.Cause), so that no reader of the log has to match its text: the
+// executor's named errors, the spec's refusal, an injected fault.
+func causeOf(err error) fsm.Cause {
+	for _, c := range []struct {
+		err   error
+		cause fsm.Cause
+	}{
+		{executor.ErrCommandNotFound, fsm.CauseCommandNotFound},
+		{executor.ErrNotExecutable, fsm.CauseNotExecutable},
+		{executor.ErrUnknownUser, fsm.CauseUnknownUser},
+		{executor.ErrCapNotAllowed, fsm.CauseCapNotAllowed},
+		{executor.ErrUnknownCap, fsm.CauseUnknownCap},
+		{executor.ErrWorkDir, fsm.CauseWorkDir},
+		{executor.ErrNoCgroup, fsm.CauseNoCgroup},
+		{executor.ErrLimit, fsm.CauseLimit},
+		{executor.ErrIsolation, fsm.CauseIsolation},
+		{ErrInjected, fsm.CauseInjected},
+		{fsm.ErrInvalidSpec, fsm.CauseInvalidSpec}, // after the named ones it may wrap
+		{executor.ErrSpawn, fsm.CauseSpawn},
+		{executor.ErrReadyTimeout, fsm.CauseSpawn},
+	} {
+		if errors.Is(err, c.err) {
+			return c.cause
+		}
+	}
+	return fsm.CauseOther
+}

@@ -10,7 +10,7 @@ import (
 )
 
 // An agent embeds the driver: its own binary serves executor mode (here the
-// test binary, whose TestMain calls executor.Serve for "executor"), every
+// test binary, whose TestMain calls server.Serve for "executor"), every
 // start is written ahead to the store, and a restarted agent calls Recover.
 func ExampleDriver() {
 	stateDir, _ := os.MkdirTemp("", "tether-example-")

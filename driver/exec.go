@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"syscall"
 
@@ -16,18 +15,12 @@ import (
 // executor.ExecSpec).
 type ExecSpec = executor.ExecSpec
 
-// execer is an Executor that can run a command inside its task (the real
-// one).
-type execer interface {
-	Exec(ctx context.Context, spec executor.ExecSpec) (*executor.ExecProcess, error)
-}
-
 // ExecProcess is a command ExecTask started inside a task. It holds a
 // connection to the task's executor: the command lives no longer than it
 // (Close kills a command still running), nor than the task.
 type ExecProcess struct {
 	id string
-	h  Executor
+	h  executor.Conn
 	p  *executor.ExecProcess
 }
 
@@ -55,14 +48,9 @@ func (d *Driver) ExecTask(ctx context.Context, id string, spec ExecSpec) (*ExecP
 	if err != nil {
 		return nil, err
 	}
-	x, ok := h.(execer)
-	if !ok {
-		h.Close()
-		return nil, &TaskError{Task: id, State: st.State, Err: fmt.Errorf("this process world (%T) cannot run a command in a task", h)}
-	}
 	pctx, cancel := context.WithTimeout(ctx, d.cfg.EffectTimeout)
 	defer cancel()
-	p, err := x.Exec(pctx, spec)
+	p, err := h.Exec(pctx, spec)
 	if err != nil {
 		h.Close()
 		return nil, runningErr(id, st, err)
@@ -81,7 +69,7 @@ func (p *ExecProcess) Terminal() *os.File { return p.p.Terminal() }
 // Signal sends sig to the command.
 func (p *ExecProcess) Signal(ctx context.Context, sig syscall.Signal) error {
 	if err := p.p.Signal(ctx, sig); err != nil {
-		return &TaskError{Task: p.id, Err: worldErr(err)}
+		return &TaskError{Task: p.id, Err: err}
 	}
 	return nil
 }
@@ -92,7 +80,7 @@ func (p *ExecProcess) Signal(ctx context.Context, sig syscall.Signal) error {
 func (p *ExecProcess) Wait(ctx context.Context) (fsm.ExitStatus, error) {
 	x, err := p.p.Wait(ctx)
 	if err != nil {
-		return x, &TaskError{Task: p.id, Err: worldErr(err)}
+		return x, &TaskError{Task: p.id, Err: err}
 	}
 	return x, nil
 }

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/tether-fsm/tether/cgroup"
-	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 func needTaskCgroups(t *testing.T) {
@@ -53,7 +53,7 @@ func TestExecTask_RunsInTheTask(t *testing.T) {
 	if err != nil || x.Code != 5 {
 		t.Fatalf("Wait = %+v %v, want code 5", x, err)
 	}
-	if want := filepath.Join(d.TaskDir("t1"), executor.TaskLocalDir) + "\n"; string(out) != want {
+	if want := filepath.Join(d.TaskDir("t1"), statedir.LocalDir) + "\n"; string(out) != want {
 		t.Errorf("the command printed %q, want %q", out, want)
 	}
 	if _, err := d.StopTask(ctx, "t1", syscall.SIGKILL, time.Millisecond); err != nil {

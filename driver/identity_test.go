@@ -7,6 +7,7 @@ import (
 
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
 )
 
 // TestRealKillTask_OtherBootSignalsNothing: Real.KillTask killed a task's
@@ -32,13 +33,13 @@ func TestRealKillTask_OtherBootSignalsNothing(t *testing.T) {
 	}
 	defer func() { _ = stranger.Process.Kill(); _ = stranger.Wait() }()
 	pid := stranger.Process.Pid
-	start, err := executor.ProcStartTime(pid)
+	start, err := proc.StartTime(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := fsm.Identity{PID: 1, StartTime: 1, BootID: "a-boot-before-this-one", Nonce: "nonce-of-the-last-boot"}
-	r := NewReal(dir, []string{self(t), modeExecutor}, nil)
-	if err := r.KillTask(ctxT(t), "a", id, pid, start); err != nil {
+	r := &executor.Real{StateDir: dir, Command: []string{self(t), modeExecutor}}
+	if err := r.KillTask(ctxT(t), "a", id, fsm.Proc{PID: pid, StartTime: start}); err != nil {
 		t.Fatalf("KillTask of a task of another boot: %v, want nil (it is gone)", err)
 	}
 	var ws syscall.WaitStatus

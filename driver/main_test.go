@@ -15,7 +15,7 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
-	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/executor/server"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/testproc"
 )
@@ -29,7 +29,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	testproc.Dispatch(map[string]func([]string) int{modeExecutor: executor.Serve, modeTask: runTask, modeChild: runChild})
+	testproc.Dispatch(map[string]func([]string) int{modeExecutor: server.Serve, modeTask: runTask, modeChild: runChild})
 	// Helper processes of a -race binary would each sleep 1 s at exit.
 	os.Setenv("GORACE", "atexit_sleep_ms=0")
 	goleak.VerifyTestMain(m)

@@ -81,24 +81,65 @@ type recovering struct {
 	action string
 }
 
+// phase is what an owner is doing with its task. The inputs it takes and
+// when it may end follow from it (run, finished, advance); what is in
+// flight beside it (an effect or probe: job; a kill's back-off: retryC)
+// and who waits for it (starters, stoppers, watchers, a recovery) are
+// data, not modes.
+type phase uint8
+
+const (
+	// phaseFresh: started for a request it has not served yet; it serves
+	// that first.
+	phaseFresh phase = iota
+	// phaseIdle: it owes nothing here and follows nothing; it answers and
+	// waits for input.
+	phaseIdle
+	// phaseDriving: it performs what the task owes, one effect at a time,
+	// holding the task's lock when it could take it.
+	phaseDriving
+	// phaseSupervising: the task runs, and a supervisor follows its
+	// executor (supC): its restarts and its end.
+	phaseSupervising
+	// phaseClosing: the driver is closing; it drove what it was driving
+	// to a stable state, and ends once no caller waits on it.
+	phaseClosing
+	// phaseEnded: its loop ended by itself (not by a simulated crash), so
+	// the watchers still waiting are told why.
+	phaseEnded
+)
+
+var phaseNames = [...]string{"fresh", "idle", "driving", "supervising", "closing", "ended"}
+
+func (p phase) String() string {
+	if int(p) < len(phaseNames) {
+		return phaseNames[p]
+	}
+	return fmt.Sprintf("phase(%d)", uint8(p))
+}
+
 type owner struct {
 	d   *Driver
 	t   *task
 	log hclog.Logger
 
-	st      fsm.Task     // the durable state: the fold of the log
-	owed    []fsm.Effect // what st owes, as Step returned it (Pending after a load)
-	driving bool         // this owner performs what st owes
-	unlock  func()       // lets go of the task's lock, held while driving when it could be taken
+	phase  phase
+	st     fsm.Task     // the durable state: the fold of the log
+	owed   []fsm.Effect // what st owes, as Step returned it (Pending after a load)
+	unlock func()       // lets go of the task's lock, held while driving when it could be taken
 
-	h Executor // a connection to the task's executor, when there is one
+	h executor.Conn // a connection to the task's executor, when there is one
+	// final is what the executor on h said when it reported the task over
+	// (its supervisor's last watch): the normal end, which needs no
+	// recovery (see job.endReported).
+	final *executor.Status
 
 	job       jobKind // the effect or probe in flight (jobNone: none)
 	jobC      chan jobResult
 	cancelJob context.CancelCauseFunc
 
 	supC    chan report // the supervisor's reports: restarts, and the task's end; nil: none
-	supStop context.CancelFunc
+	supStop context.CancelCauseFunc
 
 	retryC <-chan time.Time // a kill's back-off; nil: none
 	kills  int
@@ -114,10 +155,6 @@ type owner struct {
 	cancels   map[chan reply]<-chan struct{}
 	recovery  *recovering
 	lastErr   error // the last start effect's error, for the starters
-
-	closing bool
-	normal  bool // the loop ended by itself (not by a simulated crash)
-	fresh   bool // before the request the owner was started for
 }
 
 // startOwner registers a task and starts its owner on st, serving first
@@ -131,7 +168,7 @@ func (d *Driver) startOwner(st fsm.Task, first *request) *task {
 	d.tasks[st.ID] = t
 	d.owners.Add(1)
 	o := &owner{d: d, t: t, log: d.log.With("task_id", st.ID), st: st, owed: fsm.Pending(st), jobC: make(chan jobResult, 1),
-		fresh: true}
+		phase: phaseFresh}
 	go o.run(first)
 	return t
 }
@@ -139,13 +176,13 @@ func (d *Driver) startOwner(st fsm.Task, first *request) *task {
 func (o *owner) run(first *request) {
 	defer o.exit()
 	if first != nil {
-		o.handle(*first)
+		o.serve(*first)
 	}
 	closing := o.d.closing
 	for {
 		o.advance()
 		if o.finished() {
-			o.normal = true
+			o.phase = phaseEnded
 			return
 		}
 		var jobC chan jobResult
@@ -153,12 +190,12 @@ func (o *owner) run(first *request) {
 			jobC = o.jobC
 		}
 		var in chan request
-		if !o.closing || o.job != jobNone || o.driving {
+		if o.phase != phaseClosing || o.job != jobNone {
 			in = o.t.in // while closing, callers are refused by the driver already
 		}
 		select {
 		case req := <-in:
-			o.handle(req)
+			o.serve(req)
 		case r := <-jobC:
 			o.jobDone(r)
 		case r := <-o.supC:
@@ -166,13 +203,15 @@ func (o *owner) run(first *request) {
 		case <-o.retryC:
 			o.retryC = nil
 			o.pruneWatchers()
-			if len(o.watchers) > 0 && !o.driving && o.job == jobNone && o.supC == nil && !o.st.State.Terminal() {
+			if len(o.watchers) > 0 && o.phase == phaseIdle && o.job == jobNone && !o.st.State.Terminal() {
 				o.reconcile() // a watcher waits on a task nobody watches: ask again
 			}
 		case <-closing:
 			closing = nil
-			o.closing = true
 			o.stopSupervising()
+			if o.phase != phaseDriving {
+				o.phase = phaseClosing
+			}
 		case <-o.d.abandoned:
 			return
 		}
@@ -187,14 +226,14 @@ func (o *owner) finished() bool {
 	o.pruneWatchers()
 	waiting := len(o.starters)+len(o.stoppers)+len(o.watchers) > 0 || o.recovery != nil
 	switch {
-	case o.fresh:
+	case o.phase == phaseFresh:
 		return false // an owner is started for a request: it serves that first
 	case o.st.State == fsm.StateNone:
 		return !waiting // a start that recorded nothing
 	case o.st.State.Terminal():
 		return !waiting
-	case o.closing:
-		return !o.driving && len(o.starters)+len(o.stoppers) == 0 && o.recovery == nil
+	case o.phase == phaseClosing:
+		return len(o.starters)+len(o.stoppers) == 0 && o.recovery == nil
 	}
 	return false
 }
@@ -211,7 +250,7 @@ func (o *owner) exit() {
 	if o.cancelJob != nil {
 		o.cancelJob(ErrClosed)
 	}
-	if o.normal {
+	if o.phase == phaseEnded {
 		for _, w := range o.watchers {
 			w <- reply{task: o.st, err: &TaskError{Task: o.st.ID, State: o.st.State, Err: ErrClosed}}
 		}
@@ -225,8 +264,10 @@ func (o *owner) exit() {
 	o.d.owners.Done()
 }
 
-func (o *owner) handle(req request) {
-	o.fresh = false
+func (o *owner) serve(req request) {
+	if o.phase == phaseFresh {
+		o.phase = phaseIdle
+	}
 	switch req.kind {
 	case inStart:
 		o.start(req)
@@ -278,9 +319,9 @@ func (o *owner) start(req request) {
 	created.Spec = &req.spec
 	if verr := o.d.validateSpec(req.spec); verr != nil {
 		rej := o.d.event(fsm.EventConfigRejected)
-		rej.Reason = verr.Error()
-		applied, aerr := o.apply(created, rej)
-		if aerr == nil && !applied {
+		rej.Reason, rej.Cause = verr.Error(), causeOf(verr)
+		recorded, aerr := o.record(created, rej)
+		if aerr == nil && !recorded {
 			exists()
 			return
 		}
@@ -291,18 +332,18 @@ func (o *owner) start(req request) {
 	}
 	intent := o.d.event(fsm.EventSpawnIntent)
 	intent.Nonce = o.d.cfg.NewNonce()
-	applied, err := o.apply(created, intent)
+	recorded, err := o.record(created, intent)
 	if err != nil {
 		o.discardIfUnrecorded()
 		o.release()
 		req.reply <- reply{task: o.st, err: err}
 		return
 	}
-	if !applied {
+	if !recorded {
 		exists()
 		return
 	}
-	o.driving = true
+	o.phase = phaseDriving
 	o.starters = append(o.starters, req.reply)
 }
 
@@ -312,7 +353,7 @@ func (o *owner) start(req request) {
 // so the directory its lock made is all it left.
 func (o *owner) discardIfUnrecorded() {
 	if o.st.State == fsm.StateNone && o.unlock != nil {
-		discardTaskDir(o.d.TaskDir(o.t.id)) // a world without lock files has nothing there to remove
+		o.d.world.DiscardTask(o.t.id)
 	}
 }
 
@@ -337,7 +378,7 @@ func (o *owner) stop(req request) {
 	}
 	in := o.d.event(fsm.EventStopRequested)
 	in.Signal, in.Grace = int(sig), grace
-	if _, err := o.apply(in); err != nil {
+	if _, err := o.record(in); err != nil {
 		req.reply <- reply{task: o.st, err: err}
 		return
 	}
@@ -366,7 +407,7 @@ func (o *owner) escalate(sig syscall.Signal, grace time.Duration) {
 		return // no executor known: the kill in flight looks it up by nonce
 	}
 	go func() {
-		ctx, cancel := context.WithTimeout(o.d.life, timeout)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		if h == nil {
 			// The kill in flight reattached on its own connection (a
@@ -387,11 +428,30 @@ func (o *owner) escalate(sig syscall.Signal, grace time.Duration) {
 // lock when it can be had (another live process may be driving it too;
 // both are idempotent, and their appends are ordered by version).
 func (o *owner) drive() {
-	o.driving = true
+	o.phase = phaseDriving
 	if o.unlock == nil {
 		if unlock, _, err := o.d.world.LockTask(o.t.id); err == nil {
 			o.unlock = unlock
 		}
+	}
+}
+
+// rest lets go of the task's lock and ends driving: the owner supervises
+// the task if a supervisor follows it, closes if the driver is closing,
+// else idles. An owner that was not driving keeps its phase.
+func (o *owner) rest() {
+	o.release()
+	if o.phase != phaseDriving {
+		return
+	}
+	switch {
+	case o.d.isClosing():
+		o.stopSupervising()
+		o.phase = phaseClosing
+	case o.supC != nil:
+		o.phase = phaseSupervising
+	default:
+		o.phase = phaseIdle
 	}
 }
 
@@ -428,7 +488,7 @@ func (o *owner) watch(req request) {
 		o.followers[req.reply] = req.progress
 		req.progress <- o.st // where the follow begins
 	}
-	if o.driving || o.job != jobNone || o.supC != nil {
+	if o.phase == phaseDriving || o.phase == phaseSupervising || o.job != jobNone {
 		return
 	}
 	o.reconcile()
@@ -448,10 +508,10 @@ func (o *owner) recover(req request) {
 	case o.st.State.Terminal():
 		done("already " + o.st.State.String())
 		return
-	case o.driving || o.job != jobNone || o.recovery != nil:
+	case o.phase == phaseDriving || o.job != jobNone || o.recovery != nil:
 		done("in progress in this driver; left to it")
 		return
-	case o.supC != nil:
+	case o.phase == phaseSupervising:
 		done("supervised by this driver")
 		return
 	}
@@ -495,11 +555,11 @@ func (o *owner) reconcile() {
 	}
 	interrupted := func(reason, action string) {
 		ev := o.d.event(fsm.EventStartInterrupted)
-		ev.Reason = reason
+		ev.Reason, ev.Cause = reason, fsm.CauseOther
 		o.setAction(action)
 		o.kill = &killOverride{sig: syscall.SIGKILL}
-		o.driving = true
-		if _, err := o.apply(ev); err != nil {
+		o.phase = phaseDriving
+		if _, err := o.record(ev); err != nil {
 			o.giveUp(err)
 		}
 	}
@@ -511,18 +571,18 @@ func (o *owner) reconcile() {
 	case fsm.StateExecutorUp:
 		interrupted("the driver stopped before launching the task", "executor up but task never launched; executor killed")
 	case fsm.StateLaunching:
-		o.driving = true
+		o.phase = phaseDriving
 		o.startJob(jobProbeLaunch, o.d.cfg.ProbeTimeout*2, nil)
 	case fsm.StateLaunched:
 		o.setAction("reattached; supervision attached")
-		o.driving = true // it owes the attach effect
+		o.phase = phaseDriving // it owes the attach effect
 	case fsm.StateRunning, fsm.StateRestarting:
-		o.driving = true
+		o.phase = phaseDriving
 		o.startJob(jobProbe, o.d.cfg.ProbeTimeout*2, nil)
 	case fsm.StateReaping:
 		o.setAction("reaping resumed; executor killed by identity")
 		o.kill = &killOverride{sig: syscall.SIGKILL}
-		o.driving = true
+		o.phase = phaseDriving
 	default:
 		o.release()
 		o.concludeRecovery("nothing to do in state "+o.st.State.String(), nil)
@@ -565,8 +625,7 @@ func (o *owner) advance() {
 	switch {
 	case st.Terminal():
 		if o.job == jobNone {
-			o.driving = false
-			o.release()
+			o.rest()
 		}
 		for _, s := range o.starters {
 			s <- o.startReply()
@@ -583,15 +642,14 @@ func (o *owner) advance() {
 		}
 		o.starters = nil
 		o.concludeRecovery("", nil)
-		if o.driving {
-			o.driving = false
-			o.release()
+		if o.phase == phaseDriving {
+			o.rest()
 		}
-		if o.supC == nil && o.h != nil && !o.closing {
+		if o.supC == nil && o.h != nil && o.phase != phaseClosing {
 			o.supervise()
 		}
 	}
-	if o.job == jobNone && o.driving && o.retryC == nil && len(o.owed) > 0 {
+	if o.job == jobNone && o.phase == phaseDriving && o.retryC == nil && len(o.owed) > 0 {
 		o.perform(o.owed[0])
 	}
 }
@@ -619,9 +677,8 @@ func (o *owner) startReply() reply {
 // a later Recover reconciles it. Everyone waiting is told why.
 func (o *owner) giveUp(err error) {
 	o.log.Error("giving up on the task for now; Recover will reconcile it", "err", err, "state", o.st.State.String())
-	o.driving = false
 	o.retryC = nil
-	o.release()
+	o.rest()
 	for _, s := range append(append(o.starters, o.stoppers...), o.watchers...) {
 		s <- reply{task: o.st, err: err}
 	}
@@ -629,13 +686,13 @@ func (o *owner) giveUp(err error) {
 	o.concludeRecovery("", err)
 }
 
-// apply steps the task with inputs and appends the resulting events in one
+// record steps the task with inputs and appends the resulting events in one
 // commit before anything else (write-ahead), then folds them. It returns
 // false, nil when the inputs no longer apply because the task moved on (a
 // late outcome of an effect that a stop overtook, or a stop of a task
 // already reaping). A conflict with another process's append reloads the
 // log and steps the inputs again.
-func (o *owner) apply(inputs ...fsm.Event) (bool, error) {
+func (o *owner) record(inputs ...fsm.Event) (bool, error) {
 	for attempt := 0; ; attempt++ {
 		events, effects, err := fsm.StepAll(o.st, inputs...)
 		if errors.Is(err, fsm.ErrIllegalTransition) && o.st.Version > 0 {
@@ -783,23 +840,29 @@ func (o *owner) supervise() {
 	if o.supC != nil || o.h == nil {
 		return
 	}
-	ctx, cancel := context.WithCancel(o.d.life)
+	ctx, cancel := context.WithCancelCause(context.Background()) // stopSupervising (at the owner's exit too) cancels it
 	c := make(chan report, 1)
 	go o.d.superviseLoop(ctx, o.h, o.st, c)
 	o.supC, o.supStop = c, cancel
+	if o.phase == phaseIdle {
+		o.phase = phaseSupervising
+	}
 }
 
 func (o *owner) stopSupervising() {
 	if o.supStop != nil {
-		o.supStop()
+		o.supStop(nil)
 	}
 	o.supC, o.supStop = nil, nil
+	if o.phase == phaseSupervising {
+		o.phase = phaseIdle
+	}
 }
 
 // supervised records what the supervisor reported: restarts the log
 // lacks, and the task's end, whose reaping it then drives.
 func (o *owner) supervised(r report) {
-	if r.from > executor.JournalFolded(o.st) && o.h != nil {
+	if r.from > o.st.RestartEvents() && o.h != nil {
 		// Entries before this report were reported and not recorded (an
 		// append that failed): follow the journal again from the log.
 		o.stopSupervising()
@@ -807,14 +870,15 @@ func (o *owner) supervised(r report) {
 		return
 	}
 	if len(r.end) > 0 {
-		o.supC, o.supStop = nil, nil // the supervisor has ended
+		o.stopSupervising() // the supervisor has ended
+		o.final = r.final
 		o.drive()
 	}
 	inputs := o.d.inputs(o.st, r)
 	if len(inputs) == 0 {
 		return
 	}
-	if _, err := o.apply(inputs...); err != nil {
+	if _, err := o.record(inputs...); err != nil {
 		// The supervisor is past what the log holds: stop it, so that a
 		// Recover reconciles the task (from the journal) rather than
 		// leave it to a supervision that will not report it again.
@@ -827,16 +891,16 @@ func (o *owner) supervised(r report) {
 	}
 }
 
-// abandon kills an executor whose spawn the log does not (or no longer)
+// killUnrecorded kills an executor whose spawn the log does not (or no longer)
 // say is alive: an executor-up that could not be recorded, or a spawn that
 // a stop overtook and reaped without it.
-func (o *owner) abandon() {
+func (o *owner) killUnrecorded() {
 	h := o.h
 	o.h = nil
 	if h == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(o.d.life, o.d.cfg.EffectTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), o.d.cfg.EffectTimeout)
 	defer cancel()
 	if err := h.Shutdown(ctx); err != nil {
 		_ = o.d.world.Kill(ctx, o.t.id, h.Identity())

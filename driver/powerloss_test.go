@@ -18,6 +18,7 @@ import (
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/crashfs"
 	"github.com/tether-fsm/tether/internal/testproc"
+	"github.com/tether-fsm/tether/statedir"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -263,7 +264,7 @@ func sideFilesAhead(taskDir, id string, log []fsm.Event) []string {
 		}
 		return false
 	}
-	if ident, err := executor.ReadIdentity(taskDir); err == nil {
+	if ident, err := executor.SideFiles(taskDir).Identity(); err == nil {
 		if !has(fsm.EventSpawnIntent, ident.Nonce, false) {
 			problems = append(problems, fmt.Sprintf("invariant 4: task %s: identity file of nonce %q durable, its spawn intent is not in the log (%d events)", id, ident.Nonce, len(log)))
 		}
@@ -276,12 +277,12 @@ func sideFilesAhead(taskDir, id string, log []fsm.Event) []string {
 		mayTear  bool
 		ofEffect string
 	}{
-		{executor.LaunchFile, func() (string, bool, error) {
-			r, ok, err := executor.ReadLaunchRecord(taskDir)
+		{statedir.LaunchFile, func() (string, bool, error) {
+			r, ok, err := executor.SideFiles(taskDir).LaunchRecord()
 			return r.Nonce, ok, err
 		}, true, "launch"},
-		{executor.ExitStatusFile, func() (string, bool, error) {
-			r, ok, err := executor.ReadExitRecord(taskDir)
+		{statedir.ExitStatusFile, func() (string, bool, error) {
+			r, ok, err := executor.SideFiles(taskDir).ExitRecord()
 			return r.Nonce, ok, err
 		}, false, "launch (the task it records ran)"},
 	} {

@@ -14,9 +14,9 @@ import (
 // driver watches or not, and journals each restart ahead: the intent (a
 // restart-intent event), then the outcome (launched or launch-failed). The
 // driver folds the entries its log lacks, in order: from a watch of the
-// live executor (Watcher, in the supervisor), or from the journal the
-// executor left on disk (JournalReader) when it is gone. How many entries
-// the log holds follows from the task's state (executor.JournalFolded), so
+// live executor (Conn.Watch, in the supervisor), or from the journal the
+// executor left on disk (World.Journal) when it is gone. How many entries
+// the log holds follows from the task's state (fsm.Task.RestartEvents), so
 // folding is idempotent: a report is cut to the entries past it.
 
 // report is what the supervisor, or a look at reality, found: restart
@@ -28,12 +28,16 @@ type report struct {
 	// refused: an exit record was there but did not match the log, so it
 	// was not believed (end is executor-lost).
 	refused bool
+	// final is the executor's own last word on a task it reported over
+	// (its watch answered with the task over): the executor exits by
+	// itself, and says whether it confirmed the task's cgroup empty.
+	final *executor.Status
 }
 
 // inputs are the events that record what the report found that st's log
 // lacks.
 func (d *Driver) inputs(st fsm.Task, r report) []fsm.Event {
-	folded := executor.JournalFolded(st)
+	folded := st.RestartEvents()
 	var out []fsm.Event
 	for i, e := range r.entries {
 		if r.from+i < folded {
@@ -61,10 +65,9 @@ func foldReport(st fsm.Task, r report, d *Driver) fsm.Task {
 	return st
 }
 
-// superviseLoop follows a running task until its end: through Watch when
-// the executor restarts its task itself (reporting each restart as it is
-// journalled), else through Wait.
-func (d *Driver) superviseLoop(ctx context.Context, h Executor, st fsm.Task, c chan<- report) {
+// superviseLoop follows a running task until its end through Watch,
+// reporting each restart as the executor journals it.
+func (d *Driver) superviseLoop(ctx context.Context, h executor.Conn, st fsm.Task, c chan<- report) {
 	send := func(r report) bool {
 		select {
 		case c <- r:
@@ -73,24 +76,9 @@ func (d *Driver) superviseLoop(ctx context.Context, h Executor, st fsm.Task, c c
 			return false
 		}
 	}
-	w, ok := h.(Watcher)
-	if !ok {
-		x, err := h.Wait(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			send(d.collectEnd(ctx, st, fmt.Errorf("executor connection lost: %w", err)))
-			return
-		}
-		ev := d.event(fsm.EventTaskExited)
-		ev.Exit = &x
-		send(report{end: []fsm.Event{ev}})
-		return
-	}
-	since := executor.JournalFolded(st)
+	since := st.RestartEvents()
 	for {
-		s, entries, err := w.Watch(ctx, since)
+		s, entries, err := h.Watch(ctx, since)
 		if ctx.Err() != nil {
 			return
 		}
@@ -106,6 +94,7 @@ func (d *Driver) superviseLoop(ctx context.Context, h Executor, st fsm.Task, c c
 			ev := d.event(fsm.EventTaskExited)
 			ev.Exit = &s.Exit
 			r.end = []fsm.Event{ev}
+			r.final = &s
 		}
 		if (len(r.entries) > 0 || over) && !send(r) {
 			return
@@ -119,15 +108,14 @@ func (d *Driver) superviseLoop(ctx context.Context, h Executor, st fsm.Task, c c
 // journalReport is what the executor's journal on disk holds past what
 // st's log has, when the world keeps one.
 func (d *Driver) journalReport(ctx context.Context, st fsm.Task) (report, error) {
-	jr, ok := d.world.(JournalReader)
-	if !ok || st.Executor == nil {
+	if st.Executor == nil {
 		return report{}, nil
 	}
-	entries, err := jr.Journal(ctx, st.ID, *st.Executor)
+	entries, err := d.world.Journal(ctx, st.ID, *st.Executor)
 	if err != nil {
 		return report{}, err
 	}
-	folded := executor.JournalFolded(st)
+	folded := st.RestartEvents()
 	if folded >= len(entries) {
 		return report{from: folded}, nil
 	}
@@ -136,15 +124,14 @@ func (d *Driver) journalReport(ctx context.Context, st fsm.Task) (report, error)
 
 // catchUp asks a live executor for the restart journal entries st's log
 // lacks (its status says how many it has).
-func (d *Driver) catchUp(ctx context.Context, st fsm.Task, h Executor, s Status) report {
-	folded := executor.JournalFolded(st)
-	w, ok := h.(Watcher)
-	if !ok || s.Journal <= folded {
+func (d *Driver) catchUp(ctx context.Context, st fsm.Task, h executor.Conn, s executor.Status) report {
+	folded := st.RestartEvents()
+	if s.Journal <= folded {
 		return report{from: folded}
 	}
 	pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
 	defer cancel()
-	_, entries, err := w.Watch(pctx, folded)
+	_, entries, err := h.Watch(pctx, folded)
 	if err != nil {
 		return report{from: folded}
 	}

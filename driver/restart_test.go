@@ -126,7 +126,7 @@ func TestRestart_StopDuringTheDelayEndsIt(t *testing.T) {
 		t.Fatalf("stop during the delay: %s", final.State)
 	}
 	checkReaped(t, d, final)
-	j, _, _ := executor.ReadJournal(d.TaskDir("slow"))
+	j, _, _ := executor.SideFiles(d.TaskDir("slow")).Journal()
 	if len(j.Entries) != 1 || st.TaskPID == 0 {
 		t.Fatalf("journal after the stop: %v, want the one intent (no relaunch)", j.Entries)
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
+	"github.com/tether-fsm/tether/statedir"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -47,7 +49,7 @@ func startStranger(t *testing.T, marker string) (*exec.Cmd, uint64) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
-	start, err := executor.ProcStartTime(c.Process.Pid)
+	start, err := proc.StartTime(c.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,12 +95,12 @@ func TestRecover_PlantedLaunchRecordNeverKillsAStranger(t *testing.T) {
 	spec := taskSpec(t, dir, "sleep")
 	appendLog(t, dir, id, fsm.Event{Type: fsm.EventCreated, Spec: &spec},
 		fsm.Event{Type: fsm.EventSpawnIntent, Nonce: nonce}, fsm.Event{Type: fsm.EventExecutorUp, Executor: &x})
-	if err := executor.Kill(ctx, x); err != nil { // the executor is gone, never having launched
+	if err := proc.Kill(ctx, x); err != nil { // the executor is gone, never having launched
 		t.Fatal(err)
 	}
 	_ = c.Close()
 	stranger, start := startStranger(t, dir+"-stranger")
-	writeJSON(t, filepath.Join(dir, "tasks", id, executor.LaunchFile), executor.LaunchRecord{
+	writeJSON(t, filepath.Join(dir, "tasks", id, statedir.LaunchFile), executor.LaunchRecord{
 		Nonce: "someone-elses-nonce", BootID: x.BootID, PID: stranger.Process.Pid, StartTime: start})
 
 	d := newDriver(t, dir, Hooks{})
@@ -134,7 +136,7 @@ func TestRecover_ForgedExitRecordIsNotBelieved(t *testing.T) {
 		t.Fatal(err)
 	}
 	forged := executor.ExitRecord{Exit: fsm.ExitStatus{Code: 0}, Nonce: "forged-nonce-00", BootID: st.Executor.BootID, PID: st.TaskPID + 1, StartTime: 1}
-	exitPath := filepath.Join(dir, "tasks", "forged", executor.ExitStatusFile)
+	exitPath := filepath.Join(dir, "tasks", "forged", statedir.ExitStatusFile)
 	writeJSON(t, exitPath, forged)
 
 	// The executor is alive: it is asked, the file is not read.
@@ -150,7 +152,7 @@ func TestRecover_ForgedExitRecordIsNotBelieved(t *testing.T) {
 	}
 	// The executor dies (its task with it, by the parent-death signal)
 	// without writing an exit status: the forged one is all there is.
-	if err := executor.Kill(ctx, *st.Executor); err != nil {
+	if err := proc.Kill(ctx, *st.Executor); err != nil {
 		t.Fatal(err)
 	}
 	writeJSON(t, exitPath, forged)

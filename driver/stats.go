@@ -2,19 +2,9 @@ package driver
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/tether-fsm/tether/cgroup"
-	"github.com/tether-fsm/tether/executor"
 )
-
-// statser is an Executor that can read its task cgroup's figures (the
-// real one; a simulated world's need not).
-type statser interface {
-	Stats(ctx context.Context) (cgroup.Stats, error)
-}
-
-var _ statser = realExecutor{}
 
 // TaskStats returns the figures of a running task's cgroup: memory now and
 // at its peak, CPU time (user, system, throttled), the number of its tasks
@@ -31,13 +21,9 @@ func (d *Driver) TaskStats(ctx context.Context, id string) (cgroup.Stats, error)
 		return cgroup.Stats{}, err
 	}
 	defer h.Close()
-	s, ok := h.(statser)
-	if !ok {
-		return cgroup.Stats{}, &TaskError{Task: id, State: st.State, Err: fmt.Errorf("%w: this process world (%T) has none", executor.ErrNoStats, h)}
-	}
 	pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
 	defer cancel()
-	stats, err := s.Stats(pctx)
+	stats, err := h.Stats(pctx)
 	if err != nil {
 		return cgroup.Stats{}, runningErr(id, st, err)
 	}

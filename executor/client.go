@@ -20,7 +20,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/cgroup"
+	"github.com/tether-fsm/tether/executor/internal/spec"
+	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // SpawnConfig configures Spawn.
@@ -51,44 +55,32 @@ const DefaultReadyTimeout = 10 * time.Second
 // is already done.
 const cleanupTimeout = 10 * time.Second
 
-func validNonce(n string) bool {
-	if len(n) < 8 || len(n) > 128 {
-		return false
-	}
-	for _, r := range n {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-			return false
-		}
-	}
-	return true
-}
-
 // Client is a control connection to one executor.
 type Client struct {
 	id      fsm.Identity
 	taskDir string
 	log     hclog.Logger
 	conn    *net.UnixConn
-	rd      *rightsReader // reads conn, with the descriptors answers carry
-	proc    *pidFD        // the executor, verified
-	reaped  chan struct{} // closed once Spawn's reaper collected the executor; nil after Reattach
+	rd      *wire.RightsReader // reads conn, with the descriptors answers carry
+	exe     *proc.PidFD        // the executor, verified
+	version int                // the protocol version it speaks
+	reaped  chan struct{}      // closed once Spawn's reaper collected the executor; nil after Reattach
 
 	wmu sync.Mutex // serialises frame writes
 
 	mu sync.Mutex
-	// taskPID and taskStart are the task process last reported by the
+	// task is the task process last reported by the
 	// executor, to check an exit record against.
-	taskPID   int
-	taskStart uint64
-	nextID    uint64
-	pending   map[uint64]chan response
-	closed    bool
-	connErr   error
-	readEnd   chan struct{} // closed when the reader goroutine ends
+	task    fsm.Proc
+	nextID  uint64
+	pending map[uint64]chan wire.Response
+	closed  bool
+	connErr error
+	readEnd chan struct{} // closed when the reader goroutine ends
 }
 
 // Spawn starts an executor detached from the caller's session and signals
-// (Setsid), with stdin and stdout on /dev/null and stderr on LogFile in the
+// (Setsid), with stdin and stdout on /dev/null and stderr on statedir.LogFile in the
 // task directory; waits for its ready report; connects; and checks the
 // protocol version and the nonce. On any failure or timeout it kills the
 // executor through the pidfd it got from clone, waits for it to die and
@@ -104,26 +96,26 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Client, error) {
 		log = hclog.NewNullLogger()
 	}
 	if cfg.TaskDir == "" {
-		return nil, fmt.Errorf("%w: empty TaskDir", ErrBadConfig)
+		return nil, fmt.Errorf("%w: empty TaskDir", wire.ErrBadConfig)
 	}
-	if !validNonce(cfg.Nonce) {
-		return nil, fmt.Errorf("%w: nonce must be 8 to 128 letters, digits, '-' or '_'", ErrBadConfig)
+	if !wire.ValidNonce(cfg.Nonce) {
+		return nil, fmt.Errorf("%w: nonce must be 8 to 128 letters, digits, '-' or '_'", wire.ErrBadConfig)
 	}
 	dir, err := filepath.Abs(cfg.TaskDir)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
+		return nil, fmt.Errorf("%w: %w", wire.ErrBadConfig, err)
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return nil, fmt.Errorf("%w: task dir: %w", ErrSpawn, err)
+		return nil, fmt.Errorf("%w: task dir: %w", wire.ErrSpawn, err)
 	}
 	if err := os.Chmod(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("%w: task dir: %w", ErrSpawn, err)
+		return nil, fmt.Errorf("%w: task dir: %w", wire.ErrSpawn, err)
 	}
 	command := cfg.Command
 	if len(command) == 0 {
 		self, err := os.Executable()
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrSpawn, err)
+			return nil, fmt.Errorf("%w: %w", wire.ErrSpawn, err)
 		}
 		command = []string{self, "executor"}
 	}
@@ -131,19 +123,19 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Client, error) {
 	if timeout <= 0 {
 		timeout = DefaultReadyTimeout
 	}
-	logf, err := os.OpenFile(filepath.Join(dir, LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	logf, err := os.OpenFile(filepath.Join(dir, statedir.LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("%w: log file: %w", ErrSpawn, err)
+		return nil, fmt.Errorf("%w: log file: %w", wire.ErrSpawn, err)
 	}
 	defer logf.Close()
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSpawn, err)
+		return nil, fmt.Errorf("%w: %w", wire.ErrSpawn, err)
 	}
 	defer readyR.Close()
 
 	args := append(append([]string{}, command[1:]...),
-		"-dir="+dir, nonceArg(cfg.Nonce), "-lease="+timeout.String(), "-ready-fd=3")
+		"-dir="+dir, proc.NonceArg(cfg.Nonce), "-lease="+timeout.String(), "-ready-fd=3")
 	pidfd := -1
 	cmd := exec.Command(command[0], args...)
 	cmd.Dir = dir
@@ -159,16 +151,16 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Client, error) {
 	startErr := cmd.Start()
 	readyW.Close()
 	if startErr != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSpawn, startErr)
+		return nil, fmt.Errorf("%w: %w", wire.ErrSpawn, startErr)
 	}
 	reaped := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
 		close(reaped)
 	}()
-	var proc *pidFD
+	var exe *proc.PidFD
 	if pidfd >= 0 {
-		proc, err = newPidFD(pidfd)
+		exe, err = proc.FromFD(pidfd)
 	} else {
 		err = fmt.Errorf("executor: no pidfd from clone (kernel older than 5.3?)")
 	}
@@ -177,10 +169,10 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Client, error) {
 		log.Warn("spawn failed, killing the executor", "err", err)
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		if proc != nil {
-			_ = proc.signal(syscall.SIGKILL)
-			_ = proc.wait(kctx)
-			proc.Close()
+		if exe != nil {
+			_ = exe.Signal(syscall.SIGKILL)
+			_ = exe.Wait(kctx)
+			exe.Close()
 		} else {
 			_ = cmd.Process.Kill()
 		}
@@ -191,10 +183,10 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Client, error) {
 		return nil, err
 	}
 	if err != nil {
-		return fail(fmt.Errorf("%w: %w", ErrSpawn, err))
+		return fail(fmt.Errorf("%w: %w", wire.ErrSpawn, err))
 	}
 
-	rctx, cancel := context.WithTimeoutCause(ctx, timeout, ErrReadyTimeout)
+	rctx, cancel := context.WithTimeoutCause(ctx, timeout, wire.ErrReadyTimeout)
 	defer cancel()
 	stop := context.AfterFunc(rctx, func() { _ = readyR.SetReadDeadline(time.Now()) })
 	b, rerr := io.ReadAll(readyR)
@@ -202,31 +194,31 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Client, error) {
 	if rerr != nil {
 		if errors.Is(rerr, os.ErrDeadlineExceeded) {
 			cause := context.Cause(rctx)
-			if errors.Is(cause, ErrReadyTimeout) {
-				return fail(fmt.Errorf("%w after %v", ErrReadyTimeout, timeout))
+			if errors.Is(cause, wire.ErrReadyTimeout) {
+				return fail(fmt.Errorf("%w after %v", wire.ErrReadyTimeout, timeout))
 			}
-			return fail(fmt.Errorf("%w: %w", ErrReadyTimeout, cause))
+			return fail(fmt.Errorf("%w: %w", wire.ErrReadyTimeout, cause))
 		}
-		return fail(fmt.Errorf("%w: reading ready report: %w", ErrSpawn, rerr))
+		return fail(fmt.Errorf("%w: reading ready report: %w", wire.ErrSpawn, rerr))
 	}
-	var rm readyMsg
+	var rm wire.ReadyMsg
 	if len(b) == 0 {
-		return fail(fmt.Errorf("%w: executor exited before it was ready (see %s)", ErrSpawn, filepath.Join(dir, LogFile)))
+		return fail(fmt.Errorf("%w: executor exited before it was ready (see %s)", wire.ErrSpawn, filepath.Join(dir, statedir.LogFile)))
 	}
 	if err := json.Unmarshal(b, &rm); err != nil {
-		return fail(fmt.Errorf("%w: ready report: %w", ErrProtocol, err))
+		return fail(fmt.Errorf("%w: ready report: %w", wire.ErrProtocol, err))
 	}
 	if rm.Err != "" || rm.Identity == nil {
-		return fail(fmt.Errorf("%w: executor: %s", ErrSpawn, rm.Err))
+		return fail(fmt.Errorf("%w: executor: %s", wire.ErrSpawn, rm.Err))
 	}
 	if rm.Identity.PID != cmd.Process.Pid || rm.Identity.Nonce != cfg.Nonce {
-		return fail(fmt.Errorf("%w: ready report from pid %d nonce %q", ErrNonceMismatch, rm.Identity.PID, rm.Identity.Nonce))
+		return fail(fmt.Errorf("%w: ready report from pid %d nonce %q", wire.ErrNonceMismatch, rm.Identity.PID, rm.Identity.Nonce))
 	}
 	c, err := connect(rctx, *rm.Identity, dir, log)
 	if err != nil {
 		return fail(err)
 	}
-	c.proc = proc
+	c.exe = exe
 	c.reaped = reaped
 	log.Debug("executor ready")
 	return c, nil
@@ -239,44 +231,58 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Client, error) {
 func Reattach(ctx context.Context, taskDir string, want fsm.Identity) (*Client, error) {
 	dir, err := filepath.Abs(taskDir)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
+		return nil, fmt.Errorf("%w: %w", wire.ErrBadConfig, err)
 	}
-	onDisk, err := ReadIdentity(dir)
+	onDisk, err := wire.ReadIdentity(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("%w: no identity file: %w", ErrGone, err)
+			return nil, fmt.Errorf("%w: no identity file: %w", wire.ErrGone, err)
 		}
 		return nil, err
 	}
 	if onDisk.PID != want.PID || onDisk.StartTime != want.StartTime || onDisk.BootID != want.BootID || onDisk.Nonce != want.Nonce {
-		return nil, fmt.Errorf("%w: identity file describes pid %d start %d nonce %s", ErrNotOurs, onDisk.PID, onDisk.StartTime, onDisk.Nonce)
+		return nil, fmt.Errorf("%w: identity file describes pid %d start %d nonce %s", wire.ErrNotOurs, onDisk.PID, onDisk.StartTime, onDisk.Nonce)
 	}
-	proc, err := openPidfd(want.PID)
+	exe, err := proc.Open(want.PID)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkIdentity(want); err != nil {
-		proc.Close()
+	if err := proc.Check(want); err != nil {
+		exe.Close()
 		return nil, err
 	}
 	c, err := connect(ctx, onDisk, dir, hclog.NewNullLogger())
 	if err != nil {
-		proc.Close()
+		exe.Close()
 		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, os.ErrNotExist) {
-			if proc.exited() {
-				return nil, fmt.Errorf("%w: %w", ErrGone, err)
+			if exe.Exited() {
+				return nil, fmt.Errorf("%w: %w", wire.ErrGone, err)
 			}
 		}
 		return nil, err
 	}
-	c.proc = proc
+	c.exe = exe
 	return c, nil
 }
 
 // connect dials the executor's socket, checks that its peer is the
-// executor (see checkPeer) and says hello.
+// executor (see checkPeer) and says hello in the protocol's version; an
+// executor of the previous version (one a previous tether started, whose
+// task runs on) refuses that hello naming its own, and is dialled again
+// and spoken to in it.
 func connect(ctx context.Context, id fsm.Identity, dir string, log hclog.Logger) (*Client, error) {
-	conn, err := dialSocket(socketPath(dir))
+	c, err := dial(ctx, id, dir, log, wire.ProtocolVersion)
+	var re *wire.RemoteError
+	if errors.As(err, &re) && errors.Is(err, wire.ErrProtocolVersion) && re.Version == wire.OldProtocolVersion {
+		log.Debug("the executor speaks the previous protocol", "version", re.Version)
+		return dial(ctx, id, dir, log, wire.OldProtocolVersion)
+	}
+	return c, err
+}
+
+// dial is connect in one protocol version.
+func dial(ctx context.Context, id fsm.Identity, dir string, log hclog.Logger, version int) (*Client, error) {
+	conn, err := wire.DialSocket(wire.SocketPath(dir))
 	if err != nil {
 		return nil, err
 	}
@@ -289,39 +295,44 @@ func connect(ctx context.Context, id fsm.Identity, dir string, log hclog.Logger)
 		taskDir: dir,
 		log:     log,
 		conn:    conn,
-		rd:      newRightsReader(conn),
-		pending: map[uint64]chan response{},
+		rd:      wire.NewRightsReader(conn),
+		pending: map[uint64]chan wire.Response{},
 		readEnd: make(chan struct{}),
 	}
 	go c.readLoop()
-	resp, err := c.call(ctx, request{Op: opHello, Version: ProtocolVersion, Nonce: id.Nonce})
+	resp, err := c.call(ctx, wire.Request{Op: wire.OpHello, Version: version, Nonce: id.Nonce})
 	if err != nil {
 		c.Close()
+		var re *wire.RemoteError
+		if errors.As(err, &re) && errors.Is(err, wire.ErrProtocolVersion) {
+			re.Version = resp.Version // the executor's, for connect
+		}
 		return nil, err
 	}
-	if resp.Version != ProtocolVersion {
+	if resp.Version != version {
 		c.Close()
-		return nil, fmt.Errorf("%w: executor speaks %d", ErrProtocolVersion, resp.Version)
+		return nil, fmt.Errorf("%w: executor speaks %d", wire.ErrProtocolVersion, resp.Version)
 	}
 	if resp.Identity == nil || *resp.Identity != id {
 		c.Close()
-		return nil, fmt.Errorf("%w: executor answered as %+v", ErrNotOurs, resp.Identity)
+		return nil, fmt.Errorf("%w: executor answered as %+v", wire.ErrNotOurs, resp.Identity)
 	}
+	c.version = version
 	return c, nil
 }
 
 func (c *Client) readLoop() {
 	defer close(c.readEnd)
 	for {
-		var r response
-		err := readFrame(c.rd, &r)
+		var r wire.Response
+		err := wire.ReadFrame(c.rd, &r)
 		if err == nil {
-			r.files, err = c.rd.take(r.FDs)
+			r.Files, err = c.rd.Take(r.FDs)
 		}
 		if err != nil {
 			c.mu.Lock()
 			if c.connErr == nil {
-				c.connErr = fmt.Errorf("%w: %w", ErrClosed, err)
+				c.connErr = fmt.Errorf("%w: %w", wire.ErrClosed, err)
 			}
 			c.mu.Unlock()
 			return
@@ -329,7 +340,7 @@ func (c *Client) readLoop() {
 		if r.ID == 0 && r.Err != nil {
 			// An unsolicited error (the executor refused this peer).
 			c.mu.Lock()
-			c.connErr = r.Err.err()
+			c.connErr = r.Err.Err()
 			c.mu.Unlock()
 			continue
 		}
@@ -340,7 +351,7 @@ func (c *Client) readLoop() {
 		if ch != nil {
 			ch <- r
 		} else {
-			closeFiles(r.files) // nobody waits for them any more
+			wire.CloseFiles(r.Files) // nobody waits for them any more
 		}
 	}
 }
@@ -353,9 +364,9 @@ func (c *Client) readLoop() {
 // only its owner). Anything else is a listener planted at the socket path:
 // ErrPeerNotExecutor, naming what was seen and what was expected.
 func checkPeer(conn *net.UnixConn, pid int, uid uint32) error {
-	cred, err := peerCred(conn)
+	cred, err := wire.PeerCred(conn)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrPeerNotExecutor, err)
+		return fmt.Errorf("%w: %w", wire.ErrPeerNotExecutor, err)
 	}
 	return peerMatches(cred, pid, uid)
 }
@@ -364,7 +375,7 @@ func checkPeer(conn *net.UnixConn, pid int, uid uint32) error {
 func peerMatches(cred *unix.Ucred, pid int, uid uint32) error {
 	if int(cred.Pid) != pid || (cred.Uid != uid && cred.Uid != 0) {
 		return fmt.Errorf("%w: the socket is served by pid %d (uid %d), expected the executor, pid %d (uid %d or root)",
-			ErrPeerNotExecutor, cred.Pid, cred.Uid, pid, uid)
+			wire.ErrPeerNotExecutor, cred.Pid, cred.Uid, pid, uid)
 	}
 	return nil
 }
@@ -376,15 +387,15 @@ func (c *Client) lostErr() error {
 }
 
 // call sends one request and waits for its answer.
-func (c *Client) call(ctx context.Context, req request) (response, error) {
+func (c *Client) call(ctx context.Context, req wire.Request) (wire.Response, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return response{}, ErrClosed
+		return wire.Response{}, wire.ErrClosed
 	}
 	c.nextID++
 	req.ID = c.nextID
-	ch := make(chan response, 1)
+	ch := make(chan wire.Response, 1)
 	c.pending[req.ID] = ch
 	c.mu.Unlock()
 	answered := false
@@ -395,15 +406,15 @@ func (c *Client) call(ctx context.Context, req request) (response, error) {
 		if !answered { // an answer that came too late has no taker
 			select {
 			case r := <-ch:
-				closeFiles(r.files)
+				wire.CloseFiles(r.Files)
 			default:
 			}
 		}
 	}()
-	req.FDs = len(req.files)
+	req.FDs = len(req.Files)
 
 	c.wmu.Lock()
-	err := writeFrameFDs(c.conn, req, req.files)
+	err := wire.WriteFrameFDs(c.conn, req, req.Files)
 	c.wmu.Unlock()
 	if err != nil {
 		// The executor may have said why it closed (a refused peer): let the
@@ -413,17 +424,17 @@ func (c *Client) call(ctx context.Context, req request) (response, error) {
 		case <-ctx.Done():
 		}
 		if lost := c.lostErr(); lost != nil {
-			return response{}, lost
+			return wire.Response{}, lost
 		}
-		return response{}, fmt.Errorf("%w: %v: %w", ErrClosed, req.Op, err)
+		return wire.Response{}, fmt.Errorf("%w: %v: %w", wire.ErrClosed, req.Op, err)
 	}
 	select {
 	case r := <-ch:
 		answered = true
 		c.noteTask(r)
 		if r.Err != nil {
-			closeFiles(r.files)
-			return r, r.Err.err()
+			wire.CloseFiles(r.Files)
+			return r, r.Err.Err()
 		}
 		return r, nil
 	case <-c.readEnd:
@@ -431,28 +442,28 @@ func (c *Client) call(ctx context.Context, req request) (response, error) {
 		case r := <-ch:
 			answered = true
 			if r.Err != nil {
-				closeFiles(r.files)
-				return r, r.Err.err()
+				wire.CloseFiles(r.Files)
+				return r, r.Err.Err()
 			}
 			return r, nil
 		default:
 		}
 		if lost := c.lostErr(); lost != nil {
-			return response{}, lost
+			return wire.Response{}, lost
 		}
-		return response{}, ErrClosed
+		return wire.Response{}, wire.ErrClosed
 	case <-ctx.Done():
-		return response{}, fmt.Errorf("executor: %v: %w", req.Op, context.Cause(ctx))
+		return wire.Response{}, fmt.Errorf("executor: %v: %w", req.Op, context.Cause(ctx))
 	}
 }
 
 // noteTask remembers the task process a response reports.
-func (c *Client) noteTask(r response) {
+func (c *Client) noteTask(r wire.Response) {
 	if r.Status == nil || r.Status.PID <= 0 {
 		return
 	}
 	c.mu.Lock()
-	c.taskPID, c.taskStart = r.Status.PID, r.Status.StartTime
+	c.task = fsm.Proc{PID: r.Status.PID, StartTime: r.Status.StartTime}
 	c.mu.Unlock()
 }
 
@@ -468,27 +479,31 @@ func (c *Client) Identity() fsm.Identity { return c.id }
 // The answer is the task's status right after the launch: the executor
 // supervises the task from its first instruction, so a status that is not
 // Exited means the task is running and supervised.
-func (c *Client) Launch(ctx context.Context, spec LaunchSpec) (Status, error) {
-	if spec.Mode == ModeExec {
-		if err := ValidateCaps(spec.CapAdd, spec.CapDrop, spec.AllowedCaps); err != nil {
-			return Status{}, err
+func (c *Client) Launch(ctx context.Context, l wire.Launch) (wire.Status, error) {
+	if c.version != wire.ProtocolVersion {
+		return wire.Status{}, fmt.Errorf("%w: a launch needs protocol %d, and this executor (started by a previous tether) speaks %d",
+			wire.ErrProtocolVersion, wire.ProtocolVersion, c.version)
+	}
+	if l.Driver == wire.ModeExec {
+		if err := spec.ValidateCaps(l.CapAdd, l.CapDrop, l.AllowedCaps); err != nil {
+			return wire.Status{}, err
 		}
 	}
-	r, err := c.call(ctx, request{Op: opLaunch, Spec: &spec})
+	r, err := c.call(ctx, wire.Request{Op: wire.OpLaunch, Launch: &l})
 	if err != nil {
-		return Status{}, err
+		return wire.Status{}, err
 	}
 	if r.Status == nil || !r.Status.Launched {
-		return Status{}, fmt.Errorf("%w: launch answered without a launched status", ErrProtocol)
+		return wire.Status{}, fmt.Errorf("%w: launch answered without a launched status", wire.ErrProtocol)
 	}
 	return *r.Status, nil
 }
 
 // Status returns what the executor knows of its task.
-func (c *Client) Status(ctx context.Context) (Status, error) {
-	r, err := c.call(ctx, request{Op: opStatus})
+func (c *Client) Status(ctx context.Context) (wire.Status, error) {
+	r, err := c.call(ctx, wire.Request{Op: wire.OpStatus})
 	if err != nil {
-		return Status{}, err
+		return wire.Status{}, err
 	}
 	return *r.Status, nil
 }
@@ -497,8 +512,9 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 // every other descendant) is gone. If the executor went away meanwhile, the
 // exit status it left on disk is returned.
 func (c *Client) Wait(ctx context.Context) (fsm.ExitStatus, error) {
-	r, err := c.call(ctx, request{Op: opWait})
-	return c.finalStatus(ctx, r, err)
+	r, err := c.call(ctx, wire.Request{Op: wire.OpWait})
+	st, err := c.finalStatus(ctx, r, err)
+	return st.Exit, err
 }
 
 // Watch returns as soon as the task's restart journal holds entries past
@@ -510,78 +526,80 @@ func (c *Client) Wait(ctx context.Context) (fsm.ExitStatus, error) {
 // If the executor went away meanwhile (it exits once the task is over),
 // the journal and the exit status it left on disk are returned, once they
 // match its identity.
-func (c *Client) Watch(ctx context.Context, since int) (Status, []fsm.Event, error) {
-	r, err := c.call(ctx, request{Op: opWatch, Since: since})
-	if errors.Is(err, ErrClosed) {
+func (c *Client) Watch(ctx context.Context, since int) (wire.Status, []fsm.Event, error) {
+	r, err := c.call(ctx, wire.Request{Op: wire.OpWatch, Since: since})
+	if errors.Is(err, wire.ErrClosed) {
 		return c.watchOnDisk(ctx, since, err)
 	}
 	if err != nil {
-		return Status{}, nil, err
+		return wire.Status{}, nil, err
 	}
 	if r.Status == nil {
-		return Status{}, nil, fmt.Errorf("%w: watch answered without a status", ErrProtocol)
+		return wire.Status{}, nil, fmt.Errorf("%w: watch answered without a status", wire.ErrProtocol)
+	}
+	for i := range r.Journal {
+		r.Journal[i].Upgrade() // an executor of protocol 5 sends its restart-intent's delay as Grace
 	}
 	return *r.Status, r.Journal, nil
 }
 
 // watchOnDisk is Watch's answer from the files a dead executor left.
-func (c *Client) watchOnDisk(ctx context.Context, since int, cause error) (Status, []fsm.Event, error) {
-	x, err := c.finalStatus(ctx, response{}, cause)
+func (c *Client) watchOnDisk(ctx context.Context, since int, cause error) (wire.Status, []fsm.Event, error) {
+	st, err := c.finalStatus(ctx, wire.Response{}, cause)
 	if err != nil {
-		return Status{}, nil, err
+		return wire.Status{}, nil, err
 	}
-	j, ok, err := ReadJournal(c.taskDir)
+	j, ok, err := wire.ReadJournal(c.taskDir)
 	if err != nil {
-		return Status{}, nil, err
+		return wire.Status{}, nil, err
 	}
 	var entries []fsm.Event
 	if ok {
 		if err := j.Match(c.id); err != nil {
-			return Status{}, nil, err
+			return wire.Status{}, nil, err
 		}
 		if since >= 0 && since < len(j.Entries) {
 			entries = j.Entries[since:]
 		}
 	}
-	c.mu.Lock()
-	pid, start := c.taskPID, c.taskStart
-	c.mu.Unlock()
-	return Status{Launched: true, PID: pid, StartTime: start, Exited: true, Exit: x, Journal: len(j.Entries)}, entries, nil
+	st.Journal = len(j.Entries)
+	return st, entries, nil
 }
 
-// finalStatus turns the answer to a wait-like call into an exit status,
-// falling back to the exit status file when the connection was lost.
-func (c *Client) finalStatus(ctx context.Context, r response, err error) (fsm.ExitStatus, error) {
+// finalStatus turns the answer to a wait-like call into the task's final
+// status, falling back to the exit status file when the connection was
+// lost (a status that says nothing then of the cgroup: not Emptied).
+func (c *Client) finalStatus(ctx context.Context, r wire.Response, err error) (wire.Status, error) {
 	if err == nil {
 		if r.Status == nil || !r.Status.Launched {
-			return fsm.ExitStatus{}, ErrNotLaunched
+			return wire.Status{}, wire.ErrNotLaunched
 		}
-		return r.Status.Exit, nil
+		return *r.Status, nil
 	}
-	if !errors.Is(err, ErrClosed) {
-		return fsm.ExitStatus{}, err
+	if !errors.Is(err, wire.ErrClosed) {
+		return wire.Status{}, err
 	}
 	// The executor writes the file before it answers and exits; once it is
 	// dead the file is final.
-	if c.proc != nil {
-		if werr := c.proc.wait(ctx); werr != nil {
-			return fsm.ExitStatus{}, errors.Join(err, werr)
+	if c.exe != nil {
+		if werr := c.exe.Wait(ctx); werr != nil {
+			return wire.Status{}, errors.Join(err, werr)
 		}
 	}
-	rec, ok, rerr := ReadExitRecord(c.taskDir)
+	rec, ok, rerr := wire.ReadExitRecord(c.taskDir)
 	if rerr != nil {
-		return fsm.ExitStatus{}, rerr
+		return wire.Status{}, rerr
 	}
 	if !ok {
-		return fsm.ExitStatus{}, fmt.Errorf("%w: executor died without recording an exit status: %w", ErrGone, err)
+		return wire.Status{}, fmt.Errorf("%w: executor died without recording an exit status: %w", wire.ErrGone, err)
 	}
 	c.mu.Lock()
-	pid, start := c.taskPID, c.taskStart
+	run := c.task
 	c.mu.Unlock()
-	if merr := rec.Match(c.id, pid, start); merr != nil {
-		return fsm.ExitStatus{}, merr
+	if merr := rec.Match(c.id, run); merr != nil {
+		return wire.Status{}, merr
 	}
-	return rec.Exit, nil
+	return wire.Status{Launched: true, PID: run.PID, StartTime: run.StartTime, Exited: true, Exit: rec.Exit}, nil
 }
 
 // Stats returns the figures of the task's cgroup: memory now and at its
@@ -589,12 +607,12 @@ func (c *Client) finalStatus(ctx context.Context, r response, err error) (fsm.Ex
 // kill count. ErrNoStats when the task has no cgroup (the host gives none)
 // or it is gone; ErrNotLaunched before the launch.
 func (c *Client) Stats(ctx context.Context) (cgroup.Stats, error) {
-	r, err := c.call(ctx, request{Op: opStats})
+	r, err := c.call(ctx, wire.Request{Op: wire.OpStats})
 	if err != nil {
 		return cgroup.Stats{}, err
 	}
 	if r.Stats == nil {
-		return cgroup.Stats{}, fmt.Errorf("%w: stats answered without stats", ErrProtocol)
+		return cgroup.Stats{}, fmt.Errorf("%w: stats answered without stats", wire.ErrProtocol)
 	}
 	return *r.Stats, nil
 }
@@ -603,7 +621,7 @@ func (c *Client) Stats(ctx context.Context) (cgroup.Stats, error) {
 // started with Exec are not in it). ErrRestarting while a restart's delay
 // runs, ErrTaskExited once the task has exited, ErrNotLaunched before.
 func (c *Client) Signal(ctx context.Context, sig syscall.Signal) error {
-	_, err := c.call(ctx, request{Op: opSignal, Signal: int(sig)})
+	_, err := c.call(ctx, wire.Request{Op: wire.OpSignal, Signal: int(sig)})
 	return err
 }
 
@@ -611,7 +629,7 @@ func (c *Client) Signal(ctx context.Context, sig syscall.Signal) error {
 // executor launched, through its pidfd), not to the rest of its group.
 // Errors as for Signal.
 func (c *Client) SignalMain(ctx context.Context, sig syscall.Signal) error {
-	_, err := c.call(ctx, request{Op: opSignal, Signal: int(sig), Main: true})
+	_, err := c.call(ctx, wire.Request{Op: wire.OpSignal, Signal: int(sig), Main: true})
 	return err
 }
 
@@ -620,7 +638,14 @@ func (c *Client) SignalMain(ctx context.Context, sig syscall.Signal) error {
 // returns the exit status once none is left. A task killed after the grace
 // reports Signal 9.
 func (c *Client) Stop(ctx context.Context, sig syscall.Signal, grace time.Duration) (fsm.ExitStatus, error) {
-	r, err := c.call(ctx, request{Op: opStop, Signal: int(sig), Grace: grace})
+	st, err := c.stop(ctx, sig, grace)
+	return st.Exit, err
+}
+
+// stop is Stop with the final status: whether the executor confirmed the
+// task's cgroup empty (Emptied) beside the exit.
+func (c *Client) stop(ctx context.Context, sig syscall.Signal, grace time.Duration) (wire.Status, error) {
+	r, err := c.call(ctx, wire.Request{Op: wire.OpStop, Signal: int(sig), Grace: grace})
 	return c.finalStatus(ctx, r, err)
 }
 
@@ -631,16 +656,44 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	closed := c.closed
 	c.mu.Unlock()
 	if closed {
-		return ErrClosed
+		return wire.ErrClosed
 	}
-	_, err := c.call(ctx, request{Op: opShutdown})
-	if err != nil && !errors.Is(err, ErrClosed) {
+	_, err := c.call(ctx, wire.Request{Op: wire.OpShutdown})
+	if err != nil && !errors.Is(err, wire.ErrClosed) {
 		return err
 	}
-	if c.proc == nil {
+	return c.waitGone(ctx)
+}
+
+// Dismiss ends an executor that reported its task over for good (its
+// answer to a Stop or Wait, or a Watch, said Status.Over): it SIGKILLs it
+// through the pidfd opened on the process whose identity was proven, and
+// returns once it is dead. The executor's exit record, which it writes
+// for a driver that is away, is not needed by one that has the status in
+// hand. Without a pidfd (never verified) it falls back to Shutdown.
+func (c *Client) Dismiss(ctx context.Context) error {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return wire.ErrClosed
+	}
+	if c.exe == nil {
+		return c.Shutdown(ctx)
+	}
+	if err := c.exe.Signal(syscall.SIGKILL); err != nil {
+		return fmt.Errorf("executor: dismissing: %w", err)
+	}
+	return c.waitGone(ctx)
+}
+
+// waitGone returns once the executor process is dead, and reaped when
+// this client spawned it.
+func (c *Client) waitGone(ctx context.Context) error {
+	if c.exe == nil {
 		return nil
 	}
-	if err := c.proc.wait(ctx); err != nil {
+	if err := c.exe.Wait(ctx); err != nil {
 		return err
 	}
 	if c.reaped != nil {
@@ -656,10 +709,10 @@ func (c *Client) Shutdown(ctx context.Context) error {
 // WaitDead returns once the executor process has exited (its pidfd is
 // readable). It works after Reattach too.
 func (c *Client) WaitDead(ctx context.Context) error {
-	if c.proc == nil {
-		return ErrClosed
+	if c.exe == nil {
+		return wire.ErrClosed
 	}
-	return c.proc.wait(ctx)
+	return c.exe.Wait(ctx)
 }
 
 // Close closes the control connection. Before launch this ends the
@@ -675,8 +728,8 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	err := c.conn.Close()
 	<-c.readEnd
-	if c.proc != nil {
-		c.proc.Close()
+	if c.exe != nil {
+		c.exe.Close()
 	}
 	return err
 }

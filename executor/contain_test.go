@@ -16,7 +16,11 @@ import (
 	"time"
 
 	"github.com/tether-fsm/tether/cgroup"
+	hostspec "github.com/tether-fsm/tether/executor/internal/spec"
+	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // taskCgroup opens the cgroup an executor announced, checking that it
@@ -44,7 +48,7 @@ func checkGone(t *testing.T, cg *cgroup.Cgroup) {
 }
 
 func alivePID(pid int, start uint64) bool {
-	ok, err := Alive(fsm.Identity{PID: pid, StartTime: start})
+	ok, err := proc.Alive(fsm.Identity{PID: pid, StartTime: start})
 	return err == nil && ok
 }
 
@@ -66,17 +70,17 @@ func TestContain_CgroupLifecycle(t *testing.T) {
 			t.Errorf("the %s cgroup exists before the launch: %v", key, err)
 		}
 	}
-	if _, err := c.Stats(ctx); !errors.Is(err, ErrNotLaunched) {
+	if _, err := c.Stats(ctx); !errors.Is(err, wire.ErrNotLaunched) {
 		t.Errorf("stats before launch: %v, want ErrNotLaunched", err)
 	}
 	spec := m.taskSpec(t, "serve", "-ready", readyPath, "-on-term", "0")
-	spec.Limits = cgroup.Limits{Memory: 64, Pids: 50}
+	spec.Resources = fsm.Resources{MemoryMB: 64, PIDs: 50}
 	st, err := c.Launch(ctx, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(st.Warnings) != 0 {
-		t.Errorf("warnings with a cgroup: %q", st.Warnings)
+		t.Errorf("warnings with a cgroup: %v", st.Warnings)
 	}
 	readLine(t, ready)
 	procs, err := cg.Procs()
@@ -111,10 +115,44 @@ func TestContain_CgroupLifecycle(t *testing.T) {
 	waitDead(t, c.Identity()) // it removes the cgroup after it answered
 	checkGone(t, cg)
 	waitDead(t, c.Identity()) // the record is written after the waiters are answered
-	rec, ok, err := ReadExitRecord(dir)
+	rec, ok, err := wire.ReadExitRecord(dir)
 	if err != nil || !ok || rec.Exit != x {
 		t.Fatalf("exit record %+v %v %v", rec, ok, err)
 	}
+}
+
+// TestContain_DismissAfterAnEmptiedEnd: the executor answers a stop once
+// its task's cgroup is empty and removed (Status.Emptied), so the driver
+// that has the answer kills nothing of the task and ends the executor at
+// once (Dismiss), without waiting for its exit record.
+func TestContain_DismissAfterAnEmptiedEnd(t *testing.T) {
+	h := needCgroups(t)
+	m := newMarker(t)
+	ctx := testCtx(t)
+	c := spawn(t, m, "")
+	id := c.Identity()
+	cg := taskCgroup(t, h, id)
+	if _, err := c.Launch(ctx, m.taskSpec(t, "sleep")); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.Status(ctx); err != nil || st.Emptied {
+		t.Fatalf("a running task's status %+v %v: Emptied", st, err)
+	}
+	st, err := c.stop(ctx, syscall.SIGKILL, 0)
+	if err != nil || !st.Over() || !st.Emptied {
+		t.Fatalf("stop = %+v %v, want over and emptied", st, err)
+	}
+	checkGone(t, cg) // before the answer, not after
+	if err := c.Dismiss(ctx); err != nil {
+		t.Fatalf("Dismiss: %v", err)
+	}
+	if alive, err := proc.Alive(id); err != nil || alive {
+		t.Fatalf("executor alive after Dismiss (%v)", err)
+	}
+	if err := c.Dismiss(ctx); err != nil {
+		t.Errorf("a second Dismiss: %v", err)
+	}
+	checkLeaks(t, m)
 }
 
 // TestContain_DescendantsKilledWhenTaskExits: a task whose setsid'd,
@@ -135,7 +173,7 @@ func TestContain_DescendantsKilledWhenTaskExits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start, _ := ProcStartTime(pid)
+	start, _ := proc.StartTime(pid)
 	x, err := c.Wait(ctx)
 	if err != nil || x.Code != 0 {
 		t.Fatalf("Wait = %+v %v", x, err)
@@ -185,7 +223,7 @@ func TestContain_OOMKilledRecorded(t *testing.T) {
 	ctx := testCtx(t)
 	c := spawn(t, m, "")
 	spec := m.taskSpec(t, "alloc", "400")
-	spec.Limits = cgroup.Limits{Memory: 64}
+	spec.Resources = fsm.Resources{MemoryMB: 64}
 	if _, err := c.Launch(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
@@ -197,11 +235,11 @@ func TestContain_OOMKilledRecorded(t *testing.T) {
 		t.Fatalf("exit %+v, want SIGKILL and OOM", x)
 	}
 	waitDead(t, c.Identity()) // the record is written after the waiters are answered
-	rec, ok, err := ReadExitRecord(filepath.Dir(c.Identity().Socket))
+	rec, ok, err := wire.ReadExitRecord(filepath.Dir(c.Identity().Socket))
 	if err != nil || !ok || !rec.Exit.OOM {
 		t.Fatalf("exit record %+v %v %v: want OOM", rec, ok, err)
 	}
-	if out := readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), StdoutFile)); strings.Contains(out, "survived") {
+	if out := readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), statedir.StdoutFile)); strings.Contains(out, "survived") {
 		t.Fatal("the task survived touching 400 MB under a 64 MB limit")
 	}
 }
@@ -221,7 +259,7 @@ func TestContain_PidsLimit(t *testing.T) {
 	c := spawn(t, m, dir)
 	spec := m.taskSpec(t, "forker", "100", fpath)
 	spec.Env["GOMAXPROCS"], spec.Env["GOGC"] = "1", "off"
-	spec.Limits = cgroup.Limits{Pids: 20}
+	spec.Resources = fsm.Resources{PIDs: 20}
 	if _, err := c.Launch(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
@@ -319,21 +357,19 @@ func TestContain_PidsOfOneStartsThroughTheShim(t *testing.T) {
 	cg := taskCgroup(t, h, c.Identity())
 	pidsMax := cg.Dirs()[pidsH.Key] + "/pids.max"
 	// Builtins only: under pids = 1 the shell cannot fork.
-	spec := LaunchSpec{Mode: ModeRawExec, Command: "/bin/sh",
-		Args:   []string{"-c", `while read -r l; do echo "$l"; done </proc/self/cgroup; read -r max <"$0"; echo "max $max"`, pidsMax},
-		Limits: cgroup.Limits{Pids: 1}}
+	spec := wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: "/bin/sh", Args: []string{"-c", `while read -r l; do echo "$l"; done </proc/self/cgroup; read -r max <"$0"; echo "max $max"`, pidsMax}, Resources: fsm.Resources{PIDs: 1}}}
 	if _, err := c.Launch(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
 	if x, err := c.Wait(ctx); err != nil || x.Code != 0 {
-		t.Fatalf("Wait = %+v %v\n%s", x, err, readFileString(t, filepath.Join(dir, StderrFile)))
+		t.Fatalf("Wait = %+v %v\n%s", x, err, readFileString(t, filepath.Join(dir, statedir.StderrFile)))
 	}
-	out := readFileString(t, filepath.Join(dir, StdoutFile))
+	out := readFileString(t, filepath.Join(dir, statedir.StdoutFile))
 	want := cg.Location().Paths()[pidsH.Key]
 	if !strings.Contains(out, ":"+pidsH.Key+":"+want+"\n") || !strings.HasSuffix(out, "max 1\n") {
 		t.Fatalf("the task printed %q: want its pids cgroup %s and pids.max 1", out, want)
 	}
-	if log := readFileString(t, filepath.Join(dir, LogFile)); !strings.Contains(log, "starting the task through the init shim") {
+	if log := readFileString(t, filepath.Join(dir, statedir.LogFile)); !strings.Contains(log, "starting the task through the init shim") {
 		t.Errorf("the executor did not fall back to the shim:\n%s", log)
 	}
 }
@@ -372,7 +408,7 @@ func TestContain_OOMScoreAdj(t *testing.T) {
 		if x, err := c.Wait(ctx); err != nil || x.Code != 0 {
 			t.Fatalf("Wait = %+v %v", x, err)
 		}
-		if out := strings.TrimSpace(readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), StdoutFile))); out != tc.want {
+		if out := strings.TrimSpace(readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), statedir.StdoutFile))); out != tc.want {
 			t.Errorf("oom_score_adj %q under an executor at %d (spec %v), want %s", out, from, tc.set, tc.want)
 		}
 	}
@@ -386,33 +422,38 @@ func TestCheckSpec_HostDecisions(t *testing.T) {
 		t.Fatal(err)
 	}
 	none := fmt.Errorf("%w: not root and no delegation", cgroup.ErrUnavailable)
-	raw := LaunchSpec{Mode: ModeRawExec, Command: "/bin/true"}
-	exec := LaunchSpec{Mode: ModeExec, Command: "/bin/true"}
+	raw := wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: "/bin/true"}}
+	exec := wire.Launch{Spec: fsm.Spec{Driver: wire.ModeExec, Command: "/bin/true"}}
 	withMem := raw
-	withMem.Limits = cgroup.Limits{Memory: 64}
+	withMem.Resources = fsm.Resources{MemoryMB: 64}
 	for _, tc := range []struct {
 		name     string
-		spec     LaunchSpec
+		spec     wire.Launch
 		h        cgroup.Host
 		noCgroup error
 		want     error
 		mention  string
 	}{
 		{"raw_exec without cgroups runs", raw, cgroup.Host{}, none, nil, ""},
-		{"exec without cgroups is refused", exec, cgroup.Host{}, none, ErrNoCgroup, "not root and no delegation"},
-		{"a limit without cgroups is refused", withMem, cgroup.Host{}, none, ErrNoCgroup, "resources"},
-		{"a limit without its controller names it", withMem, h.Without("memory"), nil, ErrLimit, "memory controller"},
-		{"an unknown user", LaunchSpec{Mode: ModeRawExec, Command: "/bin/true", User: "tether-no-such-user"}, h, nil, ErrUnknownUser, "tether-no-such-user"},
-		{"net_raw outside the allow list", LaunchSpec{Mode: ModeExec, Command: "/bin/true", CapAdd: []string{"net_raw"}}, h, nil, ErrCapNotAllowed, "net_raw"},
-		{"pid_mode on raw_exec", LaunchSpec{Mode: ModeRawExec, Command: "/bin/true", PIDMode: "host"}, h, nil, ErrBadSpec, "pid_mode"},
-		{"a chroot entry in a reserved place", LaunchSpec{Mode: ModeExec, Command: "/bin/true", Chroot: []string{"/usr:/proc"}}, h, nil, ErrBadSpec, "/proc"},
-		{"a chroot entry that does not exist", LaunchSpec{Mode: ModeExec, Command: "/bin/true", Chroot: []string{"/nonexistent-tether"}}, h, nil, ErrBadSpec, "nonexistent-tether"},
+		{"exec without cgroups is refused", exec, cgroup.Host{}, none, wire.ErrNoCgroup, "not root and no delegation"},
+		{"a limit without cgroups is refused", withMem, cgroup.Host{}, none, wire.ErrNoCgroup, "resources"},
+		{"a limit without its controller names it", withMem, h.Without("memory"), nil, wire.ErrLimit, "memory controller"},
+		{"an unknown user", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: "/bin/true", User: "tether-no-such-user"}}, h, nil, wire.ErrUnknownUser, "tether-no-such-user"},
+		{"net_raw outside the allow list", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeExec, Command: "/bin/true", CapAdd: []string{"net_raw"}}}, h, nil, wire.ErrCapNotAllowed, "net_raw"},
+		{"pid_mode on raw_exec", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: "/bin/true", PIDMode: "host"}}, h, nil, fsm.ErrInvalidSpec, "pid_mode"},
+		{"a chroot entry in a reserved place", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeExec, Command: "/bin/true"}, Policy: wire.Policy{Chroot: []string{"/usr:/proc"}}}, h, nil, wire.ErrBadSpec, "/proc"},
+		{"a chroot entry that does not exist", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeExec, Command: "/bin/true"}, Policy: wire.Policy{Chroot: []string{"/nonexistent-tether"}}}, h, nil, wire.ErrBadSpec, "nonexistent-tether"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.want == nil && os.Geteuid() != 0 && tc.spec.Mode == ModeExec {
+			if tc.want == nil && os.Geteuid() != 0 && tc.spec.Driver == wire.ModeExec {
 				t.Skip("exec needs root")
 			}
-			err := checkSpec(tc.spec, tc.h, tc.noCgroup)
+			// What the executor checks at launch: the spec's values,
+			// then the host.
+			err := tc.spec.Spec.Validate()
+			if err == nil {
+				err = hostspec.Check(tc.spec, tc.h, tc.noCgroup)
+			}
 			if tc.want == nil {
 				if err != nil {
 					t.Fatalf("checkSpec = %v, want nil", err)
@@ -431,7 +472,7 @@ type unprivReport struct {
 	Cgroup   string
 	ExecErr  string
 	ExecCode string
-	Warnings []string
+	Warnings []fsm.Warning
 	Exit     fsm.ExitStatus
 	Err      string
 }
@@ -480,13 +521,13 @@ func TestContain_UnprivilegedExecutor(t *testing.T) {
 	if r.ExecErr == "" || !strings.Contains(r.ExecErr, "exec needs root") {
 		t.Errorf("exec launch: %q, want a refusal saying exec needs root", r.ExecErr)
 	}
-	if len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "uncontained") || !strings.Contains(r.Warnings[0], "not root") {
-		t.Errorf("raw_exec warnings %q, want one saying it runs uncontained and why", r.Warnings)
+	if len(r.Warnings) != 1 || r.Warnings[0].Kind != fsm.WarnUncontained || !strings.Contains(r.Warnings[0].Text, "uncontained") || !strings.Contains(r.Warnings[0].Text, "not root") {
+		t.Errorf("raw_exec warnings %v, want one saying it runs uncontained and why", r.Warnings)
 	}
 	if r.Exit.Code != 0 {
 		t.Errorf("raw_exec exit %+v", r.Exit)
 	}
-	log := readFileString(t, filepath.Join(dir, LogFile))
+	log := readFileString(t, filepath.Join(dir, statedir.LogFile))
 	if n := strings.Count(log, "runs uncontained"); n != 1 {
 		t.Errorf("the executor log has %d warnings about running uncontained, want 1:\n%s", n, log)
 	}
@@ -510,10 +551,10 @@ func runUnpriv(dir string) int {
 	}
 	defer c.Close()
 	r.Cgroup = c.Identity().Cgroup
-	if _, err := c.Launch(ctx, LaunchSpec{Mode: ModeExec, Command: "/bin/true"}); err != nil {
+	if _, err := c.Launch(ctx, wire.Launch{Spec: fsm.Spec{Driver: wire.ModeExec, Command: "/bin/true"}}); err != nil {
 		r.ExecErr = err.Error()
 	}
-	st, err := c.Launch(ctx, LaunchSpec{Mode: ModeRawExec, Command: self, Args: []string{"task", os.Args[2], "exit", "0"}})
+	st, err := c.Launch(ctx, wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: self, Args: []string{"task", os.Args[2], "exit", "0"}}})
 	if err != nil {
 		r.Err = err.Error()
 		return 0

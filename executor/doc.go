@@ -1,114 +1,23 @@
-// Package executor runs a task through a separate executor process that can
-// outlive the agent that started it and can never be left behind.
+// Package executor is the client of tether's executor process: what a
+// driver links to spawn an executor for a task, launch the task through it,
+// reattach to it after a crash, signal, stop and exec into the task, and
+// read what the executor left on disk (identity, launch record, exit
+// status, restart journal), each believed only once it matches the log.
+//
+// Three processes take part in a task, and each has its package:
+//
+//	executor          this package: the client, in the driver's process
+//	executor/server   the executor process (Serve), which outlives the driver
+//	executor/shim     the init shim an exec task starts through (namespaces,
+//	                  root, user, capabilities), in the task's process
+//
+// A driver links this package only; the executor process and the shim
+// are served by a binary that calls server.Serve (see "Serving executor
+// mode" in package executor/server), and the package's test holds the
+// driver's dependencies to that.
 //
 // Linux only (kernel 5.3 or later: pidfd_open, clone3 with CLONE_PIDFD);
 // /proc is the process table.
-//
-// # The executor process
-//
-// An executor is a real OS process: either the calling binary re-executed in
-// executor mode, or the small standalone binary cmd/tether-executor. It
-//
-//  1. starts in its own session (Setsid), with stdin and stdout on /dev/null
-//     and stderr on LogFile in the task directory, so neither the agent's
-//     terminal, its process-group signals nor a closed pipe can reach it;
-//  2. becomes a child subreaper (PR_SET_CHILD_SUBREAPER), so every process
-//     its task forks stays its descendant;
-//  3. listens on SocketFile in the task directory (0700; the socket 0600;
-//     any path length, through /proc/self/fd/N/), accepting only peers of its
-//     own uid or root (SO_PEERCRED) that know its nonce;
-//  4. writes its Identity (pid, start time, boot id, nonce, socket, cgroup) to
-//     IdentityFile atomically (write, fsync, rename, fsync of the directory)
-//     before it reports ready or answers anything;
-//  5. holds a lease until a task is launched: it exits by itself when no
-//     client said hello within the ready timeout, or when its last client
-//     disconnects; after launch it runs on without any driver;
-//  6. launches the task as its child in a new process group, with the
-//     parent-death signal set to SIGKILL, so that no instruction of the task
-//     runs outside its cgroup or before its isolation is complete: a
-//     raw_exec task that keeps the executor's user is forked by an executor
-//     thread that moved itself into the task's cgroup (cgroup.ForkExec; its
-//     oom_score_adj taken on for the fork), every other task through the
-//     init shim (this binary again, with "-shim"; see shimFlag), which joins
-//     the task's cgroup, sets oom_score_adj, for exec builds the task's
-//     root, changes to the working directory, switches user, sets
-//     capabilities and execs the task;
-//  7. copies the task's stdout and stderr from pipes into rotating log
-//     files (package logs), in goroutines of their own;
-//  8. reaps every child in one loop (wait4(-1) on SIGCHLD; nothing else ever
-//     waits), and when the task has exited kills everything left in its
-//     cgroup and confirms it empty, SIGKILLs whatever else is left of its
-//     tree (group members, reparented orphans) until it has no child at
-//     all, and lets the output copies reach the end of their pipes;
-//  9. then reads the cgroup's OOM kill count into the exit status, answers
-//     every waiting client (a driver that has the status records it
-//     itself), removes the cgroup, writes the task's exit status to
-//     ExitStatusFile atomically and durably (for a driver that was away),
-//     removes its socket and exits. An executor never outlives its task.
-//
-// # Containment
-//
-// Every task, exec and raw_exec, runs in a cgroup of its own (package
-// cgroup), named for the task (the task directory's name) and the spawn
-// nonce, below the executor's own cgroups. The executor computes its
-// location at startup and announces it in its Identity (fsm.Identity.Cgroup:
-// ready report, hello, identity file), so that the driver records it in
-// executor-up before the cgroup exists; it creates the cgroup with
-// LaunchSpec.Limits at launch. Stop (signal, grace, then SIGKILL) and
-// Shutdown kill the whole cgroup, not only the process group; a driver
-// whose executor is gone kills the recorded cgroup itself, after
-// cgroup.OpenRecorded proved it the task's. Where this process can make no
-// cgroup (not root and no delegation, no cgroupfs), Identity.Cgroup is
-// empty: raw_exec runs uncontained with one warning (the executor's log and
-// Status.Warnings of the launch reply), exec and any limit are refused with
-// an error saying why (ErrNoCgroup). A limit whose controller the host
-// lacks is ErrLimit, naming the controller. CheckSpec makes these checks
-// before anything is spawned.
-//
-// # Isolation (exec)
-//
-// An exec task is cloned into new mount, UTS, PID and IPC namespaces
-// (LaunchSpec.PIDMode and IPCMode "host" opt out of the last two) and is
-// pid 1 of its PID namespace: the kernel gives it only the signals it
-// handles, so a stop whose signal it does not catch, while it is alone in
-// its cgroup, kills it at once instead of waiting out the grace. The shim
-// builds its root on a tmpfs in the task directory, in the task's mount
-// namespace only (so every mount vanishes with the task and nothing is
-// ever mounted in the host's namespace): read-only, nosuid, nodev bind
-// mounts of LaunchSpec.Chroot (default DefaultChroot, Nomad's chroot_env;
-// never copies), the task's writable directories (local, secrets 0700,
-// tmp, alloc) owned by its user, a proc of its own with the host's kernel
-// interfaces masked or read-only, and a minimal read-only /dev (null, zero,
-// full, random, urandom, tty, a devpts of its own, shm). /etc/shadow and
-// its kin are covered by an empty file of mode 0000; the state directory
-// is covered when a bind would show it. Then pivot_root, the root made
-// read-only, nobody (65534) unless User is set, the capabilities as Nomad
-// computes them (see ValidateCaps) and no_new_privs. TaskEnv is the
-// environment a task gets.
-//
-// Every signal, on either side, goes through a pidfd opened before the
-// target's identity was checked (pid, start time, boot id, and for
-// executors the nonce on the command line), so a recycled pid is never
-// signalled. Signal reaches the task's process group, SignalMain its main
-// process alone.
-//
-// # Exec: commands inside the running task
-//
-// Client.Exec runs a command inside the task as the task itself runs: the
-// init shim again, in join mode ("-join"; see joinFlag), joins the run's
-// cgroup and oom_score_adj, for exec its namespaces through a pidfd of the
-// task (so a recycled pid is never joined) and thereby its root, its
-// working directory, user, capabilities and no_new_privs, and starts the
-// command, with the task's environment (ExecSpec.Env laid over), as the
-// executor's child in a session of its own. Its stdio are the caller's
-// descriptors, passed over the socket (SCM_RIGHTS); with ExecSpec.TTY the
-// shim opens a pseudo-terminal inside the task (an exec task's own devpts)
-// and the master comes back (ExecProcess.Terminal). The executor reaps the
-// command and answers ExecProcess.Wait; it kills the command when the
-// connection that asked for it closes, and with the task (its cgroup, its
-// PID namespace, the drain of its tree), so nothing of an exec outlives
-// the task. A task that is restarting (a restart's delay runs) has no
-// process to join or signal: ErrRestarting.
 //
 // # Peers
 //
@@ -119,26 +28,6 @@
 // root: a listener planted at the socket path is ErrPeerNotExecutor,
 // naming the pid and uid it found.
 //
-// # Serving executor mode
-//
-// A binary serves executor mode by calling Serve with the arguments that
-// follow its mode word, and exiting with the result:
-//
-//	func main() {
-//		if len(os.Args) > 1 && os.Args[1] == "executor" {
-//			os.Exit(executor.Serve(os.Args[2:]))
-//		}
-//		// ... the agent
-//	}
-//
-// and the driver passes SpawnConfig.Command = []string{"/path/to/binary",
-// "executor"} (the default when Command is empty: os.Executable() and
-// "executor"). The standalone binary takes no mode word:
-// Command = []string{"/path/to/tether-executor"}. It keeps the executor's
-// idle memory at the floor of a minimal Go helper (see the benchmarks).
-// Serve must receive a tail of os.Args: the shim re-executes the same argv
-// prefix.
-//
 // # Using it from a driver
 //
 //	c, err := executor.Spawn(ctx, executor.SpawnConfig{
@@ -147,8 +36,8 @@
 //	})
 //	// on error nothing was left running; err is typed (ErrSpawn, ErrReadyTimeout, ...)
 //	id := c.Identity() // persist it: its Cgroup is where the task will be
-//	st, err := c.Launch(ctx, executor.LaunchSpec{Mode: executor.ModeExec, Command: "/bin/app",
-//		Limits: cgroup.Limits{Memory: 256, Pids: 100}})
+//	st, err := c.Launch(ctx, executor.Launch{Spec: fsm.Spec{Driver: "exec", Command: "/bin/app",
+//		Resources: fsm.Resources{MemoryMB: 256, PIDs: 100}}}) // the spec as the log records it
 //	// launch errors: ErrCommandNotFound, ErrNotExecutable, ErrUnknownUser,
 //	// ErrCapNotAllowed (*CapError), ErrWorkDir, ErrBadSpec, ErrNoCgroup,
 //	// ErrLimit, ErrIsolation, ErrLaunch (naming the shim's step)
@@ -158,15 +47,18 @@
 //	x, err := c.Wait(ctx)                           // or Stop(ctx, syscall.SIGTERM, grace); x.OOM
 //
 // After a crash, a new driver process calls Reattach(ctx, dir, id) (identity
-// checked against the file and the live process), or, if the executor is
-// gone, ReadExitStatus(dir); FindByNonce finds an executor whose spawn
-// outcome was never recorded; Kill and KillGroup reap an executor and a task
-// group by identity when nothing else answers.
+// checked against the file and the live process). A driver does all of
+// this through World, the one contract with the process world, whose real
+// implementation is Real: it also reads the exit status an executor left
+// on disk, finds an executor by nonce whose spawn outcome was never
+// recorded, and kills an executor and a task (its cgroup, else its process
+// group) by proven identity when nothing else answers.
 //
 // # Protocol
 //
-// Length-prefixed JSON frames (see ProtocolVersion) on the unix socket; the
-// first request on a connection is a hello with the protocol version and the
-// nonce. A frame may carry descriptors (SCM_RIGHTS), as many as it declares.
+// Length-prefixed JSON frames on the unix socket; the first request on a
+// connection is a hello with the protocol version and the nonce. The
+// client speaks the current version (6) and, to an executor a previous
+// tether started, the previous one (5) for everything but a launch. A frame may carry descriptors (SCM_RIGHTS), as many as it declares.
 // Named errors cross it, so errors.Is works on the driver side.
 package executor

@@ -2,93 +2,93 @@
 
 package executor
 
-import (
-	"errors"
-	"fmt"
-	"strings"
-)
+import "github.com/tether-fsm/tether/executor/internal/wire"
 
 // Errors returned by Spawn and Reattach.
 var (
 	// ErrSpawn is returned when the executor process could not be started or
 	// died before it reported ready.
-	ErrSpawn = errors.New("executor: spawn failed")
+	ErrSpawn = wire.ErrSpawn
 	// ErrReadyTimeout is returned when the executor did not report ready
 	// within SpawnConfig.ReadyTimeout (or before the context ended).
-	ErrReadyTimeout = errors.New("executor: timed out waiting for the executor to be ready")
+	ErrReadyTimeout = wire.ErrReadyTimeout
 	// ErrProtocolVersion is returned when the executor speaks another
 	// protocol version.
-	ErrProtocolVersion = errors.New("executor: protocol version mismatch")
+	ErrProtocolVersion = wire.ErrProtocolVersion
 	// ErrNonceMismatch is returned when the executor answering is not the one
 	// started with the expected nonce.
-	ErrNonceMismatch = errors.New("executor: nonce mismatch")
+	ErrNonceMismatch = wire.ErrNonceMismatch
 	// ErrPeerRefused is returned when the executor refused the connection
 	// because the peer runs as another (non-root) user.
-	ErrPeerRefused = errors.New("executor: peer refused")
+	ErrPeerRefused = wire.ErrPeerRefused
 	// ErrPeerNotExecutor is returned when the process serving the task's
 	// socket is not the executor whose identity was proven (SO_PEERCRED
 	// names another pid, or a uid that is neither the caller's nor root):
 	// a listener planted at the socket path. Nothing is sent on such a
 	// connection. The executor itself may be alive and ours: this says
 	// only that its socket cannot be trusted.
-	ErrPeerNotExecutor = errors.New("executor: the socket's peer is not the executor")
+	ErrPeerNotExecutor = wire.ErrPeerNotExecutor
 	// ErrBusy is returned when the task directory already has a live executor.
-	ErrBusy = errors.New("executor: task directory has a live executor")
+	ErrBusy = wire.ErrBusy
 	// ErrBadConfig is returned for an unusable SpawnConfig (empty task dir,
 	// a nonce with characters other than letters, digits, '-' and '_').
-	ErrBadConfig = errors.New("executor: bad spawn config")
+	ErrBadConfig = wire.ErrBadConfig
 )
 
 // Errors about process identity.
 var (
 	// ErrNotOurs is returned when a pid now belongs to another process than
 	// the identity describes (start time, boot id or nonce differ). Nothing is
-	// signalled. It also means that the process the identity described is gone.
-	ErrNotOurs = errors.New("executor: process is not ours")
+	// signalled. It also means that the process the identity described is
+	// gone. It is the one ErrNotOurs of tether: cgroup.ErrNotOurs and
+	// driver.ErrNotOurs are the same error.
+	ErrNotOurs = wire.ErrNotOurs
 	// ErrGone is returned when the process an identity describes no longer
-	// exists (exited, reaped, or from an earlier boot).
-	ErrGone = errors.New("executor: process is gone")
+	// exists (exited, reaped, or from an earlier boot); the same error as
+	// driver.ErrGone.
+	ErrGone = wire.ErrGone
 	// ErrSideFileMismatch is returned for a side file (launch record, exit
 	// record) that does not match the log: another nonce, boot or task
 	// process, a symbolic link, not a regular file, or too large. Such a
 	// file is not believed and nothing is signalled because of it.
-	ErrSideFileMismatch = errors.New("executor: side file does not match the log")
+	// It matches ErrNotOurs too.
+	ErrSideFileMismatch = wire.ErrSideFileMismatch
 )
 
 // Errors returned by Launch. They travel across the protocol, so errors.Is
 // works on the driver side.
 var (
 	// ErrCommandNotFound is returned when the task's command does not exist.
-	ErrCommandNotFound = errors.New("executor: command not found")
+	ErrCommandNotFound = wire.ErrCommandNotFound
 	// ErrNotExecutable is returned when the command exists but cannot be
 	// executed (no execute permission, a directory, not an executable format).
-	ErrNotExecutable = errors.New("executor: command not executable")
+	ErrNotExecutable = wire.ErrNotExecutable
 	// ErrUnknownUser is returned when LaunchSpec.User names no known user.
-	ErrUnknownUser = errors.New("executor: unknown user")
+	ErrUnknownUser = wire.ErrUnknownUser
 	// ErrCapNotAllowed is wrapped by CapError for a capability outside the
 	// allow list.
-	ErrCapNotAllowed = errors.New("executor: capability not allowed")
+	ErrCapNotAllowed = wire.ErrCapNotAllowed
 	// ErrUnknownCap is wrapped by CapError for a name that is no capability.
-	ErrUnknownCap = errors.New("executor: unknown capability")
+	ErrUnknownCap = wire.ErrUnknownCap
 	// ErrWorkDir is returned when the working directory is missing or not a
 	// directory.
-	ErrWorkDir = errors.New("executor: bad working directory")
+	ErrWorkDir = wire.ErrWorkDir
 	// ErrBadSpec is returned for a malformed LaunchSpec (unknown mode, empty
 	// command).
-	ErrBadSpec = errors.New("executor: bad launch spec")
+	ErrBadSpec = wire.ErrBadSpec
 	// ErrLaunch is returned for any other launch failure: fork or exec
 	// failed, or a step of the init shim did (the message names the step).
-	ErrLaunch = errors.New("executor: launch failed")
+	ErrLaunch = wire.ErrLaunch
 	// ErrNoCgroup is returned when a task needs a cgroup of its own (exec,
 	// or any limit) and the host gives none (not root, no delegation); the
 	// message says why.
-	ErrNoCgroup = errors.New("executor: no cgroup for the task")
+	ErrNoCgroup = wire.ErrNoCgroup
 	// ErrLimit wraps a *cgroup.LimitError: a limit whose controller this
 	// host lacks.
-	ErrLimit = errors.New("executor: limit cannot be enforced on this host")
+	ErrLimit = wire.ErrLimit
 	// ErrIsolation is returned when an exec task cannot be isolated here
 	// (the executor is not root).
-	ErrIsolation = errors.New("executor: cannot isolate the task")
+	ErrIsolation = wire.ErrIsolation
 )
 
 // Errors returned by Exec.
@@ -98,74 +98,44 @@ var (
 	// cgroup or namespaces, the user switch, the exec). A command that does
 	// not exist in the task is ErrCommandNotFound, one that cannot be
 	// executed ErrNotExecutable.
-	ErrExec = errors.New("executor: exec in the task failed")
+	ErrExec = wire.ErrExec
 	// ErrUnknownExec is returned by ExecProcess.Wait and Signal for an exec
 	// the executor does not know on this connection.
-	ErrUnknownExec = errors.New("executor: no such exec")
+	ErrUnknownExec = wire.ErrUnknownExec
 )
 
 // Errors returned by the control calls.
 var (
+	// ErrUnsupported is returned by a World (or a Conn of one) for what it
+	// does not model: a simulated world has no cgroup to read stats from
+	// and runs no command inside a task.
+	ErrUnsupported = wire.ErrUnsupported
 	// ErrNotLaunched is returned by Signal and Stop before a task was launched.
-	ErrNotLaunched = errors.New("executor: task not launched")
+	ErrNotLaunched = wire.ErrNotLaunched
 	// ErrTaskExited is returned by Signal and Exec after the task has
 	// exited (or while it is being stopped).
-	ErrTaskExited = errors.New("executor: task already exited")
+	ErrTaskExited = wire.ErrTaskExited
 	// ErrRestarting is returned by Signal and Exec while the task's last
 	// run has exited and its restart policy restarts it (a restart's delay
 	// runs): there is no task process to signal or join.
-	ErrRestarting = errors.New("executor: task is restarting (no process until its restart)")
+	ErrRestarting = wire.ErrRestarting
 	// ErrNoStats is returned by Stats for a task without a cgroup (the host
 	// gives none) or whose cgroup is gone.
-	ErrNoStats = errors.New("executor: no stats for the task")
+	ErrNoStats = wire.ErrNoStats
 	// ErrClosed is returned by calls on a closed client or after the control
 	// connection was lost.
-	ErrClosed = errors.New("executor: connection closed")
+	ErrClosed = wire.ErrClosed
 	// ErrProtocol is returned for a malformed or oversized protocol frame.
-	ErrProtocol = errors.New("executor: protocol error")
+	ErrProtocol = wire.ErrProtocol
 )
 
-// CapError names the capabilities that ValidateCaps (or a launch) refused.
-type CapError struct {
-	// NotAllowed lists requested capabilities outside the allow list, in
-	// lower case without the CAP_ prefix (for example "net_raw").
-	NotAllowed []string
-	// Unknown lists names that are no capability at all.
-	Unknown []string
-}
-
-func (e *CapError) Error() string {
-	var parts []string
-	if len(e.NotAllowed) > 0 {
-		parts = append(parts, fmt.Sprintf("%v: %s", ErrCapNotAllowed, strings.Join(e.NotAllowed, ", ")))
-	}
-	if len(e.Unknown) > 0 {
-		parts = append(parts, fmt.Sprintf("%v: %s", ErrUnknownCap, strings.Join(e.Unknown, ", ")))
-	}
-	return strings.Join(parts, "; ")
-}
-
-// Unwrap returns ErrCapNotAllowed and/or ErrUnknownCap.
-func (e *CapError) Unwrap() []error {
-	var errs []error
-	if len(e.NotAllowed) > 0 {
-		errs = append(errs, ErrCapNotAllowed)
-	}
-	if len(e.Unknown) > 0 {
-		errs = append(errs, ErrUnknownCap)
-	}
-	return errs
-}
+// CapError names the capabilities that ValidateCaps (or a launch) refused:
+// NotAllowed lists those outside the allow list, Unknown the names that
+// are no capability at all (lower case, without the CAP_ prefix). It
+// unwraps to ErrCapNotAllowed and/or ErrUnknownCap.
+type CapError = wire.CapError
 
 // RemoteError is an error the executor reported over the protocol. It
 // unwraps to the named error it stands for, so errors.Is works across the
 // process boundary.
-type RemoteError struct {
-	Msg string
-	Err error // the named error, or nil for an unclassified one
-}
-
-func (e *RemoteError) Error() string { return e.Msg }
-
-// Unwrap returns the named error the executor reported.
-func (e *RemoteError) Unwrap() error { return e.Err }
+type RemoteError = wire.RemoteError

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/fsm"
 )
 
 // ExampleSpawn starts an executor, runs a task in it and stops it.
@@ -24,7 +25,7 @@ func ExampleSpawn() {
 		return
 	}
 	defer c.Close()
-	if _, err := c.Launch(ctx, executor.LaunchSpec{Mode: executor.ModeExec, Command: "/usr/bin/python3", Args: []string{"-m", "http.server"}}); err != nil {
+	if _, err := c.Launch(ctx, executor.Launch{Spec: fsm.Spec{Driver: executor.ModeExec, Command: "/usr/bin/python3", Args: []string{"-m", "http.server"}}}); err != nil {
 		_ = c.Shutdown(ctx) // before launch the executor must not outlive the error
 		return
 	}

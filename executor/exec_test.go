@@ -22,7 +22,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // execOut runs argv inside c's task with a pipe for stdout and stderr,
@@ -35,7 +38,7 @@ func execOut(t *testing.T, c *Client, argv ...string) (string, fsm.ExitStatus) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	p, err := c.Exec(ctx, ExecSpec{Argv: argv, Stdout: w, Stderr: w})
+	p, err := c.Exec(ctx, wire.ExecSpec{Argv: argv, Stdout: w, Stderr: w})
 	w.Close()
 	if err != nil {
 		t.Fatalf("Exec %q: %v", argv, err)
@@ -54,7 +57,7 @@ func execOut(t *testing.T, c *Client, argv ...string) (string, fsm.ExitStatus) {
 
 // launchSleeper launches spec (a task that prints "ok" and blocks) and
 // returns its status once it runs.
-func launchSleeper(t *testing.T, c *Client, spec LaunchSpec) Status {
+func launchSleeper(t *testing.T, c *Client, spec wire.Launch) wire.Status {
 	t.Helper()
 	st, err := c.Launch(testCtx(t), spec)
 	if err != nil {
@@ -81,7 +84,7 @@ func TestExec_RawExecTask(t *testing.T) {
 	if x.Code != 7 || x.Signal != 0 {
 		t.Fatalf("exit %+v, want code 7\n%s", x, out)
 	}
-	want := filepath.Join(dir, TaskLocalDir) + "\nvar=task-value\n" + cgroupOf(t, st.PID)
+	want := filepath.Join(dir, statedir.LocalDir) + "\nvar=task-value\n" + cgroupOf(t, st.PID)
 	if out != want {
 		t.Fatalf("exec printed\n%s\nwant\n%s", out, want)
 	}
@@ -132,7 +135,7 @@ func TestExec_TTY(t *testing.T) {
 	c := spawn(t, m, "")
 	launchSleeper(t, c, m.execSpec(t, "sleep"))
 	ctx := testCtx(t)
-	p, err := c.Exec(ctx, ExecSpec{Argv: []string{"sh", "-c", "tty; stty size"}, TTY: true, Rows: 33, Cols: 111})
+	p, err := c.Exec(ctx, wire.ExecSpec{Argv: []string{"sh", "-c", "tty; stty size"}, TTY: true, Rows: 33, Cols: 111})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,31 +163,41 @@ func TestExec_KilledWithTheTask(t *testing.T) {
 	c := spawn(t, m, "")
 	launchSleeper(t, c, m.taskSpec(t, "sleep"))
 	ctx := testCtx(t)
-	p, err := c.Exec(ctx, ExecSpec{Argv: []string{"sleep", "1000"}})
+	p, err := c.Exec(ctx, wire.ExecSpec{Argv: []string{"sleep", "1000"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	proc, err := openPidfd(p.PID())
+	pfd, err := proc.Open(p.PID())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer proc.Close()
-	if err := checkIdentity(fsm.Identity{PID: p.PID(), StartTime: p.StartTime()}); err != nil {
+	defer pfd.Close()
+	if err := proc.Check(fsm.Identity{PID: p.PID(), StartTime: p.StartTime()}); err != nil {
 		t.Fatalf("the exec's pid: %v", err)
 	}
-	waited := make(chan fsm.ExitStatus, 1)
+	type waitResult struct {
+		x   fsm.ExitStatus
+		err error
+	}
+	waited := make(chan waitResult, 1)
 	go func() {
-		x, _ := p.Wait(ctx)
-		waited <- x
+		x, err := p.Wait(ctx)
+		waited <- waitResult{x, err}
 	}()
 	if _, err := c.Stop(ctx, syscall.SIGTERM, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if !proc.exited() {
+	if !pfd.Exited() {
 		t.Fatal("the exec outlived the stop of its task")
 	}
-	if x := <-waited; x.Signal != int(syscall.SIGKILL) {
-		t.Fatalf("the exec's exit %+v, want killed by SIGKILL", x)
+	// The wait may reach the executor only after it has exited with its
+	// task (nothing orders it before the stop): then the connection is
+	// closed, which is the answer a lost exec gets.
+	switch r := <-waited; {
+	case r.err != nil && !errors.Is(r.err, wire.ErrClosed):
+		t.Fatalf("the exec's wait: %v", r.err)
+	case r.err == nil && r.x.Signal != int(syscall.SIGKILL):
+		t.Fatalf("the exec's exit %+v, want killed by SIGKILL", r.x)
 	}
 }
 
@@ -200,17 +213,17 @@ func TestExec_KilledWhenItsConnectionCloses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := c2.Exec(ctx, ExecSpec{Argv: []string{"sleep", "1000"}})
+	p, err := c2.Exec(ctx, wire.ExecSpec{Argv: []string{"sleep", "1000"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	proc, err := openPidfd(p.PID())
+	pfd, err := proc.Open(p.PID())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer proc.Close()
+	defer pfd.Close()
 	c2.Close()
-	if err := proc.wait(ctx); err != nil {
+	if err := pfd.Wait(ctx); err != nil {
 		t.Fatalf("the exec outlived its connection: %v", err)
 	}
 	if st, err := c.Status(ctx); err != nil || st.Exited {
@@ -225,14 +238,14 @@ func TestExec_Refusals(t *testing.T) {
 	m := newMarker(t)
 	ctx := testCtx(t)
 	c := spawn(t, m, "")
-	if _, err := c.Exec(ctx, ExecSpec{Argv: []string{"true"}}); !errors.Is(err, ErrNotLaunched) {
+	if _, err := c.Exec(ctx, wire.ExecSpec{Argv: []string{"true"}}); !errors.Is(err, wire.ErrNotLaunched) {
 		t.Errorf("Exec before launch = %v, want ErrNotLaunched", err)
 	}
 	launchSleeper(t, c, m.taskSpec(t, "sleep"))
-	if _, err := c.Exec(ctx, ExecSpec{Argv: []string{"no-such-command-here"}}); !errors.Is(err, ErrCommandNotFound) || !strings.Contains(err.Error(), "no-such-command-here") {
+	if _, err := c.Exec(ctx, wire.ExecSpec{Argv: []string{"no-such-command-here"}}); !errors.Is(err, wire.ErrCommandNotFound) || !strings.Contains(err.Error(), "no-such-command-here") {
 		t.Errorf("Exec of a missing command = %v, want ErrCommandNotFound naming it", err)
 	}
-	if _, err := c.Exec(ctx, ExecSpec{}); !errors.Is(err, ErrBadSpec) {
+	if _, err := c.Exec(ctx, wire.ExecSpec{}); !errors.Is(err, wire.ErrBadSpec) {
 		t.Errorf("Exec without a command = %v, want ErrBadSpec", err)
 	}
 
@@ -247,11 +260,11 @@ func TestExec_Refusals(t *testing.T) {
 		t.Fatalf("Watch = %+v %v, want a restart pending", st, err)
 	}
 	for name, err := range map[string]error{
-		"Exec":       func() error { _, err := r.Exec(ctx, ExecSpec{Argv: []string{"true"}}); return err }(),
+		"Exec":       func() error { _, err := r.Exec(ctx, wire.ExecSpec{Argv: []string{"true"}}); return err }(),
 		"Signal":     r.Signal(ctx, syscall.SIGUSR1),
 		"SignalMain": r.SignalMain(ctx, syscall.SIGUSR1),
 	} {
-		if !errors.Is(err, ErrRestarting) {
+		if !errors.Is(err, wire.ErrRestarting) {
 			t.Errorf("%s while restarting = %v, want ErrRestarting", name, err)
 		}
 	}
@@ -260,7 +273,7 @@ func TestExec_Refusals(t *testing.T) {
 	if _, err := c.Stop(ctx, syscall.SIGKILL, time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Exec(ctx, ExecSpec{Argv: []string{"true"}}); !errors.Is(err, ErrTaskExited) && !errors.Is(err, ErrClosed) {
+	if _, err := c.Exec(ctx, wire.ExecSpec{Argv: []string{"true"}}); !errors.Is(err, wire.ErrTaskExited) && !errors.Is(err, wire.ErrClosed) {
 		t.Errorf("Exec after the task's end = %v, want ErrTaskExited (or the executor gone)", err)
 	}
 }
@@ -365,23 +378,6 @@ func capLines(t *testing.T, pid int) string {
 	return b.String()
 }
 
-// childOf is the one live child of pid.
-func childOf(t *testing.T, pid int) int {
-	t.Helper()
-	var kids []int
-	if err := forEachProc(func(p int, s procStat) {
-		if s.PPID == pid && !s.dead() {
-			kids = append(kids, p)
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if len(kids) != 1 {
-		t.Fatalf("pid %d has children %v, want one", pid, kids)
-	}
-	return kids[0]
-}
-
 // TestCheckPeer_PlantedListener: a listener planted at the executor's
 // socket path by another process is refused before anything is sent to
 // it.
@@ -394,7 +390,7 @@ func TestCheckPeer_PlantedListener(t *testing.T) {
 	if err := os.Remove(id.Socket); err != nil {
 		t.Fatal(err)
 	}
-	sp, dfd, err := shortPath(id.Socket)
+	sp, dfd, err := wire.ShortPath(id.Socket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,7 +412,7 @@ func TestCheckPeer_PlantedListener(t *testing.T) {
 		got <- b
 	}()
 	_, err = Reattach(testCtx(t), dir, id)
-	if !errors.Is(err, ErrPeerNotExecutor) {
+	if !errors.Is(err, wire.ErrPeerNotExecutor) {
 		t.Fatalf("Reattach through a planted listener = %v, want ErrPeerNotExecutor", err)
 	}
 	want := "served by pid " + strconv.Itoa(os.Getpid())
@@ -445,7 +441,7 @@ func TestPeerMatches_Rule(t *testing.T) {
 		{100, 65534, 100, 0, false},
 	} {
 		err := peerMatches(&unix.Ucred{Pid: tc.pid, Uid: tc.uid}, tc.wantPID, tc.wantUID)
-		if (err == nil) != tc.ok || err != nil && !errors.Is(err, ErrPeerNotExecutor) {
+		if (err == nil) != tc.ok || err != nil && !errors.Is(err, wire.ErrPeerNotExecutor) {
 			t.Errorf("peer pid %d uid %d, want pid %d uid %d: %v", tc.pid, tc.uid, tc.wantPID, tc.wantUID, err)
 		}
 	}
@@ -474,28 +470,28 @@ func TestRightsReader_FramesClaimTheirDescriptors(t *testing.T) {
 	r1, w1, _ := os.Pipe()
 	defer r1.Close()
 	defer w1.Close()
-	send := func(req request, files ...*os.File) {
+	send := func(req wire.Request, files ...*os.File) {
 		t.Helper()
 		req.FDs = len(files)
-		if err := writeFrameFDs(a, req, files); err != nil {
+		if err := wire.WriteFrameFDs(a, req, files); err != nil {
 			t.Fatal(err)
 		}
 	}
-	rd := newRightsReader(b)
+	rd := wire.NewRightsReader(b)
 	recv := func(want int) ([]*os.File, error) {
 		t.Helper()
-		var req request
-		if err := readFrame(rd, &req); err != nil {
+		var req wire.Request
+		if err := wire.ReadFrame(rd, &req); err != nil {
 			t.Fatal(err)
 		}
 		if want < 0 {
 			want = req.FDs
 		}
-		return rd.take(want)
+		return rd.Take(want)
 	}
-	send(request{ID: 1, Op: opStatus})
-	send(request{ID: 2, Op: opExec}, r1, w1)
-	send(request{ID: 3, Op: opStatus})
+	send(wire.Request{ID: 1, Op: wire.OpStatus})
+	send(wire.Request{ID: 2, Op: wire.OpExec}, r1, w1)
+	send(wire.Request{ID: 3, Op: wire.OpStatus})
 	if fs, err := recv(-1); err != nil || len(fs) != 0 {
 		t.Fatalf("frame 1: %v %v", fs, err)
 	}
@@ -512,13 +508,13 @@ func TestRightsReader_FramesClaimTheirDescriptors(t *testing.T) {
 	if _, err := r1.Read(one); err != nil || one[0] != 'x' {
 		t.Fatalf("through the received descriptor: %q %v", one, err)
 	}
-	closeFiles(fs)
+	wire.CloseFiles(fs)
 	if fs, err := recv(-1); err != nil || len(fs) != 0 {
 		t.Fatalf("frame 3: %v %v", fs, err)
 	}
 	// Descriptors a frame does not declare are refused and closed.
-	send(request{ID: 4, Op: opStatus}, r1)
-	if _, err := recv(0); !errors.Is(err, ErrProtocol) {
+	send(wire.Request{ID: 4, Op: wire.OpStatus}, r1)
+	if _, err := recv(0); !errors.Is(err, wire.ErrProtocol) {
 		t.Fatalf("undeclared descriptors: %v, want ErrProtocol", err)
 	}
 }
@@ -529,7 +525,7 @@ func BenchmarkExec_True(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("exec tasks need root")
 	}
-	for _, mode := range []string{ModeRawExec, ModeExec} {
+	for _, mode := range []string{wire.ModeRawExec, wire.ModeExec} {
 		b.Run(mode, func(b *testing.B) {
 			m := marker("tetherbench" + randHex(b, 6))
 			dir := filepath.Join(b.TempDir(), "task")
@@ -543,7 +539,7 @@ func BenchmarkExec_True(b *testing.B) {
 				c.Close()
 			}()
 			spec := m.taskSpec(b, "sleep")
-			if mode == ModeExec {
+			if mode == wire.ModeExec {
 				spec = m.execSpec(b, "sleep")
 			}
 			if _, err := c.Launch(ctx, spec); err != nil {
@@ -551,7 +547,7 @@ func BenchmarkExec_True(b *testing.B) {
 			}
 			b.ResetTimer()
 			for b.Loop() {
-				p, err := c.Exec(ctx, ExecSpec{Argv: []string{"/bin/true"}})
+				p, err := c.Exec(ctx, wire.ExecSpec{Argv: []string{"/bin/true"}})
 				if err != nil {
 					b.Fatal(err)
 				}

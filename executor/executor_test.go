@@ -20,8 +20,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	hostspec "github.com/tether-fsm/tether/executor/internal/spec"
+	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/internal/testproc"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 func TestLaunch_ExitCode(t *testing.T) {
@@ -54,11 +58,11 @@ func TestLaunch_ExitCode(t *testing.T) {
 	if got, ok, err := readExitStatus(dir); err != nil || !ok || got.Code != 7 {
 		t.Fatalf("ReadExitStatus = %+v %v %v", got, ok, err)
 	}
-	out := readFileString(t, filepath.Join(dir, StdoutFile))
-	if want := fmt.Sprintf("hello stdout dir=%s var=task-value\n", filepath.Join(dir, TaskLocalDir)); out != want {
+	out := readFileString(t, filepath.Join(dir, statedir.StdoutFile))
+	if want := fmt.Sprintf("hello stdout dir=%s var=task-value\n", filepath.Join(dir, statedir.LocalDir)); out != want {
 		t.Errorf("stdout %q, want %q", out, want)
 	}
-	if e := readFileString(t, filepath.Join(dir, StderrFile)); e != "hello stderr\n" {
+	if e := readFileString(t, filepath.Join(dir, statedir.StderrFile)); e != "hello stderr\n" {
 		t.Errorf("stderr %q", e)
 	}
 	if err := c.WaitDead(ctx); err != nil {
@@ -96,7 +100,7 @@ func TestSignal_ToGroup(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "task")
 	readyPath, ready := fifo(t, dir, "ready")
 	c := spawn(t, m, dir)
-	if err := c.Signal(ctx, syscall.SIGUSR1); !errors.Is(err, ErrNotLaunched) {
+	if err := c.Signal(ctx, syscall.SIGUSR1); !errors.Is(err, wire.ErrNotLaunched) {
 		t.Fatalf("Signal before launch = %v, want ErrNotLaunched", err)
 	}
 	if _, err := c.Launch(ctx, m.taskSpec(t, "serve", "-ready", readyPath, "-on-usr1", "42")); err != nil {
@@ -200,7 +204,7 @@ func TestLease_DriverKilledBeforeLaunch(t *testing.T) {
 	m := newMarker(t)
 	dir := filepath.Join(t.TempDir(), "task")
 	rep, drv := startDriver(t, m, driverPlan{Command: m.executorCmd(t), TaskDir: dir, Nonce: randHex(t, 12)})
-	if alive, err := Alive(rep.Identity); !alive || err != nil {
+	if alive, err := proc.Alive(rep.Identity); !alive || err != nil {
 		t.Fatalf("executor not alive after spawn: %v", err)
 	}
 	killDriver(t, drv)
@@ -211,7 +215,7 @@ func TestLease_DriverKilledBeforeLaunch(t *testing.T) {
 	if _, err := os.Stat(rep.Identity.Socket); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("socket left behind: %v", err)
 	}
-	if _, ok, err := FindByNonce(dir, rep.Identity.Nonce); ok || err != nil {
+	if _, ok, err := findByNonce(dir, rep.Identity.Nonce); ok || err != nil {
 		t.Errorf("FindByNonce after lease expiry = %v %v", ok, err)
 	}
 }
@@ -219,7 +223,7 @@ func TestLease_DriverKilledBeforeLaunch(t *testing.T) {
 func TestLease_NoClientExits(t *testing.T) {
 	m := newMarker(t)
 	dir := t.TempDir()
-	cmd := exec.Command(testBinary(t), "executor", m.arg(), "-dir="+dir, nonceArg(randHex(t, 8)), "-lease=100ms")
+	cmd := exec.Command(testBinary(t), "executor", m.arg(), "-dir="+dir, proc.NonceArg(randHex(t, 8)), "-lease=100ms")
 	cmd.Env = append(os.Environ(), m.env())
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -248,10 +252,10 @@ func TestReattach_AfterDriverKilled(t *testing.T) {
 	rep, drv := startDriver(t, m, driverPlan{Command: m.executorCmd(t), TaskDir: dir, Nonce: randHex(t, 12), Launch: &spec})
 	readLine(t, ready)
 	killDriver(t, drv)
-	if alive, err := Alive(rep.Identity); !alive || err != nil {
+	if alive, err := proc.Alive(rep.Identity); !alive || err != nil {
 		t.Fatalf("executor died with its driver: %v", err)
 	}
-	id, err := ReadIdentity(dir)
+	id, err := wire.ReadIdentity(dir)
 	if err != nil || id != rep.Identity {
 		t.Fatalf("ReadIdentity = %+v %v", id, err)
 	}
@@ -275,7 +279,7 @@ func TestReattach_AfterDriverKilled(t *testing.T) {
 	if es, ok, err := readExitStatus(dir); err != nil || !ok || es.Code != 5 {
 		t.Fatalf("ReadExitStatus = %+v %v %v", es, ok, err)
 	}
-	if _, err := Reattach(ctx, dir, rep.Identity); !errors.Is(err, ErrGone) {
+	if _, err := Reattach(ctx, dir, rep.Identity); !errors.Is(err, wire.ErrGone) {
 		t.Fatalf("Reattach to an exited executor = %v, want ErrGone", err)
 	}
 }
@@ -296,7 +300,7 @@ func TestReattach_ExitStatusFromDisk(t *testing.T) {
 	if err != nil || !ok || es != (fsm.ExitStatus{Code: 9}) {
 		t.Fatalf("ReadExitStatus = %+v %v %v", es, ok, err)
 	}
-	if alive, _ := Alive(rep.Identity); alive {
+	if alive, _ := proc.Alive(rep.Identity); alive {
 		t.Fatal("executor outlived its task")
 	}
 }
@@ -319,21 +323,21 @@ func TestKill_RecycledPIDRefused(t *testing.T) {
 		"start time": {PID: id.PID, StartTime: id.StartTime + 1, BootID: id.BootID, Nonce: id.Nonce},
 		"nonce":      {PID: id.PID, StartTime: id.StartTime, BootID: id.BootID, Nonce: "someoneelse"},
 	} {
-		if alive, err := Alive(fake); alive || err != nil {
-			t.Errorf("%s: Alive(fake) = %v %v", name, alive, err)
+		if alive, err := proc.Alive(fake); alive || err != nil {
+			t.Errorf("%s: proc.Alive(fake) = %v %v", name, alive, err)
 		}
-		if err := Kill(ctx, fake); !errors.Is(err, ErrNotOurs) {
+		if err := proc.Kill(ctx, fake); !errors.Is(err, wire.ErrNotOurs) {
 			t.Errorf("%s: Kill(fake) = %v, want ErrNotOurs", name, err)
 		}
-		if _, err := Reattach(ctx, dir, fake); !errors.Is(err, ErrNotOurs) {
+		if _, err := Reattach(ctx, dir, fake); !errors.Is(err, wire.ErrNotOurs) {
 			t.Errorf("%s: Reattach(fake) = %v, want ErrNotOurs", name, err)
 		}
 	}
-	if err := KillGroup(ctx, taskPID, taskStart+1); !errors.Is(err, ErrNotOurs) {
+	if err := proc.KillGroup(ctx, fsm.Proc{PID: taskPID, StartTime: taskStart + 1}); !errors.Is(err, wire.ErrNotOurs) {
 		t.Errorf("KillGroup(fake start) = %v, want ErrNotOurs", err)
 	}
 	// Nothing was signalled: executor and task are alive.
-	if alive, err := Alive(id); !alive || err != nil {
+	if alive, err := proc.Alive(id); !alive || err != nil {
 		t.Fatalf("executor hurt by a refused kill: %v", err)
 	}
 	st, err := c.Status(ctx)
@@ -341,18 +345,18 @@ func TestKill_RecycledPIDRefused(t *testing.T) {
 		t.Fatalf("task hurt by a refused group kill: %+v %v", st, err)
 	}
 	// The real identity works.
-	if err := Kill(ctx, id); err != nil {
+	if err := proc.Kill(ctx, id); err != nil {
 		t.Fatalf("Kill: %v", err)
 	}
-	if alive, _ := Alive(id); alive {
+	if alive, _ := proc.Alive(id); alive {
 		t.Fatal("executor alive after Kill")
 	}
-	if err := Kill(ctx, id); err != nil {
+	if err := proc.Kill(ctx, id); err != nil {
 		t.Fatalf("Kill of a dead executor = %v, want nil", err)
 	}
 	// The task's leader died with its executor (parent-death signal); its
 	// group is killed by KillGroup.
-	if err := KillGroup(ctx, taskPID, taskStart); err != nil && !errors.Is(err, ErrNotOurs) {
+	if err := proc.KillGroup(ctx, fsm.Proc{PID: taskPID, StartTime: taskStart}); err != nil && !errors.Is(err, wire.ErrNotOurs) {
 		t.Fatalf("KillGroup: %v", err)
 	}
 }
@@ -369,14 +373,14 @@ func TestKillGroup_AfterExecutorGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	readLine(t, ready)
-	if err := Kill(ctx, c.Identity()); err != nil {
+	if err := proc.Kill(ctx, c.Identity()); err != nil {
 		t.Fatal(err)
 	}
-	if err := KillGroup(ctx, pid, start); err != nil {
+	if err := proc.KillGroup(ctx, fsm.Proc{PID: pid, StartTime: start}); err != nil {
 		t.Fatalf("KillGroup: %v", err)
 	}
-	_ = forEachProc(func(p int, s procStat) {
-		if s.PGID == pid && !s.dead() {
+	_ = proc.Each(func(p int, s proc.Stat) {
+		if s.PGID == pid && !s.Dead() {
 			t.Errorf("group member %d left", p)
 		}
 	})
@@ -392,7 +396,7 @@ func TestShutdown_KillsTask(t *testing.T) {
 	if err := c.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if alive, _ := Alive(c.Identity()); alive {
+	if alive, _ := proc.Alive(c.Identity()); alive {
 		t.Fatal("executor alive after Shutdown")
 	}
 	es, ok, err := readExitStatus(filepath.Dir(c.Identity().Socket))
@@ -408,22 +412,22 @@ func TestShutdown_OnSIGTERM(t *testing.T) {
 	if _, err := c.Launch(ctx, m.taskSpec(t, "serve", "-kids", "1", "-ignore-term")); err != nil {
 		t.Fatal(err)
 	}
-	p, err := openPidfd(c.Identity().PID)
+	p, err := proc.Open(c.Identity().PID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if err := checkIdentity(c.Identity()); err != nil {
+	if err := proc.Check(c.Identity()); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.signal(syscall.SIGTERM); err != nil {
+	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	st, err := c.Wait(ctx)
 	if err != nil || st.Signal != int(syscall.SIGKILL) {
 		t.Fatalf("Wait after SIGTERM to the executor = %+v %v", st, err)
 	}
-	if err := p.wait(ctx); err != nil {
+	if err := p.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -432,7 +436,7 @@ func TestStop_BeforeLaunch(t *testing.T) {
 	m := newMarker(t)
 	ctx := testCtx(t)
 	c := spawn(t, m, "")
-	if _, err := c.Stop(ctx, syscall.SIGTERM, time.Second); !errors.Is(err, ErrNotLaunched) {
+	if _, err := c.Stop(ctx, syscall.SIGTERM, time.Second); !errors.Is(err, wire.ErrNotLaunched) {
 		t.Fatalf("Stop before launch = %v, want ErrNotLaunched", err)
 	}
 	if err := c.Shutdown(ctx); err != nil {
@@ -500,37 +504,23 @@ func copyFile(t *testing.T, from, to string) {
 	}
 }
 
-func TestAllowPeer_Decision(t *testing.T) {
-	for _, tc := range []struct {
-		peer, self uint32
-		want       bool
-	}{
-		{0, 0, true}, {1000, 1000, true}, {0, 1000, true},
-		{1000, 0, false}, {1001, 1000, false}, {65534, 1000, false},
-	} {
-		if got := allowPeer(tc.peer, tc.self); got != tc.want {
-			t.Errorf("allowPeer(peer %d, self %d) = %v, want %v", tc.peer, tc.self, got, tc.want)
-		}
-	}
-}
-
 func TestValidateCaps_NetRawRefused(t *testing.T) {
-	err := ValidateCaps([]string{"CAP_NET_RAW", "chown"}, nil, nil)
-	var ce *CapError
-	if !errors.As(err, &ce) || !errors.Is(err, ErrCapNotAllowed) {
+	err := hostspec.ValidateCaps([]string{"CAP_NET_RAW", "chown"}, nil, nil)
+	var ce *wire.CapError
+	if !errors.As(err, &ce) || !errors.Is(err, wire.ErrCapNotAllowed) {
 		t.Fatalf("ValidateCaps = %v, want a *CapError", err)
 	}
 	if !strings.Contains(err.Error(), "net_raw") || len(ce.NotAllowed) != 1 || ce.NotAllowed[0] != "net_raw" {
 		t.Fatalf("error %q does not name net_raw alone", err)
 	}
-	if err := ValidateCaps([]string{"net_raw"}, nil, []string{"NET_RAW"}); err != nil {
+	if err := hostspec.ValidateCaps([]string{"net_raw"}, nil, []string{"NET_RAW"}); err != nil {
 		t.Fatalf("net_raw in the allow list refused: %v", err)
 	}
-	if err := ValidateCaps([]string{"Sys_Chroot", "CAP_KILL"}, []string{"all"}, nil); err != nil {
+	if err := hostspec.ValidateCaps([]string{"Sys_Chroot", "CAP_KILL"}, []string{"all"}, nil); err != nil {
 		t.Fatalf("default caps refused: %v", err)
 	}
-	err = ValidateCaps([]string{"frobnicate"}, []string{"nonsense"}, nil)
-	if !errors.Is(err, ErrUnknownCap) || !errors.As(err, &ce) || len(ce.Unknown) != 2 {
+	err = hostspec.ValidateCaps([]string{"frobnicate"}, []string{"nonsense"}, nil)
+	if !errors.Is(err, wire.ErrUnknownCap) || !errors.As(err, &ce) || len(ce.Unknown) != 2 {
 		t.Fatalf("unknown names: %v", err)
 	}
 }
@@ -540,16 +530,16 @@ func TestLaunch_ExecCapAddNetRawRefused(t *testing.T) {
 	ctx := testCtx(t)
 	c := spawn(t, m, "")
 	spec := m.taskSpec(t, "exit", "0")
-	spec.Mode = ModeExec
+	spec.Driver = wire.ModeExec
 	spec.CapAdd = []string{"net_raw"}
 	// The client refuses it before asking ...
-	if _, err := c.Launch(ctx, spec); !errors.Is(err, ErrCapNotAllowed) || !strings.Contains(err.Error(), "net_raw") {
+	if _, err := c.Launch(ctx, spec); !errors.Is(err, wire.ErrCapNotAllowed) || !strings.Contains(err.Error(), "net_raw") {
 		t.Fatalf("Launch = %v, want ErrCapNotAllowed naming net_raw", err)
 	}
 	// ... and so does the executor, across the protocol.
-	_, err := c.call(ctx, request{Op: opLaunch, Spec: &spec})
-	var ce *CapError
-	if !errors.Is(err, ErrCapNotAllowed) || !errors.As(err, &ce) || !strings.Contains(err.Error(), "net_raw") {
+	_, err := c.call(ctx, wire.Request{Op: wire.OpLaunch, Launch: &spec})
+	var ce *wire.CapError
+	if !errors.Is(err, wire.ErrCapNotAllowed) || !errors.As(err, &ce) || !strings.Contains(err.Error(), "net_raw") {
 		t.Fatalf("executor-side launch = %v, want a *CapError naming net_raw", err)
 	}
 	if st, _ := c.Status(ctx); st.Launched {
@@ -563,32 +553,30 @@ func TestLaunch_ExecCapsApplied(t *testing.T) {
 	}
 	m := newMarker(t)
 	ctx := testCtx(t)
-	def, err := resolveCaps(nil, nil, nil)
+	def, err := hostspec.ResolveCaps(nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	withoutChown, err := resolveCaps(nil, []string{"chown"}, nil)
+	withoutChown, err := hostspec.ResolveCaps(nil, []string{"chown"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
 		name    string
-		spec    func() LaunchSpec
+		spec    func() wire.Launch
 		want    map[string]uint64
 		wantUID string
 	}{
-		{"root task, chown dropped", func() LaunchSpec {
+		{"root task, chown dropped", func() wire.Launch {
 			s := m.execSpec(t, "caps")
 			s.CapDrop, s.User = []string{"CAP_CHOWN"}, "root"
 			return s
-		}, map[string]uint64{"CapEff": capMask(withoutChown), "CapPrm": capMask(withoutChown), "CapBnd": capMask(withoutChown), "CapAmb": 0}, "0"},
-		{"nobody task, defaults as ambient", func() LaunchSpec {
-			return LaunchSpec{Mode: ModeExec, Command: "/bin/cat", Args: []string{"/proc/self/status"}, User: "nobody",
-				Env: map[string]string{"TETHER_TEST_MARKER": string(m)}}
-		}, map[string]uint64{"CapEff": capMask(def), "CapPrm": capMask(def), "CapBnd": capMask(def), "CapAmb": capMask(def)}, "65534"},
-		{"raw_exec nobody task", func() LaunchSpec {
-			return LaunchSpec{Mode: ModeRawExec, Command: "cat", Args: []string{"/proc/self/status"}, User: "65534", Dir: "/",
-				Env: map[string]string{"TETHER_TEST_MARKER": string(m), "PATH": "/usr/bin:/bin"}}
+		}, map[string]uint64{"CapEff": hostspec.CapMask(withoutChown), "CapPrm": hostspec.CapMask(withoutChown), "CapBnd": hostspec.CapMask(withoutChown), "CapAmb": 0}, "0"},
+		{"nobody task, defaults as ambient", func() wire.Launch {
+			return wire.Launch{Spec: fsm.Spec{Driver: wire.ModeExec, Command: "/bin/cat", Args: []string{"/proc/self/status"}, User: "nobody", Env: map[string]string{"TETHER_TEST_MARKER": string(m)}}}
+		}, map[string]uint64{"CapEff": hostspec.CapMask(def), "CapPrm": hostspec.CapMask(def), "CapBnd": hostspec.CapMask(def), "CapAmb": hostspec.CapMask(def)}, "65534"},
+		{"raw_exec nobody task", func() wire.Launch {
+			return wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: "cat", Args: []string{"/proc/self/status"}, User: "65534", Dir: "/", Env: map[string]string{"TETHER_TEST_MARKER": string(m), "PATH": "/usr/bin:/bin"}}}
 		}, map[string]uint64{"CapEff": 0, "CapPrm": 0, "CapAmb": 0}, "65534"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -599,7 +587,7 @@ func TestLaunch_ExecCapsApplied(t *testing.T) {
 			if st, err := c.Wait(ctx); err != nil || st.Code != 0 {
 				t.Fatalf("Wait = %+v %v", st, err)
 			}
-			out := readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), StdoutFile))
+			out := readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), statedir.StdoutFile))
 			got := map[string]uint64{}
 			uid := ""
 			for l := range strings.SplitSeq(out, "\n") {
@@ -642,24 +630,24 @@ func TestLaunch_TypedErrors(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		edit func(*LaunchSpec)
+		edit func(*wire.Launch)
 		want error
 	}{
-		{"missing binary", func(s *LaunchSpec) { s.Command = "/nonexistent/tether-task" }, ErrCommandNotFound},
-		{"missing in PATH", func(s *LaunchSpec) { s.Command = "tether-no-such-command" }, ErrCommandNotFound},
-		{"not executable", func(s *LaunchSpec) { s.Command = plain }, ErrNotExecutable},
-		{"no executable format", func(s *LaunchSpec) { s.Command = noexec }, ErrNotExecutable},
-		{"directory", func(s *LaunchSpec) { s.Command = t.TempDir() }, ErrNotExecutable},
-		{"unknown user", func(s *LaunchSpec) { s.User = "tether-no-such-user" }, ErrUnknownUser},
-		{"bad work dir", func(s *LaunchSpec) { s.Dir = "/nonexistent/dir" }, ErrWorkDir},
-		{"work dir is a file", func(s *LaunchSpec) { s.Dir = plain }, ErrWorkDir},
-		{"bad mode", func(s *LaunchSpec) { s.Mode = "docker" }, ErrBadSpec},
-		{"exec mode, not executable", func(s *LaunchSpec) {
-			s.Mode, s.Command, s.Chroot = ModeExec, "/bad/garbage", testChroot(t, filepath.Dir(noexec)+":/bad")
-		}, ErrNotExecutable},
-		{"exec mode, missing in the root", func(s *LaunchSpec) {
-			s.Mode, s.Command, s.Chroot = ModeExec, noexec, testChroot(t)
-		}, ErrCommandNotFound},
+		{"missing binary", func(s *wire.Launch) { s.Command = "/nonexistent/tether-task" }, wire.ErrCommandNotFound},
+		{"missing in PATH", func(s *wire.Launch) { s.Command = "tether-no-such-command" }, wire.ErrCommandNotFound},
+		{"not executable", func(s *wire.Launch) { s.Command = plain }, wire.ErrNotExecutable},
+		{"no executable format", func(s *wire.Launch) { s.Command = noexec }, wire.ErrNotExecutable},
+		{"directory", func(s *wire.Launch) { s.Command = t.TempDir() }, wire.ErrNotExecutable},
+		{"unknown user", func(s *wire.Launch) { s.User = "tether-no-such-user" }, wire.ErrUnknownUser},
+		{"bad work dir", func(s *wire.Launch) { s.Dir = "/nonexistent/dir" }, wire.ErrWorkDir},
+		{"work dir is a file", func(s *wire.Launch) { s.Dir = plain }, wire.ErrWorkDir},
+		{"bad mode", func(s *wire.Launch) { s.Driver = "docker" }, wire.ErrBadSpec},
+		{"exec mode, not executable", func(s *wire.Launch) {
+			s.Driver, s.Command, s.Chroot = wire.ModeExec, "/bad/garbage", testChroot(t, filepath.Dir(noexec)+":/bad")
+		}, wire.ErrNotExecutable},
+		{"exec mode, missing in the root", func(s *wire.Launch) {
+			s.Driver, s.Command, s.Chroot = wire.ModeExec, noexec, testChroot(t)
+		}, wire.ErrCommandNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := m.taskSpec(t, "exit", "0")
@@ -717,13 +705,13 @@ func TestSpawn_FailureLeavesNothing(t *testing.T) {
 	ctx := testCtx(t)
 	t.Run("crash", func(t *testing.T) {
 		_, err := Spawn(ctx, SpawnConfig{Command: []string{testBinary(t), "executor-crash", m.arg()}, TaskDir: t.TempDir(), Nonce: randHex(t, 8)})
-		if !errors.Is(err, ErrSpawn) {
+		if !errors.Is(err, wire.ErrSpawn) {
 			t.Fatalf("Spawn = %v, want ErrSpawn", err)
 		}
 	})
 	t.Run("never ready", func(t *testing.T) {
 		_, err := Spawn(ctx, SpawnConfig{Command: []string{testBinary(t), "executor-hang", m.arg()}, TaskDir: t.TempDir(), Nonce: randHex(t, 8), ReadyTimeout: 300 * time.Millisecond})
-		if !errors.Is(err, ErrReadyTimeout) {
+		if !errors.Is(err, wire.ErrReadyTimeout) {
 			t.Fatalf("Spawn = %v, want ErrReadyTimeout", err)
 		}
 		assertNoMarked(t, m)
@@ -732,20 +720,20 @@ func TestSpawn_FailureLeavesNothing(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
 		_, err := Spawn(cctx, SpawnConfig{Command: []string{testBinary(t), "executor-hang", m.arg()}, TaskDir: t.TempDir(), Nonce: randHex(t, 8)})
-		if !errors.Is(err, ErrReadyTimeout) || !errors.Is(err, context.Canceled) {
+		if !errors.Is(err, wire.ErrReadyTimeout) || !errors.Is(err, context.Canceled) {
 			t.Fatalf("Spawn = %v, want ErrReadyTimeout wrapping context.Canceled", err)
 		}
 		assertNoMarked(t, m)
 	})
 	t.Run("missing binary", func(t *testing.T) {
 		_, err := Spawn(ctx, SpawnConfig{Command: []string{"/nonexistent/tether"}, TaskDir: t.TempDir(), Nonce: randHex(t, 8)})
-		if !errors.Is(err, ErrSpawn) {
+		if !errors.Is(err, wire.ErrSpawn) {
 			t.Fatalf("Spawn = %v, want ErrSpawn", err)
 		}
 	})
 	t.Run("bad nonce", func(t *testing.T) {
 		_, err := Spawn(ctx, SpawnConfig{Command: m.executorCmd(t), TaskDir: t.TempDir(), Nonce: "a b"})
-		if !errors.Is(err, ErrBadConfig) {
+		if !errors.Is(err, wire.ErrBadConfig) {
 			t.Fatalf("Spawn = %v, want ErrBadConfig", err)
 		}
 	})
@@ -753,7 +741,7 @@ func TestSpawn_FailureLeavesNothing(t *testing.T) {
 		dir := t.TempDir()
 		spawn(t, m, dir)
 		_, err := Spawn(ctx, SpawnConfig{Command: m.executorCmd(t), TaskDir: dir, Nonce: randHex(t, 8)})
-		if !errors.Is(err, ErrSpawn) || !strings.Contains(err.Error(), "live executor") {
+		if !errors.Is(err, wire.ErrSpawn) || !strings.Contains(err.Error(), "live executor") {
 			t.Fatalf("second Spawn in a busy dir = %v", err)
 		}
 	})
@@ -764,85 +752,85 @@ func TestFindByNonce_IdentityFileAndScan(t *testing.T) {
 	c := spawn(t, m, "")
 	id := c.Identity()
 	dir := filepath.Dir(id.Socket)
-	got, ok, err := FindByNonce(dir, id.Nonce)
+	got, ok, err := findByNonce(dir, id.Nonce)
 	if err != nil || !ok || got != id {
 		t.Fatalf("FindByNonce = %+v %v %v, want %+v", got, ok, err, id)
 	}
-	if err := os.Remove(filepath.Join(dir, IdentityFile)); err != nil {
+	if err := os.Remove(filepath.Join(dir, statedir.IdentityFile)); err != nil {
 		t.Fatal(err)
 	}
-	got, ok, err = FindByNonce(dir, id.Nonce)
+	got, ok, err = findByNonce(dir, id.Nonce)
 	if err != nil || !ok || got != id {
 		t.Fatalf("FindByNonce by /proc scan = %+v %v %v, want %+v", got, ok, err, id)
 	}
-	if _, ok, _ := FindByNonce(dir, "nobodysnonce"); ok {
+	if _, ok, _ := findByNonce(dir, "nobodysnonce"); ok {
 		t.Fatal("found an executor for an unknown nonce")
 	}
 	// A look-alike: a process whose argv carries the same dir and nonce
 	// but is not a session leader (as a grep or a log viewer would be). Once
 	// the real executor is dead, the scan must not take it for ours.
-	look := exec.Command(testBinary(t), "executor-hang", m.arg(), "-dir="+dir, nonceArg(id.Nonce))
+	look := exec.Command(testBinary(t), "executor-hang", m.arg(), "-dir="+dir, proc.NonceArg(id.Nonce))
 	if err := look.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = look.Process.Kill(); _ = look.Wait() }()
-	if err := Kill(t.Context(), id); err != nil {
+	if err := proc.Kill(t.Context(), id); err != nil {
 		t.Fatal(err)
 	}
-	if got, ok, err := FindByNonce(dir, id.Nonce); err != nil || ok {
+	if got, ok, err := findByNonce(dir, id.Nonce); err != nil || ok {
 		t.Fatalf("FindByNonce took the look-alike pid %d for the executor: %+v %v %v", look.Process.Pid, got, ok, err)
 	}
 }
 
 func TestParseStat_CommWithParens(t *testing.T) {
 	line := "1234 (a) (b c) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n"
-	s, err := parseStat([]byte(line))
+	s, err := proc.ParseStat([]byte(line))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.State != 'S' || s.PPID != 1 || s.PGID != 1234 || s.SID != 1234 || s.StartTime != 987654 {
 		t.Fatalf("parseStat = %+v", s)
 	}
-	if _, err := parseStat([]byte("12 (x) S 1")); err == nil {
+	if _, err := proc.ParseStat([]byte("12 (x) S 1")); err == nil {
 		t.Fatal("short stat parsed")
 	}
 }
 
 func TestWireError_RoundTrip(t *testing.T) {
-	for _, e := range []error{ErrCommandNotFound, ErrNotExecutable, ErrUnknownUser, ErrWorkDir, ErrNotLaunched, ErrPeerRefused} {
-		err := toWire(fmt.Errorf("context: %w", e)).err()
+	for _, e := range []error{wire.ErrCommandNotFound, wire.ErrNotExecutable, wire.ErrUnknownUser, wire.ErrWorkDir, wire.ErrNotLaunched, wire.ErrPeerRefused} {
+		err := wire.FailureOf(fmt.Errorf("context: %w", e)).Err()
 		if !errors.Is(err, e) || !strings.Contains(err.Error(), "context: ") {
 			t.Errorf("%v did not survive the wire: %v", e, err)
 		}
 	}
-	err := toWire(&CapError{NotAllowed: []string{"net_raw"}}).err()
-	var ce *CapError
-	if !errors.As(err, &ce) || ce.NotAllowed[0] != "net_raw" || !errors.Is(err, ErrCapNotAllowed) {
+	err := wire.FailureOf(&wire.CapError{NotAllowed: []string{"net_raw"}}).Err()
+	var ce *wire.CapError
+	if !errors.As(err, &ce) || ce.NotAllowed[0] != "net_raw" || !errors.Is(err, wire.ErrCapNotAllowed) {
 		t.Errorf("CapError did not survive the wire: %v", err)
 	}
 }
 
 func FuzzReadFrame(f *testing.F) {
 	var buf strings.Builder
-	_ = writeFrame(&buf, request{ID: 1, Op: opHello, Version: 1, Nonce: "abcdefgh"})
+	_ = wire.WriteFrame(&buf, wire.Request{ID: 1, Op: wire.OpHello, Version: 1, Nonce: "abcdefgh"})
 	f.Add([]byte(buf.String()))
 	f.Add([]byte{0, 0, 0, 2, '{', '}'})
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	buf.Reset()
-	_ = writeFrame(&buf, request{ID: 2, Op: opExec, Exec: &ExecSpec{Argv: []string{"id", "-u"}, Env: []string{"A=b"}, TTY: true, Rows: 24, Cols: 80}, FDs: 3})
+	_ = wire.WriteFrame(&buf, wire.Request{ID: 2, Op: wire.OpExec, Exec: &wire.ExecSpec{Argv: []string{"id", "-u"}, Env: []string{"A=b"}, TTY: true, Rows: 24, Cols: 80}, FDs: 3})
 	f.Add([]byte(buf.String()))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var req request
-		if err := readFrame(strings.NewReader(string(b)), &req); err != nil {
+		var req wire.Request
+		if err := wire.ReadFrame(strings.NewReader(string(b)), &req); err != nil {
 			return
 		}
 		var w strings.Builder
-		if err := writeFrame(&w, req); err != nil {
+		if err := wire.WriteFrame(&w, req); err != nil {
 			t.Fatalf("re-encoding a decoded request: %v", err)
 		}
-		var resp response
-		if err := readFrame(strings.NewReader(string(b)), &resp); err == nil && resp.Err != nil {
-			_ = resp.Err.err().Error()
+		var resp wire.Response
+		if err := wire.ReadFrame(strings.NewReader(string(b)), &resp); err == nil && resp.Err != nil {
+			_ = resp.Err.Err().Error()
 		}
 	})
 }
@@ -864,13 +852,13 @@ func TestSpawn_ExecutorRunsOnOnePTasksDoNot(t *testing.T) {
 		t.Errorf("the executor's environment lacks GOMAXPROCS=1: %q", env)
 	}
 	dir := filepath.Dir(id.Socket)
-	if _, err := c.Launch(ctx, LaunchSpec{Mode: ModeRawExec, Command: "/usr/bin/env", Args: nil}); err != nil {
+	if _, err := c.Launch(ctx, wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: "/usr/bin/env", Args: nil}}); err != nil {
 		t.Fatal(err)
 	}
 	if x, err := c.Wait(ctx); err != nil || x.Code != 0 {
 		t.Fatalf("Wait = %+v %v", x, err)
 	}
-	out := readFileString(t, filepath.Join(dir, StdoutFile))
+	out := readFileString(t, filepath.Join(dir, statedir.StdoutFile))
 	if strings.Contains(out, "GOMAXPROCS") || !strings.Contains(out, "TETHER_TASK_ID=") {
 		t.Errorf("the task's environment:\n%s\nwant the task's own (TETHER_TASK_ID) without the executor's GOMAXPROCS", out)
 	}

@@ -25,8 +25,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/cgroup"
+	hostspec "github.com/tether-fsm/tether/executor/internal/spec"
+	"github.com/tether-fsm/tether/executor/internal/wire"
+	"github.com/tether-fsm/tether/executor/server"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/internal/testproc"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // The test binary is also every helper process, dispatched on os.Args[1]:
@@ -41,13 +46,14 @@ func TestMain(m *testing.M) {
 	// Helper modes: the binary, the mode, the test's marker, then the
 	// mode's arguments.
 	testproc.Dispatch(map[string]func([]string) int{
-		"executor":       func(a []string) int { return Serve(a[1:]) },
+		"executor":       func(a []string) int { return server.Serve(a[1:]) },
 		"executor-crash": func([]string) int { return 3 },
 		"executor-hang":  func([]string) int { block(); return 0 },
 		"task":           func(a []string) int { return runTask(a[1:]) },
 		"driver":         func(a []string) int { return runDriver(a[1]) },
 		"dialer":         func(a []string) int { return runDialer(a[1], a[2]) },
 		"unpriv":         func(a []string) int { return runUnpriv(a[1]) },
+		"lock-holder":    func(a []string) int { return lockHolder(a[0], a[1], a[2]) },
 	})
 	// Helper processes built with -race would otherwise sleep 1s at exit.
 	if os.Getenv("GORACE") == "" {
@@ -111,21 +117,16 @@ func (m marker) executorCmd(t testing.TB) []string {
 }
 
 // taskSpec runs the test binary as a task.
-func (m marker) taskSpec(t testing.TB, mode string, args ...string) LaunchSpec {
-	return LaunchSpec{
-		Mode:    ModeRawExec,
-		Command: testBinary(t),
-		Args:    append([]string{"task", m.arg(), mode}, args...),
-		Env:     map[string]string{"TETHER_TEST_MARKER": string(m), "TASK_VAR": "task-value", "GORACE": os.Getenv("GORACE")},
-	}
+func (m marker) taskSpec(t testing.TB, mode string, args ...string) wire.Launch {
+	return wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: testBinary(t), Args: append([]string{"task", m.arg(), mode}, args...), Env: map[string]string{"TETHER_TEST_MARKER": string(m), "TASK_VAR": "task-value", "GORACE": os.Getenv("GORACE")}}}
 }
 
 // execSpec runs the test binary as an exec task: the binary's directory is
 // bound into the task's root at /testbin.
-func (m marker) execSpec(t testing.TB, mode string, args ...string) LaunchSpec {
+func (m marker) execSpec(t testing.TB, mode string, args ...string) wire.Launch {
 	s := m.taskSpec(t, mode, args...)
 	bin := testBinary(t)
-	s.Mode = ModeExec
+	s.Driver = wire.ModeExec
 	s.Command = "/testbin/" + filepath.Base(bin)
 	s.Chroot = testChroot(t, filepath.Dir(bin)+":/testbin")
 	return s
@@ -134,7 +135,7 @@ func (m marker) execSpec(t testing.TB, mode string, args ...string) LaunchSpec {
 // testChroot is DefaultChroot's entries that exist here, and extra.
 func testChroot(t testing.TB, extra ...string) []string {
 	var out []string
-	for _, e := range DefaultChroot {
+	for _, e := range hostspec.DefaultChroot {
 		if _, err := os.Lstat(e); err == nil {
 			out = append(out, e)
 		}
@@ -170,11 +171,11 @@ func needCgroups(t testing.TB) cgroup.Host {
 // path in the task's root and the test's read-write end.
 func execFifo(t *testing.T, dir, name string) (string, string, *os.File) {
 	t.Helper()
-	p, f := fifo(t, filepath.Join(dir, TaskLocalDir), name)
+	p, f := fifo(t, filepath.Join(dir, statedir.LocalDir), name)
 	if err := os.Chmod(p, 0o666); err != nil {
 		t.Fatal(err)
 	}
-	return p, "/" + TaskLocalDir + "/" + name, f
+	return p, "/" + statedir.LocalDir + "/" + name, f
 }
 
 // checkLeaks fails the test for any live process that carries the marker
@@ -212,7 +213,7 @@ func spawn(t *testing.T, m marker, dir string) *Client {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := c.Shutdown(ctx); err != nil && !errors.Is(err, ErrClosed) {
+		if err := c.Shutdown(ctx); err != nil && !errors.Is(err, wire.ErrClosed) {
 			t.Errorf("Shutdown: %v", err)
 		}
 		c.Close()
@@ -429,10 +430,10 @@ func serveTask(args []string) int {
 
 // driverPlan is what the driver helper does.
 type driverPlan struct {
-	Command []string    `json:"command"`
-	TaskDir string      `json:"task_dir"`
-	Nonce   string      `json:"nonce"`
-	Launch  *LaunchSpec `json:"launch,omitempty"`
+	Command []string     `json:"command"`
+	TaskDir string       `json:"task_dir"`
+	Nonce   string       `json:"nonce"`
+	Launch  *wire.Launch `json:"launch,omitempty"`
 }
 
 // driverReport is what the driver helper prints once it is set up.
@@ -455,7 +456,7 @@ func runDriver(planJSON string) int {
 	if err == nil {
 		rep.Identity = c.Identity()
 		if p.Launch != nil {
-			var lst Status
+			var lst wire.Status
 			lst, err = c.Launch(ctx, *p.Launch)
 			rep.TaskPID = lst.PID
 		}
@@ -484,7 +485,7 @@ func runDialer(dir, idJSON string) int {
 		return 1
 	}
 	fmt.Println(err)
-	if errors.Is(err, ErrPeerRefused) {
+	if errors.Is(err, wire.ErrPeerRefused) {
 		return 0
 	}
 	return 1
@@ -531,17 +532,17 @@ func killDriver(t *testing.T, cmd *exec.Cmd) {
 // waitDead waits (bounded) on a pidfd until the identified process is dead.
 func waitDead(t *testing.T, id fsm.Identity) {
 	t.Helper()
-	p, err := openPidfd(id.PID)
+	p, err := proc.Open(id.PID)
 	if err != nil {
 		return
 	}
 	defer p.Close()
-	if err := checkIdentity(id); errors.Is(err, ErrNotOurs) {
+	if err := proc.Check(id); errors.Is(err, wire.ErrNotOurs) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	if err := p.wait(ctx); err != nil {
+	if err := p.Wait(ctx); err != nil {
 		t.Fatalf("pid %d still alive: %v", id.PID, err)
 	}
 }
@@ -560,6 +561,6 @@ var _ = io.EOF
 // readExitStatus is the exit status in dir's exit record, unchecked (the
 // tests know whose it is).
 func readExitStatus(dir string) (fsm.ExitStatus, bool, error) {
-	r, ok, err := ReadExitRecord(dir)
+	r, ok, err := wire.ReadExitRecord(dir)
 	return r.Exit, ok, err
 }

@@ -4,19 +4,12 @@ package executor
 
 import (
 	"errors"
-	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
-	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
 )
 
 // The identity check, field by field, and the pid recycled under it.
@@ -38,303 +31,31 @@ func TestIdentity_WrongBootIDAloneIsRefused(t *testing.T) {
 	if fake.BootID == id.BootID {
 		t.Fatal("the fake boot id is this boot's")
 	}
-	if alive, err := Alive(fake); alive || err != nil {
-		t.Errorf("Alive(other boot) = %v %v, want false", alive, err)
+	if alive, err := proc.Alive(fake); alive || err != nil {
+		t.Errorf("proc.Alive(other boot) = %v %v, want false", alive, err)
 	}
-	if err := checkIdentity(fake); !errors.Is(err, ErrGone) {
-		t.Errorf("checkIdentity(other boot) = %v, want ErrGone", err)
+	if err := proc.Check(fake); !errors.Is(err, wire.ErrGone) {
+		t.Errorf("proc.Check(other boot) = %v, want ErrGone", err)
 	}
-	if err := Kill(ctx, fake); err != nil {
+	if err := proc.Kill(ctx, fake); err != nil {
 		t.Errorf("Kill(other boot) = %v, want nil (gone; nothing sent)", err)
 	}
 	if r, err := Reattach(ctx, filepath.Dir(id.Socket), fake); err == nil {
 		r.Close()
 		t.Errorf("Reattach(other boot) connected")
 	}
-	if alive, err := Alive(id); !alive || err != nil {
+	if alive, err := proc.Alive(id); !alive || err != nil {
 		t.Fatalf("the executor was hurt by a refused kill: %v %v", alive, err)
 	}
 	if st, err := c.Status(ctx); err != nil || st.Exited {
 		t.Fatalf("the task was hurt by a refused kill: %+v %v", st, err)
 	}
-	rec := ExitRecord{Nonce: id.Nonce, BootID: id.BootID, PID: 10, StartTime: 20}
-	if err := rec.Match(fake, 10, 20); !errors.Is(err, ErrSideFileMismatch) {
+	rec := wire.ExitRecord{Nonce: id.Nonce, BootID: id.BootID, PID: 10, StartTime: 20}
+	if err := rec.Match(fake, fsm.Proc{PID: 10, StartTime: 20}); !errors.Is(err, wire.ErrSideFileMismatch) {
 		t.Errorf("exit record of this boot matched an identity of another: %v", err)
 	}
-	lrec := LaunchRecord{Nonce: id.Nonce, BootID: id.BootID, PID: 10, StartTime: 20}
-	if err := lrec.Match(fake); !errors.Is(err, ErrSideFileMismatch) {
+	lrec := wire.LaunchRecord{Nonce: id.Nonce, BootID: id.BootID, PID: 10, StartTime: 20}
+	if err := lrec.Match(fake); !errors.Is(err, wire.ErrSideFileMismatch) {
 		t.Errorf("launch record of this boot matched an identity of another: %v", err)
-	}
-}
-
-// needPIDControl skips a test where the next pid cannot be chosen
-// (/proc/sys/kernel/ns_last_pid needs CAP_SYS_ADMIN or
-// CAP_CHECKPOINT_RESTORE).
-func needPIDControl(t *testing.T) {
-	t.Helper()
-	f, err := os.OpenFile("/proc/sys/kernel/ns_last_pid", os.O_WRONLY, 0)
-	if err != nil {
-		t.Skipf("needs a writable /proc/sys/kernel/ns_last_pid (root) to recycle a pid: %v", err)
-	}
-	f.Close()
-}
-
-// startAtPID starts a marked process that never exits at pid (which must be
-// free), by setting the pid namespace's last pid just below it, with a start
-// time other than notStart (start times count clock ticks, 10 ms here: a
-// pid recycled within one tick is indistinguishable by it, so it tries
-// again until the tick has passed). Other processes and threads of the
-// machine take pids too, so it retries; a pid it cannot get is a skip
-// naming why, not a failure.
-func startAtPID(t *testing.T, m marker, pid int, notStart uint64) *exec.Cmd {
-	t.Helper()
-	return startAtPIDWith(t, m, pid, func(st uint64) bool { return st != notStart }, "a start time other than the first's")
-}
-
-// startAtPIDWith is startAtPID for a start time that wantStart accepts.
-func startAtPIDWith(t *testing.T, m marker, pid int, wantStart func(uint64) bool, what string) *exec.Cmd {
-	t.Helper()
-	for range 2000 {
-		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(pid-1)), 0); err != nil {
-			t.Skipf("cannot set ns_last_pid: %v", err)
-		}
-		cmd := exec.Command(testBinary(t), "executor-hang", m.arg())
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if cmd.Process.Pid == pid {
-			if st, err := ProcStartTime(pid); err == nil && wantStart(st) {
-				t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-				return cmd
-			}
-		}
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	}
-	t.Skipf("could not start a process at pid %d with %s: other processes took the pid, or the clock ticked, on every try", pid, what)
-	return nil
-}
-
-// childAlive reports whether the test's child cmd is alive and has no
-// SIGKILL on its way: a kill(2) queues SIGKILL before it returns, but the
-// target dies a moment later, so "not dead yet" alone would miss it.
-func childAlive(t *testing.T, cmd *exec.Cmd) bool {
-	t.Helper()
-	pid := cmd.Process.Pid
-	var ws syscall.WaitStatus
-	got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
-	if err != nil {
-		t.Fatalf("wait4 %d: %v", pid, err)
-	}
-	if got != 0 {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return false
-	}
-	const sigkill = uint64(1) << (syscall.SIGKILL - 1)
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, _ := strings.Cut(line, ":")
-		v = strings.TrimSpace(v)
-		switch k {
-		case "State":
-			if strings.HasPrefix(v, "Z") || strings.HasPrefix(v, "X") {
-				return false
-			}
-		case "SigPnd", "ShdPnd":
-			if mask, err := strconv.ParseUint(v, 16, 64); err == nil && mask&sigkill != 0 {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// TestPidfd_SignalAfterPIDRecycledMissesTheNewProcess: a pidfd opened on a
-// process that then dies, is reaped, and has its pid taken by another
-// process signals nothing: the new process at the same pid lives. This is
-// what Kill and signalMatching rely on when the pid is recycled between
-// their identity check and their signal (a kill(2) by pid would hit the
-// stranger: shown below by signal 0).
-func TestPidfd_SignalAfterPIDRecycledMissesTheNewProcess(t *testing.T) {
-	needPIDControl(t)
-	m := newMarker(t)
-	first := exec.Command(testBinary(t), "executor-hang", m.arg())
-	if err := first.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pid := first.Process.Pid
-	firstStart, err := ProcStartTime(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := openPidfd(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	// The identity check passes here; then the process dies and is reaped.
-	if err := checkIdentity(fsm.Identity{PID: pid, StartTime: firstStart}); err != nil {
-		t.Fatal(err)
-	}
-	_ = first.Process.Kill()
-	_ = first.Wait()
-	stranger := startAtPID(t, m, pid, firstStart)
-	if st, err := ProcStartTime(pid); err != nil || st == firstStart {
-		t.Fatalf("pid %d was not recycled: start %d (first %d) %v", pid, st, firstStart, err)
-	}
-	if err := syscall.Kill(pid, 0); err != nil {
-		t.Fatalf("the recycled pid is not signallable by number: %v", err)
-	}
-	// The signal goes through the pidfd of the first process: nowhere.
-	if err := p.signal(syscall.SIGKILL); err != nil {
-		t.Fatalf("pidfd signal to a reaped process = %v, want nil", err)
-	}
-	if !childAlive(t, stranger) {
-		t.Fatal("the process that took the recycled pid was killed through the first one's pidfd")
-	}
-}
-
-// TestKill_PIDRecycledAfterItsPidfdOpenedSignalsNothing recycles the
-// executor's pid inside Kill, after its pidfd is open and before its
-// identity check reads /proc (through the boot id it reads first): the
-// check sees the stranger's start time and refuses, and the pidfd, open
-// on the dead executor, could not have reached the stranger anyway.
-func TestKill_PIDRecycledAfterItsPidfdOpenedSignalsNothing(t *testing.T) {
-	needPIDControl(t)
-	m := newMarker(t)
-	ctx := testCtx(t)
-	first := exec.Command(testBinary(t), "executor-hang", m.arg())
-	if err := first.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pid := first.Process.Pid
-	start, err := ProcStartTime(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	boot, err := BootID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stranger *exec.Cmd
-	real := bootID
-	defer func() { bootID = real }()
-	bootID = func() (string, error) {
-		if stranger == nil { // inside Kill: its pidfd on the first process is open
-			_ = first.Process.Kill()
-			_ = first.Wait()
-			stranger = startAtPID(t, m, pid, start)
-		}
-		return real()
-	}
-	err = Kill(ctx, fsm.Identity{PID: pid, StartTime: start, BootID: boot})
-	if stranger == nil {
-		t.Fatal("Kill did not read the boot id: the pid was never recycled")
-	}
-	if !errors.Is(err, ErrNotOurs) {
-		t.Errorf("Kill of a recycled pid = %v, want ErrNotOurs", err)
-	}
-	if !childAlive(t, stranger) {
-		t.Fatalf("Kill signalled the process that took pid %d", pid)
-	}
-}
-
-// TestKill_PIDRecycledWithinATickSignalsThroughThePidfd: a pid recycled
-// within one clock tick gets the dead process's start time, so an identity
-// without a nonce cannot tell the stranger from it: the check passes. The
-// kill must still not reach the stranger: it goes through the pidfd Kill
-// opened before its check, on the process that is now dead. (A kill by
-// pid number would SIGKILL the stranger.) The recycle has to fit in one
-// 10 ms tick: each try starts at the beginning of a tick, and a try that
-// misses it is made again.
-func TestKill_PIDRecycledWithinATickSignalsThroughThePidfd(t *testing.T) {
-	needPIDControl(t)
-	m := newMarker(t)
-	ctx := testCtx(t)
-	boot, err := BootID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A small process to start: the recycle is a race with the clock.
-	bin, args := testBinary(t), []string{"executor-hang", m.arg()}
-	if p, err := exec.LookPath("sleep"); err == nil {
-		bin, args = p, []string{"1000"}
-	}
-	start := func() *exec.Cmd {
-		cmd := exec.Command(bin, args...)
-		cmd.Env = append(os.Environ(), m.env())
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return cmd
-	}
-	real := bootID
-	defer func() { bootID = real }()
-	for try := 0; try < 50; try++ {
-		atTickStart()
-		first := start()
-		pid := first.Process.Pid
-		firstStart, err := ProcStartTime(pid)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var stranger *exec.Cmd
-		bootID = func() (string, error) {
-			if stranger == nil { // inside Kill, its pidfd open on the first process
-				_ = first.Process.Kill()
-				_ = first.Wait()
-				for range 20 {
-					if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(pid-1)), 0); err != nil {
-						break
-					}
-					c := start()
-					if c.Process.Pid == pid {
-						stranger = c
-						break
-					}
-					_ = c.Process.Kill()
-					_ = c.Wait()
-				}
-			}
-			return real()
-		}
-		err = Kill(ctx, fsm.Identity{PID: pid, StartTime: firstStart, BootID: boot})
-		bootID = real
-		if stranger == nil {
-			continue // the pid was taken by another process
-		}
-		st, serr := ProcStartTime(pid)
-		if serr != nil || st != firstStart {
-			_ = stranger.Process.Kill()
-			_ = stranger.Wait()
-			continue // the clock ticked: the check told them apart
-		}
-		defer func() { _ = stranger.Process.Kill(); _ = stranger.Wait() }()
-		if err != nil {
-			t.Errorf("Kill of a process whose pid was recycled within its tick = %v, want nil (it is dead)", err)
-		}
-		if !childAlive(t, stranger) {
-			t.Fatalf("Kill signalled the process that took pid %d: the kill went by pid, not through the pidfd", pid)
-		}
-		return
-	}
-	t.Skip("could not recycle a pid within one clock tick in 50 tries (the machine is too loaded to fit a kill, a reap and a fork in 10 ms)")
-}
-
-// atTickStart returns just after the boot clock crossed into a new 10 ms
-// clock tick (the unit of /proc/PID/stat's start time), so that what
-// follows has most of a tick before the next one.
-func atTickStart() {
-	const tick = 10 * time.Millisecond
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts)
-	was := ts.Nano() / int64(tick)
-	for {
-		_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts)
-		if ts.Nano()/int64(tick) != was {
-			return
-		}
 	}
 }

@@ -16,6 +16,11 @@ import (
 
 	"github.com/moby/sys/capability"
 	"golang.org/x/sys/unix"
+
+	hostspec "github.com/tether-fsm/tether/executor/internal/spec"
+	"github.com/tether-fsm/tether/executor/internal/wire"
+	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // stateLayout is a state directory as the driver lays it out: the store
@@ -45,16 +50,16 @@ func newStateLayout(t *testing.T) stateLayout {
 }
 
 // inspectExec runs an inspect task of spec and returns what it saw.
-func inspectExec(t *testing.T, c *Client, spec LaunchSpec) inspectReport {
+func inspectExec(t *testing.T, c *Client, spec wire.Launch) inspectReport {
 	t.Helper()
 	ctx := testCtx(t)
 	if _, err := c.Launch(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
 	if x, err := c.Wait(ctx); err != nil || x.Code != 0 {
-		t.Fatalf("Wait = %+v %v\nstderr: %s", x, err, readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), StderrFile)))
+		t.Fatalf("Wait = %+v %v\nstderr: %s", x, err, readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), statedir.StderrFile)))
 	}
-	out := readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), StdoutFile))
+	out := readFileString(t, filepath.Join(filepath.Dir(c.Identity().Socket), statedir.StdoutFile))
 	var r inspectReport
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("report %q: %v", out, err)
@@ -89,7 +94,7 @@ func TestExec_IsolatedView(t *testing.T) {
 	m := newMarker(t)
 	l := newStateLayout(t)
 	c := spawn(t, m, l.dir)
-	spec := m.execSpec(t, "inspect", "/etc/shadow", "/etc/passwd", l.state, l.store, l.other, filepath.Join(l.dir, IdentityFile), "/local")
+	spec := m.execSpec(t, "inspect", "/etc/shadow", "/etc/passwd", l.state, l.store, l.other, filepath.Join(l.dir, statedir.IdentityFile), "/local")
 	spec.Name = "web"
 	r := inspectExec(t, c, spec)
 	if r.UID != 65534 || r.GID != 65534 {
@@ -101,23 +106,23 @@ func TestExec_IsolatedView(t *testing.T) {
 	if r.Cwd != "/local" {
 		t.Errorf("working directory %q, want /local", r.Cwd)
 	}
-	def, _ := resolveCaps(nil, nil, nil)
-	if r.CapEff != capMask(def) || r.CapBnd != capMask(def) {
-		t.Errorf("CapEff %x CapBnd %x, want Nomad's default set %x", r.CapEff, r.CapBnd, capMask(def))
+	def, _ := hostspec.ResolveCaps(nil, nil, nil)
+	if r.CapEff != hostspec.CapMask(def) || r.CapBnd != hostspec.CapMask(def) {
+		t.Errorf("CapEff %x CapBnd %x, want Nomad's default set %x", r.CapEff, r.CapBnd, hostspec.CapMask(def))
 	}
 	if r.NoNewPrivs != "1" {
 		t.Errorf("NoNewPrivs %q, want 1", r.NoNewPrivs)
 	}
 	for p, wantReadable := range map[string]bool{
 		"/etc/shadow": false, "/etc/passwd": true, "/local": false, // local is empty
-		l.state: false, l.store: false, l.other: false, filepath.Join(l.dir, IdentityFile): false,
+		l.state: false, l.store: false, l.other: false, filepath.Join(l.dir, statedir.IdentityFile): false,
 	} {
 		if got := r.Readable[p] == ""; got != wantReadable {
 			t.Errorf("%s readable=%v (%s), want %v", p, got, r.Readable[p], wantReadable)
 		}
 	}
 	for k, want := range map[string]string{
-		"PATH": defaultPath, "HOME": "/local", "TETHER_TASK_ID": "a", "TETHER_TASK_NAME": "web", "TETHER_TASK_DIR": "/local",
+		"PATH": hostspec.DefaultPath, "HOME": "/local", "TETHER_TASK_ID": "a", "TETHER_TASK_NAME": "web", "TETHER_TASK_DIR": "/local",
 		"TASK_VAR": "task-value",
 	} {
 		if r.Env[k] != want {
@@ -132,7 +137,7 @@ func TestExec_IsolatedView(t *testing.T) {
 	if leaked := hostMountsMention(t, l.dir); len(leaked) > 0 {
 		t.Errorf("the task's mounts are in the host's mount table:\n%s", strings.Join(leaked, "\n"))
 	}
-	fi, err := os.Stat(filepath.Join(l.dir, TaskSecretsDir))
+	fi, err := os.Stat(filepath.Join(l.dir, statedir.SecretsDir))
 	if err != nil || fi.Mode().Perm() != 0o700 || fi.Sys().(*syscall.Stat_t).Uid != 65534 {
 		t.Errorf("secrets/: %v %v, want 0700 owned by nobody", fi.Mode(), err)
 	}
@@ -194,7 +199,7 @@ func TestExec_HostileTask(t *testing.T) {
 			ctx := testCtx(t)
 			c := spawn(t, m, l.dir)
 			id := c.Identity()
-			tg, _ := json.Marshal(hostileTargets{Store: l.store, OtherTask: l.other, SideFile: filepath.Join(l.dir, IdentityFile),
+			tg, _ := json.Marshal(hostileTargets{Store: l.store, OtherTask: l.other, SideFile: filepath.Join(l.dir, statedir.IdentityFile),
 				Socket: id.Socket, ExecutorPID: id.PID})
 			spec := m.execSpec(t, "hostile", string(tg))
 			spec.User = user
@@ -205,7 +210,7 @@ func TestExec_HostileTask(t *testing.T) {
 				t.Fatalf("Wait = %+v %v", x, err)
 			}
 			var r hostileReport
-			out := readFileString(t, filepath.Join(l.dir, StdoutFile))
+			out := readFileString(t, filepath.Join(l.dir, statedir.StdoutFile))
 			if err := json.Unmarshal([]byte(out), &r); err != nil {
 				t.Fatalf("report %q: %v", out, err)
 			}
@@ -221,7 +226,7 @@ func TestExec_HostileTask(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(l.other, "planted")); err == nil {
 				t.Error("a file was planted in another task's directory")
 			}
-			if _, err := ReadIdentity(l.dir); err != nil {
+			if _, err := wire.ReadIdentity(l.dir); err != nil {
 				t.Errorf("the identity file: %v", err)
 			}
 			t.Logf("user %q: %v", user, r)
@@ -235,7 +240,7 @@ func TestExec_PIDModeHost(t *testing.T) {
 	m := newMarker(t)
 	c := spawn(t, m, "")
 	spec := m.execSpec(t, "inspect")
-	spec.PIDMode = ModeHost
+	spec.PIDMode = wire.ModeHost
 	r := inspectExec(t, c, spec)
 	if r.Self == 1 || !slices.Contains(r.PIDs, os.Getpid()) {
 		t.Errorf("pid_mode host: the task is pid %d and does not see the test (pid %d)", r.Self, os.Getpid())
@@ -252,15 +257,15 @@ func TestExec_StopOfAnInitThatIgnoresSIGTERM(t *testing.T) {
 	ctx := testCtx(t)
 	for _, tc := range []struct {
 		name string
-		spec func(ready string) LaunchSpec
+		spec func(ready string) wire.Launch
 		want int // exit code, or -signal
 	}{
-		{"handles SIGTERM", func(ready string) LaunchSpec {
+		{"handles SIGTERM", func(ready string) wire.Launch {
 			return m.execSpec(t, "serve", "-ready", ready, "-on-term", "3")
 		}, 3},
 		// sleep installs no handler (a Go task would: the runtime
 		// catches SIGTERM, and exits 2 when it cannot die of it).
-		{"no handler", func(ready string) LaunchSpec {
+		{"no handler", func(ready string) wire.Launch {
 			s := m.execSpec(t, "unused")
 			s.Command, s.Args = "/bin/sh", []string{"-c", "echo ready > " + ready + "; exec sleep 1000", string(m)}
 			return s
@@ -297,7 +302,7 @@ func TestExec_JobEnvironment(t *testing.T) {
 	c := spawn(t, m, "")
 	spec := m.execSpec(t, "inspect")
 	spec.Job, spec.Group, spec.Name = "shop", "frontend", "web"
-	spec.Limits.Memory, spec.Limits.CPU = 128, 500
+	spec.Resources.MemoryMB, spec.Resources.CPU = 128, 500
 	spec.Env["HOME"] = "/secrets"
 	r := inspectExec(t, c, spec)
 	for k, want := range map[string]string{
@@ -338,13 +343,13 @@ func TestResolveCaps_NomadOrder(t *testing.T) {
 		{drop: []string{"all"}, want: ""},
 		{drop: []string{"chown", "kill"}, add: []string{"kill"}, want: "dac_override,fowner,fsetid,kill,mknod,net_bind_service,setgid,setuid,setfcap,setpcap,sys_chroot,audit_write"},
 		{add: []string{"net_raw"}, refused: "net_raw"},
-		{add: []string{"net_raw"}, allowed: append(slices.Clone(DefaultAllowedCaps), "net_raw"), want: "chown,dac_override,fowner,fsetid,kill,setgid,setuid,setpcap,net_bind_service,net_raw,sys_chroot,mknod,audit_write,setfcap"},
+		{add: []string{"net_raw"}, allowed: append(slices.Clone(hostspec.DefaultAllowedCaps), "net_raw"), want: "chown,dac_override,fowner,fsetid,kill,setgid,setuid,setpcap,net_bind_service,net_raw,sys_chroot,mknod,audit_write,setfcap"},
 		{add: []string{"all"}, refused: "sys_admin"},
 		{drop: []string{"all"}, add: []string{"all"}, allowed: []string{"all"}, want: names(capability.ListKnown())},
 	} {
-		got, err := resolveCaps(tc.add, tc.drop, tc.allowed)
+		got, err := hostspec.ResolveCaps(tc.add, tc.drop, tc.allowed)
 		if tc.refused != "" {
-			var ce *CapError
+			var ce *wire.CapError
 			if !errors.As(err, &ce) || !slices.Contains(ce.NotAllowed, tc.refused) {
 				t.Errorf("add %v drop %v allowed %v: %v, want %s refused", tc.add, tc.drop, tc.allowed, err, tc.refused)
 			}
@@ -392,7 +397,7 @@ func TestExec_MountsStayInTheTaskNamespace(t *testing.T) {
 	if leaked := hostMountsMention(t, dir); len(leaked) > 0 {
 		t.Errorf("after the task, the host's mount table has its mounts:\n%s", strings.Join(leaked, "\n"))
 	}
-	if ents, err := os.ReadDir(filepath.Join(dir, rootDir)); err != nil || len(ents) != 0 {
+	if ents, err := os.ReadDir(filepath.Join(dir, statedir.RootDir)); err != nil || len(ents) != 0 {
 		t.Errorf("the root's mount point is not an empty directory on the host: %v %v", ents, err)
 	}
 }
@@ -408,21 +413,20 @@ func TestRawExec_UserWithoutWorkDir(t *testing.T) {
 	ctx := testCtx(t)
 	c := spawn(t, m, "")
 	dir := filepath.Dir(c.Identity().Socket)
-	spec := LaunchSpec{Mode: ModeRawExec, Command: "/bin/sh", User: "nobody",
-		Args: []string{"-c", "pwd; id -u; touch mine && echo wrote", string(m)}}
+	spec := wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: "/bin/sh", User: "nobody", Args: []string{"-c", "pwd; id -u; touch mine && echo wrote", string(m)}}}
 	if _, err := c.Launch(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
 	if x, err := c.Wait(ctx); err != nil || x.Code != 0 {
-		t.Fatalf("Wait = %+v %v\n%s", x, err, readFileString(t, filepath.Join(dir, StderrFile)))
+		t.Fatalf("Wait = %+v %v\n%s", x, err, readFileString(t, filepath.Join(dir, statedir.StderrFile)))
 	}
-	want := filepath.Join(dir, TaskLocalDir) + "\n65534\nwrote\n"
-	if out := readFileString(t, filepath.Join(dir, StdoutFile)); out != want {
+	want := filepath.Join(dir, statedir.LocalDir) + "\n65534\nwrote\n"
+	if out := readFileString(t, filepath.Join(dir, statedir.StdoutFile)); out != want {
 		t.Errorf("stdout %q, want %q", out, want)
 	}
 	// Its tmp/ is 1777, as /tmp: sticky, so users sharing it cannot remove
 	// each other's files.
-	if fi, err := os.Stat(filepath.Join(dir, TaskTmpDir)); err != nil || fi.Mode()&(os.ModePerm|os.ModeSticky) != 0o777|os.ModeSticky {
+	if fi, err := os.Stat(filepath.Join(dir, statedir.TmpDir)); err != nil || fi.Mode()&(os.ModePerm|os.ModeSticky) != 0o777|os.ModeSticky {
 		t.Errorf("the task's tmp/: %v %v, want drwxrwxrwt", fi.Mode(), err)
 	}
 }

@@ -13,7 +13,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/logs"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // streamFiles lists a stream's files in dir (the live one and its
@@ -55,7 +57,7 @@ func TestOutput_RotationBounds(t *testing.T) {
 	if x, err := c.Wait(ctx); err != nil || x.Code != 0 {
 		t.Fatalf("Wait = %+v %v", x, err)
 	}
-	files := streamFiles(t, dir, StdoutFile)
+	files := streamFiles(t, dir, statedir.StdoutFile)
 	if len(files) == 0 || len(files) > 2 {
 		t.Fatalf("stdout files %v, want 1 or 2", keys(files))
 	}
@@ -68,7 +70,7 @@ func TestOutput_RotationBounds(t *testing.T) {
 		}
 	}
 	var tail bytes.Buffer
-	if _, err := logs.Tail(dir, StdoutFile, 1, &tail); err != nil {
+	if _, err := logs.Tail(dir, statedir.StdoutFile, 1, &tail); err != nil {
 		t.Fatal(err)
 	}
 	last := strings.TrimSuffix(tail.String(), "\n")
@@ -115,7 +117,7 @@ func TestOutput_FullDisk(t *testing.T) {
 	if err := c.WaitDead(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rec, ok, err := ReadExitRecord(dir)
+	rec, ok, err := wire.ReadExitRecord(dir)
 	if err != nil || !ok || rec.Exit.Code != 0 {
 		t.Fatalf("exit record on the full disk: %+v %v %v", rec, ok, err)
 	}
@@ -123,7 +125,7 @@ func TestOutput_FullDisk(t *testing.T) {
 	if err := unix.Statfs(dir, &st); err == nil {
 		t.Logf("free on the task's tmpfs after the run: %d bytes", st.Bavail*uint64(st.Bsize))
 	}
-	if log := readFileString(t, filepath.Join(dir, LogFile)); !strings.Contains(log, "dropped") {
+	if log := readFileString(t, filepath.Join(dir, statedir.LogFile)); !strings.Contains(log, "dropped") {
 		t.Logf("the executor log could not say it (the disk is full):\n%s", log)
 	}
 }
@@ -142,7 +144,7 @@ func TestOutput_Disabled(t *testing.T) {
 	if x, err := c.Wait(ctx); err != nil || x.Code != 0 {
 		t.Fatalf("Wait = %+v %v", x, err)
 	}
-	if files := streamFiles(t, dir, StdoutFile); len(files) != 0 {
+	if files := streamFiles(t, dir, statedir.StdoutFile); len(files) != 0 {
 		t.Fatalf("stdout files %v with logs disabled", keys(files))
 	}
 }

@@ -12,7 +12,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/internal/crashfs"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // Power loss and the side files. The identity file (executor.json) and the
@@ -124,13 +126,13 @@ func TestPowerLoss_WriteFileAtomic(t *testing.T) {
 	fsys := crashfs.Mount(t, "", crashfs.Options{})
 	dir := plTaskDir(t, fsys)
 	since := fsys.Mark("task dir durable")
-	id := &sideFile{name: IdentityFile}
+	id := &sideFile{name: statedir.IdentityFile}
 	for i := range 5 {
 		v := map[string]any{"pid": 1000 + i, "nonce": strings.Repeat(fmt.Sprint(i), 10*i+1)}
-		if err := writeFileAtomic(dir, IdentityFile, v); err != nil {
+		if err := wire.WriteFileAtomic(dir, statedir.IdentityFile, v); err != nil {
 			t.Fatal(err)
 		}
-		b, err := os.ReadFile(filepath.Join(dir, IdentityFile))
+		b, err := os.ReadFile(filepath.Join(dir, statedir.IdentityFile))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,8 +151,8 @@ func TestPowerLoss_ExecutorSideFiles(t *testing.T) {
 	fsys := crashfs.Mount(t, "", crashfs.Options{})
 	dir := plTaskDir(t, fsys)
 	since := fsys.Mark("task dir durable")
-	id := &sideFile{name: IdentityFile}
-	exit := &sideFile{name: ExitStatusFile}
+	id := &sideFile{name: statedir.IdentityFile}
+	exit := &sideFile{name: statedir.ExitStatusFile}
 	for round := range 2 {
 		if round > 0 {
 			// The new executor removes the last exit file before it
@@ -162,7 +164,7 @@ func TestPowerLoss_ExecutorSideFiles(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Spawn on the mount: %v", err)
 		}
-		b, err := os.ReadFile(filepath.Join(dir, IdentityFile))
+		b, err := os.ReadFile(filepath.Join(dir, statedir.IdentityFile))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,9 +180,9 @@ func TestPowerLoss_ExecutorSideFiles(t *testing.T) {
 		if err := c.WaitDead(ctx); err != nil {
 			t.Fatalf("WaitDead: %v", err)
 		}
-		b, err = os.ReadFile(filepath.Join(dir, ExitStatusFile))
+		b, err = os.ReadFile(filepath.Join(dir, statedir.ExitStatusFile))
 		if err != nil {
-			log, _ := os.ReadFile(filepath.Join(dir, LogFile))
+			log, _ := os.ReadFile(filepath.Join(dir, statedir.LogFile))
 			t.Fatalf("after the executor exited: %v; its log:\n%s", err, log)
 		}
 		exit.wrote(b, fsys.Mark(fmt.Sprintf("executor %d exited", round+1)))

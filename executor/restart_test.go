@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/fsm"
 )
 
@@ -70,7 +71,7 @@ func TestRestart_FailModeExhaustsTheAttempts(t *testing.T) {
 		t.Fatalf("Wait: %+v %v, want the last run's exit code 3", x, err)
 	}
 	dir := filepath.Dir(c.Identity().Socket)
-	j, ok, err := ReadJournal(dir)
+	j, ok, err := wire.ReadJournal(dir)
 	if err != nil || !ok || len(j.Entries) != 4 || j.Match(c.Identity()) != nil {
 		t.Fatalf("journal on disk: %+v %v %v", j, ok, err)
 	}
@@ -94,7 +95,7 @@ func TestRestart_DelayModeWaitsAndAStopEndsIt(t *testing.T) {
 	}
 	entries := watchUntil(t, c, 3)
 	checkJournalShape(t, entries)
-	if d := entries[2].Grace; d < 59*time.Minute || d > time.Hour {
+	if d := entries[2].Delay; d < 59*time.Minute || d > time.Hour {
 		t.Fatalf("the second restart waits %s, want the rest of the hour's interval", d)
 	}
 	if st, err := c.Status(ctx); err != nil || !st.Restarting || st.Journal != 3 {
@@ -104,7 +105,7 @@ func TestRestart_DelayModeWaitsAndAStopEndsIt(t *testing.T) {
 	if err != nil || x.Code != 1 {
 		t.Fatalf("Stop during the delay: %+v %v", x, err)
 	}
-	j, _, _ := ReadJournal(filepath.Dir(c.Identity().Socket))
+	j, _, _ := wire.ReadJournal(filepath.Dir(c.Identity().Socket))
 	if len(j.Entries) != 3 {
 		t.Fatalf("the stopped task was relaunched: journal %v", j.Entries)
 	}

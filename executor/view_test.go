@@ -17,7 +17,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	hostspec "github.com/tether-fsm/tether/executor/internal/spec"
+	"github.com/tether-fsm/tether/executor/internal/wire"
+	"github.com/tether-fsm/tether/executor/shim"
 	"github.com/tether-fsm/tether/internal/testproc"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // The test binary is also this file's helper processes, dispatched in init
@@ -112,7 +116,7 @@ func runDropCap(args []string) int {
 		fmt.Fprintln(os.Stderr, "dropcap: want CAP -- ARGV...")
 		return 2
 	}
-	c, ok := capByName(args[0])
+	c, ok := hostspec.CapByName(args[0])
 	if !ok {
 		fmt.Fprintln(os.Stderr, "dropcap: no capability", args[0])
 		return 2
@@ -128,14 +132,14 @@ func runDropCap(args []string) int {
 }
 
 // viewSpec is an exec task of the view helper.
-func (m marker) viewSpec(t testing.TB, args ...string) LaunchSpec {
+func (m marker) viewSpec(t testing.TB, args ...string) wire.Launch {
 	s := m.execSpec(t, "unused")
 	s.Args = append([]string{"view", m.arg()}, args...)
 	return s
 }
 
 // viewExec runs a view task of spec and returns what it saw.
-func viewExec(t *testing.T, c *Client, spec LaunchSpec) viewReport {
+func viewExec(t *testing.T, c *Client, spec wire.Launch) viewReport {
 	t.Helper()
 	ctx := testCtx(t)
 	dir := filepath.Dir(c.Identity().Socket)
@@ -143,9 +147,9 @@ func viewExec(t *testing.T, c *Client, spec LaunchSpec) viewReport {
 		t.Fatal(err)
 	}
 	if x, err := c.Wait(ctx); err != nil || x.Code != 0 {
-		t.Fatalf("Wait = %+v %v\nstderr: %s", x, err, readFileString(t, filepath.Join(dir, StderrFile)))
+		t.Fatalf("Wait = %+v %v\nstderr: %s", x, err, readFileString(t, filepath.Join(dir, statedir.StderrFile)))
 	}
-	out := readFileString(t, filepath.Join(dir, StdoutFile))
+	out := readFileString(t, filepath.Join(dir, statedir.StdoutFile))
 	var r viewReport
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("report %q: %v", out, err)
@@ -157,13 +161,13 @@ func viewExec(t *testing.T, c *Client, spec LaunchSpec) viewReport {
 // entries: the names a root built from them shows at /.
 func topNames(t *testing.T, chroot []string) []string {
 	t.Helper()
-	es, err := parseChroot(chroot)
+	es, err := hostspec.ParseChroot(chroot)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []string
 	for _, e := range es {
-		first, _, _ := strings.Cut(strings.TrimPrefix(e.dst, "/"), "/")
+		first, _, _ := strings.Cut(strings.TrimPrefix(e.Dst, "/"), "/")
 		if !slices.Contains(out, first) {
 			out = append(out, first)
 		}
@@ -186,7 +190,7 @@ func TestExec_RootHoldsOnlyTheTasksEntries(t *testing.T) {
 			spec := m.viewSpec(t, "-write", "/etc/shadow")
 			spec.User = user
 			r := viewExec(t, c, spec)
-			want := append(topNames(t, spec.Chroot), "dev", "proc", TaskLocalDir, TaskSecretsDir, TaskTmpDir, TaskAllocDir)
+			want := append(topNames(t, spec.Chroot), "dev", "proc", statedir.LocalDir, statedir.SecretsDir, statedir.TmpDir, statedir.AllocDir)
 			slices.Sort(want)
 			got := slices.Sorted(slices.Values(r.Root))
 			if !slices.Equal(got, want) {
@@ -238,7 +242,7 @@ func TestExec_IPCNamespace(t *testing.T) {
 	for _, tc := range []struct {
 		mode string
 		same bool
-	}{{"", false}, {ModeHost, true}} {
+	}{{"", false}, {wire.ModeHost, true}} {
 		t.Run("ipc_mode="+tc.mode, func(t *testing.T) {
 			c := spawn(t, m, "")
 			spec := m.viewSpec(t, "-shm", fmt.Sprint(key))
@@ -298,14 +302,14 @@ func TestExec_SetupStepFailureNamesTheStep(t *testing.T) {
 	for _, tc := range []struct {
 		name, step string
 		prefix     []string // before the executor's command
-		spec       func(s *LaunchSpec)
+		spec       func(s *wire.Launch)
 	}{
-		{"unbindable chroot entry", stepRoot, nil, func(s *LaunchSpec) {
+		{"unbindable chroot entry", shim.StepRoot, nil, func(s *wire.Launch) {
 			// /x is /usr/bin, read-only: the mount point of /x/no-such
 			// cannot be made in it.
 			s.Chroot = append(s.Chroot, "/usr/bin:/x", "/etc/hostname:/x/no-such-"+randHex(t, 4))
 		}},
-		{"capability the executor lacks", stepCaps, []string{testBinary(t), "dropcap", m.arg(), "sys_module", "--"}, func(s *LaunchSpec) {
+		{"capability the executor lacks", shim.StepCaps, []string{testBinary(t), "dropcap", m.arg(), "sys_module", "--"}, func(s *wire.Launch) {
 			s.AllowedCaps, s.CapAdd = []string{"all"}, []string{"sys_module"}
 		}},
 	} {
@@ -318,7 +322,7 @@ func TestExec_SetupStepFailureNamesTheStep(t *testing.T) {
 			}
 			id := c.Identity()
 			t.Cleanup(func() {
-				if err := c.Shutdown(ctx); err != nil && !errors.Is(err, ErrClosed) {
+				if err := c.Shutdown(ctx); err != nil && !errors.Is(err, wire.ErrClosed) {
 					t.Errorf("Shutdown: %v", err)
 				}
 				c.Close()
@@ -326,7 +330,7 @@ func TestExec_SetupStepFailureNamesTheStep(t *testing.T) {
 			spec := m.viewSpec(t)
 			tc.spec(&spec)
 			_, err = c.Launch(ctx, spec)
-			if !errors.Is(err, ErrLaunch) || !strings.Contains(err.Error(), tc.step) {
+			if !errors.Is(err, wire.ErrLaunch) || !strings.Contains(err.Error(), tc.step) {
 				t.Fatalf("Launch = %v, want a launch failure naming the step %q", err, tc.step)
 			}
 			t.Logf("Launch: %v", err)

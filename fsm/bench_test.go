@@ -1,6 +1,6 @@
 package fsm
 
-// Replay's hot path, Table.Apply, against the floor of a hand-written
+// Replay's hot path, Table.FoldInPlace, against the floor of a hand-written
 // switch over (state, event) that does the same state change and payload
 // copies but no validation.
 //
@@ -28,7 +28,7 @@ var walk = []Event{
 func foldTable(evs []Event) Task {
 	t := Task{ID: "bench"}
 	for i := range evs {
-		if err := Lifecycle.Apply(&t, &evs[i]); err != nil {
+		if err := Lifecycle.FoldInPlace(&t, &evs[i]); err != nil {
 			panic(err)
 		}
 	}
@@ -36,7 +36,7 @@ func foldTable(evs []Event) Task {
 }
 
 // foldSwitch is the floor: the same walk folded by a switch, with the
-// payload copies Apply makes and none of its checks.
+// payload copies FoldInPlace makes and none of its checks.
 func foldSwitch(evs []Event) Task {
 	t := Task{ID: "bench"}
 	for i := range evs {

@@ -58,4 +58,8 @@ type Effect struct {
 	Target        State // kill-executor: the terminal state reaping leads to
 }
 
+// TaskProc is the task process the effect concerns (zero when no launch
+// was recorded).
+func (e Effect) TaskProc() Proc { return Proc{PID: e.TaskPID, StartTime: e.TaskStartTime} }
+
 func (e Effect) String() string { return e.Type.String() }

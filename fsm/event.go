@@ -148,6 +148,23 @@ type Identity struct {
 	Cgroup string `json:"cgroup,omitempty"`
 }
 
+// Proc is one process as the log records it: its pid, and its start time
+// (clock ticks since boot, field 22 of /proc/PID/stat), which tells it from
+// a later process that reuses the pid. It is the one value for a (pid,
+// start time) pair in every package.
+type Proc struct {
+	PID       int    `json:"pid"`
+	StartTime uint64 `json:"start_time"`
+}
+
+// IsZero reports whether p names no process.
+func (p Proc) IsZero() bool { return p.PID == 0 }
+
+func (p Proc) String() string { return fmt.Sprintf("pid %d (start %d)", p.PID, p.StartTime) }
+
+// Proc is the executor process the identity names.
+func (id Identity) Proc() Proc { return Proc{PID: id.PID, StartTime: id.StartTime} }
+
 // ExitStatus is how a task ended: an exit code, or the signal that killed
 // it (Signal > 0, Code -1).
 type ExitStatus struct {
@@ -189,17 +206,34 @@ type Event struct {
 	// identity even if its executor is gone.
 	TaskStartTime uint64        // launched
 	Exit          *ExitStatus   // task-exited, restart-intent; executor-reaped when collected
-	Signal        int           // stop-requested
-	Grace         time.Duration // stop-requested; restart-intent: the delay before the relaunch
+	Signal        int           // stop-requested: the stop's first signal
+	Grace         time.Duration // stop-requested: the stop's grace before SIGKILL
+	Delay         time.Duration // restart-intent: the restart's delay before the relaunch
 	Reason        string        // config-rejected, spawn-failed, launch-failed, executor-lost, fault, kill-failed, start-interrupted
-	Target        State         // executor-reaped: the terminal state reached
-	Attempt       int           // restart-intent: the restart's number, from 1
+	// Cause is the category of the failure Reason describes (CauseNone
+	// where no reason is recorded, or an earlier tether's reason names
+	// none).
+	Cause    Cause
+	Warnings []Warning // launched: what the launch did other than asked
+	Target   State     // executor-reaped: the terminal state reached
+	Attempt  int       // restart-intent: the restart's number, from 1
 }
+
+// TaskProc is the task process a launched event records.
+func (e Event) TaskProc() Proc { return Proc{PID: e.TaskPID, StartTime: e.TaskStartTime} }
 
 // Validate checks that the event carries what its type requires.
 func (e *Event) Validate() error {
 	bad := func(what string) error {
 		return fmt.Errorf("%w: %s needs %s", ErrInvalidEvent, e.Type, what)
+	}
+	if !e.Cause.Valid() {
+		return fmt.Errorf("%w: %s has an unknown cause %d", ErrInvalidEvent, e.Type, uint8(e.Cause))
+	}
+	for _, w := range e.Warnings {
+		if !w.Kind.Valid() {
+			return fmt.Errorf("%w: %s has a warning of unknown kind %d", ErrInvalidEvent, e.Type, uint8(w.Kind))
+		}
 	}
 	switch e.Type {
 	case EventCreated:

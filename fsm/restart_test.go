@@ -134,3 +134,18 @@ func runFrom(t *testing.T, task Task, inputs ...Event) (Task, []Event, [][]Effec
 	}
 	return task, log, effs
 }
+
+// TestTask_RestartEvents_FollowsTheState: how many of its executor's
+// restart journal entries a task's log holds follows from its state alone
+// (each restart an intent and an outcome; restarting: the intent only).
+func TestTask_RestartEvents_FollowsTheState(t *testing.T) {
+	for _, c := range []struct {
+		restarts int
+		state    State
+		want     int
+	}{{0, StateRunning, 0}, {1, StateRestarting, 1}, {1, StateRunning, 2}, {3, StateReaping, 6}, {2, StateRestarting, 3}} {
+		if got := (Task{Restarts: c.restarts, State: c.state}).RestartEvents(); got != c.want {
+			t.Errorf("%d restarts, %s: %d, want %d", c.restarts, c.state, got, c.want)
+		}
+	}
+}

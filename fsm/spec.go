@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
@@ -60,12 +61,18 @@ type Resources struct {
 // IsZero reports whether no limit is set.
 func (r Resources) IsZero() bool { return r == Resources{} }
 
-// LogConfig is a task's log rotation, with Nomad's names. Zero values
-// take Nomad's defaults: 10 files of 10 MB per stream.
+// LogConfig is a task's logs block, with Nomad's names and units: the
+// rotation of its stdout and stderr. Zero values take Nomad's defaults (10
+// files of 10 MB per stream). It is the one log configuration type:
+// package logs takes it as it is (logs.Config is this type).
 type LogConfig struct {
-	MaxFiles      int
+	// MaxFiles is how many files of a stream are kept, the live file
+	// included; the oldest rotated file beyond it is deleted.
+	MaxFiles int
+	// MaxFileSizeMB is the size, in MB (MiB, as in Nomad), at which the
+	// live file is rotated.
 	MaxFileSizeMB int
-	// Disabled discards the task's output.
+	// Disabled discards the task's output: nothing is written.
 	Disabled bool
 }
 
@@ -86,6 +93,32 @@ func (c LogConfig) WithDefaults() LogConfig {
 	return c
 }
 
+// maxLogFileMB caps max_file_size: 1 TiB per file; beyond that it is a
+// typo.
+const maxLogFileMB = 1 << 20
+
+// Validate reports a logs block that cannot be used as it is (defaults
+// are not filled in: a zero count is refused here), naming the attribute
+// and what it must be. A disabled block is valid whatever its sizes.
+func (c LogConfig) Validate() error {
+	if c.Disabled {
+		return nil
+	}
+	if c.MaxFiles < 1 {
+		return fmt.Errorf("%w: logs: max_files = %d: it counts the live file, so it must be at least 1 (Nomad's default is %d)",
+			ErrInvalidSpec, c.MaxFiles, DefaultLogMaxFiles)
+	}
+	if c.MaxFileSizeMB < 1 {
+		return fmt.Errorf("%w: logs: max_file_size = %d: it is in MB and must be at least 1 (Nomad's default is %d)",
+			ErrInvalidSpec, c.MaxFileSizeMB, DefaultLogMaxFileSizeMB)
+	}
+	if c.MaxFileSizeMB > maxLogFileMB {
+		return fmt.Errorf("%w: logs: max_file_size = %d MB is more than %d MB (1 TiB); give the size in MB",
+			ErrInvalidSpec, c.MaxFileSizeMB, maxLogFileMB)
+	}
+	return nil
+}
+
 // Limits on a spec's sizes: a spec is recorded in the log and sent to the
 // executor in one frame, so a runaway argument is refused up front.
 const (
@@ -96,9 +129,14 @@ const (
 
 // Validate checks what can be checked of a spec without the host: the
 // driver mode, the command, sizes, NUL bytes (which no argv or environment
-// can carry), and the values of the limits, log and restart blocks. It
-// names the field at fault. Host-dependent checks (capabilities against
-// the allow list, users, cgroup controllers) are the driver's.
+// can carry), the namespace modes, and the values of the limits, log and
+// restart blocks. It names the field at fault. It is the one check of a
+// spec's values: the driver runs it before recording the task, the
+// executor again at launch. What depends on the host (the user,
+// capabilities against the allow list, the chroot entries, cgroup
+// controllers) is checked in one place too, beside the executor's client
+// (executor.World.CheckSpec), by the driver before anything is spawned and
+// by the executor at launch.
 func (s *Spec) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidSpec}, args...)...)
@@ -173,6 +211,18 @@ func (s *Spec) Validate() error {
 			return bad("resources.%s is negative (%d)", f.name, f.v)
 		}
 	}
+	const maxMB = math.MaxInt64 >> 20 // MB<<20 must fit an int64
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"memory", r.MemoryMB}, {"memory_max", r.MemoryMaxMB}} {
+		if int64(f.v) > maxMB {
+			return bad("resources.%s = %d MB is more than %d MB", f.name, f.v, int64(maxMB))
+		}
+	}
+	if r.MemoryMaxMB > 0 && r.MemoryMB == 0 {
+		return bad("resources.memory_max = %d without memory: memory_max makes memory the soft limit, so set both", r.MemoryMaxMB)
+	}
 	if r.MemoryMaxMB > 0 && r.MemoryMB > r.MemoryMaxMB {
 		return bad("resources.memory (%d MB) is above memory_max (%d MB)", r.MemoryMB, r.MemoryMaxMB)
 	}
@@ -182,16 +232,20 @@ func (s *Spec) Validate() error {
 	if s.Logs.MaxFiles < 0 || s.Logs.MaxFileSizeMB < 0 {
 		return bad("logs: max_files and max_file_size must not be negative")
 	}
+	if err := s.Logs.WithDefaults().Validate(); err != nil {
+		return err
+	}
 	if s.Restart != nil {
 		if err := s.Restart.Validate(); err != nil {
 			return err
 		}
 	}
 	for _, m := range []struct{ name, v string }{{"pid_mode", s.PIDMode}, {"ipc_mode", s.IPCMode}} {
-		switch m.v {
-		case "", "host":
-		default:
+		switch {
+		case m.v != "" && m.v != "host":
 			return bad("%s %q: use \"host\" or leave it unset", m.name, m.v)
+		case m.v != "" && s.Driver != "exec":
+			return bad("%s applies to exec tasks only (a raw_exec task shares the host's namespaces)", m.name)
 		}
 	}
 	return nil

@@ -27,8 +27,11 @@ type Task struct {
 	// Target is the terminal state reaping leads to, set by the event that
 	// entered reaping (or went straight to a terminal state).
 	Target State
-	// Reason is the last failure reason recorded.
+	// Reason is the last failure reason recorded, and Cause its category.
 	Reason string
+	Cause  Cause
+	// Warnings are what the last launch did other than what was asked.
+	Warnings []Warning
 	// StopSignal and StopGrace come from stop-requested.
 	StopSignal int
 	StopGrace  time.Duration
@@ -37,9 +40,25 @@ type Task struct {
 	Restarts int
 }
 
-// bare marks the event types Apply may fold on its fast path when they
+// RestartEvents is how many restart events the task's log holds (its
+// executor journals the same, each restart an intent and an outcome; a
+// task in restarting has the intent of its last without the outcome): how
+// far into that journal the log is.
+func (t Task) RestartEvents() int {
+	n := 2 * t.Restarts
+	if t.State == StateRestarting {
+		n--
+	}
+	return n
+}
+
+// TaskProc is the task process of the current run, from its launched event
+// (zero before the launch).
+func (t Task) TaskProc() Proc { return Proc{PID: t.TaskPID, StartTime: t.TaskStartTime} }
+
+// bare marks the event types FoldInPlace may fold on its fast path when they
 // carry no exit status, identity or reason: Validate requires nothing of
-// them, Apply checks nothing of them against the task, and they copy
+// them, FoldInPlace checks nothing of them against the task, and they copy
 // nothing else into it.
 var bare = [numEventTypes]bool{
 	EventConfigRejected: true, EventSpawnFailed: true, EventLaunchIntent: true, EventLaunchFailed: true,
@@ -98,18 +117,18 @@ func (t *Table) nextState(s State, e *Event) (State, error) {
 // event's payload, its sequence number (when set) and its legality; it
 // performs no effect.
 func (t *Table) Fold(task Task, e Event) (Task, error) {
-	err := t.Apply(&task, &e)
+	err := t.FoldInPlace(&task, &e)
 	return task, err
 }
 
-// Apply is Fold in place, for replay's hot path: it folds e into *task, or
+// FoldInPlace is Fold in place, for replay's hot path: it folds e into *task, or
 // returns an error and leaves *task unchanged.
-func (t *Table) Apply(task *Task, e *Event) error {
+func (t *Table) FoldInPlace(task *Task, e *Event) error {
 	// Most of a long log is events that carry nothing and lead to one
 	// state (self-loops, intents): fold those without the checks and
 	// copies below, which would all find nothing to do for them.
 	if s := task.State; s != StateNone && s < numStates && e.Type < numEventTypes && bare[e.Type] &&
-		e.Exit == nil && e.Executor == nil && e.Reason == "" && (e.Seq == 0 || e.Seq == task.Version+1) {
+		e.Exit == nil && e.Executor == nil && e.Reason == "" && len(e.Warnings) == 0 && (e.Seq == 0 || e.Seq == task.Version+1) {
 		if m := t.next[s][e.Type]; m != 0 && m&(m-1) == 0 {
 			if task.Target == StateNone {
 				task.Target = targetOf(e.Type)
@@ -175,7 +194,10 @@ func (t *Table) Apply(task *Task, e *Event) error {
 		task.Exit = &x
 	}
 	if e.Reason != "" {
-		task.Reason = e.Reason
+		task.Reason, task.Cause = e.Reason, e.Cause
+	}
+	if len(e.Warnings) > 0 {
+		task.Warnings = e.Warnings
 	}
 	if task.Target == StateNone {
 		task.Target = targetOf(e.Type)

@@ -3,12 +3,15 @@ package logs
 import (
 	"errors"
 	"fmt"
+
+	"github.com/tether-fsm/tether/fsm"
 )
 
 // Configuration and names.
 var (
-	// ErrInvalidConfig reports a logs block that cannot be used.
-	ErrInvalidConfig = errors.New("logs: invalid logs config")
+	// ErrInvalidConfig reports a logs block that cannot be used: it is
+	// fsm.ErrInvalidSpec, which Config.Validate wraps.
+	ErrInvalidConfig = fsm.ErrInvalidSpec
 	// ErrBadName reports a stream name that is not a plain file name.
 	ErrBadName = errors.New("logs: invalid stream name")
 	// ErrBadLines reports a negative line count for a tail.

@@ -58,5 +58,5 @@ func ExampleConfig_Validate() {
 	cfg.MaxFiles = 0
 	fmt.Println(cfg.Validate())
 	// Output:
-	// logs: invalid logs config: max_files = 0: it counts the live file, so it must be at least 1 (Nomad's default is 10)
+	// fsm: invalid task spec: logs: max_files = 0: it counts the live file, so it must be at least 1 (Nomad's default is 10)
 }

@@ -73,7 +73,7 @@ func Open(dir, name string, cfg Config, opts Options) (*Writer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	w := &Writer{s: s, cfg: cfg, max: cfg.maxFileSize(), log: opts.Logger, lineEnd: true}
+	w := &Writer{s: s, cfg: cfg, max: maxFileSize(cfg), log: opts.Logger, lineEnd: true}
 	if w.log == nil {
 		w.log = hclog.NewNullLogger()
 	}

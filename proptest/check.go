@@ -366,7 +366,8 @@ func equalTask(a, b fsm.Task) bool {
 	return a.ID == b.ID && a.State == b.State && a.Version == b.Version &&
 		a.CreatedAt == b.CreatedAt && a.UpdatedAt == b.UpdatedAt && a.Nonce == b.Nonce &&
 		equalPtr(a.Executor, b.Executor) && a.TaskPID == b.TaskPID && a.TaskStartTime == b.TaskStartTime &&
-		equalPtr(a.Exit, b.Exit) && a.Target == b.Target && a.Reason == b.Reason &&
+		equalPtr(a.Exit, b.Exit) && a.Target == b.Target && a.Reason == b.Reason && a.Cause == b.Cause &&
+		slices.Equal(a.Warnings, b.Warnings) &&
 		a.StopSignal == b.StopSignal && a.StopGrace == b.StopGrace && a.Restarts == b.Restarts
 }
 

@@ -2,6 +2,7 @@ package proptest
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/tether-fsm/tether/fsm"
@@ -14,6 +15,7 @@ func TestEqualTask_EveryField(t *testing.T) {
 	base := fsm.Task{ID: "a", State: fsm.StateRunning, Version: 6, CreatedAt: 1, UpdatedAt: 2, Nonce: "n",
 		Executor: &fsm.Identity{PID: 10, StartTime: 20, BootID: "b", Nonce: "n", Socket: "s", Cgroup: "c"},
 		TaskPID:  11, TaskStartTime: 21, Exit: &fsm.ExitStatus{Code: 1}, Target: fsm.StateExited, Reason: "r",
+		Cause: fsm.CauseOther, Warnings: []fsm.Warning{{Kind: fsm.WarnUncontained, Text: "w"}},
 		StopSignal: 15, StopGrace: 5, Restarts: 1}
 	if !equalTask(base, base) {
 		t.Fatal("a task differs from itself")
@@ -33,6 +35,10 @@ func TestEqualTask_EveryField(t *testing.T) {
 			v.SetInt(v.Int() + 1)
 		case reflect.Uint8, reflect.Uint64:
 			v.SetUint(v.Uint() + 1)
+		case reflect.Slice: // of warnings
+			w := slices.Clone(base.Warnings)
+			w[0].Text += "x"
+			v.Set(reflect.ValueOf(w))
 		case reflect.Pointer:
 			p := reflect.New(v.Type().Elem())
 			p.Elem().Set(v.Elem())

@@ -15,7 +15,7 @@ func ExampleWorld() {
 	ctx := context.Background()
 	w := proptest.NewWorld()
 	g := w.NewGeneration(1)
-	ex := w.Executors(g)
+	ex := w.View(g)
 
 	h, _ := ex.Spawn(ctx, "web", "nonce-1")
 	id := h.Identity()

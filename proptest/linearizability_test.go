@@ -51,7 +51,7 @@ func runHistory(t *rapid.T, dir string, clients [][]linCall, tasks int) ([]porcu
 	d, err := driver.Open(driver.Config{
 		StateDir:     dir,
 		StoreOptions: store.Options{NoSync: true},
-		Executors:    w.Executors(w.NewGeneration(1)),
+		World:        w.View(w.NewGeneration(1)),
 		Now: func() time.Time {
 			cmu.Lock()
 			defer cmu.Unlock()
@@ -269,7 +269,7 @@ func TestDriver_ClaimWindow(t *testing.T) {
 	defer s.Close()
 	gate := &gatedLog{Log: s, task: "web", reached: make(chan struct{}), released: make(chan struct{})}
 	w := NewWorld()
-	d, err := driver.Open(driver.Config{StateDir: dir, Store: gate, Executors: w.Executors(w.NewGeneration(1)),
+	d, err := driver.Open(driver.Config{StateDir: dir, Store: gate, World: w.View(w.NewGeneration(1)),
 		NewNonce: func() string { return "nonce-1" }})
 	if err != nil {
 		t.Fatal(err)

@@ -7,14 +7,14 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/executor/server"
 	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // TestMain dispatches the test binary's helper modes: the real executor
-// (executor.Serve) and the real tasks of TestDriver_RealProperties.
+// (server.Serve) and the real tasks of TestDriver_RealProperties.
 func TestMain(m *testing.M) {
-	testproc.Dispatch(map[string]func([]string) int{modeExecutor: executor.Serve, modeTask: runTask})
+	testproc.Dispatch(map[string]func([]string) int{modeExecutor: server.Serve, modeTask: runTask})
 	// Helper processes of a -race binary would each sleep 1 s at exit.
 	os.Setenv("GORACE", "atexit_sleep_ms=0")
 	flag.Parse()

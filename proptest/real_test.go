@@ -27,6 +27,7 @@ import (
 
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/driver"
+	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/testproc"
 	"github.com/tether-fsm/tether/store"
@@ -155,7 +156,7 @@ func (w *realWorld) open(t fatalT) {
 		Logger:      hclog.New(&hclog.LoggerOptions{Output: &w.logs, Level: hclog.Debug}),
 		StateDir:    w.dir,
 		Store:       st,
-		Executors:   driver.NewReal(w.dir, []string{w.exe, modeExecutor}, nil),
+		World:       &executor.Real{StateDir: w.dir, Command: []string{w.exe, modeExecutor}},
 		KillTimeout: 2 * time.Second,
 		Hooks:       driver.Hooks{Fault: w.fault},
 	})
@@ -254,7 +255,7 @@ type realProc struct {
 func (w *realWorld) live() []realProc {
 	var out []realProc
 	for _, m := range testproc.Marked(w.dir) {
-		p := realProc{pid: m.PID, start: m.Start, cmd: m.Cmdline}
+		p := realProc{pid: m.PID, start: m.StartTime, cmd: m.Cmdline}
 		for _, a := range m.Args {
 			if d, ok := strings.CutPrefix(a, "-dir="+filepath.Join(w.dir, "tasks")+"/"); ok {
 				p.task, p.executor = d, true

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/store"
 )
 
 // Regression tests for bugs the property tests found in driver/. Each
@@ -139,7 +140,7 @@ func TestDriver_StartReturnsRunningWhenAStopFollows(t *testing.T) {
 				<-release
 			}
 		}}
-		d, err := driver.Open(driver.Config{StateDir: dir, Store: NewMemLog(), Executors: w.Executors(w.NewGeneration(1)), Hooks: hooks})
+		d, err := driver.Open(driver.Config{StateDir: dir, Store: NewMemLog(), World: w.View(w.NewGeneration(1)), Hooks: hooks})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -365,4 +366,106 @@ func TestDriver_AbandonedWaitStopsTheProbes(t *testing.T) {
 		}
 		h.World.Fault = nil
 	})
+}
+
+// TestDriver_NormalEndCollectsWithoutRecoveryKill: a task that exits (or
+// is stopped) while its driver is connected to its executor ends without
+// recovery's kill: the exit the executor reported is recorded, the
+// executor's death is confirmed through the connection (its shutdown),
+// and nothing is read or killed by identity: no launch record, no exit
+// record, no kill of the executor by identity, and (its cgroup emptied by
+// the executor, as it says) no kill of the task's cgroup. Without a
+// cgroup, the executor cannot say its task is gone, and the driver kills
+// the task's group itself.
+func TestDriver_NormalEndCollectsWithoutRecoveryKill(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		cgroups  bool
+		stop     bool
+		killTask int // the kill-task calls wanted
+		dismiss  int // the executor killed at once (it said Emptied), else shut down
+	}{
+		{"exit", true, false, 0, 1},
+		{"stop", true, true, 0, 1},
+		{"exit without cgroups", false, false, 1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := scratch(t)
+			w := NewWorld()
+			w.SetCgroups(tc.cgroups)
+			d, err := driver.Open(driver.Config{StateDir: dir, Store: NewMemLog(), World: w.View(w.NewGeneration(1))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			ctx := context.Background()
+			if st, err := d.StartTask(ctx, "a", SpecFor("run")); err != nil || st.State != fsm.StateRunning {
+				t.Fatalf("StartTask: %v %s", err, st.State)
+			}
+			var final fsm.Task
+			if tc.stop {
+				final, err = d.StopTask(ctx, "a", 0, 0)
+			} else {
+				if !w.ExitTask("a", 3) {
+					t.Fatal("no task to exit")
+				}
+				final, err = d.WaitTask(ctx, "a")
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tc.stop && final.State != fsm.StateStopped:
+				t.Fatalf("stopped task ended %s", final.State)
+			case !tc.stop && (final.State != fsm.StateExited || final.Exit == nil || final.Exit.Code != 3):
+				t.Fatalf("exited task ended %s %+v", final.State, final.Exit)
+			}
+			for op, want := range map[string]int{OpKill: 0, "launch-record": 0, "exit-status": 0, OpKillTask: tc.killTask, OpDismiss: tc.dismiss, OpShutdown: 1 - tc.dismiss} {
+				if got := w.Calls(op); got != want {
+					t.Errorf("the normal end asked the world for %s %d times, want %d", op, got, want)
+				}
+			}
+			if live := w.Live(); len(live) != 0 {
+				t.Errorf("alive after the end: %v", live)
+			}
+		})
+	}
+}
+
+// TestSettleLost_KillsWhatTheReadablePrefixProves: a task a salvage lost
+// is killed by what could be read of its log (driver.SettleLost): its
+// executor by proven identity, its task with it; one whose readable prefix
+// proves nothing is refused (ErrUnproven) and nothing is signalled; one
+// that had ended is left alone.
+func TestSettleLost_KillsWhatTheReadablePrefixProves(t *testing.T) {
+	dir := scratch(t)
+	w := NewWorld()
+	w.SetCgroups(true)
+	d, err := driver.Open(driver.Config{StateDir: dir, Store: NewMemLog(), World: w.View(w.NewGeneration(1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	st, err := d.StartTask(ctx, "a", SpecFor("fork"))
+	if err != nil || st.State != fsm.StateRunning {
+		t.Fatalf("StartTask: %v %s", err, st.State)
+	}
+	d.Abandon() // the driver is gone; its store is beyond repair
+	other := w.View(w.NewGeneration(2))
+	if _, err := driver.SettleLost(ctx, other, store.LostTask{ID: "a", Live: true, State: st.State}); !errors.Is(err, driver.ErrUnproven) {
+		t.Fatalf("SettleLost with nothing readable: %v, want ErrUnproven", err)
+	}
+	if len(w.Live()) == 0 || len(w.Signals()) != 0 {
+		t.Fatalf("an unproven lost task had processes signalled: %v", w.Signals())
+	}
+	if set, err := driver.SettleLost(ctx, other, store.LostTask{ID: "a", State: fsm.StateExited}); err != nil || !set.Ended {
+		t.Fatalf("SettleLost of an ended task: %+v %v", set, err)
+	}
+	set, err := driver.SettleLost(ctx, other, store.LostTask{ID: "a", Live: true, State: st.State, Nonce: st.Nonce, Prefix: st})
+	if err != nil || set.Executor == nil || *set.Executor != *st.Executor {
+		t.Fatalf("SettleLost: %+v %v, want the executor %+v killed", set, err, st.Executor)
+	}
+	if live := w.Live(); len(live) != 0 {
+		t.Errorf("alive after SettleLost: %v", live)
+	}
 }

@@ -120,13 +120,13 @@ func TestWorld_IdentityCheckedOnEveryField(t *testing.T) {
 	ctx := context.Background()
 	w := NewWorld()
 	g := w.NewGeneration(1)
-	ex := w.Executors(g)
+	ex := w.View(g)
 	defer g.Kill()
 	h, err := ex.Spawn(ctx, "web", "nonce-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.Launch(ctx, SpecFor("run"), nil); err != nil {
+	if _, err := h.Launch(ctx, SpecFor("run")); err != nil {
 		t.Fatal(err)
 	}
 	id := h.Identity()

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tether-fsm/tether/driver"
+	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 )
@@ -160,20 +160,21 @@ const (
 
 // The world operations a fault can be injected into (World.Fault).
 const (
-	OpKill     = "kill"      // Executors.Kill
-	OpKillTask = "kill-task" // Executors.KillTask
-	OpReattach = "reattach"  // Executors.Reattach
-	OpStop     = "stop"      // Executor.Stop
-	OpStatus   = "status"    // Executor.Status
-	OpShutdown = "shutdown"  // Executor.Shutdown
+	OpKill     = "kill"      // World.Kill
+	OpKillTask = "kill-task" // World.KillTask
+	OpReattach = "reattach"  // World.Reattach
+	OpStop     = "stop"      // Conn.Stop
+	OpStatus   = "status"    // Conn.Status
+	OpShutdown = "shutdown"  // Conn.Shutdown
+	OpDismiss  = "dismiss"   // Conn.Dismiss
 )
 
 // WorldOps lists the operations a world fault can hit.
-var WorldOps = []string{OpKill, OpKillTask, OpReattach, OpStop, OpStatus, OpShutdown}
+var WorldOps = []string{OpKill, OpKillTask, OpReattach, OpStop, OpStatus, OpShutdown, OpDismiss}
 
 // World is a deterministic simulated process table with executors, tasks
 // (with their descendants), strangers and, on a host that has them, a
-// cgroup per task. It implements driver.Executors through per-generation
+// cgroup per task. It implements executor.World through per-generation
 // views (World.Executors), so that a crashed driver generation loses its
 // connections exactly as a SIGKILLed agent would: an executor that had not
 // launched its task sees its lease drop and exits by itself; one that had
@@ -199,14 +200,16 @@ type World struct {
 	disk    map[string]*disk
 	signals []Signal
 	refused []Refusal
-	handles map[*Generation][]*handle
+	conns   map[*Generation][]*conn
 
-	// locks are the task locks (driver.Executors.LockTask): held by a
+	// locks are the task locks (executor.World.LockTask): held by a
 	// generation until it lets go or dies; freed is closed at each release.
 	locks map[string]*lockEntry
 	freed chan struct{}
 
 	sched *scheduler // a harness's: the executors' own timers take turns too
+
+	calls map[string]int // the world's operations asked of it, by name (Calls)
 
 	failSpawns int
 	noLease    bool
@@ -231,7 +234,7 @@ type World struct {
 // NewWorld returns an empty world with boot id "boot-1", the executors'
 // lease on and no cgroups.
 func NewWorld() *World {
-	return &World{bootID: "boot-1", nextPID: 1000, procs: map[int]*Proc{}, disk: map[string]*disk{}, handles: map[*Generation][]*handle{},
+	return &World{bootID: "boot-1", nextPID: 1000, procs: map[int]*Proc{}, disk: map[string]*disk{}, conns: map[*Generation][]*conn{},
 		locks: map[string]*lockEntry{}, freed: make(chan struct{})}
 }
 
@@ -309,6 +312,12 @@ func (g *Generation) Kill() {
 // waits there for its turn (see the scheduler); then it stops if its
 // generation is dead: the process it belongs to no longer exists.
 func (g *Generation) enter(op, task string) {
+	g.w.mu.Lock()
+	if g.w.calls == nil {
+		g.w.calls = map[string]int{}
+	}
+	g.w.calls[op]++
+	g.w.mu.Unlock()
 	if g.sched != nil {
 		g.sched.park(op, task, -1)
 	}
@@ -325,10 +334,10 @@ func (g *Generation) exitIfDead() {
 func (w *World) dropGeneration(g *Generation) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, h := range w.handles[g] {
-		w.closeHandleLocked(h)
+	for _, h := range w.conns[g] {
+		w.closeConnLocked(h)
 	}
-	delete(w.handles, g)
+	delete(w.conns, g)
 	for task, l := range w.locks { // the kernel lets go of a dead process's locks
 		if l.g == g {
 			w.unlockLocked(task, l)
@@ -382,7 +391,7 @@ func (w *World) lockLocked(g *Generation, task string) (func(), int) {
 	}, 0
 }
 
-// LockTask implements driver.Executors: a lock a generation holds until it
+// LockTask implements executor.World: a lock a generation holds until it
 // lets go or dies.
 func (v *view) LockTask(task string) (func(), int, error) {
 	v.g.enter("lock", task)
@@ -392,7 +401,7 @@ func (v *view) LockTask(task string) (func(), int, error) {
 	return release, holder, nil
 }
 
-// WaitLockTask implements driver.Executors.
+// WaitLockTask implements executor.World.
 func (v *view) WaitLockTask(ctx context.Context, task string) (func(), error) {
 	for {
 		v.g.enter("lock-wait", task)
@@ -523,7 +532,7 @@ func (w *World) restartLocked(e *Proc, x fsm.ExitStatus) bool {
 		return true
 	}
 	xx := x
-	w.journalLocked(e, fsm.Event{Type: fsm.EventRestartIntent, Time: now, Attempt: d.Attempt, Exit: &xx, Grace: d.Delay, Reason: d.Reason})
+	w.journalLocked(e, fsm.Event{Type: fsm.EventRestartIntent, Time: now, Attempt: d.Attempt, Exit: &xx, Delay: d.Delay, Reason: d.Reason})
 	if w.execCrashLocked(e, executor.CrashAfterRestartIntent) {
 		return true
 	}
@@ -613,17 +622,26 @@ func (w *World) ours(p *Proc, id fsm.Identity) (bool, string) {
 // test).
 func (w *World) otherBoot(id fsm.Identity) bool { return id.BootID != w.bootID }
 
-// Executors returns the world as seen by driver generation g.
-func (w *World) Executors(g *Generation) driver.Executors { return &view{w: w, g: g} }
+// Calls says how often a driver asked the world for op ("kill",
+// "kill-task", "launch-record", "exit-status", "reattach", "stop",
+// "shutdown", "dismiss", "spawn", "launch", ...), counting each contact.
+func (w *World) Calls(op string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.calls[op]
+}
+
+// View returns the world as seen by driver generation g.
+func (w *World) View(g *Generation) executor.World { return &view{w: w, g: g} }
 
 type view struct {
 	w *World
 	g *Generation
 }
 
-var _ driver.Executors = (*view)(nil)
+var _ executor.World = (*view)(nil)
 
-func (v *view) Spawn(ctx context.Context, task, nonce string) (driver.Executor, error) {
+func (v *view) Spawn(ctx context.Context, task, nonce string) (executor.Conn, error) {
 	v.g.enter("spawn", task)
 	w := v.w
 	if w.BeforeEffect != nil {
@@ -652,14 +670,14 @@ func (w *World) newExecutorLocked(task, nonce string) *Proc {
 	return p
 }
 
-func (w *World) connectLocked(g *Generation, p *Proc) *handle {
+func (w *World) connectLocked(g *Generation, p *Proc) *conn {
 	p.conns++
-	h := &handle{w: w, g: g, p: p, closed: make(chan struct{})}
-	w.handles[g] = append(w.handles[g], h)
+	h := &conn{w: w, g: g, p: p, closed: make(chan struct{})}
+	w.conns[g] = append(w.conns[g], h)
 	return h
 }
 
-func (v *view) Reattach(ctx context.Context, task string, id fsm.Identity) (driver.Executor, error) {
+func (v *view) Reattach(ctx context.Context, task string, id fsm.Identity) (executor.Conn, error) {
 	v.g.enter(OpReattach, task)
 	w := v.w
 	if err := w.inject(ctx, v.g, OpReattach, task); err != nil {
@@ -669,11 +687,11 @@ func (v *view) Reattach(ctx context.Context, task string, id fsm.Identity) (driv
 	defer w.mu.Unlock()
 	p := w.procs[id.PID]
 	if p == nil || !p.Alive || w.otherBoot(id) {
-		return nil, fmt.Errorf("%w: pid %d (boot %q)", driver.ErrGone, id.PID, id.BootID)
+		return nil, fmt.Errorf("%w: pid %d (boot %q)", executor.ErrGone, id.PID, id.BootID)
 	}
 	if ok, why := w.ours(p, id); !ok {
 		w.refused = append(w.refused, Refusal{Via: "reattach", PID: id.PID, Task: task, Why: why})
-		return nil, fmt.Errorf("%w: %s", driver.ErrNotOurs, why)
+		return nil, fmt.Errorf("%w: %s", executor.ErrNotOurs, why)
 	}
 	w.trustLocked(p, "reattach", task)
 	return w.connectLocked(v.g, p), nil
@@ -724,7 +742,7 @@ func (v *view) Kill(ctx context.Context, task string, id fsm.Identity) error {
 	}
 	if ok, why := w.ours(p, id); !ok {
 		w.refused = append(w.refused, Refusal{Via: "kill", PID: id.PID, Task: task, Why: why})
-		return fmt.Errorf("%w: %s", driver.ErrNotOurs, why)
+		return fmt.Errorf("%w: %s", executor.ErrNotOurs, why)
 	}
 	w.trustLocked(p, "kill", task)
 	w.signalLocked(p, syscall.SIGKILL, "kill", task)
@@ -737,7 +755,8 @@ func (v *view) Kill(ctx context.Context, task string, id fsm.Identity) error {
 // must have the recorded start time, and members are those of the group
 // that started no earlier than it. A task of another boot is gone: nothing
 // is signalled (driver.Real.KillTask checks the boot id first).
-func (v *view) KillTask(ctx context.Context, task string, id fsm.Identity, pid int, start uint64) error {
+func (v *view) KillTask(ctx context.Context, task string, id fsm.Identity, run fsm.Proc) error {
+	pid, start := run.PID, run.StartTime
 	v.g.enter(OpKillTask, task)
 	w := v.w
 	if id.Cgroup == "" && pid == 0 {
@@ -758,7 +777,7 @@ func (v *view) KillTask(ctx context.Context, task string, id fsm.Identity, pid i
 		if want := CgroupFor(task, id.Nonce); id.Cgroup != want || id.Nonce == "" {
 			why := fmt.Sprintf("cgroup %q does not name task %q and nonce %q", id.Cgroup, task, id.Nonce)
 			w.refused = append(w.refused, Refusal{Via: "kill-cgroup", Task: task, Why: why})
-			return fmt.Errorf("%w: %s", driver.ErrNotOurs, why)
+			return fmt.Errorf("%w: %s", executor.ErrNotOurs, why)
 		}
 		for _, p := range w.all {
 			if p.Alive && p.Cgroup == id.Cgroup && p.Kind != KindExecutor {
@@ -770,7 +789,7 @@ func (v *view) KillTask(ctx context.Context, task string, id fsm.Identity, pid i
 	if p := w.procs[pid]; p != nil && p.Alive && p.Start != start {
 		why := fmt.Sprintf("pid %d is a %s started at %d, recorded start %d", pid, p.Kind, p.Start, start)
 		w.refused = append(w.refused, Refusal{Via: "kill-group", PID: pid, Task: task, Why: why})
-		return fmt.Errorf("%w: %s", driver.ErrNotOurs, why)
+		return fmt.Errorf("%w: %s", executor.ErrNotOurs, why)
 	}
 	for _, p := range w.all {
 		if p.Alive && p.PGID == pid && p.Start >= start {
@@ -793,7 +812,8 @@ func (v *view) Alive(ctx context.Context, task string, id fsm.Identity) (bool, e
 	return ok, nil
 }
 
-func (v *view) ExitStatus(ctx context.Context, task string, id fsm.Identity, pid int, start uint64) (fsm.ExitStatus, bool, error) {
+func (v *view) ExitStatus(ctx context.Context, task string, id fsm.Identity, run fsm.Proc) (fsm.ExitStatus, bool, error) {
+	pid, start := run.PID, run.StartTime
 	v.g.enter("exit-status", task)
 	w := v.w
 	w.mu.Lock()
@@ -805,30 +825,30 @@ func (v *view) ExitStatus(ctx context.Context, task string, id fsm.Identity, pid
 	if d.exitNonce != id.Nonce || d.exitBoot != id.BootID || pid > 0 && (d.exitPID != pid || d.exitSt != start) {
 		why := fmt.Sprintf("exit record of nonce %q boot %q pid %d, the log has nonce %q boot %q pid %d", d.exitNonce, d.exitBoot, d.exitPID, id.Nonce, id.BootID, pid)
 		w.refused = append(w.refused, Refusal{Via: "exit-status", PID: d.exitPID, Task: task, Why: why})
-		return fsm.ExitStatus{}, false, fmt.Errorf("%w: %s", driver.ErrNotOurs, why)
+		return fsm.ExitStatus{}, false, fmt.Errorf("%w: %s", executor.ErrNotOurs, why)
 	}
 	return *d.exit, true, nil
 }
 
-func (v *view) LaunchRecord(ctx context.Context, task string, id fsm.Identity) (int, uint64, bool, error) {
+func (v *view) LaunchRecord(ctx context.Context, task string, id fsm.Identity) (fsm.Proc, bool, error) {
 	v.g.enter("launch-record", task)
 	w := v.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	d := w.disk[task]
 	if d == nil || !d.launched {
-		return 0, 0, false, nil
+		return fsm.Proc{}, false, nil
 	}
 	if d.nonce != id.Nonce || d.boot != id.BootID {
 		why := fmt.Sprintf("launch record of nonce %q boot %q, the log has %q boot %q", d.nonce, d.boot, id.Nonce, id.BootID)
 		w.refused = append(w.refused, Refusal{Via: "launch-record", PID: d.launchPID, Task: task, Why: why})
-		return 0, 0, false, fmt.Errorf("%w: %s", driver.ErrNotOurs, why)
+		return fsm.Proc{}, false, fmt.Errorf("%w: %s", executor.ErrNotOurs, why)
 	}
-	return d.launchPID, d.launchSt, true, nil
+	return fsm.Proc{PID: d.launchPID, StartTime: d.launchSt}, true, nil
 }
 
-// handle is one connection from a driver generation to an executor.
-type handle struct {
+// conn is one connection from a driver generation to an executor.
+type conn struct {
 	w        *World
 	g        *Generation
 	p        *Proc
@@ -836,9 +856,9 @@ type handle struct {
 	closed   chan struct{}
 }
 
-var _ driver.Executor = (*handle)(nil)
+var _ executor.Conn = (*conn)(nil)
 
-func (w *World) closeHandleLocked(h *handle) {
+func (w *World) closeConnLocked(h *conn) {
 	if h.isClosed {
 		return
 	}
@@ -854,23 +874,23 @@ func (w *World) closeHandleLocked(h *handle) {
 }
 
 // usable returns an error if the connection cannot carry a request.
-func (h *handle) usableLocked() error {
+func (h *conn) usableLocked() error {
 	switch {
 	case h.isClosed:
 		return ErrConnClosed
 	case !h.p.Alive:
-		return fmt.Errorf("%w: executor pid %d died", driver.ErrGone, h.p.PID)
+		return fmt.Errorf("%w: executor pid %d died", executor.ErrGone, h.p.PID)
 	}
 	return nil
 }
 
-func (h *handle) Identity() fsm.Identity {
+func (h *conn) Identity() fsm.Identity {
 	h.w.mu.Lock()
 	defer h.w.mu.Unlock()
 	return h.w.identity(h.p)
 }
 
-func (h *handle) Launch(ctx context.Context, spec fsm.Spec, allowed []string) (driver.Status, error) {
+func (h *conn) Launch(ctx context.Context, spec fsm.Spec) (executor.Status, error) {
 	h.g.enter("launch", h.p.Task)
 	w := h.w
 	if w.BeforeEffect != nil {
@@ -879,17 +899,17 @@ func (h *handle) Launch(ctx context.Context, spec fsm.Spec, allowed []string) (d
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := h.usableLocked(); err != nil {
-		return driver.Status{}, err
+		return executor.Status{}, err
 	}
 	p := h.p
 	if p.launched {
-		return statusOf(p), nil
+		return w.statusOfLocked(p), nil
 	}
 	if slices.Contains(spec.CapAdd, CapRefused) {
-		return driver.Status{}, ErrCapRefused
+		return executor.Status{}, ErrCapRefused
 	}
 	w.launchLocked(p, spec)
-	return statusOf(p), nil
+	return w.statusOfLocked(p), nil
 }
 
 // launchLocked starts executor p's task (and the descendants its spec
@@ -941,35 +961,38 @@ func (w *World) exitNowLocked(c *Proc, spec fsm.Spec) {
 	}
 }
 
-func statusOf(p *Proc) driver.Status {
+func (w *World) statusOfLocked(p *Proc) executor.Status {
 	if !p.launched {
-		return driver.Status{}
+		return executor.Status{}
 	}
-	s := driver.Status{Launched: true, PID: p.child.PID, StartTime: p.child.Start}
+	s := executor.Status{Launched: true, PID: p.child.PID, StartTime: p.child.Start}
 	if !p.child.Alive {
 		s.Exited, s.Exit = true, p.child.Exit
 	}
 	if p.rs != nil {
 		s.Restarting, s.Journal = p.rs.pending, len(p.rs.entries)
 	}
+	// Emptied, as the real executor says it: the task is over and its
+	// cgroup holds nothing (no cgroup: never).
+	s.Emptied = s.Over() && p.child.recorded && p.Cgroup != "" && len(w.treeLocked(p)) == 0
 	return s
 }
 
-func (h *handle) Status(ctx context.Context) (driver.Status, error) {
+func (h *conn) Status(ctx context.Context) (executor.Status, error) {
 	h.g.enter(OpStatus, h.p.Task)
 	w := h.w
 	if err := w.inject(ctx, h.g, OpStatus, h.p.Task); err != nil {
-		return driver.Status{}, err
+		return executor.Status{}, err
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := h.usableLocked(); err != nil {
-		return driver.Status{}, err
+		return executor.Status{}, err
 	}
-	return statusOf(h.p), nil
+	return w.statusOfLocked(h.p), nil
 }
 
-func (h *handle) Wait(ctx context.Context) (fsm.ExitStatus, error) {
+func (h *conn) Wait(ctx context.Context) (fsm.ExitStatus, error) {
 	h.g.enter("wait", h.p.Task)
 	w := h.w
 	w.mu.Lock()
@@ -1000,13 +1023,14 @@ func (h *handle) Wait(ctx context.Context) (fsm.ExitStatus, error) {
 	case h.isClosed:
 		return fsm.ExitStatus{}, ErrConnClosed
 	case !h.p.Alive:
-		return fsm.ExitStatus{}, fmt.Errorf("%w: executor pid %d died", driver.ErrGone, h.p.PID)
+		return fsm.ExitStatus{}, fmt.Errorf("%w: executor pid %d died", executor.ErrGone, h.p.PID)
 	}
 	return fsm.ExitStatus{}, ctx.Err()
 }
 
-// Signal sends sig to the task's process group.
-func (h *handle) Signal(ctx context.Context, sig syscall.Signal) error {
+// Signal sends sig to the task's process group, or with main to its
+// leader alone.
+func (h *conn) Signal(ctx context.Context, sig syscall.Signal, main bool) error {
 	h.g.enter("signal", h.p.Task)
 	w := h.w
 	w.mu.Lock()
@@ -1016,6 +1040,12 @@ func (h *handle) Signal(ctx context.Context, sig syscall.Signal) error {
 	}
 	if !h.p.launched {
 		return ErrNotLaunched
+	}
+	if main {
+		if h.p.child.Alive {
+			w.signalLocked(h.p.child, sig, "executor", h.p.Task)
+		}
+		return nil
 	}
 	w.signalGroupLocked(h.p, sig)
 	return nil
@@ -1032,19 +1062,19 @@ func (w *World) signalGroupLocked(e *Proc, sig syscall.Signal) {
 
 // Stop signals the task's group, and after the grace SIGKILLs the whole
 // tree (the executor is a subreaper: escaped descendants too).
-func (h *handle) Stop(ctx context.Context, sig syscall.Signal, grace time.Duration) (fsm.ExitStatus, error) {
+func (h *conn) Stop(ctx context.Context, sig syscall.Signal, grace time.Duration) (executor.Status, error) {
 	h.g.enter(OpStop, h.p.Task)
 	w := h.w
 	if err := w.inject(ctx, h.g, OpStop, h.p.Task); err != nil {
-		return fsm.ExitStatus{}, err
+		return executor.Status{}, err
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := h.usableLocked(); err != nil {
-		return fsm.ExitStatus{}, err
+		return executor.Status{}, err
 	}
 	if !h.p.launched {
-		return fsm.ExitStatus{}, ErrNotLaunched
+		return executor.Status{}, ErrNotLaunched
 	}
 	h.p.stopping = true
 	w.cancelRestartLocked(h.p)
@@ -1055,10 +1085,10 @@ func (h *handle) Stop(ctx context.Context, sig syscall.Signal, grace time.Durati
 	for _, q := range w.treeLocked(h.p) { // what ignored the signal: SIGKILL after grace
 		w.signalLocked(q, syscall.SIGKILL, "executor", h.p.Task)
 	}
-	return c.Exit, nil
+	return w.statusOfLocked(h.p), nil
 }
 
-func (h *handle) Shutdown(ctx context.Context) error {
+func (h *conn) Shutdown(ctx context.Context) error {
 	h.g.enter(OpShutdown, h.p.Task)
 	w := h.w
 	if err := w.inject(ctx, h.g, OpShutdown, h.p.Task); err != nil {
@@ -1085,24 +1115,42 @@ func (h *handle) Shutdown(ctx context.Context) error {
 	return nil
 }
 
-// Watch implements driver.Watcher: it returns once the restart journal
+// Dismiss SIGKILLs an executor whose task is over (its pidfd, opened on
+// the proven process, reaches it and nothing else); its task's tree, if
+// any were left, lives on as it would.
+func (h *conn) Dismiss(ctx context.Context) error {
+	h.g.enter(OpDismiss, h.p.Task)
+	w := h.w
+	if err := w.inject(ctx, h.g, OpDismiss, h.p.Task); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := h.usableLocked(); err != nil {
+		return err
+	}
+	w.signalLocked(h.p, syscall.SIGKILL, "dismiss", h.p.Task) // a look-alike (reattached to one) is logged as signalled
+	return nil
+}
+
+// Watch implements executor.Conn: it returns once the restart journal
 // holds entries past since, or the task is over (its last run exited and
 // no restart follows).
-func (h *handle) Watch(ctx context.Context, since int) (driver.Status, []fsm.Event, error) {
+func (h *conn) Watch(ctx context.Context, since int) (executor.Status, []fsm.Event, error) {
 	h.g.enter("watch", h.p.Task)
 	w := h.w
 	for {
 		w.mu.Lock()
 		if err := h.usableLocked(); err != nil {
 			w.mu.Unlock()
-			return driver.Status{}, nil, err
+			return executor.Status{}, nil, err
 		}
 		p := h.p
 		if !p.launched {
 			w.mu.Unlock()
-			return driver.Status{}, nil, ErrNotLaunched
+			return executor.Status{}, nil, ErrNotLaunched
 		}
-		st := statusOf(p)
+		st := w.statusOfLocked(p)
 		var entries []fsm.Event
 		if p.rs != nil && since >= 0 && since < len(p.rs.entries) {
 			entries = slices.Clone(p.rs.entries[since:])
@@ -1119,7 +1167,7 @@ func (h *handle) Watch(ctx context.Context, since int) (driver.Status, []fsm.Eve
 		case <-p.died:
 		case <-ctx.Done():
 			h.g.enter("watch", h.p.Task)
-			return driver.Status{}, nil, ctx.Err()
+			return executor.Status{}, nil, ctx.Err()
 		case <-h.g.dead:
 			runtime.Goexit()
 		}
@@ -1141,22 +1189,43 @@ func (v *view) Journal(ctx context.Context, task string, id fsm.Identity) ([]fsm
 	if d.journalNonce != id.Nonce || d.journalBoot != id.BootID {
 		why := fmt.Sprintf("restart journal of nonce %q boot %q, the log has %q boot %q", d.journalNonce, d.journalBoot, id.Nonce, id.BootID)
 		w.refused = append(w.refused, Refusal{Via: "journal", Task: task, Why: why})
-		return nil, fmt.Errorf("%w: %s", driver.ErrNotOurs, why)
+		return nil, fmt.Errorf("%w: %s", executor.ErrNotOurs, why)
 	}
 	return slices.Clone(d.journal), nil
 }
 
-var (
-	_ driver.Watcher       = (*handle)(nil)
-	_ driver.JournalReader = (*view)(nil)
-)
+// CheckSpec implements executor.World: the simulation models no host, so
+// what it checks is what needs none (exec's capabilities against the
+// default allow list); CapRefused passes here and is refused at launch,
+// the in-executor failure the seed's bug is about.
+func (v *view) CheckSpec(spec fsm.Spec) error {
+	if spec.Driver == executor.ModeExec {
+		return executor.ValidateCaps(spec.CapAdd, spec.CapDrop, nil)
+	}
+	return nil
+}
+
+// DiscardTask implements executor.World: a simulated lock leaves nothing
+// behind.
+func (v *view) DiscardTask(task string) {}
+
+// Stats implements executor.Conn: the simulation has no cgroup figures.
+func (h *conn) Stats(ctx context.Context) (cgroup.Stats, error) {
+	return cgroup.Stats{}, fmt.Errorf("%w: stats of a simulated task", executor.ErrUnsupported)
+}
+
+// Exec implements executor.Conn: the simulation runs no command inside a
+// task.
+func (h *conn) Exec(ctx context.Context, es executor.ExecSpec) (*executor.ExecProcess, error) {
+	return nil, fmt.Errorf("%w: exec in a simulated task", executor.ErrUnsupported)
+}
 
 // Close drops the connection. It never stops the caller, even in a dead
 // generation: closing is what a dying process does anyway.
-func (h *handle) Close() error {
+func (h *conn) Close() error {
 	h.w.mu.Lock()
 	defer h.w.mu.Unlock()
-	h.w.closeHandleLocked(h)
+	h.w.closeConnLocked(h)
 	return nil
 }
 
@@ -1302,11 +1371,11 @@ func (w *World) Reboot() {
 			close(p.died)
 		}
 	}
-	for g, hs := range w.handles {
+	for g, hs := range w.conns {
 		for _, h := range hs {
-			w.closeHandleLocked(h)
+			w.closeConnLocked(h)
 		}
-		delete(w.handles, g)
+		delete(w.conns, g)
 	}
 	for task, l := range w.locks {
 		w.unlockLocked(task, l)

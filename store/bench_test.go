@@ -291,7 +291,7 @@ func BenchmarkDecodeFold(b *testing.B) {
 			if err := decodeAt("bench", uint64(i+1), rec, &e); err != nil {
 				b.Fatal(err)
 			}
-			if err := fsm.Lifecycle.Apply(&t, &e); err != nil {
+			if err := fsm.Lifecycle.FoldInPlace(&t, &e); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -518,7 +518,7 @@ func (tr *taskRead) fold(add func(seq uint64, err error)) (t fsm.Task, sound boo
 		if !walkOK {
 			continue
 		}
-		if err := fsm.Lifecycle.Apply(&t, &e); err != nil {
+		if err := fsm.Lifecycle.FoldInPlace(&t, &e); err != nil {
 			add(rec.seq, &CorruptError{Task: tr.id, Seq: rec.seq, Reason: "not a legal walk", Err: err})
 			walkOK, sound = false, false
 		}

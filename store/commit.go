@@ -185,7 +185,7 @@ func (s *Store) commit(batch []*request) {
 				return fmt.Errorf("%w: %s: missing tasks or live bucket", ErrCorrupt, s.path)
 			}
 			for _, r := range pending {
-				verr, werr := apply(tasks, live, r)
+				verr, werr := put(tasks, live, r)
 				r.err = verr
 				if werr != nil {
 					failed, r.err = r, fmt.Errorf("%w: %s: task %q: %w", ErrWrite, s.path, r.task, werr)
@@ -230,10 +230,10 @@ func (s *Store) commit(batch []*request) {
 	}
 }
 
-// apply validates one request against the task's head and writes it. A
+// put validates one request against the task's head and writes it. A
 // validation error (verr) means nothing of the request was written; a write
 // error (werr) means the transaction must be rolled back.
-func apply(tasks, live *bolt.Bucket, r *request) (verr, werr error) {
+func put(tasks, live *bolt.Bucket, r *request) (verr, werr error) {
 	id := []byte(r.task)
 	b := tasks.Bucket(id)
 	var h head

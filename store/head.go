@@ -10,7 +10,7 @@ import (
 // A task's head sits in its bucket under headKey (which sorts after every
 // 8-byte record key). It carries what Append needs to check the expected
 // version and fold new events without reading the log: every field of
-// fsm.Task that fsm's Apply consults to decide whether an event is legal.
+// fsm.Task that fsm's FoldInPlace consults to decide whether an event is legal.
 //
 //	[0]     head version (1 or 2; headVersion is written)
 //	[1]     state

@@ -13,13 +13,16 @@ import (
 // Record layout (every version shares the 6-byte header):
 //
 //	[0:4]  CRC32C (Castagnoli, little endian) of bytes [4:]
-//	[4]    record schema version (1 or 2; recordVersion is written)
+//	[4]    record schema version (1, 2 or 3; recordVersion is written)
 //	[5]    event type (fsm.EventType)
 //	[6:]   body
 //
-// Body, in order (the parts marked v2 are version 2's; a version-1 record
-// is the same form without them, so it decodes by the same code with the
-// version-2 field bits refused, its new fields zero):
+// Body, in order (the parts marked v2 are version 2's, v3 version 3's; a
+// record of an earlier version is the same form without the later parts,
+// so it decodes by the same code with the later field bits refused, its
+// new fields zero; then fsm.Event.Upgrade reads what the earlier version
+// held in other fields: a restart-intent's delay in its grace, a launch's
+// warnings in its reason, a failure's cause in its reason's text):
 //
 //	seq      uvarint (must equal the record's key)
 //	time     8 bytes little endian (Unix ns, two's complement)
@@ -38,6 +41,9 @@ import (
 //	signal   varint; grace varint
 //	reason   string; target byte
 //	attempt  v2: varint
+//	delay    v3: varint (a restart-intent's delay)
+//	cause    v3: byte (fsm.Cause, with a reason)
+//	warnings v3: uvarint count, then a kind byte and a text string each
 //
 // Strings are a uvarint length then bytes; lists a uvarint count then
 // strings; env a uvarint count then key/value pairs in strictly increasing
@@ -47,7 +53,7 @@ import (
 // decodes re-encodes to the same bytes (in its own version), which the
 // fuzz test holds the decoder to.
 const (
-	recordVersion = 2
+	recordVersion = 3
 	headerLen     = 6
 )
 
@@ -68,8 +74,13 @@ const (
 	fAttempt // v2: Attempt
 	fSpecExt // v2: the spec's optional parts (with fSpec)
 
+	fDelay    // v3: Delay
+	fCause    // v3: Cause
+	fWarnings // v3: Warnings
+
 	fAllV1 = fTarget<<1 - 1
 	fAllV2 = fSpecExt<<1 - 1
+	fAllV3 = fWarnings<<1 - 1
 )
 
 // Bits of a version-2 spec's optional parts.
@@ -100,11 +111,17 @@ func encodeRecord(dst []byte, seq uint64, e *fsm.Event) []byte {
 	return appendRecord(dst, recordVersion, seq, e)
 }
 
-// appendRecord encodes e in the given record version. Version 1 is the
-// same form without the version-2 parts: it is used only to hold the
-// decoder of version-1 records to canonical form (an event that sets a
-// field version 1 cannot carry does not round-trip through it).
+// appendRecord encodes e in the given record version. An earlier version
+// is the same form without the later parts (and with what fsm.Event's
+// Downgrade puts back where that version held it): it is used only to
+// hold the decoder of old records to canonical form (an event that sets a
+// field an old version cannot carry does not round-trip through it).
 func appendRecord(dst []byte, version uint8, seq uint64, e *fsm.Event) []byte {
+	if version < 3 {
+		old := *e
+		old.Downgrade()
+		e = &old
+	}
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0, version, byte(e.Type))
 	dst = binary.AppendUvarint(dst, seq)
@@ -174,6 +191,19 @@ func appendRecord(dst []byte, version uint8, seq uint64, e *fsm.Event) []byte {
 	if f&fAttempt != 0 {
 		dst = binary.AppendVarint(dst, int64(e.Attempt))
 	}
+	if f&fDelay != 0 {
+		dst = binary.AppendVarint(dst, int64(e.Delay))
+	}
+	if f&fCause != 0 {
+		dst = append(dst, byte(e.Cause))
+	}
+	if f&fWarnings != 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(e.Warnings)))
+		for _, w := range e.Warnings {
+			dst = append(dst, byte(w.Kind))
+			dst = appendString(dst, w.Text)
+		}
+	}
 	binary.LittleEndian.PutUint32(dst[start:], checksum(dst[start:]))
 	return dst
 }
@@ -222,6 +252,15 @@ func fieldsOf(e *fsm.Event) uint64 {
 	}
 	if e.Attempt != 0 {
 		f |= fAttempt
+	}
+	if e.Delay != 0 {
+		f |= fDelay
+	}
+	if e.Cause != fsm.CauseNone {
+		f |= fCause
+	}
+	if len(e.Warnings) > 0 {
+		f |= fWarnings
 	}
 	return f
 }
@@ -376,20 +415,24 @@ func decodeRecord(rec []byte, e *fsm.Event) (uint64, *decodeError) {
 // that are set (replay decodes every record into one reused event, and
 // most records leave its pointers nil).
 func resetEvent(e *fsm.Event, typ fsm.EventType) {
-	if e.Spec != nil || e.Executor != nil || e.Exit != nil || e.Nonce != "" || e.Reason != "" {
+	if e.Spec != nil || e.Executor != nil || e.Exit != nil || e.Nonce != "" || e.Reason != "" || e.Warnings != nil {
 		*e = fsm.Event{Type: typ}
 		return
 	}
 	e.Type, e.Seq, e.TaskPID, e.TaskStartTime = typ, 0, 0, 0
 	e.Signal, e.Grace, e.Target, e.Attempt = 0, 0, fsm.StateNone, 0
+	e.Delay, e.Cause = 0, fsm.CauseNone
 }
 
 // fields decodes the field bit set and the optional parts it names.
 func (d *decoder) fields(e *fsm.Event, version uint8) {
 	f := d.uvarint()
-	known := uint64(fAllV2)
-	if version == 1 {
+	known := uint64(fAllV3)
+	switch version {
+	case 1:
 		known = fAllV1
+	case 2:
+		known = fAllV2
 	}
 	switch {
 	case f&^known != 0:
@@ -449,8 +492,44 @@ func (d *decoder) fields(e *fsm.Event, version uint8) {
 	if f&fAttempt != 0 {
 		e.Attempt = d.nonZero()
 	}
+	if f&fDelay != 0 {
+		if e.Delay = time.Duration(d.varint()); e.Delay == 0 {
+			d.fail("zero value for a present field")
+		}
+	}
+	if f&fCause != 0 {
+		if len(d.b) < 1 {
+			d.fail("truncated cause")
+		} else if e.Cause = fsm.Cause(d.b[0]); e.Cause == fsm.CauseNone || !e.Cause.Valid() {
+			d.fail("invalid cause")
+		} else {
+			d.b = d.b[1:]
+		}
+	}
+	if d.err == "" && f&fWarnings != 0 {
+		n := d.uvarint()
+		if n == 0 || n > uint64(len(d.b)) {
+			d.fail("bad warning count")
+		}
+		for i := uint64(0); d.err == "" && i < n; i++ {
+			if len(d.b) < 1 {
+				d.fail("truncated warning")
+				break
+			}
+			k := fsm.WarningKind(d.b[0])
+			d.b = d.b[1:]
+			if !k.Valid() {
+				d.fail("invalid warning kind")
+				break
+			}
+			e.Warnings = append(e.Warnings, fsm.Warning{Kind: k, Text: d.str()})
+		}
+	}
 	if d.err == "" && len(d.b) != 0 {
 		d.fail("trailing bytes")
+	}
+	if d.err == "" && version < 3 {
+		e.Upgrade()
 	}
 }
 

@@ -98,6 +98,12 @@ func genEvent(t *rapid.T) fsm.Event {
 	e.Reason = rapid.String().Draw(t, "reason")
 	e.Target = rapid.SampledFrom(append([]fsm.State{fsm.StateNone}, fsm.States()...)).Draw(t, "target")
 	e.Attempt = rapid.Int().Draw(t, "attempt")
+	e.Delay = time.Duration(rapid.Int64().Draw(t, "delay"))
+	e.Cause = fsm.Cause(rapid.IntRange(0, int(fsm.CauseInjected)).Draw(t, "cause"))
+	for range rapid.IntRange(0, 2).Draw(t, "warnings") {
+		e.Warnings = append(e.Warnings, fsm.Warning{Kind: fsm.WarningKind(rapid.IntRange(0, int(fsm.WarnNoRestarts)).Draw(t, "warning_kind")),
+			Text: rapid.String().Draw(t, "warning_text")})
+	}
 	return e
 }
 
@@ -224,6 +230,12 @@ func setNonZero(v reflect.Value, path string) {
 	case reflect.TypeFor[fsm.State]():
 		v.Set(reflect.ValueOf(fsm.StateExited))
 		return
+	case reflect.TypeFor[fsm.Cause]():
+		v.Set(reflect.ValueOf(fsm.CauseCommandNotFound))
+		return
+	case reflect.TypeFor[fsm.WarningKind]():
+		v.Set(reflect.ValueOf(fsm.WarnUncontained))
+		return
 	}
 	switch v.Kind() {
 	case reflect.String:
@@ -242,6 +254,10 @@ func setNonZero(v reflect.Value, path string) {
 		s := reflect.MakeSlice(v.Type(), 1, 1)
 		setNonZero(s.Index(0), path+"[0]")
 		v.Set(s)
+	case reflect.Struct: // a slice's element
+		for i := range v.NumField() {
+			setNonZero(v.Field(i), path+"."+v.Type().Field(i).Name)
+		}
 	case reflect.Map:
 		m := reflect.MakeMap(v.Type())
 		k, x := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
@@ -555,6 +571,41 @@ func TestChecksum_AgreesWithHashCRC32(t *testing.T) {
 			if got, want := checksum(rec), crc32.Checksum(rec[4:], castagnoli); got != want {
 				t.Fatalf("offset %d length %d: checksum %08x, hash/crc32 %08x", off, n, got, want)
 			}
+		}
+	}
+}
+
+// TestDecodeRecord_Version2Upgrade: what version 2 held in other fields is
+// read typed (fsm.Event.Upgrade), and written in version 2 again to the
+// same bytes: a restart-intent's delay (its grace), a launch's warnings
+// (its reason, "warning: ..."), a failure's cause (told from its reason).
+func TestDecodeRecord_Version2Upgrade(t *testing.T) {
+	for _, tc := range []struct {
+		old, want fsm.Event
+	}{
+		{fsm.Event{Type: fsm.EventRestartIntent, Attempt: 1, Exit: &fsm.ExitStatus{Code: 3}, Grace: 2 * time.Second, Reason: "exited 3"},
+			fsm.Event{Type: fsm.EventRestartIntent, Attempt: 1, Exit: &fsm.ExitStatus{Code: 3}, Delay: 2 * time.Second, Reason: "exited 3"}},
+		{fsm.Event{Type: fsm.EventLaunched, TaskPID: 9, TaskStartTime: 4, Reason: "warning: no cgroup for this task; warning: no restarts"},
+			fsm.Event{Type: fsm.EventLaunched, TaskPID: 9, TaskStartTime: 4, Warnings: []fsm.Warning{
+				{Kind: fsm.WarnOther, Text: "no cgroup for this task"}, {Kind: fsm.WarnOther, Text: "no restarts"}}}},
+		{fsm.Event{Type: fsm.EventLaunchFailed, Reason: `executor: command not found: "nope" not in PATH /bin`},
+			fsm.Event{Type: fsm.EventLaunchFailed, Reason: `executor: command not found: "nope" not in PATH /bin`, Cause: fsm.CauseCommandNotFound}},
+		{fsm.Event{Type: fsm.EventStopRequested, Signal: 15, Grace: time.Second},
+			fsm.Event{Type: fsm.EventStopRequested, Signal: 15, Grace: time.Second}},
+	} {
+		rec := appendRecord(nil, 2, 3, &tc.old)
+		var got fsm.Event
+		if _, derr := decodeRecord(rec, &got); derr != nil {
+			t.Fatalf("%s: %+v", tc.old.Type, derr)
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("version-2 %s read as\n %#v\nwant %#v", tc.old.Type, got, tc.want)
+		}
+		if again := appendRecord(nil, 2, 3, &got); !bytes.Equal(again, rec) {
+			t.Errorf("version-2 %s re-encodes in version 2 to other bytes", tc.old.Type)
+		}
+		if now := encodeRecord(nil, 3, &got); now[4] != recordVersion {
+			t.Errorf("encoded now in version %d", now[4])
 		}
 	}
 }

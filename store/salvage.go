@@ -253,7 +253,7 @@ func (tr *taskRead) prefix() fsm.Task {
 	t := fsm.Task{ID: tr.id}
 	var e fsm.Event
 	for i, rec := range tr.recs {
-		if rec.seq != uint64(i+1) || decodeAt(tr.id, rec.seq, rec.v, &e) != nil || fsm.Lifecycle.Apply(&t, &e) != nil {
+		if rec.seq != uint64(i+1) || decodeAt(tr.id, rec.seq, rec.v, &e) != nil || fsm.Lifecycle.FoldInPlace(&t, &e) != nil {
 			break
 		}
 		if len(tr.damage) > 0 && tr.damage[0].seq <= rec.seq {

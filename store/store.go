@@ -628,7 +628,7 @@ func foldTask(tx *bolt.Tx, task string) (fsm.Task, error) {
 			return fsm.Task{}, decodeFailure(task, want, seq, derr)
 		}
 		e.Seq = want
-		if err := table.Apply(&t, &e); err != nil {
+		if err := table.FoldInPlace(&t, &e); err != nil {
 			return fsm.Task{}, &CorruptError{Task: task, Seq: want, Reason: "not a legal walk", Err: err}
 		}
 		want++

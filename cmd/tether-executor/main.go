@@ -7,9 +7,9 @@ package main
 import (
 	"os"
 
-	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/executor/server"
 )
 
 func main() {
-	os.Exit(executor.Serve(os.Args[1:]))
+	os.Exit(server.Serve(os.Args[1:]))
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/driver"
+	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/store"
 )
@@ -45,15 +45,11 @@ func (c *cli) cmdStop(args []string) int {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	s, err := c.open()
-	if err != nil {
-		return c.fail(err)
+	s, info, code, ok := c.openTask(ctx, fs.Arg(0))
+	if !ok {
+		return code
 	}
 	defer c.closeSession(s)
-	info, err := c.resolve(ctx, s, fs.Arg(0))
-	if err != nil {
-		return c.fail(err)
-	}
 	if info.State.Terminal() {
 		fmt.Fprintf(c.stderr, "tether: %s is already %s\n", info.ID, describeEnd(info.Task))
 		return exitOK
@@ -209,12 +205,12 @@ func (c *cli) salvage(ctx context.Context, path string) int {
 	if err != nil {
 		return c.fail(err)
 	}
-	world := driver.NewReal(c.stateDir, cmd, c.log.Named("driver"))
+	world := &executor.Real{StateDir: c.stateDir, Command: cmd, Logger: c.log.Named("driver")}
 	code := exitOK
 	for _, l := range rep.Lost {
-		what := c.settleLost(ctx, world, l)
+		what, settled := c.settleLost(ctx, world, l)
 		fmt.Fprintf(c.stdout, "lost task %s (%s): %s\n  why: %s\n", printable(l.ID), l.State, what, printable(l.Err.Error()))
-		if strings.HasPrefix(what, "NOT") {
+		if !settled {
 			code = exitError
 		}
 	}
@@ -228,33 +224,23 @@ func (c *cli) salvage(ctx context.Context, path string) int {
 }
 
 // settleLost kills the processes of a task that could not be salvaged,
-// when the readable part of its log proves which they are, and says what
-// it did.
-func (c *cli) settleLost(ctx context.Context, world driver.Executors, l store.LostTask) string {
-	if !l.Live && l.State.Terminal() {
-		return "it had ended; nothing to kill"
+// when the readable part of its log proves which they are
+// (driver.SettleLost), and says what it did.
+func (c *cli) settleLost(ctx context.Context, world executor.World, l store.LostTask) (string, bool) {
+	set, err := driver.SettleLost(ctx, world, l)
+	switch {
+	case errors.Is(err, driver.ErrUnproven):
+		return fmt.Sprintf("NOT killed: %v; look at %s", err, c.taskDir(l.ID)), false
+	case errors.Is(err, driver.ErrTaskNotKilled):
+		return "executor killed; NOT all of its task: " + err.Error(), false
+	case err != nil:
+		return "NOT killed: " + err.Error(), false
+	case set.Ended:
+		return "it had ended; nothing to kill", true
+	case set.Executor == nil:
+		return "no executor with its spawn nonce is alive; nothing to kill", true
 	}
-	id := l.Prefix.Executor
-	if id == nil && l.Nonce != "" {
-		found, ok, err := world.FindByNonce(ctx, l.ID, l.Nonce)
-		if err != nil {
-			return "NOT killed: looking its executor up by nonce failed: " + err.Error()
-		}
-		if !ok {
-			return "no executor with its spawn nonce is alive; nothing to kill"
-		}
-		id = &found
-	}
-	if id == nil {
-		return fmt.Sprintf("NOT killed: nothing readable proves which processes are its own; look at %s", c.taskDir(l.ID))
-	}
-	if err := world.Kill(ctx, l.ID, *id); err != nil && !errors.Is(err, driver.ErrNotOurs) {
-		return "NOT killed: " + err.Error()
-	}
-	if err := world.KillTask(ctx, l.ID, *id, l.Prefix.TaskPID, l.Prefix.TaskStartTime); err != nil && !errors.Is(err, driver.ErrNotOurs) {
-		return "executor killed; NOT all of its task: " + err.Error()
-	}
-	return fmt.Sprintf("its executor (pid %d) and everything of its task were killed by proven identity", id.PID)
+	return fmt.Sprintf("its executor (pid %d) and everything of its task were killed by proven identity", set.Executor.PID), true
 }
 
 func (c *cli) cmdGC(args []string) int {
@@ -324,9 +310,9 @@ func (c *cli) cmdGC(args []string) int {
 
 // removeOrphanDirs removes the task directories the store does not know
 // (left by a start that crashed before it recorded the task, or by a
-// salvage); driver.RemoveOrphanDir keeps the ones in use.
+// salvage); executor.Real.RemoveOrphanDir keeps the ones in use.
 func (c *cli) removeOrphanDirs(ctx context.Context, s *session) ([]string, error) {
-	ents, err := os.ReadDir(filepath.Join(c.stateDir, "tasks"))
+	ents, err := os.ReadDir(c.layout().Tasks())
 	if err != nil {
 		return nil, err
 	}
@@ -334,7 +320,7 @@ func (c *cli) removeOrphanDirs(ctx context.Context, s *session) ([]string, error
 	if err != nil {
 		return nil, err
 	}
-	world := driver.NewReal(c.stateDir, cmd, c.log.Named("driver"))
+	world := &executor.Real{StateDir: c.stateDir, Command: cmd, Logger: c.log.Named("driver")}
 	var out []string
 	for _, e := range ents {
 		id := e.Name()
@@ -351,15 +337,15 @@ func (c *cli) removeOrphanDirs(ctx context.Context, s *session) ([]string, error
 		if still, _ := unknown(); !still {
 			continue
 		}
-		removed, why, err := world.RemoveOrphanDir(id, unknown)
+		removed, kept, err := world.RemoveOrphanDir(id, unknown)
 		if err != nil {
 			return out, err
 		}
 		if !removed {
-			if strings.Contains(why, "alive") {
-				c.errorf("warning: task directory %s is unknown to the store but %s; kept", id, why)
+			if errors.Is(kept, executor.ErrBusy) {
+				c.errorf("warning: task directory %s is unknown to the store but kept: %v", id, kept)
 			}
-			c.log.Debug("task directory kept", "task_id", id, "why", why)
+			c.log.Debug("task directory kept", "task_id", id, "why", fmt.Sprint(kept))
 			continue
 		}
 		out = append(out, id)

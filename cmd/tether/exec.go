@@ -96,20 +96,11 @@ func (c *cli) cmdExec(args []string) int {
 		}
 	}
 	ctx := context.Background()
-	s, err := c.open()
-	if err != nil {
-		c.errorf("%v", err)
-		if h := hint(err); h != "" {
-			fmt.Fprintf(c.stderr, "  %s\n", h)
-		}
-		return exitStartFail
+	s, info, _, ok := c.openTask(ctx, id)
+	if !ok {
+		return exitStartFail // as for a command that could not start
 	}
 	defer c.closeSession(s)
-	info, err := c.resolve(ctx, s, id)
-	if err != nil {
-		c.fail(err)
-		return exitStartFail
-	}
 	info = c.reconcileIfGone(ctx, s, info)
 	spec := driver.ExecSpec{Argv: rest, Env: env}
 	if *tty {
@@ -121,7 +112,7 @@ func (c *cli) cmdExec(args []string) int {
 // execFailed reports an exec that did not start and picks its exit code:
 // 127 not found, 126 not executable, else 125.
 func (c *cli) execFailed(id string, err error) int {
-	code := startExitCode(err, "")
+	code := startExitCode(err, fsm.CauseNone)
 	switch code {
 	case exitNotFound:
 		c.errorf("%v", err)

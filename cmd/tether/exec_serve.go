@@ -1,20 +1,17 @@
 package main
 
-import "github.com/tether-fsm/tether/executor"
+import (
+	"github.com/tether-fsm/tether/executor/server"
+	"github.com/tether-fsm/tether/statedir"
+)
 
 // serveExecutor runs the binary in executor mode: the driver re-executes
 // tether as `tether executor ...`.
-func serveExecutor(args []string) int { return executor.Serve(args) }
-
-// The executor's launch errors, matched to pick run's exit code.
-var (
-	errCommandNotFound = executor.ErrCommandNotFound
-	errNotExecutable   = executor.ErrNotExecutable
-)
+func serveExecutor(args []string) int { return server.Serve(args) }
 
 // The files the executor writes the task's output to, in the task's
 // directory (<state-dir>/tasks/<id>).
 const (
-	stdoutFile = executor.StdoutFile
-	stderrFile = executor.StderrFile
+	stdoutFile = statedir.StdoutFile
+	stderrFile = statedir.StderrFile
 )

@@ -14,9 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-fsm/tether/internal/testproc"
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // parallel runs n tether commands at once and returns their results in

@@ -22,7 +22,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -30,6 +29,7 @@ import (
 
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -53,7 +53,7 @@ func main() {
 	}
 	// Nothing this process inherited passes to its executors (and from
 	// them to tasks): see executor.CloseInheritedOnExec.
-	if err := executor.CloseInheritedOnExec(); err != nil {
+	if err := proc.CloseInheritedOnExec(); err != nil {
 		fmt.Fprintf(os.Stderr, "tether: %v\n", err)
 		os.Exit(exitError)
 	}
@@ -353,13 +353,4 @@ func upperFirst(s string) string {
 		return s
 	}
 	return strings.ToUpper(s[:1]) + s[1:]
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

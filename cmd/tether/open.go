@@ -14,6 +14,7 @@ import (
 
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/statedir"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -25,9 +26,11 @@ import (
 // a command reconciles the tasks it touches, and status those it lists
 // whose executor is gone.
 
-func (c *cli) dbPath() string { return filepath.Join(c.stateDir, "tether.db") }
+func (c *cli) dbPath() string { return c.layout().Store() }
 
-func (c *cli) taskDir(id string) string { return filepath.Join(c.stateDir, "tasks", id) }
+func (c *cli) taskDir(id string) string { return c.layout().Task(id).Dir() }
+
+func (c *cli) layout() statedir.Layout { return statedir.Layout{Dir: c.stateDir} }
 
 func (c *cli) storeOptions() store.Options {
 	return store.Options{LockTimeout: c.lockTimeout, Logger: c.log.Named("store")}
@@ -94,6 +97,22 @@ func (c *cli) closeSession(s *session) {
 	if err := s.Close(); err != nil {
 		c.errorf("warning: closing the store: %v", err)
 	}
+}
+
+// openTask opens a session and resolves arg (an id, or a name) to a task.
+// When either fails it has said why and returns the command's exit code;
+// else the caller closes the session (closeSession).
+func (c *cli) openTask(ctx context.Context, arg string) (*session, driver.TaskInfo, int, bool) {
+	s, err := c.open()
+	if err != nil {
+		return nil, driver.TaskInfo{}, c.fail(err), false
+	}
+	info, err := c.resolve(ctx, s, arg)
+	if err != nil {
+		c.closeSession(s)
+		return nil, driver.TaskInfo{}, c.fail(err), false
+	}
+	return s, info, 0, true
 }
 
 // errAmbiguous: a name given for an id matches several tasks.

@@ -81,7 +81,7 @@ func waitJournal(t *testing.T, dir string, n int) executor.Journal {
 	buf := make([]byte, 4096)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if j, ok, err := executor.ReadJournal(dir); err == nil && ok && len(j.Entries) >= n {
+		if j, ok, err := executor.SideFiles(dir).Journal(); err == nil && ok && len(j.Entries) >= n {
 			return j
 		}
 		fds := []unix.PollFd{{Fd: int32(in), Events: unix.POLLIN}}
@@ -164,7 +164,7 @@ func TestStart_RestartsWithNoCommandRunningAreFoldedLater(t *testing.T) {
 	if n := runs(t, counter); n != 3 {
 		t.Fatalf("the executor ran the task %d times with no command running, want 3", n)
 	}
-	j, ok, err := executor.ReadJournal(filepath.Join(e.dir, "tasks", id))
+	j, ok, err := executor.SideFiles(filepath.Join(e.dir, "tasks", id)).Journal()
 	if err != nil || !ok || len(j.Entries) != 4 {
 		t.Fatalf("journal: %v %v %v, want 2 restart-intents and 2 launches", j.Entries, ok, err)
 	}
@@ -212,7 +212,7 @@ func TestStop_DuringTheRestartDelayStopsForGood(t *testing.T) {
 	if n := runs(t, counter); n != 1 {
 		t.Errorf("the task ran %d times, want 1 (the stop ends it for good)", n)
 	}
-	j, _, _ := executor.ReadJournal(dir)
+	j, _, _ := executor.SideFiles(dir).Journal()
 	if len(j.Entries) != 1 {
 		t.Errorf("journal after the stop: %v, want only the one intent", j.Entries)
 	}

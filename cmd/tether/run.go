@@ -15,6 +15,7 @@ import (
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/taskfile"
 )
 
 // listFlag is a repeatable flag.
@@ -85,11 +86,10 @@ func (c *cli) taskSpec(name string, args []string) (fsm.Spec, int, bool) {
 			c.errorf("%v", err)
 			return fsm.Spec{}, exitUsage, false
 		}
-		def, ok := c.readTaskFile(file, in.task)
-		if !ok {
+		var ok bool
+		if spec, ok = c.readTaskFile(file, in.task); !ok {
 			return fsm.Spec{}, exitError, false
 		}
-		spec = def.Spec
 		if in.drv != "" {
 			spec.Driver = in.drv
 		}
@@ -148,27 +148,37 @@ func (c *cli) taskSpec(name string, args []string) (fsm.Spec, int, bool) {
 	return spec, 0, true
 }
 
-// readTaskFile parses a task file, printing its warnings and errors.
-func (c *cli) readTaskFile(file, task string) (TaskDef, bool) {
+// readTaskFile parses a task file, printing its warnings, errors and
+// notices, and returns the selected task's spec.
+func (c *cli) readTaskFile(file, task string) (fsm.Spec, bool) {
 	src, err := os.ReadFile(file)
 	if err != nil {
 		c.errorf("%v", err)
-		return TaskDef{}, false
+		return fsm.Spec{}, false
 	}
-	tf, diags := ParseTaskFile(file, src)
+	tf, diags := taskfile.Parse(file, src, taskfile.Options{})
 	for _, d := range diags {
-		fmt.Fprintln(c.stderr, formatDiag(d))
+		fmt.Fprintln(c.stderr, taskfile.FormatDiag(d))
 	}
 	if diags.HasErrors() {
 		c.errorf("%s is not a valid task file; fix the errors above", file)
-		return TaskDef{}, false
+		return fsm.Spec{}, false
 	}
-	def, err := tf.Find(file, task)
+	for _, n := range tf.Notices {
+		fmt.Fprintf(c.stderr, "%s: %s\n", file, n)
+	}
+	t, err := tf.Find(task)
 	if err != nil {
 		c.errorf("%v", err)
-		return TaskDef{}, false
+		return fsm.Spec{}, false
 	}
-	return def, true
+	spec, err := t.StaticSpec()
+	if err != nil {
+		c.errorf("%v", err)
+		return fsm.Spec{}, false
+	}
+	spec.Name = tf.Name(t)
+	return spec, true
 }
 
 func (c *cli) cmdRun(args []string) int   { return c.runTask("run", args, false) }
@@ -234,15 +244,13 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 		// (one store session fewer for every start).
 		seen = len(straightStart)
 		fmt.Fprintf(c.stderr, "tether: %s: %s\n", id, joinStates(straightStart))
-		if strings.HasPrefix(r.task.Reason, "warning: ") { // the launched event's, the last reason recorded
-			fmt.Fprintf(c.stderr, "tether: %s: %s\n", id, printable(r.task.Reason))
-		}
+		c.sayWarnings(id, r.task.Warnings) // the launch's, folded into the state
 	} else if evs, err := s.d.TaskEvents(ctx, id); err == nil {
 		seen = len(evs)
 		fmt.Fprintf(c.stderr, "tether: %s: %s\n", id, joinStates(lifecycle(evs)))
 		for _, e := range evs {
-			if e.Type == fsm.EventLaunched && strings.HasPrefix(e.Reason, "warning: ") {
-				fmt.Fprintf(c.stderr, "tether: %s: %s\n", id, printable(e.Reason))
+			if e.Type == fsm.EventLaunched {
+				c.sayWarnings(id, e.Warnings)
 			}
 		}
 	}
@@ -266,6 +274,14 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 	final, werr := c.waitTask(ctx, s, id, seen, sigs, &interrupted)
 	tail.stop()
 	return c.endCode(final, werr, interrupted)
+}
+
+// sayWarnings tells, on stderr, what a launch did other than what was
+// asked.
+func (c *cli) sayWarnings(id string, ws []fsm.Warning) {
+	for _, w := range ws {
+		fmt.Fprintf(c.stderr, "tether: %s: warning: %s\n", id, printable(w.Text))
+	}
 }
 
 // straightStart is the states a start passes through when nothing goes
@@ -324,7 +340,7 @@ func (c *cli) sayRestarts(ctx context.Context, s *session, id string, seen int) 
 			if e.Exit != nil {
 				what = describeExit(*e.Exit)
 			}
-			fmt.Fprintf(c.stderr, "tether: %s: %s; restart %d in %s\n", id, what, e.Attempt, e.Grace)
+			fmt.Fprintf(c.stderr, "tether: %s: %s; restart %d in %s\n", id, what, e.Attempt, e.Delay)
 		case fsm.EventLaunched:
 			fmt.Fprintf(c.stderr, "tether: %s: restarted, pid %d\n", id, e.TaskPID)
 		case fsm.EventLaunchFailed:
@@ -366,17 +382,9 @@ func (c *cli) endCode(final fsm.Task, err error, interrupted os.Signal) int {
 	case final.Exit != nil:
 		return exitCode(*final.Exit)
 	case final.State == fsm.StateFailed:
-		return startExitCode(nil, final.Reason)
+		return startExitCode(nil, final.Cause)
 	}
 	return exitError
-}
-
-// copyOutput prints whatever the task wrote, if anything.
-func (c *cli) copyOutput(id string) {
-	startTail(c.log, c.taskDir(id), []tailStream{
-		{name: stdoutFile, out: c.stdout},
-		{name: stderrFile, out: c.stderr},
-	}).stop()
 }
 
 // startFailed reports a task that did not start and picks the exit code:
@@ -386,23 +394,21 @@ func (c *cli) startFailed(id string, task fsm.Task, err error) int {
 	why := err.Error()
 	var te *driver.TaskError
 	switch {
-	case task.Reason != "" && strings.Contains(why, task.Reason):
-		why = task.Reason
+	case task.Reason != "" && errors.Is(err, driver.ErrStartFailed):
+		why = task.Reason // the failure the driver recorded, which err repeats
 	case errors.As(err, &te):
 		why = te.Err.Error()
 	}
 	c.errorf("task %s failed to start (%s): %s", id, task.State, why)
-	code := startExitCode(err, task.Reason)
+	code := startExitCode(err, task.Cause)
 	switch {
 	case code == exitNotFound:
 		fmt.Fprintln(c.stderr, "  check the command's name and PATH, or give its absolute path")
 	case code == exitCannotRun:
 		fmt.Fprintln(c.stderr, "  check that the command is an executable file (chmod +x)")
-	case strings.Contains(err.Error(), "capabilit") || strings.Contains(task.Reason, "capabilit"):
-		if !errors.Is(err, executor.ErrCapNotAllowed) && !strings.Contains(task.Reason, executor.ErrCapNotAllowed.Error()) {
-			fmt.Fprintln(c.stderr, "  remove the capability from cap_add, or use driver raw_exec")
-			break
-		}
+	case task.Cause == fsm.CauseUnknownCap || errors.Is(err, executor.ErrUnknownCap) && !errors.Is(err, executor.ErrCapNotAllowed):
+		fmt.Fprintln(c.stderr, "  remove the capability from cap_add, or use driver raw_exec")
+	case task.Cause == fsm.CauseCapNotAllowed || errors.Is(err, executor.ErrCapNotAllowed):
 		fmt.Fprintf(c.stderr, "  remove the capability from cap_add, use driver raw_exec, or allow it with --allow-caps LIST\n"+
 			"  (or TETHER_ALLOW_CAPS=LIST): the allow list with it added; the default is %s\n",
 			strings.ToLower(strings.Join(executor.DefaultAllowedCaps, ",")))
@@ -440,17 +446,13 @@ func (c *cli) notRecorded(id string, err error) int {
 
 // startExitCode follows docker run: 127 when the command is not found,
 // 126 when it cannot be executed, 125 for any other failure to start. The
-// driver records the executor's error as the task's reason, so the reason
-// is matched as well as the error chain.
-func startExitCode(err error, reason string) int {
-	text := reason
-	if err != nil {
-		text = err.Error() + "\n" + reason
-	}
+// cause is the one the driver recorded with the failure (fsm.Cause), or
+// the error's own when the failure happened in this process.
+func startExitCode(err error, cause fsm.Cause) int {
 	switch {
-	case errors.Is(err, errCommandNotFound) || strings.Contains(text, errCommandNotFound.Error()):
+	case cause == fsm.CauseCommandNotFound || errors.Is(err, executor.ErrCommandNotFound):
 		return exitNotFound
-	case errors.Is(err, errNotExecutable) || strings.Contains(text, errNotExecutable.Error()):
+	case cause == fsm.CauseNotExecutable || errors.Is(err, executor.ErrNotExecutable):
 		return exitCannotRun
 	}
 	return exitStartFail
@@ -503,15 +505,11 @@ func (c *cli) cmdWait(args []string) int {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	s, err := c.open()
-	if err != nil {
-		return c.fail(err)
+	s, info, code, ok := c.openTask(ctx, fs.Arg(0))
+	if !ok {
+		return code
 	}
 	defer c.closeSession(s)
-	info, err := c.resolve(ctx, s, fs.Arg(0))
-	if err != nil {
-		return c.fail(err)
-	}
 	if info.State.Terminal() {
 		return c.endCode(info.Task, nil, nil)
 	}

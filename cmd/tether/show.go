@@ -285,8 +285,11 @@ type eventJSON struct {
 	ExitSignal  int       `json:"exit_signal,omitempty"`
 	Signal      int       `json:"signal,omitempty"`
 	Grace       string    `json:"grace,omitempty"`
+	Delay       string    `json:"delay,omitempty"`
 	Target      string    `json:"target,omitempty"`
 	Reason      string    `json:"reason,omitempty"`
+	Cause       string    `json:"cause,omitempty"`
+	Warnings    []string  `json:"warnings,omitempty"`
 	Spec        *fsm.Spec `json:"spec,omitempty"`
 }
 
@@ -333,6 +336,15 @@ func (c *cli) cmdEvents(args []string) int {
 			if e.Grace > 0 {
 				j.Grace = e.Grace.String()
 			}
+			if e.Delay > 0 {
+				j.Delay = e.Delay.String()
+			}
+			if e.Cause != fsm.CauseNone {
+				j.Cause = e.Cause.String()
+			}
+			for _, w := range e.Warnings {
+				j.Warnings = append(j.Warnings, w.Text)
+			}
 			if e.Target != fsm.StateNone {
 				j.Target = e.Target.String()
 			}
@@ -377,13 +389,16 @@ func eventDetails(e fsm.Event) string {
 		parts = append(parts, describeExit(*e.Exit))
 	}
 	if e.Type == fsm.EventRestartIntent {
-		parts = append(parts, fmt.Sprintf("restart %d after %s", e.Attempt, e.Grace))
+		parts = append(parts, fmt.Sprintf("restart %d after %s", e.Attempt, e.Delay))
 	}
 	if e.Target != fsm.StateNone {
 		parts = append(parts, "-> "+e.Target.String())
 	}
 	if e.Reason != "" {
 		parts = append(parts, e.Reason)
+	}
+	for _, w := range e.Warnings {
+		parts = append(parts, "warning: "+w.Text)
 	}
 	return strings.Join(parts, "; ")
 }
@@ -403,15 +418,11 @@ func (c *cli) cmdLogs(args []string) int {
 		return exitUsage
 	}
 	ctx := context.Background()
-	s, err := c.open()
-	if err != nil {
-		return c.fail(err)
+	s, info, code, ok := c.openTask(ctx, fs.Arg(0))
+	if !ok {
+		return code
 	}
 	defer c.closeSession(s)
-	info, err := c.resolve(ctx, s, fs.Arg(0))
-	if err != nil {
-		return c.fail(err)
-	}
 	name := stdoutFile
 	if *stderr {
 		name = stderrFile
@@ -439,7 +450,7 @@ func (c *cli) cmdLogs(args []string) int {
 		}
 	}()
 	tail := startTail(c.log, c.taskDir(info.ID), []tailStream{stream})
-	_, err = s.d.WaitTask(wctx, info.ID)
+	_, err := s.d.WaitTask(wctx, info.ID)
 	tail.stop()
 	if err != nil && wctx.Err() == nil {
 		c.log.Debug("stopped following", "task_id", info.ID, "err", err)

@@ -18,7 +18,9 @@ import (
 
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/internal/testproc"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // waitGone waits, through a pidfd, until process pid has exited (a
@@ -54,7 +56,7 @@ func (e *env) startOrphaned(name string) (string, executor.LaunchRecord) {
 	e.t.Helper()
 	id := strings.TrimSpace(e.must(e.runArgs("start", []string{"--name", name}, "sleep")...).stdout)
 	st := e.status(id)[0]
-	rec, ok, err := executor.ReadLaunchRecord(filepath.Join(e.dir, "tasks", id))
+	rec, ok, err := executor.SideFiles(filepath.Join(e.dir, "tasks", id)).LaunchRecord()
 	if err != nil || !ok {
 		e.t.Fatalf("the launch record of %s: %v %v", id, ok, err)
 	}
@@ -104,7 +106,7 @@ func TestRecover_PlantedSideFilesAreRefusedCheaply(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = stranger.Process.Kill(); _ = stranger.Wait() }) // before the leak check
-	strangerStart, err := executor.ProcStartTime(stranger.Process.Pid)
+	strangerStart, err := proc.StartTime(stranger.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,13 +128,13 @@ func TestRecover_PlantedSideFilesAreRefusedCheaply(t *testing.T) {
 	if len(b) != maxSideFile+1 {
 		t.Fatalf("the over-cap record is %d bytes, want %d", len(b), maxSideFile+1)
 	}
-	if err := os.WriteFile(filepath.Join(e.dir, "tasks", overCap, executor.ExitStatusFile), b, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(e.dir, "tasks", overCap, statedir.ExitStatusFile), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 
 	// sparse: 300 MB, a record at its head and holes after.
 	sparse, rec := e.startOrphaned("sparse")
-	f, err := os.OpenFile(filepath.Join(e.dir, "tasks", sparse, executor.ExitStatusFile), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	f, err := os.OpenFile(filepath.Join(e.dir, "tasks", sparse, statedir.ExitStatusFile), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +148,7 @@ func TestRecover_PlantedSideFilesAreRefusedCheaply(t *testing.T) {
 
 	// fifo: a FIFO where the exit record goes.
 	fifo, _ := e.startOrphaned("fifo")
-	if err := unix.Mkfifo(filepath.Join(e.dir, "tasks", fifo, executor.ExitStatusFile), 0o600); err != nil {
+	if err := unix.Mkfifo(filepath.Join(e.dir, "tasks", fifo, statedir.ExitStatusFile), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
@@ -167,7 +169,7 @@ func TestRecover_PlantedSideFilesAreRefusedCheaply(t *testing.T) {
 		t.Fatalf("the crashed start's task directory: %v %v", dirs, err)
 	}
 	symDir, symlink := dirs[0], filepath.Base(dirs[0])
-	x, err := executor.ReadIdentity(symDir)
+	x, err := executor.SideFiles(symDir).Identity()
 	if err != nil {
 		t.Fatalf("the identity of the crashed start's executor: %v", err)
 	}
@@ -180,7 +182,7 @@ func TestRecover_PlantedSideFilesAreRefusedCheaply(t *testing.T) {
 	if err := os.WriteFile(target, lb, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(target, filepath.Join(symDir, executor.LaunchFile)); err != nil {
+	if err := os.Symlink(target, filepath.Join(symDir, statedir.LaunchFile)); err != nil {
 		t.Fatal(err)
 	}
 

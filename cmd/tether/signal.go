@@ -44,15 +44,11 @@ func (c *cli) cmdSignal(args []string) int {
 		return exitUsage
 	}
 	ctx := context.Background()
-	s, err := c.open()
-	if err != nil {
-		return c.fail(err)
+	s, info, code, ok := c.openTask(ctx, pos[0])
+	if !ok {
+		return code
 	}
 	defer c.closeSession(s)
-	info, err := c.resolve(ctx, s, pos[0])
-	if err != nil {
-		return c.fail(err)
-	}
 	info = c.reconcileIfGone(ctx, s, info)
 	if *main {
 		err = s.d.SignalMain(ctx, info.ID, sig)

@@ -22,7 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/cgroup"
-	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // sigHelperArg makes the test binary act as a task of this file's tests,
@@ -184,7 +184,7 @@ func TestSignal_Refusals(t *testing.T) {
 func TestSignal_PlantedListenerRefused(t *testing.T) {
 	e := newEnv(t)
 	id := strings.TrimSpace(e.must(e.runArgs("start", []string{"--name", "victim"}, "sleep")...).stdout)
-	sock := filepath.Join(e.dir, "tasks", id, executor.SocketFile)
+	sock := filepath.Join(e.dir, "tasks", id, statedir.SocketFile)
 	if err := os.Remove(sock); err != nil {
 		t.Fatal(err)
 	}

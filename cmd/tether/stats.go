@@ -29,15 +29,11 @@ func (c *cli) cmdStats(args []string) int {
 		return exitUsage
 	}
 	ctx := context.Background()
-	s, err := c.open()
-	if err != nil {
-		return c.fail(err)
+	s, info, code, ok := c.openTask(ctx, fs.Arg(0))
+	if !ok {
+		return code
 	}
 	defer c.closeSession(s)
-	info, err := c.resolve(ctx, s, fs.Arg(0))
-	if err != nil {
-		return c.fail(err)
-	}
 	st, err := s.d.TaskStats(ctx, info.ID)
 	if err != nil {
 		return c.fail(err)

@@ -8,7 +8,7 @@
 //
 //	func TestMain(m *testing.M) {
 //		testproc.Dispatch(map[string]func([]string) int{
-//			"executor": executor.Serve,
+//			"executor": server.Serve,
 //			"task":     runTask,
 //		})
 //		os.Exit(m.Run())
@@ -32,6 +32,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
 )
 
 // long is the -long flag of every test binary that links this package.
@@ -81,10 +84,9 @@ func Dispatch(modes map[string]func(args []string) int) {
 
 // Proc is a live process found by Marked.
 type Proc struct {
-	PID     int
+	fsm.Proc
 	Args    []string
 	Cmdline string // Args joined by spaces
-	Start   uint64 // its start time (field 22 of /proc/PID/stat, clock ticks since boot)
 }
 
 func (p Proc) String() string { return strconv.Itoa(p.PID) + " " + p.Cmdline }
@@ -109,37 +111,20 @@ func Marked(marker string) []Proc {
 				continue
 			}
 		}
-		start, ok := liveStart(pid)
+		start, ok := proc.Live(pid)
 		if !ok {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
-		out = append(out, Proc{PID: pid, Args: args, Cmdline: strings.Join(args, " "), Start: start})
+		out = append(out, Proc{Proc: fsm.Proc{PID: pid, StartTime: start}, Args: args, Cmdline: strings.Join(args, " ")})
 	}
 	return out
-}
-
-// liveStart returns pid's start time if it is alive (not a zombie).
-func liveStart(pid int) (uint64, bool) {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, false
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
-		return 0, false
-	}
-	var start uint64
-	if f := strings.Fields(string(stat[i+2:])); len(f) > 19 {
-		start, _ = strconv.ParseUint(f[19], 10, 64)
-	}
-	return start, true
 }
 
 // Alive reports whether pid is a live process: it exists and is neither a
 // zombie nor dead.
 func Alive(pid int) bool {
-	_, ok := liveStart(pid)
+	_, ok := proc.Live(pid)
 	return ok
 }
 

@@ -458,7 +458,7 @@ func rows(t *table, res map[string]map[string]metrics, failed map[string]string,
 			comparison: "floor " + ms(m["floor-p50-ms"]) + ": 2 bbolt commits (stop-requested, executor-reaped) + cgroup.kill + pidfd wait + rmdir of the cgroup + SIGKILL → wait of a Go helper",
 			ratio:      ratioCell(m["ratio"]), r: m["ratio"], lim: 2, le: true, target: le(2),
 			why: func() string {
-				return fmt.Sprintf("the kill-executor effect takes %s of tether's %s (the executor's Stop kills the cgroup and waits for it to empty, Shutdown, the kill by identity, the driver's own cgroup kill and removal); %s", f(m, "phase-kill-effect-ms"), ms(m["tether-p50-ms"]), killWhy)
+				return fmt.Sprintf("the kill-executor effect takes %s of tether's %s (the executor's Stop kills the cgroup, waits for it to empty and removes it, then the executor is dismissed: SIGKILL through the pidfd on its proven identity, its death awaited); %s", f(m, "phase-kill-effect-ms"), ms(m["tether-p50-ms"]), killWhy)
 			}})
 	} else {
 		missing("7. Kill of a running task", "kill", "≤ 2x")
@@ -496,7 +496,7 @@ func rows(t *table, res map[string]map[string]metrics, failed map[string]string,
 		t.add("13. Property suite (TestDriver_Properties)", "not measured: "+firstLine(propErr.Error()), "", "", "(info)", "—", "")
 	}
 	if m, ok := get("fold", "BenchmarkFoldVsSwitch"); ok {
-		t.add("fsm: fold (Table.Apply) per event", fmt.Sprintf("%.0f ns", m["table-ns/event"]),
+		t.add("fsm: fold (Table.FoldInPlace) per event", fmt.Sprintf("%.0f ns", m["table-ns/event"]),
 			fmt.Sprintf("hand-written switch %.0f ns", m["switch-ns/event"]), ratioCell(m["ratio"]), "(info)", "—", "")
 	}
 }
@@ -817,8 +817,8 @@ var (
 	recoverWhy = "Profiled (go test -cpuprofile): per task a store read to create its owner and a second after taking the task's lock " +
 		"(owner.reconcile's reload: skipping it when the state was just read took Recover from 30.9 to 23.6 µs a task), the identity check (the floor), " +
 		"the reattached append, and the owner goroutine with its channels (GC ~7%)."
-	killWhy = "The executor's Stop kills the task's cgroup (cgroup.kill) and answers before its exit record's fsync; the driver then kills the " +
-		"executor by identity and waits for its death (which follows that fsync), kills and removes the recorded cgroup (gone already) and " +
+	killWhy = "The executor's Stop kills the task's cgroup (cgroup.kill), removes it once empty and answers (Status.Emptied) before its exit " +
+		"record's fsync; the driver then kills the executor through the pidfd on its proven identity (Conn.Dismiss), waits for its death and " +
 		"appends executor-reaped; the floor has no executor between. Before this round the Stop scanned all of /proc to signal the group and " +
 		"answered after the fsync, and the driver sent a Shutdown: 33.7 ms then, against a 3.9 ms floor."
 	runWhy = "An exec task starts through the init shim (namespaces, root, user, capabilities): with the CLI and the executor that is three " +

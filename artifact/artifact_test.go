@@ -1,0 +1,325 @@
+package artifact
+
+import (
+	"archive/tar"
+	"archive/zip"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tether-fsm/tether/taskdir"
+)
+
+// sandbox is a Nomad-shaped alloc directory inside a parent that also
+// holds an "outside" directory nothing may be written to.
+type sandbox struct {
+	parent, outside string
+	layout          taskdir.Layout
+	planted         map[string]bool
+}
+
+// plant writes a file the test itself puts outside (with its directories).
+func (s *sandbox) plant(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(data), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	for p := path; p != s.parent && p != "/"; p = filepath.Dir(p) {
+		s.planted[p] = true
+	}
+}
+
+func newSandbox(t *testing.T) *sandbox {
+	t.Helper()
+	parent := t.TempDir()
+	s := &sandbox{parent: parent, outside: filepath.Join(parent, "outside"),
+		layout:  taskdir.Layout{TaskDir: filepath.Join(parent, "a1", "web"), AllocDir: filepath.Join(parent, "a1", "alloc")},
+		planted: map[string]bool{}}
+	for _, d := range []string{s.outside, filepath.Join(s.layout.TaskDir, "local"), s.layout.AllocDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { s.assertOutsideUntouched(t) })
+	return s
+}
+
+// assertOutsideUntouched fails if anything was written outside the task
+// and alloc directories.
+func (s *sandbox) assertOutsideUntouched(t *testing.T) {
+	t.Helper()
+	filepath.WalkDir(s.parent, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		switch {
+		case p == s.parent, p == s.outside, p == filepath.Dir(s.layout.TaskDir), s.planted[p]:
+			return nil
+		case strings.HasPrefix(p+"/", s.layout.TaskDir+"/"), strings.HasPrefix(p+"/", s.layout.AllocDir+"/"):
+			return nil
+		}
+		t.Errorf("something was written outside the task and alloc directories: %s", p)
+		return nil
+	})
+}
+
+type entry struct {
+	name, body, link string
+	typ              byte
+}
+
+func tarball(t *testing.T, gz bool, entries ...entry) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	var tw *tar.Writer
+	var zw *gzip.Writer
+	if gz {
+		zw = gzip.NewWriter(&buf)
+		tw = tar.NewWriter(zw)
+	} else {
+		tw = tar.NewWriter(&buf)
+	}
+	for _, e := range entries {
+		typ := e.typ
+		if typ == 0 {
+			typ = tar.TypeReg
+		}
+		h := &tar.Header{Name: e.name, Typeflag: typ, Mode: 0o644, Size: int64(len(e.body)), Linkname: e.link}
+		if typ != tar.TypeReg {
+			h.Size = 0
+		}
+		if typ == tar.TypeDir {
+			h.Mode = 0o755
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if typ == tar.TypeReg {
+			tw.Write([]byte(e.body))
+		}
+	}
+	tw.Close()
+	if zw != nil {
+		zw.Close()
+	}
+	return buf.Bytes()
+}
+
+func zipball(t *testing.T, entries ...entry) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, e := range entries {
+		h := &zip.FileHeader{Name: e.name, Method: zip.Deflate}
+		if e.link != "" {
+			h.SetMode(fs.ModeSymlink | 0o777)
+			w, _ := zw.CreateHeader(h)
+			w.Write([]byte(e.link))
+			continue
+		}
+		h.SetMode(0o644)
+		w, err := zw.CreateHeader(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write([]byte(e.body))
+	}
+	zw.Close()
+	return buf.Bytes()
+}
+
+// serve serves files by path on 127.0.0.1.
+func serve(t *testing.T, files map[string][]byte) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, ok := files[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write(b)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func sum(b []byte) string { h := sha256.Sum256(b); return "sha256:" + hex.EncodeToString(h[:]) }
+
+func TestFetch_HTTPFileAndArchives(t *testing.T) {
+	s := newSandbox(t)
+	tgz := tarball(t, true, entry{name: "app/", typ: tar.TypeDir}, entry{name: "app/run.sh", body: "echo hi\n"},
+		entry{name: "app/link", link: "run.sh", typ: tar.TypeSymlink}, entry{name: "app/hard", link: "app/run.sh", typ: tar.TypeLink})
+	zp := zipball(t, entry{name: "z/a.txt", body: "a"}, entry{name: "z/l", link: "a.txt"})
+	var gzOne bytes.Buffer
+	gw := gzip.NewWriter(&gzOne)
+	gw.Write([]byte("plain\n"))
+	gw.Close()
+	srv := serve(t, map[string][]byte{"/f/go.mod": []byte("module x\n"), "/app.tar.gz": tgz, "/z.zip": zp, "/one.txt.gz": gzOne.Bytes(), "/keep.tar.gz": tgz})
+	f := &Fetcher{Layout: s.layout, TempDir: t.TempDir()}
+	ctx := context.Background()
+	for _, a := range []Artifact{
+		{Source: srv.URL + "/f/go.mod", Options: map[string]string{"checksum": sum([]byte("module x\n"))}},
+		{Source: srv.URL + "/f/go.mod?checksum=" + sum([]byte("module x\n")), Destination: "local/q"},
+		{Source: srv.URL + "/app.tar.gz", Destination: "local/x"},
+		{Source: srv.URL + "/z.zip"},
+		{Source: srv.URL + "/one.txt.gz"},
+		{Source: srv.URL + "/keep.tar.gz", Options: map[string]string{"archive": "false"}},
+		{Source: srv.URL + "/f/go.mod", Destination: "../alloc/data/go.mod", Mode: ModeFile},
+	} {
+		if err := f.Fetch(ctx, a); err != nil {
+			t.Fatalf("%+v: %v", a, err)
+		}
+	}
+	local := filepath.Join(s.layout.TaskDir, "local")
+	for p, want := range map[string]string{
+		"go.mod": "module x\n", "q/go.mod": "module x\n", "x/app/run.sh": "echo hi\n", "x/app/link": "echo hi\n",
+		"x/app/hard": "echo hi\n", "z/a.txt": "a", "z/l": "a", "one.txt": "plain\n",
+	} {
+		b, err := os.ReadFile(filepath.Join(local, p))
+		if err != nil || string(b) != want {
+			t.Errorf("local/%s = %q, %v; want %q", p, b, err, want)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(local, "keep.tar.gz")); !bytes.Equal(b, tgz) {
+		t.Errorf("archive = false did not keep the archive as is")
+	}
+	if b, _ := os.ReadFile(filepath.Join(s.layout.AllocDir, "data", "go.mod")); string(b) != "module x\n" {
+		t.Errorf("../alloc/data/go.mod = %q", b)
+	}
+}
+
+// TestFetch_Hostile: each hostile artifact is refused with a named error
+// and nothing lands outside the task and alloc directories (the sandbox
+// checks at cleanup).
+func TestFetch_Hostile(t *testing.T) {
+	s := newSandbox(t)
+	escTar := tarball(t, false, entry{name: "ok.txt", body: "fine"}, entry{name: "../../../outside/pwned", body: "x"})
+	absTar := tarball(t, false, entry{name: s.outside + "/pwned", body: "x"})
+	symOut := tarball(t, false, entry{name: "evil", link: s.outside, typ: tar.TypeSymlink}, entry{name: "evil/pwned", body: "x"})
+	symRel := tarball(t, false, entry{name: "evil", link: "../../../../outside", typ: tar.TypeSymlink}, entry{name: "evil/pwned", body: "x"})
+	symIn := tarball(t, false, entry{name: "d/", typ: tar.TypeDir}, entry{name: "in", link: "d", typ: tar.TypeSymlink}, entry{name: "in/pwned", body: "x"})
+	hardOut := tarball(t, false, entry{name: "h", link: "../../../outside/secret", typ: tar.TypeLink})
+	dev := tarball(t, false, entry{name: "null", typ: tar.TypeChar})
+	fifo := tarball(t, false, entry{name: "p", typ: tar.TypeFifo})
+	zipEsc := zipball(t, entry{name: "../../outside/pwned", body: "x"})
+	zipSym := zipball(t, entry{name: "l", link: "/etc"}, entry{name: "l/pwned", body: "x"})
+	s.plant(t, filepath.Join(s.outside, "secret"), "secret")
+	srv := serve(t, map[string][]byte{"/esc.tar": escTar, "/abs.tar": absTar, "/symout.tar": symOut, "/symrel.tar": symRel,
+		"/symin.tar": symIn, "/hard.tar": hardOut, "/dev.tar": dev, "/fifo.tar": fifo, "/esc.zip": zipEsc, "/sym.zip": zipSym, "/f": []byte("data")})
+	f := &Fetcher{Layout: s.layout, TempDir: t.TempDir()}
+	for _, tc := range []struct {
+		name string
+		a    Artifact
+		want error
+		says string
+	}{
+		{"dotdot entry", Artifact{Source: srv.URL + "/esc.tar"}, ErrOutside, `climbs out with ".."`},
+		{"absolute entry", Artifact{Source: srv.URL + "/abs.tar"}, ErrOutside, "absolute path"},
+		{"symlink out then a file through it", Artifact{Source: srv.URL + "/symout.tar"}, ErrOutside, "points outside"},
+		{"relative symlink out", Artifact{Source: srv.URL + "/symrel.tar"}, ErrOutside, "points outside"},
+		{"a file through a symlink that stays inside", Artifact{Source: srv.URL + "/symin.tar"}, ErrOutside, "symbolic link"},
+		{"hard link out", Artifact{Source: srv.URL + "/hard.tar"}, ErrOutside, "hard link"},
+		{"device node", Artifact{Source: srv.URL + "/dev.tar"}, ErrArchive, "character device"},
+		{"fifo", Artifact{Source: srv.URL + "/fifo.tar"}, ErrArchive, "fifo"},
+		{"zip dotdot", Artifact{Source: srv.URL + "/esc.zip"}, ErrOutside, `".."`},
+		{"zip symlink out", Artifact{Source: srv.URL + "/sym.zip"}, ErrOutside, "points outside"},
+		{"checksum mismatch", Artifact{Source: srv.URL + "/f", Options: map[string]string{"checksum": "sha256:" + strings.Repeat("0", 64)}}, ErrChecksum, "sha256 is"},
+		{"checksum query mismatch", Artifact{Source: srv.URL + "/f?checksum=md5:" + strings.Repeat("a", 32)}, ErrChecksum, "md5 is"},
+		{"bad checksum type", Artifact{Source: srv.URL + "/f", Options: map[string]string{"checksum": "crc32:00"}}, ErrChecksum, "crc32"},
+		{"destination out", Artifact{Source: srv.URL + "/f", Destination: "../../outside/x", Mode: ModeFile}, ErrOutside, "outside"},
+		{"absolute destination out", Artifact{Source: srv.URL + "/f", Destination: s.outside + "/x", Mode: ModeFile}, ErrOutside, "outside"},
+		{"local source outside", Artifact{Source: filepath.Join(s.outside, "secret")}, ErrOutside, "outside"},
+		{"file:// source outside", Artifact{Source: "file://" + filepath.Join(s.outside, "secret")}, ErrOutside, "outside"},
+		{"local source up and out", Artifact{Source: "../../outside/secret"}, ErrOutside, "outside"},
+		{"git", Artifact{Source: "git::https://example.com/r"}, ErrSource, `"git" getter`},
+		{"github shorthand", Artifact{Source: "github.com/hashicorp/go-set"}, ErrSource, "git (GitHub shorthand)"},
+		{"s3", Artifact{Source: "s3::https://s3.amazonaws.com/b/k"}, ErrSource, `"s3" getter`},
+		{"unreachable", Artifact{Source: "http://127.0.0.1:1/x"}, ErrSource, "cannot reach"},
+		{"not found", Artifact{Source: srv.URL + "/missing"}, ErrSource, "404"},
+		{"mode file for a tarball", Artifact{Source: srv.URL + "/esc.tar", Mode: ModeFile, Destination: "local/t"}, ErrMode, "archive"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := f.Fetch(context.Background(), tc.a)
+			var ae *Error
+			if !errors.Is(err, tc.want) || !errors.As(err, &ae) || ae.Source != tc.a.Source || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("Fetch = %v; want %v naming the source and saying %q", err, tc.want, tc.says)
+			}
+		})
+	}
+	if b, _ := os.ReadFile(filepath.Join(s.outside, "secret")); string(b) != "secret" {
+		t.Errorf("the file outside changed: %q", b)
+	}
+}
+
+func TestFetch_LocalSources(t *testing.T) {
+	s := newSandbox(t)
+	allowed := filepath.Join(s.parent, "outside", "shared")
+	s.plant(t, filepath.Join(allowed, "sub", "f.txt"), "shared")
+	os.WriteFile(filepath.Join(s.layout.AllocDir, "in-alloc.txt"), []byte("alloc"), 0o644)
+	f := &Fetcher{Layout: s.layout, TempDir: t.TempDir()}
+	if err := f.Fetch(context.Background(), Artifact{Source: allowed}); !errors.Is(err, ErrOutside) {
+		t.Fatalf("a directory nobody allowed: %v", err)
+	}
+	f.AllowRead = []string{allowed}
+	ctx := context.Background()
+	if err := f.Fetch(ctx, Artifact{Source: allowed, Destination: "local/copy"}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(s.layout.TaskDir, "local", "copy", "sub", "f.txt")); err != nil || string(b) != "shared" {
+		t.Errorf("copied tree: %q %v", b, err)
+	}
+	if err := f.Fetch(ctx, Artifact{Source: "file://" + filepath.Join(s.layout.AllocDir, "in-alloc.txt")}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(s.layout.TaskDir, "local", "in-alloc.txt")); string(b) != "alloc" {
+		t.Errorf("file:// from the alloc dir: %q", b)
+	}
+}
+
+// FuzzUnpack unpacks arbitrary tar and zip bytes: it never panics, and
+// never writes outside the destination.
+func FuzzUnpack(f *testing.F) {
+	t := &testing.T{}
+	f.Add(tarball(t, false, entry{name: "a/b", body: "x"}), false)
+	f.Add(tarball(t, false, entry{name: "../x", body: "x"}), false)
+	f.Add(tarball(t, false, entry{name: "l", link: "/", typ: tar.TypeSymlink}, entry{name: "l/x", body: "y"}), false)
+	f.Add(zipball(t, entry{name: "z/../../x", body: "x"}), true)
+	f.Add(zipball(t, entry{name: "ok", body: "x"}, entry{name: "s", link: "ok"}), true)
+	f.Fuzz(func(t *testing.T, data []byte, isZip bool) {
+		parent := t.TempDir()
+		dest := filepath.Join(parent, "root", "dest")
+		if err := os.MkdirAll(dest, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		root, err := taskdir.OpenRoot(filepath.Join(parent, "root"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer root.Close()
+		u := &Unpacker{Root: root, Dest: "dest", Limits: Limits{MaxBytes: 1 << 20, MaxFiles: 64}, Owner: taskdir.Keep}
+		format := FormatTar
+		if isZip {
+			format = FormatZip
+		}
+		_ = u.Unpack(context.Background(), bytes.NewReader(data), int64(len(data)), format)
+		filepath.WalkDir(parent, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && p != parent && p != filepath.Join(parent, "root") && !strings.HasPrefix(p+"/", dest+"/") {
+				t.Fatalf("unpacked outside the destination: %s", p)
+			}
+			return nil
+		})
+	})
+}

@@ -1,0 +1,81 @@
+// Package cluster is tether past one machine: every node's task events
+// mirrored to etcd exactly once, a lease per node for its liveness, and a
+// desired state per node that its agent converges. It never schedules:
+// placement and rescheduling belong to Nomad or Kubernetes. The
+// write-ahead log stays local (store, bbolt): a partitioned node still
+// records its kills, so no quorum is ever in the path of an effect, and
+// etcd is a mirror and a control plane, never the log.
+//
+// Only the CLI imports this package; the etcd client (and gRPC) never
+// enter fsm, store, driver or executor, which an embedder imports
+// (TestDeps_EmbedderPackagesDoNotLinkEtcd).
+//
+// # Key layout
+//
+// Under a prefix (DefaultPrefix, "/tether/"), with NODE a validated node
+// name and TASK a task id (both by the task id rule), never a raw task
+// name:
+//
+//	alive/NODE             the node's liveness key, under its lease; value: Holder
+//	node/NODE              the node's status: up since, last seen, mirror lag
+//	head/NODE/TASK         the task's mirrored head: seq, state, name, times
+//	event/NODE/TASK/SEQ    one event, as the node recorded it (JSON; SEQ 20 digits);
+//	                       environment values replaced by Redacted
+//	desired/NODE/NAME      a task file the node is told to run (HCL text)
+//
+// # The mirror
+//
+// Each batch of events goes to etcd in one transaction: if the node's
+// liveness key is under this agent's lease (the fence), and each task's
+// head is at the revision the mirror read (or absent), and none of the
+// batch's event keys exists, then put the events and the new heads. So a
+// retry of a batch whose answer was lost, a crash at any step, or a
+// second writer for the node can never duplicate or reorder an event,
+// and the mirror only ever holds events read from the local log after
+// they were committed (never ahead of it). After any error the mirror
+// reads the heads from etcd again and goes on from there: a local cursor
+// is never trusted. A task the local log no longer has (gc), or whose
+// mirror is not a prefix of the local log (the state directory was
+// replaced under the node's name), is pruned and mirrored again from the
+// local log, which is the truth.
+//
+// # The agent's duties
+//
+// An agent (tether agent --node NAME --cluster URLS) wires a node in:
+//
+//  1. Open the store once and hold it (its flock makes this agent the
+//     only one of its state directory), and wrap it:
+//     src := cluster.NewStoreSource(st). Hand src to the driver as its
+//     store.Log: every Append and Remove is then noted for the mirror.
+//  2. cli, err := cluster.Dial(cluster.Config{Endpoints: urls, TLS: tls});
+//     it refuses plaintext to an endpoint off the loopback, and does not
+//     wait for etcd.
+//  3. n, err := cluster.NewNode(cli, cluster.NodeConfig{Name: node,
+//     LeaseTTL: ttl, Dir: filepath.Join(stateDir, "cluster"), Source:
+//     src, Changes: src.Changes(), Logger: log}).
+//  4. err = n.Register(ctx) with a deadline: exit on ErrNodeHeld (another
+//     agent holds the node; the error names it); go on after
+//     ErrUnavailable (etcd down: tasks run, Run registers later).
+//  5. go n.Run(ctx): one goroutine each for the lease (kept alive, its
+//     loss logged and re-registered, never stopping a task), the mirror,
+//     the status publisher and the desired state's watcher.
+//  6. Converge every set from n.Desired() as the --config-dir files are
+//     converged: a name added starts a task, removed stops it, a new
+//     ModRevision replaces it; each Spec is a task file, parsed and
+//     checked against the node's allow lists, which it can never widen.
+//     The first set may come from the local copy (FromCopy), before etcd
+//     answers.
+//  7. Report n.Stats(ctx) (lease, mirror lag in events and seconds) with
+//     the agent's metrics; the node publishes them under node/NODE.
+//
+// # Usage for `tether cluster`
+//
+//	f, _ := cluster.NewFleet(cli, "")
+//	rows, _ := f.Status(ctx)             // json.Marshal(rows): the status --json array
+//	nodes, _ := f.Nodes(ctx)             // liveness, mirror_lag_events, mirror_lag_seconds
+//	t, _ := f.Resolve(ctx, "web", node)  // a name by the CLI's rule; node "" for any
+//	evs, _, _ := f.Events(ctx, t.Node, t.ID)
+//	for e, err := range f.Follow(ctx, t.Node, t.ID, last) { ... }
+//	_, _ = f.Start(ctx, "n3", "web", hcl, false)
+//	_ = f.Stop(ctx, "n3", "web")
+package cluster

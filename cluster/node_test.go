@@ -1,0 +1,167 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func TestRegister_SecondAgentIsRefusedNamingTheHolder(t *testing.T) {
+	cli := dial(t, embedded(t))
+	dirA, dirB := t.TempDir(), t.TempDir()
+	a := newTestNode(t, cli, "n1", dirA, openStore(t, dirA))
+	runNode(t, a)
+	b := newTestNode(t, cli, "n1", dirB, openStore(t, dirB))
+	err := b.Register(ctxT(t))
+	var held *NodeHeldError
+	if !errors.As(err, &held) || !errors.Is(err, ErrNodeHeld) {
+		t.Fatalf("second agent's Register = %v, want a NodeHeldError", err)
+	}
+	if held.Holder.PID != os.Getpid() || held.Holder.Dir != a.cfg.Dir || held.Holder.Lease != a.Stats(ctxT(t)).Lease {
+		t.Errorf("holder %+v does not name the first agent (pid %d, dir %s)", held.Holder, os.Getpid(), a.cfg.Dir)
+	}
+	if !strings.Contains(err.Error(), a.cfg.Dir) {
+		t.Errorf("error %q does not name the holder's state directory", err)
+	}
+	// The refused agent left no lease behind to hold anything.
+	leases, err := cli.Leases(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(leases.Leases) != 1 {
+		t.Errorf("%d leases after a refused registration, want only the holder's", len(leases.Leases))
+	}
+}
+
+func TestRegister_EarlierAgentOfTheSameStateDirectoryIsTakenOver(t *testing.T) {
+	cli := dial(t, embedded(t))
+	dir := t.TempDir()
+	src := openStore(t, dir)
+	a := newTestNode(t, cli, "n1", dir, src, func(c *NodeConfig) { c.LeaseTTL = time.Minute })
+	if err := a.Register(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	old := a.Stats(ctxT(t)).Lease
+	// a "crashes": its lease has a minute left. Its successor holds the
+	// same store, so it is the only agent of the directory.
+	b := newTestNode(t, cli, "n1", dir, src)
+	if err := b.Register(ctxT(t)); err != nil {
+		t.Fatalf("successor of the same state directory: %v", err)
+	}
+	if b.Stats(ctxT(t)).Lease == old {
+		t.Fatal("successor reused the old lease")
+	}
+	ttl, err := cli.TimeToLive(ctxT(t), clientv3.LeaseID(old))
+	if err != nil || ttl.TTL != -1 {
+		t.Errorf("the earlier agent's lease still lives (TTL %d, %v): it should be revoked", ttl.TTL, err)
+	}
+}
+
+func TestLiveness_LostLeaseIsNoticedAndRegisteredAgain(t *testing.T) {
+	cli := dial(t, embedded(t))
+	dir := t.TempDir()
+	n := newTestNode(t, cli, "n1", dir, openStore(t, dir))
+	runNode(t, n)
+	first := n.Stats(ctxT(t)).Lease
+	_, changed := n.fence.get()
+	if _, err := cli.Revoke(ctxT(t), clientv3.LeaseID(first)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case <-changed:
+		case <-ctxT(t).Done():
+			t.Fatal("the lost lease was never replaced")
+		}
+		var id clientv3.LeaseID
+		id, changed = n.fence.get()
+		if id != 0 && int64(id) != first {
+			break
+		}
+	}
+	if n.Stats(ctxT(t)).LeaseLosses < 1 {
+		t.Error("the loss was not counted")
+	}
+	resp, err := cli.Get(ctxT(t), "/tether/alive/n1")
+	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == first {
+		t.Fatalf("liveness key after re-registration: %v, %v", resp.Kvs, err)
+	}
+}
+
+func TestNode_ShowsDownWithinTheLeaseTTLOnceItsAgentStops(t *testing.T) {
+	cli := dial(t, embedded(t))
+	dir := t.TempDir()
+	n := newTestNode(t, cli, "n1", dir, openStore(t, dir))
+	stop := runNode(t, n)
+	f, _ := NewFleet(cli, "")
+	rows, err := f.Nodes(ctxT(t))
+	if err != nil || len(rows) != 1 || rows[0].Liveness != Up {
+		t.Fatalf("nodes = %+v, %v; want n1 up", rows, err)
+	}
+	// Watch the liveness key from now, then stop the agent without
+	// revoking: only the lease's expiry can delete the key.
+	resp, _ := cli.Get(ctxT(t), "/tether/alive/n1")
+	wch := cli.Watch(ctxT(t), "/tether/alive/n1", clientv3.WithRev(resp.Header.Revision+1))
+	stop()
+	stopped := time.Now()
+	for wr := range wch {
+		if len(wr.Events) > 0 && wr.Events[0].Type == clientv3.EventTypeDelete {
+			break
+		}
+	}
+	if d := time.Since(stopped); d > n.cfg.LeaseTTL+2*time.Second {
+		t.Errorf("node went down %s after its agent stopped, TTL %s", d, n.cfg.LeaseTTL)
+	}
+	rows, err = f.Nodes(ctxT(t))
+	if err != nil || len(rows) != 1 || rows[0].Liveness != Down || rows[0].Since.IsZero() {
+		t.Fatalf("nodes = %+v, %v; want n1 down, with since", rows, err)
+	}
+}
+
+func TestNewNode_RefusesBadConfig(t *testing.T) {
+	cli := dial(t, embedded(t))
+	dir := t.TempDir()
+	src := openStore(t, dir)
+	for name, cfg := range map[string]NodeConfig{
+		"bad name":    {Name: "../etc", Dir: dir, Source: src, Changes: src.Changes()},
+		"short ttl":   {Name: "n1", Dir: dir, Source: src, Changes: src.Changes(), LeaseTTL: time.Second},
+		"no source":   {Name: "n1", Dir: dir},
+		"no dir":      {Name: "n1", Source: src, Changes: src.Changes()},
+		"bad prefix":  {Name: "n1", Dir: dir, Source: src, Changes: src.Changes(), Prefix: "tether"},
+		"open dir":    {Name: "n1", Dir: worldWritable(t), Source: src, Changes: src.Changes()},
+		"tiny txn":    {Name: "n1", Dir: dir, Source: src, Changes: src.Changes(), MaxTxnOps: 2},
+		"name with /": {Name: "a/b", Dir: dir, Source: src, Changes: src.Changes()},
+	} {
+		if _, err := NewNode(cli, cfg); err == nil {
+			t.Errorf("%s: NewNode accepted %+v", name, cfg)
+		}
+	}
+}
+
+func worldWritable(t *testing.T) string {
+	d := filepath.Join(t.TempDir(), "open")
+	if err := os.Mkdir(d, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(d, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestRegister_EtcdDownIsUnavailableNotFatal(t *testing.T) {
+	cli := dial(t, "http://127.0.0.1:"+itoa(freePort(t)))
+	dir := t.TempDir()
+	n := newTestNode(t, cli, "n1", dir, openStore(t, dir))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := n.Register(ctx); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Register with etcd down = %v, want ErrUnavailable", err)
+	}
+}

@@ -1,0 +1,98 @@
+//go:build linux
+
+package spec
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/tether-fsm/tether/cgroup"
+	"github.com/tether-fsm/tether/executor/internal/wire"
+	"github.com/tether-fsm/tether/fsm"
+)
+
+// Check is the one host check of a launch, made by the driver before it
+// spawns anything (executor.World.CheckSpec) and by the executor again at
+// launch, each after the spec's values were checked (fsm.Spec.Validate):
+// the user it runs as (exec defaults to nobody), for exec the capabilities
+// against the
+// allow list, the chroot entries, root, and task cgroups; for any limit, a
+// cgroup controller that enforces it. h is the host's cgroup layout, and
+// noCgroup why it gives no task cgroups (nil when it does). Errors are
+// named: ErrBadSpec, ErrUnknownUser, *CapError, ErrIsolation, ErrNoCgroup,
+// and ErrLimit wrapping a *cgroup.LimitError that names the controller.
+func Check(l wire.Launch, h cgroup.Host, noCgroup error) error {
+	tu, err := UserOf(l.Spec)
+	if err != nil {
+		return err
+	}
+	euid := os.Geteuid()
+	if tu.Set() && euid != 0 && tu.UID != euid {
+		return fmt.Errorf("%w: an executor running as uid %d cannot run a task as uid %d (%q); run tether as root", wire.ErrLaunch, euid, tu.UID, l.User)
+	}
+	if l.Driver == wire.ModeExec {
+		if _, err := ResolveCaps(l.CapAdd, l.CapDrop, l.AllowedCaps); err != nil {
+			return err
+		}
+		if _, err := ParseChroot(l.Chroot); err != nil {
+			return err
+		}
+		if l.Chroot != nil {
+			if err := ValidateChroot(l.Chroot); err != nil {
+				return err
+			}
+		}
+		if euid != 0 {
+			return fmt.Errorf("%w: exec needs root (uid %d here): its namespaces and a root of its own need CAP_SYS_ADMIN; run tether as root, or use driver raw_exec", wire.ErrIsolation, euid)
+		}
+		if noCgroup != nil {
+			return fmt.Errorf("%w: an exec task is contained in a cgroup of its own, and this host gives none: %w; run tether as root with cgroups mounted, or use driver raw_exec", wire.ErrNoCgroup, noCgroup)
+		}
+	}
+	needs := limitNeeds(Limits(l.Resources))
+	if len(needs) > 0 && noCgroup != nil {
+		return fmt.Errorf("%w: resources need the task's cgroup, and this host gives none: %w; drop the resources block, or run tether where it can make cgroups (root, or a delegated cgroup)", wire.ErrNoCgroup, noCgroup)
+	}
+	for _, n := range needs {
+		if _, why, ok := h.For(n.c); !ok {
+			return fmt.Errorf("%w: %w", wire.ErrLimit, &cgroup.LimitError{Limit: n.limit, Controller: n.c, Why: why})
+		}
+	}
+	return nil
+}
+
+// Limits are the task cgroup's limits for a spec's resources, in the
+// cgroup package's terms.
+func Limits(r fsm.Resources) cgroup.Limits {
+	return cgroup.Limits{Memory: int64(r.MemoryMB), MemoryMax: int64(r.MemoryMaxMB),
+		CPU: int64(r.CPU), Cores: r.Cores, Pids: int64(r.PIDs)}
+}
+
+// limitNeeds lists the controllers the set limits need, each with the
+// limit's name as a task file spells it.
+func limitNeeds(l cgroup.Limits) []struct {
+	limit string
+	c     cgroup.Controller
+} {
+	type need = struct {
+		limit string
+		c     cgroup.Controller
+	}
+	var out []need
+	if l.Memory > 0 {
+		out = append(out, need{"memory", cgroup.Memory})
+	}
+	if l.MemoryMax > 0 {
+		out = append(out, need{"memory_max", cgroup.Memory})
+	}
+	if l.CPU > 0 {
+		out = append(out, need{"cpu", cgroup.CPU})
+	}
+	if l.Cores > 0 {
+		out = append(out, need{"cores", cgroup.CPUSet})
+	}
+	if l.Pids > 0 {
+		out = append(out, need{"pids", cgroup.Pids})
+	}
+	return out
+}

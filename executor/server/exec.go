@@ -1,0 +1,249 @@
+//go:build linux
+
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/executor/internal/spec"
+	"github.com/tether-fsm/tether/executor/internal/wire"
+	"github.com/tether-fsm/tether/executor/shim"
+	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
+)
+
+// execProc is a command the executor started in the task.
+type execProc struct {
+	c       *sconn // the connection it lives for; nil once that closed
+	pid     int
+	start   uint64
+	proc    *proc.PidFD
+	exited  bool
+	exit    fsm.ExitStatus
+	waiters []uint64 // exec-wait requests on c
+}
+
+func (e *execProc) status() *wire.ExecStatus {
+	return &wire.ExecStatus{PID: e.pid, StartTime: e.start, Exited: e.exited, Exit: e.exit}
+}
+
+// canExec says why no command can join the task now, if it cannot.
+func (s *server) canExec() error {
+	if err := s.checkRunning(); err != nil {
+		return err
+	}
+	if s.ending != endNone {
+		return fmt.Errorf("%w: the task is being stopped", wire.ErrTaskExited)
+	}
+	if s.prefix == nil {
+		return fmt.Errorf("%w: the init shim needs Serve called with a tail of os.Args", wire.ErrExec)
+	}
+	return nil
+}
+
+// execute handles an exec request: start the command, register it for
+// the connection, answer with its process (and terminal).
+func (s *server) execute(sc *sconn, req wire.Request) {
+	fail := func(err error) { s.send(sc, wire.Response{ID: req.ID, Err: wire.FailureOf(err)}) }
+	if req.Exec == nil {
+		fail(fmt.Errorf("%w: exec without a command", wire.ErrBadSpec))
+		return
+	}
+	spec := *req.Exec
+	if err := spec.Validate(); err != nil {
+		fail(err)
+		return
+	}
+	if want := 3; !spec.TTY && len(req.Files) != want || spec.TTY && len(req.Files) != 0 {
+		fail(fmt.Errorf("%w: exec with %d descriptors (want 3 without a terminal, none with one)", wire.ErrProtocol, len(req.Files)))
+		return
+	}
+	if err := s.canExec(); err != nil {
+		fail(err)
+		return
+	}
+	e, term, err := s.startExec(spec, req.Files)
+	if err != nil {
+		s.log.Warn("exec failed", "err", err)
+		fail(err)
+		return
+	}
+	e.c = sc
+	s.execs[e.pid] = e
+	s.log.Info("exec started", "exec_pid", e.pid, "command", spec.Argv[0], "tty", spec.TTY)
+	r := wire.Response{ID: req.ID, Exec: e.status()}
+	if term != nil {
+		r.Files = []*os.File{term}
+	}
+	s.send(sc, r)
+	s.reap() // it may have exited already
+}
+
+// execWait answers when the connection's exec pid has exited.
+func (s *server) execWait(sc *sconn, id uint64, pid int) {
+	e := s.execs[pid]
+	if e == nil || e.c != sc {
+		s.send(sc, wire.Response{ID: id, Err: wire.FailureOf(fmt.Errorf("%w: pid %d", wire.ErrUnknownExec, pid))})
+		return
+	}
+	if e.exited {
+		s.send(sc, wire.Response{ID: id, Exec: e.status()})
+		delete(s.execs, pid)
+		return
+	}
+	e.waiters = append(e.waiters, id)
+}
+
+// execSignal signals the connection's exec pid through its pidfd.
+func (s *server) execSignal(sc *sconn, req wire.Request) {
+	e := s.execs[req.PID]
+	switch {
+	case e == nil || e.c != sc:
+		s.send(sc, wire.Response{ID: req.ID, Err: wire.FailureOf(fmt.Errorf("%w: pid %d", wire.ErrUnknownExec, req.PID))})
+		return
+	case req.Signal < 0 || req.Signal > 64:
+		s.send(sc, wire.Response{ID: req.ID, Err: wire.FailureOf(fmt.Errorf("%w: signal %d", wire.ErrBadSpec, req.Signal))})
+		return
+	}
+	if !e.exited {
+		if err := e.proc.Signal(syscall.Signal(req.Signal)); err != nil {
+			s.send(sc, wire.Response{ID: req.ID, Err: wire.FailureOf(err)})
+			return
+		}
+	}
+	s.send(sc, wire.Response{ID: req.ID})
+}
+
+// execReaped records the exit of an exec and answers its waiters.
+func (s *server) execReaped(e *execProc, ws unix.WaitStatus) {
+	e.exited, e.exit = true, exitOf(ws)
+	e.proc.Close()
+	s.log.Info("exec exited", "exec_pid", e.pid, "code", e.exit.Code, "signal", e.exit.Signal)
+	if e.c == nil || len(e.waiters) > 0 {
+		for _, id := range e.waiters {
+			s.send(e.c, wire.Response{ID: id, Exec: e.status()})
+		}
+		delete(s.execs, e.pid)
+	}
+}
+
+// dropExecs kills the execs that lived for a connection that closed.
+func (s *server) dropExecs(sc *sconn) {
+	for pid, e := range s.execs {
+		if e.c != sc {
+			continue
+		}
+		e.c, e.waiters = nil, nil
+		if e.exited {
+			delete(s.execs, pid)
+			continue
+		}
+		s.log.Info("exec's connection closed, killing it", "exec_pid", pid)
+		if err := e.proc.Signal(syscall.SIGKILL); err != nil {
+			s.log.Warn("killing an exec", "exec_pid", pid, "err", err)
+		}
+	}
+}
+
+// startExec starts spec's command through the init shim in join mode, with
+// stdio (three descriptors) unless it has a terminal, and returns it once
+// it runs (with the terminal's master).
+func (s *server) startExec(es wire.ExecSpec, stdio []*os.File) (*execProc, *os.File, error) {
+	run := s.task.join
+	env := make(map[string]string, len(run.env)+len(es.Env))
+	for k, v := range run.env {
+		env[k] = v
+	}
+	for _, kv := range es.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	cfg := shim.JoinConfig{Config: run.cfg, NS: run.ns, Env: spec.EnvList(env), TTY: es.TTY, Rows: es.Rows, Cols: es.Cols}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: encode the shim's config: %w", wire.ErrExec, err)
+	}
+	argv := append(append(append([]string{}, s.prefix...), shim.JoinFlag, string(b)), es.Argv...)
+
+	var files []uintptr
+	if es.TTY {
+		null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", wire.ErrExec, err)
+		}
+		defer null.Close()
+		files = []uintptr{null.Fd(), null.Fd(), uintptr(2)} // the shim's own errors go to the executor's log
+	} else {
+		for _, f := range stdio {
+			fd, err := proc.RawFD(f)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%w: exec's descriptors: %w", wire.ErrExec, err)
+			}
+			files = append(files, uintptr(fd))
+		}
+	}
+	// The report channel: a datagram per report, so the terminal's
+	// master travels with its report.
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", wire.ErrExec, err)
+	}
+	defer unix.Close(pair[0])
+	files = append(files, uintptr(pair[1]))
+	if run.ns != 0 {
+		// The task is the executor's unreaped child (only this loop
+		// reaps): its pid is its own, and the pidfd pins it, so the
+		// namespaces joined through it are the task's.
+		task, err := proc.Open(s.task.pid)
+		if err != nil {
+			unix.Close(pair[1])
+			return nil, nil, fmt.Errorf("%w: %w", wire.ErrTaskExited, err)
+		}
+		defer task.Close()
+		fd, err := task.Raw()
+		if err != nil {
+			unix.Close(pair[1])
+			return nil, nil, fmt.Errorf("%w: %w", wire.ErrExec, err)
+		}
+		files = append(files, uintptr(fd))
+	}
+	pid, err := syscall.ForkExec("/proc/self/exe", argv, &syscall.ProcAttr{
+		Dir: s.taskDir, Env: os.Environ(), Files: files,
+		Sys: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+	})
+	unix.Close(pair[1]) // or the read never sees the shim's end
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: start the init shim: %w", wire.ErrExec, err)
+	}
+	rep, term, err := shim.JoinResult(pair[0])
+	if err != nil {
+		if ws, ok := s.reapShim(pid); ok && errors.Is(err, shim.ErrDied) {
+			err = fmt.Errorf("%w (%s)", err, exitOf(ws))
+		}
+		return nil, nil, err
+	}
+	fail := func(err error) (*execProc, *os.File, error) {
+		if term != nil {
+			term.Close()
+		}
+		_ = unix.Kill(rep.PID, unix.SIGKILL) // our unreaped child (CLONE_PARENT)
+		return nil, nil, fmt.Errorf("%w: %w", wire.ErrExec, err)
+	}
+	// The command is the executor's child, unreaped: its pid is its own.
+	start, err := proc.StartTime(rep.PID)
+	if err != nil {
+		return fail(err)
+	}
+	proc, err := proc.Open(rep.PID)
+	if err != nil {
+		return fail(err)
+	}
+	return &execProc{pid: rep.PID, start: start, proc: proc}, term, nil
+}

@@ -1,0 +1,127 @@
+//go:build linux
+
+package server
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/tether-fsm/tether/executor/internal/spec"
+	"github.com/tether-fsm/tether/executor/internal/wire"
+	"github.com/tether-fsm/tether/logs"
+	"github.com/tether-fsm/tether/statedir"
+)
+
+// outputGrace bounds how long the executor waits, once its task's whole
+// tree is gone, for the copies of its output to reach the end of their
+// pipes: a process outside the tree that was handed the pipe (over a unix
+// socket) could otherwise hold the executor forever.
+const outputGrace = 2 * time.Second
+
+// output is one of the task's streams: the read end of its pipe, copied by
+// a goroutine of its own (so the executor's loop never blocks on a write)
+// into a rotating writer.
+type output struct {
+	name string
+	w    *logs.Writer
+	r    *os.File
+	c    *logs.Copier
+	done bool
+}
+
+// openOutputs opens the task's stdout and stderr: a rotating writer and a
+// pipe each, or /dev/null when logs are disabled. It returns the child's
+// ends (the caller closes them, except devnull, after the fork).
+func (s *server) openOutputs(cfg logs.Config, tu spec.User, devnull *os.File) ([]*output, [2]*os.File, error) {
+	var ends [2]*os.File
+	if cfg.Disabled {
+		ends[0], ends[1] = devnull, devnull
+		return nil, ends, nil
+	}
+	var outs []*output
+	fail := func(err error) ([]*output, [2]*os.File, error) {
+		for _, o := range outs {
+			o.abort()
+		}
+		for _, f := range ends {
+			if f != nil {
+				f.Close()
+			}
+		}
+		return nil, [2]*os.File{}, fmt.Errorf("%w: task output: %w", wire.ErrLaunch, err)
+	}
+	opts := logs.Options{Chown: tu.Set(), UID: tu.UID, GID: tu.GID, Logger: s.log.Named("logs")}
+	for i, name := range []string{statedir.StdoutFile, statedir.StderrFile} {
+		w, err := logs.Open(s.taskDir, name, cfg, opts)
+		if err != nil {
+			return fail(err)
+		}
+		r, pw, err := os.Pipe()
+		if err != nil {
+			w.Close()
+			return fail(err)
+		}
+		outs = append(outs, &output{name: name, w: w, r: r})
+		ends[i] = pw
+	}
+	return outs, ends, nil
+}
+
+// start starts copying the stream.
+func (o *output) start() { o.c = logs.StartCopy(o.w, o.r) }
+
+// abort closes a stream whose task never started.
+func (o *output) abort() {
+	o.r.Close()
+	o.w.Close()
+	o.done = true
+}
+
+// doneC is closed when the stream's copy has ended; nil when there is
+// nothing to wait for.
+func (o *output) doneC() <-chan struct{} {
+	if o == nil || o.done || o.c == nil {
+		return nil
+	}
+	return o.c.Done()
+}
+
+// finish closes the stream once its copy has ended and logs what was lost.
+func (s *server) finishOutput(o *output) {
+	n, err := o.c.Wait()
+	o.r.Close()
+	st := o.w.Stats()
+	if cerr := o.w.Close(); err == nil {
+		err = cerr
+	}
+	o.done = true
+	switch {
+	case st.Dropped > 0:
+		s.log.Warn("task output dropped (the disk was full or a rotation failed)", "stream", o.name, "bytes", n, "dropped", st.Dropped, "err", err)
+	case err != nil:
+		s.log.Warn("copying task output", "stream", o.name, "bytes", n, "err", err)
+	default:
+		s.log.Debug("task output copied", "stream", o.name, "bytes", n, "rotations", st.Rotations)
+	}
+}
+
+// outputDone reports whether every stream's copy has ended.
+func (s *server) outputDone() bool {
+	for _, o := range s.outs {
+		if !o.done {
+			return false
+		}
+	}
+	return true
+}
+
+// cutOutput ends the copies that are still reading: the task's tree is
+// gone, and whatever still holds their pipes is no part of it.
+func (s *server) cutOutput() {
+	for _, o := range s.outs {
+		if !o.done {
+			_ = o.r.SetReadDeadline(time.Now())
+		}
+	}
+}

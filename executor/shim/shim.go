@@ -1,0 +1,507 @@
+//go:build linux
+
+package shim
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"github.com/moby/sys/capability"
+	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/cgroup"
+	"github.com/tether-fsm/tether/executor/internal/spec"
+	"github.com/tether-fsm/tether/executor/internal/wire"
+)
+
+// The init shim is this binary again, re-executed by the executor with
+// shimFlag, between clone and the task's exec: every task, raw_exec and
+// exec, starts through it, so that nothing of the task runs before it is
+// in its cgroup. On one locked thread it
+//
+//  1. joins the task's cgroup (every hierarchy);
+//  2. sets oom_score_adj (0 unless the task sets it);
+//  3. for exec, builds the task's root and pivots into it (it was cloned
+//     into new mount, PID, IPC and UTS namespaces);
+//  4. changes to the working directory, still as root, so that a task
+//     with a user starts in its own directory even though it could not
+//     traverse the root-owned 0700 task directory;
+//  5. switches to the task's user (keeping, for exec, the task's
+//     capabilities), sets the capability sets and no_new_privs (exec);
+//  6. execs the task.
+//
+// It reports a failure, naming the step, on descriptor 3 (close-on-exec,
+// so the executor reads EOF when the exec happened) and exits 127.
+const Flag = "-shim"
+
+// Shim steps, as a failure names them.
+const (
+	StepCgroup = "join the task's cgroup"
+	StepOOMAdj = "set oom_score_adj"
+	StepRoot   = "build the task's root"
+	StepDir    = "change to the working directory"
+	StepUser   = "switch to the task's user"
+	StepCaps   = "set the task's capabilities"
+	StepNNP    = "set no_new_privs"
+	StepExec   = "exec the task"
+)
+
+// shimConfig is what the executor tells the shim, as one JSON argument.
+type Config struct {
+	// Path is the resolved program for raw_exec, the command to resolve in
+	// the task's root (with its PATH) for exec.
+	Path string `json:"path"`
+	// Dir is the working directory (in the task's root, for exec).
+	Dir string `json:"dir"`
+	// Cgroup is the task cgroup's location; "" when there is none.
+	Cgroup      string `json:"cgroup,omitempty"`
+	OOMScoreAdj int    `json:"oom_score_adj"`
+	// UID -1 keeps the executor's user.
+	UID    int   `json:"uid"`
+	GID    int   `json:"gid"`
+	Groups []int `json:"groups,omitempty"`
+	// Caps is the exec task's capability set as a mask; nil (raw_exec)
+	// leaves the capabilities to the user switch.
+	Caps *uint64 `json:"caps,omitempty"`
+	// Root is the exec task's root; nil for raw_exec.
+	Root *RootPlan `json:"root,omitempty"`
+}
+
+// shimArgv builds the argv that re-executes this binary as the shim:
+// prefix, shimFlag, the config, then the task's argv.
+func Argv(prefix []string, cfg Config, argv []string) ([]string, error) {
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: encode the shim's config: %w", wire.ErrLaunch, err)
+	}
+	out := slices.Clone(prefix)
+	out = append(out, Flag, string(b))
+	return append(out, argv...), nil
+}
+
+// shimReport is a frame the shim writes on descriptor 3: Exec just before
+// it execs the task, or Err when a step failed (also after Exec, when the
+// exec itself failed).
+type shimReport struct {
+	Exec bool          `json:"exec,omitempty"`
+	Err  *wire.Failure `json:"err,omitempty"`
+}
+
+// errShimDied is shimResult's verdict on a shim that died before it came
+// to the exec (a Go runtime that could not start a thread under a tiny
+// pids limit, a signal).
+var ErrDied = errors.New("the init shim died before it could exec the task")
+
+// shimResult waits for the shim's verdict: its Exec mark then EOF (the pipe
+// is close-on-exec) means the exec happened; a failure frame says why it
+// did not; EOF without the mark means the shim died on the way.
+func Result(r *os.File) error {
+	_ = r.SetReadDeadline(time.Now().Add(10 * time.Second))
+	execd := false
+	for {
+		var rep shimReport
+		err := wire.ReadFrame(r, &rep)
+		switch {
+		case err == nil && rep.Err != nil:
+			return rep.Err.Err()
+		case err == nil:
+			execd = execd || rep.Exec
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return fmt.Errorf("%w: the init shim gave no verdict within 10s", wire.ErrLaunch)
+		case execd:
+			return nil // EOF after the mark: exec happened
+		default:
+			return fmt.Errorf("%w: %w (see the task's stderr log)", wire.ErrLaunch, ErrDied)
+		}
+	}
+}
+
+// runShim is the init mode (see shimFlag).
+func Run(args []string) int {
+	report := os.NewFile(3, "shim-report")
+	fail := func(e *stepError) int {
+		_ = wire.WriteFrame(report, shimReport{Err: wire.FailureOf(fmt.Errorf("%w: %s: %w", wire.ErrLaunch, e.step, e.err))})
+		return 127
+	}
+	var cfg Config
+	argv, e := start(args, &cfg, 3)
+	if e == nil {
+		e = cfg.enter()
+	}
+	if e != nil {
+		return fail(e)
+	}
+	if cfg.Root != nil {
+		if err := cfg.Root.build(); err != nil {
+			return fail(&stepError{StepRoot, err})
+		}
+	}
+	if e := cfg.chdir(); e != nil {
+		return fail(e)
+	}
+	e = cfg.become(func() *stepError {
+		// A credential change clears the parent-death signal: set it
+		// again, then make sure the executor did not die meanwhile (in a
+		// PID namespace of its own the shim cannot see its parent: the
+		// report pipe's reader, the executor, tells).
+		if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0, 0, 0); err != nil {
+			return &stepError{StepUser, fmt.Errorf("pdeathsig: %w", err)}
+		}
+		if readerGone(3) {
+			return &stepError{StepUser, errExecutorGone}
+		}
+		return nil
+	})
+	if e != nil && errors.Is(e.err, errExecutorGone) {
+		return 127 // nobody to report to
+	}
+	if e != nil {
+		return fail(e)
+	}
+	path := cfg.Path
+	if cfg.Root != nil {
+		var err error
+		if path, err = spec.ResolveCommand(cfg.Path, cfg.Dir, os.Getenv("PATH")); err != nil {
+			return fail(&stepError{StepExec, err})
+		}
+	} else if rel, ok := strings.CutPrefix(path, filepath.Clean(cfg.Dir)+"/"); ok {
+		// Through the working directory: a task user may not traverse
+		// the task directory above it.
+		path = "./" + rel
+	}
+	if err := wire.WriteFrame(report, shimReport{Exec: true}); err != nil {
+		return 127 // the executor is gone
+	}
+	err := syscall.Exec(path, argv, os.Environ())
+	return fail(&stepError{StepExec, spec.ExecErr(path, err)})
+}
+
+// errExecutorGone: the executor died while the shim set the task up.
+var errExecutorGone = errors.New("the executor is gone")
+
+// stepError is a step of a shim that failed, and why.
+type stepError struct {
+	step string
+	err  error
+}
+
+// start is how both modes begin: their report descriptor (and any
+// descriptor after it up to last) kept from the task, this goroutine
+// locked to its thread for good (the thread execs, or the command
+// inherits its attributes, or the process exits), the config of args[0]
+// decoded into cfg; it returns the argv that follows.
+func start(args []string, cfg any, last int) ([]string, *stepError) {
+	for fd := 3; fd <= last; fd++ {
+		unix.CloseOnExec(fd)
+	}
+	runtime.LockOSThread() // never unlocked
+	if len(args) < 2 {
+		return nil, &stepError{"start", errors.New("the shim needs its config and an argv")}
+	}
+	if err := json.Unmarshal([]byte(args[0]), cfg); err != nil {
+		return nil, &stepError{"start", fmt.Errorf("the shim's config: %w", err)}
+	}
+	return args[1:], nil
+}
+
+// enter puts the shim in the run's cgroup with its oom_score_adj.
+func (c *Config) enter() *stepError {
+	if c.Cgroup != "" {
+		if err := joinCgroup(c.Cgroup); err != nil {
+			return &stepError{StepCgroup, err}
+		}
+	}
+	if err := cgroup.SetOOMScoreAdj(c.OOMScoreAdj); err != nil {
+		return &stepError{StepOOMAdj, err}
+	}
+	return nil
+}
+
+// chdir changes to the working directory, still as root, so that a task
+// with a user starts in its own directory even though it could not
+// traverse the root-owned 0700 task directory.
+func (c *Config) chdir() *stepError {
+	if err := unix.Chdir(c.Dir); err != nil {
+		return &stepError{StepDir, fmt.Errorf("%w: %s: %w", wire.ErrWorkDir, c.Dir, err)}
+	}
+	return nil
+}
+
+// become takes the task's user and, for exec, its capabilities (the
+// bounding set before the switch, the rest after) and no_new_privs, as the
+// task got them. afterUser runs right after a user switch.
+func (c *Config) become(afterUser func() *stepError) *stepError {
+	var caps []capability.Cap
+	if c.Caps != nil {
+		caps = CapsFromMask(*c.Caps)
+		if err := dropBounding(caps); err != nil {
+			return &stepError{StepCaps, err}
+		}
+	}
+	if err := switchUser(c.UID, c.GID, c.Groups, c.Caps != nil); err != nil {
+		return &stepError{StepUser, err}
+	}
+	if c.UID >= 0 && afterUser != nil {
+		if e := afterUser(); e != nil {
+			return e
+		}
+	}
+	if c.Caps != nil {
+		if err := setCaps(caps, c.UID); err != nil {
+			return &stepError{StepCaps, err}
+		}
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return &stepError{StepNNP, err}
+		}
+	}
+	return nil
+}
+
+// joinCgroup moves the shim into the cgroup at location loc.
+func joinCgroup(loc string) error {
+	l, err := cgroup.ParseLocation(loc)
+	if err != nil {
+		return err
+	}
+	h, err := cgroup.Probe()
+	if err != nil {
+		return err
+	}
+	cg, err := cgroup.Open(h, l)
+	if err != nil {
+		return err
+	}
+	return cg.Join()
+}
+
+// readerGone reports whether the read end of the pipe at fd was closed
+// (the executor died).
+func readerGone(fd int) bool {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+	for {
+		n, err := unix.Poll(fds, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		return err == nil && n > 0 && fds[0].Revents&unix.POLLERR != 0
+	}
+}
+
+// dropBounding limits the bounding set to caps (before the user switch: it
+// needs CAP_SETPCAP).
+func dropBounding(caps []capability.Cap) error {
+	if os.Geteuid() != 0 {
+		return errors.New("an unprivileged executor cannot set capabilities")
+	}
+	c, err := capability.NewPid2(0)
+	if err != nil {
+		return err
+	}
+	c.Clear(capability.BOUNDS)
+	c.Set(capability.BOUNDING, caps...)
+	if err := c.Apply(capability.BOUNDS); err != nil {
+		return fmt.Errorf("drop the bounding set: %w", err)
+	}
+	return nil
+}
+
+// switchUser sets the groups, gid and uid of this thread (raw, per-thread
+// syscalls: the thread then execs). keepCaps keeps the permitted set
+// across a switch away from root, for setCaps. uid -1 changes nothing; uid
+// 0 sets only the groups and gid.
+func switchUser(uid, gid int, groups []int, keepCaps bool) error {
+	if uid < 0 {
+		return nil
+	}
+	if uid != 0 && keepCaps {
+		if err := unix.Prctl(unix.PR_SET_KEEPCAPS, 1, 0, 0, 0); err != nil {
+			return fmt.Errorf("keepcaps: %w", err)
+		}
+	}
+	if os.Geteuid() == 0 {
+		if err := unix.Setgroups(groups); err != nil {
+			return fmt.Errorf("setgroups: %w", err)
+		}
+	}
+	if gid >= 0 {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), uintptr(gid)); e != 0 {
+			return fmt.Errorf("setresgid %d: %w", gid, e)
+		}
+	}
+	if uid != 0 {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
+			return fmt.Errorf("setresuid %d: %w", uid, e)
+		}
+	}
+	return nil
+}
+
+// setCaps sets the permitted, effective and inheritable sets to caps, and
+// for a non-root task the ambient set too, so that they survive its exec.
+func setCaps(caps []capability.Cap, uid int) error {
+	c, err := capability.NewPid2(0)
+	if err != nil {
+		return err
+	}
+	c.Clear(capability.CAPS | capability.AMBS)
+	c.Set(capability.PERMITTED|capability.EFFECTIVE|capability.INHERITABLE, caps...)
+	kind := capability.CAPS
+	if uid > 0 {
+		c.Set(capability.AMBIENT, caps...)
+		kind |= capability.AMBS
+	}
+	if err := c.Apply(kind); err != nil {
+		return fmt.Errorf("set capabilities: %w", err)
+	}
+	return nil
+}
+
+// Join mode: the init shim again, re-executed by the executor with
+// joinFlag, starts a command inside the task's running run (see exec.go).
+// The executor's descriptors 0, 1 and 2 are the command's stdio (without a
+// terminal), 3 the report socket (a datagram socket: one report, with the
+// terminal's master when there is one), and 4, for an exec task, a pidfd
+// of the task. On one locked thread, whose attributes the command
+// inherits, it
+//
+//  1. joins the task's cgroup and sets its oom_score_adj;
+//  2. joins the task's namespaces through the pidfd (setns with the
+//     task's CLONE_NEW* flags, after unshare(CLONE_FS) so that the mount
+//     namespace may be joined), which puts the thread in the task's root
+//     and makes its children members of the task's PID namespace;
+//  3. changes to the task's working directory, still as root;
+//  4. opens the terminal, inside the task's root (its own devpts), when
+//     asked, owned by the task's user;
+//  5. takes the task's user, capabilities and no_new_privs as the task
+//     got them;
+//  6. starts the command, found in the task's PATH, as the executor's
+//     child (CLONE_PARENT: the executor reaps and supervises it, and it
+//     is not a child of this shim, which exits), in a new session (on
+//     the terminal as its controlling terminal);
+//  7. reports the command's pid, in the host's PID namespace, and exits.
+//
+// The shim runs the command without exec'ing itself inside the task's
+// root, where its own binary is not visible.
+const JoinFlag = "-join"
+
+// Join steps, as a failure names them.
+const (
+	StepJoinNS  = "join the task's namespaces"
+	StepTTY     = "open a terminal in the task"
+	StepCommand = "start the command"
+)
+
+// joinConfig is what the executor tells the join shim: the run's shim
+// config (no root, no path) and what to join.
+type JoinConfig struct {
+	Config
+	// NS are the CLONE_NEW* flags of the task's namespaces to join
+	// through the pidfd on descriptor 4; 0 joins none (raw_exec).
+	NS int `json:"ns,omitempty"`
+	// Env is the command's environment (the shim itself runs with the
+	// executor's).
+	Env  []string `json:"env"`
+	TTY  bool     `json:"tty,omitempty"`
+	Rows uint16   `json:"rows,omitempty"`
+	Cols uint16   `json:"cols,omitempty"`
+}
+
+// joinReport is the join shim's one report: the command's pid, or why it
+// did not start.
+type JoinReport struct {
+	PID int           `json:"pid,omitempty"`
+	Err *wire.Failure `json:"err,omitempty"`
+}
+
+// runJoin is the join mode (see joinFlag).
+func RunJoin(args []string) int {
+	fail := func(e *stepError) int {
+		b, _ := json.Marshal(JoinReport{Err: wire.FailureOf(fmt.Errorf("%w: %s: %w", wire.ErrExec, e.step, e.err))})
+		_ = unix.Sendmsg(3, b, nil, nil, 0)
+		return 127
+	}
+	var cfg JoinConfig
+	argv, e := start(args, &cfg, 4)
+	if e == nil {
+		e = cfg.enter()
+	}
+	if e != nil {
+		return fail(e)
+	}
+	if cfg.NS != 0 {
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			return fail(&stepError{StepJoinNS, fmt.Errorf("unshare(CLONE_FS): %w", err)})
+		}
+		if err := unix.Setns(4, cfg.NS); err != nil {
+			return fail(&stepError{StepJoinNS, fmt.Errorf("setns through the task's pidfd: %w", err)})
+		}
+		unix.Close(4)
+	}
+	if e := cfg.chdir(); e != nil {
+		return fail(e)
+	}
+	stdio := []uintptr{0, 1, 2}
+	var rights []byte
+	if cfg.TTY {
+		master, tty, err := pty.Open()
+		if err != nil {
+			return fail(&stepError{StepTTY, err})
+		}
+		if cfg.UID >= 0 {
+			if err := tty.Chown(cfg.UID, cfg.GID); err != nil {
+				return fail(&stepError{StepTTY, err})
+			}
+		}
+		if cfg.Rows > 0 && cfg.Cols > 0 {
+			if err := pty.Setsize(tty, &pty.Winsize{Rows: cfg.Rows, Cols: cfg.Cols}); err != nil {
+				return fail(&stepError{StepTTY, err})
+			}
+		}
+		fd := tty.Fd()
+		stdio = []uintptr{fd, fd, fd}
+		rights = unix.UnixRights(int(master.Fd()))
+	}
+	if e := cfg.become(nil); e != nil {
+		return fail(e)
+	}
+	// Relative to the working directory: a task user may not traverse
+	// the task directory above it.
+	var pathEnv string
+	for _, kv := range cfg.Env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathEnv = v
+		}
+	}
+	path, err := spec.ResolveCommand(argv[0], ".", pathEnv)
+	if err != nil {
+		return fail(&stepError{StepCommand, err})
+	}
+	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
+		Env:   cfg.Env,
+		Files: stdio,
+		Sys:   &syscall.SysProcAttr{Setsid: true, Setctty: cfg.TTY, Ctty: 0, Cloneflags: unix.CLONE_PARENT},
+	})
+	if err != nil {
+		return fail(&stepError{StepCommand, spec.ExecErr(path, err)})
+	}
+	b, err := json.Marshal(JoinReport{PID: pid})
+	if err == nil {
+		err = unix.Sendmsg(3, b, rights, nil, 0)
+	}
+	if err != nil {
+		// The executor is gone, or cannot hear of the command: it must
+		// not run unsupervised.
+		_ = unix.Kill(pid, unix.SIGKILL)
+		return 127
+	}
+	return 0
+}

@@ -1,0 +1,341 @@
+//go:build linux
+
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/tether-fsm/tether/cgroup"
+	"github.com/tether-fsm/tether/executor/internal/spec"
+	"github.com/tether-fsm/tether/executor/internal/wire"
+	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
+	"github.com/tether-fsm/tether/statedir"
+)
+
+// World is everything a driver asks of processes: the one contract
+// between the driver and the process world. Real is the world of real
+// executor processes; proptest's simulation is another, and returns
+// ErrUnsupported for what it does not model.
+//
+// Every method is keyed so that it is safe to repeat after a crash: spawn
+// by nonce, kill by proven identity. Every method honours its context's
+// deadline: a frozen executor makes the calls about its own task fail,
+// nothing else. Identity failures are ErrNotOurs (what the record names
+// now belongs to another process, or a side file does not match the log:
+// nothing is signalled, nothing believed) and ErrGone (the process is
+// gone).
+type World interface {
+	// Spawn starts an executor for task with nonce and returns a connected
+	// Conn once it has answered. On error nothing with that nonce is left
+	// alive.
+	Spawn(ctx context.Context, task, nonce string) (Conn, error)
+	// Reattach connects to the task's running executor after proving its
+	// identity.
+	Reattach(ctx context.Context, task string, id fsm.Identity) (Conn, error)
+	// FindByNonce looks for a live executor spawned with nonce.
+	FindByNonce(ctx context.Context, task, nonce string) (fsm.Identity, bool, error)
+	// Alive reports whether the executor with this identity is alive (a
+	// pid that now belongs to a stranger is not).
+	Alive(ctx context.Context, task string, id fsm.Identity) (bool, error)
+	// Kill kills the executor with this identity and waits until it is
+	// dead. Already dead: nil. The pid belongs to a stranger: ErrNotOurs,
+	// nothing signalled.
+	Kill(ctx context.Context, task string, id fsm.Identity) error
+	// KillTask kills every process of the task and confirms none is left:
+	// the task's cgroup (id.Cgroup, checked to name the task and id.Nonce)
+	// where it has one, else the process group led by run (zero: nothing
+	// was launched). Nothing left: nil. A task of another boot (id.BootID)
+	// is gone: nil, nothing signalled.
+	KillTask(ctx context.Context, task string, id fsm.Identity, run fsm.Proc) error
+	// ExitStatus returns the exit status the executor left on disk, once it
+	// matched the log: id's nonce and boot id, and the task process run
+	// when it is not zero. A record that does not match is ErrNotOurs.
+	ExitStatus(ctx context.Context, task string, id fsm.Identity, run fsm.Proc) (fsm.ExitStatus, bool, error)
+	// LaunchRecord returns the task process the executor recorded on disk
+	// when it launched, if it did and the record matches id (else
+	// ErrNotOurs).
+	LaunchRecord(ctx context.Context, task string, id fsm.Identity) (fsm.Proc, bool, error)
+	// Journal returns the restart journal the executor left on disk (the
+	// restarts it performed, each an intent and an outcome, in order),
+	// once it matches id (else ErrNotOurs); none yet is no entries.
+	Journal(ctx context.Context, task string, id fsm.Identity) ([]fsm.Event, error)
+	// CheckSpec tells, before anything is spawned, whether this world can
+	// run spec as it asks (the user exists, exec's capabilities are
+	// allowed, the cgroup controllers its limits need are there).
+	CheckSpec(s fsm.Spec) error
+	// LockTask takes, without waiting, the task's lock: held by the process
+	// that drives the task through a state that owes an effect, and let go
+	// of by the kernel when that process dies. When another holder has it,
+	// release is nil and holder is its pid (0 if unknown).
+	LockTask(task string) (release func(), holder int, err error)
+	// WaitLockTask waits until it holds the task's lock, or ctx ends.
+	WaitLockTask(ctx context.Context, task string) (release func(), err error)
+	// DiscardTask removes what LockTask made for a task whose start
+	// recorded nothing (its first append failed), so that a refused start
+	// leaves no trace. The caller holds the task's lock.
+	DiscardTask(task string)
+}
+
+// Conn is a connection to one live executor. Its methods are safe for
+// concurrent use.
+type Conn interface {
+	Identity() fsm.Identity
+	// Launch starts the task and returns its status right after (not
+	// exited: running and supervised); idempotent (a second call reports
+	// the task already launched).
+	Launch(ctx context.Context, s fsm.Spec) (Status, error)
+	// Status asks the executor about its task.
+	Status(ctx context.Context) (Status, error)
+	// Watch returns as soon as the executor's restart journal holds
+	// entries past since (restart-intent, then launched or launch-failed,
+	// for each restart, in order) or the task is over for good
+	// (Status.Over).
+	Watch(ctx context.Context, since int) (Status, []fsm.Event, error)
+	// Signal sends sig to the task's process group, or with main to its
+	// main process alone.
+	Signal(ctx context.Context, sig syscall.Signal, main bool) error
+	// Stop sends sig, waits grace, SIGKILLs the group and confirms it gone,
+	// and returns the task's final status: its exit, and whether the
+	// executor confirmed its cgroup empty (Status.Emptied). A second Stop
+	// with an earlier deadline (or SIGKILL) escalates.
+	Stop(ctx context.Context, sig syscall.Signal, grace time.Duration) (Status, error)
+	// Shutdown makes the executor kill what is left and exit; returns once
+	// it is dead.
+	Shutdown(ctx context.Context) error
+	// Dismiss ends an executor that reported its task over for good
+	// (Status.Over): it is killed at once, through a handle on the process
+	// whose identity was proven, and Dismiss returns once it is dead; the
+	// exit record it would write is for a driver that is away.
+	Dismiss(ctx context.Context) error
+	// Stats reads the task cgroup's figures.
+	Stats(ctx context.Context) (cgroup.Stats, error)
+	// Exec starts a command inside the running task.
+	Exec(ctx context.Context, es ExecSpec) (*ExecProcess, error)
+	// Close drops the connection without stopping anything (after launch
+	// the executor outlives it).
+	Close() error
+}
+
+var (
+	_ World = (*Real)(nil)
+	_ Conn  = realConn{}
+)
+
+// Real is the World of real executor processes, one per task, each in its
+// task's private directory under StateDir/tasks. Each task is contained in
+// the cgroup its executor announced (fsm.Identity.Cgroup), which KillTask
+// kills and removes. Set its fields before its first use.
+type Real struct {
+	// StateDir holds one private directory per task, under tasks/.
+	StateDir string
+	// Command is the argv prefix that starts a binary in executor mode
+	// (SpawnConfig.Command); nil: the calling binary with "executor".
+	Command []string
+	// Logger receives the spawns' logs; nil discards them.
+	Logger hclog.Logger
+	// Policy is sent with every launch: the capability allow list for
+	// exec tasks (nil: DefaultAllowedCaps) and what an exec task's root is
+	// built from, entries "SRC" or "SRC:DST" each bound read-only (nil:
+	// DefaultChroot, Nomad's chroot_env).
+	Policy Policy
+
+	// The host's cgroup layout, probed once (0.4 ms a probe here, and a
+	// start and a kill each needed one) and again when a recorded cgroup
+	// names a hierarchy it lacks, or after a probe that failed.
+	hostMu   sync.Mutex
+	host     cgroup.Host
+	hostErr  error
+	hostDone bool
+}
+
+// cgroupHost returns the host's cgroup layout, probing it the first time,
+// after a probe that failed, or when fresh is set.
+func (r *Real) cgroupHost(fresh bool) (cgroup.Host, error) {
+	r.hostMu.Lock()
+	defer r.hostMu.Unlock()
+	if !r.hostDone || r.hostErr != nil || fresh {
+		r.host, r.hostErr = cgroup.Probe()
+		r.hostDone = true
+	}
+	return r.host, r.hostErr
+}
+
+func (r *Real) dir(task string) string { return statedir.Layout{Dir: r.StateDir}.Task(task).Dir() }
+
+func (r *Real) logger() hclog.Logger {
+	if r.Logger == nil {
+		return hclog.NewNullLogger()
+	}
+	return r.Logger
+}
+
+// Spawn implements World.
+func (r *Real) Spawn(ctx context.Context, task, nonce string) (Conn, error) {
+	c, err := Spawn(ctx, SpawnConfig{
+		Command: r.Command, TaskDir: r.dir(task), Nonce: nonce,
+		ReadyTimeout: deadlineOr(ctx, DefaultReadyTimeout), Logger: r.logger().With("task_id", task),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return realConn{c, r}, nil
+}
+
+func deadlineOr(ctx context.Context, d time.Duration) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		return time.Until(dl)
+	}
+	return d
+}
+
+// Reattach implements World.
+func (r *Real) Reattach(ctx context.Context, task string, id fsm.Identity) (Conn, error) {
+	c, err := Reattach(ctx, r.dir(task), id)
+	if err != nil {
+		return nil, err
+	}
+	return realConn{c, r}, nil
+}
+
+// FindByNonce implements World.
+func (r *Real) FindByNonce(ctx context.Context, task, nonce string) (fsm.Identity, bool, error) {
+	return findByNonce(r.dir(task), nonce)
+}
+
+// Alive implements World.
+func (r *Real) Alive(ctx context.Context, task string, id fsm.Identity) (bool, error) {
+	return proc.Alive(id)
+}
+
+// Kill implements World.
+func (r *Real) Kill(ctx context.Context, task string, id fsm.Identity) error {
+	return proc.Kill(ctx, id)
+}
+
+// KillTask implements World: the cgroup named by id.Cgroup, once
+// cgroup.OpenRecorded has proved it is this task's (it names the task and
+// id.Nonce), is killed, confirmed empty and removed, whether or not a
+// launch was recorded (run zero: the launch may have happened
+// unrecorded). Only a task without a cgroup falls back to its process
+// group, by pid and start time. A task of another boot (id.BootID) is
+// gone: nothing is signalled, whatever now has its pid and start time
+// (they count from boot).
+func (r *Real) KillTask(ctx context.Context, task string, id fsm.Identity, run fsm.Proc) error {
+	if boot, err := proc.BootID(); err == nil && id.BootID != "" && id.BootID != boot {
+		return nil // neither processes nor cgroups outlive a boot
+	}
+	if id.Cgroup == "" {
+		if run.IsZero() {
+			return nil
+		}
+		return proc.KillGroup(ctx, run)
+	}
+	h, err := r.cgroupHost(false)
+	if err != nil {
+		return err
+	}
+	cg, err := cgroup.OpenRecorded(h, id.Cgroup, task, id.Nonce)
+	if errors.Is(err, cgroup.ErrNoHierarchy) { // mounted since the probe?
+		if h, err = r.cgroupHost(true); err == nil {
+			cg, err = cgroup.OpenRecorded(h, id.Cgroup, task, id.Nonce)
+		}
+	}
+	if err != nil {
+		if errors.Is(err, cgroup.ErrBadLocation) {
+			return fmt.Errorf("%w: the recorded cgroup: %w", ErrNotOurs, err)
+		}
+		return err // ErrNotOurs (the same error as cgroup's) or another failure
+	}
+	if err := cg.Kill(ctx); err != nil {
+		return err
+	}
+	return cg.Remove()
+}
+
+// CheckSpec implements World: the one host check of a launch (package
+// executor/internal/spec's Check), run before anything is spawned; the
+// executor runs the same at launch.
+func (r *Real) CheckSpec(s fsm.Spec) error {
+	h, err := r.cgroupHost(false)
+	if err != nil {
+		return spec.Check(r.launch(s), cgroup.Host{}, err)
+	}
+	return spec.Check(r.launch(s), h, h.Usable())
+}
+
+// launch is what the executor is asked to launch for s.
+func (r *Real) launch(s fsm.Spec) Launch { return Launch{Spec: s, Policy: r.Policy} }
+
+// ExitStatus implements World.
+func (r *Real) ExitStatus(ctx context.Context, task string, id fsm.Identity, run fsm.Proc) (fsm.ExitStatus, bool, error) {
+	rec, ok, err := wire.ReadExitRecord(r.dir(task))
+	if err != nil || !ok {
+		return fsm.ExitStatus{}, false, err
+	}
+	if err := rec.Match(id, run); err != nil {
+		return fsm.ExitStatus{}, false, err
+	}
+	return rec.Exit, true, nil
+}
+
+// LaunchRecord implements World.
+func (r *Real) LaunchRecord(ctx context.Context, task string, id fsm.Identity) (fsm.Proc, bool, error) {
+	rec, ok, err := wire.ReadLaunchRecord(r.dir(task))
+	if err != nil || !ok {
+		return fsm.Proc{}, false, err
+	}
+	if err := rec.Match(id); err != nil {
+		return fsm.Proc{}, false, err
+	}
+	return rec.Proc(), true, nil
+}
+
+// Journal implements World.
+func (r *Real) Journal(ctx context.Context, task string, id fsm.Identity) ([]fsm.Event, error) {
+	j, ok, err := wire.ReadJournal(r.dir(task))
+	if err != nil || !ok {
+		return nil, err
+	}
+	if err := j.Match(id); err != nil {
+		return nil, err
+	}
+	return j.Entries, nil
+}
+
+// realConn is a Conn of the real world: a Client, and the world that
+// turns an fsm.Spec into what the executor launches.
+type realConn struct {
+	*Client
+	r *Real
+}
+
+func (c realConn) Launch(ctx context.Context, s fsm.Spec) (Status, error) {
+	return c.Client.Launch(ctx, c.r.launch(s))
+}
+
+func (c realConn) Stop(ctx context.Context, sig syscall.Signal, grace time.Duration) (Status, error) {
+	return c.Client.stop(ctx, sig, grace)
+}
+
+func (c realConn) Signal(ctx context.Context, sig syscall.Signal, main bool) error {
+	if main {
+		return c.Client.SignalMain(ctx, sig)
+	}
+	return c.Client.Signal(ctx, sig)
+}
+
+// ValidateCaps checks cap_add and cap_drop against allowed (nil means
+// DefaultAllowedCaps). Names are case-insensitive, with or without the CAP_
+// prefix; "all" is accepted in both. Unknown names and added names outside
+// allowed are refused with a *CapError naming them (lower case, no prefix):
+// adding "all" needs an allow list of every capability. It is pure: a
+// driver runs it before spawning anything.
+func ValidateCaps(add, drop, allowed []string) error { return spec.ValidateCaps(add, drop, allowed) }

@@ -1,0 +1,78 @@
+package seccomp
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+)
+
+// ChoiceKind is what a task's seccomp option asks for.
+type ChoiceKind uint8
+
+const (
+	ChoiceDefault    ChoiceKind = iota // Docker's default profile, with the floor
+	ChoiceUnconfined                   // no filter
+	ChoiceProfile                      // a profile file, with the floor
+)
+
+// Choice is a task's `seccomp = "default" | "unconfined" | "PATH"`.
+type Choice struct {
+	Kind ChoiceKind
+	Path string // for ChoiceProfile: absolute and clean
+}
+
+// ParseChoice reads the option: "" and "default" are the default,
+// "unconfined" no filter, an absolute path a profile file.
+func ParseChoice(s string) (Choice, error) {
+	switch {
+	case s == "" || s == "default":
+		return Choice{Kind: ChoiceDefault}, nil
+	case s == "unconfined":
+		return Choice{Kind: ChoiceUnconfined}, nil
+	case filepath.IsAbs(s):
+		return Choice{Kind: ChoiceProfile, Path: filepath.Clean(s)}, nil
+	}
+	return Choice{}, fmt.Errorf("%w: %q", ErrBadChoice, s)
+}
+
+func (c Choice) String() string {
+	switch c.Kind {
+	case ChoiceUnconfined:
+		return "unconfined"
+	case ChoiceProfile:
+		return c.Path
+	}
+	return "default"
+}
+
+// Permitted checks the choice against the operator's --allow-seccomp list
+// (TETHER_ALLOW_SECCOMP): "unconfined" and profile paths. The default
+// needs no permission; anything else must be listed, so a task file alone
+// cannot loosen its filter. Listed paths are compared clean.
+func (c Choice) Permitted(allowed []string) error {
+	if c.Kind == ChoiceDefault {
+		return nil
+	}
+	want := c.String()
+	if slices.ContainsFunc(allowed, func(a string) bool {
+		if c.Kind == ChoiceProfile {
+			return filepath.IsAbs(a) && filepath.Clean(a) == want
+		}
+		return a == want
+	}) {
+		return nil
+	}
+	return fmt.Errorf("%w: seccomp = %q needs the operator's --allow-seccomp %s (or TETHER_ALLOW_SECCOMP)", ErrNotAllowed, want, want)
+}
+
+// Profile returns the profile the choice names: the default one, the file
+// loaded and validated, or nil for unconfined.
+func (c Choice) Profile() (*Profile, error) {
+	switch c.Kind {
+	case ChoiceUnconfined:
+		return nil, nil
+	case ChoiceProfile:
+		return Load(c.Path)
+	}
+	return Default(), nil
+}

@@ -1,0 +1,155 @@
+package statedir
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// A state directory:
+//
+//	DIR/
+//	  tether.db          the store (package store; its lock is tether.db.lock)
+//	  tasks/
+//	    ID/              one per task, 0700
+//	      driver.lock    held (flock) by the process driving the task
+//	      executor.json  the executor's identity, written before it answers
+//	      executor.sock  its control socket, 0600
+//	      executor.log   its own log (its stderr)
+//	      launch.json    the task process it launched, before it answered
+//	      exit.json      the task's exit status, before the executor exits
+//	      restart.journal  the restarts it performed, each written ahead
+//	      stdout.log, stderr.log (and their rotations .1, .2, ...)
+//	      local/ secrets/ tmp/ alloc/   the task's own directories
+//	      root/          the empty mount point of an exec task's root
+//
+// Every name of it is spelled in this file, and nowhere else.
+
+// Names of the state directory's entries.
+const (
+	StoreFile = "tether.db"
+	TasksDir  = "tasks"
+)
+
+// Names of the files in a task's directory.
+const (
+	LockFile       = "driver.lock"     // held (flock) by the process driving the task
+	IdentityFile   = "executor.json"   // the executor's fsm.Identity, written before it answers
+	SocketFile     = "executor.sock"   // the executor's control socket (0600)
+	LogFile        = "executor.log"    // the executor's own log (its stderr)
+	LaunchFile     = "launch.json"     // the task process, written before the launch is answered
+	ExitStatusFile = "exit.json"       // the task's exit status, written before the executor exits
+	JournalFile    = "restart.journal" // the restarts the executor performed, each written ahead
+	StdoutFile     = "stdout.log"      // the task's stdout (rotated: stdout.log.1, ...)
+	StderrFile     = "stderr.log"      // the task's stderr
+	ReserveFile    = ".exit.reserve"   // room held for the exit status on a full disk
+)
+
+// The task's own directories, below its task directory. An exec task sees
+// them at /local, /secrets, /tmp and /alloc in its root, built on RootDir.
+const (
+	LocalDir   = "local"   // its working directory by default, and HOME for exec
+	SecretsDir = "secrets" // 0700
+	TmpDir     = "tmp"
+	AllocDir   = "alloc" // NOMAD_ALLOC_DIR
+	RootDir    = "root"  // the empty mount point an exec task's root is built on
+)
+
+// TempName is the temporary name a side file is written under before it
+// is renamed over name, so that readers see all of it or nothing.
+func TempName(name string) string { return "." + name + ".tmp" }
+
+// Layout is one state directory: every path of it.
+type Layout struct{ Dir string }
+
+// Store is the store's file.
+func (l Layout) Store() string { return filepath.Join(l.Dir, StoreFile) }
+
+// Tasks is the directory of the tasks' directories.
+func (l Layout) Tasks() string { return filepath.Join(l.Dir, TasksDir) }
+
+// Task is the private directory of task id. The id must be valid
+// (ValidateTaskID): one that is not could name a path outside Tasks.
+func (l Layout) Task(id string) Task { return Task(filepath.Join(l.Dir, TasksDir, id)) }
+
+// Task is one task's private directory; its methods are its files.
+type Task string
+
+// Dir is the directory itself.
+func (t Task) Dir() string { return string(t) }
+
+// ID is the task's id: the directory's name.
+func (t Task) ID() string { return filepath.Base(string(t)) }
+
+// File is the entry name (one of the names above) of the directory.
+func (t Task) File(name string) string { return filepath.Join(string(t), name) }
+
+// Lock is the task's lock file.
+func (t Task) Lock() string { return t.File(LockFile) }
+
+// Socket is the executor's control socket.
+func (t Task) Socket() string { return t.File(SocketFile) }
+
+// Log is the executor's own log.
+func (t Task) Log() string { return t.File(LogFile) }
+
+// Prepare makes sure the layout's directory can serve as a state
+// directory: a missing one is created 0700 (with tasks/ inside); an
+// existing one must be a directory (not a symbolic link) owned by the
+// caller with no group or other permissions, and is never chmodded: a
+// shared directory is refused with an error (ErrStateDir) saying what to
+// do.
+func (l Layout) Prepare() error {
+	dir := l.Dir
+	fi, err := os.Lstat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+			return fmt.Errorf("statedir: create state directory %s: %w", dir, err)
+		}
+		if err := MkdirDurable(dir); err != nil {
+			return fmt.Errorf("statedir: create state directory %s: %w", dir, err)
+		}
+		if fi, err = os.Lstat(dir); err != nil {
+			return fmt.Errorf("statedir: state directory %s: %w", dir, err)
+		}
+	case err != nil:
+		return fmt.Errorf("statedir: state directory %s: %w", dir, err)
+	}
+	if err := checkPrivateDir(dir, fi); err != nil {
+		return err
+	}
+	tasks := l.Tasks()
+	if err := MkdirDurable(tasks); err != nil {
+		return fmt.Errorf("statedir: create %s: %w", tasks, err)
+	}
+	fi, err = os.Lstat(tasks)
+	if err != nil {
+		return fmt.Errorf("statedir: %s: %w", tasks, err)
+	}
+	return checkPrivateDir(tasks, fi)
+}
+
+// ErrStateDir: the state directory is unusable as it is (shared, owned by
+// someone else, a symbolic link); it is never chmodded.
+var ErrStateDir = errors.New("statedir: unusable state directory")
+
+func checkPrivateDir(dir string, fi os.FileInfo) error {
+	if fi.Mode()&os.ModeSymlink != 0 {
+		return fmt.Errorf("%w: %s is a symbolic link; give the real directory", ErrStateDir, dir)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%w: %s is not a directory", ErrStateDir, dir)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("%w: %s is owned by uid %d, not by you (uid %d); use a directory of your own", ErrStateDir, dir, st.Uid, os.Geteuid())
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 || fi.Mode()&(os.ModeSticky|os.ModeSetgid|os.ModeSetuid) != 0 {
+		return fmt.Errorf("%w: %s has mode %s; it must be private (chmod 700 %s), or pick another with --state-dir",
+			ErrStateDir, dir, fi.Mode().Perm(), dir)
+	}
+	return nil
+}

@@ -1,0 +1,64 @@
+package statedir_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tether-fsm/tether/statedir"
+)
+
+func ExampleLayout() {
+	l := statedir.Layout{Dir: "/var/lib/tether"}
+	t := l.Task("web-1a2b3c")
+	fmt.Println(l.Store())
+	fmt.Println(t.Dir())
+	fmt.Println(t.File(statedir.ExitStatusFile))
+	// Output:
+	// /var/lib/tether/tether.db
+	// /var/lib/tether/tasks/web-1a2b3c
+	// /var/lib/tether/tasks/web-1a2b3c/exit.json
+}
+
+// TestLayout_Prepare_CreatesPrivateAndRefusesShared: a missing state
+// directory is made 0700 with tasks/ in it; one that others can read is
+// refused, named, and left as it was.
+func TestLayout_Prepare_CreatesPrivateAndRefusesShared(t *testing.T) {
+	l := statedir.Layout{Dir: filepath.Join(t.TempDir(), "a", "state")}
+	if err := l.Prepare(); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{l.Dir, l.Tasks()} {
+		fi, err := os.Lstat(d)
+		if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+			t.Fatalf("%s: %v %v", d, fi.Mode(), err)
+		}
+	}
+	shared := t.TempDir()
+	if err := os.Chmod(shared, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	err := statedir.Layout{Dir: shared}.Prepare()
+	if !errors.Is(err, statedir.ErrStateDir) {
+		t.Fatalf("Prepare of a 0755 directory = %v, want ErrStateDir", err)
+	}
+	if fi, _ := os.Stat(shared); fi.Mode().Perm() != 0o755 {
+		t.Fatalf("Prepare changed the mode of a directory it refused: %v", fi.Mode())
+	}
+}
+
+// TestValidateTaskID_RefusesEscapes: no id names a path outside tasks/.
+func TestValidateTaskID_RefusesEscapes(t *testing.T) {
+	for _, id := range []string{"", ".", "..", "../x", "a/b", ".hidden", "-x", string(make([]byte, 64))} {
+		if err := statedir.ValidateTaskID(id); !errors.Is(err, statedir.ErrInvalidTaskID) {
+			t.Errorf("ValidateTaskID(%q) = %v, want ErrInvalidTaskID", id, err)
+		}
+	}
+	for _, id := range []string{"a", "web-1a2b3c", "A.b_c-9"} {
+		if err := statedir.ValidateTaskID(id); err != nil {
+			t.Errorf("ValidateTaskID(%q) = %v", id, err)
+		}
+	}
+}

@@ -1,0 +1,346 @@
+package taskfile
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/tether-fsm/tether/fsm"
+)
+
+func parseOK(t *testing.T, src string) (*File, hcl.Diagnostics) {
+	t.Helper()
+	tf, diags := Parse("t.hcl", []byte(src), Options{})
+	if diags.HasErrors() {
+		t.Fatalf("ParseTaskFile: %v", diags)
+	}
+	return tf, diags
+}
+
+func parseErr(t *testing.T, src string) string {
+	t.Helper()
+	tf, diags := Parse("t.hcl", []byte(src), Options{})
+	if !diags.HasErrors() {
+		t.Fatalf("ParseTaskFile succeeded (%+v); want an error", tf)
+	}
+	var lines []string
+	for _, d := range diags {
+		lines = append(lines, FormatDiag(d))
+	}
+	return strings.Join(lines, "\n")
+}
+
+func TestParseTaskFile_AllFields(t *testing.T) {
+	tf, diags := parseOK(t, `
+task "web" {
+  driver       = "exec"
+  user         = "nobody"
+  kill_timeout = "10s"
+  kill_signal  = "SIGINT"
+  config {
+    command  = "/usr/bin/python3"
+    args     = ["-m", "http.server"]
+    cap_add  = ["net_bind_service"]
+    cap_drop = ["all"]
+    work_dir = "/srv"
+  }
+  env {
+    A = "1"
+    B = "two"
+  }
+}
+`)
+	if len(diags) != 0 {
+		t.Errorf("unexpected diagnostics: %v", diags)
+	}
+	want := fsm.Spec{
+		Name: "web", Driver: "exec", Command: "/usr/bin/python3", Args: []string{"-m", "http.server"},
+		Env: map[string]string{"A": "1", "B": "two"}, Dir: "/srv", User: "nobody",
+		CapAdd: []string{"net_bind_service"}, CapDrop: []string{"all"},
+		KillSignal: 2, KillTimeout: 10 * time.Second,
+	}
+	if len(tf.Tasks) != 1 || !reflect.DeepEqual(tf.Tasks[0].Spec, want) {
+		t.Fatalf("got %+v\nwant %+v", tf.Tasks, want)
+	}
+}
+
+func TestParseTaskFile_NomadJob(t *testing.T) {
+	tf, diags := parseOK(t, `
+job "example" {
+  datacenters = ["dc1"]
+  group "g" {
+    count = 1
+    network { mode = "host" }
+    task "a" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+      resources { cpu = 100 }
+    }
+    task "b" {
+      driver = "exec"
+      config {
+        command = "/bin/false"
+        volumes = ["x"]
+      }
+    }
+  }
+}
+`)
+	if got := tf.addresses(false); !reflect.DeepEqual(got, []string{"g.a", "g.b"}) {
+		t.Fatalf("tasks = %v", got)
+	}
+	var warned []string
+	for _, d := range diags {
+		if d.Severity != hcl.DiagWarning {
+			t.Errorf("unexpected error: %v", d)
+		}
+		warned = append(warned, FormatDiag(d))
+	}
+	text := strings.Join(warned, "\n")
+	if !strings.Contains(text, `t.hcl:16:9: warning: Unsupported attribute: tether ignores the attribute "volumes"`) {
+		t.Errorf("no warning names volumes with its file:line:col:\n%s", text)
+	}
+	for _, name := range []string{`"count"`, `"network"`, `"datacenters"`} {
+		if strings.Contains(text, name) {
+			t.Errorf("a warning names %s, which tether reads (count, network) or notes once (datacenters):\n%s", name, text)
+		}
+	}
+	if len(tf.Notices) != 1 || tf.Notices[0].String() != `ignores the "datacenters" attribute (a scheduler concern)` {
+		t.Errorf("notices = %v", tf.Notices)
+	}
+	if _, err := tf.Find(""); err == nil || !strings.Contains(err.Error(), "--task") {
+		t.Errorf("Find without a name in a two-task file: %v", err)
+	}
+	if d, err := tf.Find("b"); err != nil || d.Spec.Command != "/bin/false" {
+		t.Errorf("Find b = %+v, %v", d, err)
+	}
+	if _, err := tf.Find("zzz"); err == nil || !strings.Contains(err.Error(), "g.a, g.b") {
+		t.Errorf("Find of a missing task: %v", err)
+	}
+	a, _ := tf.Find("a")
+	if a.Spec.Resources.CPU != 100 || a.Spec.Job != "example" || a.Spec.Group != "g" {
+		t.Errorf("task a: resources %+v job %q group %q", a.Spec.Resources, a.Spec.Job, a.Spec.Group)
+	}
+	// No restart block in a job: Nomad's default for a service job.
+	if a.Spec.Restart == nil || *a.Spec.Restart != fsm.DefaultServiceRestart {
+		t.Errorf("task a's restart policy %+v, want the service default", a.Spec.Restart)
+	}
+}
+
+func TestParseTaskFile_ServiceBlocks(t *testing.T) {
+	tf, diags := parseOK(t, `
+job "j" {
+  type = "batch"
+  group "g" {
+    restart { attempts = 1 }
+    task "inherits" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+    task "own" {
+      driver = "exec"
+      config {
+        command       = "/bin/true"
+        pid_mode      = "host"
+        ipc_mode      = "host"
+        oom_score_adj = 500
+      }
+      resources {
+        memory     = 64
+        memory_max = 128
+        cpu        = 250
+        cores      = 1
+        pids       = 20
+      }
+      logs {
+        max_files     = 2
+        max_file_size = 1
+      }
+      restart {
+        attempts = 3
+        interval = "1m"
+        delay    = "2s"
+        mode     = "delay"
+      }
+    }
+  }
+}
+`)
+	if len(diags) != 0 {
+		t.Errorf("unexpected diagnostics: %v", diags)
+	}
+	in, _ := tf.Find("inherits")
+	want := fsm.DefaultBatchRestart
+	want.Attempts = 1
+	if in.Spec.Restart == nil || *in.Spec.Restart != want {
+		t.Errorf("inherited restart %+v, want the group's over the batch default %+v", in.Spec.Restart, want)
+	}
+	own, _ := tf.Find("own")
+	s := own.Spec
+	if s.Resources != (fsm.Resources{MemoryMB: 64, MemoryMaxMB: 128, CPU: 250, Cores: 1, PIDs: 20}) {
+		t.Errorf("resources %+v", s.Resources)
+	}
+	if s.Logs != (fsm.LogConfig{MaxFiles: 2, MaxFileSizeMB: 1}) {
+		t.Errorf("logs %+v", s.Logs)
+	}
+	if s.Restart == nil || *s.Restart != (fsm.RestartPolicy{Attempts: 3, Interval: time.Minute, Delay: 2 * time.Second, Mode: fsm.RestartDelay}) {
+		t.Errorf("restart %+v (a batch job's task does not restart a successful exit)", s.Restart)
+	}
+	if s.PIDMode != "host" || s.IPCMode != "host" || s.OOMScoreAdj == nil || *s.OOMScoreAdj != 500 {
+		t.Errorf("modes %q %q oom_score_adj %v", s.PIDMode, s.IPCMode, s.OOMScoreAdj)
+	}
+	if err := s.Validate(); err != nil {
+		t.Errorf("the parsed spec does not validate: %v", err)
+	}
+	// A task file without a job restarts only with a restart block.
+	tf, _ = parseOK(t, `task "x" {
+  driver = "raw_exec"
+  config { command = "/bin/true" }
+}`)
+	if tf.Tasks[0].Spec.Restart != nil {
+		t.Errorf("a bare task got a restart policy: %+v", tf.Tasks[0].Spec.Restart)
+	}
+	for name, src := range map[string]string{
+		"negative memory": `resources { memory = -1 }`,
+		"memory over max": `resources { memory = 256
+  memory_max = 128 }`,
+		"fractional cpu":   `resources { cpu = 1.5 }`,
+		"zero log files":   `logs { max_files = 0 }`,
+		"bad restart mode": `restart { mode = "sometimes" }`,
+		"bad interval":     `restart { interval = "soon" }`,
+	} {
+		msg := parseErr(t, "task \"x\" {\n  driver = \"raw_exec\"\n  config { command = \"/bin/true\" }\n  "+src+"\n}\n")
+		if !strings.Contains(msg, "t.hcl:") {
+			t.Errorf("%s: the error does not say where: %s", name, msg)
+		}
+	}
+}
+
+func TestParseTaskFile_UnknownAttributeWarns(t *testing.T) {
+	_, diags := parseOK(t, `
+task "x" {
+  driver = "raw_exec"
+  leeder = true
+  config { command = "/bin/true" }
+}
+`)
+	if len(diags) != 1 || diags[0].Severity != hcl.DiagWarning || !strings.Contains(FormatDiag(diags[0]), `t.hcl:4:3: warning: Unsupported attribute: tether ignores the attribute "leeder"`) {
+		t.Fatalf("diags = %v", diags)
+	}
+}
+
+func TestParseTaskFile_Errors(t *testing.T) {
+	for _, tc := range []struct {
+		name, src, want string
+	}{
+		{"syntax", "task \"x\" {\n  driver = \n}\n", "t.hcl:2:"},
+		{"bad driver", `task "x" {
+  driver = "docker"
+  config { command = "/bin/true" }
+}`, `t.hcl:2:12: error: Unsupported driver: Task "x" has driver "docker"`},
+		{"no driver", `task "x" {
+  config { command = "/bin/true" }
+}`, "Missing driver"},
+		{"no config", `task "x" { driver = "exec" }`, "Missing config block"},
+		{"no command", `task "x" {
+  driver = "exec"
+  config { args = ["a"] }
+}`, "Missing command"},
+		{"empty command", `task "x" {
+  driver = "exec"
+  config { command = "" }
+}`, "Empty command"},
+		{"wrong type", `task "x" {
+  driver = "exec"
+  config {
+    command = "/bin/true"
+    args = "notalist"
+  }
+}`, "t.hcl:5:12: error: Wrong type"},
+		{"bad timeout", `task "x" {
+  driver = "exec"
+  kill_timeout = "soon"
+  config { command = "/bin/true" }
+}`, "t.hcl:3:18: error: Bad kill_timeout"},
+		{"bad signal", `task "x" {
+  driver = "exec"
+  kill_signal = "SIGNOPE"
+  config { command = "/bin/true" }
+}`, "Bad kill_signal"},
+		{"variables", `task "x" {
+  driver = "exec"
+  config { command = var.x }
+}`, "t.hcl:3:22: error: Undeclared variable: var.x is not declared in this file"},
+		{"duplicate task", `task "x" {
+  driver = "exec"
+  config { command = "/bin/true" }
+}
+task "x" {
+  driver = "exec"
+  config { command = "/bin/true" }
+}`, `t.hcl:5:6: error: Duplicate task: A task named "x" is already declared at t.hcl:1:6`},
+		{"no label", `task {
+  driver = "exec"
+  config { command = "/bin/true" }
+}`, "Bad task block"},
+		{"empty file", ``, "No task in file"},
+		{"null", `task "x" {
+  driver = null
+  config { command = "/bin/true" }
+}`, "Missing value"},
+		{"null in list", `task "x" {
+  driver = "exec"
+  config {
+    command = "/bin/true"
+    args = ["a", null]
+  }
+}`, "must not hold null"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := parseErr(t, tc.src)
+			if !strings.Contains(got, tc.want) {
+				t.Fatalf("diagnostics do not contain %q:\n%s", tc.want, got)
+			}
+		})
+	}
+}
+
+func TestParseTaskFile_Examples(t *testing.T) {
+	files, err := filepath.Glob("../examples/*.hcl")
+	if err != nil || len(files) < 3 {
+		t.Fatalf("examples: %v, %v", files, err)
+	}
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tf, diags := Parse(f, src, Options{})
+		if len(diags) != 0 {
+			t.Errorf("%s: %v", f, diags)
+			continue
+		}
+		if len(tf.Tasks) != 1 {
+			t.Errorf("%s: %d tasks", f, len(tf.Tasks))
+		}
+	}
+}
+
+func TestParseSignal_NamesAndNumbers(t *testing.T) {
+	for in, want := range map[string]int{"SIGTERM": 15, "term": 15, "INT": 2, "9": 9, "SIGKILL": 9} {
+		got, err := ParseSignal(in)
+		if err != nil || int(got) != want {
+			t.Errorf("ParseSignal(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "SIGFOO", "0", "-1", "99"} {
+		if _, err := ParseSignal(in); err == nil {
+			t.Errorf("ParseSignal(%q) succeeded", in)
+		}
+	}
+}
