@@ -39,6 +39,8 @@ type wireEvent struct {
 	Warnings      []wireWarning   `json:"warnings,omitempty"`
 	Target        string          `json:"target,omitempty"`
 	Attempt       int             `json:"attempt,omitempty"`
+	Replaces      string          `json:"replaces,omitempty"`
+	ReplacedBy    string          `json:"replaced_by,omitempty"`
 }
 
 // wireWarning is a warning as it is mirrored: its kind by name.
@@ -87,6 +89,7 @@ func encodeEvent(e *fsm.Event) ([]byte, error) {
 		Seq: e.Seq, Time: e.Time, Type: e.Type.String(), Spec: redact(e.Spec), Nonce: e.Nonce,
 		Executor: e.Executor, TaskPID: e.TaskPID, TaskStartTime: e.TaskStartTime, Exit: e.Exit,
 		Signal: e.Signal, Grace: e.Grace, Delay: e.Delay, Reason: e.Reason, Attempt: e.Attempt,
+		Replaces: e.Replaces, ReplacedBy: e.ReplacedBy,
 	}
 	if e.Cause != fsm.CauseNone {
 		w.Cause = e.Cause.String()
@@ -126,6 +129,7 @@ func decodeEvent(key string, b []byte) (fsm.Event, error) {
 		Type: typ, Seq: w.Seq, Time: w.Time, Spec: w.Spec, Nonce: w.Nonce, Executor: w.Executor,
 		TaskPID: w.TaskPID, TaskStartTime: w.TaskStartTime, Exit: w.Exit, Signal: w.Signal,
 		Grace: w.Grace, Delay: w.Delay, Reason: w.Reason, Attempt: w.Attempt,
+		Replaces: w.Replaces, ReplacedBy: w.ReplacedBy,
 	}
 	if w.Cause != "" {
 		if e.Cause, err = parseCause(w.Cause); err != nil {
