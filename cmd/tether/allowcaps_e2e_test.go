@@ -50,7 +50,7 @@ func TestAllowCaps_NarrowsAsWellAsWidens(t *testing.T) {
 			if tc.env != "" {
 				env = append(env, "TETHER_ALLOW_CAPS="+tc.env)
 			}
-			r := e.tetherEnv(env, append(args, "run", file)...)
+			r := e.tetherEnv(env, append(args, "run", "-v", file)...) // -v: the lifecycle line names the task
 			notAllowed := strings.Contains(r.stderr, "capability not allowed")
 			switch {
 			case tc.refused && (r.code != exitStartFail || !notAllowed || !strings.Contains(r.stderr, tc.add)):

@@ -28,7 +28,7 @@ func TestSalvage_UnprovableLostTaskExits1(t *testing.T) {
 	e := newEnv(t)
 	dbPath := filepath.Join(e.dir, "tether.db")
 	hurt := strings.TrimSpace(e.must(e.runArgs("start", []string{"--name", "hurt"}, "sleep")...).stdout)
-	fine := taskID(t, e.must("run", "--name", "fine", "--", "/bin/true").stderr)
+	fine := taskID(t, e.must("run", "-v", "--name", "fine", "--", "/bin/true").stderr)
 	before := loadTask(t, dbPath, hurt)
 	if before.Executor == nil {
 		t.Fatalf("the started task has no executor recorded: %+v", before)
