@@ -55,6 +55,7 @@ func TestMain(m *testing.M) {
 		"unpriv":           func(a []string) int { return runUnpriv(a[1]) },
 		"executor-keyed":   runKeyedExecutor,
 		"executor-without": runExecutorWithout,
+		"lock-holder":      func(a []string) int { return lockHolder(a[0], a[1], a[2]) },
 	})
 	// Helper processes built with -race would otherwise sleep 1s at exit.
 	if os.Getenv("GORACE") == "" {

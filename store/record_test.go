@@ -19,6 +19,8 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/tether-fsm/tether/fsm"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // genStrings draws a list, nil when empty (the decoder's form).
@@ -127,6 +129,7 @@ func roundTrip(t interface{ Fatalf(string, ...any) }, e fsm.Event, seq uint64) {
 }
 
 func TestRecord_RoundTrip(t *testing.T) {
+	testproc.Parallel(t)
 	rapid.Check(t, func(t *rapid.T) {
 		roundTrip(t, genEvent(t), rapid.Uint64().Draw(t, "seq"))
 	})
@@ -138,6 +141,7 @@ func TestRecord_RoundTrip(t *testing.T) {
 // time: a field added to fsm that the record does not carry fails here,
 // without anyone having to remember to add it to a generator.
 func TestRecord_EveryFieldEncoded(t *testing.T) {
+	testproc.Parallel(t)
 	typ := reflect.TypeFor[fsm.Event]()
 	all := reflect.New(typ).Elem()
 	paths := fill(all, "Event")
@@ -272,6 +276,7 @@ func setNonZero(v reflect.Value, path string) {
 // Seq is the record's key, not a field of the body: roundTrip passes it
 // separately, and the one-at-a-time pass must not count it.
 func TestRecord_EveryFieldEncoded_SeqIsTheKey(t *testing.T) {
+	testproc.Parallel(t)
 	e := fsm.Event{Type: fsm.EventCreated, Seq: 5, Spec: &fsm.Spec{}}
 	rec := encodeRecord(nil, 5, &e)
 	var got fsm.Event
@@ -334,6 +339,7 @@ func readV1Records(t *testing.T) [][]byte {
 // the fields version 2 added are zero), and re-encode in version 1 to the
 // same bytes; encoded now they are version 2.
 func TestDecodeRecord_Version1Upcast(t *testing.T) {
+	testproc.Parallel(t)
 	recs := readV1Records(t)
 	want := v1Records()
 	if len(recs) != len(want) {
@@ -363,6 +369,7 @@ func TestDecodeRecord_Version1Upcast(t *testing.T) {
 // A version-1 record cannot carry version 2's fields: their bits are
 // refused in it, so an old record is never read as something it was not.
 func TestDecodeRecord_Version1RefusesVersion2Bits(t *testing.T) {
+	testproc.Parallel(t)
 	for _, e := range []fsm.Event{
 		{Type: fsm.EventRestartIntent, Attempt: 1, Exit: &fsm.ExitStatus{Code: 1}},
 		{Type: fsm.EventExecutorUp, Executor: &fsm.Identity{PID: 1, Cgroup: "/tether/x"}},
@@ -398,6 +405,7 @@ func TestDecodeRecord_Version2RefusesVersion3Bits(t *testing.T) {
 // The stored version-1 store opens, folds, takes appends (its heads are
 // rewritten in the current form) and checks clean.
 func TestOpen_Version1Store(t *testing.T) {
+	testproc.Parallel(t)
 	good, err := os.ReadFile(filepath.Join("testdata", "v1", "tether.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -437,6 +445,7 @@ func TestOpen_Version1Store(t *testing.T) {
 }
 
 func TestDecodeRecord_EveryTruncationIsCorrupt(t *testing.T) {
+	testproc.Parallel(t)
 	evs := append(runningLog(1), finishLog(9)...)
 	evs = append(evs, fullEvents()...)
 	for _, e := range evs {
@@ -491,6 +500,7 @@ func fullEvents() []fsm.Event {
 // The spec's optional parts refuse non-canonical forms: a part present
 // with the zero value, an empty extension, a boolean other than 0 or 1.
 func TestDecodeRecord_SpecExtensionCanonical(t *testing.T) {
+	testproc.Parallel(t)
 	base := fsm.Event{Type: fsm.EventCreated, Spec: &fsm.Spec{Logs: fsm.LogConfig{Disabled: true}}}
 	rec := encodeRecord(nil, 1, &base)
 	// The last byte is the Disabled boolean; make it 2.
@@ -510,6 +520,7 @@ func TestDecodeRecord_SpecExtensionCanonical(t *testing.T) {
 }
 
 func TestDecodeRecord_UnknownType(t *testing.T) {
+	testproc.Parallel(t)
 	e := fsm.Event{Type: fsm.EventRunning}
 	rec := encodeRecord(nil, 1, &e)
 	rec[5] = 200
@@ -522,6 +533,7 @@ func TestDecodeRecord_UnknownType(t *testing.T) {
 
 // Decoding into a reused event leaves nothing of the previous one.
 func TestDecodeRecord_ReusedEventReset(t *testing.T) {
+	testproc.Parallel(t)
 	var e fsm.Event
 	for _, prev := range append(fullEvents(), runningLog(0)...) {
 		rec := encodeRecord(nil, 1, &prev)
@@ -570,6 +582,7 @@ func FuzzDecodeRecord(f *testing.F) {
 
 // checksum agrees with hash/crc32 on every length and alignment.
 func TestChecksum_AgreesWithHashCRC32(t *testing.T) {
+	testproc.Parallel(t)
 	buf := make([]byte, 1100)
 	for i := range buf {
 		buf[i] = byte(i*131 + 7)
