@@ -45,6 +45,10 @@ func TestEnumerate_EveryCrashPoint(t *testing.T) {
 	// acknowledgements, its reopen by every generation).
 	cfgs = append(cfgs, Scenario{Op: "start:run", Tasks: 1, Bolt: true}, Scenario{Op: "stop", Tasks: 2, Bolt: true},
 		Scenario{Op: "recover:launched", Tasks: 1, Bolt: true})
+	// A maintenance (salvage, gc) beside starts, on the real store: every
+	// one of its durable steps crashed at.
+	cfgs = append(cfgs, Scenario{Op: "salvage:run", Tasks: 1, Bolt: true}, Scenario{Op: "salvage:run", Tasks: 2, Bolt: true},
+		Scenario{Op: "gc:run", Tasks: 1, Bolt: true})
 	ran := 0
 	for _, c := range cfgs {
 		name := strings.ReplaceAll(strings.ReplaceAll(strings.Split(c.String(), " | ")[0], ":", "_"), " ", "_")
