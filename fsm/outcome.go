@@ -30,10 +30,14 @@ const (
 	// WarnNoRestarts: the restart journal cannot be written, so the task
 	// will not be restarted.
 	WarnNoRestarts
+	// WarnLimitAboveHost: a limit is above what the host has (a memory
+	// limit above its RAM), so the task will not be held to it.
+	WarnLimitAboveHost
 	numWarningKinds
 )
 
-var warningNames = [numWarningKinds]string{WarnOther: "other", WarnUncontained: "uncontained", WarnNoRestarts: "no-restarts"}
+var warningNames = [numWarningKinds]string{WarnOther: "other", WarnUncontained: "uncontained", WarnNoRestarts: "no-restarts",
+	WarnLimitAboveHost: "limit-above-host"}
 
 func (k WarningKind) String() string {
 	if k < numWarningKinds {
