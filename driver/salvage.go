@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"syscall"
@@ -45,6 +46,15 @@ func SettleLost(ctx context.Context, world executor.World, l store.LostTask) (Se
 	k := recoveryKill{world: world, probe: defaultProbeTimeout, task: l.ID, id: l.Prefix.Executor, nonce: l.Nonce,
 		run: l.Prefix.TaskProc(), sig: syscall.SIGKILL}
 	_, id, err := k.kill(ctx)
+	if err == nil && id == nil && l.Nonce != "" {
+		// No executor with the nonce is alive, and the readable log does
+		// not say whether it launched: its task may live on in its
+		// cgroup. The world completes the identity from what the
+		// executor wrote before it answered (its nonce proves it).
+		if kerr := world.KillTask(ctx, l.ID, fsm.Identity{Nonce: l.Nonce}, l.Prefix.TaskProc()); kerr != nil && !errors.Is(kerr, ErrNotOurs) {
+			err = fmt.Errorf("%w: %w", ErrTaskNotKilled, kerr)
+		}
+	}
 	return Settled{Executor: id}, err
 }
 

@@ -262,7 +262,7 @@ func (c *cli) settled(l store.LostTask, o driver.SettleOutcome) string {
 	case o.Ended:
 		return "it had ended; nothing to kill"
 	case o.Executor == nil:
-		return "no executor with its spawn nonce is alive; nothing to kill"
+		return "no executor with its spawn nonce is alive; whatever was left of its task (its cgroup, its process group) was killed"
 	}
 	return fmt.Sprintf("its executor (pid %d) and everything of its task were killed by proven identity", o.Executor.PID)
 }

@@ -180,7 +180,15 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 	// before it switches user, for a task directory the user cannot
 	// traverse.
 	if !exec && !tu.Set() {
-		attr := &syscall.ProcAttr{Dir: cfg.Dir, Env: spec.EnvList(env), Sys: sys,
+		// No parent-death signal for a raw_exec task: if the executor
+		// dies, the task lives on in its cgroup, its descendants still
+		// its own, until a recovery kills the whole tree by proven
+		// identity (executor.Real.KillTask); a task killed with its
+		// executor would hand its children to init, out of reach of
+		// anything but its cgroup, which a root task can leave.
+		direct := *sys
+		direct.Pdeathsig = 0
+		attr := &syscall.ProcAttr{Dir: cfg.Dir, Env: spec.EnvList(env), Sys: &direct,
 			Files: []uintptr{devnull.Fd(), childEnds[0].Fd(), childEnds[1].Fd()}}
 		pid, err := s.startDirectly(cfg, append([]string{ls.Command}, ls.Args...), attr)
 		switch {

@@ -1,0 +1,92 @@
+//go:build linux
+
+package proc_test
+
+import (
+	"bufio"
+	"errors"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
+)
+
+// tree starts a chain of depth processes below a root (each in a session
+// of its own, so that neither a session nor a group kill finds them) and
+// returns the root and the deepest pid.
+func tree(t *testing.T, m string, depth int) (*exec.Cmd, int) {
+	t.Helper()
+	cmd := exec.Command(testBinary(t), "tree", strconv.Itoa(depth), m)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd, leaf
+}
+
+func identityOf(t *testing.T, pid int) fsm.Identity {
+	t.Helper()
+	start, err := proc.StartTime(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot, err := proc.BootID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fsm.Identity{PID: pid, StartTime: start, BootID: boot}
+}
+
+// TestKillTree_KillsEveryDescendant: the root and a chain of descendants,
+// each in a session (and group) of its own, all die.
+func TestKillTree_KillsEveryDescendant(t *testing.T) {
+	m := newMarker(t)
+	root, leaf := tree(t, m, 3)
+	leafID := identityOf(t, leaf)
+	if err := proc.KillTree(testCtx(t), proc.IdentityRoot(identityOf(t, root.Process.Pid))); err != nil {
+		t.Fatal(err)
+	}
+	if childAlive(t, root) {
+		t.Error("the root is alive")
+	}
+	if ok, _ := proc.Alive(leafID); ok {
+		t.Errorf("the deepest descendant %d is alive", leaf)
+	}
+}
+
+// TestKillTree_AStrangerAtTheRootsPidSignalsNothing: a root whose pid now
+// belongs to another process (start time differs) is skipped: neither it
+// nor its descendants are signalled.
+func TestKillTree_AStrangerAtTheRootsPidSignalsNothing(t *testing.T) {
+	m := newMarker(t)
+	stranger, leaf := tree(t, m, 1)
+	id := identityOf(t, stranger.Process.Pid)
+	id.StartTime-- // what a record of an earlier process at this pid holds
+	if err := proc.KillTree(testCtx(t), proc.IdentityRoot(id)); err != nil && !errors.Is(err, proc.ErrNotOurs) {
+		t.Fatal(err)
+	}
+	if !childAlive(t, stranger) {
+		t.Fatal("the stranger at the recorded pid was killed")
+	}
+	if ok, _ := proc.Alive(identityOf(t, leaf)); !ok {
+		t.Fatal("the stranger's child was killed")
+	}
+	_ = stranger.Process.Signal(syscall.SIGKILL)
+	_ = syscall.Kill(leaf, syscall.SIGKILL)
+}
