@@ -190,7 +190,7 @@ func TestStop_DuringTheRestartDelayStopsForGood(t *testing.T) {
 	e := newEnv(t)
 	file, counter := restartTask(t, e, "slow", `  restart {
     attempts = 3
-    interval = "2h"
+    interval = "3h"
     delay    = "1h"
     mode     = "fail"
   }`, "4")
