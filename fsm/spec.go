@@ -43,7 +43,11 @@ type Spec struct {
 }
 
 // Resources are a task's limits, with Nomad's names and units. Zero means
-// unset.
+// unset: no limit. (A task file may not say 0: Nomad refuses a memory of 0
+// and a cpu of 0, and tether every explicit 0; an attribute left out is no
+// limit.) Validate holds the values to Nomad's rules and the kernel's
+// ranges; the host check refuses more cores than the host gives tasks, and
+// the executor warns, at launch, of a memory limit above the host's RAM.
 type Resources struct {
 	// MemoryMB is the hard memory limit in MB, or the soft one when
 	// MemoryMaxMB is set.
@@ -57,6 +61,15 @@ type Resources struct {
 	// PIDs is the most processes the task may have (tether's addition).
 	PIDs int
 }
+
+// Bounds of resource values: Nomad's minimum memory, and what the kernel
+// takes (cpu.shares, PID_MAX_LIMIT, NR_CPUS's largest setting).
+const (
+	MinMemoryMB = 10
+	MaxCPU      = 262144
+	MaxPIDs     = 4 << 20
+	MaxCores    = 8192
+)
 
 // IsZero reports whether no limit is set.
 func (r Resources) IsZero() bool { return r == Resources{} }
@@ -219,6 +232,21 @@ func (s *Spec) Validate() error {
 		if int64(f.v) > maxMB {
 			return bad("resources.%s = %d MB is more than %d MB", f.name, f.v, int64(maxMB))
 		}
+	}
+	if r.MemoryMB > 0 && r.MemoryMB < MinMemoryMB {
+		return bad("resources.memory = %d MB is below Nomad's minimum of %d MB (leave it unset for no limit)", r.MemoryMB, MinMemoryMB)
+	}
+	if r.CPU > 0 && r.Cores > 0 {
+		return bad("resources: a task can only ask for cpu or cores, not both (as in Nomad): cores pins it to whole CPUs, cpu shares them")
+	}
+	if r.CPU > MaxCPU {
+		return bad("resources.cpu = %d MHz is more than %d: cpu is a relative share, and the kernel's largest is %d", r.CPU, MaxCPU, MaxCPU)
+	}
+	if r.PIDs > MaxPIDs {
+		return bad("resources.pids = %d is more than the kernel allows any cgroup (%d, its PID_MAX_LIMIT)", r.PIDs, MaxPIDs)
+	}
+	if r.Cores > MaxCores {
+		return bad("resources.cores = %d is more CPUs than Linux supports (%d)", r.Cores, MaxCores)
 	}
 	if r.MemoryMaxMB > 0 && r.MemoryMB == 0 {
 		return bad("resources.memory_max = %d without memory: memory_max makes memory the soft limit, so set both", r.MemoryMaxMB)

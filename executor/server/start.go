@@ -132,6 +132,7 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 		}
 		s.cg = cg
 		cfg.Cgroup = s.loc.String()
+		l.warnings = append(l.warnings, spec.LimitWarnings(ls.Resources)...)
 	}
 	ok := false
 	defer func() {
