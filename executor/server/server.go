@@ -805,6 +805,7 @@ func (s *server) reap() {
 		if s.task != nil && pid == s.task.pid && !s.task.exited {
 			s.task.exited = true
 			s.task.exit = exitOf(ws)
+			s.task.exit.At = time.Now().UnixNano() // SIGCHLD woke this loop: when the task died
 			s.log.Info("task exited", "task_pid", pid, "code", s.task.exit.Code, "signal", s.task.exit.Signal)
 		} else {
 			s.log.Debug("reaped", "child", pid)
@@ -859,6 +860,7 @@ func (s *server) completeTask() {
 	if s.oomKilled() {
 		s.task.exit.OOM = true
 	}
+	s.task.exit.PeakMemory = s.memoryPeak()
 	restart := s.restartNext()
 	if s.cgKill != cgGaveUp {
 		s.removeCgroup()
