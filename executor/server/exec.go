@@ -72,7 +72,7 @@ func (s *server) execute(sc *sconn, req wire.Request) {
 	e, term, err := s.startExec(spec, req.Files)
 	if err != nil {
 		s.log.Warn("exec failed", "err", err)
-		fail(err)
+		fail(s.atLimit(err))
 		return
 	}
 	e.c = sc
@@ -84,6 +84,22 @@ func (s *server) execute(sc *sconn, req wire.Request) {
 	}
 	s.send(sc, r)
 	s.reap() // it may have exited already
+}
+
+// atLimit names the task's pids limit as the reason an exec could not
+// start, when the task's cgroup is at it (the command, or the shim that
+// joins the task to start it, could not be forked there): err otherwise.
+func (s *server) atLimit(err error) error {
+	limit := s.task.join.pids
+	if limit <= 0 || s.cg == nil {
+		return err
+	}
+	st, serr := s.cg.Stats()
+	if serr != nil || st.Pids < uint64(limit) {
+		return err
+	}
+	return fmt.Errorf("%w: the task is at its pids limit (%d processes and threads of pids = %d), so no command can start in it: "+
+		"raise resources.pids, or end something in the task (%v)", wire.ErrAtLimit, st.Pids, limit, err)
 }
 
 // execWait answers when the connection's exec pid has exited.

@@ -35,9 +35,10 @@ type launched struct {
 // capabilities; no root to build), its namespaces (CLONE_NEW* flags; 0 for
 // raw_exec) and its environment.
 type joinPlan struct {
-	cfg shim.Config
-	ns  int
-	env map[string]string
+	cfg  shim.Config
+	ns   int
+	env  map[string]string
+	pids int // the run's pids limit (0: none): an exec at it cannot start
 }
 
 // startTask starts the task as a child of the executor, in its own process
@@ -172,7 +173,7 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 		}
 		ok = true
 		l.pid, l.start, l.outs = pid, start, outs
-		l.join = joinPlan{cfg: cfg, ns: int(sys.Cloneflags), env: env}
+		l.join = joinPlan{cfg: cfg, ns: int(sys.Cloneflags), env: env, pids: ls.Resources.PIDs}
 		l.join.cfg.Root, l.join.cfg.Path = nil, ""
 		return l, nil
 	}

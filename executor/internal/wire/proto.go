@@ -158,6 +158,7 @@ const (
 	codeRestarting
 	codeExec
 	codeUnknownExec
+	codeAtLimit
 )
 
 // wireErrors maps codes to named errors; the index is the code.
@@ -184,6 +185,7 @@ var wireErrors = [...]error{
 	codeRestarting:      ErrRestarting,
 	codeExec:            ErrExec,
 	codeUnknownExec:     ErrUnknownExec,
+	codeAtLimit:         ErrAtLimit,
 }
 
 type Failure struct {
