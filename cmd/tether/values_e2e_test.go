@@ -3,9 +3,12 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/internal/testproc"
 )
@@ -124,4 +127,64 @@ func hostRAMMB(t *testing.T) int64 {
 	}
 	t.Fatal("no MemTotal")
 	return 0
+}
+
+// TestExec_AtThePidsLimitSaysSo: tether exec into a task that holds all
+// the processes its pids limit allows says that the task is at its pids
+// limit, with the count; it said the executor did not answer.
+func TestExec_AtThePidsLimitSaysSo(t *testing.T) {
+	needTaskCgroups(t)
+	e := newEnv(t)
+	fifo := filepath.Join(t.TempDir(), "up")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file := writeFile(t, t.TempDir(), "full.hcl", fmt.Sprintf(`task "full" {
+  driver = "raw_exec"
+  config {
+    command = "/bin/sh"
+    args    = ["-c", "sleep 1000 & sleep 1000 & sleep 1000 & sleep 1000 & echo up > \"$0\"; wait", %q, %q]
+  }
+  resources {
+    pids = 5
+  }
+}
+`, fifo, e.dir))
+	id := strings.TrimSpace(e.must("start", file).stdout)
+	if b, err := os.ReadFile(fifo); err != nil || string(b) != "up\n" { // the shell and its four sleeps: 5 of 5
+		t.Fatalf("the task did not fill its pids: %q %v", b, err)
+	}
+	r := e.tether("exec", id, "--", "/bin/true")
+	if r.code == 0 || !strings.Contains(r.stderr, "the task is at its pids limit (5 processes and threads of pids = 5)") ||
+		strings.Contains(r.stderr, "did not answer") {
+		t.Errorf("exec into a task at its pids limit: %s", r)
+	}
+	e.must("stop", "--timeout", "1s", id)
+}
+
+// TestRun_EnvironmentStringsUpToTheKernelsLimit: an environment string of
+// 120 KiB (over the 64 KiB tether took before, under the kernel's 128 KiB
+// MAX_ARG_STRLEN) reaches the task whole; one past the kernel's limit is
+// refused before anything runs, naming the kernel's figure.
+func TestRun_EnvironmentStringsUpToTheKernelsLimit(t *testing.T) {
+	e := newEnv(t)
+	file := func(name string, n int) string {
+		return writeFile(t, t.TempDir(), name+".hcl", fmt.Sprintf(`task %q {
+  driver = "raw_exec"
+  config {
+    command = "/bin/sh"
+    args    = ["-c", "echo $${#BIG}", %q]
+  }
+  env {
+    BIG = %q
+  }
+}
+`, name, e.dir, strings.Repeat("x", n)))
+	}
+	r := e.tether("run", file("big", 120<<10))
+	if r.code != 0 || !strings.Contains(r.stdout, strconv.Itoa(120<<10)) {
+		t.Errorf("a 120 KiB environment string: %s", r)
+	}
+	e = newEnv(t) // a store with nothing in it, for the refusal
+	e.refusedBeforeSpawn(file("huge", 131072), "the kernel takes at most 131071 bytes per argument or environment string (MAX_ARG_STRLEN, 131072 with its NUL)")
 }
