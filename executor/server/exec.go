@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -137,9 +138,29 @@ func (s *server) execSignal(sc *sconn, req wire.Request) {
 	s.send(sc, wire.Response{ID: req.ID})
 }
 
+// reapExecs collects the execs that have exited, each through the pidfd
+// that pins its command: the status an exec-wait is answered with is that
+// process's own, never one taken from a pid.
+func (s *server) reapExecs() {
+	for _, e := range s.execs {
+		if e.exited {
+			continue
+		}
+		x, ok, err := e.proc.Reap()
+		if err != nil {
+			s.log.Warn("reaping an exec through its pidfd", "exec_pid", e.pid, "err", err)
+			continue
+		}
+		if ok {
+			s.execReaped(e, x)
+		}
+	}
+}
+
 // execReaped records the exit of an exec and answers its waiters.
-func (s *server) execReaped(e *execProc, ws unix.WaitStatus) {
-	e.exited, e.exit = true, exitOf(ws)
+func (s *server) execReaped(e *execProc, x fsm.ExitStatus) {
+	e.exited, e.exit = true, x
+	e.exit.At = time.Now().UnixNano()
 	e.proc.Close()
 	s.log.Info("exec exited", "exec_pid", e.pid, "code", e.exit.Code, "signal", e.exit.Signal)
 	if e.c == nil || len(e.waiters) > 0 {

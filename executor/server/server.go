@@ -780,6 +780,7 @@ func (s *server) killAll() {
 // reap collects every child that exited. Once the task has exited it
 // drains what is left of it (see drain).
 func (s *server) reap() {
+	s.reapExecs()
 	for {
 		var ws unix.WaitStatus
 		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
@@ -799,7 +800,9 @@ func (s *server) reap() {
 			break
 		}
 		if e := s.execs[pid]; e != nil && !e.exited {
-			s.execReaped(e, ws)
+			// It ended between reapExecs and this wait: still unreaped
+			// until now, so the pid was its own.
+			s.execReaped(e, exitOf(ws))
 			continue
 		}
 		if s.task != nil && pid == s.task.pid && !s.task.exited {

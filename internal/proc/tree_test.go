@@ -90,3 +90,43 @@ func TestKillTree_AStrangerAtTheRootsPidSignalsNothing(t *testing.T) {
 	_ = stranger.Process.Signal(syscall.SIGKILL)
 	_ = syscall.Kill(leaf, syscall.SIGKILL)
 }
+
+// TestPidFD_Reap: the exit status through the pidfd is the pinned child's:
+// none while it runs, then its signal; and an exit code.
+func TestPidFD_Reap(t *testing.T) {
+	m := newMarker(t)
+	cmd := hang(t, m)
+	p, err := proc.Open(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, ok, err := p.Reap(); ok || err != nil {
+		t.Fatalf("Reap of a running child: ok %v, %v", ok, err)
+	}
+	if err := p.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Wait(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	x, ok, err := p.Reap()
+	if !ok || err != nil || x.Signal != int(syscall.SIGKILL) || x.Code != -1 {
+		t.Fatalf("Reap of a killed child: %+v %v %v", x, ok, err)
+	}
+	exit3 := exec.Command("/bin/sh", "-c", "exit 3")
+	if err := exit3.Start(); err != nil {
+		t.Fatal(err)
+	}
+	q, err := proc.Open(exit3.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Wait(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if x, ok, err := q.Reap(); !ok || err != nil || x.Code != 3 || x.Signal != 0 {
+		t.Fatalf("Reap of a child that exited 3: %+v %v %v", x, ok, err)
+	}
+}
