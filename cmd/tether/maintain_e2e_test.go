@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/driver"
@@ -255,6 +256,27 @@ func TestSalvage_BesideConcurrentStartsLosesNothing(t *testing.T) {
 	e.checkStartsKept(starts)
 }
 
+// TestGC_HeldAtEachStepBesideConcurrentStartsLosesNothing: gc held at
+// each of its durable steps (its removal committed, its compacted copy
+// written, renamed into place) while 25 starts run: every acknowledged
+// start is listed, running and stoppable afterwards.
+func TestGC_HeldAtEachStepBesideConcurrentStartsLosesNothing(t *testing.T) {
+	for _, point := range []string{"remove:committed", "compact:copied", "compact:renamed"} {
+		t.Run(strings.ReplaceAll(point, ":", "_"), func(t *testing.T) {
+			e := newEnv(t)
+			e.must("run", "--", "/bin/true") // an ended task for gc to remove
+			e.must(e.runArgs("start", []string{"--name", "pre"}, "sleep")...)
+			starts, gr := e.startsBeside(25, func(ctx context.Context) *paused {
+				return e.startPaused(ctx, point, "gc")
+			})
+			if gr.code != exitOK || !strings.Contains(gr.stdout, "store compacted") {
+				t.Fatalf("gc beside the starts: %s", gr)
+			}
+			e.checkStartsKept(starts)
+		})
+	}
+}
+
 // TestRecover_TwoAtOnceTheSecondWaitsAndSaysWhy: a recover held after it
 // recorded a task lost and before its kill (before-effect:kill-executor),
 // and a second recover: the second says which process is recovering the
@@ -319,5 +341,35 @@ func TestRecover_TwoAtOnceTheSecondWaitsAndSaysWhy(t *testing.T) {
 		if s.State != "lost" {
 			t.Errorf("task %s is %s after both recovers, want lost", s.ID, s.State)
 		}
+	}
+}
+
+// TestSalvage_ExitsOneWhenNotAllDone: a live task whose log is damaged
+// from its spawn intent on, and whose head is damaged too, cannot be
+// proven to own any process: the salvage puts the readable store in
+// place and says the task's processes were NOT killed, and exits 1 (a
+// salvage that reported something not done exited 0).
+func TestSalvage_ExitsOneWhenNotAllDone(t *testing.T) {
+	e := newEnv(t)
+	hurt := strings.TrimSpace(e.must(e.runArgs("start", []string{"--name", "hurt"}, "sleep")...).stdout)
+	st := e.status(hurt)[0]
+	t.Cleanup(func() { // what the salvage could not prove its own
+		for _, pid := range []int{st.ExecutorPID, st.PID} {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			waitExit(t, pid)
+		}
+	})
+	db := filepath.Join(e.dir, "tether.db")
+	damageRecord(t, db, hurt, 2) // the spawn intent: the nonce
+	plantInTask(t, db, hurt, func(b *bolt.Bucket) error {
+		key := []byte("\xffhead") // the head: the nonce again
+		v := bytes.Clone(b.Get(key))
+		v[len(v)/2] ^= 0xff
+		return b.Put(key, v)
+	})
+	r := e.tether("check", "--salvage")
+	if r.code != exitError || !strings.Contains(r.stdout, "NOT killed") || !strings.Contains(r.stdout, "the salvaged store is in place") ||
+		!strings.Contains(r.stderr, "not complete") {
+		t.Fatalf("salvage that could not kill a lost task's processes: want exit 1, the store in place, NOT killed said\n%s", r)
 	}
 }
