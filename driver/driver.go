@@ -326,6 +326,11 @@ func (d *Driver) ask(ctx context.Context, id string, req request) (reply, error)
 // nil error. A spec refused before spawning fails with ErrInvalidSpec and
 // nothing is spawned.
 func (d *Driver) StartTask(ctx context.Context, id string, spec fsm.Spec) (fsm.Task, error) {
+	return d.startTask(ctx, id, spec, "")
+}
+
+// startTask is StartTask recording the task it replaces, if any.
+func (d *Driver) startTask(ctx context.Context, id string, spec fsm.Spec, replaces string) (fsm.Task, error) {
 	if err := ValidateTaskID(id); err != nil {
 		return fsm.Task{}, err
 	}
@@ -341,7 +346,7 @@ func (d *Driver) StartTask(ctx context.Context, id string, spec fsm.Spec) (fsm.T
 		d.mu.Unlock()
 		return fsm.Task{}, &TaskError{Task: id, Err: ErrTaskExists}
 	}
-	req := request{kind: inStart, spec: spec, reply: make(chan reply, 1)}
+	req := request{kind: inStart, spec: spec, link: replaces, reply: make(chan reply, 1)}
 	t := d.startOwner(fsm.Task{ID: id}, &req) // the owner serves it before any other request
 	d.mu.Unlock()
 	select {

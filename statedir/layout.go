@@ -1,6 +1,8 @@
 package statedir
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -25,6 +27,9 @@ import (
 //	      stdout.log, stderr.log (and their rotations .1, .2, ...)
 //	      local/ secrets/ tmp/ alloc/   the task's own directories
 //	      root/          the empty mount point of an exec task's root
+//	  names/             0700, made by the first start of a named task
+//	    HASH.lock        held (flock) while a start or restart of the name
+//	                     checks that no task of it is live and starts one
 //
 // Every name of it is spelled in this file, and nowhere else.
 
@@ -32,6 +37,7 @@ import (
 const (
 	StoreFile       = "tether.db"
 	TasksDir        = "tasks"
+	NamesDir        = "names"
 	RecoverLockFile = "recover.lock" // held (flock) by a recovery of the whole state directory
 )
 
@@ -75,6 +81,17 @@ func (l Layout) RecoverLock() string { return filepath.Join(l.Dir, RecoverLockFi
 
 // Tasks is the directory of the tasks' directories.
 func (l Layout) Tasks() string { return filepath.Join(l.Dir, TasksDir) }
+
+// Names is the directory of the task names' lock files.
+func (l Layout) Names() string { return filepath.Join(l.Dir, NamesDir) }
+
+// NameLock is the lock file of a task name: one file a name, named by
+// the first 16 bytes of the name's SHA-256 in hex, so that any name (a
+// slash, "..", a kilobyte of it) is one entry of Names.
+func (l Layout) NameLock(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return filepath.Join(l.Names(), hex.EncodeToString(sum[:16])+".lock")
+}
 
 // Task is the private directory of task id. The id must be valid
 // (ValidateTaskID): one that is not could name a path outside Tasks.

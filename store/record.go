@@ -45,6 +45,8 @@ import (
 //	delay    v3: varint (a restart-intent's delay)
 //	cause    v3: byte (fsm.Cause, with a reason)
 //	warnings v3: uvarint count, then a kind byte and a text string each
+//	replaces v3: string (a task-created's Replaces)
+//	replaced v3: string (a stop-requested's ReplacedBy)
 //	recorded v4: varint (Unix ns: the append time, when later than time)
 //	exit_at  v4: varint (Exit.At: when the task exited, Unix ns; with exit)
 //	peak     v4: uvarint (Exit.PeakMemory, bytes; with exit)
@@ -78,9 +80,11 @@ const (
 	fAttempt // v2: Attempt
 	fSpecExt // v2: the spec's optional parts (with fSpec)
 
-	fDelay    // v3: Delay
-	fCause    // v3: Cause
-	fWarnings // v3: Warnings
+	fDelay      // v3: Delay
+	fCause      // v3: Cause
+	fWarnings   // v3: Warnings
+	fReplaces   // v3: Replaces
+	fReplacedBy // v3: ReplacedBy
 
 	fRecorded // v4: Recorded
 	fExitAt   // v4: Exit.At (with fExit)
@@ -88,7 +92,7 @@ const (
 
 	fAllV1 = fTarget<<1 - 1
 	fAllV2 = fSpecExt<<1 - 1
-	fAllV3 = fWarnings<<1 - 1
+	fAllV3 = fReplacedBy<<1 - 1
 	fAllV4 = fPeak<<1 - 1
 )
 
@@ -221,6 +225,12 @@ func appendRecord(dst []byte, version uint8, seq uint64, e *fsm.Event) []byte {
 			dst = appendString(dst, w.Text)
 		}
 	}
+	if f&fReplaces != 0 {
+		dst = appendString(dst, e.Replaces)
+	}
+	if f&fReplacedBy != 0 {
+		dst = appendString(dst, e.ReplacedBy)
+	}
 	if f&fRecorded != 0 {
 		dst = binary.AppendVarint(dst, e.Recorded)
 	}
@@ -296,6 +306,12 @@ func fieldsOf(e *fsm.Event) uint64 {
 	}
 	if len(e.Warnings) > 0 {
 		f |= fWarnings
+	}
+	if e.Replaces != "" {
+		f |= fReplaces
+	}
+	if e.ReplacedBy != "" {
+		f |= fReplacedBy
 	}
 	return f
 }
@@ -450,7 +466,8 @@ func decodeRecord(rec []byte, e *fsm.Event) (uint64, *decodeError) {
 // that are set (replay decodes every record into one reused event, and
 // most records leave its pointers nil).
 func resetEvent(e *fsm.Event, typ fsm.EventType) {
-	if e.Spec != nil || e.Executor != nil || e.Exit != nil || e.Nonce != "" || e.Reason != "" || e.Warnings != nil {
+	if e.Spec != nil || e.Executor != nil || e.Exit != nil || e.Nonce != "" || e.Reason != "" || e.Warnings != nil ||
+		e.Replaces != "" || e.ReplacedBy != "" {
 		*e = fsm.Event{Type: typ}
 		return
 	}
@@ -561,6 +578,12 @@ func (d *decoder) fields(e *fsm.Event, version uint8) {
 			}
 			e.Warnings = append(e.Warnings, fsm.Warning{Kind: k, Text: d.str()})
 		}
+	}
+	if f&fReplaces != 0 {
+		e.Replaces = d.nonEmpty()
+	}
+	if f&fReplacedBy != 0 {
+		e.ReplacedBy = d.nonEmpty()
 	}
 	if f&fRecorded != 0 {
 		if e.Recorded = d.varint(); e.Recorded == 0 {
