@@ -259,3 +259,72 @@ func TestStore_SuspendSalvageReopen(t *testing.T) {
 		t.Errorf("append to the suspended store: %v, want ErrClosed", err)
 	}
 }
+
+// maintStore is a store of n tasks of 8 events (a running task's six, a
+// task-exited and an executor-reaped: what gc and salvage walk), synced.
+func maintStore(b *testing.B, n int) string {
+	b.Helper()
+	path := filepath.Join(b.TempDir(), "state", "tether.db")
+	s, err := Open(path, Options{NoSync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	log := append(runningLog(0), finishLog(10)...)
+	for i := range n {
+		if _, err := s.Append(context.Background(), fmt.Sprintf("task-%05d", i), 0, log...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
+
+// BenchmarkMaintenance_SalvageInstall is how long a salvage and its
+// install hold the store (every other command waits that long): a
+// durable salvage of a store of 1,000 and of 10,000 ended tasks, then its
+// install. BenchmarkMaintenance_Compact is the same store compacted, the
+// hold gc has always had.
+func BenchmarkMaintenance_SalvageInstall(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) {
+			path := maintStore(b, n)
+			dir := filepath.Dir(path)
+			b.ResetTimer()
+			for i := range b.N {
+				m, err := BeginMaintenance(context.Background(), path, Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				dst, aside := filepath.Join(dir, fmt.Sprintf("s%d.db", i)), filepath.Join(dir, fmt.Sprintf("a%d.db", i))
+				if _, err := m.Salvage(context.Background(), dst); err != nil {
+					b.Fatal(err)
+				}
+				if err := m.Install(dst, aside); err != nil {
+					b.Fatal(err)
+				}
+				if err := m.Release(); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				_ = os.Remove(aside)
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+func BenchmarkMaintenance_Compact(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) {
+			path := maintStore(b, n)
+			b.ResetTimer()
+			for range b.N {
+				if _, _, err := Compact(path, Options{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
