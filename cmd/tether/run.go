@@ -425,11 +425,6 @@ func (c *cli) endCode(final fsm.Task, err error, interrupted os.Signal) int {
 	if s := endSummary(final, false); s != "" {
 		fmt.Fprintf(c.stderr, "tether: %s: %s\n", final.ID, s)
 	}
-	if x := final.Exit; x != nil && x.OOM && !x.OOMKilledMain() {
-		// One truth: the task's exit is its main process's; the OOM
-		// kill of another of its processes is said, not made its code.
-		fmt.Fprintf(c.stderr, "tether: %s: the OOM killer killed a process of the task; its main process ended with %s\n", final.ID, describeExit(fsm.ExitStatus{Code: x.Code, Signal: x.Signal}))
-	}
 	switch {
 	case interrupted != nil && final.State == fsm.StateStopped:
 		return 128 + int(interrupted.(syscall.Signal))

@@ -303,7 +303,6 @@ type eventJSON struct {
 	Reason      string     `json:"reason,omitempty"`
 	Cause       string     `json:"cause,omitempty"`
 	Warnings    []string   `json:"warnings,omitempty"`
-	OOMKilled   bool       `json:"oom_killed,omitempty"`
 	PeakMemory  uint64     `json:"peak_memory_bytes,omitempty"`
 	Spec        *fsm.Spec  `json:"spec,omitempty"`
 	Replaces    string     `json:"replaces,omitempty"`
@@ -356,7 +355,7 @@ func (c *cli) cmdEvents(args []string) int {
 					code := e.Exit.Code
 					j.ExitCode = &code
 				}
-				j.OOMKilled, j.PeakMemory = e.Exit.OOM, e.Exit.PeakMemory
+				j.PeakMemory = e.Exit.PeakMemory
 			}
 			if e.Grace > 0 {
 				j.Grace = e.Grace.String()

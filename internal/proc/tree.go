@@ -110,7 +110,11 @@ func KillTree(ctx context.Context, roots ...Root) error {
 			if err != nil || s.Dead() || s.StartTime != start {
 				continue
 			}
-			if s.State != 'T' && s.State != 't' {
+			// Stopped ('T', 't'), or in uninterruptible sleep ('D': in the
+			// kernel, it forks nothing until it returns, and then stops on
+			// the SIGSTOP it has pending): no child can appear after its
+			// list is read.
+			if s.State != 'T' && s.State != 't' && s.State != 'D' {
 				running = true
 			}
 			kids, err := childrenOf(pid)
