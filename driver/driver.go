@@ -248,6 +248,19 @@ func (d *Driver) event(typ fsm.EventType) fsm.Event {
 	return fsm.Event{Type: typ, Time: d.cfg.Now().UnixNano()}
 }
 
+// exited is the task-exited event of exit x: stamped with when the task
+// exited (x.At, as its executor saw it), and with its append time beside
+// it when that is later, so that a task nobody watched is recorded as
+// ended when it ended, not when a command next looked.
+func (d *Driver) exited(x fsm.ExitStatus) fsm.Event {
+	ev := d.event(fsm.EventTaskExited)
+	if x.At > 0 && x.At < ev.Time {
+		ev.Time, ev.Recorded = x.At, ev.Time
+	}
+	ev.Exit = &x
+	return ev
+}
+
 // lookup returns the task's live owner, starting one (from the store) when
 // the driver has none. A task the store does not know is ErrUnknownTask.
 func (d *Driver) lookup(ctx context.Context, id string) (*task, error) {

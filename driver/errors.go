@@ -55,6 +55,11 @@ var (
 	// ErrUnproven: nothing readable of a lost task's log proves which
 	// processes are its own (SettleLost); nothing was killed.
 	ErrUnproven = errors.New("driver: nothing readable proves which processes are the task's")
+	// ErrVanished: the task is no longer in the store (a maintenance put
+	// a store that lacks it in place, or removed it) while this driver was
+	// driving it; what was spawned for it was killed, since no Recover
+	// could find it.
+	ErrVanished = errors.New("driver: the task is no longer in the store")
 	// ErrInjected is the error returned by an injected fault (tests, and
 	// TETHER_FAULT in real-process tests).
 	ErrInjected = errors.New("driver: injected fault")

@@ -678,8 +678,17 @@ func (o *owner) startReply() reply {
 // giveUp stops driving after an error the owner cannot get past (an append
 // that failed, a kill that kept failing): the log keeps what is durable and
 // a later Recover reconciles it. Everyone waiting is told why.
+//
+// A task that is no longer in the store at all (a maintenance replaced the
+// store with one that lacks it, or removed it) is in no log that a Recover
+// could reconcile: its processes are killed here, by what this owner knows
+// of them, and the error says so (ErrVanished).
 func (o *owner) giveUp(err error) {
-	o.log.Error("giving up on the task for now; Recover will reconcile it", "err", err, "state", o.st.State.String())
+	if errors.Is(err, store.ErrUnknownTask) && o.st.Version > 0 {
+		err = o.vanished(err)
+	} else {
+		o.log.Error("giving up on the task for now; Recover will reconcile it", "err", err, "state", o.st.State.String())
+	}
 	o.retryC = nil
 	o.rest()
 	for _, s := range append(append(o.starters, o.stoppers...), o.watchers...) {
@@ -687,6 +696,28 @@ func (o *owner) giveUp(err error) {
 	}
 	o.starters, o.stoppers, o.watchers = nil, nil, nil
 	o.concludeRecovery("", err)
+}
+
+// vanished kills everything this owner knows of a task that the store no
+// longer holds (its executor by its proven identity or its spawn nonce,
+// its cgroup, its process group), and returns the error that says so.
+func (o *owner) vanished(cause error) error {
+	o.stopSupervising()
+	ctx, cancel := context.WithTimeout(context.Background(), o.d.cfg.EffectTimeout)
+	defer cancel()
+	k := recoveryKill{world: o.d.world, probe: o.d.cfg.ProbeTimeout, task: o.t.id, id: o.st.Executor, nonce: o.st.Nonce,
+		run: o.st.TaskProc(), sig: syscall.SIGKILL, conn: o.h}
+	o.h, o.final = nil, nil
+	_, id, kerr := k.kill(ctx)
+	what := "nothing of it was alive"
+	switch {
+	case kerr != nil:
+		what = fmt.Sprintf("killing what was spawned for it failed (%v); look at %s", kerr, o.d.TaskDir(o.t.id))
+	case id != nil:
+		what = fmt.Sprintf("its executor (pid %d) and its task were killed", id.PID)
+	}
+	o.log.Error("the task is no longer in the store; nothing can reconcile it, so what was spawned for it is killed", "err", cause, "state", o.st.State.String(), "kill", what)
+	return o.taskErr(fmt.Errorf("%w (%w): %s", ErrVanished, cause, what))
 }
 
 // record steps the task with inputs and appends the resulting events in one

@@ -597,6 +597,20 @@ func (c *Client) finalStatus(ctx context.Context, r wire.Response, err error) (w
 	c.mu.Lock()
 	run := c.task
 	c.mu.Unlock()
+	// The executor may have relaunched its task (its restart policy) since
+	// this client last heard of the run: the journal it left, once it
+	// matches, names the latest.
+	if j, ok, jerr := wire.ReadJournal(c.taskDir); jerr == nil && ok && j.Match(c.id) == nil {
+		for i := len(j.Entries) - 1; i >= 0; i-- {
+			if e := j.Entries[i]; e.Type == fsm.EventLaunched {
+				run = e.TaskProc()
+				c.mu.Lock()
+				c.task = run
+				c.mu.Unlock()
+				break
+			}
+		}
+	}
 	if merr := rec.Match(c.id, run); merr != nil {
 		return wire.Status{}, merr
 	}

@@ -442,6 +442,7 @@ func TestCheckSpec_HostDecisions(t *testing.T) {
 		{"net_raw outside the allow list", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeExec, Command: "/bin/true", CapAdd: []string{"net_raw"}}}, h, nil, wire.ErrCapNotAllowed, "net_raw"},
 		{"pid_mode on raw_exec", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: "/bin/true", PIDMode: "host"}}, h, nil, fsm.ErrInvalidSpec, "pid_mode"},
 		{"a chroot entry in a reserved place", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeExec, Command: "/bin/true"}, Policy: wire.Policy{Chroot: []string{"/usr:/proc"}}}, h, nil, wire.ErrBadSpec, "/proc"},
+		{"more cores than the host gives tasks", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: "/bin/true", Resources: fsm.Resources{Cores: 4096}}}, h, nil, wire.ErrLimit, "but this host gives tasks"},
 		{"a chroot entry that does not exist", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeExec, Command: "/bin/true"}, Policy: wire.Policy{Chroot: []string{"/nonexistent-tether"}}}, h, nil, wire.ErrBadSpec, "nonexistent-tether"},
 		{"seccomp unconfined without the operator", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeExec, Command: "/bin/true", Seccomp: "unconfined"}}, h, nil, wire.ErrSeccompNotAllowed, "--allow-seccomp unconfined"},
 		{"a profile the operator allowed another of", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeExec, Command: "/bin/true", Seccomp: "/etc/a.json"}, Policy: wire.Policy{AllowSeccomp: []string{"/etc/b.json"}}}, h, nil, wire.ErrSeccompNotAllowed, "/etc/a.json"},

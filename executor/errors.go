@@ -108,6 +108,10 @@ var (
 	// not exist in the task is ErrCommandNotFound, one that cannot be
 	// executed ErrNotExecutable.
 	ErrExec = wire.ErrExec
+	// ErrAtLimit is returned when a command could not be started in the
+	// task because the task is at its pids limit; the message says so
+	// with the count.
+	ErrAtLimit = wire.ErrAtLimit
 	// ErrUnknownExec is returned by ExecProcess.Wait and Signal for an exec
 	// the executor does not know on this connection.
 	ErrUnknownExec = wire.ErrUnknownExec

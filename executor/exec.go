@@ -274,8 +274,13 @@ func (p *ExecProcess) Wait(ctx context.Context) (fsm.ExitStatus, error) {
 	if err != nil {
 		return fsm.ExitStatus{}, err
 	}
-	if r.Exec == nil || !r.Exec.Exited {
+	switch {
+	case r.Exec == nil || !r.Exec.Exited:
 		return fsm.ExitStatus{}, fmt.Errorf("%w: exec-wait answered without an exit status", wire.ErrProtocol)
+	case r.Exec.PID != p.pid || r.Exec.StartTime != p.start:
+		// Never another process's status for this one's.
+		return fsm.ExitStatus{}, fmt.Errorf("%w: exec-wait for pid %d (start %d) answered for pid %d (start %d)",
+			wire.ErrProtocol, p.pid, p.start, r.Exec.PID, r.Exec.StartTime)
 	}
 	if p.io != nil {
 		p.io.finish()

@@ -292,7 +292,7 @@ func TestExec_Refusals(t *testing.T) {
 	// A task whose run exited and whose restart waits out an hour.
 	r := spawn(t, m, "")
 	spec := m.taskSpec(t, "exit", "3")
-	spec.Restart = &fsm.RestartPolicy{Attempts: 2, Interval: time.Hour, Delay: time.Hour, Mode: fsm.RestartDelay}
+	spec.Restart = &fsm.RestartPolicy{Attempts: 2, Interval: 2 * time.Hour, Delay: time.Hour, Mode: fsm.RestartDelay}
 	if _, err := r.Launch(ctx, spec); err != nil {
 		t.Fatal(err)
 	}

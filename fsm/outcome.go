@@ -34,10 +34,14 @@ const (
 	// seccomp filter, a cgroup namespace, keyrings), and the operator let
 	// exec tasks run without it, as this one does.
 	WarnUnsandboxed
+	// WarnLimitAboveHost: a limit is above what the host has (a memory
+	// limit above its RAM), so the task will not be held to it.
+	WarnLimitAboveHost
 	numWarningKinds
 )
 
-var warningNames = [numWarningKinds]string{WarnOther: "other", WarnUncontained: "uncontained", WarnNoRestarts: "no-restarts", WarnUnsandboxed: "unsandboxed"}
+var warningNames = [numWarningKinds]string{WarnOther: "other", WarnUncontained: "uncontained", WarnNoRestarts: "no-restarts",
+	WarnUnsandboxed: "unsandboxed", WarnLimitAboveHost: "limit-above-host"}
 
 func (k WarningKind) String() string {
 	if k < numWarningKinds {

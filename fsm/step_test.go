@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -420,6 +421,50 @@ func TestSpec_Validate(t *testing.T) {
 		mod(&s)
 		if err := s.Validate(); err != nil {
 			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestSpec_ArgumentAndEnvironmentSizes: an argument or an environment
+// string is held to the kernel's MAX_ARG_STRLEN (131072 bytes with its
+// NUL; an environment string is KEY=VALUE), not to 64 KiB, and refused
+// past it with the kernel's figure; a spec whose strings would not fit
+// the executor's launch frame once written as JSON is refused too, and
+// jsonLen counts what encoding/json writes.
+func TestSpec_ArgumentAndEnvironmentSizes(t *testing.T) {
+	spec := func(env map[string]string, args ...string) *Spec {
+		return &Spec{Driver: "raw_exec", Command: "/bin/true", Env: env, Args: args}
+	}
+	max := strings.Repeat("v", MaxArgString-1-len("BIG=")) // BIG=... and its NUL: 131072
+	for name, s := range map[string]*Spec{
+		"100 KiB value":     spec(map[string]string{"BIG": strings.Repeat("v", 100<<10)}),
+		"at the limit":      spec(map[string]string{"BIG": max}),
+		"argument at limit": spec(nil, strings.Repeat("a", MaxArgString-1)),
+	} {
+		if err := s.Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for name, tc := range map[string]struct {
+		s    *Spec
+		want string
+	}{
+		"one past":          {spec(map[string]string{"BIG": max + "v"}), "the kernel takes at most 131071 bytes per argument or environment string (MAX_ARG_STRLEN, 131072 with its NUL)"},
+		"argument one past": {spec(nil, strings.Repeat("a", MaxArgString)), "argument 1 is 131072 bytes: the kernel takes at most 131071"},
+		"the frame":         {spec(map[string]string{"A": max, "B": max, "C": max, "D": max, "E": max, "F": max, "G": max}), "more than the 917504 its launch frame holds"},
+		"escapes count":     {spec(map[string]string{"A": strings.Repeat("\x01", 100<<10), "B": strings.Repeat("\x01", 100<<10)}), "launch frame"},
+	} {
+		if err := tc.s.Validate(); !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", name, err, tc.want)
+		}
+	}
+	for _, s := range []string{"", "plain", "quote\" back\\ nl\n tab\t cr\r", "\x01\x1f<>&", "\u2028\u2029", "bad\xff\xfeutf8", "é漢字"} {
+		b, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := jsonLen(s); got != len(b) {
+			t.Errorf("jsonLen(%q) = %d, encoding/json writes %d bytes (%s)", s, got, len(b), b)
 		}
 	}
 }

@@ -52,6 +52,10 @@ func TestEnumerate_EveryCrashPoint(t *testing.T) {
 	// acknowledgements, its reopen by every generation).
 	cfgs = append(cfgs, Scenario{Op: "start:run", Tasks: 1, Bolt: true}, Scenario{Op: "stop", Tasks: 2, Bolt: true},
 		Scenario{Op: "recover:launched", Tasks: 1, Bolt: true})
+	// A maintenance (salvage, gc) beside starts, on the real store: every
+	// one of its durable steps crashed at.
+	cfgs = append(cfgs, Scenario{Op: "salvage:run", Tasks: 1, Bolt: true}, Scenario{Op: "salvage:run", Tasks: 2, Bolt: true},
+		Scenario{Op: "gc:run", Tasks: 1, Bolt: true})
 	// The scenarios share nothing (each runs in a synctest bubble of its
 	// own, on a directory of its own, with a coverage of its own), so they
 	// run in parallel; the coverage is summed and checked once every one

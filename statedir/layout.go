@@ -14,6 +14,7 @@ import (
 //
 //	DIR/
 //	  tether.db          the store (package store; its lock is tether.db.lock)
+//	  recover.lock       held (flock) by a tether recover while it runs; names its pid
 //	  tasks/
 //	    ID/              one per task, 0700
 //	      driver.lock    held (flock) by the process driving the task
@@ -34,9 +35,10 @@ import (
 
 // Names of the state directory's entries.
 const (
-	StoreFile = "tether.db"
-	TasksDir  = "tasks"
-	NamesDir  = "names"
+	StoreFile       = "tether.db"
+	TasksDir        = "tasks"
+	NamesDir        = "names"
+	RecoverLockFile = "recover.lock" // held (flock) by a recovery of the whole state directory
 )
 
 // Names of the files in a task's directory.
@@ -72,6 +74,10 @@ type Layout struct{ Dir string }
 
 // Store is the store's file.
 func (l Layout) Store() string { return filepath.Join(l.Dir, StoreFile) }
+
+// RecoverLock is the lock a recovery of every live task holds, so that a
+// second one says what the first is doing and waits for it.
+func (l Layout) RecoverLock() string { return filepath.Join(l.Dir, RecoverLockFile) }
 
 // Tasks is the directory of the tasks' directories.
 func (l Layout) Tasks() string { return filepath.Join(l.Dir, TasksDir) }

@@ -13,11 +13,12 @@ import (
 // Record layout (every version shares the 6-byte header):
 //
 //	[0:4]  CRC32C (Castagnoli, little endian) of bytes [4:]
-//	[4]    record schema version (1, 2 or 3; recordVersion is written)
+//	[4]    record schema version (1 to 4; recordVersion is written)
 //	[5]    event type (fsm.EventType)
 //	[6:]   body
 //
-// Body, in order (the parts marked v2 are version 2's, v3 version 3's; a
+// Body, in order (the parts marked v2 are version 2's, v3 version 3's, v4
+// version 4's; a
 // record of an earlier version is the same form without the later parts,
 // so it decodes by the same code with the later field bits refused, its
 // new fields zero; then fsm.Event.Upgrade reads what the earlier version
@@ -47,6 +48,9 @@ import (
 //	warnings v3: uvarint count, then a kind byte and a text string each
 //	replaces v3: string (a task-created's Replaces)
 //	replaced v3: string (a stop-requested's ReplacedBy)
+//	recorded v4: varint (Unix ns: the append time, when later than time)
+//	exit_at  v4: varint (Exit.At: when the task exited, Unix ns; with exit)
+//	peak     v4: uvarint (Exit.PeakMemory, bytes; with exit)
 //
 // Strings are a uvarint length then bytes; lists a uvarint count then
 // strings; env a uvarint count then key/value pairs in strictly increasing
@@ -56,7 +60,7 @@ import (
 // decodes re-encodes to the same bytes (in its own version), which the
 // fuzz test holds the decoder to.
 const (
-	recordVersion = 3
+	recordVersion = 4
 	headerLen     = 6
 )
 
@@ -83,9 +87,14 @@ const (
 	fReplaces   // v3: Replaces
 	fReplacedBy // v3: ReplacedBy
 
+	fRecorded // v4: Recorded
+	fExitAt   // v4: Exit.At (with fExit)
+	fPeak     // v4: Exit.PeakMemory (with fExit)
+
 	fAllV1 = fTarget<<1 - 1
 	fAllV2 = fSpecExt<<1 - 1
 	fAllV3 = fReplacedBy<<1 - 1
+	fAllV4 = fPeak<<1 - 1
 )
 
 // Bits of a version-2 spec's optional parts.
@@ -124,9 +133,17 @@ func encodeRecord(dst []byte, seq uint64, e *fsm.Event) []byte {
 // hold the decoder of old records to canonical form (an event that sets a
 // field an old version cannot carry does not round-trip through it).
 func appendRecord(dst []byte, version uint8, seq uint64, e *fsm.Event) []byte {
-	if version < 3 {
+	if version < 4 {
 		old := *e
-		old.Downgrade()
+		old.Recorded = 0
+		if old.Exit != nil {
+			x := *old.Exit
+			x.At, x.PeakMemory = 0, 0
+			old.Exit = &x
+		}
+		if version < 3 {
+			old.Downgrade()
+		}
 		e = &old
 	}
 	start := len(dst)
@@ -217,6 +234,15 @@ func appendRecord(dst []byte, version uint8, seq uint64, e *fsm.Event) []byte {
 	if f&fReplacedBy != 0 {
 		dst = appendString(dst, e.ReplacedBy)
 	}
+	if f&fRecorded != 0 {
+		dst = binary.AppendVarint(dst, e.Recorded)
+	}
+	if f&fExitAt != 0 {
+		dst = binary.AppendVarint(dst, e.Exit.At)
+	}
+	if f&fPeak != 0 {
+		dst = binary.AppendUvarint(dst, e.Exit.PeakMemory)
+	}
 	binary.LittleEndian.PutUint32(dst[start:], checksum(dst[start:]))
 	return dst
 }
@@ -250,6 +276,15 @@ func fieldsOf(e *fsm.Event) uint64 {
 		if e.Exit.OOM {
 			f |= fOOM
 		}
+		if e.Exit.At != 0 {
+			f |= fExitAt
+		}
+		if e.Exit.PeakMemory != 0 {
+			f |= fPeak
+		}
+	}
+	if e.Recorded != 0 {
+		f |= fRecorded
 	}
 	if e.Signal != 0 {
 		f |= fSignal
@@ -448,23 +483,25 @@ func resetEvent(e *fsm.Event, typ fsm.EventType) {
 	}
 	e.Type, e.Seq, e.TaskPID, e.TaskStartTime = typ, 0, 0, 0
 	e.Signal, e.Grace, e.Target, e.Attempt = 0, 0, fsm.StateNone, 0
-	e.Delay, e.Cause = 0, fsm.CauseNone
+	e.Delay, e.Cause, e.Recorded = 0, fsm.CauseNone, 0
 }
 
 // fields decodes the field bit set and the optional parts it names.
 func (d *decoder) fields(e *fsm.Event, version uint8) {
 	f := d.uvarint()
-	known := uint64(fAllV3)
+	known := uint64(fAllV4)
 	switch version {
 	case 1:
 		known = fAllV1
 	case 2:
 		known = fAllV2
+	case 3:
+		known = fAllV3
 	}
 	switch {
 	case f&^known != 0:
 		d.fail("unknown field bits")
-	case f&fCgroup != 0 && f&fExecutor == 0, f&fOOM != 0 && f&fExit == 0, f&fSpecExt != 0 && f&fSpec == 0:
+	case f&fCgroup != 0 && f&fExecutor == 0, f&(fOOM|fExitAt|fPeak) != 0 && f&fExit == 0, f&fSpecExt != 0 && f&fSpec == 0:
 		d.fail("field bits without their part")
 	}
 	if d.err == "" && f&fSpec != 0 {
@@ -557,6 +594,21 @@ func (d *decoder) fields(e *fsm.Event, version uint8) {
 	}
 	if f&fReplacedBy != 0 {
 		e.ReplacedBy = d.nonEmpty()
+	}
+	if f&fRecorded != 0 {
+		if e.Recorded = d.varint(); e.Recorded == 0 {
+			d.fail("zero value for a present field")
+		}
+	}
+	if d.err == "" && f&fExitAt != 0 {
+		if e.Exit.At = d.varint(); e.Exit.At == 0 {
+			d.fail("zero value for a present field")
+		}
+	}
+	if d.err == "" && f&fPeak != 0 {
+		if e.Exit.PeakMemory = d.uvarint(); e.Exit.PeakMemory == 0 {
+			d.fail("zero value for a present field")
+		}
 	}
 	if d.err == "" && len(d.b) != 0 {
 		d.fail("trailing bytes")

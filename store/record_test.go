@@ -92,8 +92,9 @@ func genEvent(t *rapid.T) fsm.Event {
 	e.TaskStartTime = rapid.Uint64().Draw(t, "task_start")
 	if rapid.Bool().Draw(t, "exit") {
 		e.Exit = &fsm.ExitStatus{Code: rapid.Int().Draw(t, "code"), Signal: rapid.Int().Draw(t, "exit_signal"),
-			OOM: rapid.Bool().Draw(t, "oom")}
+			OOM: rapid.Bool().Draw(t, "oom"), At: rapid.Int64().Draw(t, "exit_at"), PeakMemory: rapid.Uint64().Draw(t, "peak")}
 	}
+	e.Recorded = rapid.Int64().Draw(t, "recorded")
 	e.Signal = rapid.Int().Draw(t, "signal")
 	e.Grace = time.Duration(rapid.Int64().Draw(t, "grace"))
 	e.Reason = rapid.String().Draw(t, "reason")
@@ -102,7 +103,7 @@ func genEvent(t *rapid.T) fsm.Event {
 	e.Delay = time.Duration(rapid.Int64().Draw(t, "delay"))
 	e.Cause = fsm.Cause(rapid.IntRange(0, int(fsm.CauseHostFeature)).Draw(t, "cause"))
 	for range rapid.IntRange(0, 2).Draw(t, "warnings") {
-		e.Warnings = append(e.Warnings, fsm.Warning{Kind: fsm.WarningKind(rapid.IntRange(0, int(fsm.WarnUnsandboxed)).Draw(t, "warning_kind")),
+		e.Warnings = append(e.Warnings, fsm.Warning{Kind: fsm.WarningKind(rapid.IntRange(0, int(fsm.WarnLimitAboveHost)).Draw(t, "warning_kind")),
 			Text: rapid.String().Draw(t, "warning_text")})
 	}
 	e.Replaces = rapid.String().Draw(t, "replaces")

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -249,8 +250,18 @@ func (p *parser) mode(a *hclsyntax.Attribute) string {
 }
 
 // resources reads a resources block, with Nomad's names and units.
+// zeroMeans says why a resource of 0 is refused.
+var zeroMeans = map[string]string{
+	"memory":     "is below Nomad's minimum of 10 MB",
+	"memory_max": "is below memory (memory_max is the hard limit when memory is the soft one)",
+	"cpu":        "is below Nomad's minimum of 1 MHz",
+	"cores":      "would pin the task to no CPU",
+	"pids":       "would let the task run no process",
+}
+
 func (p *parser) resources(c *hclsyntax.Block, t *Task) fsm.Resources {
 	var r fsm.Resources
+	errsBefore := len(p.diags.Errs())
 	p.noLabels(c)
 	for _, nb := range c.Body.Blocks {
 		switch nb.Type {
@@ -278,8 +289,14 @@ func (p *parser) resources(c *hclsyntax.Block, t *Task) fsm.Resources {
 		if !ok {
 			continue
 		}
-		if v < 0 {
+		switch {
+		case v < 0:
 			p.errorf(a.Expr.Range(), "Bad "+a.Name, "%s must not be negative.", a.Name)
+		case v == 0:
+			// Nomad refuses a memory of 0 (its minimum is 10 MB) and a
+			// cpu of 0 (its minimum is 1 MHz); tether refuses every
+			// explicit 0 alike: an unset attribute is no limit.
+			p.errorf(a.Expr.Range(), "Bad "+a.Name, "%s = 0 %s; leave %s out for no limit.", a.Name, zeroMeans[a.Name], a.Name)
 		}
 		switch a.Name {
 		case "memory":
@@ -296,6 +313,16 @@ func (p *parser) resources(c *hclsyntax.Block, t *Task) fsm.Resources {
 	}
 	if r.MemoryMaxMB > 0 && r.MemoryMB > r.MemoryMaxMB {
 		p.errorf(c.TypeRange, "Bad resources", "memory (%d MB) is above memory_max (%d MB) in task %q.", r.MemoryMB, r.MemoryMaxMB, t.Name)
+	}
+	if r.CPU > 0 && r.Cores > 0 {
+		p.errorf(c.TypeRange, "Bad resources", "Task %q can only ask for cpu or cores, not both: cores pins it to whole CPUs, cpu is a share of them.", t.Name)
+	}
+	if len(p.diags.Errs()) == errsBefore {
+		// The values' other rules (Nomad's minimum memory, the kernel's
+		// ranges: fsm.Spec.Validate's), said where the block is.
+		if err := (&fsm.Spec{Driver: "exec", Command: "x", Resources: r}).Validate(); err != nil {
+			p.errorf(c.TypeRange, "Bad resources", "%s.", strings.TrimPrefix(err.Error(), fsm.ErrInvalidSpec.Error()+": "))
+		}
 	}
 	return r
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -84,11 +85,27 @@ func (c *cli) cmdRecover(args []string) int {
 	if err != nil {
 		return c.fail(err)
 	}
+	// One recovery of the state directory at a time: a second one waits
+	// for the first (and says so), then reconciles what is left.
+	other := "" // the recovery this one waited for
+	release, err := driver.LockRecovery(ctx, c.stateDir, func(holder int) {
+		other = describeProcess(holder)
+		fmt.Fprintf(c.stderr, "tether: %s is recovering this state directory; waiting for it to finish\n", other)
+	})
+	if err != nil {
+		c.closeSession(s)
+		return c.fail(err)
+	}
 	rep, rerr := s.d.Recover(ctx)
+	release()
 	c.closeSession(s)
 	if len(rep.Tasks) == 0 {
 		if rerr != nil {
 			return c.fail(rerr)
+		}
+		if other != "" {
+			fmt.Fprintf(c.stdout, "no live tasks left: %s recovered them ('tether status --all' and 'tether events ID' show what it did)\n", other)
+			return exitOK
 		}
 		fmt.Fprintln(c.stdout, "no live tasks; nothing to recover")
 		return exitOK
@@ -180,68 +197,75 @@ func (c *cli) cmdCheck(args []string) int {
 }
 
 // salvage is check --salvage: the way out of a damaged store that keeps
-// the running tasks under control. Every readable task is copied into a
-// new store; the live tasks that cannot be read have their processes
-// killed by proven identity (from what of their log could be read), so
-// none runs on unknown to the new store; then the new store is put in
-// place and the damaged one kept beside it.
+// the running tasks under control (driver.SalvageStore), under the store's
+// lock from its read to its install, so that nothing another command
+// appended meanwhile is left behind in the damaged file. It exits 1 when
+// anything it reports was not fully done.
 func (c *cli) salvage(ctx context.Context, path string) int {
-	stamp := time.Now().UTC().Format("20060102T150405")
-	dst := path + ".salvaged-" + stamp
-	aside := path + ".damaged-" + stamp
-	rep, err := store.Salvage(ctx, path, dst, c.storeOptions())
+	m, err := store.BeginMaintenance(ctx, path, c.storeOptions())
 	if err != nil {
-		_ = os.Remove(dst)
 		return c.fail(fmt.Errorf("salvage: %w", err))
 	}
-	fmt.Fprintf(c.stdout, "copied %d tasks into a new store", len(rep.Copied))
-	if len(rep.HeadsRebuilt) > 0 {
-		fmt.Fprintf(c.stdout, " (%d with a rebuilt head)", len(rep.HeadsRebuilt))
-	}
-	fmt.Fprintln(c.stdout)
-	for _, d := range rep.Damage {
-		fmt.Fprintf(c.stdout, "damage not attributable to one task: %s\n", printable(d.Error()))
-	}
+	defer func() {
+		if err := m.Release(); err != nil {
+			c.errorf("warning: %v", err)
+		}
+	}()
 	cmd, err := executorCommand()
 	if err != nil {
 		return c.fail(err)
 	}
 	world := &executor.Real{StateDir: c.stateDir, Command: cmd, Logger: c.log.Named("driver")}
-	code := exitOK
-	for _, l := range rep.Lost {
-		what, settled := c.settleLost(ctx, world, l)
-		fmt.Fprintf(c.stdout, "lost task %s (%s): %s\n  why: %s\n", printable(l.ID), l.State, what, printable(l.Err.Error()))
-		if !settled {
-			code = exitError
+	rep, err := driver.SalvageStore(ctx, m, world, c.hooks)
+	if len(rep.Copied) > 0 || err == nil {
+		fmt.Fprintf(c.stdout, "copied %d tasks into a new store", len(rep.Copied))
+		if len(rep.HeadsRebuilt) > 0 {
+			fmt.Fprintf(c.stdout, " (%d with a rebuilt head)", len(rep.HeadsRebuilt))
 		}
+		fmt.Fprintln(c.stdout)
 	}
-	if err := store.Install(ctx, path, dst, aside, c.storeOptions()); err != nil {
-		c.errorf("putting the salvaged store in place: %v", err)
-		fmt.Fprintf(c.stderr, "  the salvaged store is %s; the damaged one is still %s\n", dst, path)
+	for _, d := range rep.Damage {
+		fmt.Fprintf(c.stdout, "damage not attributable to one task (tasks it held may be missing from every list): %s\n", printable(d.Error()))
+	}
+	for i, l := range rep.Lost {
+		what := "nothing done: the salvage stopped before it"
+		if i < len(rep.Settled) {
+			what = c.settled(l, rep.Settled[i])
+		}
+		fmt.Fprintf(c.stdout, "lost task %s (%s): %s\n  why: %s\n", printable(l.ID), l.State, what, printable(l.Err.Error()))
+	}
+	if err != nil {
+		c.errorf("salvage: %v", err)
+		if len(rep.Settled) > 0 {
+			fmt.Fprintf(c.stderr, "  the damaged store is still %s; the kills above are done\n", path)
+		}
 		return exitError
 	}
-	fmt.Fprintf(c.stdout, "the salvaged store is in place; the damaged one is kept as %s\n", aside)
-	return code
+	fmt.Fprintf(c.stdout, "the salvaged store is in place; the damaged one is kept as %s\n", rep.Aside)
+	if !rep.Done() {
+		c.errorf("the salvage is not complete: see above")
+		return exitError
+	}
+	return exitOK
 }
 
-// settleLost kills the processes of a task that could not be salvaged,
-// when the readable part of its log proves which they are
-// (driver.SettleLost), and says what it did.
-func (c *cli) settleLost(ctx context.Context, world executor.World, l store.LostTask) (string, bool) {
-	set, err := driver.SettleLost(ctx, world, l)
+// settled says what driver.SettleLost did about a task that could not be
+// salvaged.
+func (c *cli) settled(l store.LostTask, o driver.SettleOutcome) string {
+	err := o.Err
 	switch {
 	case errors.Is(err, driver.ErrUnproven):
-		return fmt.Sprintf("NOT killed: %v; look at %s", err, c.taskDir(l.ID)), false
+		return fmt.Sprintf("NOT killed: %v; look at %s", err, c.taskDir(l.ID))
 	case errors.Is(err, driver.ErrTaskNotKilled):
-		return "executor killed; NOT all of its task: " + err.Error(), false
+		return "executor killed; NOT all of its task: " + err.Error()
 	case err != nil:
-		return "NOT killed: " + err.Error(), false
-	case set.Ended:
-		return "it had ended; nothing to kill", true
-	case set.Executor == nil:
-		return "no executor with its spawn nonce is alive; nothing to kill", true
+		return "NOT killed: " + err.Error()
+	case o.Ended:
+		return "it had ended; nothing to kill"
+	case o.Executor == nil:
+		return "no executor with its spawn nonce is alive; whatever was left of its task (its cgroup, its process group) was killed"
 	}
-	return fmt.Sprintf("its executor (pid %d) and everything of its task were killed by proven identity", set.Executor.PID), true
+	return fmt.Sprintf("its executor (pid %d) and everything of its task were killed by proven identity", o.Executor.PID)
 }
 
 func (c *cli) cmdGC(args []string) int {
@@ -288,7 +312,10 @@ func (c *cli) cmdGC(args []string) int {
 			code = exitError
 		}
 	}
-	orphans, err := c.removeOrphanDirs(ctx, s)
+	orphans, busy, err := c.removeOrphanDirs(ctx, s)
+	if busy {
+		code = exitError // an executor runs for a task the store does not know: said above
+	}
 	if err != nil {
 		c.errorf("looking for task directories the store does not know: %v", err)
 		code = exitError
@@ -312,17 +339,19 @@ func (c *cli) cmdGC(args []string) int {
 // removeOrphanDirs removes the task directories the store does not know
 // (left by a start that crashed before it recorded the task, or by a
 // salvage); executor.Real.RemoveOrphanDir keeps the ones in use.
-func (c *cli) removeOrphanDirs(ctx context.Context, s *session) ([]string, error) {
+//
+// busy is set when a directory was kept because an executor runs in it
+// for a task the store does not know: something gc could not finish.
+func (c *cli) removeOrphanDirs(ctx context.Context, s *session) (out []string, busy bool, err error) {
 	ents, err := os.ReadDir(c.layout().Tasks())
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	cmd, err := executorCommand()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	world := &executor.Real{StateDir: c.stateDir, Command: cmd, Logger: c.log.Named("driver")}
-	var out []string
 	for _, e := range ents {
 		id := e.Name()
 		if !e.IsDir() || driver.ValidateTaskID(id) != nil {
@@ -340,18 +369,19 @@ func (c *cli) removeOrphanDirs(ctx context.Context, s *session) ([]string, error
 		}
 		removed, kept, err := world.RemoveOrphanDir(id, unknown)
 		if err != nil {
-			return out, err
+			return out, busy, err
 		}
 		if !removed {
 			if errors.Is(kept, executor.ErrBusy) {
-				c.errorf("warning: task directory %s is unknown to the store but kept: %v", id, kept)
+				c.errorf("task directory %s is unknown to the store but kept: %v; 'tether stop' cannot reach it: kill that executor (it is not in the store)", id, kept)
+				busy = true
 			}
 			c.log.Debug("task directory kept", "task_id", id, "why", fmt.Sprint(kept))
 			continue
 		}
 		out = append(out, id)
 	}
-	return out, nil
+	return out, busy, nil
 }
 
 func (c *cli) cmdDebug(args []string) int {
@@ -392,4 +422,26 @@ func (c *cli) cmdDebug(args []string) int {
 		fmt.Fprintln(c.stdout, p)
 	}
 	return exitOK
+}
+
+// describeProcess names a process for a message: "process 1234 (tether
+// recover)", from its command line, or "another process" when its pid is
+// not known.
+func describeProcess(pid int) string {
+	if pid <= 0 {
+		return "another process"
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || len(b) == 0 {
+		return fmt.Sprintf("process %d", pid)
+	}
+	args := strings.Fields(strings.ReplaceAll(string(b), "\x00", " "))
+	if len(args) > 0 {
+		args[0] = filepath.Base(args[0])
+	}
+	cmdline := strings.Join(args, " ")
+	if len(cmdline) > 80 {
+		cmdline = cmdline[:77] + "..."
+	}
+	return fmt.Sprintf("process %d (%s)", pid, printable(cmdline))
 }

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/tether-fsm/tether/cgroup"
 )
 
 // docFields reads the table of JSON fields under the heading that starts
@@ -137,6 +139,11 @@ func TestDocs_JSONFieldsAreDocumented(t *testing.T) {
 		// As any other user, whether a launch warns depends on the host
 		// (delegated cgroups): the field may be missing.
 		eventDoc["warnings"] = "missing"
+	}
+	if h, err := cgroup.Probe(); err != nil || h.Usable() != nil {
+		eventDoc["peak_memory_bytes"] = "missing" // no task cgroup, no peak
+	} else if _, _, ok := h.For(cgroup.Memory); !ok {
+		eventDoc["peak_memory_bytes"] = "missing"
 	}
 	checkDocumented(t, "events --json", eventDoc, events)
 	checkDocumented(t, "stats --json", docFields(t, "### `tether stats --json"), objects(t, e.must("stats", "--json", "svc")))

@@ -33,7 +33,7 @@ func (c *cli) taskDir(id string) string { return c.layout().Task(id).Dir() }
 func (c *cli) layout() statedir.Layout { return statedir.Layout{Dir: c.stateDir} }
 
 func (c *cli) storeOptions() store.Options {
-	return store.Options{LockTimeout: c.lockTimeout, Logger: c.log.Named("store")}
+	return store.Options{LockTimeout: c.lockTimeout, Logger: c.log.Named("store"), Crash: c.hooks.StoreCrash()}
 }
 
 // executorCommand is the argv prefix that starts this binary in executor

@@ -412,9 +412,11 @@ func (c *cli) stopOnSignals(ctx context.Context, s *session, id string, sigs <-c
 	}()
 }
 
-// endCode is run's and wait's exit code for a task that ended: its own
-// code (128+signal), 128+sig when tether stopped it because it was
-// interrupted, 137 for an OOM kill.
+// endCode is run's and wait's exit code for a task that ended: its main
+// process's code (128+signal: 137 when the OOM killer killed it), 128+sig
+// when tether stopped it because it was interrupted. An OOM kill of
+// another process of the task is said on stderr and leaves the code
+// alone.
 func (c *cli) endCode(final fsm.Task, err error, interrupted os.Signal) int {
 	if err != nil {
 		c.errorf("lost track of task %s: %v", final.ID, err)
@@ -428,10 +430,8 @@ func (c *cli) endCode(final fsm.Task, err error, interrupted os.Signal) int {
 	switch {
 	case interrupted != nil && final.State == fsm.StateStopped:
 		return 128 + int(interrupted.(syscall.Signal))
-	case final.Exit != nil && final.Exit.OOM:
-		return 128 + int(syscall.SIGKILL)
 	case final.Exit != nil:
-		return exitCode(*final.Exit)
+		return exitCode(*final.Exit) // 137 for a main process the OOM killer killed
 	case final.State == fsm.StateFailed:
 		return startExitCode(nil, final.Cause)
 	}
@@ -572,8 +572,11 @@ func describeExit(x fsm.ExitStatus) string {
 	if x.Signal > 0 {
 		s = "killed by " + signalName(x.Signal)
 	}
-	if x.OOM {
+	switch {
+	case x.OOMKilledMain():
 		s += ", OOM killed"
+	case x.OOM:
+		s += "; another process of the task was OOM killed"
 	}
 	return s
 }

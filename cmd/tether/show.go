@@ -226,8 +226,11 @@ func exitText(x *fsm.ExitStatus) string {
 	if x.Signal > 0 {
 		s = signalName(x.Signal)
 	}
-	if x.OOM {
+	switch {
+	case x.OOMKilledMain():
 		s += " (OOM killed)"
+	case x.OOM:
+		s += " (a process OOM killed)"
 	}
 	return s
 }
@@ -282,25 +285,28 @@ func (c *cli) printJSON(v any) int {
 
 // eventJSON is an event as events --json prints it.
 type eventJSON struct {
-	Seq         uint64    `json:"seq"`
-	Time        time.Time `json:"time"`
-	Event       string    `json:"event"`
-	Details     string    `json:"details,omitempty"`
-	Nonce       string    `json:"nonce,omitempty"`
-	ExecutorPID int       `json:"executor_pid,omitempty"`
-	TaskPID     int       `json:"task_pid,omitempty"`
-	ExitCode    *int      `json:"exit_code,omitempty"`
-	ExitSignal  int       `json:"exit_signal,omitempty"`
-	Signal      int       `json:"signal,omitempty"`
-	Grace       string    `json:"grace,omitempty"`
-	Delay       string    `json:"delay,omitempty"`
-	Target      string    `json:"target,omitempty"`
-	Reason      string    `json:"reason,omitempty"`
-	Cause       string    `json:"cause,omitempty"`
-	Warnings    []string  `json:"warnings,omitempty"`
-	Spec        *fsm.Spec `json:"spec,omitempty"`
-	Replaces    string    `json:"replaces,omitempty"`
-	ReplacedBy  string    `json:"replaced_by,omitempty"`
+	Seq  uint64    `json:"seq"`
+	Time time.Time `json:"time"` // when it happened (a task-exited's: when the task exited)
+	// Recorded is when the event was appended, when later than Time.
+	Recorded    *time.Time `json:"recorded,omitempty"`
+	Event       string     `json:"event"`
+	Details     string     `json:"details,omitempty"`
+	Nonce       string     `json:"nonce,omitempty"`
+	ExecutorPID int        `json:"executor_pid,omitempty"`
+	TaskPID     int        `json:"task_pid,omitempty"`
+	ExitCode    *int       `json:"exit_code,omitempty"`
+	ExitSignal  int        `json:"exit_signal,omitempty"`
+	Signal      int        `json:"signal,omitempty"`
+	Grace       string     `json:"grace,omitempty"`
+	Delay       string     `json:"delay,omitempty"`
+	Target      string     `json:"target,omitempty"`
+	Reason      string     `json:"reason,omitempty"`
+	Cause       string     `json:"cause,omitempty"`
+	Warnings    []string   `json:"warnings,omitempty"`
+	PeakMemory  uint64     `json:"peak_memory_bytes,omitempty"`
+	Spec        *fsm.Spec  `json:"spec,omitempty"`
+	Replaces    string     `json:"replaces,omitempty"`
+	ReplacedBy  string     `json:"replaced_by,omitempty"`
 }
 
 func (c *cli) cmdEvents(args []string) int {
@@ -321,6 +327,9 @@ func (c *cli) cmdEvents(args []string) int {
 	var evs []fsm.Event
 	info, err := c.resolve(ctx, s, fs.Arg(0))
 	if err == nil {
+		// A task whose executor has ended is reconciled first, so that
+		// its log tells its end (stamped when it happened).
+		info = c.reconcileIfGone(ctx, s, info)
 		evs, err = s.d.TaskEvents(ctx, info.ID)
 	}
 	c.closeSession(s)
@@ -332,6 +341,10 @@ func (c *cli) cmdEvents(args []string) int {
 		for _, e := range evs {
 			j := eventJSON{Seq: e.Seq, Time: time.Unix(0, e.Time).UTC(), Event: e.Type.String(), Details: eventDetails(e),
 				Nonce: e.Nonce, TaskPID: e.TaskPID, Signal: e.Signal, Reason: e.Reason, Spec: e.Spec, Replaces: e.Replaces, ReplacedBy: e.ReplacedBy}
+			if e.Recorded != 0 {
+				r := time.Unix(0, e.Recorded).UTC()
+				j.Recorded = &r
+			}
 			if e.Executor != nil {
 				j.ExecutorPID = e.Executor.PID
 			}
@@ -342,6 +355,7 @@ func (c *cli) cmdEvents(args []string) int {
 					code := e.Exit.Code
 					j.ExitCode = &code
 				}
+				j.PeakMemory = e.Exit.PeakMemory
 			}
 			if e.Grace > 0 {
 				j.Grace = e.Grace.String()
@@ -362,10 +376,18 @@ func (c *cli) cmdEvents(args []string) int {
 		}
 		return c.printJSON(out)
 	}
+	// TIME is when what an event records happened (a task-exited's, when
+	// the task exited); RECORDED, when it was appended, where that was
+	// later.
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TIME\tEVENT\tDETAILS")
+	fmt.Fprintln(tw, "TIME\tEVENT\tDETAILS\tRECORDED")
+	const stamp = "2006-01-02T15:04:05.000Z07:00"
 	for _, e := range evs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", time.Unix(0, e.Time).Format("2006-01-02T15:04:05.000Z07:00"), e.Type, printable(eventDetails(e)))
+		recorded := ""
+		if e.Recorded != 0 {
+			recorded = time.Unix(0, e.Recorded).Format(stamp)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", time.Unix(0, e.Time).Format(stamp), e.Type, printable(eventDetails(e)), recorded)
 	}
 	if err := tw.Flush(); err != nil {
 		return c.fail(err)

@@ -7,7 +7,6 @@ import (
 
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/executor"
-	"github.com/tether-fsm/tether/fsm"
 )
 
 // cmdSignal sends a signal to a running task through its executor (which
@@ -69,7 +68,9 @@ func (c *cli) taskCallFailed(id string, err error) int {
 		fmt.Fprintf(c.stderr, "  'tether status %s' shows its state\n", id)
 	case errors.Is(err, executor.ErrPeerNotExecutor):
 		fmt.Fprintf(c.stderr, "  something other than the task's executor listens on its socket; nothing was sent to it\n")
-	case errors.As(err, &te) && te.State != fsm.StateNone:
+	case errors.Is(err, executor.ErrAtLimit):
+		fmt.Fprintf(c.stderr, "  the task is at its limit of processes (resources.pids): nothing more can start in it until something in it ends\n")
+	case errors.Is(err, driver.ErrUnreachable), errors.Is(err, context.DeadlineExceeded):
 		fmt.Fprintf(c.stderr, "  the task's executor did not answer; 'tether status %s' checks on it\n", id)
 	default:
 		if h := hint(err); h != "" {

@@ -166,7 +166,7 @@ func TestSignal_Refusals(t *testing.T) {
 	}
 	file, _ := restartTask(t, e, "resting", `  restart {
     attempts = 3
-    interval = "2h"
+    interval = "3h"
     delay    = "1h"
     mode     = "fail"
   }`, "4")

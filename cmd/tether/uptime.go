@@ -163,7 +163,7 @@ func spawnedText(t fsm.Task) string {
 // hit, its restarts, the reason of a failure. It is "" for a plain
 // success (exit 0, no restart), unless always.
 func endSummary(t fsm.Task, always bool) string {
-	if !always && t.State == fsm.StateExited && t.Exit != nil && *t.Exit == (fsm.ExitStatus{}) && t.Restarts == 0 {
+	if x := t.Exit; !always && t.State == fsm.StateExited && x != nil && x.Code == 0 && x.Signal == 0 && !x.OOM && t.Restarts == 0 {
 		return ""
 	}
 	var s string
@@ -184,7 +184,13 @@ func endSummary(t fsm.Task, always bool) string {
 		}
 	}
 	if t.Exit != nil && t.Exit.OOM {
-		s += ", OOM killed"
+		// The exit is the main process's: an OOM kill of another process
+		// of the task is said beside it, and changes no exit code.
+		if t.Exit.OOMKilledMain() {
+			s += ", OOM killed"
+		} else {
+			s += ", another process of the task OOM killed"
+		}
 		if t.Spec != nil {
 			if mb := max(t.Spec.Resources.MemoryMaxMB, t.Spec.Resources.MemoryMB); mb > 0 {
 				s += fmt.Sprintf(" (memory limit %d MB)", mb)
@@ -197,6 +203,9 @@ func endSummary(t fsm.Task, always bool) string {
 		s += ", after 1 restart"
 	default:
 		s += fmt.Sprintf(", after %d restarts", t.Restarts)
+	}
+	if t.Exit != nil && t.Exit.PeakMemory > 0 {
+		s += ", peak memory " + mib(t.Exit.PeakMemory)
 	}
 	return s
 }

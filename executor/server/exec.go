@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -75,7 +76,7 @@ func (s *server) execute(sc *sconn, req wire.Request) {
 	e, files, err := s.startExec(spec)
 	if err != nil {
 		s.log.Warn("exec failed", "err", err)
-		fail(err)
+		fail(s.atLimit(err))
 		return
 	}
 	e.c = sc
@@ -83,6 +84,22 @@ func (s *server) execute(sc *sconn, req wire.Request) {
 	s.log.Info("exec started", "exec_pid", e.pid, "command", spec.Argv[0], "tty", spec.TTY)
 	s.send(sc, wire.Response{ID: req.ID, Exec: e.status(), Files: files})
 	s.reap() // it may have exited already
+}
+
+// atLimit names the task's pids limit as the reason an exec could not
+// start, when the task's cgroup is at it (the command, or the shim that
+// joins the task to start it, could not be forked there): err otherwise.
+func (s *server) atLimit(err error) error {
+	limit := s.task.join.pids
+	if limit <= 0 || s.cg == nil {
+		return err
+	}
+	st, serr := s.cg.Stats()
+	if serr != nil || st.Pids < uint64(limit) {
+		return err
+	}
+	return fmt.Errorf("%w: the task is at its pids limit (%d processes and threads of pids = %d), so no command can start in it: "+
+		"raise resources.pids, or end something in the task (%v)", wire.ErrAtLimit, st.Pids, limit, err)
 }
 
 // execWait answers when the connection's exec pid has exited.
@@ -120,9 +137,29 @@ func (s *server) execSignal(sc *sconn, req wire.Request) {
 	s.send(sc, wire.Response{ID: req.ID})
 }
 
+// reapExecs collects the execs that have exited, each through the pidfd
+// that pins its command: the status an exec-wait is answered with is that
+// process's own, never one taken from a pid.
+func (s *server) reapExecs() {
+	for _, e := range s.execs {
+		if e.exited {
+			continue
+		}
+		x, ok, err := e.proc.Reap()
+		if err != nil {
+			s.log.Warn("reaping an exec through its pidfd", "exec_pid", e.pid, "err", err)
+			continue
+		}
+		if ok {
+			s.execReaped(e, x)
+		}
+	}
+}
+
 // execReaped records the exit of an exec and answers its waiters.
-func (s *server) execReaped(e *execProc, ws unix.WaitStatus) {
-	e.exited, e.exit = true, exitOf(ws)
+func (s *server) execReaped(e *execProc, x fsm.ExitStatus) {
+	e.exited, e.exit = true, x
+	e.exit.At = time.Now().UnixNano()
 	e.proc.Close()
 	s.log.Info("exec exited", "exec_pid", e.pid, "code", e.exit.Code, "signal", e.exit.Signal)
 	if e.c == nil || len(e.waiters) > 0 {

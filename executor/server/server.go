@@ -783,6 +783,7 @@ func (s *server) killAll() {
 // reap collects every child that exited. Once the task has exited it
 // drains what is left of it (see drain).
 func (s *server) reap() {
+	s.reapExecs()
 	for {
 		var ws unix.WaitStatus
 		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
@@ -802,12 +803,15 @@ func (s *server) reap() {
 			break
 		}
 		if e := s.execs[pid]; e != nil && !e.exited {
-			s.execReaped(e, ws)
+			// It ended between reapExecs and this wait: still unreaped
+			// until now, so the pid was its own.
+			s.execReaped(e, exitOf(ws))
 			continue
 		}
 		if s.task != nil && pid == s.task.pid && !s.task.exited {
 			s.task.exited = true
 			s.task.exit = exitOf(ws)
+			s.task.exit.At = time.Now().UnixNano() // SIGCHLD woke this loop: when the task died
 			s.log.Info("task exited", "task_pid", pid, "code", s.task.exit.Code, "signal", s.task.exit.Signal)
 		} else {
 			s.log.Debug("reaped", "child", pid)
@@ -862,6 +866,7 @@ func (s *server) completeTask() {
 	if s.oomKilled() {
 		s.task.exit.OOM = true
 	}
+	s.task.exit.PeakMemory = s.memoryPeak()
 	restart := s.restartNext()
 	if s.cgKill != cgGaveUp {
 		s.removeCgroup()

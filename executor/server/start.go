@@ -35,9 +35,10 @@ type launched struct {
 // capabilities; no root to build), its namespaces (CLONE_NEW* flags; 0 for
 // raw_exec) and its environment.
 type joinPlan struct {
-	cfg shim.Config
-	ns  int
-	env map[string]string
+	cfg  shim.Config
+	ns   int
+	env  map[string]string
+	pids int // the run's pids limit (0: none): an exec at it cannot start
 }
 
 // startTask starts the task as a child of the executor, in its own process
@@ -168,6 +169,7 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 		}
 		s.cg = cg
 		cfg.Cgroup = s.loc.String()
+		l.warnings = append(l.warnings, spec.LimitWarnings(ls.Resources)...)
 	}
 	ok := false
 	defer func() {
@@ -207,7 +209,7 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 		}
 		ok = true
 		l.pid, l.start, l.outs = pid, start, outs
-		l.join = joinPlan{cfg: cfg, ns: joinNS, env: env}
+		l.join = joinPlan{cfg: cfg, ns: joinNS, env: env, pids: ls.Resources.PIDs}
 		l.join.cfg.Root, l.join.cfg.Path, l.join.cfg.Resolve = nil, "", false
 		l.join.cfg.CgroupNS, l.join.cfg.Loopback = false, false // joined through ns instead
 		return l, nil
@@ -217,7 +219,15 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 	// before it switches user, for a task directory the user cannot
 	// traverse.
 	if !exec && !tu.Set() {
-		attr := &syscall.ProcAttr{Dir: cfg.Dir, Env: spec.EnvList(env), Sys: sys,
+		// No parent-death signal for a raw_exec task: if the executor
+		// dies, the task lives on in its cgroup, its descendants still
+		// its own, until a recovery kills the whole tree by proven
+		// identity (executor.Real.KillTask); a task killed with its
+		// executor would hand its children to init, out of reach of
+		// anything but its cgroup, which a root task can leave.
+		direct := *sys
+		direct.Pdeathsig = 0
+		attr := &syscall.ProcAttr{Dir: cfg.Dir, Env: spec.EnvList(env), Sys: &direct,
 			Files: []uintptr{devnull.Fd(), childEnds[0].Fd(), childEnds[1].Fd()}}
 		pid, err := s.startDirectly(cfg, append([]string{ls.Command}, ls.Args...), attr)
 		switch {

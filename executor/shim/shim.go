@@ -238,6 +238,15 @@ func Run(args []string) int {
 	if err := wire.WriteFrame(report, shimReport{Exec: true}); err != nil {
 		return 127 // the executor is gone
 	}
+	if os.Getpid() != 1 {
+		// The task outlives its executor until a recovery kills it,
+		// whole: see executor/server's startDirectly. The init of a PID
+		// namespace of its own keeps the signal: its death takes the
+		// whole namespace with it.
+		if err := unix.Prctl(unix.PR_SET_PDEATHSIG, 0, 0, 0, 0); err != nil {
+			return fail(&stepError{StepExec, fmt.Errorf("pdeathsig: %w", err)})
+		}
+	}
 	err := syscall.Exec(path, argv, os.Environ())
 	return fail(&stepError{StepExec, spec.ExecErr(path, err)})
 }

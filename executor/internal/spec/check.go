@@ -5,6 +5,8 @@ package spec
 import (
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/executor/internal/wire"
@@ -74,7 +76,56 @@ func Check(l wire.Launch, h cgroup.Host, noCgroup error, f Features) (Sandbox, e
 			return sb, fmt.Errorf("%w: %w", wire.ErrLimit, &cgroup.LimitError{Limit: n.limit, Controller: n.c, Why: why})
 		}
 	}
+	if cores := l.Resources.Cores; cores > 0 {
+		list, n, err := h.TaskCPUs()
+		if err != nil {
+			return sb, fmt.Errorf("%w: cores: %w", wire.ErrLimit, err)
+		}
+		if cores > n {
+			return sb, fmt.Errorf("%w: %w", wire.ErrLimit, &cgroup.LimitError{Limit: "cores", Controller: cgroup.CPUSet,
+				Why: fmt.Sprintf("cores = %d, but this host gives tasks %d CPUs (%s)", cores, n, list)})
+		}
+	}
 	return sb, nil
+}
+
+// LimitWarnings says what of a spec's limits the host will never enforce
+// as written: a memory limit above the host's RAM (it is reached only
+// once the host has run out). The executor records them with the launch.
+func LimitWarnings(r fsm.Resources) []fsm.Warning {
+	ram, err := hostMemoryMB()
+	if err != nil || ram == 0 {
+		return nil
+	}
+	var out []fsm.Warning
+	for _, f := range []struct {
+		name string
+		mb   int
+	}{{"memory", r.MemoryMB}, {"memory_max", r.MemoryMaxMB}} {
+		if int64(f.mb) > ram {
+			out = append(out, fsm.Warning{Kind: fsm.WarnLimitAboveHost,
+				Text: fmt.Sprintf("%s = %d MB is more than this host's %d MB of RAM: the task will not be held to it", f.name, f.mb, ram)})
+		}
+	}
+	return out
+}
+
+// hostMemoryMB is the host's RAM in MB (MemTotal of /proc/meminfo).
+func hostMemoryMB() (int64, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				return 0, err
+			}
+			return kb >> 10, nil
+		}
+	}
+	return 0, fmt.Errorf("no MemTotal in /proc/meminfo")
 }
 
 // Limits are the task cgroup's limits for a spec's resources, in the

@@ -147,6 +147,9 @@ func ExecErr(path string, err error) error {
 		return fmt.Errorf("%w: %s: %w", wire.ErrCommandNotFound, path, err)
 	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.ENOEXEC), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ETXTBSY):
 		return fmt.Errorf("%w: %s: %w", wire.ErrNotExecutable, path, err)
+	case errors.Is(err, syscall.E2BIG):
+		return fmt.Errorf("%w: %s: %w: the arguments and environment together are more than the kernel takes "+
+			"(a quarter of the stack limit, 'ulimit -s'); make them smaller, or raise the limit tether runs with", wire.ErrLaunch, path, err)
 	}
 	return fmt.Errorf("%w: %s: %w", wire.ErrLaunch, path, err)
 }

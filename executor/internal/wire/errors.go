@@ -116,6 +116,10 @@ var (
 	// not exist in the task is ErrCommandNotFound, one that cannot be
 	// executed ErrNotExecutable.
 	ErrExec = errors.New("executor: exec in the task failed")
+	// ErrAtLimit is returned when a command could not be started in the
+	// task because the task is at a limit of its cgroup (its pids limit);
+	// the message names the limit and the count.
+	ErrAtLimit = errors.New("executor: the task is at a limit of its cgroup")
 	// ErrUnknownExec is returned by ExecProcess.Wait and Signal for an exec
 	// the executor does not know on this connection.
 	ErrUnknownExec = errors.New("executor: no such exec")

@@ -173,6 +173,7 @@ const (
 	codeUnknownExec
 	codeSeccompNotAllowed
 	codeHostFeature
+	codeAtLimit
 )
 
 // wireErrors maps codes to named errors; the index is the code.
@@ -201,6 +202,7 @@ var wireErrors = [...]error{
 	codeUnknownExec:       ErrUnknownExec,
 	codeSeccompNotAllowed: ErrSeccompNotAllowed,
 	codeHostFeature:       ErrHostFeature,
+	codeAtLimit:           ErrAtLimit,
 }
 
 type Failure struct {
