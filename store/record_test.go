@@ -397,8 +397,8 @@ func TestDecodeRecord_Version2RefusesVersion3Bits(t *testing.T) {
 		if _, derr := decodeRecord(rec, &got); derr == nil || derr.reason != "unknown field bits" {
 			t.Errorf("%s with a version-3 field in a version-2 record: %+v", e.Type, derr)
 		}
-		if rec := encodeRecord(nil, 1, &e); rec[4] != 3 {
-			t.Errorf("%s is written as version %d, want 3", e.Type, rec[4])
+		if rec := encodeRecord(nil, 1, &e); rec[4] != recordVersion {
+			t.Errorf("%s is written as version %d, want %d", e.Type, rec[4], recordVersion)
 		}
 	}
 }
