@@ -408,7 +408,7 @@ func (p *parser) template(c *hclsyntax.Block) (template.Template, bool) {
 				if err != nil {
 					p.errorf(a.Expr.Range(), "Bad change_signal", "%v.", err)
 				}
-				t.ChangeSignal = sig
+				t.ChangeSignal = int(sig)
 			}
 		case "left_delimiter":
 			t.LeftDelim, _ = p.lit(a)
@@ -430,7 +430,7 @@ func (p *parser) template(c *hclsyntax.Block) (template.Template, bool) {
 			p.warnf(b.TypeRange, "Unsupported block", "tether ignores the %q block in a template block.", b.Type)
 		}
 	}
-	if err := (template.Template{Source: t.Source, Data: t.Data, Destination: t.Destination, ChangeMode: t.ChangeMode, ChangeSignal: t.ChangeSignal, Perms: t.Perms}).Check(); err != nil {
+	if err := template.Check(t); err != nil {
 		p.errorf(c.TypeRange, "Bad template block", "%v.", err)
 		return t, false
 	}
