@@ -97,6 +97,8 @@ func causeOf(err error) fsm.Cause {
 		{executor.ErrNoCgroup, fsm.CauseNoCgroup},
 		{executor.ErrLimit, fsm.CauseLimit},
 		{executor.ErrIsolation, fsm.CauseIsolation},
+		{executor.ErrArtifact, fsm.CauseArtifact},
+		{executor.ErrTemplate, fsm.CauseTemplate},
 		{ErrInjected, fsm.CauseInjected},
 		{fsm.ErrInvalidSpec, fsm.CauseInvalidSpec}, // after the named ones it may wrap
 		{executor.ErrSpawn, fsm.CauseSpawn},

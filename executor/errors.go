@@ -89,6 +89,12 @@ var (
 	// ErrIsolation is returned when an exec task cannot be isolated here
 	// (the executor is not root).
 	ErrIsolation = wire.ErrIsolation
+	// ErrArtifact is returned when an artifact of the task could not be
+	// fetched before its first launch (the message names the source).
+	ErrArtifact = wire.ErrArtifact
+	// ErrTemplate is returned when a template of the task could not be
+	// rendered before its first launch (the message names the template).
+	ErrTemplate = wire.ErrTemplate
 )
 
 // Errors returned by Exec.

@@ -81,6 +81,10 @@ const (
 	CauseSpawn
 	// CauseInjected: a fault a test injected.
 	CauseInjected
+	// CauseArtifact: an artifact could not be fetched before the launch.
+	CauseArtifact
+	// CauseTemplate: a template could not be rendered before the launch.
+	CauseTemplate
 	numCauses
 )
 
@@ -89,7 +93,7 @@ var causeNames = [numCauses]string{
 	CauseCommandNotFound: "command-not-found", CauseNotExecutable: "not-executable",
 	CauseUnknownUser: "unknown-user", CauseCapNotAllowed: "cap-not-allowed", CauseUnknownCap: "unknown-cap",
 	CauseWorkDir: "work-dir", CauseNoCgroup: "no-cgroup", CauseLimit: "limit", CauseIsolation: "isolation",
-	CauseSpawn: "spawn", CauseInjected: "injected",
+	CauseSpawn: "spawn", CauseInjected: "injected", CauseArtifact: "artifact", CauseTemplate: "template",
 }
 
 func (c Cause) String() string {

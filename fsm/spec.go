@@ -227,6 +227,9 @@ func (s *Spec) Validate() error {
 			}
 		}
 	}
+	if len(s.Templates)+len(s.Artifacts) > 0 && s.Alloc == nil {
+		return bad("templates and artifacts are placed in Nomad's task directory layout: the task needs an alloc (its task and alloc directories)")
+	}
 	for _, t := range s.Templates {
 		if err := t.Validate(); err != nil {
 			return err

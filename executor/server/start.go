@@ -5,8 +5,8 @@ package server
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
-	"path/filepath"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -17,7 +17,6 @@ import (
 	"github.com/tether-fsm/tether/executor/shim"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
-	"github.com/tether-fsm/tether/statedir"
 )
 
 // launched is what startTask started.
@@ -48,25 +47,20 @@ type joinPlan struct {
 // with the failure it reported (the shim reaped, the cgroup removed).
 func (s *server) startTask(ls wire.Launch) (launched, error) {
 	var l launched
-	if err := ls.Spec.Validate(); err != nil {
-		return l, fmt.Errorf("%w: %w", wire.ErrBadSpec, err)
-	}
-	if err := spec.Check(ls, s.host, s.noCgroup); err != nil {
+	if err := s.checkLaunch(ls); err != nil {
 		return l, err
-	}
-	if s.prefix == nil {
-		return l, fmt.Errorf("%w: the init shim needs Serve called with a tail of os.Args", wire.ErrLaunch)
 	}
 	exec := ls.Driver == wire.ModeExec
 	tu, err := spec.UserOf(ls.Spec)
 	if err != nil {
 		return l, err
 	}
-	if err := prepareTaskDirs(s.taskDir, tu, exec); err != nil {
+	dirs := spec.DirsOf(ls.Spec, s.taskDir)
+	if err := prepareTaskDirs(dirs, tu, exec); err != nil {
 		return l, err
 	}
-	env := spec.TaskEnv(ls.Spec, s.taskDir, tu.Home)
-	local := filepath.Join(s.taskDir, statedir.LocalDir)
+	env := spec.TaskEnv(ls.Spec, dirs, tu.Home)
+	maps.Copy(env, s.tmplEnv) // env = true templates' variables win, as in Nomad
 	cfg := shim.Config{UID: tu.UID, GID: tu.GID, Groups: tu.Groups}
 	if ls.OOMScoreAdj != nil {
 		cfg.OOMScoreAdj = *ls.OOMScoreAdj
@@ -79,16 +73,10 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 		}
 		mask := spec.CapMask(caps)
 		cfg.Caps = &mask
-		if cfg.Root, err = shim.PlanRoot(s.taskDir, ls.Chroot); err != nil {
+		if cfg.Root, err = shim.PlanRoot(s.taskDir, taskBinds(dirs), ls.Chroot); err != nil {
 			return l, err
 		}
-		cfg.Path, cfg.Dir = ls.Command, ls.Dir
-		switch {
-		case cfg.Dir == "":
-			cfg.Dir = "/" + statedir.LocalDir
-		case !filepath.IsAbs(cfg.Dir):
-			cfg.Dir = filepath.Join("/"+statedir.LocalDir, cfg.Dir)
-		}
+		cfg.Path, cfg.Dir = ls.Command, dirs.WorkDir(ls.Spec)
 		sys.Cloneflags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS
 		if ls.PIDMode != wire.ModeHost {
 			sys.Cloneflags |= unix.CLONE_NEWPID
@@ -98,13 +86,7 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 			sys.Cloneflags |= unix.CLONE_NEWIPC
 		}
 	} else {
-		dir := ls.Dir
-		switch {
-		case dir == "":
-			dir = local
-		case !filepath.IsAbs(dir):
-			dir = filepath.Join(local, dir)
-		}
+		dir := dirs.WorkDir(ls.Spec)
 		if fi, err := os.Stat(dir); err != nil {
 			return l, fmt.Errorf("%w: %w", wire.ErrWorkDir, err)
 		} else if !fi.IsDir() {
@@ -229,6 +211,22 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 		return l, fmt.Errorf("%w: %w", wire.ErrLaunch, serr)
 	}
 	return started(pid, start)
+}
+
+// checkLaunch is the check of a launch before anything is made for it:
+// the spec's values (fsm.Spec.Validate) and what they mean on this host
+// (spec.Check).
+func (s *server) checkLaunch(ls wire.Launch) error {
+	if err := ls.Spec.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", wire.ErrBadSpec, err)
+	}
+	if err := spec.Check(ls, s.host, s.noCgroup); err != nil {
+		return err
+	}
+	if s.prefix == nil {
+		return fmt.Errorf("%w: the init shim needs Serve called with a tail of os.Args", wire.ErrLaunch)
+	}
+	return nil
 }
 
 // startDirectly forks and execs a raw_exec task from the executor without

@@ -97,6 +97,16 @@ var (
 	// ErrIsolation is returned when an exec task cannot be isolated here
 	// (the executor is not root).
 	ErrIsolation = errors.New("executor: cannot isolate the task")
+	// ErrArtifact is returned when one of the task's artifacts could not
+	// be fetched before its first launch; the message names the source
+	// and why (unreachable, a checksum mismatch, an archive entry that
+	// leaves its destination...).
+	ErrArtifact = errors.New("executor: artifact not fetched")
+	// ErrTemplate is returned when one of the task's templates could not
+	// be rendered before its first launch; the message names the template
+	// and why (a function that needs a server, a read or a write outside
+	// the task's directories...).
+	ErrTemplate = errors.New("executor: template not rendered")
 )
 
 // Errors returned by Exec.

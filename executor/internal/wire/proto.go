@@ -158,6 +158,8 @@ const (
 	codeRestarting
 	codeExec
 	codeUnknownExec
+	codeArtifact
+	codeTemplate
 )
 
 // wireErrors maps codes to named errors; the index is the code.
@@ -184,6 +186,8 @@ var wireErrors = [...]error{
 	codeRestarting:      ErrRestarting,
 	codeExec:            ErrExec,
 	codeUnknownExec:     ErrUnknownExec,
+	codeArtifact:        ErrArtifact,
+	codeTemplate:        ErrTemplate,
 }
 
 type Failure struct {
