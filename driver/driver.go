@@ -49,6 +49,14 @@ type Config struct {
 	// or "SRC:DST", each bound read-only; nil uses Nomad's chroot_env
 	// default (executor.DefaultChroot). Used only when World is nil.
 	ChrootEnv []string
+	// AllowRead lists host directories a template's source or file, or a
+	// local artifact, may be read from besides the task's own and its
+	// group's alloc directory (nil: none). Used only when World is nil.
+	AllowRead []string
+	// PrepareTimeout bounds the preparation of a task before its first
+	// launch (fetching its artifacts, rendering its templates), on top of
+	// EffectTimeout (default 30m, Nomad's artifact read timeout).
+	PrepareTimeout time.Duration
 	// KillTimeout is the default grace between the stop signal and SIGKILL
 	// (default 5s); KillSignal the default stop signal (default SIGTERM).
 	KillTimeout time.Duration
@@ -136,6 +144,9 @@ func Open(cfg Config) (*Driver, error) {
 	if cfg.ProbeTimeout <= 0 {
 		cfg.ProbeTimeout = defaultProbeTimeout
 	}
+	if cfg.PrepareTimeout <= 0 {
+		cfg.PrepareTimeout = 30 * time.Minute
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -152,7 +163,7 @@ func Open(cfg Config) (*Driver, error) {
 			}
 		}
 		d.world = &executor.Real{StateDir: cfg.StateDir, Command: cfg.ExecutorCommand, Logger: cfg.Logger,
-			Policy: executor.Policy{AllowedCaps: cfg.AllowedCaps, Chroot: slices.Clone(cfg.ChrootEnv)}}
+			Policy: executor.Policy{AllowedCaps: cfg.AllowedCaps, Chroot: slices.Clone(cfg.ChrootEnv), AllowRead: slices.Clone(cfg.AllowRead)}}
 	}
 	d.store = cfg.Store
 	if d.store == nil {
@@ -313,11 +324,17 @@ func (d *Driver) ask(ctx context.Context, id string, req request) (reply, error)
 // nil error. A spec refused before spawning fails with ErrInvalidSpec and
 // nothing is spawned.
 func (d *Driver) StartTask(ctx context.Context, id string, spec fsm.Spec) (fsm.Task, error) {
+	return d.begin(ctx, id, request{kind: inStart, spec: spec})
+}
+
+// begin serves a start or a create: the first request of a new task's
+// owner.
+func (d *Driver) begin(ctx context.Context, id string, req request) (fsm.Task, error) {
 	if err := ValidateTaskID(id); err != nil {
 		return fsm.Task{}, err
 	}
-	if spec.Name == "" {
-		spec.Name = id
+	if req.spec.Name == "" {
+		req.spec.Name = id
 	}
 	d.mu.Lock()
 	if d.closed {
@@ -328,7 +345,7 @@ func (d *Driver) StartTask(ctx context.Context, id string, spec fsm.Spec) (fsm.T
 		d.mu.Unlock()
 		return fsm.Task{}, &TaskError{Task: id, Err: ErrTaskExists}
 	}
-	req := request{kind: inStart, spec: spec, reply: make(chan reply, 1)}
+	req.reply = make(chan reply, 1)
 	t := d.startOwner(fsm.Task{ID: id}, &req) // the owner serves it before any other request
 	d.mu.Unlock()
 	select {
@@ -338,6 +355,33 @@ func (d *Driver) StartTask(ctx context.Context, id string, spec fsm.Spec) (fsm.T
 		return t.snapshot(), context.Cause(ctx)
 	}
 }
+
+// CreateTask records a task without starting it: task-created alone (with
+// config-rejected when its spec is refused, as StartTask does). The task
+// waits in created until StartCreated starts it: the tasks of a group are
+// all recorded before any of them is spawned, and each waits for its turn
+// (see RunGroup). Recovery leaves a waiting task of a group to its group.
+func (d *Driver) CreateTask(ctx context.Context, id string, spec fsm.Spec) (fsm.Task, error) {
+	return d.begin(ctx, id, request{kind: inCreate, spec: spec})
+}
+
+// StartCreated starts a task CreateTask recorded, as StartTask starts a
+// new one: it returns once the task is running (or has exited), or with
+// an error once a failed start has been reaped. A task that is no longer
+// waiting (started or settled meanwhile) is ErrNotWaiting, with its state.
+func (d *Driver) StartCreated(ctx context.Context, id string) (fsm.Task, error) {
+	r, err := d.ask(ctx, id, request{kind: inStartCreated})
+	if err != nil {
+		return r.task, err
+	}
+	return r.task, r.err
+}
+
+// CheckSpec is the check a start makes before anything is recorded or
+// spawned (fsm.Spec.Validate, then what the spec needs of this host):
+// a caller recording several tasks at once (a group) checks them all
+// first, so that a refused one records nothing.
+func (d *Driver) CheckSpec(spec fsm.Spec) error { return d.validateSpec(spec) }
 
 // validateSpec is the check that can fail before anything is spawned.
 func (d *Driver) validateSpec(spec fsm.Spec) error {
