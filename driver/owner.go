@@ -38,13 +38,13 @@ import (
 type inputKind uint8
 
 const (
-	inStart   inputKind = iota + 1 // record and start a new task
-	inStop                         // stop it (or escalate a stop under way)
-	inWatch                        // reply when it is terminal; make sure someone notices its end
-	inRecover                      // reconcile it with reality, unless someone is driving it
-	inInspect                      // reply with the state (after a start that claimed the id has recorded it)
-	inCreate                       // record a new task that waits for its turn (a task of a group)
-	inStartCreated                 // start a task that waits for its turn
+	inStart        inputKind = iota + 1 // record and start a new task
+	inStop                              // stop it (or escalate a stop under way)
+	inWatch                             // reply when it is terminal; make sure someone notices its end
+	inRecover                           // reconcile it with reality, unless someone is driving it
+	inInspect                           // reply with the state (after a start that claimed the id has recorded it)
+	inCreate                            // record a new task that waits for its turn (a task of a group)
+	inStartCreated                      // start a task that waits for its turn
 )
 
 type request struct {
