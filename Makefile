@@ -6,6 +6,9 @@ PKGS      ?= ./...
 # checks, 100 real ones, and the enumeration take about 6 min with -race on
 # this 2-core machine, inside the 10m timeout).
 RAPID_CHECKS ?= 5000
+# What `tether version` says: the commit, from git (empty outside a clone:
+# the binary then says what the Go build information holds).
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
 
 .PHONY: help build test test-short test-cluster bench-cluster fmt lint vet proptest bench bench-quick demo mutants clean
 
@@ -16,7 +19,7 @@ help:
 # executor and its init shim are this binary, started three times a task,
 # and the dynamic loader's work is a third of each start here.
 build:
-	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/tether
+	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/tether
 
 # The race detector randomizes goroutine scheduling, so the property
 # harness's determinism test runs once more without it.

@@ -59,12 +59,12 @@ func BenchmarkCLISeed(b *testing.B) {
 		out  string
 		args []string
 	}{
-		{"netraw", nil, 125, "net_raw", []string{"run", filepath.Join("examples", "net_raw.hcl")}},
-		{"after-executor-up", []string{"TETHER_FAULT=effect:launch-task:1"}, 125, "reaping -> failed", []string{"run", "--", "/bin/true"}},
+		{"netraw", nil, 125, "net_raw", []string{"run", "-v", filepath.Join("examples", "net_raw.hcl")}},
+		{"after-executor-up", []string{"TETHER_FAULT=effect:launch-task:1"}, 125, "reaping -> failed", []string{"run", "-v", "--", "/bin/true"}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			seed := func(int) float64 { return runCLI(b, tether, dir, c.env, c.code, c.out, c.args...) }
-			ok := func(int) float64 { return runCLI(b, tether, dir, nil, 0, "launched", "run", "--", "/bin/true") }
+			ok := func(int) float64 { return runCLI(b, tether, dir, nil, 0, "launched", "run", "-v", "--", "/bin/true") }
 			seed(0)
 			ok(0)
 			b.ResetTimer()

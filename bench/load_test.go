@@ -414,7 +414,7 @@ func runcCmd(b *testing.B, runc, stateRoot, logFile string, args ...string) *exe
 // BenchmarkCLIParallel: many CLIs at once on one store. Each round, in a
 // rotating order and each on a fresh state directory:
 //
-//   - parallel: cli.tasks `tether start -- SLEEPER` at once;
+//   - parallel: cli.tasks `tether start --min-uptime 0 -- SLEEPER` at once;
 //   - sequential: cli.tasks of the same, one after another;
 //   - runc: cli.tasks `runc run -d` of a plain bundle of the same static
 //     binary at once (skipped, saying why, where runc cannot be had);
@@ -450,7 +450,7 @@ func BenchmarkCLIParallel(b *testing.B) {
 			dir := dirOf(fmt.Sprintf("w%d", width))
 			ls := sampleLock(dir, time.Millisecond)
 			b0, t0 := hostCPU()
-			bt := runBatch(n, width, func(int) *exec.Cmd { return tetherCmd(tether, dir, "start", "--", sleeper) })
+			bt := runBatch(n, width, func(int) *exec.Cmd { return tetherCmd(tether, dir, "start", "--min-uptime", "0", "--", sleeper) })
 			b1, t1 := hostCPU()
 			bt.lockBusy, bt.waiters = ls.end()
 			bt.hostBusy = (b1 - b0) / (t1 - t0)
@@ -578,7 +578,7 @@ func BenchmarkCLIParallel(b *testing.B) {
 // BenchmarkCLILiveTasks: a command's cost with 1 live task in its store
 // against cli.live live tasks (cheap sleeps, each with its executor), in
 // the same round, the order alternating: `tether status ID` of one live
-// task, `tether start -- SLEEPER`, and `tether stop ID` of the task that
+// task, `tether start --min-uptime 0 -- SLEEPER`, and `tether stop ID` of the task that
 // start started. Target: each ratio (many / one) <= 1.2. The memory the
 // live tasks hold (their executors' RSS and PSS) is reported, and all of
 // it is stopped and checked clean at the end.
@@ -596,7 +596,7 @@ func BenchmarkCLILiveTasks(b *testing.B) {
 		}
 	}
 	startIn := func(dir string) string {
-		r := runCmd(tetherCmd(tether, dir, "start", "--", sleeper))
+		r := runCmd(tetherCmd(tether, dir, "start", "--min-uptime", "0", "--", sleeper))
 		if r.failed() {
 			b.Fatalf("tether start: exit %d: %s", r.code, r.errOut)
 		}
@@ -604,7 +604,7 @@ func BenchmarkCLILiveTasks(b *testing.B) {
 	}
 	memBefore := memAvailable(b)
 	t0 := time.Now()
-	bt := runBatch(many, 8, func(int) *exec.Cmd { return tetherCmd(tether, big, "start", "--", sleeper) })
+	bt := runBatch(many, 8, func(int) *exec.Cmd { return tetherCmd(tether, big, "start", "--min-uptime", "0", "--", sleeper) })
 	setup := since(t0)
 	defer stopAll(b, tether, big, 16)
 	if bt.failures > 0 {
@@ -630,7 +630,7 @@ func BenchmarkCLILiveTasks(b *testing.B) {
 	started := map[string][]string{}
 	start := func(dir string) func(int) float64 {
 		return func(int) float64 {
-			r := runCmd(tetherCmd(tether, dir, "start", "--", sleeper))
+			r := runCmd(tetherCmd(tether, dir, "start", "--min-uptime", "0", "--", sleeper))
 			if r.failed() {
 				b.Fatalf("tether start: exit %d: %s", r.code, r.errOut)
 			}

@@ -33,9 +33,40 @@ type wireEvent struct {
 	Exit          *fsm.ExitStatus `json:"exit,omitempty"`
 	Signal        int             `json:"signal,omitempty"`
 	Grace         time.Duration   `json:"grace,omitempty"`
+	Delay         time.Duration   `json:"delay,omitempty"`
 	Reason        string          `json:"reason,omitempty"`
+	Cause         string          `json:"cause,omitempty"`
+	Warnings      []wireWarning   `json:"warnings,omitempty"`
 	Target        string          `json:"target,omitempty"`
 	Attempt       int             `json:"attempt,omitempty"`
+	Replaces      string          `json:"replaces,omitempty"`
+	ReplacedBy    string          `json:"replaced_by,omitempty"`
+}
+
+// wireWarning is a warning as it is mirrored: its kind by name.
+type wireWarning struct {
+	Kind string `json:"kind"`
+	Text string `json:"text"`
+}
+
+// parseCause is the cause named s (fsm.Cause's String).
+func parseCause(s string) (fsm.Cause, error) {
+	for c := fsm.CauseNone; c.Valid(); c++ {
+		if c.String() == s {
+			return c, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown cause %q (written by a newer tether?)", s)
+}
+
+// parseWarningKind is the warning kind named s (fsm.WarningKind's String).
+func parseWarningKind(s string) (fsm.WarningKind, error) {
+	for k := fsm.WarnOther; k.Valid(); k++ {
+		if k.String() == s {
+			return k, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown warning kind %q (written by a newer tether?)", s)
 }
 
 // redact returns spec with its environment's values replaced by
@@ -57,7 +88,14 @@ func encodeEvent(e *fsm.Event) ([]byte, error) {
 	w := wireEvent{
 		Seq: e.Seq, Time: e.Time, Type: e.Type.String(), Spec: redact(e.Spec), Nonce: e.Nonce,
 		Executor: e.Executor, TaskPID: e.TaskPID, TaskStartTime: e.TaskStartTime, Exit: e.Exit,
-		Signal: e.Signal, Grace: e.Grace, Reason: e.Reason, Attempt: e.Attempt,
+		Signal: e.Signal, Grace: e.Grace, Delay: e.Delay, Reason: e.Reason, Attempt: e.Attempt,
+		Replaces: e.Replaces, ReplacedBy: e.ReplacedBy,
+	}
+	if e.Cause != fsm.CauseNone {
+		w.Cause = e.Cause.String()
+	}
+	for _, x := range e.Warnings {
+		w.Warnings = append(w.Warnings, wireWarning{Kind: x.Kind.String(), Text: x.Text})
 	}
 	if e.Target != fsm.StateNone {
 		w.Target = e.Target.String()
@@ -90,7 +128,20 @@ func decodeEvent(key string, b []byte) (fsm.Event, error) {
 	e := fsm.Event{
 		Type: typ, Seq: w.Seq, Time: w.Time, Spec: w.Spec, Nonce: w.Nonce, Executor: w.Executor,
 		TaskPID: w.TaskPID, TaskStartTime: w.TaskStartTime, Exit: w.Exit, Signal: w.Signal,
-		Grace: w.Grace, Reason: w.Reason, Attempt: w.Attempt,
+		Grace: w.Grace, Delay: w.Delay, Reason: w.Reason, Attempt: w.Attempt,
+		Replaces: w.Replaces, ReplacedBy: w.ReplacedBy,
+	}
+	if w.Cause != "" {
+		if e.Cause, err = parseCause(w.Cause); err != nil {
+			return fsm.Event{}, &CorruptError{Key: key, Err: err}
+		}
+	}
+	for _, x := range w.Warnings {
+		k, err := parseWarningKind(x.Kind)
+		if err != nil {
+			return fsm.Event{}, &CorruptError{Key: key, Err: err}
+		}
+		e.Warnings = append(e.Warnings, fsm.Warning{Kind: k, Text: x.Text})
 	}
 	if w.Target != "" {
 		if e.Target, err = fsm.ParseState(w.Target); err != nil {

@@ -14,7 +14,7 @@ var slicesSortFunc = slices.SortFunc[[]string, string]
 // the mirror does not carry: add it to wireEvent, encodeEvent and
 // decodeEvent, then here.
 func TestWireEvent_CoversEveryEventField(t *testing.T) {
-	carried := []string{"Type", "Seq", "Time", "Spec", "Nonce", "Executor", "TaskPID", "TaskStartTime", "Exit", "Signal", "Grace", "Reason", "Target", "Attempt"}
+	carried := []string{"Type", "Seq", "Time", "Spec", "Nonce", "Executor", "TaskPID", "TaskStartTime", "Exit", "Signal", "Grace", "Delay", "Reason", "Cause", "Warnings", "Target", "Attempt", "Replaces", "ReplacedBy"}
 	var fields []string
 	for f := range reflect.TypeFor[fsm.Event]().Fields() {
 		fields = append(fields, f.Name)
@@ -32,6 +32,12 @@ func TestEncodeEvent_RoundTripsEveryEventWithEnvRedacted(t *testing.T) {
 		fsm.Event{Type: fsm.EventRestartIntent, Seq: 9, Time: 5, Attempt: 2, Exit: &fsm.ExitStatus{Code: -1, Signal: 9, OOM: true}, Grace: 3},
 		fsm.Event{Type: fsm.EventStopRequested, Seq: 10, Time: 6, Signal: 15, Grace: 5e9},
 		fsm.Event{Type: fsm.EventExecutorReaped, Seq: 11, Time: 7, Target: fsm.StateStopped, Reason: "stopped"},
+		fsm.Event{Type: fsm.EventRestartIntent, Seq: 12, Time: 8, Attempt: 3, Delay: 15e9},
+		fsm.Event{Type: fsm.EventLaunched, Seq: 13, Time: 9, TaskPID: 42, TaskStartTime: 4200,
+			Warnings: []fsm.Warning{{Kind: fsm.WarnUncontained, Text: "runs uncontained"}, {Kind: fsm.WarnOther, Text: "x"}}},
+		fsm.Event{Type: fsm.EventLaunchFailed, Seq: 14, Time: 10, Reason: "no such command", Cause: fsm.CauseCommandNotFound},
+		fsm.Event{Type: fsm.EventStopRequested, Seq: 15, Time: 11, Signal: 15, Grace: 5e9, ReplacedBy: "web-2b3c"},
+		fsm.Event{Type: fsm.EventCreated, Seq: 1, Time: 12, Spec: &fsm.Spec{Name: "web", Driver: "raw_exec", Command: "/bin/true"}, Replaces: "web-1a2b"},
 	)
 	evs[0].Spec.OOMScoreAdj = &oom
 	evs[0].Spec.Restart = &fsm.RestartPolicy{Attempts: 3}

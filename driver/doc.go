@@ -47,6 +47,16 @@
 // effect boundary; set TETHER_CRASHPOINT in a real process, or
 // Config.Hooks in a simulation.
 //
+// # Names
+//
+// A task's id is unique; its name (Spec.Name) is shared over time. Resolve
+// turns an id or a name into a task (a name stands for its one live task,
+// else its most recent one; several live ones are ErrAmbiguous);
+// StartNamed refuses a second live task of a name (ErrNameTaken) or
+// replaces the first; RestartTask stops a task and starts its spec again.
+// A per-name lock file orders these across processes, and the log links a
+// replaced task and its replacement (names.go).
+//
 // # Usage
 //
 //	d, err := driver.Open(driver.Config{StateDir: dir, ExecutorCommand: []string{self, "executor"}})

@@ -327,6 +327,11 @@ func (d *Driver) StartTask(ctx context.Context, id string, spec fsm.Spec) (fsm.T
 	return d.begin(ctx, id, request{kind: inStart, spec: spec})
 }
 
+// startTask is StartTask recording the task it replaces, if any.
+func (d *Driver) startTask(ctx context.Context, id string, spec fsm.Spec, replaces string) (fsm.Task, error) {
+	return d.begin(ctx, id, request{kind: inStart, spec: spec, link: replaces})
+}
+
 // begin serves a start or a create: the first request of a new task's
 // owner.
 func (d *Driver) begin(ctx context.Context, id string, req request) (fsm.Task, error) {

@@ -27,6 +27,15 @@ var (
 	ErrStateDir = statedir.ErrStateDir
 )
 
+// Errors of task names (see names.go), in a *NameError.
+var (
+	// ErrAmbiguous: a name stands for several live tasks; an id must say
+	// which.
+	ErrAmbiguous = errors.New("driver: ambiguous task name")
+	// ErrNameTaken: a task of the name is live; stop it, or replace it.
+	ErrNameTaken = errors.New("driver: a task of this name is live")
+)
+
 // Errors of the task lifecycle.
 var (
 	// ErrStartFailed: the task did not reach running; its executor was

@@ -52,7 +52,10 @@ type request struct {
 	spec  fsm.Spec       // start
 	sig   syscall.Signal // stop
 	grace time.Duration  // stop
-	reply chan reply     // buffered: the owner never blocks on a caller
+	// link is the task a start replaces (its task-created's Replaces), or
+	// the one a stop makes way for (its stop-requested's ReplacedBy).
+	link  string
+	reply chan reply // buffered: the owner never blocks on a caller
 	// cancel is closed when the caller has given up (its context ended):
 	// a watch then no longer keeps the owner at work.
 	cancel <-chan struct{}
@@ -321,7 +324,7 @@ func (o *owner) start(req request) {
 	}
 	o.unlock = unlock
 	created := o.d.event(fsm.EventCreated)
-	created.Spec = &req.spec
+	created.Spec, created.Replaces = &req.spec, req.link
 	if verr := o.d.validateSpec(req.spec); verr != nil {
 		rej := o.d.event(fsm.EventConfigRejected)
 		rej.Reason, rej.Cause = verr.Error(), causeOf(verr)
@@ -450,7 +453,7 @@ func (o *owner) stop(req request) {
 		return
 	}
 	in := o.d.event(fsm.EventStopRequested)
-	in.Signal, in.Grace = int(sig), grace
+	in.Signal, in.Grace, in.ReplacedBy = int(sig), grace, req.link
 	if _, err := o.record(in); err != nil {
 		req.reply <- reply{task: o.st, err: err}
 		return

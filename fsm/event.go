@@ -217,6 +217,13 @@ type Event struct {
 	Warnings []Warning // launched: what the launch did other than asked
 	Target   State     // executor-reaped: the terminal state reached
 	Attempt  int       // restart-intent: the restart's number, from 1
+	// Replaces (task-created) is the id of the task this one replaces (a
+	// restart, or a start that replaced a live task of its name), and
+	// ReplacedBy (stop-requested) the id of the task that replaces this
+	// one, written ahead of that task's creation: a process that dies
+	// between the stop and the start leaves a ReplacedBy no task has.
+	Replaces   string
+	ReplacedBy string
 }
 
 // TaskProc is the task process a launched event records.

@@ -89,6 +89,11 @@ func (l *genLog) All(ctx context.Context, fn func(task string) error) error {
 	return l.s.All(ctx, fn)
 }
 
+func (l *genLog) LoadTasks(ctx context.Context, which store.Selection) (store.Scan, error) {
+	l.g.enter("load-tasks", "")
+	return l.s.LoadTasks(ctx, which)
+}
+
 // Close does nothing: the harness owns the log and closes it when the
 // generation is over.
 func (l *genLog) Close() error { return nil }
@@ -231,6 +236,26 @@ func (m *MemLog) Live(ctx context.Context, fn func(task string) error) error {
 // All implements store.Log.
 func (m *MemLog) All(ctx context.Context, fn func(task string) error) error {
 	return m.each(fn, func(fsm.Task) bool { return true })
+}
+
+// LoadTasks implements store.Log: the tasks of the selection as they are
+// when it begins, folded, in id order (a simulated log has no damage to
+// list apart).
+func (m *MemLog) LoadTasks(ctx context.Context, which store.Selection) (store.Scan, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Scan{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var sc store.Scan
+	for _, id := range m.ids {
+		t := m.tasks[id]
+		if which == store.LiveTasks && t.State.Terminal() {
+			continue
+		}
+		sc.Tasks = append(sc.Tasks, copyTask(t))
+	}
+	return sc, nil
 }
 
 // each calls fn for every task, in order, that keep holds for when the

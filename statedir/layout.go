@@ -1,6 +1,8 @@
 package statedir
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -24,6 +26,9 @@ import (
 //	      stdout.log, stderr.log (and their rotations .1, .2, ...)
 //	      local/ secrets/ tmp/ alloc/   a lone task's own directories
 //	      root/          the empty mount point of an exec task's root
+//	  names/             0700, made by the first start of a named task
+//	    HASH.lock        held (flock) while a start or restart of the name
+//	                     checks that no task of it is live and starts one
 //	  allocs/
 //	    ALLOC/           one copy of a group (Nomad's allocation), 0711
 //	      group.lock     held (flock) by the process driving the group
@@ -41,6 +46,7 @@ import (
 const (
 	StoreFile = "tether.db"
 	TasksDir  = "tasks"
+	NamesDir  = "names"
 	AllocsDir = "allocs"
 )
 
@@ -86,6 +92,17 @@ func (l Layout) Store() string { return filepath.Join(l.Dir, StoreFile) }
 
 // Tasks is the directory of the tasks' directories.
 func (l Layout) Tasks() string { return filepath.Join(l.Dir, TasksDir) }
+
+// Names is the directory of the task names' lock files.
+func (l Layout) Names() string { return filepath.Join(l.Dir, NamesDir) }
+
+// NameLock is the lock file of a task name: one file a name, named by
+// the first 16 bytes of the name's SHA-256 in hex, so that any name (a
+// slash, "..", a kilobyte of it) is one entry of Names.
+func (l Layout) NameLock(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return filepath.Join(l.Names(), hex.EncodeToString(sum[:16])+".lock")
+}
 
 // Task is the private directory of task id. The id must be valid
 // (ValidateTaskID): one that is not could name a path outside Tasks.

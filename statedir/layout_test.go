@@ -62,3 +62,24 @@ func TestValidateTaskID_RefusesEscapes(t *testing.T) {
 		}
 	}
 }
+
+// TestLayout_NameLock_OneEntryOfNamesPerName: every name, however it is
+// spelled (a slash, "..", a long one), has one lock file directly in
+// names/, and two names never share one.
+func TestLayout_NameLock_OneEntryOfNamesPerName(t *testing.T) {
+	l := statedir.Layout{Dir: "/var/lib/tether"}
+	seen := map[string]string{}
+	for _, name := range []string{"web", "Web", "web ", "../../etc/passwd", "a/b", "..", "", string(make([]byte, 4096)), "日本"} {
+		p := l.NameLock(name)
+		if filepath.Dir(p) != l.Names() || filepath.Ext(p) != ".lock" {
+			t.Errorf("NameLock(%q) = %s: not a .lock file directly in %s", name, p, l.Names())
+		}
+		if other, dup := seen[p]; dup {
+			t.Errorf("NameLock(%q) = NameLock(%q) = %s", name, other, p)
+		}
+		seen[p] = name
+		if again := l.NameLock(name); again != p {
+			t.Errorf("NameLock(%q) is %s, then %s", name, p, again)
+		}
+	}
+}

@@ -52,6 +52,8 @@ import (
 //	delay    v3: varint (a restart-intent's delay)
 //	cause    v3: byte (fsm.Cause, with a reason)
 //	warnings v3: uvarint count, then a kind byte and a text string each
+//	replaces v3: string (a task-created's Replaces)
+//	replaced v3: string (a stop-requested's ReplacedBy)
 //
 // Strings are a uvarint length then bytes; lists a uvarint count then
 // strings; env a uvarint count then key/value pairs in strictly increasing
@@ -82,13 +84,15 @@ const (
 	fAttempt // v2: Attempt
 	fSpecExt // v2: the spec's optional parts (with fSpec)
 
-	fDelay    // v3: Delay
-	fCause    // v3: Cause
-	fWarnings // v3: Warnings
+	fDelay      // v3: Delay
+	fCause      // v3: Cause
+	fWarnings   // v3: Warnings
+	fReplaces   // v3: Replaces
+	fReplacedBy // v3: ReplacedBy
 
 	fAllV1 = fTarget<<1 - 1
 	fAllV2 = fSpecExt<<1 - 1
-	fAllV3 = fWarnings<<1 - 1
+	fAllV3 = fReplacedBy<<1 - 1
 )
 
 // Bits of a version-2 spec's optional parts.
@@ -225,6 +229,12 @@ func appendRecord(dst []byte, version uint8, seq uint64, e *fsm.Event) []byte {
 			dst = appendString(dst, w.Text)
 		}
 	}
+	if f&fReplaces != 0 {
+		dst = appendString(dst, e.Replaces)
+	}
+	if f&fReplacedBy != 0 {
+		dst = appendString(dst, e.ReplacedBy)
+	}
 	binary.LittleEndian.PutUint32(dst[start:], checksum(dst[start:]))
 	return dst
 }
@@ -282,6 +292,12 @@ func fieldsOf(e *fsm.Event) uint64 {
 	}
 	if len(e.Warnings) > 0 {
 		f |= fWarnings
+	}
+	if e.Replaces != "" {
+		f |= fReplaces
+	}
+	if e.ReplacedBy != "" {
+		f |= fReplacedBy
 	}
 	return f
 }
@@ -535,7 +551,8 @@ func decodeRecord(rec []byte, e *fsm.Event) (uint64, *decodeError) {
 // that are set (replay decodes every record into one reused event, and
 // most records leave its pointers nil).
 func resetEvent(e *fsm.Event, typ fsm.EventType) {
-	if e.Spec != nil || e.Executor != nil || e.Exit != nil || e.Nonce != "" || e.Reason != "" || e.Warnings != nil {
+	if e.Spec != nil || e.Executor != nil || e.Exit != nil || e.Nonce != "" || e.Reason != "" || e.Warnings != nil ||
+		e.Replaces != "" || e.ReplacedBy != "" {
 		*e = fsm.Event{Type: typ}
 		return
 	}
@@ -644,6 +661,12 @@ func (d *decoder) fields(e *fsm.Event, version uint8) {
 			}
 			e.Warnings = append(e.Warnings, fsm.Warning{Kind: k, Text: d.str()})
 		}
+	}
+	if f&fReplaces != 0 {
+		e.Replaces = d.nonEmpty()
+	}
+	if f&fReplacedBy != 0 {
+		e.ReplacedBy = d.nonEmpty()
 	}
 	if d.err == "" && len(d.b) != 0 {
 		d.fail("trailing bytes")

@@ -140,6 +140,8 @@ func genEvent(t *rapid.T) fsm.Event {
 		e.Warnings = append(e.Warnings, fsm.Warning{Kind: fsm.WarningKind(rapid.IntRange(0, int(fsm.WarnNoRestarts)).Draw(t, "warning_kind")),
 			Text: rapid.String().Draw(t, "warning_text")})
 	}
+	e.Replaces = rapid.String().Draw(t, "replaces")
+	e.ReplacedBy = rapid.String().Draw(t, "replaced_by")
 	return e
 }
 
@@ -420,6 +422,24 @@ func TestDecodeRecord_Version1RefusesVersion2Bits(t *testing.T) {
 		var got fsm.Event
 		if _, derr := decodeRecord(rec, &got); derr == nil || derr.reason != "unknown field bits" {
 			t.Errorf("%s with a version-2 field in a version-1 record: %+v", e.Type, derr)
+		}
+	}
+}
+
+// A version-2 record cannot carry version 3's fields (the links between a
+// task and the one that replaced it).
+func TestDecodeRecord_Version2RefusesVersion3Bits(t *testing.T) {
+	for _, e := range []fsm.Event{
+		{Type: fsm.EventCreated, Spec: &fsm.Spec{Name: "web"}, Replaces: "web-1"},
+		{Type: fsm.EventStopRequested, Signal: 15, ReplacedBy: "web-2"},
+	} {
+		rec := appendRecord(nil, 2, 1, &e)
+		var got fsm.Event
+		if _, derr := decodeRecord(rec, &got); derr == nil || derr.reason != "unknown field bits" {
+			t.Errorf("%s with a version-3 field in a version-2 record: %+v", e.Type, derr)
+		}
+		if rec := encodeRecord(nil, 1, &e); rec[4] != 3 {
+			t.Errorf("%s is written as version %d, want 3", e.Type, rec[4])
 		}
 	}
 }

@@ -36,6 +36,9 @@ type Log interface {
 	Live(ctx context.Context, fn func(task string) error) error
 	// All calls fn with the id of every task, in order.
 	All(ctx context.Context, fn func(task string) error) error
+	// LoadTasks folds every task of the selection in one read, in id
+	// order, and lists those it could not read apart (Scan).
+	LoadTasks(ctx context.Context, which Selection) (Scan, error)
 	// Close drains pending appends and closes the log.
 	Close() error
 }

@@ -53,6 +53,28 @@ func Parse(filename string, src []byte, opts Options) (*File, hcl.Diagnostics) {
 	return p.file, diags
 }
 
+// Sniff reports whether src is a task file or a job file by its form:
+// HCL with a task or a job block at its top level, whether or not what
+// is in them is valid (Parse says that). It is for a file without a
+// .hcl or .nomad name, so that a caller can tell one that is meant as a
+// task file (and show Parse's errors for it) from any other file.
+func Sniff(filename string, src []byte) bool {
+	file, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
+	if diags.HasErrors() {
+		return false
+	}
+	body, ok := file.Body.(*hclsyntax.Body)
+	if !ok {
+		return false
+	}
+	for _, b := range body.Blocks {
+		if b.Type == "task" || b.Type == "job" {
+			return true
+		}
+	}
+	return false
+}
+
 type parser struct {
 	file    *File
 	diags   hcl.Diagnostics
@@ -340,7 +362,7 @@ func FormatDiag(d *hcl.Diagnostic) string {
 
 // restartDefault is Nomad's restart policy for a job type.
 func restartDefault(job *Job) fsm.RestartPolicy {
-	if job != nil && job.Type.batch() {
+	if job != nil && job.Type.Batch() {
 		return fsm.DefaultBatchRestart
 	}
 	return fsm.DefaultServiceRestart

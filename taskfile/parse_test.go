@@ -344,3 +344,42 @@ func TestParseSignal_NamesAndNumbers(t *testing.T) {
 		}
 	}
 }
+
+// TestSniff_TaskOrJobBlockAtTheTop: a file is a task file by its form (a
+// task or job block at its top level), even when what is in it is wrong,
+// and no other file is one.
+func TestSniff_TaskOrJobBlockAtTheTop(t *testing.T) {
+	for src, want := range map[string]bool{
+		"task \"web\" {\n  driver = \"raw_exec\"\n  config { command = \"/bin/true\" }\n}\n": true,
+		"job \"j\" {\n  group \"g\" {\n    task \"t\" {}\n  }\n}\n":                          true,
+		"task \"web\" {\n  driver = \"docker\"\n  no_such = 1\n}\n":                          true, // Parse refuses it, by name
+		"variable \"v\" {}\ngroup \"g\" {}\n":                                                false,
+		"name = \"web\"\n":                                                                   false,
+		"# A README\n\nRun `tether run web.hcl`.\n":                                          false,
+		"{\"task\": {\"web\": {}}}\n":                                                        false,
+		"task \"web\" {\n":                                                                   false, // not HCL
+		"":                                                                                   false,
+		"  task  \"x\"  {  }  ":                                                              true,
+		"\xff\xfe task \"x\" {}":                                                             false,
+		"locals {\n  a = 1\n}\njob \"j\" {\n  task \"t\" {}\n}\n":                            true,
+		"resource \"task\" \"x\" {}\n":                                                       false,
+		"task_name = \"x\"\n":                                                                false,
+		"job = \"x\"\n":                                                                      false,
+		"jobs \"x\" {}\n":                                                                    false,
+		"Task \"x\" {}\n":                                                                    false,
+	} {
+		if got := Sniff("f", []byte(src)); got != want {
+			t.Errorf("Sniff(%q) = %v, want %v", src, got, want)
+		}
+	}
+}
+
+// TestJobType_Batch: batch and sysbatch jobs run to completion; service
+// and system jobs do not.
+func TestJobType_Batch(t *testing.T) {
+	for typ, want := range map[JobType]bool{JobService: false, JobBatch: true, JobSystem: false, JobSysbatch: true} {
+		if typ.Batch() != want {
+			t.Errorf("%s.Batch() = %v, want %v", typ, !want, want)
+		}
+	}
+}

@@ -49,8 +49,8 @@ func (t JobType) String() string {
 	return "JobType(" + strconv.Itoa(int(t)) + ")"
 }
 
-// batch reports whether the type runs to completion.
-func (t JobType) batch() bool { return t == JobBatch || t == JobSysbatch }
+// Batch reports whether the type runs to completion (batch, sysbatch).
+func (t JobType) Batch() bool { return t == JobBatch || t == JobSysbatch }
 
 // Job is a Nomad job.
 type Job struct {

@@ -46,8 +46,8 @@ func plantInTask(t *testing.T, dbPath, id string, damage func(b *bolt.Bucket) er
 // damage, one that must not be blamed. The store is checked clean first.
 func twoTasks(t *testing.T, e *env) (hurt, fine string) {
 	t.Helper()
-	hurt = taskID(t, e.must("run", "--name", "hurt", "--", "/bin/true").stderr)
-	fine = taskID(t, e.must("run", "--name", "fine", "--", "/bin/true").stderr)
+	hurt = taskID(t, e.must("run", "-v", "--name", "hurt", "--", "/bin/true").stderr)
+	fine = taskID(t, e.must("run", "-v", "--name", "fine", "--", "/bin/true").stderr)
 	if r := e.tether("check"); r.code != exitOK || !strings.Contains(r.stdout, "0 problems") {
 		t.Fatalf("check of the store before any damage: %s", r)
 	}

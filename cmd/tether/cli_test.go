@@ -3,9 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
@@ -72,6 +75,109 @@ func TestStateDir_Precedence(t *testing.T) {
 	}
 }
 
+func TestNaturalCompare_RunsOfDigitsAsNumbers(t *testing.T) {
+	in := []string{"svc10", "svc2", "svc1", "web", "svc11", "svc01", "a", "svc", "svc2b", "svc2a"}
+	slices.SortFunc(in, naturalCompare)
+	want := []string{"a", "svc", "svc1", "svc01", "svc2", "svc2a", "svc2b", "svc10", "svc11", "web"}
+	if !slices.Equal(in, want) {
+		t.Fatalf("sorted %v, want %v", in, want)
+	}
+}
+
+func TestParseDuration_BareNumberRefusedWithTheUnitMeant(t *testing.T) {
+	for in, want := range map[string]string{"5": "did you mean 5s?", "2.5": "did you mean 2.5s?", "ten": "not a duration", "-1s": "must not be negative"} {
+		if _, err := parseDuration(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("parseDuration(%q) = %v, want an error saying %q", in, err, want)
+		}
+	}
+	for in, want := range map[string]time.Duration{"0": 0, "5s": 5 * time.Second, "1m30s": 90 * time.Second, "7d": 7 * 24 * time.Hour, "1.5d": 36 * time.Hour} {
+		if got, err := parseDuration(in); err != nil || got != want {
+			t.Errorf("parseDuration(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+}
+
+func TestClosest_SuggestsWhatWasMeant(t *testing.T) {
+	names := []string{"run", "start", "restart", "status", "ps", "stats", "stop", "logs", "events"}
+	for typed, want := range map[string]string{"stauts": "status", "rn": "run", "stp": "stop", "evnets": "events", "restar": "restart", "frobnicate": "", "x": ""} {
+		if got := closest(typed, names); got != want {
+			t.Errorf("closest(%q) = %q, want %q", typed, got, want)
+		}
+	}
+}
+
+func TestUserText_DropsPackagePrefixes(t *testing.T) {
+	for in, want := range map[string]string{
+		"fsm: invalid task spec: executor: capability not allowed: net_raw":       "invalid task spec: capability not allowed: net_raw",
+		`task "x" (running): driver: executor is gone: executor: process is gone`: `task "x" (running): executor is gone: process is gone`,
+		"store: locked (driver: busy); cgroup: no controller":                     "locked (busy); no controller",
+		"the task's output says store: nothing, and that stays":                   "the task's output says store: nothing, and that stays",
+		"statedir: unusable state directory: /s has mode -rwxr-xr-x":              "unusable state directory: /s has mode -rwxr-xr-x",
+		`taskfile: no such task: web.hcl has no task "x"`:                         `no such task: web.hcl has no task "x"`,
+	} {
+		if got := userText(in); got != want {
+			t.Errorf("userText(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestParseAnywhere_FlagsAroundArgumentsUpToTheCommandLine(t *testing.T) {
+	c := &cli{stdout: io.Discard, stderr: io.Discard, logLevel: "warn", lockTimeout: time.Second}
+	for _, tc := range []struct {
+		cmd        string
+		args       []string
+		pos, line  []string
+		flag, want string
+	}{
+		{"logs", []string{"web", "-f", "--tail", "3"}, []string{"web"}, nil, "tail", "3"},
+		{"logs", []string{"--tail=3", "--", "-web"}, []string{"-web"}, nil, "tail", "3"},
+		{"signal", []string{"web", "--main", "SIGHUP", "--log-level", "debug"}, []string{"web", "SIGHUP"}, nil, "main", "true"},
+		{"exec", []string{"web", "-t", "sh", "-c", "echo -t"}, []string{"web"}, []string{"sh", "-c", "echo -t"}, "tty", "true"},
+		{"exec", []string{"--env", "A=1", "web", "--", "ls", "--env"}, []string{"web"}, []string{"ls", "--env"}, "env", "A=1"},
+		{"exec", []string{"--", "web", "ls", "-l"}, []string{"web"}, []string{"ls", "-l"}, "tty", "false"},
+		{"run", []string{"--name", "x", "--", "/bin/echo", "--name", "y"}, nil, []string{"/bin/echo", "--name", "y"}, "name", "x"},
+		{"run", []string{"/bin/echo", "--name", "y"}, nil, []string{"/bin/echo", "--name", "y"}, "name", ""},
+		{"run", []string{"job.hcl", "--name", "y"}, []string{"job.hcl"}, nil, "name", "y"},
+	} {
+		fs := c.flags(tc.cmd)
+		fs.BoolP("follow", "f", false, "")
+		fs.IntP("tail", "n", -1, "")
+		fs.Bool("main", false, "")
+		fs.BoolP("tty", "t", false, "")
+		fs.String("env", "", "")
+		fs.String("name", "", "")
+		if err := fs.parseAnywhere(tc.args); err != nil {
+			t.Errorf("%s %v: %v", tc.cmd, tc.args, err)
+			continue
+		}
+		if got := fs.Lookup(tc.flag).Value.String(); !slices.Equal(fs.pos, tc.pos) || !slices.Equal(fs.line, tc.line) || got != tc.want {
+			t.Errorf("%s %v: positionals %q, line %q, --%s %q; want %q, %q, %q", tc.cmd, tc.args, fs.pos, fs.line, tc.flag, got, tc.pos, tc.line, tc.want)
+		}
+	}
+}
+
+func TestFindCommand_AmongFlagsBeforeIt(t *testing.T) {
+	c := &cli{stdout: io.Discard, stderr: io.Discard}
+	for _, tc := range []struct {
+		args []string
+		at   int
+		name string
+	}{
+		{[]string{"status"}, 0, "status"},
+		{[]string{"--state-dir", "run", "status"}, 2, "status"},
+		{[]string{"--state-dir=x", "-v", "run", "f.hcl"}, 2, "run"},
+		{[]string{"--name", "web", "run", "f.hcl"}, 2, "run"},
+		{[]string{"--json", "ps"}, 1, "ps"},
+		{[]string{"stauts"}, 0, ""},
+		{[]string{"--", "status"}, -1, ""},
+	} {
+		at, cmd, _ := findCommand(tc.args, c.flags("help"))
+		if at != tc.at || cmd.name != tc.name && !(cmd.alias == tc.name && tc.name != "") {
+			t.Errorf("findCommand(%q) = %d %q, want %d %q", tc.args, at, cmd.name, tc.at, tc.name)
+		}
+	}
+}
+
 func TestNewTaskID_Valid(t *testing.T) {
 	for _, name := range []string{"hello", "", "...", "a b/c", strings.Repeat("x", 200), "日本", "g.t[2]"} {
 		id := newTaskID(name)
@@ -81,5 +187,23 @@ func TestNewTaskID_Valid(t *testing.T) {
 	}
 	if a, b := newTaskID("x"), newTaskID("x"); a == b {
 		t.Errorf("two ids for the same name are equal: %s", a)
+	}
+}
+
+// TestSpawnedText_SaysWhatAFailedStartLeft: a failed start's message says
+// "confirmed dead" only of a task whose end is recorded; a start the
+// driver gave up on mid-way names its state and recover.
+func TestSpawnedText_SaysWhatAFailedStartLeft(t *testing.T) {
+	for _, tc := range []struct {
+		task fsm.Task
+		want string
+	}{
+		{fsm.Task{State: fsm.StateFailed}, "nothing was spawned"},
+		{fsm.Task{State: fsm.StateFailed, Nonce: "n"}, "its executor was stopped and confirmed dead"},
+		{fsm.Task{State: fsm.StateLaunching, Nonce: "n"}, "it is left launching and its executor may be alive: 'tether recover' reconciles it"},
+	} {
+		if got := spawnedText(tc.task); got != tc.want {
+			t.Errorf("spawnedText(%s, nonce %q) = %q, want %q", tc.task.State, tc.task.Nonce, got, tc.want)
+		}
 	}
 }

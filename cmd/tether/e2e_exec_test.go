@@ -58,9 +58,14 @@ func (e *env) status(args ...string) []taskStatus {
 }
 
 type eventRow struct {
-	Event  string `json:"event"`
-	Reason string `json:"reason"`
-	Target string `json:"target"`
+	Event  string          `json:"event"`
+	Reason string          `json:"reason"`
+	Target string          `json:"target"`
+	Signal int             `json:"signal"`
+	Spec   json.RawMessage `json:"spec"`
+	// Replaces and ReplacedBy link a task and the one that replaced it.
+	Replaces   string `json:"replaces"`
+	ReplacedBy string `json:"replaced_by"`
 }
 
 func (e *env) events(id string) []eventRow {
@@ -97,7 +102,7 @@ func taskID(t *testing.T, stderr string) string {
 
 func TestRun_HelloExample(t *testing.T) {
 	e := newEnv(t)
-	r := e.must("run", "../../examples/hello.hcl")
+	r := e.must("run", "../../examples/hello.hcl", "-v")
 	if r.stdout != "hello from tether\n" {
 		t.Fatalf("stdout = %q, want the greeting\n%s", r.stdout, r)
 	}
@@ -126,7 +131,7 @@ func TestRun_ExitCodePassesThrough(t *testing.T) {
 
 func TestRun_MissingCommand127(t *testing.T) {
 	e := newEnv(t)
-	r := e.tether("run", "--", filepath.Join(e.dir, "no-such-command"))
+	r := e.tether("run", "-v", "--", filepath.Join(e.dir, "no-such-command"))
 	if r.code != exitNotFound || !strings.Contains(r.stderr, "not found") {
 		t.Fatalf("want exit 127 naming the missing command: %s", r)
 	}
@@ -187,7 +192,7 @@ func TestRun_FailureAfterExecutorUpReapsIt(t *testing.T) {
 
 func TestStart_StatusLogsStop(t *testing.T) {
 	e := newEnv(t)
-	r := e.must(e.runArgs("start", []string{"--name", "svc"}, "sleep")...)
+	r := e.must(e.runArgs("start", []string{"--name", "svc", "--verbose"}, "sleep")...)
 	id := strings.TrimSpace(r.stdout)
 	if !strings.HasPrefix(id, "svc-") || !strings.Contains(r.stderr, "-> running") {
 		t.Fatalf("start: %s", r)
@@ -345,7 +350,7 @@ func TestRun_InterruptStopsTheTask(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := e.command(ctx, nil, e.runArgs("run", []string{"--name", "ctrlc", "--kill-timeout", "2s"}, "sleep")...)
+	cmd := e.command(ctx, nil, e.runArgs("run", []string{"-v", "--name", "ctrlc", "--kill-timeout", "2s"}, "sleep")...)
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
 	errPipe, err := cmd.StderrPipe()
@@ -405,16 +410,16 @@ func TestCrash_RecoverReapsTheExecutor(t *testing.T) {
 	}
 }
 
-func TestNames_AmbiguousAndGC(t *testing.T) {
+func TestNames_EndedNameIsItsLatestTaskAndGC(t *testing.T) {
 	e := newEnv(t)
-	first := taskID(t, e.must("run", "../../examples/hello.hcl").stderr)
-	second := taskID(t, e.must("run", "../../examples/hello.hcl").stderr)
-	r := e.tether("events", "hello")
-	if r.code == 0 || !strings.Contains(r.stderr, "ambiguous") || !strings.Contains(r.stderr, first) || !strings.Contains(r.stderr, second) {
-		t.Fatalf("ambiguous name: %s", r)
+	first := taskID(t, e.must("run", "-v", "../../examples/hello.hcl").stderr)
+	second := taskID(t, e.must("run", "-v", "../../examples/hello.hcl").stderr)
+	if st := e.status("hello"); len(st) != 1 || st[0].ID != second {
+		t.Fatalf("with none live, the name hello stands for the latest task, %s: %+v", second, st)
 	}
+	e.must("events", "hello")
 	e.must("events", first)
-	r = e.must("gc")
+	r := e.must("gc")
 	if !strings.Contains(r.stdout, "removed 2 tasks") {
 		t.Fatalf("gc: %s", r)
 	}

@@ -66,25 +66,19 @@ func drainCopy(dst io.Writer, src *os.File, exited *atomic.Bool) {
 // executor cannot be reached).
 func (c *cli) cmdExec(args []string) int {
 	fs := c.flags("exec")
-	tty := fs.Bool("t", false, "run the command on a terminal of its own (yours is put in raw mode while it runs)")
-	fs.BoolVar(tty, "tty", false, "same as -t")
+	tty := fs.BoolP("tty", "t", false, "run the command on a terminal of its own (yours is put in raw mode while it runs)")
 	var env listFlag
 	fs.Var(&env, "env", "`K=V` environment variable for the command, over the task's (repeatable)")
 	if code, ok := c.parse(fs, args); !ok {
 		return code
 	}
-	pos := fs.Args()
-	if len(pos) == 0 {
+	// Flags may come anywhere up to the command (or a "--"); the
+	// command's own arguments are never parsed.
+	if fs.NArg() == 0 {
 		c.errorf("exec takes a task id or name and a command: tether exec [-t] ID [--] CMD [ARGS...]")
 		return exitUsage
 	}
-	// Flags may follow the id too, up to the command (or a "--"); the
-	// command's own arguments are never parsed.
-	id := pos[0]
-	if err := fs.Parse(pos[1:]); err != nil {
-		return exitUsage
-	}
-	rest := fs.Args()
+	id, rest := fs.Arg(0), fs.line
 	if len(rest) == 0 {
 		c.errorf("exec needs a command after the task: tether exec [-t] ID [--] CMD [ARGS...]")
 		return exitUsage

@@ -108,7 +108,7 @@ func diskFull(t *testing.T, dir string) {
 func TestRun_FullDiskKeepsTheExitCode(t *testing.T) {
 	t.Run("run", func(t *testing.T) {
 		e := newTmpfsEnv(t, 4<<20)
-		r := e.tether(e.runArgs("run", []string{"--name", "filler"}, "fill-exit", "7")...)
+		r := e.tether(e.runArgs("run", []string{"-v", "--name", "filler"}, "fill-exit", "7")...)
 		if r.code != 7 {
 			t.Fatalf("run of a task that fills the disk and exits 7: %s", r)
 		}

@@ -290,7 +290,7 @@ func TestBadInput_RefusedBeforeSpawnClearly(t *testing.T) {
 // task's stdout.log out of the state directory.
 func TestLogs_DoesNotFollowAPlantedSymlink(t *testing.T) {
 	e := newEnv(t)
-	r := e.must("run", "--name", "sym", "--", "/bin/true")
+	r := e.must("run", "-v", "--name", "sym", "--", "/bin/true")
 	id := taskID(t, r.stderr)
 	secret := filepath.Join(t.TempDir(), "secret")
 	if err := os.WriteFile(secret, []byte("TOP SECRET\n"), 0o600); err != nil {

@@ -141,7 +141,7 @@ func TestRun_SecondInterruptEscalatesALongRecordedGrace(t *testing.T) {
 	notes := newTermNotes(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	run := e.command(ctx, nil, e.runArgs("run", []string{"--kill-timeout", "999999h"}, "ignore-term", notes.path)...)
+	run := e.command(ctx, nil, e.runArgs("run", []string{"-v", "--kill-timeout", "999999h"}, "ignore-term", notes.path)...)
 	errPipe, err := run.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -210,7 +210,7 @@ func TestRun_AllowCapsEndToEnd(t *testing.T) {
 	withNetRaw := strings.ToLower(strings.Join(append(slices.Clone(executor.DefaultAllowedCaps), "NET_RAW"), ","))
 
 	file := execTaskFile(t, e, "raw", `    cap_add = ["net_raw"]`, "capeff")
-	refused := e.tether("--chroot-env", chroot, "run", file)
+	refused := e.tether("--chroot-env", chroot, "run", "-v", file)
 	if refused.code != exitStartFail || !strings.Contains(refused.stderr, "net_raw") {
 		t.Fatalf("want exit %d naming net_raw: %s", exitStartFail, refused)
 	}
@@ -384,10 +384,10 @@ func TestRun_ShimSetupFailureNamesTheStep(t *testing.T) {
 	}{
 		{"unbindable chroot entry", "build the task's root", func(e *env) []string {
 			// /x is /usr/bin, read-only: no mount point can be made in it.
-			return []string{"--chroot-env", execChroot(t, "/usr/bin:/x", "/etc/hostname:/x/no-such-entry"), "run", "--driver", "exec", "--name", "unbindable", "--", "/bin/true", e.dir}
+			return []string{"--chroot-env", execChroot(t, "/usr/bin:/x", "/etc/hostname:/x/no-such-entry"), "run", "-v", "--driver", "exec", "--name", "unbindable", "--", "/bin/true", e.dir}
 		}, nil},
 		{"capability the executor lacks", "set the task's capabilities", func(e *env) []string {
-			return []string{"--allow-caps", "all", "run", "--driver", "exec", "--name", "nomodule", "--cap-add", "sys_module", "--", "/bin/true", e.dir}
+			return []string{"--allow-caps", "all", "run", "-v", "--driver", "exec", "--name", "nomodule", "--cap-add", "sys_module", "--", "/bin/true", e.dir}
 		}, []string{self, isoHelperArg, "dropcap", "sys_module", "--"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -17,15 +17,16 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/pflag"
 
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/executor"
@@ -81,35 +82,73 @@ type cli struct {
 type command struct {
 	name    string
 	alias   string
-	args    string // usage after the command name
+	args    string // usage after the command name; one line per form
 	summary string
 	run     func(c *cli, args []string) int
+	// line, when set, says whether the positional argument next (after
+	// the positionals pos) starts a command line, which is then not
+	// parsed for flags; afterDash is set past a "--".
+	line func(pos []string, next string, afterDash bool) bool
+	// startsTasks lists the capability allow list and the chroot
+	// environment among the command's global flags.
+	startsTasks bool
+	more        string // help text after the flags
 }
 
 func commands() []command {
 	return []command{
-		{name: "run", args: "[flags] FILE.hcl | [flags] -- CMD [ARGS...]", summary: "start a task, stream its output, wait, exit with its code", run: (*cli).cmdRun},
-		{name: "start", args: "[flags] FILE.hcl | [flags] -- CMD [ARGS...]", summary: "start a task in the background and print its id", run: (*cli).cmdStart},
-		{name: "status", alias: "ps", args: "[--all] [--json] [ID]", summary: "list tasks (live ones unless --all)", run: (*cli).cmdStatus},
-		{name: "events", args: "[--json] ID", summary: "show a task's event history", run: (*cli).cmdEvents},
-		{name: "logs", args: "[--stderr] [-f] ID", summary: "print a task's output", run: (*cli).cmdLogs},
-		{name: "stats", args: "[--json] ID", summary: "show a running task's memory, CPU and process counts from its cgroup", run: (*cli).cmdStats},
-		{name: "signal", args: "[--main] ID SIGNAL", summary: "send a signal to a running task's process group (--main: to its main process only)", run: (*cli).cmdSignal},
-		{name: "exec", args: "[-t] ID [--] CMD [ARGS...]", summary: "run a command inside a running task (its cgroup, namespaces, user; -t for a terminal) and exit with its code", run: (*cli).cmdExec},
-		{name: "stop", args: "[--signal SIG] [--timeout DUR] ID", summary: "stop a task: signal, grace, then SIGKILL", run: (*cli).cmdStop},
-		{name: "wait", args: "ID", summary: "wait for a task and exit with its code", run: (*cli).cmdWait},
-		{name: "recover", args: "", summary: "replay the store and reconcile it with the process table", run: (*cli).cmdRecover},
-		{name: "graph", args: "[--format mermaid|dot]", summary: "print the lifecycle graph (kill-executor edges marked)", run: (*cli).cmdGraph},
-		{name: "check", args: "", summary: "verify the store: checksums, legal paths, index", run: (*cli).cmdCheck},
-		{name: "gc", args: "[--older-than DUR]", summary: "remove terminal tasks and their directories, compact the store", run: (*cli).cmdGC},
+		{name: "run", args: "[flags] FILE.hcl\n[flags] -- CMD [ARGS...]", summary: "start a task, stream its output, wait, exit with its code", run: (*cli).cmdRun, line: taskLine, startsTasks: true, more: runMore},
+		{name: "start", args: "[flags] FILE.hcl\n[flags] -- CMD [ARGS...]", summary: "start a task in the background and print its id once it is up", run: (*cli).cmdStart, line: taskLine, startsTasks: true, more: startMore},
+		{name: "restart", args: "[flags] ID|NAME", summary: "stop a task with its kill signal and grace, then start its spec again as a new task", run: (*cli).cmdRestart, startsTasks: true},
+		{name: "status", alias: "ps", args: "[flags] [ID|NAME]", summary: "list tasks (live ones unless --all), or show one", run: (*cli).cmdStatus, more: statusMore},
+		{name: "events", args: "[flags] ID|NAME", summary: "show a task's event history", run: (*cli).cmdEvents},
+		{name: "logs", args: "[flags] ID|NAME", summary: "print a task's output", run: (*cli).cmdLogs},
+		{name: "stats", args: "[flags] ID|NAME", summary: "show a running task's memory, CPU and process counts from its cgroup", run: (*cli).cmdStats},
+		{name: "signal", args: "[flags] ID|NAME SIGNAL", summary: "send a signal to a running task's process group (--main: to its main process only)", run: (*cli).cmdSignal},
+		{name: "exec", args: "[flags] ID|NAME [--] CMD [ARGS...]", summary: "run a command inside a running task (its cgroup, namespaces, user; -t for a terminal) and exit with its code", run: (*cli).cmdExec, line: execLine},
+		{name: "stop", args: "[flags] ID|NAME", summary: "stop a task: signal, grace, then SIGKILL", run: (*cli).cmdStop},
+		{name: "wait", args: "[flags] ID|NAME", summary: "wait for a task and exit with its code", run: (*cli).cmdWait},
+		{name: "recover", args: "[flags]", summary: "replay the store and reconcile it with the process table", run: (*cli).cmdRecover},
+		{name: "graph", args: "[flags]", summary: "print the lifecycle graph (kill-executor edges marked)", run: (*cli).cmdGraph},
+		{name: "check", args: "[flags]", summary: "verify the store: checksums, legal paths, index", run: (*cli).cmdCheck},
+		{name: "gc", args: "[flags]", summary: "remove terminal tasks and their directories, compact the store", run: (*cli).cmdGC},
 		{name: "debug", args: "crashpoints|faultpoints|host", summary: "list the crash or fault injection points, or what the host can contain", run: (*cli).cmdDebug},
+		{name: "version", args: "", summary: "print tether's version (also --version)", run: (*cli).cmdVersion},
 	}
 }
+
+// A task is named by its id or its name: see driver.Resolve.
+const nameRules = `A task is named by its id or by its name. A name stands for the task of
+that name that is live (ambiguous only when several are), else the most
+recent one that ended.`
+
+const runMore = `A first argument that is not a task file (.hcl, .nomad, or a file that
+parses as one) starts the command line: tether run /bin/echo hi. A
+non-executable file that is not a task file is refused; use
+'tether run -- FILE' to run it anyway.
+With a task of the same name live, run and start refuse; --replace stops
+that task (with its kill signal and grace), then starts this one.
+Exit codes: the task's own (128+signal when killed), 127 command not
+found, 126 not executable, 125 tether could not start it.`
+
+const startMore = `start waits --min-uptime for the task to stay up (supervisord's
+startsecs): a task that ends sooner makes start fail with its exit status
+and its last output; one that its restart policy is restarting at that
+moment counts as up. The default is 1s, and 0 for a batch job's task.
+With a task of the same name live, start refuses; --replace stops that
+task (with its kill signal and grace), then starts this one.`
+
+const statusMore = `UPTIME is how long a live task's current process has run; ENDED when an
+ended one ended, and REASON how. MEM is its cgroup's memory now. The last
+line counts the tasks listed. --json prints every field (README.md lists
+them).
+
+` + nameRules
 
 func (c *cli) usage(w io.Writer) {
 	fmt.Fprint(w, `tether runs tasks through executor processes that are never leaked.
 
-Usage: tether [global flags] COMMAND [flags] [args]
+Usage: tether COMMAND [flags] [args]
 
 Commands:
 `)
@@ -120,20 +159,15 @@ Commands:
 		}
 		fmt.Fprintf(w, "  %-12s %s\n", name, cmd.summary)
 	}
+	var global []*pflag.Flag
+	c.flags("help").VisitAll(func(f *pflag.Flag) {
+		f.Hidden = false
+		global = append(global, f)
+	})
+	global = append(global, helpFlag, &pflag.Flag{Name: "version", Usage: "print tether's version", Value: new(boolFlag)})
+	fmt.Fprintf(w, "\nGlobal flags, accepted anywhere:\n%s", flagUsages(global))
 	fmt.Fprint(w, `
-Global flags (also accepted after the command):
-  --state-dir DIR       state directory (env TETHER_STATE_DIR; default
-                        $XDG_STATE_HOME/tether or ~/.local/state/tether);
-                        an existing one must be private and yours
-  --allow-caps LIST     capability allow list for exec tasks, comma-separated
-                        (env TETHER_ALLOW_CAPS; default Nomad's exec list)
-  --chroot-env LIST     what an exec task's root is made of: SRC or SRC:DST
-                        entries, comma-separated, each bound read-only (env
-                        TETHER_CHROOT_ENV; default Nomad's chroot_env list)
-  --log-level LEVEL     trace, debug, info, warn, error or off (default warn)
-  --lock-timeout DUR    how long to wait while another tether holds the
-                        store without letting go (default 10s; commands
-                        queued behind each other wait their turn)
+`+nameRules+`
 
 Environment: TETHER_CRASHPOINT and TETHER_FAULT inject crashes and faults
 (see tether debug crashpoints).
@@ -142,56 +176,136 @@ Run 'tether COMMAND -h' for a command's flags.
 `)
 }
 
-// globalFlags registers the global flags on fs, so that they are accepted
-// before and after the command name.
-func (c *cli) globalFlags(fs *flag.FlagSet) {
-	fs.Func("state-dir", "state `directory` (env TETHER_STATE_DIR)", func(v string) error {
-		c.stateDir, c.stateDirSet = v, true
-		return nil
-	})
-	fs.StringVar(&c.allowCaps, "allow-caps", c.allowCaps, "comma-separated capability allow `list` for exec tasks (env TETHER_ALLOW_CAPS; default Nomad's exec list, without net_raw)")
-	fs.StringVar(&c.chrootEnv, "chroot-env", c.chrootEnv, "comma-separated `entries` (SRC or SRC:DST) an exec task's root is bound from, read-only (env TETHER_CHROOT_ENV; default Nomad's chroot_env)")
-	fs.StringVar(&c.logLevel, "log-level", c.logLevel, "log `level`: trace, debug, info, warn, error, off")
-	fs.DurationVar(&c.lockTimeout, "lock-timeout", c.lockTimeout, "how long to wait while another tether holds the store without letting go")
-}
-
 func (c *cli) main(args []string) int {
 	c.logLevel = "warn"
 	c.lockTimeout = 10 * time.Second
-	fs := flag.NewFlagSet("tether", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	c.globalFlags(fs)
-	help := fs.Bool("help", false, "")
-	fs.BoolVar(help, "h", false, "")
-	if err := fs.Parse(args); err != nil {
-		fmt.Fprintf(c.stderr, "tether: %v\n\n", err)
-		c.usage(c.stderr)
-		return exitUsage
-	}
-	args = fs.Args()
-	if *help || len(args) == 0 || args[0] == "help" {
-		if len(args) > 1 {
-			if cmd, ok := lookup(args[1]); ok {
-				return cmd.run(c, []string{"-h"})
+	at, cmd, ok := findCommand(args, c.flags("help"))
+	if !ok {
+		// No command: global flags, help or version only.
+		for _, a := range args {
+			switch a {
+			case "-h", "--help":
+				c.usage(c.stdout)
+				return exitOK
+			case "--version":
+				fmt.Fprintln(c.stdout, versionText())
+				return exitOK
 			}
 		}
-		c.usage(c.stdout)
-		if len(args) == 0 && !*help {
+		if at >= 0 {
+			msg := fmt.Sprintf("unknown command %q", printable(args[at]))
+			if s := suggestCommand(args[at]); s != "" {
+				msg += "; did you mean " + s + "?"
+			} else if classifyFirst(args[at]) == argTaskFile {
+				msg += fmt.Sprintf("; to run the task file, tether run %s", printable(args[at]))
+			}
+			c.errorf("%s", msg)
+			fmt.Fprintln(c.stderr, "  'tether help' lists the commands")
 			return exitUsage
 		}
-		return exitOK
-	}
-	if args[0] == "version" || args[0] == "--version" {
-		fmt.Fprintln(c.stdout, "tether (development build)")
-		return exitOK
-	}
-	cmd, ok := lookup(args[0])
-	if !ok {
-		fmt.Fprintf(c.stderr, "tether: unknown command %q\n\n", args[0])
+		fs := c.flags("help")
+		if err := fs.parseAnywhere(args); err != nil && !errors.Is(err, pflag.ErrHelp) {
+			c.flagError(fs, err)
+			return exitUsage
+		}
 		c.usage(c.stderr)
 		return exitUsage
 	}
-	return cmd.run(c, args[1:])
+	rest := append(slices.Clone(args[:at]), args[at+1:]...)
+	if cmd.name == "help" {
+		return c.cmdHelp(rest)
+	}
+	return cmd.run(c, rest)
+}
+
+// findCommand finds the command's name among args: the first argument
+// that is neither a flag nor a flag's value. A command's own flags may
+// come before its name too: a word after such a flag (given without "=")
+// that names no command is taken for its value. at is the index of the
+// name, or of the word that should have been one (-1: none); ok whether it
+// names a command (help included).
+func findCommand(args []string, global *flagSet) (at int, cmd command, ok bool) {
+	maybe := -1 // the first word taken for a flag's value
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			break
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			if a == "help" {
+				return i, command{name: "help"}, true
+			}
+			if cmd, ok := lookup(a); ok {
+				return i, cmd, true
+			}
+			prev := ""
+			if i > 0 {
+				prev = args[i-1]
+			}
+			if !strings.HasPrefix(prev, "-") || strings.Contains(prev, "=") {
+				return i, command{}, false
+			}
+			if maybe < 0 {
+				maybe = i
+			}
+			continue
+		}
+		if strings.HasPrefix(a, "--") && !strings.Contains(a, "=") {
+			if f := global.Lookup(a[2:]); f != nil && f.Value.Type() != "bool" {
+				i++ // its value
+			}
+		}
+	}
+	return maybe, command{}, false
+}
+
+// cmdHelp is 'tether help [COMMAND]'.
+func (c *cli) cmdHelp(args []string) int {
+	fs := c.flags("help")
+	if err := fs.parseAnywhere(args); err != nil && !errors.Is(err, pflag.ErrHelp) {
+		c.flagError(fs, err)
+		return exitUsage
+	}
+	if fs.NArg() == 0 {
+		c.usage(c.stdout)
+		return exitOK
+	}
+	cmd, ok := lookup(fs.Arg(0))
+	if !ok {
+		msg := fmt.Sprintf("no command %q", printable(fs.Arg(0)))
+		if s := suggestCommand(fs.Arg(0)); s != "" {
+			msg += "; did you mean " + s + "?"
+		}
+		c.errorf("%s", msg)
+		return exitUsage
+	}
+	c.commandHelp(c.stdout, c.flags(cmd.name))
+	return exitOK
+}
+
+func (c *cli) cmdVersion(args []string) int {
+	fs := c.flags("version")
+	if code, ok := c.parse(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() != 0 {
+		c.errorf("version takes no arguments")
+		return exitUsage
+	}
+	fmt.Fprintln(c.stdout, versionText())
+	return exitOK
+}
+
+// suggestCommand returns the command closest to a mistyped one, or "".
+func suggestCommand(typed string) string {
+	var names []string
+	for _, cmd := range commands() {
+		names = append(names, cmd.name)
+		if cmd.alias != "" {
+			names = append(names, cmd.alias)
+		}
+	}
+	return closest(typed, append(names, "help"))
 }
 
 func lookup(name string) (command, bool) {
@@ -201,35 +315,6 @@ func lookup(name string) (command, bool) {
 		}
 	}
 	return command{}, false
-}
-
-// flags returns a flag set for a command, with the global flags on it.
-func (c *cli) flags(name string) *flag.FlagSet {
-	cmd, _ := lookup(name)
-	fs := flag.NewFlagSet("tether "+name, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(c.stderr, "Usage: tether %s %s\n\n%s.\n\nFlags:\n", name, cmd.args, upperFirst(cmd.summary))
-		fs.PrintDefaults()
-	}
-	c.globalFlags(fs)
-	return fs
-}
-
-// parse parses a command's flags; it returns an exit code when the
-// command should end at once (help or a bad flag).
-func (c *cli) parse(fs *flag.FlagSet, args []string) (int, bool) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK, false
-		}
-		return exitUsage, false
-	}
-	if err := c.setup(); err != nil {
-		c.errorf("%v", err)
-		return exitUsage, false
-	}
-	return 0, true
 }
 
 // setup resolves the global options once the flags are parsed.
@@ -314,8 +399,17 @@ func stateDir(flagValue string) (string, error) {
 	return abs, nil
 }
 
+// errorf prints an error for a person: without the package prefixes of
+// the errors in it (the whole chain is logged at debug level).
 func (c *cli) errorf(format string, args ...any) {
-	fmt.Fprintf(c.stderr, "tether: "+format+"\n", args...)
+	msg := fmt.Sprintf(format, args...)
+	if short := userText(msg); short != msg {
+		if c.log != nil {
+			c.log.Debug("error chain", "err", msg)
+		}
+		msg = short
+	}
+	fmt.Fprintf(c.stderr, "tether: %s\n", msg)
 }
 
 // fail prints err with what to do about it, and returns exitError.
@@ -340,6 +434,8 @@ func hint(err error) string {
 		return "the store was written by another tether version; use a matching tether"
 	case errors.Is(err, driver.ErrUnknownTask):
 		return "'tether status --all' lists the tasks"
+	case errors.Is(err, driver.ErrAmbiguous):
+		return "give one's id ('tether status' lists them)"
 	case errors.Is(err, os.ErrPermission):
 		return "check the permissions of the state directory, or pick another with --state-dir"
 	case errors.Is(err, driver.ErrStateDir):

@@ -69,7 +69,7 @@ func asNobody(t *testing.T) func(args ...string) result {
 // exec task is refused with an error saying why; nothing is spawned for it.
 func TestNonRoot_RawExecWarnsExecIsRefused(t *testing.T) {
 	tether := asNobody(t)
-	r := tether("run", "--", "/bin/echo", "hello from nobody")
+	r := tether("run", "-v", "--", "/bin/echo", "hello from nobody")
 	if r.code != 0 || !strings.Contains(r.stdout, "hello from nobody") {
 		t.Fatalf("raw_exec as nobody: %s", r)
 	}
@@ -83,7 +83,7 @@ func TestNonRoot_RawExecWarnsExecIsRefused(t *testing.T) {
 	if !strings.Contains(ev.stdout, "no cgroup for this task") {
 		t.Errorf("events do not keep the warning:\n%s", ev)
 	}
-	x := tether("run", "--driver", "exec", "--", "/bin/echo", "never")
+	x := tether("run", "-v", "--driver", "exec", "--", "/bin/echo", "never")
 	if x.code != exitStartFail || strings.Contains(x.stdout, "never") {
 		t.Fatalf("exec as nobody: want exit %d and nothing run\n%s", exitStartFail, x)
 	}

@@ -115,45 +115,6 @@ func (c *cli) openTask(ctx context.Context, arg string) (*session, driver.TaskIn
 	return s, info, 0, true
 }
 
-// errAmbiguous: a name given for an id matches several tasks.
-var errAmbiguous = errors.New("ambiguous task name")
-
-// resolve turns an id or a task name into a task. An id costs one read; a
-// name (accepted while it is unique among all the tasks in the store)
-// costs a read of every task.
-func (c *cli) resolve(ctx context.Context, s *session, arg string) (driver.TaskInfo, error) {
-	if arg == "" {
-		return driver.TaskInfo{}, errors.New("no task id given")
-	}
-	if driver.ValidateTaskID(arg) == nil {
-		info, err := s.d.InspectTask(ctx, arg)
-		if err == nil || !errors.Is(err, driver.ErrUnknownTask) {
-			return info, err
-		}
-	}
-	scan, err := s.st.LoadTasks(ctx, store.AllTasks)
-	if err != nil {
-		return driver.TaskInfo{}, err
-	}
-	var matches []fsm.Task
-	for _, t := range scan.Tasks {
-		if t.Spec != nil && t.Spec.Name == arg {
-			matches = append(matches, t)
-		}
-	}
-	switch len(matches) {
-	case 0:
-		return driver.TaskInfo{}, fmt.Errorf("%w: no task has the id or name %q", driver.ErrUnknownTask, printable(arg))
-	case 1:
-		return s.d.InspectTask(ctx, matches[0].ID)
-	}
-	var list []string
-	for _, m := range matches {
-		list = append(list, fmt.Sprintf("%s (%s)", m.ID, m.State))
-	}
-	return driver.TaskInfo{}, fmt.Errorf("%w: %d tasks are named %q: %s; use an id", errAmbiguous, len(matches), printable(arg), strings.Join(list, ", "))
-}
-
 // reconcileIfGone reconciles a task whose executor is gone (its end is not
 // recorded yet) or whose executor restarted it while no driver watched
 // (its restart journal holds entries the log lacks), and returns what it

@@ -56,7 +56,7 @@ func TestStatusAndEvents_NameWithBidiAndZeroWidthIsEscaped(t *testing.T) {
 	}
 	b.WriteString("evil")
 	name := b.String()
-	r := e.must("run", "--name", name, "--", "/bin/echo", "arg"+name)
+	r := e.must("run", "-v", "--name", name, "--", "/bin/echo", "arg"+name)
 	id := taskID(t, r.stderr)
 	for _, args := range [][]string{{"status", id}, {"status", "--all"}, {"events", id}, {"status", name}, {"events", name}} {
 		r := e.must(args...)

@@ -104,7 +104,7 @@ func TestRun_RestartingTaskStreamsEveryAttempt(t *testing.T) {
     delay    = "0s"
     mode     = "fail"
   }`, "3")
-	r := e.tether("run", file)
+	r := e.tether("run", "-v", file)
 	if r.code != 3 {
 		t.Fatalf("run: want exit 3 (the last run's code)\n%s", r)
 	}
@@ -153,7 +153,9 @@ func TestStart_RestartsWithNoCommandRunningAreFoldedLater(t *testing.T) {
     delay    = "0s"
     mode     = "fail"
   }`, "5")
-	id := strings.TrimSpace(e.must("start", file).stdout)
+	// --min-uptime 0: start returns at once, and the restarts happen
+	// with no command running.
+	id := strings.TrimSpace(e.must("start", "--min-uptime", "0", file).stdout)
 	// Read the store directly (a command would fold): the executor is the
 	// only one at work now.
 	before := e.statusOfRaw(id)

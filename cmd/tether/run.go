@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -23,6 +22,7 @@ type listFlag []string
 
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+func (l *listFlag) Type() string       { return "list" }
 
 // taskInputs are the flags shared by run and start.
 type taskInputs struct {
@@ -30,23 +30,55 @@ type taskInputs struct {
 	env, capAdd, capDrop       listFlag
 	killSignal                 string
 	killTimeout                time.Duration
+	startOptions
 }
 
-func (in *taskInputs) register(fs *flag.FlagSet) {
+// startOptions say how run, start and restart start a task.
+type startOptions struct {
+	// replace stops a live task of the same name first.
+	replace bool
+	// named is set when the task's name was given (a task file's task, or
+	// --name): such a name has at most one live task. A name that run and
+	// start make up from a command's base name is a label, which several
+	// live tasks may share (each named by its id).
+	named bool
+	// verbose prints the states the start went through.
+	verbose bool
+	// minUptime is how long start waits for the task to stay up (start
+	// and restart only); minUptimeSet says it was given.
+	minUptime    time.Duration
+	minUptimeSet bool
+	// batch is set for a task of a batch (or sysbatch) job, by its job
+	// file's type: its min-uptime is 0 unless given.
+	batch bool
+}
+
+func (o *startOptions) register(fs *flagSet, name string) {
+	fs.BoolVarP(&o.verbose, "verbose", "v", false, "say more: the states the start went through")
+	if name != "restart" {
+		fs.BoolVar(&o.replace, "replace", false, "stop the live task of the same name (with its kill signal and grace), then start this one")
+	}
+	if name != "run" {
+		fs.DurationVar(&o.minUptime, "min-uptime", time.Second, "how long the task must stay up for "+name+" to succeed (0: return once it runs; default 0 for a batch job's task)")
+	}
+}
+
+func (in *taskInputs) register(fs *flagSet, name string) {
 	fs.StringVar(&in.name, "name", "", "task `name` (default: the task file's task name, or the command's base name)")
-	fs.StringVar(&in.task, "task", "", "the task to run from a task file holding several")
-	fs.StringVar(&in.drv, "driver", "", "`exec` or raw_exec (default raw_exec; a task file sets its own)")
+	fs.StringVar(&in.task, "task", "", "the `task` to run from a task file holding several")
+	fs.StringVar(&in.drv, "driver", "", "`driver`: exec or raw_exec (default raw_exec; a task file sets its own)")
 	fs.Var(&in.env, "env", "`K=V` environment variable for the task (repeatable)")
 	fs.StringVar(&in.dir, "dir", "", "working `directory` of the task")
 	fs.StringVar(&in.user, "user", "", "run the task as this `user`")
 	fs.Var(&in.capAdd, "cap-add", "`capability` to add (exec driver; repeatable)")
 	fs.Var(&in.capDrop, "cap-drop", "`capability` to drop (exec driver; repeatable)")
 	fs.StringVar(&in.killSignal, "kill-signal", "", "`signal` a stop sends first (default SIGTERM)")
-	fs.DurationVar(&in.killTimeout, "kill-timeout", 0, "grace between the stop signal and SIGKILL (default 5s)")
+	fs.DurationVar(&in.killTimeout, "kill-timeout", 0, "`grace` between the stop signal and SIGKILL (default: the task file's kill_timeout, else 5s)")
+	in.startOptions.register(fs, name)
 }
 
-// isTaskFile says whether a positional argument names a task file rather
-// than a command.
+// isTaskFile says whether a positional argument names a task file by its
+// extension (classifyFirst also reads a file without one).
 func isTaskFile(arg string) bool {
 	switch filepath.Ext(arg) {
 	case ".hcl", ".nomad":
@@ -55,67 +87,63 @@ func isTaskFile(arg string) bool {
 	return false
 }
 
-// taskSpec parses run's and start's arguments into a spec. Flags may
-// follow a task file's name; everything after a command is the command's.
-func (c *cli) taskSpec(name string, args []string) (fsm.Spec, int, bool) {
+// taskSpec parses run's and start's arguments into a spec. Flags may come
+// anywhere before the command line (after "--", or from a first argument
+// that is not a task file); a task file's name may be followed by flags.
+func (c *cli) taskSpec(name string, args []string) (fsm.Spec, startOptions, int, bool) {
 	var in taskInputs
 	fs := c.flags(name)
-	in.register(fs)
+	in.register(fs, name)
 	if code, ok := c.parse(fs, args); !ok {
-		return fsm.Spec{}, code, false
+		return fsm.Spec{}, startOptions{}, code, false
 	}
-	rest := fs.Args()
-	consumed := len(args) - len(rest)
-	dashDash := consumed > 0 && args[consumed-1] == "--"
-	if len(rest) == 0 {
-		c.errorf("%s needs a task file or a command: tether %s FILE.hcl, or tether %s -- CMD [ARGS...]", name, name, name)
-		return fsm.Spec{}, exitUsage, false
+	in.minUptimeSet = fs.Changed("min-uptime")
+	in.named = in.name != "" || in.replace || fs.NArg() == 1
+	usage := func(format string, args ...any) (fsm.Spec, startOptions, int, bool) {
+		c.errorf(format, args...)
+		return fsm.Spec{}, startOptions{}, exitUsage, false
 	}
 	var spec fsm.Spec
-	if !dashDash && isTaskFile(rest[0]) {
-		file := rest[0]
-		// Flags may follow the file name.
-		if err := fs.Parse(rest[1:]); err != nil {
-			return fsm.Spec{}, exitUsage, false
-		}
-		if fs.NArg() > 0 {
-			c.errorf("unexpected arguments after %s: %s", file, strings.Join(fs.Args(), " "))
-			return fsm.Spec{}, exitUsage, false
-		}
-		if err := c.setup(); err != nil {
-			c.errorf("%v", err)
-			return fsm.Spec{}, exitUsage, false
+	switch {
+	case fs.NArg() == 0 && len(fs.line) == 0:
+		return usage("%s needs a task file or a command: tether %s FILE.hcl, or tether %s -- CMD [ARGS...]", name, name, name)
+	case fs.NArg() > 0 && len(fs.line) > 0:
+		return usage("%s takes a task file or a command, not both: tether %s FILE.hcl, or tether %s -- CMD [ARGS...]", name, name, name)
+	case fs.NArg() > 1:
+		return usage("unexpected arguments after %s: %s", printable(fs.Arg(0)), printable(strings.Join(fs.Args()[1:], " ")))
+	case fs.NArg() == 1:
+		file := fs.Arg(0)
+		if classifyFirst(file) == argDataFile {
+			c.errorf("%s", dataFileError(name, file))
+			return fsm.Spec{}, startOptions{}, exitUsage, false
 		}
 		var ok bool
-		if spec, ok = c.readTaskFile(file, in.task); !ok {
-			return fsm.Spec{}, exitError, false
+		if spec, in.batch, ok = c.readTaskFile(file, in.task); !ok {
+			return fsm.Spec{}, startOptions{}, exitError, false
 		}
 		if in.drv != "" {
 			spec.Driver = in.drv
 		}
-	} else {
+	default:
 		if in.task != "" {
-			c.errorf("--task picks a task from a task file; with a command, use --name")
-			return fsm.Spec{}, exitUsage, false
+			return usage("--task picks a task from a task file; with a command, use --name")
 		}
-		spec = fsm.Spec{Driver: "raw_exec", Command: rest[0], Args: rest[1:]}
+		spec = fsm.Spec{Driver: "raw_exec", Command: fs.line[0], Args: fs.line[1:]}
 		if in.drv != "" {
 			spec.Driver = in.drv
 		}
-		spec.Name = filepath.Base(rest[0])
+		spec.Name = filepath.Base(fs.line[0])
 	}
 	if in.name != "" {
 		spec.Name = in.name
 	}
 	if spec.Driver != "exec" && spec.Driver != "raw_exec" {
-		c.errorf("--driver %q: use exec or raw_exec", spec.Driver)
-		return fsm.Spec{}, exitUsage, false
+		return usage("--driver %q: use exec or raw_exec", spec.Driver)
 	}
 	for _, kv := range in.env {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			c.errorf("--env %q: use NAME=VALUE", kv)
-			return fsm.Spec{}, exitUsage, false
+			return usage("--env %q: use NAME=VALUE", kv)
 		}
 		if spec.Env == nil {
 			spec.Env = map[string]string{}
@@ -133,28 +161,24 @@ func (c *cli) taskSpec(name string, args []string) (fsm.Spec, int, bool) {
 	if in.killSignal != "" {
 		sig, err := parseSignal(in.killSignal)
 		if err != nil {
-			c.errorf("--kill-signal: %v", err)
-			return fsm.Spec{}, exitUsage, false
+			return usage("--kill-signal: %v", err)
 		}
 		spec.KillSignal = int(sig)
-	}
-	if in.killTimeout < 0 {
-		c.errorf("--kill-timeout must not be negative")
-		return fsm.Spec{}, exitUsage, false
 	}
 	if in.killTimeout > 0 {
 		spec.KillTimeout = in.killTimeout
 	}
-	return spec, 0, true
+	return spec, in.startOptions, 0, true
 }
 
 // readTaskFile parses a task file, printing its warnings, errors and
-// notices, and returns the selected task's spec.
-func (c *cli) readTaskFile(file, task string) (fsm.Spec, bool) {
+// notices, and returns the selected task's spec and whether its job runs
+// to completion (a batch or sysbatch job).
+func (c *cli) readTaskFile(file, task string) (spec fsm.Spec, batch, ok bool) {
 	src, err := os.ReadFile(file)
 	if err != nil {
 		c.errorf("%v", err)
-		return fsm.Spec{}, false
+		return fsm.Spec{}, false, false
 	}
 	tf, diags := taskfile.Parse(file, src, taskfile.Options{})
 	for _, d := range diags {
@@ -162,7 +186,7 @@ func (c *cli) readTaskFile(file, task string) (fsm.Spec, bool) {
 	}
 	if diags.HasErrors() {
 		c.errorf("%s is not a valid task file; fix the errors above", file)
-		return fsm.Spec{}, false
+		return fsm.Spec{}, false, false
 	}
 	for _, n := range tf.Notices {
 		fmt.Fprintf(c.stderr, "%s: %s\n", file, n)
@@ -170,15 +194,15 @@ func (c *cli) readTaskFile(file, task string) (fsm.Spec, bool) {
 	t, err := tf.Find(task)
 	if err != nil {
 		c.errorf("%v", err)
-		return fsm.Spec{}, false
+		return fsm.Spec{}, false, false
 	}
-	spec, err := t.StaticSpec()
+	spec, err = t.StaticSpec()
 	if err != nil {
 		c.errorf("%v", err)
-		return fsm.Spec{}, false
+		return fsm.Spec{}, false, false
 	}
 	spec.Name = tf.Name(t)
-	return spec, true
+	return spec, t.Group.Job != nil && t.Group.Job.Type.Batch(), true
 }
 
 func (c *cli) cmdRun(args []string) int   { return c.runTask("run", args, false) }
@@ -189,7 +213,7 @@ func (c *cli) cmdStart(args []string) int { return c.runTask("start", args, true
 // read or appended. Ctrl-C (or SIGTERM) stops the task with its kill signal
 // and timeout; a second one kills it at once.
 func (c *cli) runTask(name string, args []string, detach bool) int {
-	spec, code, ok := c.taskSpec(name, args)
+	spec, opts, code, ok := c.taskSpec(name, args)
 	if !ok {
 		return code
 	}
@@ -223,8 +247,19 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 		err  error
 	}
 	started := make(chan result, 1)
+	sctx, cancelStart := context.WithCancel(ctx)
+	defer cancelStart()
 	go func() {
-		t, err := s.d.StartTask(ctx, id, spec)
+		if !opts.named {
+			t, err := s.d.StartTask(ctx, id, spec)
+			started <- result{t, err}
+			return
+		}
+		t, _, err := s.d.StartNamed(sctx, id, spec, driver.StartOptions{Replace: opts.replace, Stopping: func(old fsm.Task) {
+			if opts.verbose {
+				fmt.Fprintf(c.stderr, "tether: %s: stopping %s (%s), which it replaces\n", id, old.ID, old.State)
+			}
+		}})
 		started <- result{t, err}
 	}()
 	var r result
@@ -232,10 +267,21 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 	select {
 	case r = <-started:
 	case interrupted = <-sigs:
-		// Interrupted while starting: the stop cancels the start.
+		// Interrupted while starting: the stop cancels the start (and a
+		// replacement that has not begun it yet).
 		fmt.Fprintf(c.stderr, "tether: %s: got %v while starting, stopping the task\n", id, interrupted)
+		cancelStart()
 		c.stopOnSignals(ctx, s, id, sigs)
 		r = <-started
+		if r.err == nil && !r.task.State.Terminal() {
+			// The stop came before the start had claimed the id.
+			r.task, _ = s.d.StopTask(ctx, id, 0, 0)
+			r.err = errInterrupted
+		}
+	}
+	if errors.Is(r.err, driver.ErrNameTaken) {
+		tail.stop()
+		return c.nameTaken(r.err, false)
 	}
 	seen := -1 // events of the log already looked at, when known
 	if r.err == nil && r.task.State == fsm.StateRunning && r.task.Version == uint64(len(straightStart)) {
@@ -243,11 +289,15 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 		// these six events, so the log need not be read again to say so
 		// (one store session fewer for every start).
 		seen = len(straightStart)
-		fmt.Fprintf(c.stderr, "tether: %s: %s\n", id, joinStates(straightStart))
+		if opts.verbose {
+			fmt.Fprintf(c.stderr, "tether: %s: %s\n", id, joinStates(straightStart))
+		}
 		c.sayWarnings(id, r.task.Warnings) // the launch's, folded into the state
 	} else if evs, err := s.d.TaskEvents(ctx, id); err == nil {
 		seen = len(evs)
-		fmt.Fprintf(c.stderr, "tether: %s: %s\n", id, joinStates(lifecycle(evs)))
+		if opts.verbose {
+			fmt.Fprintf(c.stderr, "tether: %s: %s\n", id, joinStates(lifecycle(evs)))
+		}
 		for _, e := range evs {
 			if e.Type == fsm.EventLaunched {
 				c.sayWarnings(id, e.Warnings)
@@ -265,16 +315,15 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 		return c.startFailed(id, r.task, r.err)
 	}
 	if detach {
-		fmt.Fprintln(c.stdout, id)
-		if r.task.State.Terminal() {
-			fmt.Fprintf(c.stderr, "tether: %s: already %s\n", id, describeEnd(r.task))
-		}
-		return exitOK
+		return c.started(ctx, s, r.task, c.minUptime(opts), sigs)
 	}
 	final, werr := c.waitTask(ctx, s, id, seen, sigs, &interrupted)
 	tail.stop()
 	return c.endCode(final, werr, interrupted)
 }
+
+// errInterrupted: a start was interrupted (Ctrl-C) and the task stopped.
+var errInterrupted = errors.New("interrupted")
 
 // sayWarnings tells, on stderr, what a launch did other than what was
 // asked.
@@ -371,8 +420,8 @@ func (c *cli) endCode(final fsm.Task, err error, interrupted os.Signal) int {
 		fmt.Fprintf(c.stderr, "  'tether recover' reconciles it; 'tether events %s' shows what happened\n", final.ID)
 		return exitError
 	}
-	if final.State != fsm.StateExited {
-		fmt.Fprintf(c.stderr, "tether: %s: %s\n", final.ID, describeEnd(final))
+	if s := endSummary(final, false); s != "" {
+		fmt.Fprintf(c.stderr, "tether: %s: %s\n", final.ID, s)
 	}
 	switch {
 	case interrupted != nil && final.State == fsm.StateStopped:
@@ -399,7 +448,7 @@ func (c *cli) startFailed(id string, task fsm.Task, err error) int {
 	case errors.As(err, &te):
 		why = te.Err.Error()
 	}
-	c.errorf("task %s failed to start (%s): %s", id, task.State, why)
+	c.errorf("task %s failed to start: %s; %s", id, why, spawnedText(task))
 	code := startExitCode(err, task.Cause)
 	switch {
 	case code == exitNotFound:

@@ -35,9 +35,28 @@ type taskJSON struct {
 	CreatedAt     time.Time `json:"created_at"`
 	UpdatedAt     time.Time `json:"updated_at"`
 	Reason        string    `json:"reason,omitempty"`
+	// StartedAt is when the current process of a running task started;
+	// EndedAt when an ended task ended; MemoryBytes a running task's
+	// cgroup memory now.
+	StartedAt   *time.Time `json:"started_at,omitempty"`
+	EndedAt     *time.Time `json:"ended_at,omitempty"`
+	MemoryBytes *uint64    `json:"memory_bytes,omitempty"`
 }
 
-func toJSON(info driver.TaskInfo) taskJSON {
+func toJSON(t listed) taskJSON {
+	j := toJSONInfo(t.TaskInfo)
+	if !t.started.IsZero() {
+		at := t.started.UTC()
+		j.StartedAt = &at
+	}
+	if t.State.Terminal() {
+		j.EndedAt = &j.UpdatedAt
+	}
+	j.MemoryBytes = t.mem
+	return j
+}
+
+func toJSONInfo(info driver.TaskInfo) taskJSON {
 	j := taskJSON{
 		ID:            info.ID,
 		State:         info.State.String(),
@@ -70,7 +89,7 @@ func toJSON(info driver.TaskInfo) taskJSON {
 
 func (c *cli) cmdStatus(args []string) int {
 	fs := c.flags("status")
-	all := fs.Bool("all", false, "include terminal tasks")
+	all := fs.BoolP("all", "a", false, "include ended tasks")
 	asJSON := fs.Bool("json", false, "print a JSON array")
 	if code, ok := c.parse(fs, args); !ok {
 		return code
@@ -94,19 +113,25 @@ func (c *cli) cmdStatus(args []string) int {
 	} else {
 		infos, unreadable, err = c.list(ctx, s, *all)
 	}
+	now := time.Now()
+	var ts []listed
+	if err == nil {
+		ts = c.describeListed(infos, now)
+		sortListed(ts)
+	}
 	c.closeSession(s)
 	if err != nil {
 		return c.fail(err)
 	}
 	if *asJSON {
-		out := make([]taskJSON, 0, len(infos))
-		for _, info := range infos {
-			out = append(out, toJSON(info))
+		out := make([]taskJSON, 0, len(ts))
+		for _, t := range ts {
+			out = append(out, toJSON(t))
 		}
 		return c.printJSON(out)
 	}
 	if fs.NArg() == 1 {
-		c.printTask(infos[0])
+		c.printTask(ts[0], now)
 		return exitOK
 	}
 	for _, u := range unreadable {
@@ -123,18 +148,7 @@ func (c *cli) cmdStatus(args []string) int {
 		}
 		return exitOK
 	}
-	now := time.Now()
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tSTATE\tPID\tEXECUTOR\tAGE\tRESTARTS\tEXIT")
-	for _, info := range infos {
-		name := ""
-		if info.Spec != nil {
-			name = info.Spec.Name
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", info.ID, printable(name), stateText(info), pidText(info.TaskPID),
-			executorText(info), age(now, info.CreatedAt), info.Restarts, exitText(info.Exit))
-	}
-	if err := tw.Flush(); err != nil {
+	if err := c.printList(c.stdout, ts, now); err != nil {
 		return c.fail(err)
 	}
 	return exitOK
@@ -218,24 +232,9 @@ func exitText(x *fsm.ExitStatus) string {
 	return s
 }
 
-func age(now time.Time, unixNano int64) string {
-	if unixNano == 0 {
-		return "-"
-	}
-	d := now.Sub(time.Unix(0, unixNano))
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh", int(d.Hours()))
-	}
-	return fmt.Sprintf("%dd", int(d.Hours()/24))
-}
-
 // printTask prints one task in detail.
-func (c *cli) printTask(info driver.TaskInfo) {
+func (c *cli) printTask(t listed, now time.Time) {
+	info := t.TaskInfo
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("ID", info.ID)
@@ -249,6 +248,15 @@ func (c *cli) printTask(info driver.TaskInfo) {
 	row("Executor", executorText(info))
 	row("Created", time.Unix(0, info.CreatedAt).Format(time.RFC3339))
 	row("Updated", time.Unix(0, info.UpdatedAt).Format(time.RFC3339))
+	if !t.started.IsZero() {
+		row("Uptime", span(now.Sub(t.started))+" (since "+t.started.Format(time.RFC3339)+")")
+	}
+	if info.State.Terminal() {
+		row("Ended", ago(now, info.UpdatedAt))
+	}
+	if t.mem != nil {
+		row("Memory", mib(*t.mem))
+	}
 	if info.Exit != nil {
 		row("Exit", describeExit(*info.Exit))
 	}
@@ -291,6 +299,8 @@ type eventJSON struct {
 	Cause       string    `json:"cause,omitempty"`
 	Warnings    []string  `json:"warnings,omitempty"`
 	Spec        *fsm.Spec `json:"spec,omitempty"`
+	Replaces    string    `json:"replaces,omitempty"`
+	ReplacedBy  string    `json:"replaced_by,omitempty"`
 }
 
 func (c *cli) cmdEvents(args []string) int {
@@ -321,7 +331,7 @@ func (c *cli) cmdEvents(args []string) int {
 		out := make([]eventJSON, 0, len(evs))
 		for _, e := range evs {
 			j := eventJSON{Seq: e.Seq, Time: time.Unix(0, e.Time).UTC(), Event: e.Type.String(), Details: eventDetails(e),
-				Nonce: e.Nonce, TaskPID: e.TaskPID, Signal: e.Signal, Reason: e.Reason, Spec: e.Spec}
+				Nonce: e.Nonce, TaskPID: e.TaskPID, Signal: e.Signal, Reason: e.Reason, Spec: e.Spec, Replaces: e.Replaces, ReplacedBy: e.ReplacedBy}
 			if e.Executor != nil {
 				j.ExecutorPID = e.Executor.PID
 			}
@@ -394,6 +404,12 @@ func eventDetails(e fsm.Event) string {
 	if e.Target != fsm.StateNone {
 		parts = append(parts, "-> "+e.Target.String())
 	}
+	if e.Replaces != "" {
+		parts = append(parts, "replaces "+e.Replaces)
+	}
+	if e.ReplacedBy != "" {
+		parts = append(parts, "to be replaced by "+e.ReplacedBy)
+	}
 	if e.Reason != "" {
 		parts = append(parts, e.Reason)
 	}
@@ -406,10 +422,8 @@ func eventDetails(e fsm.Event) string {
 func (c *cli) cmdLogs(args []string) int {
 	fs := c.flags("logs")
 	stderr := fs.Bool("stderr", false, "print the task's stderr instead of its stdout")
-	follow := fs.Bool("f", false, "follow the output until the task ends")
-	fs.BoolVar(follow, "follow", false, "same as -f")
-	lines := fs.Int("n", -1, "print only the last `N` lines (0: none, with -f only what comes next)")
-	fs.IntVar(lines, "tail", -1, "same as -n")
+	follow := fs.BoolP("follow", "f", false, "follow the output until the task ends")
+	lines := fs.IntP("tail", "n", -1, "print only the last `N` lines (0: none, with -f only what comes next)")
 	if code, ok := c.parse(fs, args); !ok {
 		return code
 	}

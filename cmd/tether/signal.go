@@ -22,18 +22,7 @@ func (c *cli) cmdSignal(args []string) int {
 	if code, ok := c.parse(fs, args); !ok {
 		return code
 	}
-	// Flags may follow the id and the signal.
 	pos := fs.Args()
-	if len(pos) > 2 {
-		if err := fs.Parse(pos[2:]); err != nil {
-			return exitUsage
-		}
-		if fs.NArg() > 0 {
-			c.errorf("unexpected arguments after the signal: %v", fs.Args())
-			return exitUsage
-		}
-		pos = pos[:2]
-	}
 	if len(pos) != 2 {
 		c.errorf("signal takes a task id or name and a signal: tether signal ID SIGNAL [--main]")
 		return exitUsage

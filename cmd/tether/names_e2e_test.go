@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tether-fsm/tether/internal/testproc"
+)
+
+// The name rules, from the CLI: a name stands for its one live task, else
+// its most recent one; several live ones are ambiguous; a second live task
+// of a given name is refused unless it replaces the first.
+
+// serviceFile writes a task file of a long-running helper task named name
+// (kill_signal SIGINT, so that a stop by its own signal is told apart).
+func serviceFile(t *testing.T, e *env, name string) string {
+	t.Helper()
+	args := e.helper("sleep")
+	quoted := make([]string, len(args)-1)
+	for i, a := range args[1:] {
+		quoted[i] = fmt.Sprintf("%q", a)
+	}
+	return writeFile(t, t.TempDir(), name+".hcl", fmt.Sprintf(`task %q {
+  driver      = "raw_exec"
+  kill_signal = "SIGINT"
+  config {
+    command = %q
+    args    = [%s]
+  }
+}
+`, name, args[0], strings.Join(quoted, ", ")))
+}
+
+func TestNames_OneLivePlusEndedResolvesToTheLiveOne(t *testing.T) {
+	e := newEnv(t)
+	file := serviceFile(t, e, "web")
+	old := strings.TrimSpace(e.must("start", file).stdout)
+	e.must("stop", "web")
+	live := strings.TrimSpace(e.must("start", file).stdout)
+	if st := e.status("web"); len(st) != 1 || st[0].ID != live {
+		t.Fatalf("status web: %+v, want the live %s (not the ended %s)", st, live, old)
+	}
+	if r := e.must("logs", "web"); r.stdout != "helper up\n" {
+		t.Errorf("logs web: %s", r)
+	}
+	if r := e.must("stop", "web"); !strings.HasPrefix(r.stdout, live+" stopped") {
+		t.Errorf("stop web stopped the wrong task: %s", r)
+	}
+	// None live: the most recent.
+	if st := e.status("web"); len(st) != 1 || st[0].ID != live || st[0].State != "stopped" {
+		t.Errorf("status web with none live: %+v, want the latest, %s", st, live)
+	}
+}
+
+func TestNames_TwoLiveAreAmbiguous(t *testing.T) {
+	e := newEnv(t)
+	// Commands started without --name share the name of their command:
+	// a label, which several live tasks may have.
+	a := strings.TrimSpace(e.must(e.runArgs("start", nil, "sleep")...).stdout)
+	b := strings.TrimSpace(e.must(e.runArgs("start", nil, "sleep")...).stdout)
+	name := a[:strings.LastIndex(a, "-")]
+	for _, cmd := range []string{"status", "logs", "stop", "events", "stats"} {
+		r := e.tether(cmd, name)
+		if r.code != exitError || !strings.Contains(r.stderr, "ambiguous") || !strings.Contains(r.stderr, a) || !strings.Contains(r.stderr, b) || !strings.Contains(r.stderr, "give one's id") {
+			t.Errorf("%s %s with two live: want an ambiguity naming both ids and what to do\n%s", cmd, name, r)
+		}
+	}
+	e.must("stop", a)
+	// One live again: the name works.
+	if st := e.status(name); len(st) != 1 || st[0].ID != b {
+		t.Errorf("status %s with one live: %+v, want %s", name, st, b)
+	}
+	e.must("stop", name)
+}
+
+func TestNames_SecondStartOfALiveNameRefused(t *testing.T) {
+	e := newEnv(t)
+	file := serviceFile(t, e, "web")
+	first := strings.TrimSpace(e.must("start", file).stdout)
+	for _, args := range [][]string{{"start", file}, {"run", file}, append([]string{"start", "--name", "web"}, append([]string{"--"}, e.helper("sleep")...)...)} {
+		r := e.tether(args...)
+		if r.code != exitStartFail || !strings.Contains(r.stderr, "a task named web is live: "+first) || !strings.Contains(r.stderr, "--replace") || r.stdout != "" {
+			t.Errorf("tether %s with web live: want 125 naming %s and --replace\n%s", args[0], first, r)
+		}
+	}
+	if st := e.status("--all"); len(st) != 1 {
+		t.Errorf("a refused start recorded a task: %+v", st)
+	}
+	e.must("stop", "web")
+}
+
+func TestNames_ReplaceStopsTheOldOneThenStarts(t *testing.T) {
+	e := newEnv(t)
+	file := serviceFile(t, e, "web")
+	old := strings.TrimSpace(e.must("start", file).stdout)
+	oldPID := e.status(old)[0].PID
+	r := e.must("start", "--replace", file, "-v")
+	replacement := strings.TrimSpace(r.stdout)
+	if replacement == old || !strings.Contains(r.stderr, "stopping "+old) {
+		t.Fatalf("start --replace: %s", r)
+	}
+	st := e.status(old)
+	if st[0].State != "stopped" || testproc.Alive(oldPID) {
+		t.Errorf("the replaced task: %+v (its process alive: %v)", st[0], testproc.Alive(oldPID))
+	}
+	evs := e.events(old)
+	if stop := findEvent(evs, "stop-requested"); stop == nil || stop.Signal != int(syscall.SIGINT) || stop.ReplacedBy != replacement {
+		t.Errorf("the replaced task was not stopped with its kill signal SIGINT, linked to %s: %+v", replacement, evs)
+	}
+	if created := findEvent(e.events(replacement), "task-created"); created.Replaces != old {
+		t.Errorf("the replacement's task-created does not name %s: %+v", old, created)
+	}
+	if st := e.status("web"); len(st) != 1 || st[0].ID != replacement || st[0].State != "running" {
+		t.Errorf("status web: %+v, want the replacement %s running", st, replacement)
+	}
+	e.must("stop", "web")
+}
+
+func TestNames_RestartStopsWithTheKillSignalAndStartsTheSameSpec(t *testing.T) {
+	e := newEnv(t)
+	file := serviceFile(t, e, "web")
+	old := strings.TrimSpace(e.must("start", file).stdout)
+	r := e.must("restart", "web")
+	replacement := strings.TrimSpace(r.stdout)
+	if !strings.HasPrefix(replacement, "web-") || replacement == old || r.stderr != "" {
+		t.Fatalf("restart web: %s", r)
+	}
+	if stop := findEvent(e.events(old), "stop-requested"); stop == nil || stop.Signal != int(syscall.SIGINT) || stop.ReplacedBy != replacement {
+		t.Errorf("restart did not stop with the task's kill signal SIGINT, linked to %s: %+v", replacement, e.events(old))
+	}
+	if created := findEvent(e.events(replacement), "task-created"); created.Replaces != old {
+		t.Errorf("the new task's task-created does not name %s: %+v", old, created)
+	}
+	oldSpec, newSpec := findEvent(e.events(old), "task-created").Spec, findEvent(e.events(replacement), "task-created").Spec
+	if len(oldSpec) == 0 || string(oldSpec) != string(newSpec) {
+		t.Errorf("the restarted spec differs:\n%s\n%s", oldSpec, newSpec)
+	}
+	// By id too; and a restart of an ended task starts it again.
+	again := strings.TrimSpace(e.must("restart", replacement).stdout)
+	e.must("stop", "web")
+	if st := e.status(again); st[0].State != "stopped" {
+		t.Fatalf("%+v", st)
+	}
+	last := strings.TrimSpace(e.must("restart", "web").stdout)
+	if st := e.status("web"); len(st) != 1 || st[0].ID != last || st[0].State != "running" {
+		t.Errorf("restart of an ended task: %+v", st)
+	}
+	e.must("stop", "web")
+}
+
+// TestNames_RestartCrashBetweenStopAndStart: a restart is two durable
+// steps. A tether SIGKILLed right after the old task's end is recorded
+// (after-append:executor-reaped) leaves the old task stopped, its stop
+// naming a successor that does not exist, and no process; the restart run
+// again starts the spec as that successor.
+func TestNames_RestartCrashBetweenStopAndStart(t *testing.T) {
+	e := newEnv(t)
+	file := serviceFile(t, e, "web")
+	old := strings.TrimSpace(e.must("start", file).stdout)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := e.command(ctx, []string{"TETHER_CRASHPOINT=after-append:executor-reaped"}, "restart", "web").CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the crash point did not fire: %v\n%s", err, out)
+	}
+	st := e.status("--all")
+	if len(st) != 1 || st[0].ID != old || st[0].State != "stopped" {
+		t.Fatalf("after the crash: %+v, want only the old task, stopped", st)
+	}
+	testproc.CheckGone(t, e.dir, 10*time.Second)
+	promised := findEvent(e.events(old), "stop-requested").ReplacedBy
+	if promised == "" {
+		t.Fatalf("the crashed restart's stop names no successor: %+v", e.events(old))
+	}
+	if r := e.tether("status", promised); r.code != exitError {
+		t.Fatalf("the successor exists after the crash: %s", r)
+	}
+	replacement := strings.TrimSpace(e.must("restart", "web").stdout)
+	if replacement != promised {
+		t.Errorf("the restart run again started %s, want the successor the log promised, %s", replacement, promised)
+	}
+	if st := e.status("web"); len(st) != 1 || st[0].ID != replacement || st[0].State != "running" {
+		t.Fatalf("the restart run again: %+v", st)
+	}
+	if created := findEvent(e.events(replacement), "task-created"); created.Replaces != old {
+		t.Errorf("the successor's task-created does not name %s: %+v", old, created)
+	}
+	e.must("stop", "web")
+}
+
+func findEvent(evs []eventRow, name string) *eventRow {
+	for i := range evs {
+		if evs[i].Event == name {
+			return &evs[i]
+		}
+	}
+	return nil
+}

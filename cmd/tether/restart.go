@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/tether-fsm/tether/driver"
+	"github.com/tether-fsm/tether/fsm"
+)
+
+// cmdRestart stops a task with its kill signal and grace, then starts its
+// spec again as a new task, and prints the new task's id once it is up
+// (as start does, --min-uptime included):
+//
+//	tether restart web
+//
+// A task that has ended is started again without a stop. The stop and the
+// start are two durable steps: a tether that dies between them (a crash,
+// a SIGKILL) leaves the old task stopped and no new one, and running the
+// restart again starts it (see driver.RestartTask). Ctrl-C during the
+// stop leaves the stop to finish and starts nothing.
+func (c *cli) cmdRestart(args []string) int {
+	var opts startOptions
+	fs := c.flags("restart")
+	opts.register(fs, "restart")
+	if code, ok := c.parse(fs, args); !ok {
+		return code
+	}
+	opts.minUptimeSet = fs.Changed("min-uptime")
+	if fs.NArg() != 1 {
+		c.errorf("restart takes one task id or name")
+		return exitUsage
+	}
+	ctx := context.Background()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	s, info, _, ok := c.openTask(ctx, fs.Arg(0))
+	if !ok {
+		return exitStartFail // as for a start that could not happen
+	}
+	defer c.closeSession(s)
+	if info.Spec == nil {
+		c.errorf("task %s has no spec in its log to start again", info.ID)
+		return exitStartFail
+	}
+	spec := *info.Spec
+	opts.batch = batchSpec(spec)
+	newID := newTaskID(spec.Name)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		task, old fsm.Task
+		err       error
+	}
+	done := make(chan result, 1)
+	go func() {
+		t, old, err := s.d.RestartTask(rctx, info.ID, newID)
+		done <- result{t, old, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case sig := <-sigs:
+		cancel()
+		fmt.Fprintf(c.stderr, "tether: got %v; %s is left to stop, and nothing is started\n", sig, info.ID)
+		r = <-done
+		if r.err == nil && !r.task.State.Terminal() {
+			_, _ = s.d.StopTask(ctx, r.task.ID, 0, 0) // the start had begun
+		}
+		return 128 + int(sig.(syscall.Signal))
+	}
+	switch {
+	case errors.Is(r.err, driver.ErrNameTaken):
+		return c.nameTaken(r.err, true)
+	case r.err != nil && r.task.State == fsm.StateNone && r.old.State.Terminal():
+		return c.notRecorded(newID, r.err)
+	case r.err != nil && r.task.State == fsm.StateNone:
+		c.errorf("restart of %s: stopping it failed: %v; nothing was started", info.ID, r.err)
+		if h := hint(r.err); h != "" {
+			fmt.Fprintf(c.stderr, "  %s\n", h)
+		} else {
+			fmt.Fprintf(c.stderr, "  'tether status %s' shows how it is\n", info.ID)
+		}
+		return exitError
+	case r.err != nil:
+		return c.startFailed(newID, r.task, r.err)
+	}
+	if opts.verbose {
+		fmt.Fprintf(c.stderr, "tether: %s: %s; started again as %s\n", info.ID, describeEnd(r.old), newID)
+	}
+	return c.started(ctx, s, r.task, c.minUptime(opts), sigs)
+}
