@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,6 +41,13 @@ import (
 // to tell: what it settles, stops and starts, and why the group ends.
 type GroupStep = fsm.GroupStep
 
+// GroupProgress is what RunGroup (and StopGroup) tell their caller before
+// each step: the step, and the tasks' states it was decided from.
+type GroupProgress struct {
+	Step  GroupStep
+	Tasks []fsm.Task
+}
+
 // RunGroup drives the group whose tasks are ids (the allocation's tasks,
 // Spec.Alloc.Tasks, in start order) until all of them are terminal, and
 // returns their final states. It takes the group's lock first, waiting
@@ -50,7 +58,7 @@ type GroupStep = fsm.GroupStep
 // kill_timeout. A ctx that ends leaves the group as it is: RunGroup stops
 // nothing on its way out (tether run stops the group on Ctrl-C with
 // StopGroup).
-func (d *Driver) RunGroup(ctx context.Context, ids []string, wait bool, fn func(GroupStep)) ([]fsm.Task, error) {
+func (d *Driver) RunGroup(ctx context.Context, ids []string, wait bool, fn func(GroupProgress)) ([]fsm.Task, error) {
 	return d.runGroup(ctx, ids, wait, false, 0, 0, fn)
 }
 
@@ -62,19 +70,93 @@ func (d *Driver) RunGroup(ctx context.Context, ids []string, wait bool, fn func(
 // recorded at once, whoever drives the group; then StopGroup waits for the
 // group's driver to finish it, or finishes it itself when nobody drives it
 // (or its driver died). It returns the final states.
-func (d *Driver) StopGroup(ctx context.Context, ids []string, sig syscall.Signal, grace time.Duration, fn func(GroupStep)) ([]fsm.Task, error) {
+func (d *Driver) StopGroup(ctx context.Context, ids []string, sig syscall.Signal, grace time.Duration, fn func(GroupProgress)) ([]fsm.Task, error) {
 	tasks, missing, err := d.loadGroup(ctx, ids)
 	if err != nil {
 		return tasks, err
 	}
 	step := fsm.GroupState{Tasks: tasks, Missing: missing, Stop: true}.Next()
 	if fn != nil {
-		fn(step)
+		fn(GroupProgress{Step: step, Tasks: tasks})
 	}
 	if err := d.performGroupStep(ctx, step, sig, grace); err != nil {
 		return tasks, err
 	}
 	return d.runGroup(ctx, ids, true, false, sig, grace, fn)
+}
+
+// GroupTask is a task of a group to record: its id and spec (whose Alloc
+// lists the group's ids).
+type GroupTask struct {
+	ID   string
+	Spec fsm.Spec
+}
+
+// CreateGroup records the tasks of one or more groups (each task's spec
+// has an Alloc) before any is spawned, under the name rules: it holds the
+// lock of every name among them while it checks that none is live (or,
+// with opts.Replace, stops the live ones, each with its group), checks
+// every spec (CheckSpec: one that is refused records nothing), then
+// records each task with CreateTask. The tasks then wait for their group
+// to start them (RunGroup). A failure part way records no more; the tasks
+// recorded so far are settled by the next driver of their group (their
+// group lists tasks the log does not hold).
+func (d *Driver) CreateGroup(ctx context.Context, tasks []GroupTask, opts StartOptions) ([]fsm.Task, error) {
+	var names []string
+	for _, t := range tasks {
+		if t.Spec.Alloc == nil {
+			return nil, fmt.Errorf("%w: task %s has no alloc", ErrNotGroup, t.ID)
+		}
+		if err := ValidateTaskID(t.ID); err != nil {
+			return nil, err
+		}
+		names = append(names, cmp.Or(t.Spec.Name, t.ID))
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	for _, name := range names { // in one order, so two creates cannot each hold a name the other waits for
+		unlock, err := d.lockName(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+	}
+	for _, name := range names {
+		live, err := d.LiveNamed(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if len(live) > 0 && !opts.Replace {
+			return nil, &NameError{Name: name, Tasks: live, Err: ErrNameTaken}
+		}
+		for _, t := range live {
+			if opts.Stopping != nil {
+				opts.Stopping(t)
+			}
+			if a := t.Spec.Alloc; a != nil {
+				_, err = d.StopGroup(ctx, a.Tasks, 0, 0, nil)
+			} else {
+				_, err = d.StopTask(ctx, t.ID, 0, 0)
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, t := range tasks {
+		if err := d.CheckSpec(t.Spec); err != nil {
+			return nil, &TaskError{Task: t.ID, Err: err}
+		}
+	}
+	var out []fsm.Task
+	for _, t := range tasks {
+		st, err := d.CreateTask(context.WithoutCancel(ctx), t.ID, t.Spec)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, st)
+	}
+	return out, nil
 }
 
 // GroupDrivenError: another live process drives the group (it holds the
@@ -91,7 +173,7 @@ func (e *GroupDrivenError) Error() string {
 	return fmt.Sprintf("driver: group %s is driven by another process", e.Alloc)
 }
 
-func (d *Driver) runGroup(ctx context.Context, ids []string, wait, stop bool, sig syscall.Signal, grace time.Duration, fn func(GroupStep)) ([]fsm.Task, error) {
+func (d *Driver) runGroup(ctx context.Context, ids []string, wait, stop bool, sig syscall.Signal, grace time.Duration, fn func(GroupProgress)) ([]fsm.Task, error) {
 	tasks, _, err := d.loadGroup(ctx, ids)
 	if err != nil {
 		return tasks, err
@@ -132,7 +214,7 @@ func (d *Driver) runGroup(ctx context.Context, ids []string, wait, stop bool, si
 		step := fsm.GroupState{Tasks: tasks, Missing: missing, Stop: stop}.Next()
 		stop = false
 		if fn != nil && (!step.Idle() || step.String() != last.String()) {
-			fn(step)
+			fn(GroupProgress{Step: step, Tasks: tasks})
 		}
 		if step.Over {
 			return tasks, nil

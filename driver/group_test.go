@@ -150,7 +150,8 @@ func TestRunGroup_NomadOrder(t *testing.T) {
 		groupTask{id: "clean", hook: fsm.HookPoststop, then: []string{"exit", "0"}},
 	)
 	var steps []string
-	final, err := d.RunGroup(ctxT(t), ids, false, func(s GroupStep) {
+	final, err := d.RunGroup(ctxT(t), ids, false, func(p GroupProgress) {
+		s := p.Step
 		steps = append(steps, s.String())
 		if slices.Contains(s.Start, "web") {
 			logf.wait(t, "proxy") // the sidecar has its SIGTERM handler before it can be stopped
@@ -269,7 +270,8 @@ func TestStopGroup_WhileAnotherDrives(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		mainStarted := false
-		_, err := d1.RunGroup(ctx, ids, false, func(s GroupStep) {
+		_, err := d1.RunGroup(ctx, ids, false, func(p GroupProgress) {
+			s := p.Step
 			switch {
 			case slices.Contains(s.Start, "web"):
 				mainStarted = true
@@ -328,7 +330,8 @@ func TestRunGroup_ResumedAfterItsDriverDied(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		webStarted := false
-		_, err := d1.RunGroup(ctx, ids, false, func(s GroupStep) {
+		_, err := d1.RunGroup(ctx, ids, false, func(p GroupProgress) {
+			s := p.Step
 			switch {
 			case slices.Contains(s.Start, "web"):
 				webStarted = true

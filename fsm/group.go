@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -35,8 +36,11 @@ import (
 type GroupState struct {
 	// Tasks are the recorded tasks of the allocation, in start order.
 	Tasks []Task
-	// Missing are the ids the allocation lists that the log does not hold:
-	// the group's recording was interrupted, so nothing of it ever ran.
+	// Missing are the ids the allocation lists that the log does not hold.
+	// While nothing of the group ran, the group's recording was
+	// interrupted (every task is recorded before any is spawned): the
+	// group is settled. Once something ran, a missing task was recorded
+	// and removed since (gc removes only ended tasks): it counts as ended.
 	Missing []string
 	// Stop is a stop of the group asked now (a stop of any of its tasks).
 	Stop bool
@@ -122,6 +126,9 @@ func (m member) stopping() bool { return m.t.State == StateReaping }
 
 // Next decides the group's next step.
 func (g GroupState) Next() GroupStep {
+	if len(g.Missing) > 0 && slices.ContainsFunc(g.Tasks, func(t Task) bool { return t.Nonce != "" }) {
+		g.Missing = nil // removed after they ended: nothing to decide on
+	}
 	ms := make([]member, 0, len(g.Tasks))
 	over := true
 	for i := range g.Tasks {

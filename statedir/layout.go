@@ -32,6 +32,7 @@ import (
 //	  allocs/
 //	    ALLOC/           one copy of a group (Nomad's allocation), 0711
 //	      group.lock     held (flock) by the process driving the group
+//	      group.log      the log of a started group's detached driver
 //	      alloc/         the group's shared directory: data/ logs/ tmp/
 //	      NAME/          a task's directory: local/ secrets/ tmp/
 //
@@ -53,6 +54,7 @@ const (
 // Names in an allocation's directory.
 const (
 	GroupLockFile = "group.lock" // held (flock) by the process driving the group
+	GroupLogFile  = "group.log"  // the log of the detached process driving a started group
 	SharedDir     = "alloc"      // the group's shared alloc directory
 )
 
@@ -135,6 +137,9 @@ func (a Alloc) Task(dir string) string { return filepath.Join(string(a), dir) }
 // Lock is the group's lock file.
 func (a Alloc) Lock() string { return filepath.Join(string(a), GroupLockFile) }
 
+// Log is the log of the detached process that drives a started group.
+func (a Alloc) Log() string { return filepath.Join(string(a), GroupLogFile) }
+
 // ValidateTaskDirName checks that name can be a task's directory in an
 // allocation: a task id's characters, and not a name the allocation's
 // directory uses itself.
@@ -142,7 +147,7 @@ func ValidateTaskDirName(name string) error {
 	if err := ValidateTaskID(name); err != nil {
 		return err
 	}
-	if name == SharedDir || name == GroupLockFile {
+	if name == SharedDir || name == GroupLockFile || name == GroupLogFile {
 		return fmt.Errorf("%w %q: the allocation's directory uses that name", ErrInvalidTaskID, name)
 	}
 	return nil

@@ -149,12 +149,14 @@ func (c *cli) globalFlags(fs *flagSet, startsTasks bool) {
 	fs.DurationVar(&c.lockTimeout, "lock-timeout", c.lockTimeout, "how long to wait while another tether holds the store without letting go (commands queued behind each other wait their turn)")
 	fs.StringVar(&c.allowCaps, "allow-caps", c.allowCaps, "capability allow `list` for exec tasks, comma-separated (env TETHER_ALLOW_CAPS; default Nomad's exec list, without net_raw)")
 	fs.StringVar(&c.chrootEnv, "chroot-env", c.chrootEnv, "what an exec task's root is made of: `entries` SRC or SRC:DST, comma-separated, each bound read-only (env TETHER_CHROOT_ENV; default Nomad's chroot_env)")
-	for _, name := range []string{"state-dir", "log-level", "lock-timeout", "allow-caps", "chroot-env"} {
+	fs.StringVar(&c.allowReadDirs, "allow-read", c.allowReadDirs, "host `directories`, comma-separated, a job file's template (source, file) or local artifact may read besides the task's own and its group's (env TETHER_ALLOW_READ; default none)")
+	for _, name := range []string{"state-dir", "log-level", "lock-timeout", "allow-caps", "chroot-env", "allow-read"} {
 		_ = fs.SetAnnotation(name, globalAnnotation, nil)
 	}
 	if !startsTasks {
 		_ = fs.MarkHidden("allow-caps")
 		_ = fs.MarkHidden("chroot-env")
+		_ = fs.MarkHidden("allow-read")
 	}
 }
 

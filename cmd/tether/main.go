@@ -59,6 +59,10 @@ func main() {
 		os.Exit(exitError)
 	}
 	c := &cli{stdout: os.Stdout, stderr: os.Stderr}
+	if len(os.Args) > 1 && os.Args[1] == groupDriverArg {
+		c.logLevel, c.lockTimeout = "info", 10*time.Second
+		os.Exit(c.cmdDriveGroup(os.Args[2:]))
+	}
 	os.Exit(c.main(os.Args[1:]))
 }
 
@@ -74,6 +78,9 @@ type cli struct {
 	allowedCaps []string
 	chrootEnv   string
 	chroot      []string
+	// allowReadDirs is --allow-read as given; allowRead the directories.
+	allowReadDirs string
+	allowRead     []string
 
 	log   hclog.Logger
 	hooks driver.Hooks
@@ -359,6 +366,20 @@ func (c *cli) setup() error {
 		if err := executor.ValidateChroot(c.chroot); err != nil {
 			return fmt.Errorf("--chroot-env: %w; give existing host paths as SRC or SRC:DST", err)
 		}
+	}
+	allow := c.allowReadDirs
+	if allow == "" {
+		allow = os.Getenv("TETHER_ALLOW_READ")
+	}
+	c.allowRead = nil
+	for _, d := range strings.Split(allow, ",") {
+		if d = strings.TrimSpace(d); d == "" {
+			continue
+		}
+		if !filepath.IsAbs(d) || filepath.Clean(d) == "/" {
+			return fmt.Errorf("--allow-read %q: give absolute directories other than /", d)
+		}
+		c.allowRead = append(c.allowRead, filepath.Clean(d))
 	}
 	dir, err := stateDir(c.stateDir)
 	if err != nil {

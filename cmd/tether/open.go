@@ -82,6 +82,7 @@ func (c *cli) open() (*session, error) {
 		ExecutorCommand: cmd,
 		AllowedCaps:     c.allowedCaps,
 		ChrootEnv:       c.chroot,
+		AllowRead:       c.allowRead,
 		Hooks:           c.hooks,
 	})
 	if err != nil {
@@ -151,7 +152,7 @@ func newTaskID(name string) string {
 			b.WriteByte('-')
 		}
 	}
-	base := strings.TrimLeft(b.String(), "._-")
+	base := strings.Trim(b.String(), "._-")
 	if len(base) > 50 {
 		base = base[:50]
 	}
