@@ -50,7 +50,7 @@ func (c *cli) cmdStop(args []string) int {
 		return code
 	}
 	defer c.closeSession(s)
-	if a := info.Spec.Alloc; a != nil && len(a.Tasks) > 1 {
+	if a := info.Spec.Alloc; a != nil && !c.groupOver(ctx, s, info) {
 		return c.stopGroup(ctx, s, info, sig, *timeout, sigs)
 	}
 	if info.State.Terminal() {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -18,6 +19,7 @@ import (
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/statedir"
 	"github.com/tether-fsm/tether/store"
 	"github.com/tether-fsm/tether/taskdir"
@@ -816,6 +818,7 @@ func (c *cli) resumeGroups(ctx context.Context, s *session) {
 // group's order. A second Ctrl-C kills what is left at once.
 func (c *cli) stopGroup(ctx context.Context, s *session, info driver.TaskInfo, sig syscall.Signal, grace time.Duration, sigs <-chan os.Signal) int {
 	ids := info.Spec.Alloc.Tasks
+	driverGone := c.watchGroupDriver(s, info.Spec.Alloc.ID)
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
@@ -830,6 +833,7 @@ func (c *cli) stopGroup(ctx context.Context, s *session, info driver.TaskInfo, s
 	if err != nil {
 		return c.fail(err)
 	}
+	driverGone()
 	c.releasePorts(info.Spec.Alloc.ID)
 	for _, t := range final {
 		fmt.Fprintf(c.stdout, "%s %s\n", t.ID, describeEnd(t))
@@ -880,4 +884,45 @@ func (c *cli) removeAllocDirs(ctx context.Context, s *session) ([]string, error)
 		out = append(out, id)
 	}
 	return out, errors.Join(errs...)
+}
+
+// groupOver reports whether every task of info's group has ended.
+func (c *cli) groupOver(ctx context.Context, s *session, info driver.TaskInfo) bool {
+	for _, id := range info.Spec.Alloc.Tasks {
+		t, err := s.d.InspectTask(ctx, id)
+		if err == nil && !t.State.Terminal() {
+			return false
+		}
+	}
+	return true
+}
+
+// watchGroupDriver notes the detached driver of group alloc, if one holds
+// its lock (the lock file names its pid; its command line says it is
+// tether drive-group of this state directory), and returns a function
+// that waits (bounded) until that process has exited: once the group is
+// over, its driver lets go of the lock and exits, and a stop returns when
+// nothing of the group is left running. Nothing is ever signalled.
+func (c *cli) watchGroupDriver(s *session, alloc string) func() {
+	driven, pid, err := s.d.GroupDriven(alloc)
+	if err != nil || !driven || pid <= 0 {
+		return func() {}
+	}
+	p, err := proc.Open(pid)
+	if err != nil {
+		return func() {}
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || !bytes.Contains(cmdline, []byte("\x00"+groupDriverArg+"\x00")) || !bytes.Contains(cmdline, []byte("\x00"+c.stateDir+"\x00")) {
+		p.Close()
+		return func() {}
+	}
+	return func() {
+		defer p.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := p.Wait(ctx); err != nil {
+			c.log.Warn("the group's driver has not exited yet", "pid", pid, "err", err)
+		}
+	}
 }
