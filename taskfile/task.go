@@ -155,6 +155,14 @@ func (p *parser) task(b *hclsyntax.Block, g *Group, job *Job) *Task {
 	if config != nil && t.Driver == "raw_exec" && (len(t.Spec.CapAdd) > 0 || len(t.Spec.CapDrop) > 0) {
 		p.warnf(config.TypeRange, "Capabilities ignored", `Task %q uses raw_exec, which runs the command as is; cap_add and cap_drop apply only to driver = "exec".`, name)
 	}
+	if r := t.Spec.Restart; r != nil && r.OnSuccess && t.Lifecycle.Hook != HookMain && !t.Lifecycle.Sidecar {
+		// A lifecycle task that is no sidecar runs to completion, as
+		// Nomad's: its successful exit is its end, not a failure to
+		// restart, whatever the job's type.
+		x := *r
+		x.OnSuccess = false
+		t.Spec.Restart = &x
+	}
 	g.Tasks = append(g.Tasks, t)
 	return t
 }

@@ -286,6 +286,13 @@ func (e *jobsEnv) followLogs(id, want string) string {
 // waitLines waits (inotify, bounded) until the file at path holds n lines.
 func waitLines(t *testing.T, path string, n int) []string {
 	t.Helper()
+	return waitFor(t, path, func(lines []string) bool { return len(lines) >= n })
+}
+
+// waitFor waits (inotify, bounded) until the lines of the file at path
+// satisfy done.
+func waitFor(t *testing.T, path string, done func([]string) bool) []string {
+	t.Helper()
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		t.Fatal(err)
@@ -297,7 +304,7 @@ func waitLines(t *testing.T, path string, n int) []string {
 	deadline := time.After(time.Minute)
 	for {
 		if b, err := os.ReadFile(path); err == nil {
-			if lines := strings.Fields(string(b)); len(lines) >= n {
+			if lines := strings.Fields(string(b)); done(lines) {
 				return lines
 			}
 		}
@@ -307,7 +314,7 @@ func waitLines(t *testing.T, path string, n int) []string {
 			t.Fatal(err)
 		case <-deadline:
 			b, _ := os.ReadFile(path)
-			t.Fatalf("%s holds %q, not %d lines", path, b, n)
+			t.Fatalf("%s holds %q, still not what the test waits for", path, b)
 		}
 	}
 }
