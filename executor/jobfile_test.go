@@ -348,3 +348,31 @@ func TestTemplate_ChangeModes(t *testing.T) {
 		})
 	}
 }
+
+// TestLaunch_WithoutPreparerRefused: an executor served without a
+// Preparer (the standalone binary) refuses a launch that has artifacts or
+// templates, saying what to use; nothing is prepared or started.
+func TestLaunch_WithoutPreparerRefused(t *testing.T) {
+	m := newMarker(t)
+	ctx := testCtx(t)
+	dir := filepath.Join(t.TempDir(), "task")
+	c, err := Spawn(ctx, SpawnConfig{Command: []string{testBinary(t), "executor-lean", m.arg()}, TaskDir: dir, Nonce: randHex(t, 12)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = c.Shutdown(ctx)
+		c.Close()
+		waitDead(t, c.Identity())
+	}()
+	l := shellTask(m, wire.ModeRawExec, "echo ran > ran")
+	l.Alloc = allocOf(t, "web")
+	l.Templates = []fsm.Template{{Data: "x", Destination: "local/x"}}
+	_, err = c.Launch(ctx, l)
+	if !errors.Is(err, wire.ErrLaunch) || !strings.Contains(err.Error(), "cannot prepare") {
+		t.Fatalf("Launch: %v, want the refusal naming why", err)
+	}
+	if _, err := os.Stat(filepath.Join(l.Alloc.TaskDir, "local", "x")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("something was prepared: %v", err)
+	}
+}

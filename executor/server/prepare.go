@@ -10,42 +10,56 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/tether-fsm/tether/artifact"
 	"github.com/tether-fsm/tether/executor/internal/spec"
 	"github.com/tether-fsm/tether/executor/internal/wire"
-	"github.com/tether-fsm/tether/taskdir"
-	"github.com/tether-fsm/tether/template"
+	"github.com/tether-fsm/tether/fsm"
 )
 
 // Preparation.
 //
 // A task of a job file may have artifacts to fetch and templates to render
-// before it starts. The executor does both before the task's first launch,
-// in Nomad's order (artifacts, then templates, so that a template may read
-// what an artifact placed), after the task's directories exist and before
-// its cgroup: a failure is a failed launch naming the source or the
-// template (ErrArtifact, ErrTemplate), with nothing of the task started.
-// Preparation runs in a goroutine of its own, so that the executor's loop
-// still answers meanwhile: a stop, a shutdown or the loss of its lease
-// cancels it (a download may take minutes). It runs as root, and writes
-// only through taskdir.Root (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)
-// below the task and alloc directories, owned by the task's user; reads of
-// the task's own files as root are refused for a file with several links
-// the task's user does not own (taskdir.Root.ReadFileAs).
+// before it starts. The executor has them prepared (by its Preparer:
+// package executor/prepare) before the task's first launch, after the
+// task's directories exist and before its cgroup: a failure is a failed
+// launch naming the source or the template (ErrArtifact, ErrTemplate),
+// with nothing of the task started. Preparation runs in a goroutine of its
+// own, so that the executor's loop still answers meanwhile: a shutdown or
+// the loss of its lease cancels it (a download may take minutes).
 //
 // A relaunch (a restart) prepares nothing again: the files stay, as
-// Nomad's do across restarts. While the task runs, a template.Watcher
-// re-renders a template when a file it read changes, and the executor
-// applies its change_mode: restart through a journalled restart (see
-// restart.go), signal through the task's group (pidfds), noop logs.
+// Nomad's do across restarts. While the task runs, the Preparer re-renders
+// a template when a file it read changes, and the executor applies its
+// change_mode: restart through a journalled restart (see restart.go),
+// signal through the task's group (pidfds), noop logs.
 
-// prepared is what a preparation left for the launch: the environment the
-// env = true templates give, and what a Watcher needs.
-type prepared struct {
-	env      map[string]string
-	renderer *template.Renderer
-	results  []template.Result
-	err      error
+// Preparer prepares a task before its first launch (fetches its
+// artifacts, renders its templates) in dirs, which exist. Its errors are
+// ErrArtifact or ErrTemplate naming what failed.
+type Preparer interface {
+	Prepare(ctx context.Context, log hclog.Logger, ls wire.Launch, dirs spec.Dirs) (Prepared, error)
+}
+
+// Prepared is what a preparation left.
+type Prepared interface {
+	// Env is the environment the env = true templates give the task (it
+	// wins over its env, as in Nomad).
+	Env() map[string]string
+	// Watch reports each template whose output changed after a file it
+	// read changed, until ctx ends; nil when nothing can change.
+	Watch(ctx context.Context) (<-chan Change, error)
+}
+
+// Change is a re-rendered template whose output changed: what its
+// change_mode does to the running task.
+type Change struct {
+	Template string // its name, for the log
+	Mode     fsm.ChangeMode
+	Signal   syscall.Signal
+	// Env is an env = true template's variables now.
+	Env map[string]string
+	// Err is a re-render (or the watch) that failed: the previous output
+	// stays and Mode does not apply.
+	Err error
 }
 
 // preparation is a preparation in flight and the launch requests that wait
@@ -56,75 +70,51 @@ type preparation struct {
 	waiters []waiter
 }
 
+// prepared is a preparation's outcome, as the loop receives it.
+type prepared struct {
+	p   Prepared
+	err error
+}
+
 // needsPreparation reports whether a launch has artifacts or templates.
 func needsPreparation(ls wire.Launch) bool { return len(ls.Artifacts)+len(ls.Templates) > 0 }
-
-// layoutOf is the task's directories as packages template and artifact
-// resolve a path the task names.
-func layoutOf(dirs spec.Dirs, exec bool) taskdir.Layout {
-	return taskdir.Layout{TaskDir: dirs.Task, AllocDir: dirs.Alloc, Chroot: exec}
-}
-
-// prepare makes the task's directories, fetches its artifacts and renders
-// its templates. It runs in a goroutine; it touches nothing of the server.
-func prepare(ctx context.Context, log hclog.Logger, ls wire.Launch, private string) prepared {
-	exec := ls.Driver == wire.ModeExec
-	tu, err := spec.UserOf(ls.Spec)
-	if err != nil {
-		return prepared{err: err}
-	}
-	dirs := spec.DirsOf(ls.Spec, private)
-	if err := prepareTaskDirs(dirs, tu, exec); err != nil {
-		return prepared{err: err}
-	}
-	owner := taskdir.Keep
-	if tu.Set() {
-		owner = taskdir.Owner{UID: tu.UID, GID: tu.GID}
-	}
-	layout := layoutOf(dirs, exec)
-	f := &artifact.Fetcher{Layout: layout, AllowRead: ls.AllowRead, Owner: owner, TempDir: private}
-	for _, a := range ls.Artifacts {
-		log.Info("fetching an artifact", "source", a.Source, "destination", a.Destination)
-		if err := f.Fetch(ctx, a); err != nil {
-			return prepared{err: fmt.Errorf("%w: %w", wire.ErrArtifact, err)}
-		}
-	}
-	r := &template.Renderer{Layout: layout, Env: spec.TaskEnv(ls.Spec, dirs, tu.Home), AllowRead: ls.AllowRead, Owner: owner}
-	results, env, err := r.RenderAll(ctx, ls.Templates)
-	if err != nil {
-		return prepared{err: fmt.Errorf("%w: %w", wire.ErrTemplate, err)}
-	}
-	return prepared{env: env, renderer: r, results: results}
-}
 
 // startPreparing begins the preparation of a launch asked by (sc, id).
 func (s *server) startPreparing(sc *sconn, id uint64, ls wire.Launch) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.preparing = &preparation{launch: ls, cancel: cancel, waiters: []waiter{{sc, id}}}
-	log, private := s.log, s.taskDir
+	log, private, preparer := s.log, s.taskDir, s.preparer
 	go func() {
-		p := prepare(ctx, log, ls, private)
-		if err := ctx.Err(); err != nil && p.err == nil {
-			p.err = fmt.Errorf("%w: preparation cancelled: %w", wire.ErrLaunch, err)
+		var out prepared
+		tu, err := spec.UserOf(ls.Spec)
+		dirs := spec.DirsOf(ls.Spec, private)
+		if err == nil {
+			err = prepareTaskDirs(dirs, tu, ls.Driver == wire.ModeExec)
+		}
+		if err == nil {
+			out.p, err = preparer.Prepare(ctx, log, ls, dirs)
+		}
+		out.err = err
+		if cerr := ctx.Err(); cerr != nil && out.err == nil {
+			out.err = fmt.Errorf("%w: preparation cancelled: %w", wire.ErrLaunch, cerr)
 		}
 		select {
-		case s.preparedC <- p:
+		case s.preparedC <- out:
 		case <-s.quit:
 		}
 	}()
 }
 
-// cancelPreparing cancels a preparation in flight (a stop or shutdown
-// before the launch, the lease lost); its waiters are answered when it
-// comes back.
+// cancelPreparing cancels a preparation in flight (a shutdown before the
+// launch, the lease lost); its waiters are answered when it comes back.
 func (s *server) cancelPreparing() {
 	if s.preparing != nil {
 		s.preparing.cancel()
 	}
 }
 
-// prepared takes a preparation's outcome: the launch it was for goes on,
-// or fails naming what could not be prepared.
+// finishPreparing takes a preparation's outcome: the launch it was for
+// goes on, or fails naming what could not be prepared.
 func (s *server) finishPreparing(p prepared) {
 	pr := s.preparing
 	s.preparing = nil
@@ -142,8 +132,8 @@ func (s *server) finishPreparing(p prepared) {
 		}
 		return
 	}
-	s.tmplEnv = p.env
-	s.prep = &p
+	s.prep = p.p
+	s.tmplEnv = p.p.Env()
 	first := pr.waiters[0]
 	s.launch(first.c, first.id, pr.launch)
 	for _, w := range pr.waiters[1:] {
@@ -152,65 +142,51 @@ func (s *server) finishPreparing(p prepared) {
 	}
 }
 
-// watchTemplates starts re-rendering the task's templates when the files
-// they read change (see template.Watcher), once the task has launched.
+// watchTemplates starts the re-rendering of the task's templates when
+// the files they read change, once the task has launched.
 func (s *server) watchTemplates() {
-	p := s.prep
-	if p == nil || p.renderer == nil {
-		return
-	}
-	watched := false
-	for _, r := range p.results {
-		if len(r.Deps) > 0 {
-			watched = true
-		}
-	}
-	if !watched {
-		return
-	}
-	w, err := template.NewWatcher(p.renderer, s.spec.Templates, p.results)
-	if err != nil {
-		s.log.Warn("templates will not be re-rendered: cannot watch what they read", "err", err)
+	if s.prep == nil || s.changes != nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s.watchStop = cancel
-	s.changes = w.Changes()
-	go func() {
-		if err := w.Run(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn("template watch ended", "err", err)
+	changes, err := s.prep.Watch(ctx)
+	if err != nil || changes == nil {
+		cancel()
+		if err != nil {
+			s.log.Warn("templates will not be re-rendered: cannot watch what they read", "err", err)
 		}
-	}()
+		return
+	}
+	s.watchStop, s.changes = cancel, changes
 }
 
 // templateChanged applies a re-rendered template's change_mode to the
 // running task.
-func (s *server) templateChanged(c template.Change) {
-	name := c.Template.Name()
-	switch {
-	case c.Err != nil:
-		s.log.Warn("a template could not be rendered again; the previous output stays", "template", name, "err", c.Err)
+func (s *server) templateChanged(c Change) {
+	if c.Err != nil {
+		s.log.Warn("a template could not be rendered again; the previous output stays", "template", c.Template, "err", c.Err)
 		return
-	case c.Template.Env:
+	}
+	if c.Env != nil {
 		env := maps.Clone(s.tmplEnv)
 		if env == nil {
 			env = map[string]string{}
 		}
-		maps.Copy(env, c.Result.Env)
+		maps.Copy(env, c.Env)
 		s.tmplEnv = env
 	}
 	switch c.Mode {
-	case template.ChangeNoop, template.ChangeScript:
-		s.log.Info("a template changed; its change_mode leaves the task alone", "template", name, "mode", c.Mode.String())
-	case template.ChangeSignal:
+	case fsm.ChangeNoop, fsm.ChangeScript:
+		s.log.Info("a template changed; its change_mode leaves the task alone", "template", c.Template, "mode", c.Mode.String())
+	case fsm.ChangeSignal:
 		if s.checkRunning() != nil {
-			s.log.Info("a template changed while the task is not running; no signal sent", "template", name)
+			s.log.Info("a template changed while the task is not running; no signal sent", "template", c.Template)
 			return
 		}
-		s.log.Info("a template changed: signalling the task", "template", name, "signal", c.Signal)
-		s.signalGroup(syscall.Signal(c.Signal))
-	case template.ChangeRestart:
-		s.forceRestart(fmt.Sprintf("%s changed (change_mode restart)", name))
+		s.log.Info("a template changed: signalling the task", "template", c.Template, "signal", c.Signal)
+		s.signalGroup(c.Signal)
+	case fsm.ChangeRestart:
+		s.forceRestart(fmt.Sprintf("%s changed (change_mode restart)", c.Template))
 	}
 }
 

@@ -26,7 +26,6 @@ import (
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/statedir"
-	"github.com/tether-fsm/tether/template"
 )
 
 // allowPeer is the SO_PEERCRED policy: a peer is accepted when it runs as
@@ -44,7 +43,12 @@ func allowPeer(peerUID, selfUID uint32) bool { return peerUID == selfUID || peer
 // with the same prefix (and "-shim") to set an exec-mode task's capabilities.
 // Flags (set by Spawn): -dir (task directory), -nonce, -lease (how long to
 // wait for the first client), -ready-fd (descriptor to report ready on).
-func Serve(args []string) int {
+func Serve(args []string) int { return ServeWith(args, nil) }
+
+// ServeWith is Serve with a Preparer for the tasks of job files that have
+// artifacts or templates (package executor/prepare); Serve's executor,
+// with none, refuses their launch, saying so.
+func ServeWith(args []string, preparer Preparer) int {
 	if err := proc.CloseInheritedOnExec(); err != nil {
 		fmt.Fprintf(os.Stderr, "tether executor: %v\n", err)
 		return 1
@@ -71,6 +75,9 @@ func Serve(args []string) int {
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "executor", Output: os.Stderr, Level: hclog.Info})
 	s, err := newServer(log, *dir, *nonce, prefixOf(args))
+	if s != nil {
+		s.preparer = preparer
+	}
 	if err != nil {
 		log.Error("executor failed to start", "err", err)
 		if ready != nil {
@@ -191,11 +198,12 @@ type server struct {
 	// reports, what the last one left (the env = true templates'
 	// variables, what the template watch needs), the watch's changes, and
 	// a restart a changed template asked for.
+	preparer  Preparer // nil: a launch that needs preparing is refused
 	preparing *preparation
 	preparedC chan prepared
-	prep      *prepared
+	prep      Prepared
 	tmplEnv   map[string]string
-	changes   <-chan template.Change
+	changes   <-chan Change
 	watchStop context.CancelFunc
 	forced    string
 }
@@ -564,7 +572,11 @@ func (s *server) handle(sc *sconn, req wire.Request) {
 		case s.ending == endShutdown || req.Launch == nil:
 			s.send(sc, wire.Response{ID: req.ID, Err: wire.FailureOf(fmt.Errorf("%w: executor shutting down or no spec", wire.ErrBadSpec))})
 		case needsPreparation(*req.Launch) && s.prep == nil:
-			if err := s.checkLaunch(*req.Launch); err != nil {
+			err := s.checkLaunch(*req.Launch)
+			if err == nil && s.preparer == nil {
+				err = fmt.Errorf("%w: the task has artifacts or templates, and this executor binary cannot prepare them (it serves without package executor/prepare): use tether's own binary as the executor", wire.ErrLaunch)
+			}
+			if err != nil {
 				s.log.Warn("launch refused", "err", err)
 				s.send(sc, wire.Response{ID: req.ID, Err: wire.FailureOf(err)})
 				return
