@@ -399,3 +399,43 @@ func TestStartCreated(t *testing.T) {
 	}
 	checkReaped(t, d, final)
 }
+
+// TestRestartTask_Groups: the restart of a group's task is refused (the
+// group runs and ends together: start its file again); a group of one is
+// restarted as a group of one, the new task its only task.
+func TestRestartTask_Groups(t *testing.T) {
+	dir := stateDir(t)
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	ids, _ := recordGroup(t, d, dir,
+		groupTask{id: "web", hook: fsm.HookMain, then: []string{"exit", "0"}},
+		groupTask{id: "clean", hook: fsm.HookPoststop, then: []string{"exit", "0"}},
+	)
+	if _, err := d.RunGroup(ctxT(t), ids, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := d.RestartTask(ctxT(t), "web", "web2"); !errors.Is(err, ErrNotGroup) {
+		t.Errorf("restart of a task of a group of two: %v, want ErrNotGroup", err)
+	}
+	alone := statedir.Layout{Dir: dir}.Alloc("g2")
+	spec := taskSpec(t, dir, "exit", "0")
+	spec.Alloc = &fsm.Alloc{ID: "g2", Dir: alone.Shared(), TaskDir: alone.Task("solo"), Tasks: []string{"solo"}}
+	if _, err := d.StartTask(ctxT(t), "solo", spec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.WaitTask(ctxT(t), "solo"); err != nil {
+		t.Fatal(err)
+	}
+	st, _, err := d.RestartTask(ctxT(t), "solo", "solo2")
+	if err != nil {
+		t.Fatalf("restart of a group of one: %v", err)
+	}
+	if a := st.Spec.Alloc; a == nil || !slices.Equal(a.Tasks, []string{"solo2"}) || a.ID != "g2" || a.TaskDir != alone.Task("solo") {
+		t.Errorf("the restarted task's alloc: %+v", a)
+	}
+	final, err := d.WaitTask(ctxT(t), "solo2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReaped(t, d, final)
+}
