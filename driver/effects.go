@@ -76,6 +76,10 @@ func (o *owner) perform(eff fsm.Effect) {
 	switch kind {
 	case jobSpawn:
 		timeout = o.d.cfg.SpawnTimeout
+	case jobLaunch:
+		if s := eff.Spec; s != nil && len(s.Artifacts)+len(s.Templates) > 0 {
+			timeout += o.d.cfg.PrepareTimeout // the executor fetches and renders first
+		}
 	case jobKill:
 		sig, grace := eff.Signal, eff.Grace
 		if o.kill != nil {

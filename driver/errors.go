@@ -63,6 +63,18 @@ var (
 	// ErrInjected is the error returned by an injected fault (tests, and
 	// TETHER_FAULT in real-process tests).
 	ErrInjected = errors.New("driver: injected fault")
+	// ErrNotWaiting: StartCreated was asked to start a task that is not
+	// waiting for its turn (it was started, or settled, meanwhile).
+	ErrNotWaiting = errors.New("driver: the task is not waiting to start")
+	// ErrWaiting: WaitTask of a task of a group that waits for its turn:
+	// nothing here will start it; wait for its group (RunGroup).
+	ErrWaiting = errors.New("driver: the task waits for its turn in its group")
+)
+
+// Errors of groups (RunGroup, StopGroup).
+var (
+	// ErrNotGroup: the ids given are not the tasks of one allocation.
+	ErrNotGroup = errors.New("driver: not the tasks of one group")
 )
 
 // Errors of the process world (executor.World), the same values as
@@ -113,6 +125,8 @@ func causeOf(err error) fsm.Cause {
 		{executor.ErrIsolation, fsm.CauseIsolation},
 		{executor.ErrSeccompNotAllowed, fsm.CauseSeccompNotAllowed},
 		{executor.ErrHostFeature, fsm.CauseHostFeature},
+		{executor.ErrArtifact, fsm.CauseArtifact},
+		{executor.ErrTemplate, fsm.CauseTemplate},
 		{ErrInjected, fsm.CauseInjected},
 		{fsm.ErrInvalidSpec, fsm.CauseInvalidSpec}, // after the named ones it may wrap
 		{executor.ErrSpawn, fsm.CauseSpawn},

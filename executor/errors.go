@@ -98,6 +98,12 @@ var (
 	// namespace, keyrings, openat2) and the operator did not let it run
 	// without; the message names the feature and the opt-out.
 	ErrHostFeature = wire.ErrHostFeature
+	// ErrArtifact is returned when an artifact of the task could not be
+	// fetched before its first launch (the message names the source).
+	ErrArtifact = wire.ErrArtifact
+	// ErrTemplate is returned when a template of the task could not be
+	// rendered before its first launch (the message names the template).
+	ErrTemplate = wire.ErrTemplate
 )
 
 // Errors returned by Exec.

@@ -362,6 +362,19 @@ func (r *Real) CheckSpec(s fsm.Spec) error {
 	return err
 }
 
+// BaseEnv is the environment an executor of this world gives a task of
+// spec s and id task before the spec's own env: PATH, HOME, TETHER_* and,
+// for a task with an Alloc, Nomad's directory variables. It is what a
+// job file's ${env["PATH"]} reads where the file sets none.
+func (r *Real) BaseEnv(s fsm.Spec, task string) (map[string]string, error) {
+	tu, err := spec.UserOf(s)
+	if err != nil {
+		return nil, err
+	}
+	s.Env = nil
+	return spec.TaskEnv(s, spec.DirsOf(s, r.dir(task)), tu.Home), nil
+}
+
 // launch is what the executor is asked to launch for s.
 func (r *Real) launch(s fsm.Spec) Launch { return Launch{Spec: s, Policy: r.Policy} }
 

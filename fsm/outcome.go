@@ -95,6 +95,10 @@ const (
 	// CauseHostFeature: the host lacks a part of the exec sandbox the
 	// operator did not let tasks run without.
 	CauseHostFeature
+	// CauseArtifact: an artifact could not be fetched before the launch.
+	CauseArtifact
+	// CauseTemplate: a template could not be rendered before the launch.
+	CauseTemplate
 	numCauses
 )
 
@@ -105,6 +109,7 @@ var causeNames = [numCauses]string{
 	CauseWorkDir: "work-dir", CauseNoCgroup: "no-cgroup", CauseLimit: "limit", CauseIsolation: "isolation",
 	CauseSpawn: "spawn", CauseInjected: "injected",
 	CauseSeccompNotAllowed: "seccomp-not-allowed", CauseHostFeature: "host-feature",
+	CauseArtifact: "artifact", CauseTemplate: "template",
 }
 
 func (c Cause) String() string {

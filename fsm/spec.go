@@ -50,6 +50,18 @@ type Spec struct {
 	// file); the task then also gets Nomad's NOMAD_* variables.
 	Job   string
 	Group string
+
+	// Alloc places the task in one copy of its group (a task of a task or
+	// job file); nil for a lone task (tether run -- CMD), which keeps its
+	// directories in its private one.
+	Alloc *Alloc
+	// Templates are rendered, and Artifacts fetched before them, in the
+	// task's directories before its first launch (Nomad's order); a
+	// failure is a failed start naming the template or the source.
+	Templates []Template
+	Artifacts []Artifact
+	// Ports are the ports the task was given (its group's and its own).
+	Ports []Port
 }
 
 // NetworkMode is a task's network block's mode (Nomad's group network
@@ -266,8 +278,15 @@ func (s *Spec) Validate() error {
 			return err
 		}
 	}
-	if len(s.Args)+len(s.Env)+len(s.CapAdd)+len(s.CapDrop) > maxSpecItems {
-		return bad("more than %d arguments, environment variables and capabilities", maxSpecItems)
+	items := len(s.Args) + len(s.Env) + len(s.CapAdd) + len(s.CapDrop) + len(s.Templates) + len(s.Artifacts) + len(s.Ports)
+	if s.Alloc != nil {
+		items += len(s.Alloc.Tasks)
+	}
+	for _, a := range s.Artifacts {
+		items += len(a.Options) + len(a.Headers)
+	}
+	if items > maxSpecItems {
+		return bad("more than %d arguments, environment variables, capabilities, templates, artifacts, ports and group tasks", maxSpecItems)
 	}
 	for i, a := range s.Args {
 		if err := checkArg(fmt.Sprintf("argument %d", i+1), a, len(a)); err != nil {
@@ -295,8 +314,64 @@ func (s *Spec) Validate() error {
 			return err
 		}
 	}
+	if a := s.Alloc; a != nil {
+		if err := a.validate(); err != nil {
+			return err
+		}
+		for _, f := range []struct{ what, v string }{{"alloc id", a.ID}, {"alloc dir", a.Dir}, {"task dir", a.TaskDir}} {
+			if err := check(f.what, f.v); err != nil {
+				return err
+			}
+		}
+		for _, id := range a.Tasks {
+			if err := check("alloc task id", id); err != nil {
+				return err
+			}
+		}
+	}
+	if len(s.Templates)+len(s.Artifacts) > 0 && s.Alloc == nil {
+		return bad("templates and artifacts are placed in Nomad's task directory layout: the task needs an alloc (its task and alloc directories)")
+	}
+	for _, t := range s.Templates {
+		if err := t.Validate(); err != nil {
+			return err
+		}
+		for _, f := range []struct{ what, v string }{{"source", t.Source}, {"data", t.Data}, {"destination", t.Destination},
+			{"left_delimiter", t.LeftDelim}, {"right_delimiter", t.RightDelim}} {
+			if err := check(t.Name()+": "+f.what, f.v); err != nil {
+				return err
+			}
+		}
+	}
+	for _, a := range s.Artifacts {
+		if err := a.Validate(); err != nil {
+			return err
+		}
+		if err := check("artifact source", a.Source); err != nil {
+			return err
+		}
+		if err := check("artifact destination", a.Destination); err != nil {
+			return err
+		}
+		for _, m := range []map[string]string{a.Options, a.Headers} {
+			for k, v := range m {
+				if err := check("artifact "+a.Source+": option or header "+k, k+v); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	for _, p := range s.Ports {
+		switch {
+		case p.Label == "" || p.Value <= 0 || p.Value > 65535 || p.To < 0 || p.To > 65535:
+			return bad("port %q: %d (to %d) is not a port", p.Label, p.Value, p.To)
+		}
+		if err := check("port "+p.Label, p.Label+p.IP+p.Task); err != nil {
+			return err
+		}
+	}
 	if total > maxSpecEncoded {
-		return bad("the arguments, environment and names come to %d bytes as the executor receives them (JSON), more than the %d its launch frame holds",
+		return bad("the arguments, environment, names, templates and artifacts come to %d bytes as the executor receives them (JSON), more than the %d its launch frame holds",
 			total, maxSpecEncoded)
 	}
 	if s.KillTimeout < 0 {

@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/binary"
 	"hash/crc32"
+	"io/fs"
 	"slices"
 	"strconv"
 	"time"
@@ -35,7 +36,13 @@ import (
 //	         cpu, cores, pids), oom_score_adj, logs (max_files,
 //	         max_file_size, disabled), restart (attempts, interval, delay,
 //	         mode, on_success), pid_mode, ipc_mode, job, group,
-//	         network, seccomp
+//	         network, seccomp; alloc (id, index, dir, task dir, tasks,
+//	         hook, sidecar, leader), templates (a count, then each:
+//	         source, data, destination, perms, a flag byte for uid, gid,
+//	         env and error_on_missing_key, uid and gid when set,
+//	         change_mode, change_signal, delimiters), artifacts (a count,
+//	         then each: source, destination, mode, options, headers,
+//	         chown), ports (a count, then each: label, value, to, ip, task)
 //	nonce    string
 //	executor pid, start_time, boot_id, nonce, socket; v2 (fCgroup): cgroup
 //	task_pid varint; task_start uvarint
@@ -109,7 +116,20 @@ const (
 	sxGroup
 	sxNetwork
 	sxSeccomp
+	sxAlloc
+	sxTemplates
+	sxArtifacts
+	sxPorts
 	sxAll = 1<<iota - 1
+)
+
+// Bits of a template's flag byte.
+const (
+	tfUID = 1 << iota
+	tfGID
+	tfEnv
+	tfMissingKey
+	tfAll = 1<<iota - 1
 )
 
 // maxRecord bounds one encoded record. fsm.Spec.Validate refuses a spec
@@ -351,6 +371,18 @@ func specExtOf(s *fsm.Spec) uint64 {
 	if s.Seccomp != "" {
 		x |= sxSeccomp
 	}
+	if s.Alloc != nil {
+		x |= sxAlloc
+	}
+	if len(s.Templates) > 0 {
+		x |= sxTemplates
+	}
+	if len(s.Artifacts) > 0 {
+		x |= sxArtifacts
+	}
+	if len(s.Ports) > 0 {
+		x |= sxPorts
+	}
 	return x
 }
 
@@ -386,6 +418,93 @@ func appendSpecExt(dst []byte, s *fsm.Spec) []byte {
 		if x&v.bit != 0 {
 			dst = appendString(dst, v.s)
 		}
+	}
+	if a := s.Alloc; a != nil {
+		dst = appendString(dst, a.ID)
+		dst = binary.AppendVarint(dst, int64(a.Index))
+		dst = appendString(dst, a.Dir)
+		dst = appendString(dst, a.TaskDir)
+		dst = appendList(dst, a.Tasks)
+		dst = binary.AppendUvarint(dst, uint64(a.Hook))
+		dst = appendBool(dst, a.Sidecar)
+		dst = appendBool(dst, a.Leader)
+	}
+	if x&sxTemplates != 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(s.Templates)))
+		for i := range s.Templates {
+			dst = appendTemplate(dst, &s.Templates[i])
+		}
+	}
+	if x&sxArtifacts != 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(s.Artifacts)))
+		for _, a := range s.Artifacts {
+			dst = appendString(dst, a.Source)
+			dst = appendString(dst, a.Destination)
+			dst = binary.AppendUvarint(dst, uint64(a.Mode))
+			dst = appendMap(dst, a.Options)
+			dst = appendMap(dst, a.Headers)
+			dst = appendBool(dst, a.Chown)
+		}
+	}
+	if x&sxPorts != 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(s.Ports)))
+		for _, p := range s.Ports {
+			dst = appendString(dst, p.Label)
+			dst = binary.AppendVarint(dst, int64(p.Value))
+			dst = binary.AppendVarint(dst, int64(p.To))
+			dst = appendString(dst, p.IP)
+			dst = appendString(dst, p.Task)
+		}
+	}
+	return dst
+}
+
+func appendTemplate(dst []byte, t *fsm.Template) []byte {
+	dst = appendString(dst, t.Source)
+	dst = appendString(dst, t.Data)
+	dst = appendString(dst, t.Destination)
+	dst = binary.AppendUvarint(dst, uint64(t.Perms))
+	var flags byte
+	if t.UID != nil {
+		flags |= tfUID
+	}
+	if t.GID != nil {
+		flags |= tfGID
+	}
+	if t.Env {
+		flags |= tfEnv
+	}
+	if t.ErrMissingKey {
+		flags |= tfMissingKey
+	}
+	dst = append(dst, flags)
+	if t.UID != nil {
+		dst = binary.AppendVarint(dst, int64(*t.UID))
+	}
+	if t.GID != nil {
+		dst = binary.AppendVarint(dst, int64(*t.GID))
+	}
+	dst = binary.AppendUvarint(dst, uint64(t.ChangeMode))
+	dst = binary.AppendVarint(dst, int64(t.ChangeSignal))
+	dst = appendString(dst, t.LeftDelim)
+	return appendString(dst, t.RightDelim)
+}
+
+// appendMap appends m as a count then key/value pairs in strictly
+// increasing key order (as env is).
+func appendMap(dst []byte, m map[string]string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(m)))
+	if len(m) == 0 {
+		return dst
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		dst = appendString(dst, k)
+		dst = appendString(dst, m[k])
 	}
 	return dst
 }
@@ -693,7 +812,107 @@ func (d *decoder) spec(ext bool) *fsm.Spec {
 	if x&sxSeccomp != 0 {
 		s.Seccomp = d.nonEmpty()
 	}
+	if d.err == "" && x&sxAlloc != 0 {
+		a := &fsm.Alloc{ID: d.str(), Index: d.int(), Dir: d.str(), TaskDir: d.str(), Tasks: d.list()}
+		h := d.uvarint()
+		if h >= 1<<8 || !fsm.Hook(h).Valid() {
+			d.fail("invalid hook")
+		}
+		a.Hook, a.Sidecar, a.Leader = fsm.Hook(h), d.bool(), d.bool()
+		s.Alloc = a
+	}
+	if d.err == "" && x&sxTemplates != 0 {
+		n := d.count(9) // three strings, perms, flags, mode, signal, two strings
+		if n == 0 {
+			d.fail("zero value for a present field")
+		}
+		s.Templates = make([]fsm.Template, n)
+		for i := 0; d.err == "" && i < n; i++ {
+			s.Templates[i] = d.template()
+		}
+	}
+	if d.err == "" && x&sxArtifacts != 0 {
+		n := d.count(6)
+		if n == 0 {
+			d.fail("zero value for a present field")
+		}
+		s.Artifacts = make([]fsm.Artifact, n)
+		for i := 0; d.err == "" && i < n; i++ {
+			a := &s.Artifacts[i]
+			a.Source, a.Destination = d.str(), d.str()
+			m := d.uvarint()
+			if m >= 1<<8 || !fsm.ArtifactMode(m).Valid() {
+				d.fail("invalid artifact mode")
+			}
+			a.Mode, a.Options, a.Headers, a.Chown = fsm.ArtifactMode(m), d.strMap(), d.strMap(), d.bool()
+		}
+	}
+	if d.err == "" && x&sxPorts != 0 {
+		n := d.count(5)
+		if n == 0 {
+			d.fail("zero value for a present field")
+		}
+		s.Ports = make([]fsm.Port, n)
+		for i := 0; d.err == "" && i < n; i++ {
+			s.Ports[i] = fsm.Port{Label: d.str(), Value: d.int(), To: d.int(), IP: d.str(), Task: d.str()}
+		}
+	}
 	return s
+}
+
+func (d *decoder) template() fsm.Template {
+	t := fsm.Template{Source: d.str(), Data: d.str(), Destination: d.str()}
+	perms := d.uvarint()
+	if perms > 0o777 {
+		d.fail("invalid template perms")
+	}
+	t.Perms = fs.FileMode(perms)
+	if len(d.b) < 1 {
+		d.fail("truncated template flags")
+		return t
+	}
+	flags := d.b[0]
+	d.b = d.b[1:]
+	if flags&^tfAll != 0 {
+		d.fail("unknown template flag bits")
+		return t
+	}
+	if flags&tfUID != 0 {
+		uid := d.int()
+		t.UID = &uid
+	}
+	if flags&tfGID != 0 {
+		gid := d.int()
+		t.GID = &gid
+	}
+	t.Env, t.ErrMissingKey = flags&tfEnv != 0, flags&tfMissingKey != 0
+	m := d.uvarint()
+	if m >= 1<<8 || !fsm.ChangeMode(m).Valid() {
+		d.fail("invalid change mode")
+	}
+	t.ChangeMode = fsm.ChangeMode(m)
+	t.ChangeSignal = d.int()
+	t.LeftDelim, t.RightDelim = d.str(), d.str()
+	return t
+}
+
+// strMap reads a map written by appendMap (nil when empty).
+func (d *decoder) strMap() map[string]string {
+	n := d.count(2)
+	if n == 0 {
+		return nil
+	}
+	m := make(map[string]string, n)
+	prev := ""
+	for i := 0; d.err == "" && i < n; i++ {
+		k, v := d.str(), d.str()
+		if i > 0 && k <= prev {
+			d.fail("map keys out of order")
+			break
+		}
+		m[k], prev = v, k
+	}
+	return m
 }
 
 // decoder reads a record body. The first failure sticks; later reads

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash/crc32"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -68,6 +69,43 @@ func genSpec(t *rapid.T) *fsm.Spec {
 			Delay: time.Duration(rapid.Int64().Draw(t, "delay")), Mode: fsm.RestartMode(rapid.String().Draw(t, "mode")),
 			OnSuccess: rapid.Bool().Draw(t, "on_success"),
 		}
+	}
+	if rapid.Bool().Draw(t, "alloc") {
+		s.Alloc = &fsm.Alloc{ID: rapid.String().Draw(t, "alloc_id"), Index: rapid.Int().Draw(t, "alloc_index"),
+			Dir: rapid.String().Draw(t, "alloc_dir"), TaskDir: rapid.String().Draw(t, "task_dir"), Tasks: genStrings(t, "alloc_tasks"),
+			Hook: fsm.Hook(rapid.IntRange(0, int(fsm.HookPoststop)).Draw(t, "hook")), Sidecar: rapid.Bool().Draw(t, "sidecar"),
+			Leader: rapid.Bool().Draw(t, "leader")}
+	}
+	for range small.Draw(t, "templates") {
+		tm := fsm.Template{Source: rapid.String().Draw(t, "source"), Data: rapid.String().Draw(t, "data"),
+			Destination: rapid.String().Draw(t, "destination"), Perms: fs.FileMode(rapid.IntRange(0, 0o777).Draw(t, "perms")),
+			Env: rapid.Bool().Draw(t, "tenv"), ChangeMode: fsm.ChangeMode(rapid.IntRange(0, int(fsm.ChangeScript)).Draw(t, "change_mode")),
+			ChangeSignal: rapid.Int().Draw(t, "change_signal"), LeftDelim: rapid.String().Draw(t, "left"),
+			RightDelim: rapid.String().Draw(t, "right"), ErrMissingKey: rapid.Bool().Draw(t, "missing_key")}
+		if rapid.Bool().Draw(t, "uid") {
+			uid := rapid.Int().Draw(t, "uid_value")
+			tm.UID = &uid
+		}
+		if rapid.Bool().Draw(t, "gid") {
+			gid := rapid.Int().Draw(t, "gid_value")
+			tm.GID = &gid
+		}
+		s.Templates = append(s.Templates, tm)
+	}
+	for range small.Draw(t, "artifacts") {
+		a := fsm.Artifact{Source: rapid.String().Draw(t, "asource"), Destination: rapid.String().Draw(t, "adest"),
+			Mode: fsm.ArtifactMode(rapid.IntRange(0, int(fsm.ArtifactDir)).Draw(t, "amode")), Chown: rapid.Bool().Draw(t, "chown")}
+		if m := rapid.MapOfN(rapid.String(), rapid.String(), 0, 3).Draw(t, "options"); len(m) > 0 {
+			a.Options = m
+		}
+		if m := rapid.MapOfN(rapid.String(), rapid.String(), 0, 3).Draw(t, "headers"); len(m) > 0 {
+			a.Headers = m
+		}
+		s.Artifacts = append(s.Artifacts, a)
+	}
+	for range small.Draw(t, "ports") {
+		s.Ports = append(s.Ports, fsm.Port{Label: rapid.String().Draw(t, "label"), Value: rapid.Int().Draw(t, "value"),
+			To: rapid.Int().Draw(t, "to"), IP: rapid.String().Draw(t, "ip"), Task: rapid.String().Draw(t, "ptask")})
 	}
 	return s
 }
@@ -239,6 +277,18 @@ func setNonZero(v reflect.Value, path string) {
 		return
 	case reflect.TypeFor[fsm.WarningKind]():
 		v.Set(reflect.ValueOf(fsm.WarnUncontained))
+		return
+	case reflect.TypeFor[fsm.Hook]():
+		v.Set(reflect.ValueOf(fsm.HookPoststop))
+		return
+	case reflect.TypeFor[fsm.ChangeMode]():
+		v.Set(reflect.ValueOf(fsm.ChangeSignal))
+		return
+	case reflect.TypeFor[fsm.ArtifactMode]():
+		v.Set(reflect.ValueOf(fsm.ArtifactDir))
+		return
+	case reflect.TypeFor[fs.FileMode]():
+		v.Set(reflect.ValueOf(fs.FileMode(0o640)))
 		return
 	}
 	switch v.Kind() {
@@ -489,6 +539,13 @@ func fullEvents() []fsm.Event {
 		Restart: &fsm.RestartPolicy{Attempts: 2, Interval: time.Minute, Delay: time.Second, Mode: fsm.RestartDelay, OnSuccess: true},
 		PIDMode: "host", IPCMode: "host", Job: "job", Group: "group",
 		Network: fsm.NetworkNone, Seccomp: "/etc/tether/profile.json",
+		Alloc: &fsm.Alloc{ID: "a1", Index: 2, Dir: "/s/allocs/a1/alloc", TaskDir: "/s/allocs/a1/api", Tasks: []string{"init", "api"},
+			Hook: fsm.HookPrestart, Sidecar: true, Leader: true},
+		Templates: []fsm.Template{{Data: "x={{ env \"A\" }}", Destination: "local/x", Perms: 0o600, UID: &adj, GID: &adj, Env: true,
+			ChangeMode: fsm.ChangeSignal, ChangeSignal: 1, LeftDelim: "[[", RightDelim: "]]", ErrMissingKey: true}},
+		Artifacts: []fsm.Artifact{{Source: "http://127.0.0.1/a.tgz", Destination: "local/a", Mode: fsm.ArtifactDir,
+			Options: map[string]string{"checksum": "sha256:00", "archive": "tgz"}, Headers: map[string]string{"X": "y"}, Chown: true}},
+		Ports: []fsm.Port{{Label: "http", Value: 20001, To: 8080, IP: "127.0.0.1", Task: "api"}},
 	}
 	return []fsm.Event{
 		{Type: fsm.EventCreated, Time: at(0), Spec: spec},

@@ -478,3 +478,51 @@ func TestJobType_Batch(t *testing.T) {
 		}
 	}
 }
+
+// A lifecycle task that is no sidecar runs to completion even in a
+// service job (whose default restarts a successful exit): a prestart task
+// that exits 0 is done, as in Nomad; a sidecar and a main task keep the
+// job's default.
+func TestParse_LifecycleTasksRunToCompletion(t *testing.T) {
+	src := `job "j" {
+  group "g" {
+    task "init" {
+      driver = "raw_exec"
+      lifecycle { hook = "prestart" }
+      config { command = "/bin/true" }
+    }
+    task "side" {
+      driver = "raw_exec"
+      lifecycle {
+        hook    = "prestart"
+        sidecar = true
+      }
+      config { command = "/bin/true" }
+    }
+    task "web" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+    task "clean" {
+      driver = "raw_exec"
+      lifecycle { hook = "poststop" }
+      restart { attempts = 5 }
+      config { command = "/bin/true" }
+    }
+  }
+}`
+	f, diags := Parse("j.nomad", []byte(src), Options{})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	want := map[string]bool{"init": false, "side": true, "web": true, "clean": false}
+	for _, task := range f.Tasks {
+		r := task.Spec.Restart
+		if r == nil || r.OnSuccess != want[task.Name] {
+			t.Errorf("%s: restart %+v, want on_success %v", task.Name, r, want[task.Name])
+		}
+	}
+	if r := f.Tasks[3].Spec.Restart; r.Attempts != 5 {
+		t.Errorf("clean's own restart block was lost: %+v", r)
+	}
+}

@@ -168,6 +168,14 @@ func (p *parser) task(b *hclsyntax.Block, g *Group, job *Job) *Task {
 	if config != nil && t.Driver == "raw_exec" && (len(t.Spec.CapAdd) > 0 || len(t.Spec.CapDrop) > 0) {
 		p.warnf(config.TypeRange, "Capabilities ignored", `Task %q uses raw_exec, which runs the command as is; cap_add and cap_drop apply only to driver = "exec".`, name)
 	}
+	if r := t.Spec.Restart; r != nil && r.OnSuccess && t.Lifecycle.Hook != HookMain && !t.Lifecycle.Sidecar {
+		// A lifecycle task that is no sidecar runs to completion, as
+		// Nomad's: its successful exit is its end, not a failure to
+		// restart, whatever the job's type.
+		x := *r
+		x.OnSuccess = false
+		t.Spec.Restart = &x
+	}
 	g.Tasks = append(g.Tasks, t)
 	return t
 }
@@ -475,7 +483,7 @@ func (p *parser) template(c *hclsyntax.Block) (template.Template, bool) {
 				if err != nil {
 					p.errorf(a.Expr.Range(), "Bad change_signal", "%v.", err)
 				}
-				t.ChangeSignal = sig
+				t.ChangeSignal = int(sig)
 			}
 		case "left_delimiter":
 			t.LeftDelim, _ = p.lit(a)
@@ -497,7 +505,7 @@ func (p *parser) template(c *hclsyntax.Block) (template.Template, bool) {
 			p.warnf(b.TypeRange, "Unsupported block", "tether ignores the %q block in a template block.", b.Type)
 		}
 	}
-	if err := (template.Template{Source: t.Source, Data: t.Data, Destination: t.Destination, ChangeMode: t.ChangeMode, ChangeSignal: t.ChangeSignal, Perms: t.Perms}).Check(); err != nil {
+	if err := template.Check(t); err != nil {
 		p.errorf(c.TypeRange, "Bad template block", "%v.", err)
 		return t, false
 	}

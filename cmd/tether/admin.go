@@ -52,6 +52,9 @@ func (c *cli) cmdStop(args []string) int {
 		return code
 	}
 	defer c.closeSession(s)
+	if a := info.Spec.Alloc; a != nil && !c.groupOver(ctx, s, info) {
+		return c.stopGroup(ctx, s, info, sig, *timeout, sigs)
+	}
 	if info.State.Terminal() {
 		fmt.Fprintf(c.stderr, "tether: %s is already %s\n", info.ID, describeEnd(info.Task))
 		return exitOK
@@ -97,6 +100,7 @@ func (c *cli) cmdRecover(args []string) int {
 		return c.fail(err)
 	}
 	rep, rerr := s.d.Recover(ctx)
+	c.resumeGroups(ctx, s)
 	release()
 	c.closeSession(s)
 	if len(rep.Tasks) == 0 {
@@ -320,12 +324,20 @@ func (c *cli) cmdGC(args []string) int {
 		c.errorf("looking for task directories the store does not know: %v", err)
 		code = exitError
 	}
+	allocs, err := c.removeAllocDirs(ctx, s)
+	if err != nil {
+		c.errorf("removing the directories of ended groups: %v", err)
+		code = exitError
+	}
 	before, after, err := s.st.Compact(ctx)
 	if err != nil {
 		return c.fail(fmt.Errorf("compact: %w", err))
 	}
 	if len(orphans) > 0 {
 		fmt.Fprintf(c.stdout, "removed %d task directories the store does not know: %s\n", len(orphans), strings.Join(orphans, ", "))
+	}
+	if len(allocs) > 0 {
+		fmt.Fprintf(c.stdout, "removed %d group directories (allocs/) no task in the store has: %s\n", len(allocs), strings.Join(allocs, ", "))
 	}
 	if len(removed) == 0 {
 		fmt.Fprintln(c.stdout, "no ended tasks to remove")

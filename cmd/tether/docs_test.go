@@ -115,9 +115,25 @@ func TestDocs_JSONFieldsAreDocumented(t *testing.T) {
 	if r := e.tether("run", again); r.code != 3 {
 		t.Fatalf("run of a task restarted once: want exit 3\n%s", r)
 	}
+	ported := writeFile(t, t.TempDir(), "ported.nomad", `job "ported" {
+  type = "batch"
+  group "g" {
+    network {
+      port "http" {}
+    }
+    task "ported" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/true"
+      }
+    }
+  }
+}
+`)
+	e.must("run", ported)
 	status := objects(t, e.must("status", "--all", "--json"))
-	if len(status) != 6 {
-		t.Fatalf("want 6 tasks: %v", status)
+	if len(status) != 7 {
+		t.Fatalf("want 7 tasks: %v", status)
 	}
 	checkDocumented(t, "status --json", docFields(t, "### `tether status --json"), status)
 	var events []map[string]json.RawMessage

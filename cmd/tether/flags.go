@@ -151,11 +151,12 @@ func (c *cli) globalFlags(fs *flagSet, startsTasks bool) {
 	fs.StringVar(&c.chrootEnv, "chroot-env", c.chrootEnv, "what an exec task's root is made of: `entries` SRC or SRC:DST, comma-separated, each bound read-only (env TETHER_CHROOT_ENV; default Nomad's chroot_env)")
 	fs.StringVar(&c.allowSeccompFlag, "allow-seccomp", c.allowSeccompFlag, "what an exec task's seccomp may name besides \"default\": `list` of unconfined and profile paths, comma-separated (env TETHER_ALLOW_SECCOMP; default none); unconfined also runs exec tasks unfiltered on a host without seccomp")
 	fs.StringVar(&c.allowMissingFlag, "allow-missing", c.allowMissingFlag, "sandbox `parts` exec tasks may run without where the host lacks them: cgroupns, keyring, comma-separated (env TETHER_ALLOW_MISSING; default none: such a host refuses exec tasks)")
-	for _, name := range []string{"state-dir", "log-level", "lock-timeout", "allow-caps", "chroot-env", "allow-seccomp", "allow-missing"} {
+	fs.StringVar(&c.allowReadDirs, "allow-read", c.allowReadDirs, "host `directories`, comma-separated, a job file's template (source, file) or local artifact may read besides the task's own and its group's (env TETHER_ALLOW_READ; default none)")
+	for _, name := range []string{"state-dir", "log-level", "lock-timeout", "allow-caps", "chroot-env", "allow-seccomp", "allow-missing", "allow-read"} {
 		_ = fs.SetAnnotation(name, globalAnnotation, nil)
 	}
 	if !startsTasks {
-		for _, name := range []string{"allow-caps", "chroot-env", "allow-seccomp", "allow-missing"} {
+		for _, name := range []string{"allow-caps", "chroot-env", "allow-seccomp", "allow-missing", "allow-read"} {
 			_ = fs.MarkHidden(name)
 		}
 	}

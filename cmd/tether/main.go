@@ -59,6 +59,10 @@ func main() {
 		os.Exit(exitError)
 	}
 	c := &cli{stdout: os.Stdout, stderr: os.Stderr}
+	if len(os.Args) > 1 && os.Args[1] == groupDriverArg {
+		c.logLevel, c.lockTimeout = "info", 10*time.Second
+		os.Exit(c.cmdDriveGroup(os.Args[2:]))
+	}
 	os.Exit(c.main(os.Args[1:]))
 }
 
@@ -78,6 +82,9 @@ type cli struct {
 	// without (--allow-seccomp, --allow-missing), as given and as lists.
 	allowSeccompFlag, allowMissingFlag string
 	allowSeccomp, allowMissing         []string
+	// allowReadDirs is --allow-read as given; allowRead the directories.
+	allowReadDirs string
+	allowRead     []string
 
 	log   hclog.Logger
 	hooks driver.Hooks
@@ -371,6 +378,20 @@ func (c *cli) setup() error {
 	c.allowMissing = splitList(c.allowMissingFlag, "TETHER_ALLOW_MISSING")
 	if err := executor.ValidatePolicy(executor.Policy{AllowMissing: c.allowMissing}); err != nil {
 		return fmt.Errorf("--allow-missing: %w", err)
+	}
+	allow := c.allowReadDirs
+	if allow == "" {
+		allow = os.Getenv("TETHER_ALLOW_READ")
+	}
+	c.allowRead = nil
+	for _, d := range strings.Split(allow, ",") {
+		if d = strings.TrimSpace(d); d == "" {
+			continue
+		}
+		if !filepath.IsAbs(d) || filepath.Clean(d) == "/" {
+			return fmt.Errorf("--allow-read %q: give absolute directories other than /", d)
+		}
+		c.allowRead = append(c.allowRead, filepath.Clean(d))
 	}
 	dir, err := stateDir(c.stateDir)
 	if err != nil {

@@ -44,7 +44,7 @@ func (c *cli) nameTaken(err error, restart bool) int {
 // packagePrefix matches the package prefix of a wrapped error's message
 // ("driver: ", "executor: "): named errors carry one (STYLE.md), and a
 // person reading the CLI's message has no use for it.
-var packagePrefix = regexp.MustCompile(`(^|: |; |\(|\n)(?:fsm|driver|executor|store|statedir|cgroup|logs|seccomp|taskfile): `)
+var packagePrefix = regexp.MustCompile(`(^|: |; |\(|\n)(?:fsm|driver|executor|store|statedir|cgroup|logs|seccomp|taskfile|taskdir|template|artifact): `)
 
 // userText is a message without the package prefixes of the errors in it.
 func userText(msg string) string {

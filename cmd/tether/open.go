@@ -84,6 +84,7 @@ func (c *cli) open() (*session, error) {
 		ChrootEnv:       c.chroot,
 		AllowSeccomp:    c.allowSeccomp,
 		AllowMissing:    c.allowMissing,
+		AllowRead:       c.allowRead,
 		Hooks:           c.hooks,
 	})
 	if err != nil {
@@ -153,7 +154,7 @@ func newTaskID(name string) string {
 			b.WriteByte('-')
 		}
 	}
-	base := strings.TrimLeft(b.String(), "._-")
+	base := strings.Trim(b.String(), "._-")
 	if len(base) > 50 {
 		base = base[:50]
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
-	"github.com/tether-fsm/tether/taskfile"
 )
 
 // listFlag is a repeatable flag.
@@ -32,6 +31,7 @@ type taskInputs struct {
 	killSignal                 string
 	killTimeout                time.Duration
 	startOptions
+	jobInputs
 }
 
 // startOptions say how run, start and restart start a task.
@@ -76,6 +76,7 @@ func (in *taskInputs) register(fs *flagSet, name string) {
 	fs.StringVar(&in.killSignal, "kill-signal", "", "`signal` a stop sends first (default SIGTERM)")
 	fs.DurationVar(&in.killTimeout, "kill-timeout", 0, "`grace` between the stop signal and SIGKILL (default: the task file's kill_timeout, else 5s)")
 	in.startOptions.register(fs, name)
+	in.jobInputs.register(fs)
 }
 
 // isTaskFile says whether a positional argument names a task file by its
@@ -88,23 +89,30 @@ func isTaskFile(arg string) bool {
 	return false
 }
 
-// taskSpec parses run's and start's arguments into a spec. Flags may come
-// anywhere before the command line (after "--", or from a first argument
-// that is not a task file); a task file's name may be followed by flags.
-func (c *cli) taskSpec(name string, args []string) (fsm.Spec, startOptions, int, bool) {
+// taskRequest is what run's and start's arguments ask for: a command's
+// spec, or a task file (file set) with the flags that shape its tasks.
+type taskRequest struct {
+	spec fsm.Spec
+	file string
+	in   taskInputs
+}
+
+// taskSpec parses run's and start's arguments. Flags may come anywhere
+// before the command line (after "--", or from a first argument that is
+// not a task file); a task file's name may be followed by flags.
+func (c *cli) taskSpec(name string, args []string) (taskRequest, int, bool) {
 	var in taskInputs
 	fs := c.flags(name)
 	in.register(fs, name)
 	if code, ok := c.parse(fs, args); !ok {
-		return fsm.Spec{}, startOptions{}, code, false
+		return taskRequest{}, code, false
 	}
 	in.minUptimeSet = fs.Changed("min-uptime")
 	in.named = in.name != "" || in.replace || fs.NArg() == 1
-	usage := func(format string, args ...any) (fsm.Spec, startOptions, int, bool) {
+	usage := func(format string, args ...any) (taskRequest, int, bool) {
 		c.errorf(format, args...)
-		return fsm.Spec{}, startOptions{}, exitUsage, false
+		return taskRequest{}, exitUsage, false
 	}
-	var spec fsm.Spec
 	switch {
 	case fs.NArg() == 0 && len(fs.line) == 0:
 		return usage("%s needs a task file or a command: tether %s FILE.hcl, or tether %s -- CMD [ARGS...]", name, name, name)
@@ -116,94 +124,39 @@ func (c *cli) taskSpec(name string, args []string) (fsm.Spec, startOptions, int,
 		file := fs.Arg(0)
 		if classifyFirst(file) == argDataFile {
 			c.errorf("%s", dataFileError(name, file))
-			return fsm.Spec{}, startOptions{}, exitUsage, false
+			return taskRequest{}, exitUsage, false
 		}
-		var ok bool
-		if spec, in.batch, ok = c.readTaskFile(file, in.task); !ok {
-			return fsm.Spec{}, startOptions{}, exitError, false
+		if in.drv != "" && in.drv != "exec" && in.drv != "raw_exec" {
+			return usage("--driver %q: use exec or raw_exec", in.drv)
 		}
-		if in.drv != "" {
-			spec.Driver = in.drv
+		if in.killSignal != "" {
+			if _, err := parseSignal(in.killSignal); err != nil {
+				return usage("--kill-signal: %v", err)
+			}
 		}
-	default:
-		if in.task != "" {
-			return usage("--task picks a task from a task file; with a command, use --name")
-		}
-		spec = fsm.Spec{Driver: "raw_exec", Command: fs.line[0], Args: fs.line[1:]}
-		if in.drv != "" {
-			spec.Driver = in.drv
-		}
-		spec.Name = filepath.Base(fs.line[0])
+		return taskRequest{file: file, in: in}, 0, true
 	}
+	if in.task != "" || in.group != "" {
+		return usage("--task and --group pick tasks of a task file; with a command, use --name")
+	}
+	if len(in.vars)+len(in.varFiles)+len(in.meta) > 0 {
+		return usage("--var, --var-file and --meta are a job file's inputs; with a command, use --env")
+	}
+	spec := fsm.Spec{Driver: "raw_exec", Command: fs.line[0], Args: fs.line[1:]}
+	if in.drv != "" {
+		spec.Driver = in.drv
+	}
+	spec.Name = filepath.Base(fs.line[0])
 	if in.name != "" {
 		spec.Name = in.name
 	}
 	if spec.Driver != "exec" && spec.Driver != "raw_exec" {
 		return usage("--driver %q: use exec or raw_exec", spec.Driver)
 	}
-	for _, kv := range in.env {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return usage("--env %q: use NAME=VALUE", kv)
-		}
-		if spec.Env == nil {
-			spec.Env = map[string]string{}
-		}
-		spec.Env[k] = v
+	if err := in.override(&spec, true); err != nil {
+		return usage("%v", err)
 	}
-	if in.dir != "" {
-		spec.Dir = in.dir
-	}
-	if in.user != "" {
-		spec.User = in.user
-	}
-	spec.CapAdd = append(spec.CapAdd, in.capAdd...)
-	spec.CapDrop = append(spec.CapDrop, in.capDrop...)
-	if in.killSignal != "" {
-		sig, err := parseSignal(in.killSignal)
-		if err != nil {
-			return usage("--kill-signal: %v", err)
-		}
-		spec.KillSignal = int(sig)
-	}
-	if in.killTimeout > 0 {
-		spec.KillTimeout = in.killTimeout
-	}
-	return spec, in.startOptions, 0, true
-}
-
-// readTaskFile parses a task file, printing its warnings, errors and
-// notices, and returns the selected task's spec and whether its job runs
-// to completion (a batch or sysbatch job).
-func (c *cli) readTaskFile(file, task string) (spec fsm.Spec, batch, ok bool) {
-	src, err := os.ReadFile(file)
-	if err != nil {
-		c.errorf("%v", err)
-		return fsm.Spec{}, false, false
-	}
-	tf, diags := taskfile.Parse(file, src, taskfile.Options{})
-	for _, d := range diags {
-		fmt.Fprintln(c.stderr, taskfile.FormatDiag(d))
-	}
-	if diags.HasErrors() {
-		c.errorf("%s is not a valid task file; fix the errors above", file)
-		return fsm.Spec{}, false, false
-	}
-	for _, n := range tf.Notices {
-		fmt.Fprintf(c.stderr, "%s: %s\n", file, n)
-	}
-	t, err := tf.Find(task)
-	if err != nil {
-		c.errorf("%v", err)
-		return fsm.Spec{}, false, false
-	}
-	spec, err = t.StaticSpec()
-	if err != nil {
-		c.errorf("%v", err)
-		return fsm.Spec{}, false, false
-	}
-	spec.Name = tf.Name(t)
-	return spec, t.Group.Job != nil && t.Group.Job.Type.Batch(), true
+	return taskRequest{spec: spec, in: in}, 0, true
 }
 
 func (c *cli) cmdRun(args []string) int   { return c.runTask("run", args, false) }
@@ -214,10 +167,11 @@ func (c *cli) cmdStart(args []string) int { return c.runTask("start", args, true
 // read or appended. Ctrl-C (or SIGTERM) stops the task with its kill signal
 // and timeout; a second one kills it at once.
 func (c *cli) runTask(name string, args []string, detach bool) int {
-	spec, opts, code, ok := c.taskSpec(name, args)
+	req, code, ok := c.taskSpec(name, args)
 	if !ok {
 		return code
 	}
+	spec, opts := req.spec, req.in.startOptions
 	ctx := context.Background()
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -235,6 +189,24 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 		return exitStartFail
 	}
 	defer c.closeSession(s)
+	if req.file != "" {
+		run, code, ok := c.planJob(ctx, s, req.file, req.in)
+		if !ok {
+			return code
+		}
+		if ts := run.tasks(); len(ts) > 1 {
+			return c.runJob(ctx, s, run, opts, detach, sigs)
+		}
+		// One task (a task file's, a job's only one, or --task): a group
+		// of one, which starts, runs and ends as a lone task does; its
+		// ports are let go of with it (run), or by the next allocation
+		// once it has ended (start).
+		m := run.tasks()[0]
+		spec, id, opts.named, opts.batch = m.spec, m.id, true, run.batch
+		if !detach {
+			defer c.releasePorts(run.allocs[0].id)
+		}
+	}
 
 	var tail *tailer
 	if !detach {

@@ -41,6 +41,11 @@ type taskJSON struct {
 	StartedAt   *time.Time `json:"started_at,omitempty"`
 	EndedAt     *time.Time `json:"ended_at,omitempty"`
 	MemoryBytes *uint64    `json:"memory_bytes,omitempty"`
+	// Alloc and Hook place a task of a file in its group's copy; Ports
+	// are the ports it was given.
+	Alloc string     `json:"alloc,omitempty"`
+	Hook  string     `json:"hook,omitempty"`
+	Ports []fsm.Port `json:"ports,omitempty"`
 }
 
 func toJSON(t listed) taskJSON {
@@ -69,6 +74,10 @@ func toJSONInfo(info driver.TaskInfo) taskJSON {
 	if info.Spec != nil {
 		j.Name, j.Driver = info.Spec.Name, info.Spec.Driver
 		j.Command = append([]string{info.Spec.Command}, info.Spec.Args...)
+		if a := info.Spec.Alloc; a != nil {
+			j.Alloc, j.Hook = a.ID, a.Hook.String()
+		}
+		j.Ports = info.Spec.Ports
 	}
 	if info.Executor != nil {
 		j.ExecutorPID = info.Executor.PID
@@ -245,6 +254,13 @@ func (c *cli) printTask(t listed, now time.Time) {
 		row("Name", printable(info.Spec.Name))
 		row("Driver", info.Spec.Driver)
 		row("Command", printable(strings.Join(append([]string{info.Spec.Command}, info.Spec.Args...), " ")))
+	}
+	if info.Spec != nil && info.Spec.Alloc != nil {
+		a := info.Spec.Alloc
+		row("Group", fmt.Sprintf("%s (alloc %s, index %d, %s); its tasks: %s", printable(info.Spec.Group), a.ID, a.Index, hookText(*a), strings.Join(a.Tasks, " ")))
+	}
+	if info.Spec != nil && len(info.Spec.Ports) > 0 {
+		row("Ports", portsText(info.Spec.Ports))
 	}
 	row("State", stateText(info))
 	row("PID", pidText(info.TaskPID))
@@ -492,4 +508,25 @@ func (c *cli) cmdLogs(args []string) int {
 		c.log.Debug("stopped following", "task_id", info.ID, "err", err)
 	}
 	return exitOK
+}
+
+// hookText says a task's place in its group: its hook, sidecar, leader.
+func hookText(a fsm.Alloc) string {
+	s := a.Hook.String()
+	if a.Sidecar {
+		s += " sidecar"
+	}
+	if a.Leader {
+		s += ", leader"
+	}
+	return s
+}
+
+// portsText lists ports as label=ip:port (->to).
+func portsText(ps []fsm.Port) string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, printable(p.String()))
+	}
+	return strings.Join(out, " ")
 }

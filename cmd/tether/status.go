@@ -168,8 +168,12 @@ func failedEnd(t fsm.Task) bool {
 // REASON columns are there when an ended task is listed.
 func (c *cli) printList(w io.Writer, ts []listed, now time.Time) error {
 	ended := slices.ContainsFunc(ts, func(t listed) bool { return t.State.Terminal() })
+	ports := slices.ContainsFunc(ts, func(t listed) bool { return t.Spec != nil && len(t.Spec.Ports) > 0 })
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	head := "ID\tNAME\tSTATE\tPID\tEXECUTOR\tMEM\tUPTIME\tRESTARTS"
+	if ports {
+		head += "\tPORTS"
+	}
 	if ended {
 		head += "\tENDED\tEXIT\tREASON"
 	}
@@ -185,6 +189,13 @@ func (c *cli) printList(w io.Writer, ts []listed, now time.Time) error {
 		}
 		row := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d", t.ID, printable(taskName(t.TaskInfo)), stateText(t.TaskInfo), pidText(t.TaskPID),
 			executorText(t.TaskInfo), mem, up, t.Restarts)
+		if ports {
+			p := "-"
+			if t.Spec != nil && len(t.Spec.Ports) > 0 {
+				p = portsText(t.Spec.Ports)
+			}
+			row += "\t" + p
+		}
 		if ended {
 			end, exit, reason := "-", "-", ""
 			if t.State.Terminal() {

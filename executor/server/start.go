@@ -5,8 +5,8 @@ package server
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
-	"path/filepath"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -17,7 +17,6 @@ import (
 	"github.com/tether-fsm/tether/executor/shim"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
-	"github.com/tether-fsm/tether/statedir"
 )
 
 // launched is what startTask started.
@@ -49,15 +48,9 @@ type joinPlan struct {
 // with the failure it reported (the shim reaped, the cgroup removed).
 func (s *server) startTask(ls wire.Launch) (launched, error) {
 	var l launched
-	if err := ls.Spec.Validate(); err != nil {
-		return l, fmt.Errorf("%w: %w", wire.ErrBadSpec, err)
-	}
-	sb, err := spec.Check(ls, s.host, s.noCgroup, s.features())
+	sb, err := s.checkLaunch(ls)
 	if err != nil {
 		return l, err
-	}
-	if s.prefix == nil {
-		return l, fmt.Errorf("%w: the init shim needs Serve called with a tail of os.Args", wire.ErrLaunch)
 	}
 	exec := ls.Driver == wire.ModeExec
 	var tu spec.User
@@ -65,11 +58,12 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 	if err != nil {
 		return l, err
 	}
-	if err := prepareTaskDirs(s.taskDir, tu, exec); err != nil {
+	dirs := spec.DirsOf(ls.Spec, s.taskDir)
+	if err := prepareTaskDirs(dirs, tu, exec); err != nil {
 		return l, err
 	}
-	env := spec.TaskEnv(ls.Spec, s.taskDir, tu.Home)
-	local := filepath.Join(s.taskDir, statedir.LocalDir)
+	env := spec.TaskEnv(ls.Spec, dirs, tu.Home)
+	maps.Copy(env, s.tmplEnv) // env = true templates' variables win, as in Nomad
 	cfg := shim.Config{UID: tu.UID, GID: tu.GID, Groups: tu.Groups}
 	if ls.OOMScoreAdj != nil {
 		cfg.OOMScoreAdj = *ls.OOMScoreAdj
@@ -87,16 +81,10 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 		}
 		mask := spec.CapMask(caps)
 		cfg.Caps = &mask
-		if cfg.Root, err = shim.PlanRoot(s.taskDir, ls.Chroot); err != nil {
+		if cfg.Root, err = shim.PlanRoot(s.taskDir, taskBinds(dirs), ls.Chroot); err != nil {
 			return l, err
 		}
-		cfg.Path, cfg.Dir, cfg.Resolve = ls.Command, ls.Dir, true
-		switch {
-		case cfg.Dir == "":
-			cfg.Dir = "/" + statedir.LocalDir
-		case !filepath.IsAbs(cfg.Dir):
-			cfg.Dir = filepath.Join("/"+statedir.LocalDir, cfg.Dir)
-		}
+		cfg.Path, cfg.Dir, cfg.Resolve = ls.Command, dirs.WorkDir(ls.Spec), true
 		sys.Cloneflags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS
 		if ls.PIDMode != wire.ModeHost {
 			sys.Cloneflags |= unix.CLONE_NEWPID
@@ -122,14 +110,8 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 		}
 		l.warnings = append(l.warnings, sandboxWarnings(sb, s.features())...)
 	} else {
-		dir := ls.Dir
-		switch {
-		case dir == "":
-			dir = local
-		case !filepath.IsAbs(dir):
-			dir = filepath.Join(local, dir)
-		}
-		cfg.Dir, cfg.TaskDir = dir, s.taskDir
+		dir := dirs.WorkDir(ls.Spec)
+		cfg.Dir, cfg.TaskDir = dir, dirs.Task
 		if tu.Set() {
 			// The shim changes to the directory (beneath the task
 			// directory, no link followed, when it is there) and looks
@@ -315,6 +297,23 @@ func (s *server) startShim(cfg shim.Config, argv []string, attr *syscall.ProcAtt
 		return 0, fmt.Errorf("%w: start the init shim: %w", wire.ErrLaunch, err)
 	}
 	return pid, nil
+}
+
+// checkLaunch is the check of a launch before anything is made for it:
+// the spec's values (fsm.Spec.Validate) and what they mean on this host
+// (spec.Check), and the sandbox it gets here.
+func (s *server) checkLaunch(ls wire.Launch) (spec.Sandbox, error) {
+	if err := ls.Spec.Validate(); err != nil {
+		return spec.Sandbox{}, fmt.Errorf("%w: %w", wire.ErrBadSpec, err)
+	}
+	sb, err := spec.Check(ls, s.host, s.noCgroup, s.features())
+	if err != nil {
+		return sb, err
+	}
+	if s.prefix == nil {
+		return sb, fmt.Errorf("%w: the init shim needs Serve called with a tail of os.Args", wire.ErrLaunch)
+	}
+	return sb, nil
 }
 
 // startDirectly forks and execs a raw_exec task from the executor without

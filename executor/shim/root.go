@@ -47,9 +47,12 @@ type RootPlan struct {
 	Hide   []string    `json:"hide,omitempty"` // directories covered by an empty, read-only tmpfs
 }
 
-// planRoot computes the root of an exec task of taskDir from chroot
-// entries (nil: DefaultChroot, whose missing entries are skipped).
-func PlanRoot(taskDir string, chroot []string) (*RootPlan, error) {
+// PlanRoot computes the root of an exec task whose executor's directory
+// is taskDir from chroot entries (nil: DefaultChroot, whose missing
+// entries are skipped) and the task's own writable directories (its
+// /local, /secrets, /tmp and /alloc, bound from where the executor made
+// them).
+func PlanRoot(taskDir string, task []BindMount, chroot []string) (*RootPlan, error) {
 	explicit := chroot != nil
 	if !explicit {
 		chroot = spec.DefaultChroot
@@ -98,9 +101,7 @@ func PlanRoot(taskDir string, chroot []string) (*RootPlan, error) {
 	}
 	// Parents before children: a bind inside another lands on it.
 	slices.SortStableFunc(p.System, func(a, b BindMount) int { return strings.Compare(a.Dst, b.Dst) })
-	for _, d := range wire.TaskDirs {
-		p.Task = append(p.Task, BindMount{Src: filepath.Join(taskDir, d.Name), Dst: "/" + d.Name})
-	}
+	p.Task = task
 	// inRoot is where the task would see host path h, if it sees it.
 	inRoot := func(h string) (string, bool) {
 		for _, v := range seen {

@@ -106,6 +106,16 @@ var (
 	// namespace, keyrings, openat2), unless the operator let exec tasks
 	// run without it; the message names the feature and the opt-out.
 	ErrHostFeature = errors.New("executor: the host lacks a feature of the exec sandbox")
+	// ErrArtifact is returned when one of the task's artifacts could not
+	// be fetched before its first launch; the message names the source
+	// and why (unreachable, a checksum mismatch, an archive entry that
+	// leaves its destination...).
+	ErrArtifact = errors.New("executor: artifact not fetched")
+	// ErrTemplate is returned when one of the task's templates could not
+	// be rendered before its first launch; the message names the template
+	// and why (a function that needs a server, a read or a write outside
+	// the task's directories...).
+	ErrTemplate = errors.New("executor: template not rendered")
 )
 
 // Errors returned by Exec.

@@ -174,6 +174,8 @@ const (
 	codeSeccompNotAllowed
 	codeHostFeature
 	codeAtLimit
+	codeArtifact
+	codeTemplate
 )
 
 // wireErrors maps codes to named errors; the index is the code.
@@ -203,6 +205,8 @@ var wireErrors = [...]error{
 	codeSeccompNotAllowed: ErrSeccompNotAllowed,
 	codeHostFeature:       ErrHostFeature,
 	codeAtLimit:           ErrAtLimit,
+	codeArtifact:          ErrArtifact,
+	codeTemplate:          ErrTemplate,
 }
 
 type Failure struct {

@@ -60,6 +60,10 @@ type Policy struct {
 	// "SRC:DST" (DST a path inside the root), each a read-only bind mount
 	// of an existing host path; nil means DefaultChroot.
 	Chroot []string `json:"chroot,omitempty"`
+	// AllowRead lists host directories a template's source or file, or a
+	// local artifact, may be read from besides the task's own and its
+	// group's alloc directory; nil allows none.
+	AllowRead []string `json:"allow_read,omitempty"`
 }
 
 // Launch is what the executor is asked to launch: the task's spec as the
