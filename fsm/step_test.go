@@ -422,8 +422,10 @@ func TestSpec_Validate(t *testing.T) {
 		"NUL in header":          func(s *Spec) { s.Artifacts = []Artifact{{Source: "x", Headers: map[string]string{"A": "\x00"}}} },
 		"port 0":                 func(s *Spec) { s.Ports = []Port{{Label: "http", IP: "127.0.0.1"}} },
 		"port 70000":             func(s *Spec) { s.Ports = []Port{{Label: "http", Value: 70000, IP: "127.0.0.1"}} },
-		"huge template": func(s *Spec) {
-			s.Templates = []Template{{Data: strings.Repeat("x", 60<<10), Destination: "d"}, {Data: strings.Repeat("x", 60<<10), Destination: "d"}, {Data: strings.Repeat("x", 60<<10), Destination: "d"}, {Data: strings.Repeat("x", 60<<10), Destination: "d"}, {Data: strings.Repeat("x", 60<<10), Destination: "d"}, {Data: strings.Repeat("x", 60<<10), Destination: "d"}, {Data: strings.Repeat("x", 60<<10), Destination: "d"}, {Data: strings.Repeat("x", 60<<10), Destination: "d"}, {Data: strings.Repeat("x", 60<<10), Destination: "d"}}
+		"huge template": func(s *Spec) { // 16 of 60 KiB: more than a launch frame holds
+			for range 16 {
+				s.Templates = append(s.Templates, Template{Data: strings.Repeat("x", 60<<10), Destination: "d"})
+			}
 		},
 	}
 	full := ok
