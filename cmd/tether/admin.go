@@ -15,6 +15,7 @@ import (
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/clikit"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -99,7 +100,7 @@ func (c *cli) cmdRecover(args []string) int {
 		if t.Err != nil {
 			action += fmt.Sprintf(" (error: %v)", t.Err)
 		}
-		fmt.Fprintf(tw, "%s\t%s -> %s\t%s\n", t.ID, t.From, t.To, printable(action))
+		fmt.Fprintf(tw, "%s\t%s -> %s\t%s\n", t.ID, t.From, t.To, clikit.Printable(action))
 	}
 	if err := tw.Flush(); err != nil {
 		return c.fail(err)
@@ -168,7 +169,7 @@ func (c *cli) cmdCheck(args []string) int {
 		return c.fail(fmt.Errorf("check could not finish: %w", err))
 	}
 	for _, line := range strings.Split(rep.String(), "\n") {
-		fmt.Fprintln(c.stdout, printable(line))
+		fmt.Fprintln(c.stdout, clikit.Printable(line))
 	}
 	if !rep.OK() {
 		c.errorf("the store %s is damaged: %d problems (above)", path, len(rep.Problems))
@@ -199,7 +200,7 @@ func (c *cli) salvage(ctx context.Context, path string) int {
 	}
 	fmt.Fprintln(c.stdout)
 	for _, d := range rep.Damage {
-		fmt.Fprintf(c.stdout, "damage not attributable to one task: %s\n", printable(d.Error()))
+		fmt.Fprintf(c.stdout, "damage not attributable to one task: %s\n", clikit.Printable(d.Error()))
 	}
 	cmd, err := executorCommand()
 	if err != nil {
@@ -209,7 +210,7 @@ func (c *cli) salvage(ctx context.Context, path string) int {
 	code := exitOK
 	for _, l := range rep.Lost {
 		what, settled := c.settleLost(ctx, world, l)
-		fmt.Fprintf(c.stdout, "lost task %s (%s): %s\n  why: %s\n", printable(l.ID), l.State, what, printable(l.Err.Error()))
+		fmt.Fprintf(c.stdout, "lost task %s (%s): %s\n  why: %s\n", clikit.Printable(l.ID), l.State, what, clikit.Printable(l.Err.Error()))
 		if !settled {
 			code = exitError
 		}
