@@ -1,6 +1,9 @@
 # tether: thin wrappers over the go tool. `make help` lists the targets.
 GO        ?= go
 BIN       ?= bin/tether
+# tether-fleet (the fleet's commands, with the etcd client) goes beside
+# tether, where tether finds it.
+FLEET_BIN  = $(dir $(BIN))tether-fleet
 PKGS      ?= ./...
 # Property-test budget: checks per property for `make proptest` (5000 sim
 # checks, 100 real ones, and the enumeration take about 6 min with -race on
@@ -15,11 +18,15 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
 help:
 	@echo "build | test | test-long | test-cluster | bench-cluster | fmt | lint | proptest | bench | bench-quick | demo | mutants | clean"
 
-# A static binary (no cgo: os/user and net in pure Go): the CLI, its
-# executor and its init shim are this binary, started three times a task,
-# and the dynamic loader's work is a third of each start here.
+# Static binaries (no cgo: os/user and net in pure Go): the CLI, its
+# executor and its init shim are tether, started three times a task, and
+# the dynamic loader's work is a third of each start here. tether-fleet
+# serves `tether cluster` and the agent's fleet mode: it links the etcd
+# client, which tether must not (each start would pay its initialisers;
+# docs/fleet.md, "Two binaries").
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/tether
+	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(VERSION)" -o $(FLEET_BIN) ./cmd/tether-fleet
 
 # The race detector randomizes goroutine scheduling, so the property
 # harness's determinism test runs once more without it.

@@ -10,10 +10,12 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tether-fsm/tether/internal/etcdtest"
 )
 
 func TestRegister_SecondAgentIsRefusedNamingTheHolder(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	dirA, dirB := t.TempDir(), t.TempDir()
 	a := newTestNode(t, cli, "n1", dirA, openStore(t, dirA))
 	runNode(t, a)
@@ -40,7 +42,7 @@ func TestRegister_SecondAgentIsRefusedNamingTheHolder(t *testing.T) {
 }
 
 func TestRegister_EarlierAgentOfTheSameStateDirectoryIsTakenOver(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	dir := t.TempDir()
 	src := openStore(t, dir)
 	a := newTestNode(t, cli, "n1", dir, src, func(c *NodeConfig) { c.LeaseTTL = time.Minute })
@@ -64,7 +66,7 @@ func TestRegister_EarlierAgentOfTheSameStateDirectoryIsTakenOver(t *testing.T) {
 }
 
 func TestLiveness_LostLeaseIsNoticedAndRegisteredAgain(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	dir := t.TempDir()
 	n := newTestNode(t, cli, "n1", dir, openStore(t, dir))
 	runNode(t, n)
@@ -95,7 +97,7 @@ func TestLiveness_LostLeaseIsNoticedAndRegisteredAgain(t *testing.T) {
 }
 
 func TestNode_ShowsDownWithinTheLeaseTTLOnceItsAgentStops(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	dir := t.TempDir()
 	n := newTestNode(t, cli, "n1", dir, openStore(t, dir))
 	stop := runNode(t, n)
@@ -125,7 +127,7 @@ func TestNode_ShowsDownWithinTheLeaseTTLOnceItsAgentStops(t *testing.T) {
 }
 
 func TestNewNode_RefusesBadConfig(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	dir := t.TempDir()
 	src := openStore(t, dir)
 	for name, cfg := range map[string]NodeConfig{
@@ -156,7 +158,7 @@ func worldWritable(t *testing.T) string {
 }
 
 func TestRegister_EtcdDownIsUnavailableNotFatal(t *testing.T) {
-	cli := dial(t, "http://127.0.0.1:"+itoa(freePort(t)))
+	cli := dial(t, "http://127.0.0.1:"+itoa(etcdtest.FreePort(t)))
 	dir := t.TempDir()
 	n := newTestNode(t, cli, "n1", dir, openStore(t, dir))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)

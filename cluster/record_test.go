@@ -8,8 +8,6 @@ import (
 	"github.com/tether-fsm/tether/fsm"
 )
 
-var slicesSortFunc = slices.SortFunc[[]string, string]
-
 // TestWireEvent_CoversEveryEventField fails when fsm.Event gains a field
 // the mirror does not carry: add it to wireEvent, encodeEvent and
 // decodeEvent, then here.

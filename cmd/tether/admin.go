@@ -17,6 +17,7 @@ import (
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/executor/server"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/clikit"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -121,7 +122,7 @@ func (c *cli) cmdRecover(args []string) int {
 		if t.Err != nil {
 			action += fmt.Sprintf(" (error: %v)", t.Err)
 		}
-		fmt.Fprintf(tw, "%s\t%s -> %s\t%s\n", t.ID, t.From, t.To, printable(action))
+		fmt.Fprintf(tw, "%s\t%s -> %s\t%s\n", t.ID, t.From, t.To, clikit.Printable(action))
 	}
 	if err := tw.Flush(); err != nil {
 		return c.fail(err)
@@ -190,7 +191,7 @@ func (c *cli) cmdCheck(args []string) int {
 		return c.fail(fmt.Errorf("check could not finish: %w", err))
 	}
 	for _, line := range strings.Split(rep.String(), "\n") {
-		fmt.Fprintln(c.stdout, printable(line))
+		fmt.Fprintln(c.stdout, clikit.Printable(line))
 	}
 	if !rep.OK() {
 		c.errorf("the store %s is damaged: %d problems (above)", path, len(rep.Problems))
@@ -229,14 +230,14 @@ func (c *cli) salvage(ctx context.Context, path string) int {
 		fmt.Fprintln(c.stdout)
 	}
 	for _, d := range rep.Damage {
-		fmt.Fprintf(c.stdout, "damage not attributable to one task (tasks it held may be missing from every list): %s\n", printable(d.Error()))
+		fmt.Fprintf(c.stdout, "damage not attributable to one task (tasks it held may be missing from every list): %s\n", clikit.Printable(d.Error()))
 	}
 	for i, l := range rep.Lost {
 		what := "nothing done: the salvage stopped before it"
 		if i < len(rep.Settled) {
 			what = c.settled(l, rep.Settled[i])
 		}
-		fmt.Fprintf(c.stdout, "lost task %s (%s): %s\n  why: %s\n", printable(l.ID), l.State, what, printable(l.Err.Error()))
+		fmt.Fprintf(c.stdout, "lost task %s (%s): %s\n  why: %s\n", clikit.Printable(l.ID), l.State, what, clikit.Printable(l.Err.Error()))
 	}
 	if err != nil {
 		c.errorf("salvage: %v", err)
@@ -455,5 +456,5 @@ func describeProcess(pid int) string {
 	if len(cmdline) > 80 {
 		cmdline = cmdline[:77] + "..."
 	}
-	return fmt.Sprintf("process %d (%s)", pid, printable(cmdline))
+	return fmt.Sprintf("process %d (%s)", pid, clikit.Printable(cmdline))
 }

@@ -80,7 +80,7 @@ func (c *cli) cmdExec(args []string) int {
 		c.errorf("exec takes a task id or name and a command: tether exec [-t] ID [--] CMD [ARGS...]")
 		return exitUsage
 	}
-	id, rest := fs.Arg(0), fs.line
+	id, rest := fs.Arg(0), fs.CommandLine()
 	if len(rest) == 0 {
 		c.errorf("exec needs a command after the task: tether exec [-t] ID [--] CMD [ARGS...]")
 		return exitUsage

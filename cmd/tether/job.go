@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/tether-fsm/tether/internal/clikit"
 	"maps"
 	"os"
 	"os/signal"
@@ -201,7 +202,7 @@ func (c *cli) planGroups(tf *taskfile.File, task, group string) ([]*taskfile.Gro
 	}
 	if len(plans) > 1 || len(refused) > 0 {
 		for _, r := range refused {
-			fmt.Fprintf(c.stderr, "%s: does not run %s\n", tf.Filename, userText(r))
+			fmt.Fprintf(c.stderr, "%s: does not run %s\n", tf.Filename, clikit.UserText(r))
 		}
 	}
 	return plans, true
@@ -402,7 +403,7 @@ func (c *cli) sayStep(a *allocRun, p driver.GroupProgress, verbose bool, told *s
 	if step.Ending != "" && step.Ending != *told {
 		*told = step.Ending
 		if verbose {
-			fmt.Fprintf(c.stderr, "tether: group %s ends: %s\n", label, userText(step.Ending))
+			fmt.Fprintf(c.stderr, "tether: group %s ends: %s\n", label, clikit.UserText(step.Ending))
 		}
 	}
 }
@@ -498,10 +499,10 @@ func (c *cli) jobEndCode(finals [][]fsm.Task, interrupted os.Signal) int {
 				// stopped as its group ended (or never run): the group's
 				// end, which a failure below names, says why
 			case t.State == fsm.StateFailed:
-				fmt.Fprintf(c.stderr, "tether: %s: failed to start: %s\n", t.ID, userText(printable(t.Reason)))
+				fmt.Fprintf(c.stderr, "tether: %s: failed to start: %s\n", t.ID, clikit.UserText(clikit.Printable(t.Reason)))
 			default:
 				if s := endSummary(t, false); s != "" {
-					fmt.Fprintf(c.stderr, "tether: %s: %s\n", t.ID, userText(s))
+					fmt.Fprintf(c.stderr, "tether: %s: %s\n", t.ID, clikit.UserText(s))
 				}
 			}
 			if code != exitOK || !failedEnd(t) {

@@ -30,6 +30,7 @@ import (
 
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/internal/clikit"
 	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/store"
 )
@@ -52,13 +53,18 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == executorArg {
 		os.Exit(serveExecutor(os.Args[2:]))
 	}
+	c := &cli{stdout: os.Stdout, stderr: os.Stderr}
+	if cmd := fleetCommand(os.Args[1:]); cmd != "" {
+		// tether-fleet's command: handed over with everything this
+		// process was given (tether-fleet closes what it must itself).
+		os.Exit(c.handOver(cmd, os.Args[1:]))
+	}
 	// Nothing this process inherited passes to its executors (and from
 	// them to tasks): see executor.CloseInheritedOnExec.
 	if err := proc.CloseInheritedOnExec(); err != nil {
 		fmt.Fprintf(os.Stderr, "tether: %v\n", err)
 		os.Exit(exitError)
 	}
-	c := &cli{stdout: os.Stdout, stderr: os.Stderr}
 	if len(os.Args) > 1 && os.Args[1] == groupDriverArg {
 		c.logLevel, c.lockTimeout = "info", 10*time.Second
 		os.Exit(c.cmdDriveGroup(os.Args[2:]))
@@ -125,6 +131,7 @@ func commands() []command {
 		{name: "gc", args: "[flags]", summary: "remove terminal tasks and their directories, compact the store", run: (*cli).cmdGC},
 		{name: "debug", args: "crashpoints|faultpoints|host", summary: "list the crash or fault injection points, or what the host can contain", run: (*cli).cmdDebug},
 		{name: "version", args: "", summary: "print tether's version (also --version)", run: (*cli).cmdVersion},
+		{name: "cluster", args: "COMMAND [flags]", summary: "the fleet's commands on etcd: status, nodes, events, start, stop (served by tether-fleet)", run: (*cli).cmdCluster},
 	}
 }
 
@@ -175,8 +182,8 @@ Commands:
 		f.Hidden = false
 		global = append(global, f)
 	})
-	global = append(global, helpFlag, &pflag.Flag{Name: "version", Usage: "print tether's version", Value: new(boolFlag)})
-	fmt.Fprintf(w, "\nGlobal flags, accepted anywhere:\n%s", flagUsages(global))
+	global = append(global, clikit.HelpFlag, &pflag.Flag{Name: "version", Usage: "print tether's version", Value: new(clikit.BoolFlag)})
+	fmt.Fprintf(w, "\nGlobal flags, accepted anywhere:\n%s", clikit.Usages(global))
 	fmt.Fprint(w, `
 `+nameRules+`
 
@@ -204,18 +211,18 @@ func (c *cli) main(args []string) int {
 			}
 		}
 		if at >= 0 {
-			msg := fmt.Sprintf("unknown command %q", printable(args[at]))
+			msg := fmt.Sprintf("unknown command %q", clikit.Printable(args[at]))
 			if s := suggestCommand(args[at]); s != "" {
 				msg += "; did you mean " + s + "?"
 			} else if classifyFirst(args[at]) == argTaskFile {
-				msg += fmt.Sprintf("; to run the task file, tether run %s", printable(args[at]))
+				msg += fmt.Sprintf("; to run the task file, tether run %s", clikit.Printable(args[at]))
 			}
 			c.errorf("%s", msg)
 			fmt.Fprintln(c.stderr, "  'tether help' lists the commands")
 			return exitUsage
 		}
 		fs := c.flags("help")
-		if err := fs.parseAnywhere(args); err != nil && !errors.Is(err, pflag.ErrHelp) {
+		if err := fs.ParseAnywhere(args); err != nil && !errors.Is(err, pflag.ErrHelp) {
 			c.flagError(fs, err)
 			return exitUsage
 		}
@@ -229,51 +236,28 @@ func (c *cli) main(args []string) int {
 	return cmd.run(c, rest)
 }
 
-// findCommand finds the command's name among args: the first argument
-// that is neither a flag nor a flag's value. A command's own flags may
-// come before its name too: a word after such a flag (given without "=")
-// that names no command is taken for its value. at is the index of the
-// name, or of the word that should have been one (-1: none); ok whether it
-// names a command (help included).
+// findCommand finds the command's name among args (clikit.FindCommand):
+// at is the index of the name, or of the word that should have been one
+// (-1: none); ok whether it names a command (help included).
 func findCommand(args []string, global *flagSet) (at int, cmd command, ok bool) {
-	maybe := -1 // the first word taken for a flag's value
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			break
-		}
-		if !strings.HasPrefix(a, "-") || a == "-" {
-			if a == "help" {
-				return i, command{name: "help"}, true
-			}
-			if cmd, ok := lookup(a); ok {
-				return i, cmd, true
-			}
-			prev := ""
-			if i > 0 {
-				prev = args[i-1]
-			}
-			if !strings.HasPrefix(prev, "-") || strings.Contains(prev, "=") {
-				return i, command{}, false
-			}
-			if maybe < 0 {
-				maybe = i
-			}
-			continue
-		}
-		if strings.HasPrefix(a, "--") && !strings.Contains(a, "=") {
-			if f := global.Lookup(a[2:]); f != nil && f.Value.Type() != "bool" {
-				i++ // its value
-			}
-		}
+	at, ok = clikit.FindCommand(args, global.FlagSet.FlagSet, func(a string) bool {
+		_, known := lookup(a)
+		return known || a == "help"
+	})
+	if !ok {
+		return at, command{}, false
 	}
-	return maybe, command{}, false
+	if args[at] == "help" {
+		return at, command{name: "help"}, true
+	}
+	cmd, _ = lookup(args[at])
+	return at, cmd, true
 }
 
 // cmdHelp is 'tether help [COMMAND]'.
 func (c *cli) cmdHelp(args []string) int {
 	fs := c.flags("help")
-	if err := fs.parseAnywhere(args); err != nil && !errors.Is(err, pflag.ErrHelp) {
+	if err := fs.ParseAnywhere(args); err != nil && !errors.Is(err, pflag.ErrHelp) {
 		c.flagError(fs, err)
 		return exitUsage
 	}
@@ -282,8 +266,11 @@ func (c *cli) cmdHelp(args []string) int {
 		return exitOK
 	}
 	cmd, ok := lookup(fs.Arg(0))
+	if ok && cmd.name == "cluster" {
+		return c.handOver("cluster", append([]string{"cluster", "--help"}, fs.Args()[1:]...))
+	}
 	if !ok {
-		msg := fmt.Sprintf("no command %q", printable(fs.Arg(0)))
+		msg := fmt.Sprintf("no command %q", clikit.Printable(fs.Arg(0)))
 		if s := suggestCommand(fs.Arg(0)); s != "" {
 			msg += "; did you mean " + s + "?"
 		}
@@ -316,7 +303,7 @@ func suggestCommand(typed string) string {
 			names = append(names, cmd.alias)
 		}
 	}
-	return closest(typed, append(names, "help"))
+	return clikit.Closest(typed, append(names, "help"))
 }
 
 func lookup(name string) (command, bool) {
@@ -452,7 +439,7 @@ func stateDir(flagValue string) (string, error) {
 // the errors in it (the whole chain is logged at debug level).
 func (c *cli) errorf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	if short := userText(msg); short != msg {
+	if short := clikit.UserText(msg); short != msg {
 		if c.log != nil {
 			c.log.Debug("error chain", "err", msg)
 		}

@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
@@ -191,30 +189,4 @@ func joinStates(states []fsm.State) string {
 		parts[i] = s.String()
 	}
 	return strings.Join(parts, " -> ")
-}
-
-// printable makes a user-supplied string safe to print on a terminal: a
-// string with anything a terminal would not show as itself is shown
-// quoted, Go-style. That is control characters (C0, DEL, C1: escape
-// sequences among them), the format characters that reorder or hide text
-// (bidi embeddings, overrides and isolates U+202A-U+202E and
-// U+2066-U+2069, zero-width characters and marks U+200B-U+200F, U+FEFF,
-// U+061C), line and paragraph separators, and invalid UTF-8: every rune
-// strconv.IsPrint refuses, which is also what %q escapes.
-func printable(s string) string {
-	if !utf8.ValidString(s) {
-		return quoted(s)
-	}
-	for _, r := range s {
-		if !strconv.IsPrint(r) {
-			return quoted(s)
-		}
-	}
-	return s
-}
-
-// quoted is s as a Go string literal without its quotes.
-func quoted(s string) string {
-	q := strconv.Quote(s)
-	return q[1 : len(q)-1]
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/clikit"
 )
 
 // listFlag is a repeatable flag.
@@ -114,12 +115,12 @@ func (c *cli) taskSpec(name string, args []string) (taskRequest, int, bool) {
 		return taskRequest{}, exitUsage, false
 	}
 	switch {
-	case fs.NArg() == 0 && len(fs.line) == 0:
+	case fs.NArg() == 0 && len(fs.CommandLine()) == 0:
 		return usage("%s needs a task file or a command: tether %s FILE.hcl, or tether %s -- CMD [ARGS...]", name, name, name)
-	case fs.NArg() > 0 && len(fs.line) > 0:
+	case fs.NArg() > 0 && len(fs.CommandLine()) > 0:
 		return usage("%s takes a task file or a command, not both: tether %s FILE.hcl, or tether %s -- CMD [ARGS...]", name, name, name)
 	case fs.NArg() > 1:
-		return usage("unexpected arguments after %s: %s", printable(fs.Arg(0)), printable(strings.Join(fs.Args()[1:], " ")))
+		return usage("unexpected arguments after %s: %s", clikit.Printable(fs.Arg(0)), clikit.Printable(strings.Join(fs.Args()[1:], " ")))
 	case fs.NArg() == 1:
 		file := fs.Arg(0)
 		if classifyFirst(file) == argDataFile {
@@ -142,11 +143,11 @@ func (c *cli) taskSpec(name string, args []string) (taskRequest, int, bool) {
 	if len(in.vars)+len(in.varFiles)+len(in.meta) > 0 {
 		return usage("--var, --var-file and --meta are a job file's inputs; with a command, use --env")
 	}
-	spec := fsm.Spec{Driver: "raw_exec", Command: fs.line[0], Args: fs.line[1:]}
+	spec := fsm.Spec{Driver: "raw_exec", Command: fs.CommandLine()[0], Args: fs.CommandLine()[1:]}
 	if in.drv != "" {
 		spec.Driver = in.drv
 	}
-	spec.Name = filepath.Base(fs.line[0])
+	spec.Name = filepath.Base(fs.CommandLine()[0])
 	if in.name != "" {
 		spec.Name = in.name
 	}
@@ -302,7 +303,7 @@ var errInterrupted = errors.New("interrupted")
 // asked.
 func (c *cli) sayWarnings(id string, ws []fsm.Warning) {
 	for _, w := range ws {
-		fmt.Fprintf(c.stderr, "tether: %s: warning: %s\n", id, printable(w.Text))
+		fmt.Fprintf(c.stderr, "tether: %s: warning: %s\n", id, clikit.Printable(w.Text))
 	}
 }
 
@@ -360,13 +361,13 @@ func (c *cli) sayRestarts(ctx context.Context, s *session, id string, seen int) 
 		case fsm.EventRestartIntent:
 			what := "exited"
 			if e.Exit != nil {
-				what = describeExit(*e.Exit)
+				what = clikit.DescribeExit(*e.Exit)
 			}
 			fmt.Fprintf(c.stderr, "tether: %s: %s; restart %d in %s\n", id, what, e.Attempt, e.Delay)
 		case fsm.EventLaunched:
 			fmt.Fprintf(c.stderr, "tether: %s: restarted, pid %d\n", id, e.TaskPID)
 		case fsm.EventLaunchFailed:
-			fmt.Fprintf(c.stderr, "tether: %s: restart failed: %s\n", id, printable(e.Reason))
+			fmt.Fprintf(c.stderr, "tether: %s: restart failed: %s\n", id, clikit.Printable(e.Reason))
 		}
 	}
 	return len(evs)
@@ -531,24 +532,10 @@ func userName(name string) string {
 func describeEnd(t fsm.Task) string {
 	s := t.State.String()
 	if t.Exit != nil {
-		s += " (" + describeExit(*t.Exit) + ")"
+		s += " (" + clikit.DescribeExit(*t.Exit) + ")"
 	}
 	if t.Reason != "" && t.State != fsm.StateExited && t.State != fsm.StateStopped {
 		s += ": " + t.Reason
-	}
-	return s
-}
-
-func describeExit(x fsm.ExitStatus) string {
-	s := fmt.Sprintf("exit code %d", x.Code)
-	if x.Signal > 0 {
-		s = "killed by " + signalName(x.Signal)
-	}
-	switch {
-	case x.OOMKilledMain():
-		s += ", OOM killed"
-	case x.OOM:
-		s += "; another process of the task was OOM killed"
 	}
 	return s
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/internal/clikit"
 )
 
 // cmdSignal sends a signal to a running task through its executor (which
@@ -50,7 +51,7 @@ func (c *cli) cmdSignal(args []string) int {
 	if *main {
 		target = "main process"
 	}
-	fmt.Fprintf(c.stderr, "tether: %s: sent %s to the task's %s\n", info.ID, signalName(int(sig)), target)
+	fmt.Fprintf(c.stderr, "tether: %s: sent %s to the task's %s\n", info.ID, clikit.SignalName(int(sig)), target)
 	return exitOK
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tether-fsm/tether/internal/clikit"
 	"io"
 	"sync"
 
@@ -140,7 +141,7 @@ type prefixWriter struct {
 const maxPartial = 64 << 10
 
 func newPrefixWriter(w io.Writer, name string) *prefixWriter {
-	return &prefixWriter{w: w, prefix: []byte(printable(name) + ": ")}
+	return &prefixWriter{w: w, prefix: []byte(clikit.Printable(name) + ": ")}
 }
 
 func (p *prefixWriter) Write(b []byte) (int, error) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/clikit"
 )
 
 // start (and restart) return once the task is up: running, and still up
@@ -97,7 +98,7 @@ func (c *cli) started(ctx context.Context, s *session, t fsm.Task, min time.Dura
 // endedEarly reports a task that ended before its minimum uptime, with its
 // last output, and returns start's exit code.
 func (c *cli) endedEarly(t fsm.Task, min time.Duration) int {
-	c.errorf("task %s ended within --min-uptime %s of its start: %s", t.ID, durationText(min), endSummary(t, true))
+	c.errorf("task %s ended within --min-uptime %s of its start: %s", t.ID, clikit.DurationText(min), endSummary(t, true))
 	for _, stream := range []string{stderrFile, stdoutFile} {
 		lines := c.lastOutput(t.ID, stream, lastLines)
 		if len(lines) == 0 {
@@ -105,7 +106,7 @@ func (c *cli) endedEarly(t fsm.Task, min time.Duration) int {
 		}
 		fmt.Fprintf(c.stderr, "  its last %s:\n", streamName(stream))
 		for _, l := range lines {
-			fmt.Fprintf(c.stderr, "    %s\n", printable(l))
+			fmt.Fprintf(c.stderr, "    %s\n", clikit.Printable(l))
 		}
 	}
 	fmt.Fprintf(c.stderr, "  'tether logs %s' has its output, 'tether events %s' its history; --min-uptime 0 returns once it runs\n", t.ID, t.ID)
@@ -169,7 +170,7 @@ func endSummary(t fsm.Task, always bool) string {
 	var s string
 	switch {
 	case t.State == fsm.StateExited && t.Exit != nil && t.Exit.Signal > 0:
-		s = "killed by " + signalName(t.Exit.Signal)
+		s = "killed by " + clikit.SignalName(t.Exit.Signal)
 	case t.State == fsm.StateExited && t.Exit != nil:
 		s = fmt.Sprintf("exited with code %d", t.Exit.Code)
 	default:
@@ -177,10 +178,10 @@ func endSummary(t fsm.Task, always bool) string {
 		if t.Exit != nil {
 			x := *t.Exit
 			x.OOM = false // said below
-			s += " (" + describeExit(x) + ")"
+			s += " (" + clikit.DescribeExit(x) + ")"
 		}
 		if t.Reason != "" && t.State != fsm.StateStopped {
-			s += ": " + printable(t.Reason)
+			s += ": " + clikit.Printable(t.Reason)
 		}
 	}
 	if t.Exit != nil && t.Exit.OOM {
