@@ -65,6 +65,36 @@ func TestRegister_EarlierAgentOfTheSameStateDirectoryIsTakenOver(t *testing.T) {
 	}
 }
 
+// A stalled agent that resumes after its successor took the node over
+// (registering again, refused, its attempt forgotten) keeps the
+// successor's lease in the lease record: the next agent of the state
+// directory still takes the node over at once. (The resumed agent wrote
+// the record from what it knew, and dropped the successor's lease: the
+// next agent was refused until that lease ran out.)
+func TestRegister_ResumedStalledAgentKeepsItsSuccessorsLeaseRecorded(t *testing.T) {
+	cli := dial(t, etcdtest.Embedded(t))
+	dir := t.TempDir()
+	src := openStore(t, dir)
+	long := func(c *NodeConfig) { c.LeaseTTL = time.Minute }
+	stalled := newTestNode(t, cli, "n1", dir, src, long)
+	if err := stalled.Register(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	succ := newTestNode(t, cli, "n1", dir, src, long)
+	if err := succ.Register(ctxT(t)); err != nil {
+		t.Fatalf("successor: %v", err)
+	}
+	// The stalled agent resumes and tries to register again: refused,
+	// the successor holds the node under a lease it never knew.
+	if _, err := stalled.register(ctxT(t)); !errors.Is(err, ErrNodeHeld) {
+		t.Fatalf("the resumed agent's registration: %v, want ErrNodeHeld", err)
+	}
+	next := newTestNode(t, cli, "n1", dir, src, long)
+	if err := next.Register(ctxT(t)); err != nil {
+		t.Fatalf("the next agent of the state directory is refused: %v", err)
+	}
+}
+
 func TestLiveness_LostLeaseIsNoticedAndRegisteredAgain(t *testing.T) {
 	cli := dial(t, etcdtest.Embedded(t))
 	dir := t.TempDir()
