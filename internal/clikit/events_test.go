@@ -68,3 +68,23 @@ func TestNewEventJSON_CarriesWhatTheEventSays(t *testing.T) {
 		t.Errorf("NewEventJSON = %+v", j)
 	}
 }
+
+// An event recorded later than it happened (a task-exited recorded after
+// the task ended) keeps its own time first, and ends its line with when
+// it was recorded; its JSON has both, and the run's peak memory.
+func TestEventTable_RecordedLaterSaysWhenAfterTheDetails(t *testing.T) {
+	var b bytes.Buffer
+	tab := newEventTable(&b, time.UTC)
+	at := time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC)
+	e := fsm.Event{Type: fsm.EventTaskExited, Time: at.UnixNano(), Recorded: at.Add(90 * time.Second).UnixNano(),
+		Exit: &fsm.ExitStatus{Code: 3, PeakMemory: 5 << 20}}
+	_ = tab.Line(e)
+	want := "2026-01-02T03:04:05.006Z  task-exited        exit code 3 (recorded 2026-01-02T03:05:35.006Z)\n"
+	if b.String() != want {
+		t.Errorf("line:\n%q\nwant:\n%q", b.String(), want)
+	}
+	j := NewEventJSON(e)
+	if !j.Time.Equal(at) || j.Recorded == nil || !j.Recorded.Equal(at.Add(90*time.Second)) || j.PeakMemory != 5<<20 {
+		t.Errorf("JSON: time %v, recorded %v, peak %d", j.Time, j.Recorded, j.PeakMemory)
+	}
+}
