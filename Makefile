@@ -1,6 +1,9 @@
 # tether: thin wrappers over the go tool. `make help` lists the targets.
 GO        ?= go
 BIN       ?= bin/tether
+# tether-fleet (the fleet's commands, with the etcd client) goes beside
+# tether, where tether finds it.
+FLEET_BIN  = $(dir $(BIN))tether-fleet
 PKGS      ?= ./...
 # Property-test budget: checks per property for `make proptest` (5000 sim
 # checks, 100 real ones, and the enumeration take about 6 min with -race on
@@ -10,16 +13,20 @@ RAPID_CHECKS ?= 5000
 # the binary then says what the Go build information holds).
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
 
-.PHONY: help build test test-e2e-agent test-short test-cluster bench-cluster fmt lint vet proptest bench bench-quick demo mutants clean
+.PHONY: help build test test-e2e-agent test-long test-cluster bench-cluster fmt lint vet proptest bench bench-quick demo mutants clean
 
 help:
-	@echo "build | test | test-e2e-agent | test-cluster | bench-cluster | fmt | lint | proptest | bench | bench-quick | demo | mutants | clean"
+	@echo "build | test | test-e2e-agent | test-long | test-cluster | bench-cluster | fmt | lint | proptest | bench | bench-quick | demo | mutants | clean"
 
-# A static binary (no cgo: os/user and net in pure Go): the CLI, its
-# executor and its init shim are this binary, started three times a task,
-# and the dynamic loader's work is a third of each start here.
+# Static binaries (no cgo: os/user and net in pure Go): the CLI, its
+# executor and its init shim are tether, started three times a task, and
+# the dynamic loader's work is a third of each start here. tether-fleet
+# serves `tether cluster` and the agent's fleet mode: it links the etcd
+# client, which tether must not (each start would pay its initialisers;
+# docs/fleet.md, "Two binaries").
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/tether
+	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(VERSION)" -o $(FLEET_BIN) ./cmd/tether-fleet
 
 # The race detector randomizes goroutine scheduling, so the property
 # harness's determinism test runs once more without it.
@@ -33,6 +40,15 @@ test: build
 # as they do daemonless (about two minutes here).
 test-e2e-agent:
 	TETHER_E2E_AGENT=1 $(GO) test -count=1 -timeout 20m ./cmd/tether/
+
+# The repetitions the default suite leaves out (many runs of the
+# real-process property, hundreds of processes on one store, more data
+# through the same paths): the tests of the packages whose test binaries
+# take -long (those linking internal/testproc), run again with it. Every
+# contract keeps a test in `make test`; this is for CI's longer run.
+LONG_PKGS = $(shell $(GO) list -f '{{$$p := .ImportPath}}{{range .TestImports}}{{if eq . "github.com/tether-fsm/tether/internal/testproc"}}{{$$p}}{{"\n"}}{{end}}{{end}}{{range .XTestImports}}{{if eq . "github.com/tether-fsm/tether/internal/testproc"}}{{$$p}}{{"\n"}}{{end}}{{end}}' $(PKGS) | sort -u)
+test-long: build
+	$(GO) test -race -count=1 -timeout 60m $(LONG_PKGS) -long
 
 # The fleet's tests alone: unit tests on an embedded etcd, then the
 # end-to-end tests and the linearizability check on a real 3-member etcd
@@ -84,14 +100,17 @@ demo: build
 	-$(BIN) run examples/isolated.hcl
 	$(BIN) status --all
 
-# Each planted bug under proptest/testdata/mutants is applied through
-# `go test -overlay` and must be caught by the tests of the packages it
-# names (every package by default), after a baseline run without any mutant;
-# fails if one survives, no longer applies or does not build, or if the
-# baseline is red.
+# Each planted bug under proptest/testdata/mutants is applied as an overlay
+# (in GOFLAGS, so the CLI's end-to-end tests build it too) and must be
+# caught by the tests of the mutated files' reverse dependencies, run one
+# package at a time with -failfast until one catches it; the catching test
+# must pass alone without the mutant and fail alone again with it. Fails if
+# one survives, no longer applies or does not build. Prints each mutant's
+# catching test and time, and writes them to $(MUTANTS_REPORT).
 MUTANTS ?= proptest/testdata/mutants
+MUTANTS_REPORT ?= mutants-report.md
 mutants:
-	$(GO) run ./proptest/cmd/mutants -budget 10m $(MUTANTS)
+	$(GO) run ./proptest/cmd/mutants -budget 10m -report $(MUTANTS_REPORT) $(MUTANTS)
 
 clean:
-	rm -rf bin
+	rm -rf bin $(MUTANTS_REPORT)

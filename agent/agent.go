@@ -47,6 +47,15 @@ type Config struct {
 	// asked; no request carries or widens them.
 	AllowedCaps []string
 	ChrootEnv   []string
+	// AllowSeccomp, AllowMissing and AllowRead are the rest of the
+	// operator's policy for exec tasks and job files (see driver.Config),
+	// applied in the same way.
+	AllowSeccomp []string
+	AllowMissing []string
+	AllowRead    []string
+	// ReleasePorts lets go of the ports of a group whose directory gc
+	// removed (the CLI's port allocator; nil: none).
+	ReleasePorts func(alloc string)
 	// StoreOptions open the store (held for the agent's life).
 	StoreOptions store.Options
 	// Hooks crash the agent at its points; DriverHooks are its driver's
@@ -135,10 +144,10 @@ func Open(cfg Config) (a *Agent, err error) {
 	if opts.Logger == nil {
 		opts.Logger = cfg.Logger.Named("store")
 	}
-	if cfg.ChrootEnv != nil {
-		if err := executor.ValidateChroot(cfg.ChrootEnv); err != nil {
-			return nil, fmt.Errorf("agent: Config.ChrootEnv: %w", err)
-		}
+	policy := executor.Policy{AllowedCaps: slices.Clone(cfg.AllowedCaps), Chroot: slices.Clone(cfg.ChrootEnv),
+		AllowSeccomp: slices.Clone(cfg.AllowSeccomp), AllowMissing: slices.Clone(cfg.AllowMissing), AllowRead: slices.Clone(cfg.AllowRead)}
+	if err := executor.ValidatePolicy(policy); err != nil {
+		return nil, fmt.Errorf("agent: Config's policy: %w", err)
 	}
 	st, err := openHeld(statedir.Layout{Dir: cfg.StateDir}.Store(), opts)
 	if err != nil {
@@ -146,8 +155,7 @@ func Open(cfg Config) (a *Agent, err error) {
 	}
 	env := &spawnEnv{paths: map[string]string{}}
 	world := &executor.Real{StateDir: cfg.StateDir, Command: cfg.ExecutorCommand, Logger: cfg.Logger.Named("driver"),
-		Policy: executor.Policy{AllowedCaps: slices.Clone(cfg.AllowedCaps), Chroot: slices.Clone(cfg.ChrootEnv)},
-		Env:    env.of}
+		Policy: policy, Env: env.of}
 	d, err := driver.Open(driver.Config{
 		StateDir: cfg.StateDir, Store: st, Logger: cfg.Logger.Named("driver"), World: world,
 		Hooks: cfg.DriverHooks,
@@ -158,7 +166,7 @@ func Open(cfg Config) (a *Agent, err error) {
 	}
 	a = &Agent{cfg: cfg, log: cfg.Logger, lock: lock, st: st, d: d, env: env, serving: make(chan struct{})}
 	a.Local = &Local{D: d, Store: st, StateDir: cfg.StateDir, ExecutorCommand: cfg.ExecutorCommand,
-		Logger: cfg.Logger, Now: cfg.Now, NewID: cfg.NewID}
+		Logger: cfg.Logger, Now: cfg.Now, NewID: cfg.NewID, Hooks: cfg.DriverHooks, ReleasePorts: cfg.ReleasePorts}
 	a.conv = newConverger(a)
 	return a, nil
 }
@@ -287,7 +295,8 @@ func newTaskID(name string) string {
 // Policy is the agent's allow lists (its clients' flags cannot change
 // them: the CLI refuses a list of its own that differs, naming these).
 func (a *Agent) Policy() Policy {
-	return Policy{AllowedCaps: slices.Clone(a.cfg.AllowedCaps), ChrootEnv: slices.Clone(a.cfg.ChrootEnv)}
+	return Policy{AllowedCaps: slices.Clone(a.cfg.AllowedCaps), ChrootEnv: slices.Clone(a.cfg.ChrootEnv),
+		AllowSeccomp: slices.Clone(a.cfg.AllowSeccomp), AllowMissing: slices.Clone(a.cfg.AllowMissing), AllowRead: slices.Clone(a.cfg.AllowRead)}
 }
 
 func (a *Agent) Enable(ctx context.Context, file string, spec fsm.Spec) (Entry, error) {
@@ -336,6 +345,18 @@ func (a *Agent) StartNamed(ctx context.Context, id string, spec fsm.Spec, opts d
 func (a *Agent) RestartTask(ctx context.Context, id, newID string) (t, old fsm.Task, err error) {
 	a.env.with(newID, clientPath(ctx), func() { t, old, err = a.Local.RestartTask(ctx, id, newID) })
 	return t, old, err
+}
+
+// RunGroup is Local's, the group's tasks' executors spawned on the
+// client's PATH as StartTask's are.
+func (a *Agent) RunGroup(ctx context.Context, ids []string, wait bool, fn func(driver.GroupProgress)) (ts []fsm.Task, err error) {
+	run := func() { ts, err = a.Local.RunGroup(ctx, ids, wait, fn) }
+	for _, id := range ids {
+		inner, id := run, id
+		run = func() { a.env.with(id, clientPath(ctx), inner) }
+	}
+	run()
+	return ts, err
 }
 
 type clientPathKey struct{}

@@ -323,6 +323,53 @@ func (c *Client) ExecTask(ctx context.Context, id string, spec driver.ExecSpec) 
 	return driver.ExecIn(ctx, &executor.Real{StateDir: c.stateDir}, info.Task, spec)
 }
 
+// CreateGroup is driver.CreateGroup through the agent: opts.Stopping is
+// called as the agent stops each task it replaces.
+func (c *Client) CreateGroup(ctx context.Context, tasks []driver.GroupTask, opts driver.StartOptions) ([]fsm.Task, error) {
+	r, err := c.call(ctx, Request{Op: OpCreateGroup, Group: tasks, Replace: opts.Replace, Path: os.Getenv("PATH")},
+		func(r Response) bool {
+			if r.Task != nil && opts.Stopping != nil {
+				opts.Stopping(*r.Task)
+			}
+			return false
+		})
+	return r.Tasks, err
+}
+
+// RunGroup is driver.RunGroup, driven by the agent for as long as the call
+// lasts: fn is called with each step it takes.
+func (c *Client) RunGroup(ctx context.Context, ids []string, wait bool, fn func(driver.GroupProgress)) ([]fsm.Task, error) {
+	r, err := c.call(ctx, Request{Op: OpRunGroup, IDs: ids, Wait: wait, Path: os.Getenv("PATH")}, groupProgress(fn))
+	return r.Tasks, err
+}
+
+// StopGroup is driver.StopGroup through the agent.
+func (c *Client) StopGroup(ctx context.Context, ids []string, sig syscall.Signal, grace time.Duration, fn func(driver.GroupProgress)) ([]fsm.Task, error) {
+	r, err := c.call(ctx, Request{Op: OpStopGroup, IDs: ids, Signal: int(sig), Grace: grace}, groupProgress(fn))
+	return r.Tasks, err
+}
+
+func groupProgress(fn func(driver.GroupProgress)) func(Response) bool {
+	return func(r Response) bool {
+		if r.Progress != nil && fn != nil {
+			fn(*r.Progress)
+		}
+		return false
+	}
+}
+
+// Groups is driver.Groups through the agent.
+func (c *Client) Groups(ctx context.Context) (map[string][]string, error) {
+	r, err := c.call(ctx, Request{Op: OpGroups}, nil)
+	return r.Groups, err
+}
+
+// GroupDriven is driver.GroupDriven through the agent.
+func (c *Client) GroupDriven(alloc string) (bool, int, error) {
+	r, err := c.call(context.Background(), Request{Op: OpGroupDriven, Name: alloc}, nil)
+	return r.Driven, r.PID, err
+}
+
 // StopTask is driver.StopTask through the agent.
 func (c *Client) StopTask(ctx context.Context, id string, sig syscall.Signal, grace time.Duration) (fsm.Task, error) {
 	r, err := c.callTask(ctx, Request{Op: OpStop, ID: id, Signal: int(sig), Grace: grace}, nil)

@@ -58,6 +58,10 @@ type Local struct {
 	StateDir        string
 	ExecutorCommand []string
 	Logger          hclog.Logger
+	// Hooks are the driver's crash points (a salvage's); ReleasePorts lets
+	// go of the ports of a group whose directory gc removed (nil: none).
+	Hooks        driver.Hooks
+	ReleasePorts func(alloc string)
 	// Now is the clock (default time.Now); NewID draws task ids (default:
 	// the name and six random hex digits).
 	Now   func() time.Time
@@ -94,6 +98,22 @@ func (l *Local) StartNamed(ctx context.Context, id string, spec fsm.Spec, opts d
 func (l *Local) RestartTask(ctx context.Context, id, newID string) (fsm.Task, fsm.Task, error) {
 	return l.D.RestartTask(ctx, id, newID)
 }
+
+func (l *Local) CreateGroup(ctx context.Context, tasks []driver.GroupTask, opts driver.StartOptions) ([]fsm.Task, error) {
+	return l.D.CreateGroup(ctx, tasks, opts)
+}
+
+func (l *Local) RunGroup(ctx context.Context, ids []string, wait bool, fn func(driver.GroupProgress)) ([]fsm.Task, error) {
+	return l.D.RunGroup(ctx, ids, wait, fn)
+}
+
+func (l *Local) StopGroup(ctx context.Context, ids []string, sig syscall.Signal, grace time.Duration, fn func(driver.GroupProgress)) ([]fsm.Task, error) {
+	return l.D.StopGroup(ctx, ids, sig, grace, fn)
+}
+
+func (l *Local) Groups(ctx context.Context) (map[string][]string, error) { return l.D.Groups(ctx) }
+
+func (l *Local) GroupDriven(alloc string) (bool, int, error) { return l.D.GroupDriven(alloc) }
 
 func (l *Local) StopTask(ctx context.Context, id string, sig syscall.Signal, grace time.Duration) (fsm.Task, error) {
 	return l.D.StopTask(ctx, id, sig, grace)
@@ -281,8 +301,8 @@ func (l *Local) Check(ctx context.Context) (rep store.Report, err error) {
 }
 
 // GC removes the tasks that ended more than olderThan ago and their
-// directories, the task directories the store does not know, and compacts
-// the store.
+// directories, the task directories the store does not know, the group
+// directories (allocs/) no task in the store has, and compacts the store.
 func (l *Local) GC(ctx context.Context, olderThan time.Duration) (GCReport, error) {
 	var rep GCReport
 	cutoff := time.Unix(0, l.now()).Add(-olderThan)
@@ -316,6 +336,12 @@ func (l *Local) GC(ctx context.Context, olderThan time.Duration) (GCReport, erro
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("looking for task directories the store does not know: %v", err))
 		rep.Failed = true
 	}
+	allocs, err := l.removeAllocDirs(ctx, layout)
+	rep.Allocs = allocs
+	if err != nil {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("removing the directories of ended groups: %v", err))
+		rep.Failed = true
+	}
 	rep.Before, rep.After, err = l.compact(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("compact: %w", err)
@@ -333,7 +359,9 @@ func (l *Local) compact(ctx context.Context) (before, after int64, err error) {
 
 // removeOrphanDirs removes the task directories the store does not know
 // (left by a start that crashed before it recorded the task, or by a
-// salvage); executor.Real.RemoveOrphanDir keeps the ones in use.
+// salvage); executor.Real.RemoveOrphanDir keeps the ones in use. One kept
+// because an executor runs in it for a task the store does not know is
+// something gc could not finish (rep.Failed).
 func (l *Local) removeOrphanDirs(ctx context.Context, layout statedir.Layout, rep *GCReport) ([]string, error) {
 	ents, err := os.ReadDir(layout.Tasks())
 	if err != nil {
@@ -362,7 +390,8 @@ func (l *Local) removeOrphanDirs(ctx context.Context, layout statedir.Layout, re
 		}
 		if !removed {
 			if errors.Is(kept, executor.ErrBusy) {
-				rep.Warnings = append(rep.Warnings, fmt.Sprintf("warning: task directory %s is unknown to the store but kept: %v", id, kept))
+				rep.Warnings = append(rep.Warnings, fmt.Sprintf("task directory %s is unknown to the store but kept: %v; 'tether stop' cannot reach it: kill that executor (it is not in the store)", id, kept))
+				rep.Failed = true
 			}
 			l.logger().Debug("task directory kept", "task_id", id, "why", fmt.Sprint(kept))
 			continue
@@ -372,52 +401,98 @@ func (l *Local) removeOrphanDirs(ctx context.Context, layout statedir.Layout, re
 	return out, nil
 }
 
-// Salvage is the way out of a damaged store that keeps the running tasks
-// under control. Every readable task is copied into a new store; the live
-// tasks that cannot be read have their processes killed by proven
-// identity (from what of their log could be read), so none runs on
-// unknown to the new store; then the new store is put in place and the
-// damaged one kept beside it. It all happens while nothing of this
-// process has the store open.
-func (l *Local) Salvage(ctx context.Context) (SalvageReport, error) {
-	path, opts := l.Store.Path(), l.Store.Options()
-	stamp := time.Unix(0, l.now()).UTC().Format("20060102T150405")
-	rep := SalvageReport{Dst: path + ".salvaged-" + stamp, Aside: path + ".damaged-" + stamp}
-	var fatal error
-	err := l.Store.Exclusive(ctx, func() error {
-		sr, err := store.Salvage(ctx, path, rep.Dst, opts)
-		if err != nil {
-			_ = os.Remove(rep.Dst)
-			fatal = fmt.Errorf("salvage: %w", err)
-			return nil
+// removeAllocDirs removes the group directories (allocs/ALLOC) that no
+// task in the store has and no process drives, and lets go of their
+// ports (ReleasePorts).
+func (l *Local) removeAllocDirs(ctx context.Context, layout statedir.Layout) ([]string, error) {
+	ents, err := os.ReadDir(layout.Allocs())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	scan, err := l.Store.LoadTasks(ctx, store.AllTasks)
+	if err != nil {
+		return nil, err
+	}
+	if scan.Incomplete != nil || len(scan.Unreadable) > 0 {
+		return nil, errors.New("some tasks cannot be read; no group directory is removed ('tether check' says why)")
+	}
+	held := map[string]bool{}
+	for _, t := range scan.Tasks {
+		if t.Spec != nil && t.Spec.Alloc != nil {
+			held[t.Spec.Alloc.ID] = true
 		}
-		rep.Copied, rep.HeadsRebuilt = len(sr.Copied), len(sr.HeadsRebuilt)
-		for _, d := range sr.Damage {
+	}
+	var out []string
+	var errs []error
+	for _, e := range ents {
+		id := e.Name()
+		if held[id] || !e.IsDir() || statedir.ValidateTaskID(id) != nil {
+			continue
+		}
+		if driven, _, err := l.D.GroupDriven(id); err != nil || driven {
+			continue
+		}
+		if err := os.RemoveAll(layout.Alloc(id).Dir()); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if l.ReleasePorts != nil {
+			l.ReleasePorts(id)
+		}
+		out = append(out, id)
+	}
+	return out, errors.Join(errs...)
+}
+
+// Salvage is the way out of a damaged store that keeps the running tasks
+// under control: driver.SalvageStore under a maintenance of the store
+// (its lock held from the read to the install, so that nothing another
+// process appended meanwhile is left behind in the damaged file), while
+// nothing of this process has the store open.
+func (l *Local) Salvage(ctx context.Context) (SalvageReport, error) {
+	var rep SalvageReport
+	var serr error
+	layout := statedir.Layout{Dir: l.StateDir}
+	err := l.Store.Exclusive(ctx, func() error {
+		m, err := store.BeginMaintenance(ctx, l.Store.Path(), l.Store.Options())
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := m.Release(); err != nil {
+				rep.Warnings = append(rep.Warnings, fmt.Sprintf("warning: %v", err))
+			}
+		}()
+		out, err := driver.SalvageStore(ctx, m, l.world(), l.Hooks)
+		serr = err
+		rep.Copied, rep.HeadsRebuilt = len(out.Copied), len(out.HeadsRebuilt)
+		for _, d := range out.Damage {
 			rep.Damage = append(rep.Damage, d.Error())
 		}
-		world := l.world()
-		for _, lt := range sr.Lost {
-			what, settled := settleLost(ctx, world, statedir.Layout{Dir: l.StateDir}, lt)
-			rep.Lost = append(rep.Lost, Lost{ID: lt.ID, State: lt.State, What: what, Why: lt.Err.Error(), Settled: settled})
+		for i, lt := range out.Lost {
+			lost := Lost{ID: lt.ID, State: lt.State, Why: lt.Err.Error(), What: "nothing done: the salvage stopped before it"}
+			if i < len(out.Settled) {
+				lost.What, lost.Settled = settled(layout, lt, out.Settled[i])
+			}
+			rep.Lost = append(rep.Lost, lost)
 		}
-		if err := store.Install(ctx, path, rep.Dst, rep.Aside, opts); err != nil {
-			rep.InstallErr = err.Error()
-			return nil
-		}
-		rep.Installed = true
+		rep.Killed = len(out.Settled) > 0
+		rep.Installed, rep.Aside, rep.Done = out.Installed, out.Aside, out.Done()
 		return nil
 	})
 	if err != nil {
 		return rep, err
 	}
-	return rep, fatal
+	return rep, serr
 }
 
-// settleLost kills the processes of a task that could not be salvaged,
-// when the readable part of its log proves which they are
-// (driver.SettleLost), and says what it did.
-func settleLost(ctx context.Context, world executor.World, layout statedir.Layout, l store.LostTask) (string, bool) {
-	set, err := driver.SettleLost(ctx, world, l)
+// settled says what driver.SettleLost did about a task that could not be
+// salvaged, and whether nothing of it is left running unknown.
+func settled(layout statedir.Layout, l store.LostTask, o driver.SettleOutcome) (string, bool) {
+	err := o.Err
 	switch {
 	case errors.Is(err, driver.ErrUnproven):
 		return fmt.Sprintf("NOT killed: %v; look at %s", err, layout.Task(l.ID).Dir()), false
@@ -425,10 +500,10 @@ func settleLost(ctx context.Context, world executor.World, layout statedir.Layou
 		return "executor killed; NOT all of its task: " + err.Error(), false
 	case err != nil:
 		return "NOT killed: " + err.Error(), false
-	case set.Ended:
+	case o.Ended:
 		return "it had ended; nothing to kill", true
-	case set.Executor == nil:
-		return "no executor with its spawn nonce is alive; nothing to kill", true
+	case o.Executor == nil:
+		return "no executor with its spawn nonce is alive; whatever was left of its task (its cgroup, its process group) was killed", true
 	}
-	return fmt.Sprintf("its executor (pid %d) and everything of its task were killed by proven identity", set.Executor.PID), true
+	return fmt.Sprintf("its executor (pid %d) and everything of its task were killed by proven identity", o.Executor.PID), true
 }

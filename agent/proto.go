@@ -112,6 +112,12 @@ type Policy struct {
 	// from (nil: Nomad's chroot_env).
 	AllowedCaps []string `json:"allowed_caps,omitempty"`
 	ChrootEnv   []string `json:"chroot_env,omitempty"`
+	// AllowSeccomp, AllowMissing and AllowRead: what an exec task's
+	// seccomp may name besides "default", the sandbox parts it may run
+	// without, the host directories a job file may read (nil: none).
+	AllowSeccomp []string `json:"allow_seccomp,omitempty"`
+	AllowMissing []string `json:"allow_missing,omitempty"`
+	AllowRead    []string `json:"allow_read,omitempty"`
 }
 
 func decodeHello(b []byte) (hello, error) {
@@ -155,6 +161,12 @@ const (
 	OpStartNamed     // StartNamed(ID, Spec, Replace): progress frames name each task it stops
 	OpRestart        // RestartTask(ID, NewID)
 	OpRestartDesired // RestartDesired(Name)
+	// Groups (version 2): a job file's groups, the driver's.
+	OpCreateGroup // CreateGroup(Group, Replace): progress frames name each task it stops
+	OpRunGroup    // RunGroup(IDs, Wait): progress frames before each step, then the final states
+	OpStopGroup   // StopGroup(IDs, Signal, Grace): progress frames, then the final states
+	OpGroups      // Groups()
+	OpGroupDriven // GroupDriven(Name: the alloc)
 
 	numOps
 )
@@ -165,7 +177,8 @@ var opNames = [numOps]string{
 	OpRecover: "recover", OpStats: "stats", OpEnable: "enable", OpDisable: "disable",
 	OpStartDesired: "start-desired", OpStatus: "status", OpWatch: "watch", OpCheck: "check",
 	OpGC: "gc", OpSalvage: "salvage", OpResolve: "resolve", OpStartNamed: "start-named", OpRestart: "restart",
-	OpRestartDesired: "restart-desired",
+	OpRestartDesired: "restart-desired", OpCreateGroup: "create-group", OpRunGroup: "run-group",
+	OpStopGroup: "stop-group", OpGroups: "groups", OpGroupDriven: "group-driven",
 }
 
 func (o Op) String() string {
@@ -227,6 +240,11 @@ type Request struct {
 	Path string `json:"path,omitempty"`
 	// OlderThan is gc's age.
 	OlderThan time.Duration `json:"older_than,omitempty"`
+	// Group is the tasks a create-group records (IDs: the tasks a
+	// run-group or stop-group drives); Wait makes a run-group wait for
+	// the group's lock.
+	Group []driver.GroupTask `json:"group,omitempty"`
+	Wait  bool               `json:"wait,omitempty"`
 }
 
 // Validate checks that a request carries what its operation needs, and
@@ -252,6 +270,28 @@ func (r *Request) Validate() error {
 	case OpResolve:
 		if len(r.Name) > maxName {
 			return bad("a name of %d bytes (at most %d)", len(r.Name), maxName)
+		}
+	case OpCreateGroup:
+		if len(r.Group) == 0 {
+			return bad("no tasks")
+		}
+		for _, g := range r.Group {
+			if err := driver.ValidateTaskID(g.ID); err != nil {
+				return bad("%v", err)
+			}
+		}
+	case OpRunGroup, OpStopGroup:
+		if len(r.IDs) == 0 {
+			return bad("no tasks")
+		}
+		for _, id := range r.IDs {
+			if err := driver.ValidateTaskID(id); err != nil {
+				return bad("%v", err)
+			}
+		}
+	case OpGroupDriven:
+		if err := driver.ValidateTaskID(r.Name); err != nil {
+			return bad("group id: %v", err)
 		}
 	case OpReconcile:
 		for _, id := range r.IDs {
@@ -364,7 +404,15 @@ type Response struct {
 	Check    *wireCheck       `json:"check,omitempty"`
 	GC       *GCReport        `json:"gc,omitempty"`
 	Salvage  *SalvageReport   `json:"salvage,omitempty"`
-	Err      *wireError       `json:"err,omitempty"`
+	// Tasks are a group operation's tasks; Progress a group's step (a
+	// progress frame); Groups the groups with a live task; Driven and
+	// PID whether a process drives a group, and which.
+	Tasks    []fsm.Task            `json:"tasks,omitempty"`
+	Progress *driver.GroupProgress `json:"progress,omitempty"`
+	Groups   map[string][]string   `json:"groups,omitempty"`
+	Driven   bool                  `json:"driven,omitempty"`
+	PID      int                   `json:"pid,omitempty"`
+	Err      *wireError            `json:"err,omitempty"`
 }
 
 // wireScan is store.Scan on the wire.

@@ -191,6 +191,21 @@ func (s *Server) dispatch(ctx context.Context, req Request, w *respWriter) Respo
 	case OpRestartDesired:
 		e, er := s.svc.RestartDesired(ctx, req.Name)
 		r.Entry, err = &e, er
+	case OpCreateGroup:
+		r.Tasks, err = s.svc.CreateGroup(ctx, req.Group, driver.StartOptions{Replace: req.Replace,
+			Stopping: func(old fsm.Task) { _ = w.write(Response{Kind: respProgress, Task: &old}) }})
+	case OpRunGroup:
+		r.Tasks, err = s.svc.RunGroup(ctx, req.IDs, req.Wait, func(p driver.GroupProgress) {
+			_ = w.write(Response{Kind: respProgress, Progress: &p})
+		})
+	case OpStopGroup:
+		r.Tasks, err = s.svc.StopGroup(ctx, req.IDs, syscall.Signal(req.Signal), req.Grace, func(p driver.GroupProgress) {
+			_ = w.write(Response{Kind: respProgress, Progress: &p})
+		})
+	case OpGroups:
+		r.Groups, err = s.svc.Groups(ctx)
+	case OpGroupDriven:
+		r.Driven, r.PID, err = s.svc.GroupDriven(req.Name)
 	case OpStop:
 		task, e := s.svc.StopTask(ctx, req.ID, syscall.Signal(req.Signal), req.Grace)
 		r.Task, err = &task, e

@@ -92,9 +92,23 @@ type Maintenance interface {
 	Salvage(ctx context.Context) (SalvageReport, error)
 }
 
+// Groups are the driver's operations on a job file's groups (driver's
+// CreateGroup, RunGroup, StopGroup, Groups, GroupDriven), with their
+// meanings. Through an agent, the agent's driver drives the group for as
+// long as the caller's request lasts (a detached `tether drive-group`
+// keeps one open), holding the group's lock as any driver does.
+type Groups interface {
+	CreateGroup(ctx context.Context, tasks []driver.GroupTask, opts driver.StartOptions) ([]fsm.Task, error)
+	RunGroup(ctx context.Context, ids []string, wait bool, fn func(driver.GroupProgress)) ([]fsm.Task, error)
+	StopGroup(ctx context.Context, ids []string, sig syscall.Signal, grace time.Duration, fn func(driver.GroupProgress)) ([]fsm.Task, error)
+	Groups(ctx context.Context) (map[string][]string, error)
+	GroupDriven(alloc string) (bool, int, error)
+}
+
 // Service is everything a CLI asks of tether.
 type Service interface {
 	Tasks
+	Groups
 	DesiredState
 	Maintenance
 }
@@ -105,6 +119,8 @@ type GCReport struct {
 	// directories the store did not know, removed.
 	Removed []string `json:"removed,omitempty"`
 	Orphans []string `json:"orphans,omitempty"`
+	// Allocs are the group directories (allocs/) no task had, removed.
+	Allocs []string `json:"allocs,omitempty"`
 	// Before and After are the store file's sizes around its compaction.
 	Before int64 `json:"before"`
 	After  int64 `json:"after"`
@@ -115,19 +131,22 @@ type GCReport struct {
 	Failed   bool     `json:"failed,omitempty"`
 }
 
-// SalvageReport is what a Salvage did.
+// SalvageReport is what a Salvage did (driver.Salvaged, as text).
 type SalvageReport struct {
 	Copied       int      `json:"copied"`
 	HeadsRebuilt int      `json:"heads_rebuilt,omitempty"`
 	Damage       []string `json:"damage,omitempty"`
 	Lost         []Lost   `json:"lost,omitempty"`
-	// Dst is the salvaged store's file and Aside where the damaged one is
-	// kept; Installed is set once the salvaged store is in place, else
-	// InstallErr says why not (the damaged store is still in place).
-	Dst        string `json:"dst"`
-	Aside      string `json:"aside"`
-	Installed  bool   `json:"installed"`
-	InstallErr string `json:"install_err,omitempty"`
+	// Killed: the processes of the lost tasks were dealt with (Lost says
+	// how), whatever came after.
+	Killed bool `json:"killed,omitempty"`
+	// Installed: the salvaged store is in place, the damaged one kept as
+	// Aside. Done: everything was done (driver.Salvaged.Done).
+	Installed bool   `json:"installed"`
+	Aside     string `json:"aside,omitempty"`
+	Done      bool   `json:"done"`
+	// Warnings are problems after the salvage (its lock's release).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Lost is a task a salvage could not copy, and what was done about its

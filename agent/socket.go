@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -37,7 +38,7 @@ func lockAgent(stateDir string) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: open %s: %w", path, err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := flockAfterDeadHolder(f, path); err != nil {
 		_ = f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			return nil, &RunningError{StateDir: stateDir, PID: readPID(path)}
@@ -52,6 +53,32 @@ func lockAgent(stateDir string) (*os.File, error) {
 		}
 	}
 	return f, nil
+}
+
+// deadHolderWait bounds how long an agent waits for the lock of an agent
+// that is dead (see flockAfterDeadHolder).
+const deadHolderWait = 5 * time.Second
+
+// flockAfterDeadHolder takes the lock without waiting, except when the
+// agent that recorded its pid in the lock file is dead: a killed agent's
+// lock is held on by copies of its descriptor in the children it was
+// forking at that instant (an executor between its fork and its exec,
+// which closes them), for moments; that is no agent serving, and the lock
+// is tried again until deadHolderWait. A live holder is EWOULDBLOCK at
+// once.
+func flockAfterDeadHolder(f *os.File, path string) error {
+	deadline := time.Now().Add(deadHolderWait)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			return err
+		}
+		pid := readPID(path)
+		if pid <= 0 || unix.Kill(pid, 0) != unix.ESRCH || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // readPID reads the pid an agent recorded in its lock file (0 if none).

@@ -22,41 +22,34 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/taskdir"
 )
 
-// Mode is how an artifact is placed (Nomad's mode).
-type Mode uint8
+// Mode is how an artifact is placed (Nomad's mode; fsm.ArtifactMode: the
+// spec records it).
+type Mode = fsm.ArtifactMode
 
 // Nomad's artifact modes.
 const (
 	// ModeAny: an archive is unpacked into the destination directory, a
 	// file lands in it under its own name, a directory is copied into it.
-	ModeAny Mode = iota
+	ModeAny = fsm.ArtifactAny
 	// ModeFile: the destination is the file itself.
-	ModeFile
+	ModeFile = fsm.ArtifactFile
 	// ModeDir: the destination is a directory the archive or directory
 	// fills.
-	ModeDir
+	ModeDir = fsm.ArtifactDir
 )
-
-var modeNames = [...]string{"any", "file", "dir"}
-
-func (m Mode) String() string {
-	if int(m) < len(modeNames) {
-		return modeNames[m]
-	}
-	return "Mode(" + strconv.Itoa(int(m)) + ")"
-}
 
 // ParseMode reads a mode value ("" is ModeAny).
 func ParseMode(s string) (Mode, error) {
 	if s == "" {
 		return ModeAny, nil
 	}
-	for i, n := range modeNames {
-		if s == n {
-			return Mode(i), nil
+	for m := ModeAny; m.Valid(); m++ {
+		if s == m.String() {
+			return m, nil
 		}
 	}
 	return 0, fmt.Errorf("%w: mode %q: use \"any\", \"file\" or \"dir\"", ErrMode, s)
@@ -66,19 +59,9 @@ func ParseMode(s string) (Mode, error) {
 // destination (Nomad's "local/").
 const DefaultDestination = "local/"
 
-// Artifact is one artifact block, its run-time values interpolated.
-type Artifact struct {
-	Source      string
-	Destination string // as the task names it; "" is DefaultDestination
-	Mode        Mode
-	// Options are go-getter's options: checksum ("type:hex") and archive
-	// ("false" to keep an archive as is, or a format to force one).
-	Options map[string]string
-	// Headers are sent with an http(s) request.
-	Headers map[string]string
-	// Chown gives what is placed to the Fetcher's Owner (Nomad's chown).
-	Chown bool
-}
+// Artifact is one artifact block, its run-time values interpolated
+// (fsm.Artifact: the spec records it).
+type Artifact = fsm.Artifact
 
 // Limits bound what one artifact may place (Nomad's client defaults:
 // 100 GB and 4096 files unpacked).

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	mobyseccomp "github.com/moby/profiles/seccomp"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/cgroup"
@@ -93,8 +95,11 @@ func chrootOf(sleeperDir string) []string {
 // tether's exec task (the same read-only binds, the same links, the
 // task's four writable directories, proc, a tmpfs /dev with devpts and
 // shm, the same masked and read-only paths), the same namespaces (pid,
-// mount, ipc, uts), user nobody, Nomad's default capabilities, no new
-// privileges, memory limit 64 MB.
+// mount, ipc, uts, cgroup), user nobody with no capability (as a nobody
+// exec task of tether's holds none), no new privileges, Docker's default
+// seccomp profile as Docker builds it for those capabilities (tether's
+// default filter), memory limit 64 MB. runc joins a new session keyring
+// by default, as tether's shim does.
 func runcBundle(b *testing.B, dir string, chroot []string) string {
 	rootfs := filepath.Join(dir, "rootfs")
 	if err := os.MkdirAll(rootfs, 0o755); err != nil {
@@ -134,9 +139,10 @@ func runcBundle(b *testing.B, dir string, chroot []string) string {
 		}
 		mounts = append(mounts, mount{"/" + d, "bind", p, []string{"rbind", "rw", "nosuid", "nodev"}})
 	}
-	caps := make([]string, len(executor.DefaultAllowedCaps))
-	for i, c := range executor.DefaultAllowedCaps {
-		caps[i] = "CAP_" + c
+	caps := []string{} // nobody's: none
+	profile, err := mobyseccomp.GetDefaultProfile(&specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{}}})
+	if err != nil {
+		b.Fatal(err)
 	}
 	cfg := map[string]any{
 		"ociVersion": "1.0.2",
@@ -154,8 +160,9 @@ func runcBundle(b *testing.B, dir string, chroot []string) string {
 		"root":   map[string]any{"path": "rootfs", "readonly": true},
 		"mounts": mounts,
 		"linux": map[string]any{
-			"namespaces": []map[string]string{{"type": "pid"}, {"type": "mount"}, {"type": "ipc"}, {"type": "uts"}},
+			"namespaces": []map[string]string{{"type": "pid"}, {"type": "mount"}, {"type": "ipc"}, {"type": "uts"}, {"type": "cgroup"}},
 			"resources":  map[string]any{"memory": map[string]int64{"limit": 64 << 20}},
+			"seccomp":    profile,
 			"maskedPaths": []string{"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/latency_stats",
 				"/proc/timer_stats", "/proc/acpi", "/proc/scsi", "/etc/shadow", "/etc/gshadow"},
 			"readonlyPaths": []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"},
@@ -241,8 +248,10 @@ func BenchmarkExecStartVsRunc(b *testing.B) {
 // executor (untimed, as Nomad's executor is there before libcontainer
 // starts the task) launches the static sleeper as an exec task: the init
 // shim, the cgroup with memory = 64, new PID, mount, IPC and UTS
-// namespaces, the root of read-only binds, pivot_root, nobody, Nomad's
-// capabilities, until the task runs. Against `runc run -d` of the same
+// namespaces, a cgroup namespace, the root of read-only binds,
+// pivot_root, a new session keyring, nobody with no capability, and
+// Docker's default seccomp filter (compiled by the executor, installed by
+// the shim), until the task runs. Against `runc run -d` of the same
 // binary with the same namespaces, root, user, capabilities and limit
 // (see runcBundle), interleaved. Target: ratio <= 1.
 func BenchmarkExecLaunchVsRunc(b *testing.B) {

@@ -187,7 +187,15 @@ func TestKill_EmptyAndGone(t *testing.T) {
 }
 
 // TestOOM_KilledAndCounted: a helper touching 400 MB under memory = 64 is
-// killed by the OOM killer, and the OOM count says so.
+// killed by the OOM killer, and the OOM count says so. The peak is what
+// the kernel promises: the task reached the limit (it was not killed
+// early), and went past it by no more than the charge of a task being
+// killed. A task the OOM killer has chosen may charge past the limit so
+// that it can exit (v1: try_charge's forced charge of a dying task;
+// cgroup-v2.rst, memory.max: "under certain circumstances, the usage may
+// go over the limit temporarily"); the charge in flight is a page, or a
+// huge page (2 MiB) where THP is on. The peak was seen one page over on
+// this host (67112960 for a 64 MiB limit).
 func TestOOM_KilledAndCounted(t *testing.T) {
 	h := needCgroups(t)
 	if _, why, ok := h.For(Memory); !ok {
@@ -212,8 +220,15 @@ func TestOOM_KilledAndCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.OOMKills != n || st.MemoryPeakBytes < 60<<20 || st.MemoryPeakBytes > 64<<20 {
-		t.Fatalf("stats after OOM: %+v", st)
+	const limit, hugePage = 64 << 20, 2 << 20
+	if st.OOMKills != n {
+		t.Errorf("Stats says %d OOM kills, OOMKills %d", st.OOMKills, n)
+	}
+	if st.MemoryPeakBytes < limit-hugePage || st.MemoryPeakBytes > limit+hugePage {
+		t.Errorf("peak %d bytes under a limit of %d: want the limit reached, and passed by no more than a dying task's charge (%d)", st.MemoryPeakBytes, limit, hugePage)
+	}
+	if st.MemoryBytes > limit {
+		t.Errorf("%d bytes charged after the kill, over the limit of %d", st.MemoryBytes, limit)
 	}
 }
 

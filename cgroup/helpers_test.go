@@ -39,6 +39,10 @@ import (
 //	                           delegated cgroup meanwhile), then create a task cgroup
 //	                           with limits, fill it, kill and remove it; print JSON
 //	cg-oomadj M FROM TO        set oom_score_adj to FROM, then SetOOMScoreAdj(TO); print it
+//	cg-spike M loc MB          join loc, touch MB of anonymous memory, unmap it, print "freed", block
+//	cg-affinity M loc          join loc, print the CPUs it may run on (sched_getaffinity), block
+//	cg-forkloop M loc N        join loc, fork N children that block, print "forked N", then
+//	                           fork for ever (each refused fork retried at once)
 func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && strings.HasPrefix(os.Args[1], "cg-") {
 		os.Exit(helper(os.Args[1], os.Args[3:]))
@@ -216,6 +220,55 @@ func helper(mode string, args []string) int {
 		b, _ := json.Marshal(r)
 		fmt.Println(string(b))
 		return 0
+	case "cg-spike":
+		if err := join(args[0]); err != nil {
+			return fail(err)
+		}
+		mb, _ := strconv.Atoi(args[1])
+		mem, err := unix.Mmap(-1, 0, mb<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			return fail(err)
+		}
+		for i := 0; i < len(mem); i += 4096 {
+			mem[i] = 1
+		}
+		if err := unix.Munmap(mem); err != nil {
+			return fail(err)
+		}
+		fmt.Println("freed")
+		block()
+	case "cg-affinity":
+		if err := join(args[0]); err != nil {
+			return fail(err)
+		}
+		var set unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &set); err != nil {
+			return fail(err)
+		}
+		var cpus []string
+		for cpu := range 1024 {
+			if set.IsSet(cpu) {
+				cpus = append(cpus, strconv.Itoa(cpu))
+			}
+		}
+		fmt.Println(strings.Join(cpus, ","))
+		block()
+	case "cg-forkloop":
+		if err := join(args[0]); err != nil {
+			return fail(err)
+		}
+		n, _ := strconv.Atoi(args[1])
+		for forked := 0; forked < n; {
+			if _, errno := rawForkBlock(); errno == 0 {
+				forked++
+			} else if errno != syscall.EAGAIN {
+				return fail(errno)
+			}
+		}
+		fmt.Printf("forked %d\n", n)
+		for {
+			_, _ = rawForkBlock()
+		}
 	case "cg-oomadj":
 		if err := os.WriteFile("/proc/self/oom_score_adj", []byte(args[0]), 0); err != nil {
 			return fail(err)

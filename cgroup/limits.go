@@ -246,3 +246,32 @@ func chooseCPUs(avail []int, n int, use map[int]int) []int {
 	slices.Sort(c)
 	return c
 }
+
+// TaskCPUs lists the CPUs the host gives task cgroups, the ones Cores are
+// chosen from: those of the cpuset hierarchy's parent of task cgroups
+// (cpuset.cpus on v1, cpuset.cpus.effective on cgroup2), as the kernel
+// spells them ("0-3,8") and counted. A host without a cpuset controller
+// is ErrNoController.
+func (h Host) TaskCPUs() (list string, n int, err error) {
+	hi, why, ok := h.For(CPUSet)
+	if !ok {
+		return "", 0, fmt.Errorf("%w: cpuset: %s", ErrNoController, why)
+	}
+	dir, ok := hi.dir(hi.Parent)
+	if !ok {
+		return "", 0, fmt.Errorf("cgroup: the parent of task cgroups %s lies outside the mounted %s hierarchy", hi.Parent, hi.Key)
+	}
+	file := "cpuset.cpus"
+	if hi.Version == V2 {
+		file = "cpuset.cpus.effective"
+	}
+	list, err = readString(dir, file)
+	if err != nil {
+		return "", 0, err
+	}
+	cpus, err := parseCPUList(list)
+	if err != nil {
+		return "", 0, err
+	}
+	return list, len(cpus), nil
+}

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/etcdtest"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -195,15 +196,15 @@ func pct(d []time.Duration, p int) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// startClusterB is startCluster for a benchmark.
-func startClusterB(b *testing.B) []string { return startCluster(b, 3).endpoints() }
+// startClusterB starts a real 3-member etcd for a benchmark.
+func startClusterB(b *testing.B) []string { return etcdtest.Start(b, 3).Endpoints() }
 
 // BenchmarkFleet_Status measures `tether cluster status` over 1,000
 // mirrored tasks on 10 nodes (5 up, 5 down), on an embedded etcd:
 //
 //	go test -run '^$' -bench FleetStatus -benchtime 100x ./cluster/
 func BenchmarkFleet_Status(b *testing.B) {
-	cli := dial(b, embedded(b))
+	cli := dial(b, etcdtest.Embedded(b))
 	k := mustKeys(b)
 	ctx := context.Background()
 	for node := range 10 {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -120,8 +121,13 @@ func TestNewKeys_Prefix(t *testing.T) {
 }
 
 // TestDeps_EmbedderPackagesDoNotLinkEtcd fails if the etcd client (or
-// gRPC, which comes with it) enters the packages an embedder imports.
-// (go.etcd.io/bbolt is the store's own, and allowed.)
+// gRPC, protobuf or zap, which come with it) enters the packages an
+// embedder imports, or the plain tether binary: that binary is the CLI,
+// the executor and the init shim, started up to three times a task start,
+// and the etcd client's initialisers would double each start (its fleet
+// commands are tether-fleet's). go.etcd.io/bbolt is the store's own, and
+// allowed. tether-fleet is checked to link the client, so that the test
+// cannot pass by matching nothing.
 func TestDeps_EmbedderPackagesDoNotLinkEtcd(t *testing.T) {
 	gobin, err := exec.LookPath("go")
 	if err != nil {
@@ -129,19 +135,26 @@ func TestDeps_EmbedderPackagesDoNotLinkEtcd(t *testing.T) {
 			t.Skip("the go command is not on PATH")
 		}
 	}
-	pkgs := []string{"fsm", "store", "driver", "executor"}
-	args := []string{"list", "-deps", "-test=false"}
-	for _, p := range pkgs {
-		args = append(args, "github.com/tether-fsm/tether/"+p)
-	}
-	out, err := exec.Command(gobin, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
-	for _, dep := range strings.Fields(string(out)) {
-		if strings.HasPrefix(dep, "go.etcd.io/etcd/") || strings.HasPrefix(dep, "go.etcd.io/raft") ||
-			strings.HasPrefix(dep, "google.golang.org/grpc") || strings.HasPrefix(dep, "github.com/tether-fsm/tether/cluster") {
-			t.Errorf("%s is among the dependencies of %v: the fleet's client must stay out of the embedder's packages", dep, pkgs)
+	deps := func(pkg string) []string {
+		out, err := exec.Command(gobin, "list", "-deps", "-test=false", "github.com/tether-fsm/tether/"+pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list: %v\n%s", err, out)
 		}
+		return strings.Fields(string(out))
+	}
+	fleetOnly := []string{"go.etcd.io/etcd/", "go.etcd.io/raft", "google.golang.org/grpc", "google.golang.org/protobuf",
+		"github.com/golang/protobuf", "github.com/gogo/protobuf", "go.uber.org/zap", "github.com/tether-fsm/tether/cluster"}
+	matches := func(dep string) bool {
+		return slices.ContainsFunc(fleetOnly, func(p string) bool { return strings.HasPrefix(dep, p) })
+	}
+	for _, pkg := range []string{"fsm", "store", "driver", "executor", "executor/server", "executor/shim", "cmd/tether", "cmd/tether-executor"} {
+		if bad := slices.DeleteFunc(deps(pkg), func(d string) bool { return !matches(d) }); len(bad) > 0 {
+			t.Errorf("%s depends on %d packages of the fleet's client (%s, ...): it must stay out of the embedder's packages and the plain tether binary",
+				pkg, len(bad), strings.Join(bad[:min(3, len(bad))], ", "))
+		}
+	}
+	fleet := deps("cmd/tether-fleet")
+	if !slices.Contains(fleet, "go.etcd.io/etcd/client/v3") || !slices.ContainsFunc(fleet, matches) {
+		t.Errorf("cmd/tether-fleet does not link go.etcd.io/etcd/client/v3: the check above matches nothing")
 	}
 }

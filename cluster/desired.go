@@ -79,18 +79,27 @@ func ValidateSpec(name string, spec []byte) error {
 	if err := ValidateName(name); err != nil {
 		return err
 	}
+	if err := checkText(spec); err != nil {
+		return fmt.Errorf("%w %q: %w", ErrInvalidSpec, name, err)
+	}
+	return nil
+}
+
+// checkText checks a task file's text: its size, UTF-8 without NUL
+// bytes, HCL syntax.
+func checkText(spec []byte) error {
 	switch {
 	case len(spec) == 0:
-		return fmt.Errorf("%w %q: empty", ErrInvalidSpec, name)
+		return errors.New("empty")
 	case len(spec) > MaxSpecBytes:
-		return fmt.Errorf("%w %q: %d bytes (at most %d)", ErrInvalidSpec, name, len(spec), MaxSpecBytes)
+		return fmt.Errorf("%d bytes (at most %d)", len(spec), MaxSpecBytes)
 	case !utf8.Valid(spec):
-		return fmt.Errorf("%w %q: not UTF-8 text", ErrInvalidSpec, name)
+		return errors.New("not UTF-8 text")
 	case bytes.IndexByte(spec, 0) >= 0:
-		return fmt.Errorf("%w %q: contains a NUL byte", ErrInvalidSpec, name)
+		return errors.New("contains a NUL byte")
 	}
-	if _, diags := hclsyntax.ParseConfig(spec, name+".hcl", hcl.InitialPos); diags.HasErrors() {
-		return fmt.Errorf("%w %q: not an HCL task file: %s", ErrInvalidSpec, name, diags.Error())
+	if _, diags := hclsyntax.ParseConfig(spec, "spec.hcl", hcl.InitialPos); diags.HasErrors() {
+		return fmt.Errorf("not an HCL task file: %s", diags.Error())
 	}
 	return nil
 }

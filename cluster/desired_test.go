@@ -10,6 +10,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tether-fsm/tether/internal/etcdtest"
 )
 
 const webHCL = `task "web" {
@@ -42,7 +44,7 @@ func setWith(t *testing.T, n *Node, ok func(DesiredSet) bool) DesiredSet {
 }
 
 func TestDesired_StartChangeStopAreDelivered(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	dir := t.TempDir()
 	n := newTestNode(t, cli, "n1", dir, openStore(t, dir))
 	runNode(t, n)
@@ -87,7 +89,7 @@ func TestDesired_StartChangeStopAreDelivered(t *testing.T) {
 }
 
 func TestDesired_LocalCopyRunsWhatTheNodeWasLastToldWithoutEtcd(t *testing.T) {
-	ep := embedded(t)
+	ep := etcdtest.Embedded(t)
 	cli := dial(t, ep)
 	dir := t.TempDir()
 	src := openStore(t, dir)
@@ -106,7 +108,7 @@ func TestDesired_LocalCopyRunsWhatTheNodeWasLastToldWithoutEtcd(t *testing.T) {
 		t.Fatalf("local copy %s: %v, %v; want a 0600 file", path, st, err)
 	}
 	// A node that boots while etcd is unreachable.
-	down := dial(t, "http://127.0.0.1:"+itoa(freePort(t)))
+	down := dial(t, "http://127.0.0.1:"+itoa(etcdtest.FreePort(t)))
 	n2 := newTestNode(t, down, "n1", dir, src)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -118,7 +120,7 @@ func TestDesired_LocalCopyRunsWhatTheNodeWasLastToldWithoutEtcd(t *testing.T) {
 }
 
 func TestDesired_UntrustedKeysAreRefusedNotRun(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	dir := t.TempDir()
 	n := newTestNode(t, cli, "n1", dir, openStore(t, dir))
 	runNode(t, n)
@@ -156,7 +158,7 @@ func TestDesired_UntrustedKeysAreRefusedNotRun(t *testing.T) {
 }
 
 func TestDesired_CompactedWatchIsListedAgain(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	dir := t.TempDir()
 	w := newWatcher(cli, mustKeys(t), "n1", filepath.Join(dir, "cluster"), nopLog(), Hooks{})
 	if err := privateDir(w.dir); err != nil {

@@ -13,113 +13,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/tether-fsm/tether/internal/etcdtest"
 	"github.com/tether-fsm/tether/store"
 )
-
-// A real etcd cluster: Debian's etcd-server (3.4), three members on
-// loopback, each a process of its own that the tests SIGKILL.
-
-type member struct {
-	name, dir, client, peer string
-	cmd                     *exec.Cmd
-	done                    chan struct{}
-}
-
-type realCluster struct {
-	t       testing.TB
-	bin     string
-	members []*member
-	initial string
-}
-
-// startCluster starts n etcd members, or skips where the etcd binary is
-// absent.
-func startCluster(t testing.TB, n int) *realCluster {
-	t.Helper()
-	bin, err := exec.LookPath("etcd")
-	if err != nil {
-		t.Skip("etcd is not installed (Debian package etcd-server): the end-to-end tests run a real 3-member cluster")
-	}
-	c := &realCluster{t: t, bin: bin}
-	var parts []string
-	for i := range n {
-		m := &member{name: fmt.Sprintf("m%d", i), dir: filepath.Join(t.TempDir(), "etcd"),
-			client: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), peer: fmt.Sprintf("http://127.0.0.1:%d", freePort(t))}
-		c.members = append(c.members, m)
-		parts = append(parts, m.name+"="+m.peer)
-	}
-	c.initial = strings.Join(parts, ",")
-	for i := range c.members {
-		c.start(i)
-	}
-	t.Cleanup(func() {
-		for i := range c.members {
-			c.kill(i)
-		}
-	})
-	c.waitReady(c.endpoints()...)
-	return c
-}
-
-func (c *realCluster) endpoints() []string {
-	var eps []string
-	for _, m := range c.members {
-		eps = append(eps, m.client)
-	}
-	return eps
-}
-
-func (c *realCluster) start(i int) {
-	m := c.members[i]
-	m.cmd = exec.Command(c.bin, "--name", m.name, "--data-dir", m.dir,
-		"--listen-client-urls", m.client, "--advertise-client-urls", m.client,
-		"--listen-peer-urls", m.peer, "--initial-advertise-peer-urls", m.peer,
-		"--initial-cluster", c.initial, "--initial-cluster-state", "new", "--initial-cluster-token", "tether-e2e",
-		"--heartbeat-interval", "50", "--election-timeout", "500", "--logger", "zap", "--log-level", "error")
-	m.cmd.Stderr = &prefixWriter{t: c.t}
-	if err := m.cmd.Start(); err != nil {
-		c.t.Fatalf("start etcd %s: %v", m.name, err)
-	}
-	m.done = make(chan struct{})
-	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(m.cmd, m.done)
-}
-
-// kill SIGKILLs member i and waits for it to be gone.
-func (c *realCluster) kill(i int) {
-	m := c.members[i]
-	if m.cmd == nil {
-		return
-	}
-	_ = m.cmd.Process.Kill()
-	<-m.done
-	m.cmd = nil
-}
-
-// waitReady waits until a linearizable read through the endpoints
-// succeeds (the client blocks until a member answers with a leader).
-func (c *realCluster) waitReady(eps ...string) {
-	c.t.Helper()
-	cli := dial(c.t, eps...)
-	if _, err := cli.Get(ctxT(c.t), "ready"); err != nil {
-		c.t.Fatalf("etcd %v not ready: %v", eps, err)
-	}
-}
-
-// leader returns the index of the current leader.
-func (c *realCluster) leader(cli *clientv3.Client) int {
-	c.t.Helper()
-	for i, m := range c.members {
-		if m.cmd == nil {
-			continue
-		}
-		st, err := cli.Status(ctxT(c.t), m.client)
-		if err == nil && st.Leader == st.Header.MemberId {
-			return i
-		}
-	}
-	c.t.Fatal("no leader")
-	return -1
-}
 
 // waitHeads waits (on a watch) until node's mirrored heads are exactly
 // want.
@@ -186,16 +82,16 @@ func agentArgs(eps []string, node, dir string, tasks, events int, every time.Dur
 }
 
 func TestE2E_MemberKilledMirrorKeepsWorking(t *testing.T) {
-	c := startCluster(t, 3)
-	cli := dial(t, c.endpoints()...)
+	c := etcdtest.Start(t, 3)
+	cli := dial(t, c.Endpoints()...)
 	dir := t.TempDir()
-	a, first := startAgent(t, nil, agentArgs(c.endpoints(), "n1", dir, 5, 40, 5*time.Millisecond)...)
+	a, first := startAgent(t, nil, agentArgs(c.Endpoints(), "n1", dir, 5, 40, 5*time.Millisecond)...)
 	if first != "registered" {
 		t.Fatalf("agent: %s", first)
 	}
 	// Kill the leader while the agent commits and mirrors.
-	killed := c.leader(cli)
-	c.kill(killed)
+	killed := c.Leader(cli)
+	c.Kill(killed)
 	if l := a.next(t); !strings.HasPrefix(l, "generated ") {
 		t.Fatalf("agent: %s", l)
 	}
@@ -204,32 +100,32 @@ func TestE2E_MemberKilledMirrorKeepsWorking(t *testing.T) {
 }
 
 func TestE2E_FullOutageLocalSideGoesOnMirrorCatchesUpExactlyOnce(t *testing.T) {
-	c := startCluster(t, 3)
+	c := etcdtest.Start(t, 3)
 	dir := t.TempDir()
-	a, first := startAgent(t, nil, agentArgs(c.endpoints(), "n1", dir, 4, 30, 2*time.Millisecond)...)
+	a, first := startAgent(t, nil, agentArgs(c.Endpoints(), "n1", dir, 4, 30, 2*time.Millisecond)...)
 	if first != "registered" {
 		t.Fatalf("agent: %s", first)
 	}
-	for i := range c.members {
-		c.kill(i)
+	for i := range c.Len() {
+		c.Kill(i)
 	}
 	// The node commits its whole history with etcd gone.
 	if l := a.next(t); l != fmt.Sprintf("generated %d", 4*36) {
 		t.Fatalf("agent with etcd down: %s", l)
 	}
-	for i := range c.members {
-		c.start(i)
+	for i := range c.Len() {
+		c.Restart(i)
 	}
-	cli := dial(t, c.endpoints()...)
+	cli := dial(t, c.Endpoints()...)
 	waitHeads(t, cli, "n1", wantHeads("n1", 4, 30))
 	checkExactlyOnce(t, cli, "n1", dir, a)
 }
 
 func TestE2E_SIGKILLedAgentShowsDownWithinTheLeaseTTL(t *testing.T) {
-	c := startCluster(t, 3)
-	cli := dial(t, c.endpoints()...)
+	c := etcdtest.Start(t, 3)
+	cli := dial(t, c.Endpoints()...)
 	dir := t.TempDir()
-	a, first := startAgent(t, nil, agentArgs(c.endpoints(), "n1", dir, 2, 0, 0)...)
+	a, first := startAgent(t, nil, agentArgs(c.Endpoints(), "n1", dir, 2, 0, 0)...)
 	if first != "registered" {
 		t.Fatalf("agent: %s", first)
 	}
@@ -268,13 +164,13 @@ func TestE2E_SIGKILLedAgentShowsDownWithinTheLeaseTTL(t *testing.T) {
 }
 
 func TestE2E_SecondAgentForTheSameNodeIsRefused(t *testing.T) {
-	c := startCluster(t, 3)
+	c := etcdtest.Start(t, 3)
 	dirA, dirB := t.TempDir(), t.TempDir()
-	a, first := startAgent(t, nil, agentArgs(c.endpoints(), "n1", dirA, 1, 0, 0)...)
+	a, first := startAgent(t, nil, agentArgs(c.Endpoints(), "n1", dirA, 1, 0, 0)...)
 	if first != "registered" {
 		t.Fatalf("agent A: %s", first)
 	}
-	b, line := startAgent(t, nil, agentArgs(c.endpoints(), "n1", dirB, 1, 0, 0)...)
+	b, line := startAgent(t, nil, agentArgs(c.Endpoints(), "n1", dirB, 1, 0, 0)...)
 	if !strings.HasPrefix(line, "held: ") || !strings.Contains(line, fmt.Sprintf("pid %d", a.cmd.Process.Pid)) ||
 		!strings.Contains(line, filepath.Join(dirA, "cluster")) {
 		t.Fatalf("agent B said %q, want it refused naming A (pid %d, %s)", line, a.cmd.Process.Pid, dirA)
@@ -290,23 +186,23 @@ func TestE2E_SecondAgentForTheSameNodeIsRefused(t *testing.T) {
 // starts it again on the same state directory, and checks the mirror is
 // the local log exactly.
 func TestE2E_CrashAtEveryPointConvergesExactlyOnce(t *testing.T) {
-	c := startCluster(t, 3)
-	cli := dial(t, c.endpoints()...)
+	c := etcdtest.Start(t, 3)
+	cli := dial(t, c.Endpoints()...)
 	for i, point := range CrashPoints() {
 		t.Run(point, func(t *testing.T) {
 			node := fmt.Sprintf("n%d", i)
 			dir := t.TempDir()
 			if strings.HasPrefix(point, "mirror:") {
 				if i%2 == 0 {
-					c.kill(0)
-					defer func() { c.start(0); c.waitReady(c.members[0].client) }()
+					c.Kill(0)
+					defer func() { c.Restart(0); c.WaitReady(c.Endpoint(0)) }()
 				}
 				if point == CrashMirrorBeforePrune || point == CrashMirrorAfterPrune {
 					// A prune needs a mirrored task the local log lacks.
 					plantStrayTask(t, cli, node)
 				}
 			}
-			args := agentArgs(c.endpoints(), node, dir, 3, 10, time.Millisecond)
+			args := agentArgs(c.Endpoints(), node, dir, 3, 10, time.Millisecond)
 			a := startAgentNoWait(t, []string{EnvCrashPoint + "=" + point}, args...)
 			err := a.wait(t)
 			var ee *exec.ExitError

@@ -49,8 +49,13 @@ var (
 // Errors of the desired state.
 var (
 	// ErrInvalidSpec: a desired spec that is not a task file this package
-	// can accept (too large, not UTF-8, a NUL byte, not HCL syntax).
+	// can accept (too large, not UTF-8, a NUL byte, not HCL syntax), or
+	// (ParseDesired) whose task does not parse, cannot run, or breaks a
+	// rule of a spec.
 	ErrInvalidSpec = errors.New("cluster: invalid desired spec")
+	// ErrRelativePath: a relative path in a desired spec, which has no
+	// directory to resolve it against.
+	ErrRelativePath = errors.New("cluster: relative path in a desired spec")
 	// ErrDesiredExists: start of a name that is already desired on the
 	// node, without replace.
 	ErrDesiredExists = errors.New("cluster: task already desired on the node")

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"iter"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,7 +15,9 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/clikit"
 )
 
 // Fleet answers `tether cluster`: every read is one linearizable etcd
@@ -100,15 +101,22 @@ type StatusRow struct {
 	Task  *TaskRef
 }
 
+// Known reports whether the row's task state is known: its node is up, or
+// the node's last word was a terminal state, which nothing changes.
+func (r StatusRow) Known() bool {
+	return r.Task != nil && (r.Liveness == Up || r.Task.State.Terminal())
+}
+
 // StateText is the task's state as status prints it: the node's last
-// word while the node is up, "unknown (node down since …)" while it is
-// down (a down node's tasks are never reconciled by anyone else: pids
-// and boot ids mean nothing on another machine).
+// word while the node is up (or when it was a terminal state), "unknown
+// (node down since …)" for a live task of a down node (a down node's
+// tasks are never reconciled by anyone else: pids and boot ids mean
+// nothing on another machine, and a partitioned node still runs them).
 func (r StatusRow) StateText() string {
 	switch {
 	case r.Task == nil:
 		return ""
-	case r.Liveness == Up:
+	case r.Known():
 		return r.Task.State.String()
 	case r.Since.IsZero():
 		return "unknown (node down)"
@@ -132,8 +140,8 @@ type statusJSON struct {
 }
 
 // MarshalJSON gives the row's `status --json` object: node, liveness,
-// since, and for a task id, name and state ("unknown" while the node is
-// down, with last_state the node's last word).
+// since, and for a task id, name and state ("unknown" for a live task
+// while its node is down, with last_state the node's last word).
 func (r StatusRow) MarshalJSON() ([]byte, error) {
 	j := statusJSON{Node: r.Node, Liveness: r.Liveness, Since: r.Since.UTC()}
 	if r.Since.IsZero() {
@@ -142,7 +150,7 @@ func (r StatusRow) MarshalJSON() ([]byte, error) {
 	if t := r.Task; t != nil {
 		j.ID, j.Name, j.State = t.ID, t.Name, t.State.String()
 		j.Created, j.Updated, j.Restarts, j.Reason = t.Created.UTC(), t.Updated.UTC(), t.Restarts, t.Reason
-		if r.Liveness == Down {
+		if !r.Known() {
 			j.State, j.LastState = "unknown", t.State.String()
 		}
 	}
@@ -272,7 +280,7 @@ func (f *Fleet) Status(ctx context.Context) ([]StatusRow, error) {
 		}
 	}
 	slices.SortFunc(rows, func(a, b StatusRow) int {
-		if c := naturalCompare(a.Node, b.Node); c != 0 {
+		if c := clikit.NaturalCompare(a.Node, b.Node); c != 0 {
 			return c
 		}
 		var an, bn, ai, bi string
@@ -282,9 +290,28 @@ func (f *Fleet) Status(ctx context.Context) ([]StatusRow, error) {
 		if b.Task != nil {
 			bn, bi = b.Task.Name, b.Task.ID
 		}
-		return cmp.Or(naturalCompare(an, bn), strings.Compare(ai, bi))
+		return cmp.Or(clikit.NaturalCompare(an, bn), strings.Compare(ai, bi))
 	})
 	return rows, nil
+}
+
+// LiveRows returns the rows of rows (as Status sorted them) whose task
+// is live by its node's last word, and one row (no task) for each node
+// left without one, in place: `tether cluster status` without --all, as
+// `tether status` lists live tasks.
+func LiveRows(rows []StatusRow) []StatusRow {
+	out := make([]StatusRow, 0, len(rows))
+	for i, r := range rows {
+		if r.Task == nil || r.Task.Live() {
+			out = append(out, r)
+			continue
+		}
+		last := i+1 == len(rows) || rows[i+1].Node != r.Node
+		if last && (len(out) == 0 || out[len(out)-1].Node != r.Node) {
+			out = append(out, StatusRow{Node: r.Node, Liveness: r.Liveness, Since: r.Since})
+		}
+	}
+	return out
 }
 
 // Nodes lists every node with its liveness, status and mirror lag.
@@ -312,7 +339,7 @@ func (f *Fleet) Nodes(ctx context.Context) ([]NodeRow, error) {
 		}
 		rows = append(rows, r)
 	}
-	slices.SortFunc(rows, func(a, b NodeRow) int { return naturalCompare(a.Node, b.Node) })
+	slices.SortFunc(rows, func(a, b NodeRow) int { return clikit.NaturalCompare(a.Node, b.Node) })
 	return rows, nil
 }
 
@@ -349,25 +376,28 @@ func resolve(tasks []TaskRef, ref, node string) (TaskRef, error) {
 	case len(byID) > 1:
 		return TaskRef{}, &AmbiguousError{Ref: ref, Candidates: byID}
 	}
+	// On each node, the name rules of one node (driver.PickNamed): its one
+	// live task, else its most recent one.
 	var picks []TaskRef
 	for _, n := range sortedKeys(byName) {
 		cands := byName[n]
-		var live []TaskRef
-		for _, t := range cands {
-			if t.Live() {
-				live = append(live, t)
+		ts := make([]fsm.Task, len(cands))
+		for i, c := range cands {
+			ts[i] = fsm.Task{ID: c.ID, State: c.State, CreatedAt: c.Created.UnixNano(), Spec: &fsm.Spec{Name: c.Name}}
+		}
+		picked, err := driver.PickNamed(ts, ref)
+		var ne *driver.NameError
+		if errors.As(err, &ne) && len(ne.Tasks) > 0 {
+			var live []TaskRef
+			for _, t := range ne.Tasks {
+				live = append(live, cands[slices.IndexFunc(cands, func(c TaskRef) bool { return c.ID == t.ID })])
 			}
-		}
-		switch {
-		case len(live) == 1:
-			picks = append(picks, live[0])
-		case len(live) > 1:
 			return TaskRef{}, &AmbiguousError{Ref: ref, Candidates: live}
-		default:
-			picks = append(picks, slices.MaxFunc(cands, func(a, b TaskRef) int {
-				return cmp.Or(a.Created.Compare(b.Created), a.Updated.Compare(b.Updated), strings.Compare(a.ID, b.ID))
-			}))
 		}
+		if err != nil {
+			return TaskRef{}, err
+		}
+		picks = append(picks, cands[slices.IndexFunc(cands, func(c TaskRef) bool { return c.ID == picked.ID })])
 	}
 	switch len(picks) {
 	case 0:
@@ -608,37 +638,4 @@ func (f *Fleet) Desired(ctx context.Context, node string) ([]Desired, error) {
 		out = append(out, Desired{Name: strings.TrimPrefix(string(kv.Key), prefix), Spec: kv.Value, ModRevision: kv.ModRevision})
 	}
 	return out, nil
-}
-
-// naturalCompare orders strings with their runs of digits as numbers:
-// svc2 before svc10.
-func naturalCompare(a, b string) int {
-	for a != "" && b != "" {
-		da, db := digits(a), digits(b)
-		if da > 0 && db > 0 {
-			na, _ := strconv.ParseUint(a[:min(da, 19)], 10, 64)
-			nb, _ := strconv.ParseUint(b[:min(db, 19)], 10, 64)
-			if c := cmp.Compare(na, nb); c != 0 {
-				return c
-			}
-			if c := cmp.Compare(da, db); c != 0 {
-				return c
-			}
-			a, b = a[da:], b[db:]
-			continue
-		}
-		if a[0] != b[0] {
-			return cmp.Compare(a[0], b[0])
-		}
-		a, b = a[1:], b[1:]
-	}
-	return cmp.Compare(len(a), len(b))
-}
-
-func digits(s string) int {
-	i := 0
-	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-		i++
-	}
-	return i
 }

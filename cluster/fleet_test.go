@@ -12,10 +12,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/etcdtest"
 )
 
 func TestFleet_StatusShowsADownNodesTasksUnknown(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	f, _ := NewFleet(cli, "")
 	// n1 up with two tasks, n2 down with one, n3 up with none.
 	dir1, dir2, dir3 := t.TempDir(), t.TempDir(), t.TempDir()
@@ -23,6 +24,7 @@ func TestFleet_StatusShowsADownNodesTasksUnknown(t *testing.T) {
 	appendAll(t, s1, "a1", lifecycle("web", 0, 0)...)
 	appendAll(t, s1, "a2", append(lifecycle("batch", 10, 0), finish(20)...)...)
 	appendAll(t, s2, "b1", lifecycle("db", 0, 0)...)
+	appendAll(t, s2, "b2", append(lifecycle("migrate", 10, 0), finish(20)...)...)
 	runNode(t, newTestNode(t, cli, "n1", dir1, s1))
 	n2 := newTestNode(t, cli, "n2", dir2, s2)
 	stop2 := runNode(t, n2)
@@ -55,6 +57,7 @@ func TestFleet_StatusShowsADownNodesTasksUnknown(t *testing.T) {
 		"n1 up a2 batch exited",
 		"n1 up a1 web running",
 		"n2 down b1 db unknown (node down since …)",
+		"n2 down b2 migrate exited", // a terminal state is final: known even with its node down
 		"n3 up - - ",
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -73,8 +76,11 @@ func TestFleet_StatusShowsADownNodesTasksUnknown(t *testing.T) {
 		down["id"] != "b1" || down["name"] != "db" || down["since"] == nil {
 		t.Errorf("down node's task as JSON: %v", down)
 	}
-	if objs[3]["node"] != "n3" || objs[3]["liveness"] != "up" || objs[3]["id"] != nil || objs[3]["since"] == nil {
-		t.Errorf("node without a task as JSON: %v", objs[3])
+	if ended := objs[3]; ended["state"] != "exited" || ended["last_state"] != nil || ended["liveness"] != "down" {
+		t.Errorf("down node's ended task as JSON: %v", ended)
+	}
+	if objs[4]["node"] != "n3" || objs[4]["liveness"] != "up" || objs[4]["id"] != nil || objs[4]["since"] == nil {
+		t.Errorf("node without a task as JSON: %v", objs[4])
 	}
 	if objs[1]["state"] != "running" || objs[1]["liveness"] != "up" {
 		t.Errorf("up node's task as JSON: %v", objs[1])
@@ -101,7 +107,7 @@ func waitStatus(t *testing.T, cli *clientv3.Client, node string) {
 }
 
 func TestFleet_NodesShowLivenessAndMirrorLag(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	dir := t.TempDir()
 	src := openStore(t, dir)
 	appendAll(t, src, "t1", lifecycle("web", 0, 0)...)
@@ -127,7 +133,7 @@ func TestFleet_NodesShowLivenessAndMirrorLag(t *testing.T) {
 }
 
 func TestFleet_EventsAndFollowGiveTheNodesEventsOnce(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	dir := t.TempDir()
 	src := openStore(t, dir)
 	appendAll(t, src, "t1", lifecycle("web", 0, 0)...)
@@ -219,7 +225,7 @@ func TestResolve_NameRules(t *testing.T) {
 }
 
 func TestFleet_StartRefusesAnUnknownNodeAndBadInput(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	f, _ := NewFleet(cli, "")
 	if _, err := f.Start(ctxT(t), "ghost", "web", []byte(webHCL), false); !errors.Is(err, ErrUnknownNode) {
 		t.Errorf("start on a node never seen: %v, want ErrUnknownNode", err)
@@ -232,10 +238,29 @@ func TestFleet_StartRefusesAnUnknownNodeAndBadInput(t *testing.T) {
 	}
 }
 
-func TestNaturalCompare_OrdersNumbersAsNumbers(t *testing.T) {
-	in := []string{"svc10", "svc2", "svc1", "a", "svc02", "b1"}
-	slicesSortFunc(in, naturalCompare)
-	if want := []string{"a", "b1", "svc1", "svc2", "svc02", "svc10"}; !reflect.DeepEqual(in, want) {
-		t.Errorf("sorted %v, want %v", in, want)
+func TestLiveRows_EndedTasksOutANodeLeftWithNoneKeepsARow(t *testing.T) {
+	row := func(node, id string, st fsm.State) StatusRow {
+		r := StatusRow{Node: node, Liveness: Up}
+		if id != "" {
+			r.Task = &TaskRef{Node: node, ID: id, State: st}
+		}
+		return r
+	}
+	rows := []StatusRow{
+		row("n1", "a", fsm.StateExited), row("n1", "b", fsm.StateRunning), row("n1", "c", fsm.StateFailed),
+		row("n2", "d", fsm.StateExited), row("n2", "e", fsm.StateStopped),
+		row("n3", "", 0),
+		row("n4", "f", fsm.StateLaunching),
+	}
+	var got []string
+	for _, r := range LiveRows(rows) {
+		id := "-"
+		if r.Task != nil {
+			id = r.Task.ID
+		}
+		got = append(got, r.Node+":"+id)
+	}
+	if want := []string{"n1:b", "n2:-", "n3:-", "n4:f"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("LiveRows = %v, want %v", got, want)
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,8 +11,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -35,54 +31,6 @@ func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// freePort returns a loopback port nothing listens on now.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// embedded starts an etcd server in the test process (embed, on
-// 127.0.0.1, random ports, a t.TempDir data directory) and returns its
-// client URL. It is closed at cleanup.
-func embedded(t testing.TB, tune ...func(*embed.Config)) string {
-	t.Helper()
-	for attempt := 0; ; attempt++ {
-		cfg := embed.NewConfig()
-		cfg.Name = "m0"
-		cfg.Dir = filepath.Join(t.TempDir(), "etcd")
-		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-		cfg.UnsafeNoFsync = true
-		cu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))
-		pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))
-		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-		cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-		for _, f := range tune {
-			f(cfg)
-		}
-		e, err := embed.StartEtcd(cfg)
-		if err != nil {
-			if attempt < 3 { // a port taken between freePort and the listen
-				continue
-			}
-			t.Fatalf("start embedded etcd: %v", err)
-		}
-		select {
-		case <-e.Server.ReadyNotify():
-		case <-time.After(30 * time.Second):
-			e.Close()
-			t.Fatal("embedded etcd not ready in 30s")
-		}
-		t.Cleanup(e.Close)
-		return cu.String()
-	}
 }
 
 func dial(t testing.TB, endpoints ...string) *clientv3.Client {

@@ -13,10 +13,11 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/etcdtest"
 )
 
 func TestMirror_EveryEventExactlyOnceInOrder(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	dir := t.TempDir()
 	src := openStore(t, dir)
 	// Some history before the node runs: caught up at start.
@@ -49,7 +50,7 @@ func TestMirror_EveryEventExactlyOnceInOrder(t *testing.T) {
 }
 
 func TestMirror_EnvironmentValuesNeverReachEtcd(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	dir := t.TempDir()
 	src := openStore(t, dir)
 	appendAll(t, src, "t1", lifecycle("web", 0, 0)...)
@@ -72,7 +73,7 @@ func TestMirror_EnvironmentValuesNeverReachEtcd(t *testing.T) {
 }
 
 func TestMirror_CatchesUpAfterRestartFromEtcdsHeads(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	dir := t.TempDir()
 	src := openStore(t, dir)
 	appendAll(t, src, "t1", lifecycle("web", 0, 3)...)
@@ -90,7 +91,7 @@ func TestMirror_CatchesUpAfterRestartFromEtcdsHeads(t *testing.T) {
 }
 
 func TestMirror_LostReplyIsNotWrittenTwice(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	dir := t.TempDir()
 	src := openStore(t, dir)
 	n := newTestNode(t, cli, "n1", dir, src)
@@ -123,7 +124,7 @@ func TestMirror_BatchesWithinEtcdsTxnLimits(t *testing.T) {
 	// A server that allows 8 operations a transaction: a batch that
 	// broke the limit would be refused and the mirror would never
 	// converge.
-	cli := dial(t, embedded(t, func(c *embed.Config) { c.MaxTxnOps = 8 }))
+	cli := dial(t, etcdtest.Embedded(t, func(c *embed.Config) { c.MaxTxnOps = 8 }))
 	dir := t.TempDir()
 	src := openStore(t, dir)
 	appendAll(t, src, "t1", lifecycle("web", 0, 60)...)
@@ -139,7 +140,7 @@ func TestMirror_BatchesWithinEtcdsTxnLimits(t *testing.T) {
 }
 
 func TestMirror_PrunesTasksTheLocalLogRemoved(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	dir := t.TempDir()
 	src := openStore(t, dir)
 	appendAll(t, src, "old", append(lifecycle("old", 0, 0), finish(10)...)...)
@@ -158,7 +159,7 @@ func TestMirror_PrunesTasksTheLocalLogRemoved(t *testing.T) {
 }
 
 func TestMirror_ReplacedStateDirectoryIsMirroredAfresh(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	dirA, dirB := t.TempDir(), t.TempDir()
 	srcA := openStore(t, dirA)
 	appendAll(t, srcA, "t1", lifecycle("web", 0, 5)...)
@@ -183,7 +184,7 @@ func TestMirror_ReplacedStateDirectoryIsMirroredAfresh(t *testing.T) {
 }
 
 func TestMirror_SameLengthDifferentLogIsRewritten(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	dirA, dirB := t.TempDir(), t.TempDir()
 	srcA := openStore(t, dirA)
 	appendAll(t, srcA, "t1", lifecycle("web", 0, 2)...)
@@ -201,7 +202,7 @@ func TestMirror_SameLengthDifferentLogIsRewritten(t *testing.T) {
 }
 
 func TestMirror_WriterThatLostTheNodeIsFenced(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	dirA, dirB := t.TempDir(), t.TempDir()
 	srcA, srcB := openStore(t, dirA), openStore(t, dirB)
 	appendAll(t, srcA, "a1", lifecycle("from-a", 0, 0)...)
@@ -247,7 +248,7 @@ func TestMirror_WriterThatLostTheNodeIsFenced(t *testing.T) {
 }
 
 func TestMirror_LagIsMeasuredWhileEtcdIsAway(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	dir := t.TempDir()
 	src := openStore(t, dir)
 	appendAll(t, src, "t1", lifecycle("web", 0, 0)...)

@@ -76,6 +76,7 @@ type Node struct {
 	mu       sync.Mutex
 	ours     map[clientv3.LeaseID]bool // leases this process or this state directory held
 	recorded []clientv3.LeaseID        // the lease record's, newest last
+	fileMu   sync.Mutex                // held while the lease record is read and rewritten
 	upSince  int64
 }
 
@@ -317,15 +318,42 @@ func (n *Node) forgetLease(id clientv3.LeaseID) {
 	n.mu.Lock()
 	delete(n.ours, id)
 	n.recorded = slices.DeleteFunc(n.recorded, func(l clientv3.LeaseID) bool { return l == id })
+	n.mu.Unlock()
+	if err := n.writeLeaseRecord(id); err != nil {
+		n.log.Warn("could not update the lease record", "err", err)
+	}
+}
+
+// writeLeaseRecord writes the lease record: this node's leases, after the
+// leases the file names that this node does not know (another node of the
+// same state directory wrote them: a successor that took the node over
+// while this one was stalled) except drop. A stalled node that resumes and
+// rewrites the record must not drop its successor's lease from it, or the
+// next agent could not take over the key that lease holds; nor does it
+// take those leases for its own (it would take the node back from a live
+// successor).
+func (n *Node) writeLeaseRecord(drop clientv3.LeaseID) error {
+	n.fileMu.Lock()
+	defer n.fileMu.Unlock()
+	onFile, _ := n.readLeaseRecord()
 	lf := leaseFile{Node: n.cfg.Name}
+	n.mu.Lock()
+	var foreign []int64
+	for _, l := range onFile {
+		if l != drop && !slices.Contains(n.recorded, l) {
+			foreign = append(foreign, int64(l))
+		}
+	}
+	if len(foreign) > maxLeaseRecord {
+		foreign = foreign[len(foreign)-maxLeaseRecord:]
+	}
+	lf.Leases = foreign
 	for _, l := range n.recorded {
 		lf.Leases = append(lf.Leases, int64(l))
 	}
 	n.mu.Unlock()
 	b, _ := json.Marshal(lf)
-	if err := writeFileAtomic(n.cfg.Dir, leaseRecord, b); err != nil {
-		n.log.Warn("could not update the lease record", "err", err)
-	}
+	return writeFileAtomic(n.cfg.Dir, leaseRecord, b)
 }
 
 // recordLease adds id to the lease record, durably, before the lease
@@ -339,13 +367,8 @@ func (n *Node) recordLease(id clientv3.LeaseID) error {
 	if len(n.recorded) > maxLeaseRecord {
 		n.recorded = n.recorded[len(n.recorded)-maxLeaseRecord:]
 	}
-	lf := leaseFile{Node: n.cfg.Name}
-	for _, l := range n.recorded {
-		lf.Leases = append(lf.Leases, int64(l))
-	}
 	n.mu.Unlock()
-	b, _ := json.Marshal(lf)
-	return writeFileAtomic(n.cfg.Dir, leaseRecord, b)
+	return n.writeLeaseRecord(0)
 }
 
 func (n *Node) ttlSeconds() int64 { return max(1, int64((n.cfg.LeaseTTL+time.Second-1)/time.Second)) }

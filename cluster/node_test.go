@@ -10,10 +10,12 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tether-fsm/tether/internal/etcdtest"
 )
 
 func TestRegister_SecondAgentIsRefusedNamingTheHolder(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	dirA, dirB := t.TempDir(), t.TempDir()
 	a := newTestNode(t, cli, "n1", dirA, openStore(t, dirA))
 	runNode(t, a)
@@ -40,7 +42,7 @@ func TestRegister_SecondAgentIsRefusedNamingTheHolder(t *testing.T) {
 }
 
 func TestRegister_EarlierAgentOfTheSameStateDirectoryIsTakenOver(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	dir := t.TempDir()
 	src := openStore(t, dir)
 	a := newTestNode(t, cli, "n1", dir, src, func(c *NodeConfig) { c.LeaseTTL = time.Minute })
@@ -63,8 +65,38 @@ func TestRegister_EarlierAgentOfTheSameStateDirectoryIsTakenOver(t *testing.T) {
 	}
 }
 
+// A stalled agent that resumes after its successor took the node over
+// (registering again, refused, its attempt forgotten) keeps the
+// successor's lease in the lease record: the next agent of the state
+// directory still takes the node over at once. (The resumed agent wrote
+// the record from what it knew, and dropped the successor's lease: the
+// next agent was refused until that lease ran out.)
+func TestRegister_ResumedStalledAgentKeepsItsSuccessorsLeaseRecorded(t *testing.T) {
+	cli := dial(t, etcdtest.Embedded(t))
+	dir := t.TempDir()
+	src := openStore(t, dir)
+	long := func(c *NodeConfig) { c.LeaseTTL = time.Minute }
+	stalled := newTestNode(t, cli, "n1", dir, src, long)
+	if err := stalled.Register(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	succ := newTestNode(t, cli, "n1", dir, src, long)
+	if err := succ.Register(ctxT(t)); err != nil {
+		t.Fatalf("successor: %v", err)
+	}
+	// The stalled agent resumes and tries to register again: refused,
+	// the successor holds the node under a lease it never knew.
+	if _, err := stalled.register(ctxT(t)); !errors.Is(err, ErrNodeHeld) {
+		t.Fatalf("the resumed agent's registration: %v, want ErrNodeHeld", err)
+	}
+	next := newTestNode(t, cli, "n1", dir, src, long)
+	if err := next.Register(ctxT(t)); err != nil {
+		t.Fatalf("the next agent of the state directory is refused: %v", err)
+	}
+}
+
 func TestLiveness_LostLeaseIsNoticedAndRegisteredAgain(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	dir := t.TempDir()
 	n := newTestNode(t, cli, "n1", dir, openStore(t, dir))
 	runNode(t, n)
@@ -95,7 +127,7 @@ func TestLiveness_LostLeaseIsNoticedAndRegisteredAgain(t *testing.T) {
 }
 
 func TestNode_ShowsDownWithinTheLeaseTTLOnceItsAgentStops(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	dir := t.TempDir()
 	n := newTestNode(t, cli, "n1", dir, openStore(t, dir))
 	stop := runNode(t, n)
@@ -125,7 +157,7 @@ func TestNode_ShowsDownWithinTheLeaseTTLOnceItsAgentStops(t *testing.T) {
 }
 
 func TestNewNode_RefusesBadConfig(t *testing.T) {
-	cli := dial(t, embedded(t))
+	cli := dial(t, etcdtest.Embedded(t))
 	dir := t.TempDir()
 	src := openStore(t, dir)
 	for name, cfg := range map[string]NodeConfig{
@@ -156,7 +188,7 @@ func worldWritable(t *testing.T) string {
 }
 
 func TestRegister_EtcdDownIsUnavailableNotFatal(t *testing.T) {
-	cli := dial(t, "http://127.0.0.1:"+itoa(freePort(t)))
+	cli := dial(t, "http://127.0.0.1:"+itoa(etcdtest.FreePort(t)))
 	dir := t.TempDir()
 	n := newTestNode(t, cli, "n1", dir, openStore(t, dir))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)

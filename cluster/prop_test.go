@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/etcdtest"
 )
 
 // The mirror as porcupine sees it, per task: a register holding the
@@ -118,8 +119,8 @@ func TestMirror_LinearizableUnderMemberKillsAndCrashes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: a real etcd cluster, member kills and crashes")
 	}
-	c := startCluster(t, 3)
-	cli := dial(t, c.endpoints()...)
+	c := etcdtest.Start(t, 3)
+	cli := dial(t, c.Endpoints()...)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
@@ -207,10 +208,10 @@ func TestMirror_LinearizableUnderMemberKillsAndCrashes(t *testing.T) {
 		}
 		if inc%3 == 1 {
 			if killed >= 0 {
-				c.start(killed)
+				c.Restart(killed)
 			}
 			killed = rng.IntN(3)
-			c.kill(killed)
+			c.Kill(killed)
 		}
 		point := "" // a stall, not a crash
 		if inc%4 != 3 {
@@ -306,7 +307,7 @@ func TestMirror_LinearizableUnderMemberKillsAndCrashes(t *testing.T) {
 		<-done
 	}
 	if killed >= 0 {
-		c.start(killed)
+		c.Restart(killed)
 	}
 	close(stopWriter)
 	writer.Wait()

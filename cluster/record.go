@@ -24,6 +24,7 @@ const Redacted = "<redacted>"
 type wireEvent struct {
 	Seq           uint64          `json:"seq"`
 	Time          int64           `json:"time"`
+	Recorded      int64           `json:"recorded,omitempty"`
 	Type          string          `json:"type"`
 	Spec          *fsm.Spec       `json:"spec,omitempty"`
 	Nonce         string          `json:"nonce,omitempty"`
@@ -86,7 +87,7 @@ func redact(spec *fsm.Spec) *fsm.Spec {
 // encodeEvent is the mirrored form of e.
 func encodeEvent(e *fsm.Event) ([]byte, error) {
 	w := wireEvent{
-		Seq: e.Seq, Time: e.Time, Type: e.Type.String(), Spec: redact(e.Spec), Nonce: e.Nonce,
+		Seq: e.Seq, Time: e.Time, Recorded: e.Recorded, Type: e.Type.String(), Spec: redact(e.Spec), Nonce: e.Nonce,
 		Executor: e.Executor, TaskPID: e.TaskPID, TaskStartTime: e.TaskStartTime, Exit: e.Exit,
 		Signal: e.Signal, Grace: e.Grace, Delay: e.Delay, Reason: e.Reason, Attempt: e.Attempt,
 		Replaces: e.Replaces, ReplacedBy: e.ReplacedBy,
@@ -126,7 +127,7 @@ func decodeEvent(key string, b []byte) (fsm.Event, error) {
 		return fsm.Event{}, &CorruptError{Key: key, Err: fmt.Errorf("%w (written by a newer tether?)", err)}
 	}
 	e := fsm.Event{
-		Type: typ, Seq: w.Seq, Time: w.Time, Spec: w.Spec, Nonce: w.Nonce, Executor: w.Executor,
+		Type: typ, Seq: w.Seq, Time: w.Time, Recorded: w.Recorded, Spec: w.Spec, Nonce: w.Nonce, Executor: w.Executor,
 		TaskPID: w.TaskPID, TaskStartTime: w.TaskStartTime, Exit: w.Exit, Signal: w.Signal,
 		Grace: w.Grace, Delay: w.Delay, Reason: w.Reason, Attempt: w.Attempt,
 		Replaces: w.Replaces, ReplacedBy: w.ReplacedBy,

@@ -8,13 +8,11 @@ import (
 	"github.com/tether-fsm/tether/fsm"
 )
 
-var slicesSortFunc = slices.SortFunc[[]string, string]
-
 // TestWireEvent_CoversEveryEventField fails when fsm.Event gains a field
 // the mirror does not carry: add it to wireEvent, encodeEvent and
 // decodeEvent, then here.
 func TestWireEvent_CoversEveryEventField(t *testing.T) {
-	carried := []string{"Type", "Seq", "Time", "Spec", "Nonce", "Executor", "TaskPID", "TaskStartTime", "Exit", "Signal", "Grace", "Delay", "Reason", "Cause", "Warnings", "Target", "Attempt", "Replaces", "ReplacedBy"}
+	carried := []string{"Type", "Seq", "Time", "Recorded", "Spec", "Nonce", "Executor", "TaskPID", "TaskStartTime", "Exit", "Signal", "Grace", "Delay", "Reason", "Cause", "Warnings", "Target", "Attempt", "Replaces", "ReplacedBy"}
 	var fields []string
 	for f := range reflect.TypeFor[fsm.Event]().Fields() {
 		fields = append(fields, f.Name)
@@ -30,6 +28,7 @@ func TestEncodeEvent_RoundTripsEveryEventWithEnvRedacted(t *testing.T) {
 	oom := 7
 	evs := append(lifecycle("web", 0, 1),
 		fsm.Event{Type: fsm.EventRestartIntent, Seq: 9, Time: 5, Attempt: 2, Exit: &fsm.ExitStatus{Code: -1, Signal: 9, OOM: true}, Grace: 3},
+		fsm.Event{Type: fsm.EventTaskExited, Seq: 16, Time: 4, Recorded: 6, Exit: &fsm.ExitStatus{Code: 0, OOM: true, At: 4, PeakMemory: 1 << 20}},
 		fsm.Event{Type: fsm.EventStopRequested, Seq: 10, Time: 6, Signal: 15, Grace: 5e9},
 		fsm.Event{Type: fsm.EventExecutorReaped, Seq: 11, Time: 7, Target: fsm.StateStopped, Reason: "stopped"},
 		fsm.Event{Type: fsm.EventRestartIntent, Seq: 12, Time: 8, Attempt: 3, Delay: 15e9},

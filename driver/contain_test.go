@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,6 +38,60 @@ func init() {
 
 func runContainTask(args []string) int {
 	switch args[0] {
+	case "escape", "escape-orphan", "escape-worker":
+		// escape FIFO MARKER: start an escapee (below) as a child, then
+		// sleep; escape-orphan FIFO MARKER: the escapee is a grandchild
+		// whose parent exits at once (a double fork), so that it is
+		// reparented to the executor, the task's subreaper;
+		// escape-worker FIFO MARKER: the escapee is the child of a
+		// worker that stays in the task's cgroup and sleeps.
+		switch args[0] {
+		case "escape-orphan":
+			args = append([]string{"escape-middle"}, args[1:]...)
+		case "escape-worker":
+			args = append([]string{"escape"}, args[1:]...)
+		default:
+			args = append([]string{"escapee"}, args[1:]...)
+		}
+		c := exec.Command(os.Args[0], append([]string{modeContainTask}, args...)...)
+		if args[0] == "escapee" {
+			c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		}
+		if err := c.Start(); err != nil {
+			return 2
+		}
+		if args[0] == "escape-middle" {
+			_ = c.Wait()
+		}
+		select {}
+	case "escape-middle":
+		c := exec.Command(os.Args[0], append([]string{modeContainTask, "escapee-orphan"}, args[1:]...)...)
+		c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		c.Env = append(os.Environ(), "ESCAPEE_PARENT="+strconv.Itoa(os.Getpid()))
+		if err := c.Start(); err != nil {
+			return 2
+		}
+		return 0 // the escapee is orphaned
+	case "escapee", "escapee-orphan":
+		// escapee FIFO MARKER: leave the task's cgroup for its parent in
+		// every hierarchy (root can), then say so on FIFO and sleep. It
+		// runs in a session of its own (its parent set Setsid).
+		// escapee-orphan first waits for its parent to exit, so that it
+		// has been reparented when it says so.
+		if args[0] == "escapee-orphan" {
+			parent, _ := strconv.Atoi(os.Getenv("ESCAPEE_PARENT"))
+			if err := waitPidfd(parent); err != nil && !errors.Is(err, unix.ESRCH) {
+				return 5 // (ESRCH: gone already)
+			}
+		}
+		if err := leaveCgroup(); err != nil {
+			fmt.Fprintln(os.Stderr, "escapee:", err)
+			return 3
+		}
+		if err := os.WriteFile(args[1], []byte(strconv.Itoa(os.Getpid())+"\n"), 0); err != nil {
+			return 4
+		}
+		select {}
 	case "alloc":
 		mb, _ := strconv.Atoi(args[1])
 		mem, err := unix.Mmap(-1, 0, mb<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
@@ -48,6 +105,30 @@ func runContainTask(args []string) int {
 		return 0
 	}
 	return 100
+}
+
+// leaveCgroup moves this process out of its cgroup, into the parent, in
+// every hierarchy tether uses: what a root task can do, and stop's kill
+// still reaches.
+func leaveCgroup() error {
+	h, err := cgroup.Probe()
+	if err != nil {
+		return err
+	}
+	for _, hi := range h.Hierarchies {
+		if hi.Path == "/" {
+			continue
+		}
+		rel, ok := strings.CutPrefix(path.Dir(hi.Path), hi.Root)
+		if !ok {
+			return fmt.Errorf("%s: %s is not below %s", hi.Key, hi.Path, hi.Root)
+		}
+		procs := filepath.Join(hi.Mount, rel, "cgroup.procs")
+		if err := os.WriteFile(procs, []byte("0\n"), 0); err != nil {
+			return fmt.Errorf("%s: %w", hi.Key, err)
+		}
+	}
+	return nil
 }
 
 // needCgroups skips a test on a host where this process cannot make task
@@ -338,4 +419,152 @@ func TestReal_CheckSpec(t *testing.T) {
 			t.Errorf("%+v: %v, want %v", tc.spec, err, tc.want)
 		}
 	}
+}
+
+// escapeTask starts a root raw_exec task (mode escape or escape-orphan of
+// runContainTask) whose escapee leaves the task's cgroup for its parent
+// and its session, and returns the task and the escapee.
+func escapeTask(t *testing.T, d *Driver, dir, id, mode string) (fsm.Task, fsm.Proc) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: only a root task can move itself out of its cgroup")
+	}
+	fifo, rd := openFifo(t, t.TempDir())
+	st, err := d.StartTask(ctxT(t), id, fsm.Spec{Driver: "raw_exec", Command: self(t), Args: []string{modeContainTask, mode, fifo, dir}})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	pid, err := strconv.Atoi(readLineDeadline(t, rd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, err := proc.StartTime(pid)
+	if err != nil {
+		t.Fatalf("the escapee: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	if slices.Contains(cgroupMembers(t, st), pid) {
+		t.Fatalf("the escapee %d is still in the task's cgroup", pid)
+	}
+	if sid, _ := unix.Getsid(pid); sid != pid {
+		t.Fatalf("the escapee did not leave the task's session: sid %d", sid)
+	}
+	return st, fsm.Proc{PID: pid, StartTime: start}
+}
+
+// TestRecover_RootTaskChildThatLeftItsCgroupIsKilled: a root raw_exec
+// task's child moves itself out of the task's cgroup (into its parent) and
+// into a session of its own; the executor is SIGKILLed behind the
+// driver's back. tether stop would have killed the child (the executor,
+// its subreaper, kills every descendant it sees); Recover kills only the
+// task's cgroup, so before issue 27 the child lived on while the task was
+// recorded lost. Recover's kill now stops and kills every descendant of the
+// task's proven processes before the cgroup, so the child is dead.
+//
+// With escape-worker the escapee's parent is a worker that stays in the
+// cgroup, and the task's main process is killed too before Recover: the
+// walk starts from every member of the task's cgroup as well.
+func TestRecover_RootTaskChildThatLeftItsCgroupIsKilled(t *testing.T) {
+	needCgroups(t)
+	for _, mode := range []string{"escape", "escape-worker"} {
+		t.Run(mode, func(t *testing.T) { testRecoverKillsTheEscapee(t, mode) })
+	}
+}
+
+func testRecoverKillsTheEscapee(t *testing.T, mode string) {
+	dir := stateDir(t)
+	ctx := ctxT(t)
+	d := newDriver(t, dir, Hooks{})
+	st, escapee := escapeTask(t, d, dir, "leaky", mode)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.Kill(ctx, *st.Executor); err != nil { // the executor alone, as an OOM kill or kill -9 would
+		t.Fatal(err)
+	}
+	if mode == "escape-worker" {
+		if err := proc.Kill(ctx, fsm.Identity{PID: st.TaskPID, StartTime: st.TaskStartTime}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d2 := newDriver(t, dir, Hooks{})
+	defer d2.Close()
+	if _, err := d2.Recover(ctx); err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	final, err := d2.InspectTask(ctx, "leaky")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final.State != fsm.StateLost {
+		t.Errorf("task %s after recover, want lost", final.State)
+	}
+	if alive(escapee.PID, escapee.StartTime) {
+		t.Fatalf("the child that left the task's cgroup and session (pid %d) outlived Recover: the task is %s", escapee.PID, final.State)
+	}
+	for _, p := range testproc.Marked(dir) {
+		t.Errorf("left in /proc: %s", p)
+	}
+	checkCgroupGone(t, final.Task)
+}
+
+// TestRecover_RootTaskEscapeLimits holds what README says a root raw_exec
+// task can still escape. Its escapee is a grandchild that left the task's
+// cgroup and session and whose parent exited at once, so it was
+// reparented to the executor (the task's subreaper):
+//   - tether stop, with the executor alive, kills it (the executor kills
+//     every descendant it can see, its adopted orphans among them);
+//   - after the executor is SIGKILLed behind the driver's back, the orphan
+//     is reparented to init: no parent, cgroup, session or group ties it
+//     to the task any more, and Recover cannot prove it the task's. It
+//     survives, as documented (and is killed here by the test).
+func TestRecover_RootTaskEscapeLimits(t *testing.T) {
+	needCgroups(t)
+	t.Run("stop kills the orphan", func(t *testing.T) {
+		dir := stateDir(t)
+		d := newDriver(t, dir, Hooks{})
+		defer d.Close()
+		_, escapee := escapeTask(t, d, dir, "orphan", "escape-orphan")
+		final, err := d.StopTask(ctxT(t), "orphan", syscall.SIGTERM, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkReaped(t, d, final)
+		if alive(escapee.PID, escapee.StartTime) {
+			t.Errorf("tether stop left the orphan that left the cgroup (pid %d)", escapee.PID)
+		}
+	})
+	t.Run("a killed executor hands the orphan to init", func(t *testing.T) {
+		dir := stateDir(t)
+		ctx := ctxT(t)
+		d := newDriver(t, dir, Hooks{})
+		st, escapee := escapeTask(t, d, dir, "orphan", "escape-orphan")
+		if err := d.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := proc.Kill(ctx, *st.Executor); err != nil {
+			t.Fatal(err)
+		}
+		d2 := newDriver(t, dir, Hooks{})
+		defer d2.Close()
+		if _, err := d2.Recover(ctx); err != nil {
+			t.Fatalf("recover: %v", err)
+		}
+		final, err := d2.InspectTask(ctx, "orphan")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if final.State != fsm.StateLost || (final.TaskPID != 0 && alive(final.TaskPID, final.TaskStartTime)) {
+			t.Errorf("task %s, main process alive %v; want lost and dead", final.State, final.TaskPID != 0 && alive(final.TaskPID, final.TaskStartTime))
+		}
+		if !alive(escapee.PID, escapee.StartTime) {
+			t.Fatalf("the orphan was killed: README's limit is out of date (good news: say so there)")
+		}
+		s, err := proc.ReadStat(escapee.PID)
+		if err != nil || s.PPID == st.Executor.PID {
+			t.Fatalf("the orphan's parent is %d (%v), want init or a subreaper above the executor", s.PPID, err)
+		}
+		_ = syscall.Kill(escapee.PID, syscall.SIGKILL)
+		_ = waitPidfd(escapee.PID)
+	})
 }

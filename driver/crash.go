@@ -11,6 +11,7 @@ import (
 
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/store"
 )
 
 // Crash points are named places where a test (or a user, through
@@ -48,7 +49,26 @@ func CrashPoints() []string {
 	}
 	// The executor's, on its restart path: TETHER_CRASHPOINT reaches it
 	// through the environment it inherits, and it SIGKILLs itself there.
-	return append(out, executor.CrashPoints()...)
+	out = append(out, executor.CrashPoints()...)
+	// A maintenance's durable steps: the store's (Options.Crash) and the
+	// salvage's settling of lost tasks (SalvageStore).
+	out = append(out, store.PointSalvageCopied, PointSalvageSettled)
+	for _, p := range store.CrashPoints() {
+		if p != store.PointSalvageCopied {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// StoreCrash is the store's crash hook (store.Options.Crash) that calls
+// h.Crash with the maintenance's points, so that TETHER_CRASHPOINT and
+// TETHER_PAUSEPOINT reach them too.
+func (h Hooks) StoreCrash() func(point string) {
+	if h.Crash == nil {
+		return nil
+	}
+	return func(point string) { h.Crash(point, "") }
 }
 
 // FaultPoints lists the operations a fault can be injected into: every
@@ -96,21 +116,37 @@ func (h Hooks) fault(point, task string) error {
 // The environment variables read by HooksFromEnv.
 const (
 	EnvCrashPoint = "TETHER_CRASHPOINT" // <point> or <point>:<n>: SIGKILL self at its n-th hit (default 1st)
+	EnvPausePoint = "TETHER_PAUSEPOINT" // <point> or <point>:<n>: SIGSTOP self at its n-th hit, until a SIGCONT
 	EnvFault      = "TETHER_FAULT"      // <point> or <point>:<n>: fail that operation at its n-th hit
 )
 
-// HooksFromEnv builds hooks from TETHER_CRASHPOINT and TETHER_FAULT. An
-// unknown point name is an error, so a typo cannot silently disable a test.
+// HooksFromEnv builds hooks from TETHER_CRASHPOINT, TETHER_PAUSEPOINT and
+// TETHER_FAULT. An unknown point name is an error, so a typo cannot
+// silently disable a test. A pause point stops the whole process
+// (SIGSTOP) at a crash point until someone sends it SIGCONT: a test holds
+// a window open there (a maintenance between its read and its install,
+// say) and runs other commands in it, with no sleep.
 func HooksFromEnv() (Hooks, error) {
 	var h Hooks
-	if v := os.Getenv(EnvCrashPoint); v != "" {
-		name, n, err := parsePoint(v, CrashPoints())
-		if err != nil {
-			return h, fmt.Errorf("%s: %w", EnvCrashPoint, err)
+	var crash, pause *counter
+	for _, p := range []struct {
+		env string
+		c   **counter
+	}{{EnvCrashPoint, &crash}, {EnvPausePoint, &pause}} {
+		if v := os.Getenv(p.env); v != "" {
+			name, n, err := parsePoint(v, CrashPoints())
+			if err != nil {
+				return h, fmt.Errorf("%s: %w", p.env, err)
+			}
+			*p.c = &counter{name: name, n: n}
 		}
-		c := &counter{name: name, n: n}
+	}
+	if crash != nil || pause != nil {
 		h.Crash = func(point, _ string) {
-			if c.hit(point) {
+			if pause != nil && pause.hit(point) {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP) // returns once continued
+			}
+			if crash != nil && crash.hit(point) {
 				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 				select {} // SIGKILL is not deliverable late; never go on
 			}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +20,8 @@ import (
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/internal/testproc"
+	"github.com/tether-fsm/tether/statedir"
+	"github.com/tether-fsm/tether/store"
 )
 
 // runChild is a driver process that runs one scenario on a state dir and
@@ -33,15 +36,38 @@ func runChild(args []string) int {
 		return 3
 	}
 	crash := hooks.Crash
+	appended := make(chan struct{}, 64)
 	hooks.Crash = func(p, task string) {
 		if strings.HasPrefix(p, crashAfterAppend) {
 			fmt.Printf("ack %s\n", strings.TrimPrefix(p, crashAfterAppend))
+			select {
+			case appended <- struct{}{}:
+			default:
+			}
 		}
 		if crash != nil {
 			crash(p, task)
 		}
 	}
-	d, err := Open(Config{StateDir: dir, ExecutorCommand: []string{os.Args[0], modeExecutor}, KillTimeout: 2 * time.Second, Hooks: hooks})
+	cfg := Config{StateDir: dir, ExecutorCommand: []string{os.Args[0], modeExecutor}, KillTimeout: 2 * time.Second, Hooks: hooks}
+	var sh *store.Shared
+	if scenario == "salvage" || scenario == "gc" {
+		// A maintenance beside starts: the driver holds the store only
+		// while an operation is in flight (as the CLI does), and the
+		// store's own points reach the crash hook.
+		if err := PrepareStateDir(dir); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 3
+		}
+		sh, err = store.OpenShared(statedir.Layout{Dir: dir}.Store(), store.Options{LockTimeout: 20 * time.Second, Crash: hooks.StoreCrash()})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 3
+		}
+		defer sh.Close()
+		cfg.Store = sh
+	}
+	d, err := Open(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
@@ -98,6 +124,22 @@ func runChild(args []string) int {
 		fmt.Println("final", final.State, final.Restarts)
 	case "recover":
 		_, err = d.Recover(ctx)
+	case "salvage", "gc":
+		// Two starts beside the maintenance: each is acknowledged (ack
+		// lines) as its appends return, whichever store they land in.
+		// The maintenance begins once both have had a commit
+		// acknowledged, so that what it installs must hold those.
+		for len(appended) > 0 {
+			<-appended
+		}
+		var wg sync.WaitGroup
+		for _, id := range []string{"b", "c"} {
+			wg.Go(func() { _, _ = d.StartTask(ctx, id, sleeper) })
+		}
+		<-appended
+		<-appended
+		err = maintain(ctx, scenario, dir, sh, hooks)
+		wg.Wait()
 	case "launched-log":
 		err = launchedLog(ctx, d, task("sleep"))
 	default:
@@ -105,6 +147,30 @@ func runChild(args []string) int {
 	}
 	fmt.Println("done", err)
 	return 0
+}
+
+// maintain runs the maintenance of a crash scenario on the state dir's
+// store: salvage (under a maintenance, with the store's crash points) or
+// gc (remove every ended task, then compact).
+func maintain(ctx context.Context, scenario, dir string, sh *store.Shared, hooks Hooks) error {
+	if scenario == "gc" {
+		if _, err := sh.Remove(ctx, time.Now().Add(time.Hour)); err != nil {
+			return err
+		}
+		_, _, err := sh.Compact(ctx)
+		return err
+	}
+	m, err := store.BeginMaintenance(ctx, statedir.Layout{Dir: dir}.Store(), store.Options{LockTimeout: 20 * time.Second, Crash: hooks.StoreCrash()})
+	if err != nil {
+		return err
+	}
+	defer m.Release()
+	world := &executor.Real{StateDir: dir, Command: []string{os.Args[0], modeExecutor}}
+	rep, err := SalvageStore(ctx, m, world, hooks)
+	if err == nil && !rep.Done() {
+		err = fmt.Errorf("salvage not done: %+v", rep)
+	}
+	return err
 }
 
 // launchedLog leaves the log of a task that ends at launched, with its
@@ -187,6 +253,14 @@ func crashCases() map[string]crashCase {
 	set(launched, both("reattached")...)
 	set(launched, crashBeforeEffect+"attach", crashAfterEffect+"attach")
 	set(crashCase{scenario: "restart"}, both("restart-intent")...)
+	// A maintenance's durable steps, beside two starts: a salvage of a
+	// store with a running task, a gc of one with an ended task.
+	for _, p := range []string{store.PointSalvageCopied, PointSalvageSettled, store.PointInstallAside, store.PointInstallRenamed} {
+		cases[p] = crashCase{prep: "start", scenario: "salvage"}
+	}
+	for _, p := range []string{store.PointRemoveCommitted, store.PointCompactCopied, store.PointCompactRenamed} {
+		cases[p] = crashCase{prep: "start-exit", scenario: "gc"}
+	}
 	// The executor's own points: it SIGKILLs itself on its restart path;
 	// the driver (not killed) finds it gone, folds what it journalled and
 	// kills everything of the task with its cgroup.
@@ -275,6 +349,7 @@ func TestCrashPoints_EveryPointRecovers(t *testing.T) {
 			case !c.executorCrash && !r.killed:
 				t.Fatalf("crash point %s was not reached by scenario %s:\n%s", point, c.scenario, r.out)
 			}
+			t.Logf("acknowledged before the crash: %v", r.acks)
 			checkRecovery(t, dir, r.acks)
 			if c.scenario == "restart" {
 				checkNoDoubleStart(t, dir)

@@ -49,6 +49,21 @@ type Config struct {
 	// or "SRC:DST", each bound read-only; nil uses Nomad's chroot_env
 	// default (executor.DefaultChroot). Used only when World is nil.
 	ChrootEnv []string
+	// AllowSeccomp lists what an exec task's seccomp option may name
+	// besides the default ("unconfined", profile paths); AllowMissing the
+	// parts of the sandbox exec tasks may run without on a host that
+	// lacks them ("cgroupns", "keyring"). See executor.Policy. Used only
+	// when World is nil.
+	AllowSeccomp []string
+	AllowMissing []string
+	// AllowRead lists host directories a template's source or file, or a
+	// local artifact, may be read from besides the task's own and its
+	// group's alloc directory (nil: none). Used only when World is nil.
+	AllowRead []string
+	// PrepareTimeout bounds the preparation of a task before its first
+	// launch (fetching its artifacts, rendering its templates), on top of
+	// EffectTimeout (default 30m, Nomad's artifact read timeout).
+	PrepareTimeout time.Duration
 	// KillTimeout is the default grace between the stop signal and SIGKILL
 	// (default 5s); KillSignal the default stop signal (default SIGTERM).
 	KillTimeout time.Duration
@@ -136,6 +151,9 @@ func Open(cfg Config) (*Driver, error) {
 	if cfg.ProbeTimeout <= 0 {
 		cfg.ProbeTimeout = defaultProbeTimeout
 	}
+	if cfg.PrepareTimeout <= 0 {
+		cfg.PrepareTimeout = 30 * time.Minute
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -146,13 +164,12 @@ func Open(cfg Config) (*Driver, error) {
 		closing: make(chan struct{}), abandoned: make(chan struct{})}
 	d.world = cfg.World
 	if d.world == nil {
-		if cfg.ChrootEnv != nil {
-			if err := executor.ValidateChroot(cfg.ChrootEnv); err != nil {
-				return nil, fmt.Errorf("driver: Config.ChrootEnv: %w", err)
-			}
+		policy := executor.Policy{AllowedCaps: cfg.AllowedCaps, Chroot: slices.Clone(cfg.ChrootEnv),
+			AllowSeccomp: slices.Clone(cfg.AllowSeccomp), AllowMissing: slices.Clone(cfg.AllowMissing), AllowRead: slices.Clone(cfg.AllowRead)}
+		if err := executor.ValidatePolicy(policy); err != nil {
+			return nil, fmt.Errorf("driver: Config's policy: %w", err)
 		}
-		d.world = &executor.Real{StateDir: cfg.StateDir, Command: cfg.ExecutorCommand, Logger: cfg.Logger,
-			Policy: executor.Policy{AllowedCaps: cfg.AllowedCaps, Chroot: slices.Clone(cfg.ChrootEnv)}}
+		d.world = &executor.Real{StateDir: cfg.StateDir, Command: cfg.ExecutorCommand, Logger: cfg.Logger, Policy: policy}
 	}
 	d.store = cfg.Store
 	if d.store == nil {
@@ -246,6 +263,19 @@ func (d *Driver) event(typ fsm.EventType) fsm.Event {
 	return fsm.Event{Type: typ, Time: d.cfg.Now().UnixNano()}
 }
 
+// exited is the task-exited event of exit x: stamped with when the task
+// exited (x.At, as its executor saw it), and with its append time beside
+// it when that is later, so that a task nobody watched is recorded as
+// ended when it ended, not when a command next looked.
+func (d *Driver) exited(x fsm.ExitStatus) fsm.Event {
+	ev := d.event(fsm.EventTaskExited)
+	if x.At > 0 && x.At < ev.Time {
+		ev.Time, ev.Recorded = x.At, ev.Time
+	}
+	ev.Exit = &x
+	return ev
+}
+
 // lookup returns the task's live owner, starting one (from the store) when
 // the driver has none. A task the store does not know is ErrUnknownTask.
 func (d *Driver) lookup(ctx context.Context, id string) (*task, error) {
@@ -317,16 +347,22 @@ func (d *Driver) ask(ctx context.Context, id string, req request) (reply, error)
 // nil error. A spec refused before spawning fails with ErrInvalidSpec and
 // nothing is spawned.
 func (d *Driver) StartTask(ctx context.Context, id string, spec fsm.Spec) (fsm.Task, error) {
-	return d.startTask(ctx, id, spec, "")
+	return d.begin(ctx, id, request{kind: inStart, spec: spec})
 }
 
 // startTask is StartTask recording the task it replaces, if any.
 func (d *Driver) startTask(ctx context.Context, id string, spec fsm.Spec, replaces string) (fsm.Task, error) {
+	return d.begin(ctx, id, request{kind: inStart, spec: spec, link: replaces})
+}
+
+// begin serves a start or a create: the first request of a new task's
+// owner.
+func (d *Driver) begin(ctx context.Context, id string, req request) (fsm.Task, error) {
 	if err := ValidateTaskID(id); err != nil {
 		return fsm.Task{}, err
 	}
-	if spec.Name == "" {
-		spec.Name = id
+	if req.spec.Name == "" {
+		req.spec.Name = id
 	}
 	d.mu.Lock()
 	if d.closed {
@@ -337,7 +373,7 @@ func (d *Driver) startTask(ctx context.Context, id string, spec fsm.Spec, replac
 		d.mu.Unlock()
 		return fsm.Task{}, &TaskError{Task: id, Err: ErrTaskExists}
 	}
-	req := request{kind: inStart, spec: spec, link: replaces, reply: make(chan reply, 1)}
+	req.reply = make(chan reply, 1)
 	t := d.startOwner(fsm.Task{ID: id}, &req) // the owner serves it before any other request
 	d.mu.Unlock()
 	select {
@@ -347,6 +383,33 @@ func (d *Driver) startTask(ctx context.Context, id string, spec fsm.Spec, replac
 		return t.snapshot(), context.Cause(ctx)
 	}
 }
+
+// CreateTask records a task without starting it: task-created alone (with
+// config-rejected when its spec is refused, as StartTask does). The task
+// waits in created until StartCreated starts it: the tasks of a group are
+// all recorded before any of them is spawned, and each waits for its turn
+// (see RunGroup). Recovery leaves a waiting task of a group to its group.
+func (d *Driver) CreateTask(ctx context.Context, id string, spec fsm.Spec) (fsm.Task, error) {
+	return d.begin(ctx, id, request{kind: inCreate, spec: spec})
+}
+
+// StartCreated starts a task CreateTask recorded, as StartTask starts a
+// new one: it returns once the task is running (or has exited), or with
+// an error once a failed start has been reaped. A task that is no longer
+// waiting (started or settled meanwhile) is ErrNotWaiting, with its state.
+func (d *Driver) StartCreated(ctx context.Context, id string) (fsm.Task, error) {
+	r, err := d.ask(ctx, id, request{kind: inStartCreated})
+	if err != nil {
+		return r.task, err
+	}
+	return r.task, r.err
+}
+
+// CheckSpec is the check a start makes before anything is recorded or
+// spawned (fsm.Spec.Validate, then what the spec needs of this host):
+// a caller recording several tasks at once (a group) checks them all
+// first, so that a refused one records nothing.
+func (d *Driver) CheckSpec(spec fsm.Spec) error { return d.validateSpec(spec) }
 
 // validateSpec is the check that can fail before anything is spawned.
 func (d *Driver) validateSpec(spec fsm.Spec) error {

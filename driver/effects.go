@@ -76,6 +76,10 @@ func (o *owner) perform(eff fsm.Effect) {
 	switch kind {
 	case jobSpawn:
 		timeout = o.d.cfg.SpawnTimeout
+	case jobLaunch:
+		if s := eff.Spec; s != nil && len(s.Artifacts)+len(s.Templates) > 0 {
+			timeout += o.d.cfg.PrepareTimeout // the executor fetches and renders first
+		}
 	case jobKill:
 		sig, grace := eff.Signal, eff.Grace
 		if o.kill != nil {
@@ -211,8 +215,7 @@ func (j job) launch(ctx context.Context) jobResult {
 		j.d.log.Info("the launch did not do all that was asked", "task_id", j.id, "warnings", fmt.Sprint(s.Warnings))
 	}
 	if s.Over() {
-		ex := j.d.event(fsm.EventTaskExited)
-		ex.Exit = &s.Exit
+		ex := j.d.exited(s.Exit)
 		return jobResult{inputs: []fsm.Event{launched, ex}, h: h}
 	}
 	return jobResult{inputs: []fsm.Event{launched, j.d.event(fsm.EventRunning)}, h: h, supervise: true}
@@ -280,8 +283,7 @@ func (d *Driver) endOf(ctx context.Context, st fsm.Task, h executor.Conn) readin
 				return reading{r: r, h: h, alive: true}
 			}
 			if cur := foldReport(st, r, d); cur.State != fsm.StateReaping && !cur.State.Terminal() {
-				ev := d.event(fsm.EventTaskExited)
-				ev.Exit = &s.Exit
+				ev := d.exited(s.Exit)
 				r.end = []fsm.Event{ev}
 			}
 			return reading{r: r, h: h}
@@ -327,8 +329,7 @@ func (d *Driver) collectEnd(ctx context.Context, st fsm.Task, cause error) repor
 		x, ok, err := d.world.ExitStatus(ctx, st.ID, *st.Executor, cur.TaskProc())
 		switch {
 		case err == nil && ok:
-			ev := d.event(fsm.EventTaskExited)
-			ev.Exit = &x
+			ev := d.exited(x)
 			r.end = []fsm.Event{ev}
 			return r
 		case errors.Is(err, ErrNotOurs):
@@ -385,8 +386,7 @@ func (j job) probeLaunch(ctx context.Context) jobResult {
 	launched := j.d.event(fsm.EventLaunched)
 	launched.TaskPID, launched.TaskStartTime = s.PID, s.StartTime
 	if s.Over() {
-		ex := j.d.event(fsm.EventTaskExited)
-		ex.Exit = &s.Exit
+		ex := j.d.exited(s.Exit)
 		return jobResult{h: h, inputs: []fsm.Event{launched, ex}, action: "launch had happened and the task has exited (" + s.Exit.String() + "); reaped"}
 	}
 	return jobResult{h: h, inputs: []fsm.Event{launched, j.d.event(fsm.EventRunning)}, supervise: true, action: "launch had happened; reattached"}

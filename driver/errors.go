@@ -55,9 +55,26 @@ var (
 	// ErrUnproven: nothing readable of a lost task's log proves which
 	// processes are its own (SettleLost); nothing was killed.
 	ErrUnproven = errors.New("driver: nothing readable proves which processes are the task's")
+	// ErrVanished: the task is no longer in the store (a maintenance put
+	// a store that lacks it in place, or removed it) while this driver was
+	// driving it; what was spawned for it was killed, since no Recover
+	// could find it.
+	ErrVanished = errors.New("driver: the task is no longer in the store")
 	// ErrInjected is the error returned by an injected fault (tests, and
 	// TETHER_FAULT in real-process tests).
 	ErrInjected = errors.New("driver: injected fault")
+	// ErrNotWaiting: StartCreated was asked to start a task that is not
+	// waiting for its turn (it was started, or settled, meanwhile).
+	ErrNotWaiting = errors.New("driver: the task is not waiting to start")
+	// ErrWaiting: WaitTask of a task of a group that waits for its turn:
+	// nothing here will start it; wait for its group (RunGroup).
+	ErrWaiting = errors.New("driver: the task waits for its turn in its group")
+)
+
+// Errors of groups (RunGroup, StopGroup).
+var (
+	// ErrNotGroup: the ids given are not the tasks of one allocation.
+	ErrNotGroup = errors.New("driver: not the tasks of one group")
 )
 
 // Errors of the process world (executor.World), the same values as
@@ -106,6 +123,10 @@ func causeOf(err error) fsm.Cause {
 		{executor.ErrNoCgroup, fsm.CauseNoCgroup},
 		{executor.ErrLimit, fsm.CauseLimit},
 		{executor.ErrIsolation, fsm.CauseIsolation},
+		{executor.ErrSeccompNotAllowed, fsm.CauseSeccompNotAllowed},
+		{executor.ErrHostFeature, fsm.CauseHostFeature},
+		{executor.ErrArtifact, fsm.CauseArtifact},
+		{executor.ErrTemplate, fsm.CauseTemplate},
 		{ErrInjected, fsm.CauseInjected},
 		{fsm.ErrInvalidSpec, fsm.CauseInvalidSpec}, // after the named ones it may wrap
 		{executor.ErrSpawn, fsm.CauseSpawn},

@@ -1,9 +1,8 @@
 package driver
 
 import (
+	"bytes"
 	"errors"
-	"io"
-	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -37,24 +36,18 @@ func TestExecTask_RunsInTheTask(t *testing.T) {
 	if _, err := d.StartTask(ctx, "t1", taskSpec(t, dir, "sleep")); err != nil {
 		t.Fatal(err)
 	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	p, err := d.ExecTask(ctx, "t1", ExecSpec{Argv: []string{"sh", "-c", "pwd; exit 5"}, Stdout: w, Stderr: w})
-	w.Close()
+	var out bytes.Buffer
+	p, err := d.ExecTask(ctx, "t1", ExecSpec{Argv: []string{"sh", "-c", "pwd; exit 5"}, Stdout: &out})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	out, _ := io.ReadAll(r)
-	x, err := p.Wait(ctx)
+	x, err := p.Wait(ctx) // returns once the output is relayed
 	if err != nil || x.Code != 5 {
 		t.Fatalf("Wait = %+v %v, want code 5", x, err)
 	}
-	if want := filepath.Join(d.TaskDir("t1"), statedir.LocalDir) + "\n"; string(out) != want {
-		t.Errorf("the command printed %q, want %q", out, want)
+	if want := filepath.Join(d.TaskDir("t1"), statedir.LocalDir) + "\n"; out.String() != want {
+		t.Errorf("the command printed %q, want %q", out.String(), want)
 	}
 	if _, err := d.StopTask(ctx, "t1", syscall.SIGKILL, time.Millisecond); err != nil {
 		t.Fatal(err)

@@ -75,6 +75,28 @@ func runTask(args []string) int {
 			n, _ := strconv.Atoi(args[1])
 			return n
 		}
+	case "log":
+		// log FILE WORD exit N | log FILE WORD sleep: appends WORD to
+		// FILE, then exits N, or sleeps until SIGTERM, which appends
+		// WORD-stopped and exits 0 (the order of a group's tasks, read
+		// from one file they all append to).
+		logWord := func(w string) {
+			f, err := os.OpenFile(args[1], os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o666)
+			if err == nil {
+				_, _ = f.WriteString(w + "\n")
+				f.Close()
+			}
+		}
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		logWord(args[2])
+		if args[3] == "exit" {
+			n, _ := strconv.Atoi(args[4])
+			return n
+		}
+		<-term
+		logWord(args[2] + "-stopped")
+		return 0
 	case "ignore-term":
 		signal.Ignore(syscall.SIGTERM)
 	case "grandchildren":

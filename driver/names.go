@@ -257,6 +257,12 @@ func (d *Driver) RestartTask(ctx context.Context, id, newID string) (fsm.Task, f
 		return fsm.Task{}, info.Task, &TaskError{Task: id, State: info.State, Err: errors.New("its log holds no spec to start again")}
 	}
 	spec := *info.Spec
+	if a := spec.Alloc; a != nil {
+		if len(a.Tasks) > 1 {
+			return fsm.Task{}, info.Task, &TaskError{Task: id, State: info.State,
+				Err: fmt.Errorf("%w: it is one of the %d tasks of group %s, which run and end together: stop the group and start its file again", ErrNotGroup, len(a.Tasks), a.ID)}
+		}
+	}
 	unlock, err := d.lockName(ctx, spec.Name)
 	if err != nil {
 		return fsm.Task{}, info.Task, err
@@ -281,6 +287,13 @@ func (d *Driver) RestartTask(ctx context.Context, id, newID string) (fsm.Task, f
 		return fsm.Task{}, old, err
 	} else if promised != "" {
 		newID = promised
+	}
+	if a := spec.Alloc; a != nil {
+		// A group of one: the new task is its only task, in the same
+		// allocation (its directories stay, as across Nomad's restarts).
+		x := *a
+		x.Tasks = []string{newID}
+		spec.Alloc = &x
 	}
 	if err := ctx.Err(); err != nil {
 		return fsm.Task{}, old, context.Cause(ctx)

@@ -38,11 +38,13 @@ import (
 type inputKind uint8
 
 const (
-	inStart   inputKind = iota + 1 // record and start a new task
-	inStop                         // stop it (or escalate a stop under way)
-	inWatch                        // reply when it is terminal; make sure someone notices its end
-	inRecover                      // reconcile it with reality, unless someone is driving it
-	inInspect                      // reply with the state (after a start that claimed the id has recorded it)
+	inStart        inputKind = iota + 1 // record and start a new task
+	inStop                              // stop it (or escalate a stop under way)
+	inWatch                             // reply when it is terminal; make sure someone notices its end
+	inRecover                           // reconcile it with reality, unless someone is driving it
+	inInspect                           // reply with the state (after a start that claimed the id has recorded it)
+	inCreate                            // record a new task that waits for its turn (a task of a group)
+	inStartCreated                      // start a task that waits for its turn
 )
 
 type request struct {
@@ -272,8 +274,10 @@ func (o *owner) serve(req request) {
 		o.phase = phaseIdle
 	}
 	switch req.kind {
-	case inStart:
+	case inStart, inCreate:
 		o.start(req)
+	case inStartCreated:
+		o.startCreated(req)
 	case inStop:
 		o.stop(req)
 	case inWatch:
@@ -298,6 +302,7 @@ func (o *owner) taskErr(err error) error {
 // refused before anything is spawned). The append expects a task that does
 // not exist yet: one the log already holds conflicts, and is answered
 // ErrTaskExists (no read of the log first: a start is one commit fewer).
+// A create (inCreate) records task-created alone: the task waits.
 func (o *owner) start(req request) {
 	id := o.t.id
 	if o.st.State != fsm.StateNone {
@@ -333,9 +338,13 @@ func (o *owner) start(req request) {
 		req.reply <- reply{task: o.st, err: &TaskError{Task: id, State: o.st.State, Err: errors.Join(verr, aerr)}}
 		return
 	}
-	intent := o.d.event(fsm.EventSpawnIntent)
-	intent.Nonce = o.d.cfg.NewNonce()
-	recorded, err := o.record(created, intent)
+	inputs := []fsm.Event{created}
+	if req.kind == inStart {
+		intent := o.d.event(fsm.EventSpawnIntent)
+		intent.Nonce = o.d.cfg.NewNonce()
+		inputs = append(inputs, intent)
+	}
+	recorded, err := o.record(inputs...)
 	if err != nil {
 		o.discardIfUnrecorded()
 		o.release()
@@ -346,8 +355,72 @@ func (o *owner) start(req request) {
 		exists()
 		return
 	}
+	if req.kind == inCreate {
+		o.release()
+		req.reply <- reply{task: o.st}
+		return
+	}
 	o.phase = phaseDriving
 	o.starters = append(o.starters, req.reply)
+}
+
+// startCreated starts a task that waits for its turn: the spawn intent,
+// then the start's effects, as start does for a new task. A task that no
+// longer waits (another process started or settled it) is answered
+// ErrNotWaiting with its state.
+func (o *owner) startCreated(req request) {
+	notWaiting := func() {
+		req.reply <- reply{task: o.st, err: o.taskErr(fmt.Errorf("%w: it is %s", ErrNotWaiting, o.st.State))}
+	}
+	switch {
+	case o.st.State == fsm.StateNone:
+		req.reply <- reply{err: &TaskError{Task: o.t.id, Err: ErrUnknownTask}}
+		return
+	case o.st.State != fsm.StateCreated || o.phase == phaseDriving || o.job != jobNone:
+		notWaiting()
+		return
+	}
+	unlock, holder, err := o.d.world.LockTask(o.t.id)
+	if err != nil {
+		req.reply <- reply{task: o.st, err: o.taskErr(err)}
+		return
+	}
+	if unlock == nil {
+		req.reply <- reply{task: o.st, err: o.taskErr(fmt.Errorf("%w: process %d is driving it", ErrNotWaiting, holder))}
+		return
+	}
+	o.unlock = unlock
+	if err := o.reload(); err != nil { // another process may have moved it
+		o.release()
+		req.reply <- reply{task: o.st, err: err}
+		return
+	}
+	if o.st.State != fsm.StateCreated {
+		o.release()
+		notWaiting()
+		return
+	}
+	intent := o.d.event(fsm.EventSpawnIntent)
+	intent.Nonce = o.d.cfg.NewNonce()
+	recorded, err := o.record(intent)
+	switch {
+	case err != nil:
+		o.release()
+		req.reply <- reply{task: o.st, err: err}
+		return
+	case !recorded:
+		o.release()
+		notWaiting()
+		return
+	}
+	o.phase = phaseDriving
+	o.starters = append(o.starters, req.reply)
+}
+
+// waits reports whether the task is a task of a group that waits for its
+// turn: recorded, nothing spawned, left to its group.
+func (o *owner) waits() bool {
+	return o.st.State == fsm.StateCreated && o.st.Spec != nil && o.st.Spec.Alloc != nil
 }
 
 // discardIfUnrecorded removes the task's directory when the start's
@@ -476,6 +549,9 @@ func (o *owner) watch(req request) {
 	case o.st.State.Terminal():
 		req.reply <- reply{task: o.st}
 		return
+	case o.waits() && o.phase != phaseDriving && o.job == jobNone:
+		req.reply <- reply{task: o.st, err: o.taskErr(fmt.Errorf("%w (group %s)", ErrWaiting, o.st.Spec.Alloc.ID))}
+		return
 	}
 	o.watchers = append(o.watchers, req.reply)
 	if req.cancel != nil {
@@ -578,6 +654,14 @@ func (o *owner) reconcile() {
 	}
 	switch o.st.State {
 	case fsm.StateCreated:
+		if o.waits() {
+			// A task of a group waits for its turn: its group (RunGroup)
+			// starts it, or settles it, when the group's other tasks say.
+			o.release()
+			o.concludeRecovery("waits for its turn in group "+o.st.Spec.Alloc.ID+"; left to its group", nil)
+			o.failWatchers(fmt.Errorf("%w (group %s)", ErrWaiting, o.st.Spec.Alloc.ID))
+			return
+		}
 		interrupted("the driver stopped before spawning an executor; nothing was spawned", "nothing was spawned; recorded failed")
 	case fsm.StateSpawning:
 		interrupted("the driver stopped while spawning the executor", "spawn interrupted; executor looked up by nonce and killed")
@@ -688,8 +772,17 @@ func (o *owner) startReply() reply {
 // giveUp stops driving after an error the owner cannot get past (an append
 // that failed, a kill that kept failing): the log keeps what is durable and
 // a later Recover reconciles it. Everyone waiting is told why.
+//
+// A task that is no longer in the store at all (a maintenance replaced the
+// store with one that lacks it, or removed it) is in no log that a Recover
+// could reconcile: its processes are killed here, by what this owner knows
+// of them, and the error says so (ErrVanished).
 func (o *owner) giveUp(err error) {
-	o.log.Error("giving up on the task for now; Recover will reconcile it", "err", err, "state", o.st.State.String())
+	if errors.Is(err, store.ErrUnknownTask) && o.st.Version > 0 {
+		err = o.vanished(err)
+	} else {
+		o.log.Error("giving up on the task for now; Recover will reconcile it", "err", err, "state", o.st.State.String())
+	}
 	o.retryC = nil
 	o.rest()
 	for _, s := range append(append(o.starters, o.stoppers...), o.watchers...) {
@@ -697,6 +790,28 @@ func (o *owner) giveUp(err error) {
 	}
 	o.starters, o.stoppers, o.watchers = nil, nil, nil
 	o.concludeRecovery("", err)
+}
+
+// vanished kills everything this owner knows of a task that the store no
+// longer holds (its executor by its proven identity or its spawn nonce,
+// its cgroup, its process group), and returns the error that says so.
+func (o *owner) vanished(cause error) error {
+	o.stopSupervising()
+	ctx, cancel := context.WithTimeout(context.Background(), o.d.cfg.EffectTimeout)
+	defer cancel()
+	k := recoveryKill{world: o.d.world, probe: o.d.cfg.ProbeTimeout, task: o.t.id, id: o.st.Executor, nonce: o.st.Nonce,
+		run: o.st.TaskProc(), sig: syscall.SIGKILL, conn: o.h}
+	o.h, o.final = nil, nil
+	_, id, kerr := k.kill(ctx)
+	what := "nothing of it was alive"
+	switch {
+	case kerr != nil:
+		what = fmt.Sprintf("killing what was spawned for it failed (%v); look at %s", kerr, o.d.TaskDir(o.t.id))
+	case id != nil:
+		what = fmt.Sprintf("its executor (pid %d) and its task were killed", id.PID)
+	}
+	o.log.Error("the task is no longer in the store; nothing can reconcile it, so what was spawned for it is killed", "err", cause, "state", o.st.State.String(), "kill", what)
+	return o.taskErr(fmt.Errorf("%w (%w): %s", ErrVanished, cause, what))
 }
 
 // record steps the task with inputs and appends the resulting events in one

@@ -3,10 +3,18 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // TaskReport says what a reconciliation did with one task.
@@ -98,4 +106,62 @@ func (d *Driver) reconcileOne(ctx context.Context, id string) TaskReport {
 		return TaskReport{ID: id, From: r.task.State, To: r.task.State, Err: r.err}
 	}
 	return r.report
+}
+
+// LockRecovery takes the state directory's recovery lock
+// (statedir.Layout.RecoverLock), held for the length of a recovery of
+// every live task, so that one runs at a time: a second Recover in
+// another process would find the tasks locked by the first and leave them
+// to it, and say nothing of what became of them. When another process
+// holds it, busy is called with that process's pid (0 if unknown) before
+// the wait, which ends when the holder lets go (its process ends, at the
+// latest) or ctx ends. The lock file names its holder's pid.
+func LockRecovery(ctx context.Context, stateDir string, busy func(holder int)) (release func(), err error) {
+	path := statedir.Layout{Dir: stateDir}.RecoverLock()
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("driver: recovery lock: %w", err)
+	}
+	fd := int(f.Fd())
+	err = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		holder := 0
+		if b, rerr := os.ReadFile(path); rerr == nil {
+			holder, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		busy(holder)
+		got := make(chan error, 1)
+		go func() {
+			for {
+				err := unix.Flock(fd, unix.LOCK_EX)
+				if !errors.Is(err, unix.EINTR) {
+					got <- err
+					return
+				}
+			}
+		}()
+		select {
+		case err = <-got:
+		case <-ctx.Done():
+			go func() { // owns f from here: lets go of whatever it gets
+				if <-got == nil {
+					_ = unix.Flock(fd, unix.LOCK_UN)
+				}
+				f.Close()
+			}()
+			return nil, ctx.Err()
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("driver: recovery lock %s: %w", path, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return func() {
+		_ = f.Truncate(0)
+		_ = unix.Flock(fd, unix.LOCK_UN)
+		f.Close()
+	}, nil
 }

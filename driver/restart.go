@@ -91,8 +91,7 @@ func (d *Driver) superviseLoop(ctx context.Context, h executor.Conn, st fsm.Task
 		since += len(entries)
 		over := s.Over() && len(entries) == 0
 		if over {
-			ev := d.event(fsm.EventTaskExited)
-			ev.Exit = &s.Exit
+			ev := d.exited(s.Exit)
 			r.end = []fsm.Event{ev}
 			r.final = &s
 		}

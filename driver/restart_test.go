@@ -107,7 +107,7 @@ func TestRestart_StopDuringTheDelayEndsIt(t *testing.T) {
 		}
 	}})
 	defer d.Close()
-	p := fsm.RestartPolicy{Attempts: 5, Interval: time.Hour, Delay: time.Hour, Mode: fsm.RestartFail, OnSuccess: true}
+	p := fsm.RestartPolicy{Attempts: 5, Interval: 5 * time.Hour, Delay: time.Hour, Mode: fsm.RestartFail, OnSuccess: true}
 	st, err := d.StartTask(ctx, "slow", restartSpec(t, dir, p, "exit", "6"))
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,8 @@
 package executor
 
 import (
+	"fmt"
+
 	"github.com/tether-fsm/tether/executor/internal/spec"
 	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/fsm"
@@ -35,8 +37,10 @@ func CrashPoints() []string { return wire.CrashPoints() }
 type Launch = wire.Launch
 
 // Policy is the driver's host policy for exec tasks, sent with each
-// launch: the capability allow list (nil: DefaultAllowedCaps) and what an
-// exec task's root is built from (nil: DefaultChroot).
+// launch: the capability allow list (nil: DefaultAllowedCaps), what an
+// exec task's root is built from (nil: DefaultChroot), the seccomp allow
+// list (AllowSeccomp) and the sandbox parts exec tasks may run without on
+// a host that lacks them (AllowMissing).
 type Policy = wire.Policy
 
 // Status is what the executor knows of its task.
@@ -87,5 +91,22 @@ var (
 	DefaultChroot = spec.DefaultChroot
 )
 
-// ValidateChroot checks chroot entries ("SRC" or "SRC:DST").
-func ValidateChroot(entries []string) error { return spec.ValidateChroot(entries) }
+// ValidatePolicy checks a driver's policy as a launch would: the
+// capability allow list's names, the chroot entries ("SRC" or "SRC:DST",
+// existing sources), AllowSeccomp ("unconfined" or absolute profile
+// paths) and AllowMissing ("cgroupns", "keyring"); the error names the
+// field.
+func ValidatePolicy(p Policy) error {
+	if err := spec.ValidateCaps(nil, nil, p.AllowedCaps); err != nil && p.AllowedCaps != nil {
+		return fmt.Errorf("executor: policy AllowedCaps: %w", err)
+	}
+	if p.Chroot != nil {
+		if err := spec.ValidateChroot(p.Chroot); err != nil {
+			return fmt.Errorf("executor: policy Chroot: %w", err)
+		}
+	}
+	if err := spec.ValidatePolicy(p.AllowSeccomp, p.AllowMissing); err != nil {
+		return fmt.Errorf("executor: policy AllowSeccomp/AllowMissing: %w", err)
+	}
+	return nil
+}

@@ -3,16 +3,23 @@
 package executor
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/benchkit"
 )
 
@@ -155,4 +162,64 @@ func BenchmarkSpawnRatio(b *testing.B) {
 	b.ReportMetric(rh/float64(b.N), "helper-rss-kB")
 	b.ReportMetric(re/float64(b.N), "executor-rss-kB")
 	b.ReportMetric(re/rh, "rss-ratio")
+}
+
+// BenchmarkLaunch_Preparation is the cost of a job file task's
+// preparation on its start: spawn an executor (this test binary, with the
+// preparer) and launch a raw_exec task with an alloc, with nothing to
+// prepare, with one template (env = true, reading the task's
+// environment), and with that template and an artifact fetched over http
+// from 127.0.0.1 (a 64 KiB file, sha256 checked); each run until its task
+// has started. The difference is what preparation adds to a start.
+func BenchmarkLaunch_Preparation(b *testing.B) {
+	body := bytes.Repeat([]byte("tether"), 64<<10/6)
+	sum := sha256.Sum256(body)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write(body) }))
+	defer srv.Close()
+	m := marker("tetherbench" + randHex(b, 4))
+	cases := []struct {
+		name string
+		mod  func(*Launch)
+	}{
+		{"nothing", func(*Launch) {}},
+		{"template", func(l *Launch) {
+			l.Templates = []fsm.Template{{Data: "DIR={{ env \"NOMAD_ALLOC_DIR\" }}\n", Destination: "local/env", Env: true}}
+		}},
+		{"template+artifact", func(l *Launch) {
+			l.Templates = []fsm.Template{{Data: "DIR={{ env \"NOMAD_ALLOC_DIR\" }}\n", Destination: "local/env", Env: true}}
+			l.Artifacts = []fsm.Artifact{{Source: srv.URL + "/app.bin", Destination: "local/app.bin", Mode: fsm.ArtifactFile,
+				Options: map[string]string{"checksum": "sha256:" + hex.EncodeToString(sum[:])}}}
+		}},
+	}
+	// The three cases interleaved, in turn, so that the host's noise falls
+	// on each alike; each case's median is reported.
+	times := make([][]float64, len(cases))
+	run := func(k int) {
+		root := b.TempDir()
+		a := &fsm.Alloc{ID: "a1", Dir: filepath.Join(root, "allocs", "a1", "alloc"), TaskDir: filepath.Join(root, "allocs", "a1", "web"), Tasks: []string{"web"}}
+		l := Launch{Spec: fsm.Spec{Driver: ModeRawExec, Command: "/bin/true", Alloc: a, Env: map[string]string{"TETHER_TEST_MARKER": string(m)}}}
+		cases[k].mod(&l)
+		t0 := time.Now()
+		c := spawnBench(b, m.executorCmd(b), filepath.Join(root, "task"))
+		if _, err := c.Launch(context.Background(), l); err != nil {
+			b.Fatal(err)
+		}
+		times[k] = append(times[k], float64(time.Since(t0).Microseconds())/1000)
+		shutdownBench(b, c)
+	}
+	for k := range cases {
+		run(k) // warm
+		times[k] = nil
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j := range cases {
+			run((i + j) % len(cases))
+		}
+	}
+	b.StopTimer()
+	for k, tc := range cases {
+		slices.Sort(times[k])
+		b.ReportMetric(times[k][len(times[k])/2], tc.name+"-p50-ms")
+	}
 }

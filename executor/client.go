@@ -277,15 +277,16 @@ func Reattach(ctx context.Context, taskDir string, want fsm.Identity) (*Client, 
 
 // connect dials the executor's socket, checks that its peer is the
 // executor (see checkPeer) and says hello in the protocol's version; an
-// executor of the previous version (one a previous tether started, whose
+// executor of a previous version (one a previous tether started, whose
 // task runs on) refuses that hello naming its own, and is dialled again
-// and spoken to in it.
+// and spoken to in it, from OldProtocolVersion on.
 func connect(ctx context.Context, id fsm.Identity, dir string, log hclog.Logger) (*Client, error) {
 	c, err := dial(ctx, id, dir, log, wire.ProtocolVersion)
 	var re *wire.RemoteError
-	if errors.As(err, &re) && errors.Is(err, wire.ErrProtocolVersion) && re.Version == wire.OldProtocolVersion {
-		log.Debug("the executor speaks the previous protocol", "version", re.Version)
-		return dial(ctx, id, dir, log, wire.OldProtocolVersion)
+	if errors.As(err, &re) && errors.Is(err, wire.ErrProtocolVersion) &&
+		re.Version >= wire.OldProtocolVersion && re.Version < wire.ProtocolVersion {
+		log.Debug("the executor speaks a previous protocol", "version", re.Version)
+		return dial(ctx, id, dir, log, re.Version)
 	}
 	return c, err
 }
@@ -606,6 +607,20 @@ func (c *Client) finalStatus(ctx context.Context, r wire.Response, err error) (w
 	c.mu.Lock()
 	run := c.task
 	c.mu.Unlock()
+	// The executor may have relaunched its task (its restart policy) since
+	// this client last heard of the run: the journal it left, once it
+	// matches, names the latest.
+	if j, ok, jerr := wire.ReadJournal(c.taskDir); jerr == nil && ok && j.Match(c.id) == nil {
+		for i := len(j.Entries) - 1; i >= 0; i-- {
+			if e := j.Entries[i]; e.Type == fsm.EventLaunched {
+				run = e.TaskProc()
+				c.mu.Lock()
+				c.task = run
+				c.mu.Unlock()
+				break
+			}
+		}
+	}
 	if merr := rec.Match(c.id, run); merr != nil {
 		return wire.Status{}, merr
 	}

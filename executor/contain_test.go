@@ -442,7 +442,12 @@ func TestCheckSpec_HostDecisions(t *testing.T) {
 		{"net_raw outside the allow list", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeExec, Command: "/bin/true", CapAdd: []string{"net_raw"}}}, h, nil, wire.ErrCapNotAllowed, "net_raw"},
 		{"pid_mode on raw_exec", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: "/bin/true", PIDMode: "host"}}, h, nil, fsm.ErrInvalidSpec, "pid_mode"},
 		{"a chroot entry in a reserved place", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeExec, Command: "/bin/true"}, Policy: wire.Policy{Chroot: []string{"/usr:/proc"}}}, h, nil, wire.ErrBadSpec, "/proc"},
+		{"more cores than the host gives tasks", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: "/bin/true", Resources: fsm.Resources{Cores: 4096}}}, h, nil, wire.ErrLimit, "but this host gives tasks"},
 		{"a chroot entry that does not exist", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeExec, Command: "/bin/true"}, Policy: wire.Policy{Chroot: []string{"/nonexistent-tether"}}}, h, nil, wire.ErrBadSpec, "nonexistent-tether"},
+		{"seccomp unconfined without the operator", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeExec, Command: "/bin/true", Seccomp: "unconfined"}}, h, nil, wire.ErrSeccompNotAllowed, "--allow-seccomp unconfined"},
+		{"a profile the operator allowed another of", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeExec, Command: "/bin/true", Seccomp: "/etc/a.json"}, Policy: wire.Policy{AllowSeccomp: []string{"/etc/b.json"}}}, h, nil, wire.ErrSeccompNotAllowed, "/etc/a.json"},
+		{"network none on raw_exec", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: "/bin/true", Network: fsm.NetworkNone}}, h, nil, fsm.ErrInvalidSpec, "network mode"},
+		{"a bad opt-out", wire.Launch{Spec: fsm.Spec{Driver: wire.ModeExec, Command: "/bin/true"}, Policy: wire.Policy{AllowMissing: []string{"seccomp"}}}, h, nil, wire.ErrBadSpec, "--allow-seccomp unconfined"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.want == nil && os.Geteuid() != 0 && tc.spec.Driver == wire.ModeExec {
@@ -452,7 +457,7 @@ func TestCheckSpec_HostDecisions(t *testing.T) {
 			// then the host.
 			err := tc.spec.Spec.Validate()
 			if err == nil {
-				err = hostspec.Check(tc.spec, tc.h, tc.noCgroup)
+				_, err = hostspec.Check(tc.spec, tc.h, tc.noCgroup, hostspec.Features{})
 			}
 			if tc.want == nil {
 				if err != nil {

@@ -8,15 +8,17 @@
 //
 //	executor          this package: the client, in the driver's process
 //	executor/server   the executor process (Serve), which outlives the driver
-//	executor/shim     the init shim an exec task starts through (namespaces,
-//	                  root, user, capabilities), in the task's process
+//	executor/shim     the init shim an exec task starts through (its sandbox:
+//	                  namespaces, root, keyring, user, capabilities,
+//	                  seccomp), in the task's process
 //
 // A driver links this package only; the executor process and the shim
 // are served by a binary that calls server.Serve (see "Serving executor
 // mode" in package executor/server), and the package's test holds the
 // driver's dependencies to that.
 //
-// Linux only (kernel 5.3 or later: pidfd_open, clone3 with CLONE_PIDFD);
+// Linux only (kernel 5.6 or later: pidfd_open, clone3 with CLONE_PIDFD,
+// and openat2 for every privileged touch of a task's paths);
 // /proc is the process table.
 //
 // # Peers
@@ -40,7 +42,8 @@
 //		Resources: fsm.Resources{MemoryMB: 256, PIDs: 100}}}) // the spec as the log records it
 //	// launch errors: ErrCommandNotFound, ErrNotExecutable, ErrUnknownUser,
 //	// ErrCapNotAllowed (*CapError), ErrWorkDir, ErrBadSpec, ErrNoCgroup,
-//	// ErrLimit, ErrIsolation, ErrLaunch (naming the shim's step)
+//	// ErrLimit, ErrIsolation, ErrSeccompNotAllowed, ErrHostFeature,
+//	// ErrLaunch (naming the shim's step)
 //	stats, err := c.Stats(ctx)                      // the task cgroup's figures
 //	p, err := c.Exec(ctx, executor.ExecSpec{Argv: []string{"id", "-u"}, Stdout: os.Stdout})
 //	px, err := p.Wait(ctx)                          // the command's exit status

@@ -89,6 +89,21 @@ var (
 	// ErrIsolation is returned when an exec task cannot be isolated here
 	// (the executor is not root).
 	ErrIsolation = wire.ErrIsolation
+	// ErrSeccompNotAllowed is returned for an exec task whose seccomp
+	// option (unconfined, a profile) the operator's Policy.AllowSeccomp
+	// does not hold.
+	ErrSeccompNotAllowed = wire.ErrSeccompNotAllowed
+	// ErrHostFeature is returned for an exec task whose sandbox needs a
+	// feature this host lacks (a seccomp filter, a cgroup or network
+	// namespace, keyrings, openat2) and the operator did not let it run
+	// without; the message names the feature and the opt-out.
+	ErrHostFeature = wire.ErrHostFeature
+	// ErrArtifact is returned when an artifact of the task could not be
+	// fetched before its first launch (the message names the source).
+	ErrArtifact = wire.ErrArtifact
+	// ErrTemplate is returned when a template of the task could not be
+	// rendered before its first launch (the message names the template).
+	ErrTemplate = wire.ErrTemplate
 )
 
 // Errors returned by Exec.
@@ -99,6 +114,10 @@ var (
 	// not exist in the task is ErrCommandNotFound, one that cannot be
 	// executed ErrNotExecutable.
 	ErrExec = wire.ErrExec
+	// ErrAtLimit is returned when a command could not be started in the
+	// task because the task is at its pids limit; the message says so
+	// with the count.
+	ErrAtLimit = wire.ErrAtLimit
 	// ErrUnknownExec is returned by ExecProcess.Wait and Signal for an exec
 	// the executor does not know on this connection.
 	ErrUnknownExec = wire.ErrUnknownExec

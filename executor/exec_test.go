@@ -14,8 +14,10 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,31 +30,40 @@ import (
 	"github.com/tether-fsm/tether/statedir"
 )
 
-// execOut runs argv inside c's task with a pipe for stdout and stderr,
-// and returns what it printed and its exit status.
+// execOut runs argv inside c's task, its stdout and stderr into one
+// buffer, and returns what it printed and its exit status.
 func execOut(t *testing.T, c *Client, argv ...string) (string, fsm.ExitStatus) {
 	t.Helper()
 	ctx := testCtx(t)
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	p, err := c.Exec(ctx, wire.ExecSpec{Argv: argv, Stdout: w, Stderr: w})
-	w.Close()
+	var out lockedBuffer
+	p, err := c.Exec(ctx, wire.ExecSpec{Argv: argv, Stdout: &out, Stderr: &out})
 	if err != nil {
 		t.Fatalf("Exec %q: %v", argv, err)
 	}
 	defer p.Close()
-	out, err := io.ReadAll(r)
-	if err != nil {
-		t.Fatal(err)
-	}
 	x, err := p.Wait(ctx)
 	if err != nil {
 		t.Fatalf("Wait of exec %q: %v", argv, err)
 	}
-	return string(out), x
+	return out.String(), x
+}
+
+// lockedBuffer is a buffer two relays (stdout and stderr) write at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // launchSleeper launches spec (a task that prints "ok" and blocks) and
@@ -99,6 +110,18 @@ func TestExec_ExecTask(t *testing.T) {
 	l := newStateLayout(t)
 	c := spawn(t, m, l.dir)
 	st := launchSleeper(t, c, m.execSpec(t, "sleep"))
+	// The task itself is a member of its cgroup in every hierarchy (its
+	// shim was born there, or joined it).
+	cg := taskCgroup(t, needCgroups(t), c.Identity())
+	if procs, err := cg.Procs(); err != nil || !slices.Contains(procs, st.PID) {
+		t.Errorf("the task %d is not among its cgroup's members %v (%v)", st.PID, procs, err)
+	}
+	for key, d := range cg.Dirs() {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if err != nil || !slices.Contains(strings.Fields(string(b)), strconv.Itoa(st.PID)) {
+			t.Errorf("the task %d is not in its %s cgroup %s: %q %v", st.PID, key, d, b, err)
+		}
+	}
 	if out, x := execOut(t, c, "id", "-u"); out != "65534\n" || x.Code != 0 {
 		t.Errorf("id -u printed %q, exit %+v; want 65534", out, x)
 	}
@@ -114,9 +137,26 @@ func TestExec_ExecTask(t *testing.T) {
 	if out, x := execOut(t, c, "ls", l.state); x.Code == 0 {
 		t.Errorf("the state directory is visible inside: ls %s printed %q", l.state, out)
 	}
-	if out, _ := execOut(t, c, "cat", "/proc/self/cgroup"); out != cgroupOf(t, st.PID) {
-		t.Errorf("exec's cgroups\n%s\nthe task's\n%s", out, cgroupOf(t, st.PID))
+	// In the task's cgroup namespace, whose root is the task's cgroup:
+	// it sees its own cgroups as "/", as the task does.
+	out, _ = execOut(t, c, "cat", "/proc/self/cgroup")
+	for line := range strings.Lines(out) {
+		if !strings.HasSuffix(line, ":/\n") {
+			t.Errorf("exec's cgroup line %q: want the root of the task's cgroup namespace\n%s", line, out)
+		}
 	}
+	if out == "" {
+		t.Error("exec's /proc/self/cgroup is empty")
+	}
+	// And, from the host, in the task's cgroups.
+	p, err := c.Exec(testCtx(t), wire.ExecSpec{Argv: []string{"sleep", "1000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cgroupOf(t, p.PID()); got != cgroupOf(t, st.PID) {
+		t.Errorf("exec's cgroups seen from the host\n%s\nthe task's\n%s", got, cgroupOf(t, st.PID))
+	}
+	p.Close()
 	if out, x := execOut(t, c, "sh", "-c", "exit 7"); x.Code != 7 {
 		t.Errorf("sh -c 'exit 7': %+v %q", x, out)
 	}
@@ -252,7 +292,7 @@ func TestExec_Refusals(t *testing.T) {
 	// A task whose run exited and whose restart waits out an hour.
 	r := spawn(t, m, "")
 	spec := m.taskSpec(t, "exit", "3")
-	spec.Restart = &fsm.RestartPolicy{Attempts: 2, Interval: time.Hour, Delay: time.Hour, Mode: fsm.RestartDelay}
+	spec.Restart = &fsm.RestartPolicy{Attempts: 2, Interval: 2 * time.Hour, Delay: time.Hour, Mode: fsm.RestartDelay}
 	if _, err := r.Launch(ctx, spec); err != nil {
 		t.Fatal(err)
 	}

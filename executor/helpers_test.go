@@ -27,6 +27,7 @@ import (
 	"github.com/tether-fsm/tether/cgroup"
 	hostspec "github.com/tether-fsm/tether/executor/internal/spec"
 	"github.com/tether-fsm/tether/executor/internal/wire"
+	"github.com/tether-fsm/tether/executor/prepare"
 	"github.com/tether-fsm/tether/executor/server"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
@@ -46,13 +47,17 @@ func TestMain(m *testing.M) {
 	// Helper modes: the binary, the mode, the test's marker, then the
 	// mode's arguments.
 	testproc.Dispatch(map[string]func([]string) int{
-		"executor":       func(a []string) int { return server.Serve(a[1:]) },
-		"executor-crash": func([]string) int { return 3 },
-		"executor-hang":  func([]string) int { block(); return 0 },
-		"task":           func(a []string) int { return runTask(a[1:]) },
-		"driver":         func(a []string) int { return runDriver(a[1]) },
-		"dialer":         func(a []string) int { return runDialer(a[1], a[2]) },
-		"unpriv":         func(a []string) int { return runUnpriv(a[1]) },
+		"executor":         func(a []string) int { return server.ServeWith(a[1:], prepare.Preparer{}) },
+		"executor-lean":    func(a []string) int { return server.Serve(a[1:]) },
+		"executor-crash":   func([]string) int { return 3 },
+		"executor-hang":    func([]string) int { block(); return 0 },
+		"task":             func(a []string) int { return runTask(a[1:]) },
+		"driver":           func(a []string) int { return runDriver(a[1]) },
+		"dialer":           func(a []string) int { return runDialer(a[1], a[2]) },
+		"unpriv":           func(a []string) int { return runUnpriv(a[1]) },
+		"executor-keyed":   runKeyedExecutor,
+		"executor-without": runExecutorWithout,
+		"lock-holder":      func(a []string) int { return lockHolder(a[0], a[1], a[2]) },
 	})
 	// Helper processes built with -race would otherwise sleep 1s at exit.
 	if os.Getenv("GORACE") == "" {

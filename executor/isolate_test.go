@@ -84,11 +84,12 @@ func hostMountsMention(t *testing.T, dir string) []string {
 }
 
 // TestExec_IsolatedView checks an exec task from the inside: it sees only
-// its own processes, runs as nobody in its own directory, has Nomad's
-// default capabilities and no new privileges, cannot read /etc/shadow, sees
-// neither the state directory nor the store, and has PATH, HOME and the
-// task variables. Its mounts never reach the host's mount table, during
-// its run or after.
+// its own processes, runs as nobody in its own directory, holds no
+// capability at all (every set empty, the bounding set too), has no new
+// privileges and a seccomp filter, cannot read /etc/shadow, sees neither
+// the state directory nor the store, and has PATH, HOME and the task
+// variables. Its mounts never reach the host's mount table, during its run
+// or after.
 func TestExec_IsolatedView(t *testing.T) {
 	needIsolation(t)
 	m := newMarker(t)
@@ -106,12 +107,12 @@ func TestExec_IsolatedView(t *testing.T) {
 	if r.Cwd != "/local" {
 		t.Errorf("working directory %q, want /local", r.Cwd)
 	}
-	def, _ := hostspec.ResolveCaps(nil, nil, nil)
-	if r.CapEff != hostspec.CapMask(def) || r.CapBnd != hostspec.CapMask(def) {
-		t.Errorf("CapEff %x CapBnd %x, want Nomad's default set %x", r.CapEff, r.CapBnd, hostspec.CapMask(def))
+	if r.CapEff != 0 || r.CapPrm != 0 || r.CapInh != 0 || r.CapAmb != 0 || r.CapBnd != 0 {
+		t.Errorf("nobody holds capabilities: CapEff %x CapPrm %x CapInh %x CapAmb %x CapBnd %x, want none",
+			r.CapEff, r.CapPrm, r.CapInh, r.CapAmb, r.CapBnd)
 	}
-	if r.NoNewPrivs != "1" {
-		t.Errorf("NoNewPrivs %q, want 1", r.NoNewPrivs)
+	if r.NoNewPrivs != "1" || r.Seccomp != "2" {
+		t.Errorf("NoNewPrivs %q Seccomp %q, want 1 and 2 (a filter)", r.NoNewPrivs, r.Seccomp)
 	}
 	for p, wantReadable := range map[string]bool{
 		"/etc/shadow": false, "/etc/passwd": true, "/local": false, // local is empty
@@ -144,7 +145,8 @@ func TestExec_IsolatedView(t *testing.T) {
 }
 
 // TestExec_CapDropAllAddChown: cap_drop = ["all"] with cap_add = ["chown"]
-// is exactly CAP_CHOWN, as Nomad computes it; so is it for a root task.
+// is exactly CAP_CHOWN, as Nomad computes it, for a root task and for
+// nobody alike (ambient for nobody, so that it survives the exec).
 func TestExec_CapDropAllAddChown(t *testing.T) {
 	needIsolation(t)
 	m := newMarker(t)
@@ -154,9 +156,54 @@ func TestExec_CapDropAllAddChown(t *testing.T) {
 		spec.CapDrop, spec.CapAdd, spec.User = []string{"all"}, []string{"chown"}, user
 		r := inspectExec(t, c, spec)
 		want := uint64(1) << uint(capability.CAP_CHOWN)
-		if r.CapEff != want || r.CapBnd != want {
-			t.Errorf("user %q: CapEff %x CapBnd %x, want exactly CAP_CHOWN (%x)", user, r.CapEff, r.CapBnd, want)
+		if r.CapEff != want || r.CapPrm != want || r.CapBnd != want {
+			t.Errorf("user %q: CapEff %x CapPrm %x CapBnd %x, want exactly CAP_CHOWN (%x)", user, r.CapEff, r.CapPrm, r.CapBnd, want)
 		}
+		if wantAmb := map[string]uint64{"": want, "root": 0}[user]; r.CapAmb != wantAmb {
+			t.Errorf("user %q: CapAmb %x, want %x", user, r.CapAmb, wantAmb)
+		}
+	}
+}
+
+// TestExec_Capabilities: a non-root task holds exactly what its cap_add
+// names (checked against the allow list), whatever the allow list holds
+// and whatever it drops; a root task keeps Nomad's rule (the allow list's
+// part of Nomad's default set, minus cap_drop, plus cap_add). Every set
+// is read from inside, with no_new_privs and the filter.
+func TestExec_Capabilities(t *testing.T) {
+	needIsolation(t)
+	m := newMarker(t)
+	bit := func(cs ...capability.Cap) uint64 { return hostspec.CapMask(cs) }
+	def, _ := hostspec.ResolveCaps(nil, nil, nil)
+	for _, tc := range []struct {
+		name      string
+		user      string
+		add, drop []string
+		allowed   []string
+		eff, amb  uint64
+	}{
+		{name: "nobody, nothing named", eff: 0},
+		{name: "nobody, every capability allowed", allowed: []string{"all"}, eff: 0},
+		{name: "nobody, net_bind_service", add: []string{"net_bind_service"}, eff: bit(capability.CAP_NET_BIND_SERVICE), amb: bit(capability.CAP_NET_BIND_SERVICE)},
+		{name: "a named user, kill and chown", user: "daemon", add: []string{"kill", "CAP_CHOWN"}, drop: []string{"kill"}, eff: bit(capability.CAP_KILL, capability.CAP_CHOWN), amb: bit(capability.CAP_KILL, capability.CAP_CHOWN)},
+		{name: "root, the default", user: "root", eff: hostspec.CapMask(def)},
+		{name: "root, drop setuid", user: "root", drop: []string{"setuid"}, eff: hostspec.CapMask(def) &^ bit(capability.CAP_SETUID)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := spawn(t, m, "")
+			spec := m.execSpec(t, "inspect")
+			spec.User, spec.CapAdd, spec.CapDrop, spec.AllowedCaps = tc.user, tc.add, tc.drop, tc.allowed
+			r := inspectExec(t, c, spec)
+			if r.CapEff != tc.eff || r.CapPrm != tc.eff || r.CapBnd != tc.eff || r.CapAmb != tc.amb {
+				t.Errorf("CapEff %x CapPrm %x CapBnd %x CapAmb %x, want %x %x %x %x", r.CapEff, r.CapPrm, r.CapBnd, r.CapAmb, tc.eff, tc.eff, tc.eff, tc.amb)
+			}
+			if r.CapInh != tc.eff {
+				t.Errorf("CapInh %x, want %x", r.CapInh, tc.eff)
+			}
+			if r.NoNewPrivs != "1" || r.Seccomp != "2" {
+				t.Errorf("NoNewPrivs %q Seccomp %q, want 1 and 2", r.NoNewPrivs, r.Seccomp)
+			}
+		})
 	}
 }
 

@@ -127,7 +127,7 @@ func runMoreTask(args []string) int {
 		f.Close()
 		return 0
 	}
-	return 100
+	return runSandboxTask(args)
 }
 
 // rawFork forks without the Go runtime's help: the child may only make raw
@@ -159,7 +159,12 @@ type inspectReport struct {
 	PIDs       []int
 	CapEff     uint64
 	CapBnd     uint64
+	CapPrm     uint64
+	CapInh     uint64
+	CapAmb     uint64
 	NoNewPrivs string
+	Seccomp    string
+	Cgroups    []string // the lines of /proc/self/cgroup
 	Env        map[string]string
 	Readable   map[string]string // path: "" if it could be read, else the error
 	MountInfo  []string          // mount points
@@ -183,13 +188,27 @@ func inspect(paths []string) inspectReport {
 			r.CapEff, _ = strconv.ParseUint(v, 16, 64)
 		case "CapBnd":
 			r.CapBnd, _ = strconv.ParseUint(v, 16, 64)
+		case "CapPrm":
+			r.CapPrm, _ = strconv.ParseUint(v, 16, 64)
+		case "CapInh":
+			r.CapInh, _ = strconv.ParseUint(v, 16, 64)
+		case "CapAmb":
+			r.CapAmb, _ = strconv.ParseUint(v, 16, 64)
 		case "NoNewPrivs":
 			r.NoNewPrivs = v
+		case "Seccomp":
+			r.Seccomp = v
 		}
 	}
 	for _, kv := range os.Environ() {
 		k, v, _ := strings.Cut(kv, "=")
 		r.Env[k] = v
+	}
+	cg, _ := os.ReadFile("/proc/self/cgroup")
+	for l := range strings.SplitSeq(strings.TrimSpace(string(cg)), "\n") {
+		if l != "" {
+			r.Cgroups = append(r.Cgroups, l)
+		}
 	}
 	for _, p := range paths {
 		var err error

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -142,9 +143,10 @@ type Real struct {
 	// Logger receives the spawns' logs; nil discards them.
 	Logger hclog.Logger
 	// Policy is sent with every launch: the capability allow list for
-	// exec tasks (nil: DefaultAllowedCaps) and what an exec task's root is
+	// exec tasks (nil: DefaultAllowedCaps), what an exec task's root is
 	// built from, entries "SRC" or "SRC:DST" each bound read-only (nil:
-	// DefaultChroot, Nomad's chroot_env).
+	// DefaultChroot, Nomad's chroot_env), the seccomp allow list and the
+	// sandbox parts exec tasks may run without where the host lacks them.
 	Policy Policy
 	// Env, when set, gives the environment of the executor spawned for a
 	// task (see SpawnConfig.Env); nil (or a nil answer) is this process's.
@@ -157,6 +159,10 @@ type Real struct {
 	host     cgroup.Host
 	hostErr  error
 	hostDone bool
+	// The sandbox features the host lacks, probed once: a kernel's do not
+	// change while it runs.
+	featuresOnce sync.Once
+	features     spec.Features
 }
 
 // cgroupHost returns the host's cgroup layout, probing it the first time,
@@ -226,32 +232,117 @@ func (r *Real) Alive(ctx context.Context, task string, id fsm.Identity) (bool, e
 	return proc.Alive(id)
 }
 
-// Kill implements World.
+// Kill implements World: the executor, once its identity is proven, is
+// stopped, and everything descended from it (its task, and every orphan
+// the subreaper had adopted, wherever they moved: another session,
+// another cgroup) found and killed with it (proc.KillTree), so that its
+// death cannot hand a descendant to init.
 func (r *Real) Kill(ctx context.Context, task string, id fsm.Identity) error {
-	return proc.Kill(ctx, id)
+	if err := proc.Check(id); errors.Is(err, proc.ErrNotOurs) {
+		return err // nothing signalled
+	}
+	return proc.KillTree(ctx, proc.IdentityRoot(id))
 }
 
-// KillTask implements World: the cgroup named by id.Cgroup, once
-// cgroup.OpenRecorded has proved it is this task's (it names the task and
-// id.Nonce), is killed, confirmed empty and removed, whether or not a
-// launch was recorded (run zero: the launch may have happened
-// unrecorded). Only a task without a cgroup falls back to its process
-// group, by pid and start time. A task of another boot (id.BootID) is
-// gone: nothing is signalled, whatever now has its pid and start time
-// (they count from boot).
+// KillTask implements World, in the order stop's kill has it (the
+// executor's own: everything it can see descends from it):
+//
+//  1. everything descended from the task process run, and from the
+//     executor if it still lives, is stopped, found and killed
+//     (proc.KillTree): a root task's descendant that moved itself out of
+//     the task's cgroup, session and group is found by its parent, as long
+//     as one lives;
+//  2. the cgroup named by id.Cgroup, once cgroup.OpenRecorded has proved it
+//     is this task's (it names the task and id.Nonce), is killed,
+//     confirmed empty and removed, whether or not a launch was recorded
+//     (run zero: the launch may have happened unrecorded);
+//  3. what is left in the executor's session (proc.KillSession) and the
+//     task's process group (proc.KillGroup), each by its leader's pid and
+//     start time.
+//
+// A task of another boot (id.BootID) is gone: nothing is signalled,
+// whatever now has its pid and start time (they count from boot). An id
+// with only a nonce is completed from the executor's identity file when
+// that names the nonce. Every step is tried; the first failure is returned (ErrNotOurs only when
+// nothing else failed).
 func (r *Real) KillTask(ctx context.Context, task string, id fsm.Identity, run fsm.Proc) error {
+	if id.PID == 0 && id.Cgroup == "" && id.Nonce != "" {
+		// Only the spawn nonce is known (a task a salvage lost, whose
+		// executor-up could not be read): the identity the executor
+		// wrote before it answered, once it names that nonce, says
+		// where its task's cgroup is.
+		if x, err := wire.ReadIdentity(r.dir(task)); err == nil && x.Nonce == id.Nonce {
+			id = x
+		}
+	}
 	if boot, err := proc.BootID(); err == nil && id.BootID != "" && id.BootID != boot {
 		return nil // neither processes nor cgroups outlive a boot
 	}
-	if id.Cgroup == "" {
-		if run.IsZero() {
-			return nil
+	var failed, notOurs error
+	note := func(err error) {
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrNotOurs):
+			if notOurs == nil {
+				notOurs = err
+			}
+		case failed == nil:
+			failed = err
 		}
-		return proc.KillGroup(ctx, run)
 	}
+	var roots []proc.Root
+	if !run.IsZero() {
+		roots = append(roots, proc.IdentityRoot(fsm.Identity{PID: run.PID, StartTime: run.StartTime, BootID: id.BootID}))
+	}
+	if id.PID > 0 {
+		roots = append(roots, proc.IdentityRoot(id))
+	}
+	var cg *cgroup.Cgroup
+	if id.Cgroup != "" {
+		var err error
+		if cg, err = r.openCgroup(task, id); err != nil {
+			note(err)
+		} else if members, err := cg.Procs(); err == nil {
+			// Every member is the task's (the cgroup is proven its), and
+			// so are their descendants, wherever they went: a member is
+			// proven by being one still once its pid is pinned.
+			for _, pid := range members {
+				roots = append(roots, proc.Root{PID: pid, Proven: func() error {
+					if now, err := cg.Procs(); err != nil || !slices.Contains(now, pid) {
+						return fmt.Errorf("%w: pid %d left the task's cgroup", ErrGone, pid)
+					}
+					return nil
+				}})
+			}
+		}
+	}
+	note(proc.KillTree(ctx, roots...))
+	if cg != nil {
+		if err := cg.Kill(ctx); err != nil {
+			note(err)
+		} else {
+			note(cg.Remove())
+		}
+	}
+	if id.PID > 1 {
+		if err := proc.KillSession(ctx, fsm.Proc{PID: id.PID, StartTime: id.StartTime}); !errors.Is(err, ErrNotOurs) {
+			note(err) // a pid that now leads another session: the session is gone
+		}
+	}
+	if !run.IsZero() {
+		note(proc.KillGroup(ctx, run))
+	}
+	if failed != nil {
+		return failed
+	}
+	return notOurs
+}
+
+// openCgroup opens the task's recorded cgroup, once proven the task's.
+func (r *Real) openCgroup(task string, id fsm.Identity) (*cgroup.Cgroup, error) {
 	h, err := r.cgroupHost(false)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cg, err := cgroup.OpenRecorded(h, id.Cgroup, task, id.Nonce)
 	if errors.Is(err, cgroup.ErrNoHierarchy) { // mounted since the probe?
@@ -261,25 +352,38 @@ func (r *Real) KillTask(ctx context.Context, task string, id fsm.Identity, run f
 	}
 	if err != nil {
 		if errors.Is(err, cgroup.ErrBadLocation) {
-			return fmt.Errorf("%w: the recorded cgroup: %w", ErrNotOurs, err)
+			return nil, fmt.Errorf("%w: the recorded cgroup: %w", ErrNotOurs, err)
 		}
-		return err // ErrNotOurs (the same error as cgroup's) or another failure
+		return nil, err // ErrNotOurs (the same error as cgroup's) or another failure
 	}
-	if err := cg.Kill(ctx); err != nil {
-		return err
-	}
-	return cg.Remove()
+	return cg, nil
 }
 
 // CheckSpec implements World: the one host check of a launch (package
 // executor/internal/spec's Check), run before anything is spawned; the
 // executor runs the same at launch.
 func (r *Real) CheckSpec(s fsm.Spec) error {
+	r.featuresOnce.Do(func() { r.features = spec.ProbeFeatures() })
 	h, err := r.cgroupHost(false)
 	if err != nil {
-		return spec.Check(r.launch(s), cgroup.Host{}, err)
+		_, err = spec.Check(r.launch(s), cgroup.Host{}, err, r.features)
+		return err
 	}
-	return spec.Check(r.launch(s), h, h.Usable())
+	_, err = spec.Check(r.launch(s), h, h.Usable(), r.features)
+	return err
+}
+
+// BaseEnv is the environment an executor of this world gives a task of
+// spec s and id task before the spec's own env: PATH, HOME, TETHER_* and,
+// for a task with an Alloc, Nomad's directory variables. It is what a
+// job file's ${env["PATH"]} reads where the file sets none.
+func (r *Real) BaseEnv(s fsm.Spec, task string) (map[string]string, error) {
+	tu, err := spec.UserOf(s)
+	if err != nil {
+		return nil, err
+	}
+	s.Env = nil
+	return spec.TaskEnv(s, spec.DirsOf(s, r.dir(task)), tu.Home), nil
 }
 
 // launch is what the executor is asked to launch for s.

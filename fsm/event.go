@@ -167,21 +167,40 @@ func (id Identity) Proc() Proc { return Proc{PID: id.PID, StartTime: id.StartTim
 
 // ExitStatus is how a task ended: an exit code, or the signal that killed
 // it (Signal > 0, Code -1).
+//
+// The exit is the task's main process's (the one its executor launched);
+// OOM says the kernel's OOM killer killed a process of the task's cgroup
+// during the run, the main process or another: a task whose child was OOM
+// killed and whose main process exited 0 exited 0, with OOM set.
 type ExitStatus struct {
 	Code   int `json:"code"`
 	Signal int `json:"signal"`
 	// OOM is set when the kernel's OOM killer killed a process of the
 	// task's cgroup during this run.
 	OOM bool `json:"oom,omitempty"`
+	// At is when the main process exited (Unix ns), as its executor saw
+	// it; 0 when not known (a record of an earlier tether).
+	At int64 `json:"at,omitempty"`
+	// PeakMemory is the most memory the task's cgroup held during the
+	// run, in bytes, read before the cgroup was removed; 0 when not
+	// known (no memory controller, an earlier tether).
+	PeakMemory uint64 `json:"peak_memory,omitempty"`
 }
+
+// OOMKilledMain reports whether the OOM killer killed the main process
+// itself (its exit is SIGKILL's), rather than another process of the task.
+func (x ExitStatus) OOMKilledMain() bool { return x.OOM && x.Signal == 9 }
 
 func (x ExitStatus) String() string {
 	s := fmt.Sprintf("exit code %d", x.Code)
 	if x.Signal > 0 {
 		s = fmt.Sprintf("signal %d", x.Signal)
 	}
-	if x.OOM {
+	switch {
+	case x.OOMKilledMain():
 		s += ", OOM killed"
+	case x.OOM:
+		s += ", another process of the task OOM killed"
 	}
 	return s
 }
@@ -194,8 +213,12 @@ type Event struct {
 	// sets it; the store checks it.
 	Seq uint64
 	// Time is the wall-clock time of the event in Unix nanoseconds, given
-	// by the caller (fsm has no clock).
+	// by the caller (fsm has no clock): when what it records happened (a
+	// task-exited's is when the task exited, as its executor saw it).
 	Time int64
+	// Recorded is when the event was appended, when that is later than
+	// Time (a task-exited recorded after the task exited); 0 otherwise.
+	Recorded int64
 
 	Spec     *Spec     // task-created
 	Nonce    string    // spawn-intent

@@ -30,10 +30,18 @@ const (
 	// WarnNoRestarts: the restart journal cannot be written, so the task
 	// will not be restarted.
 	WarnNoRestarts
+	// WarnUnsandboxed: the host lacks a part of the exec sandbox (a
+	// seccomp filter, a cgroup namespace, keyrings), and the operator let
+	// exec tasks run without it, as this one does.
+	WarnUnsandboxed
+	// WarnLimitAboveHost: a limit is above what the host has (a memory
+	// limit above its RAM), so the task will not be held to it.
+	WarnLimitAboveHost
 	numWarningKinds
 )
 
-var warningNames = [numWarningKinds]string{WarnOther: "other", WarnUncontained: "uncontained", WarnNoRestarts: "no-restarts"}
+var warningNames = [numWarningKinds]string{WarnOther: "other", WarnUncontained: "uncontained", WarnNoRestarts: "no-restarts",
+	WarnUnsandboxed: "unsandboxed", WarnLimitAboveHost: "limit-above-host"}
 
 func (k WarningKind) String() string {
 	if k < numWarningKinds {
@@ -81,6 +89,16 @@ const (
 	CauseSpawn
 	// CauseInjected: a fault a test injected.
 	CauseInjected
+	// CauseSeccompNotAllowed: an exec task's seccomp option (unconfined,
+	// a profile) the operator did not allow.
+	CauseSeccompNotAllowed
+	// CauseHostFeature: the host lacks a part of the exec sandbox the
+	// operator did not let tasks run without.
+	CauseHostFeature
+	// CauseArtifact: an artifact could not be fetched before the launch.
+	CauseArtifact
+	// CauseTemplate: a template could not be rendered before the launch.
+	CauseTemplate
 	numCauses
 )
 
@@ -90,6 +108,8 @@ var causeNames = [numCauses]string{
 	CauseUnknownUser: "unknown-user", CauseCapNotAllowed: "cap-not-allowed", CauseUnknownCap: "unknown-cap",
 	CauseWorkDir: "work-dir", CauseNoCgroup: "no-cgroup", CauseLimit: "limit", CauseIsolation: "isolation",
 	CauseSpawn: "spawn", CauseInjected: "injected",
+	CauseSeccompNotAllowed: "seccomp-not-allowed", CauseHostFeature: "host-feature",
+	CauseArtifact: "artifact", CauseTemplate: "template",
 }
 
 func (c Cause) String() string {

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -38,21 +39,52 @@ var (
 	DefaultBatchRestart   = RestartPolicy{Attempts: 3, Interval: 24 * time.Hour, Delay: 15 * time.Second, Mode: RestartFail}
 )
 
-// Validate checks the policy's values.
+// MinRestartInterval is the shortest restart interval Nomad accepts.
+const MinRestartInterval = 5 * time.Second
+
+// Validate checks the policy as Nomad validates a job's restart policy,
+// once the defaults of the job's type are merged in (a block that sets
+// only attempts and delay takes the default interval), with Nomad's rules
+// and the shape of its messages:
+//
+//   - the mode is "fail" or "delay";
+//   - 0 attempts with mode "delay" is ambiguous (it would wait out every
+//     interval and restart nothing);
+//   - the interval is at least 5s;
+//   - attempts x delay fits in the interval (else the attempts could not
+//     all happen within it, and the policy would restart for ever at the
+//     rate of its delay).
+//
+// Negative attempts or delay are refused too.
 func (p RestartPolicy) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: restart: "+format, append([]any{ErrInvalidSpec}, args...)...)
+	}
 	switch {
-	case p.Attempts < 0:
-		return fmt.Errorf("%w: restart attempts %d is negative", ErrInvalidSpec, p.Attempts)
-	case p.Delay < 0:
-		return fmt.Errorf("%w: restart delay %s is negative", ErrInvalidSpec, p.Delay)
-	case p.Attempts > 0 && p.Interval <= 0:
-		return fmt.Errorf("%w: restart interval must be positive", ErrInvalidSpec)
 	case p.Mode != RestartFail && p.Mode != RestartDelay:
-		return fmt.Errorf("%w: restart mode %q: use %q or %q", ErrInvalidSpec, p.Mode, RestartFail, RestartDelay)
-	case p.Mode == RestartDelay && p.Interval < p.Delay:
-		return fmt.Errorf("%w: restart interval %s is shorter than its delay %s", ErrInvalidSpec, p.Interval, p.Delay)
+		return bad("unsupported restart mode %q: use %q or %q", p.Mode, RestartFail, RestartDelay)
+	case p.Attempts < 0:
+		return bad("attempts %d is negative", p.Attempts)
+	case p.Delay < 0:
+		return bad("delay %s is negative", p.Delay)
+	case p.Attempts == 0 && p.Mode != RestartFail:
+		return bad("restart policy %q with %d attempts is ambiguous: use mode \"fail\" for no restarts", p.Mode, p.Attempts)
+	case p.Interval < MinRestartInterval:
+		return bad("interval can not be less than %s (got %s)", MinRestartInterval, p.Interval)
+	case p.Attempts > 0 && p.Delay > p.Interval/time.Duration(p.Attempts):
+		// attempts x delay > interval, without overflowing the product.
+		return bad("tether can't restart the task %d times in an interval of %s with a delay of %s: make the interval at least %s, or the delay or attempts smaller",
+			p.Attempts, p.Interval, p.Delay, product(p.Attempts, p.Delay))
 	}
 	return nil
+}
+
+// product is n x d, or the longest duration when that overflows.
+func product(n int, d time.Duration) string {
+	if d > 0 && time.Duration(n) > math.MaxInt64/d {
+		return "more than " + time.Duration(math.MaxInt64).String()
+	}
+	return (time.Duration(n) * d).String()
 }
 
 // RestartState is what a restart decision depends on besides the policy:

@@ -75,19 +75,44 @@ func TestRestartPolicy_Next_SuccessOnlyWithOnSuccess(t *testing.T) {
 	}
 }
 
+// TestRestartPolicy_Validate holds Nomad's rules for a restart policy
+// (after the defaults of the job type are merged), each refusal naming
+// what is wrong in the shape of Nomad's message. The policies of issue 27
+// that restarted 25 times in 3 s (interval 1ns) and 10 times in 6 s and on
+// (interval 1s, delay 600ms) are refused.
 func TestRestartPolicy_Validate(t *testing.T) {
-	for name, p := range map[string]RestartPolicy{
-		"negative attempts": {Attempts: -1, Mode: RestartFail},
-		"no interval":       {Attempts: 1, Mode: RestartFail},
-		"bad mode":          {Attempts: 1, Interval: time.Minute, Mode: "sometimes"},
-		"negative delay":    {Attempts: 1, Interval: time.Minute, Delay: -1, Mode: RestartFail},
+	for name, tc := range map[string]struct {
+		p    RestartPolicy
+		want string
+	}{
+		"negative attempts":  {RestartPolicy{Attempts: -1, Interval: time.Minute, Mode: RestartFail}, "attempts -1 is negative"},
+		"no interval":        {RestartPolicy{Attempts: 1, Mode: RestartFail}, "interval can not be less than 5s (got 0s)"},
+		"interval 1ns":       {RestartPolicy{Attempts: 2, Interval: 1, Delay: 100 * time.Millisecond, Mode: RestartFail}, "interval can not be less than 5s (got 1ns)"},
+		"interval 4.999s":    {RestartPolicy{Attempts: 1, Interval: 5*time.Second - 1, Mode: RestartDelay}, "interval can not be less than 5s"},
+		"bad mode":           {RestartPolicy{Attempts: 1, Interval: time.Minute, Mode: "sometimes"}, `unsupported restart mode "sometimes"`},
+		"no mode":            {RestartPolicy{Attempts: 1, Interval: time.Minute}, `unsupported restart mode ""`},
+		"negative delay":     {RestartPolicy{Attempts: 1, Interval: time.Minute, Delay: -1, Mode: RestartFail}, "delay -1ns is negative"},
+		"delay, 0 attempts":  {RestartPolicy{Interval: time.Minute, Mode: RestartDelay}, `restart policy "delay" with 0 attempts is ambiguous`},
+		"1s with 600ms":      {RestartPolicy{Attempts: 2, Interval: 6 * time.Second, Delay: 3001 * time.Millisecond, Mode: RestartFail}, "can't restart the task 2 times in an interval of 6s with a delay of 3.001s"},
+		"mode delay too":     {RestartPolicy{Attempts: 3, Interval: time.Minute, Delay: 21 * time.Second, Mode: RestartDelay}, "can't restart the task 3 times in an interval of 1m0s with a delay of 21s"},
+		"product overflows":  {RestartPolicy{Attempts: 1 << 40, Interval: time.Hour, Delay: 1 << 40, Mode: RestartFail}, "at least more than"},
+		"issue 27: 1s/600ms": {RestartPolicy{Attempts: 2, Interval: time.Second, Delay: 600 * time.Millisecond, Mode: RestartFail}, "interval can not be less than 5s (got 1s)"},
 	} {
-		if err := p.Validate(); !errors.Is(err, ErrInvalidSpec) {
-			t.Errorf("%s: %v, want ErrInvalidSpec", name, err)
+		err := tc.p.Validate()
+		if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want ErrInvalidSpec saying %q", name, err, tc.want)
 		}
 	}
-	if err := DefaultServiceRestart.Validate(); err != nil {
-		t.Errorf("default: %v", err)
+	for name, p := range map[string]RestartPolicy{
+		"service default":          DefaultServiceRestart,
+		"batch default":            DefaultBatchRestart,
+		"exactly attempts x delay": {Attempts: 2, Interval: 6 * time.Second, Delay: 3 * time.Second, Mode: RestartFail},
+		"interval 5s":              {Attempts: 1, Interval: 5 * time.Second, Delay: 5 * time.Second, Mode: RestartDelay},
+		"0 attempts, fail":         {Interval: time.Minute, Mode: RestartFail},
+	} {
+		if err := p.Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }
 

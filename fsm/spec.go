@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Spec is what a task runs. It is recorded once, in the task-created event.
@@ -36,14 +37,55 @@ type Spec struct {
 	// only) or "host".
 	PIDMode string
 	IPCMode string
+	// Network is the task's network: "" (as "host") shares the host's
+	// network namespace, its loopback and abstract unix sockets included;
+	// "none" gives an exec task a namespace of its own with loopback alone.
+	Network NetworkMode
+	// Seccomp is an exec task's syscall filter: "" (as "default") is
+	// Docker's default profile, "unconfined" none, an absolute path a
+	// Docker/OCI profile file. Anything but the default needs the
+	// operator's allow list (the driver's policy), never the spec alone.
+	Seccomp string
 	// Job and Group name the Nomad job and group a task came from (a job
 	// file); the task then also gets Nomad's NOMAD_* variables.
 	Job   string
 	Group string
+
+	// Alloc places the task in one copy of its group (a task of a task or
+	// job file); nil for a lone task (tether run -- CMD), which keeps its
+	// directories in its private one.
+	Alloc *Alloc
+	// Templates are rendered, and Artifacts fetched before them, in the
+	// task's directories before its first launch (Nomad's order); a
+	// failure is a failed start naming the template or the source.
+	Templates []Template
+	Artifacts []Artifact
+	// Ports are the ports the task was given (its group's and its own).
+	Ports []Port
 }
 
+// NetworkMode is a task's network block's mode (Nomad's group network
+// shape): tether runs "host" and "none"; bridge networking is not there.
+type NetworkMode string
+
+// Network modes; "" is NetworkHost, as in Nomad.
+const (
+	NetworkHost NetworkMode = "host"
+	NetworkNone NetworkMode = "none"
+)
+
+// Seccomp choices other than a profile's path; "" is SeccompDefault.
+const (
+	SeccompDefault    = "default"
+	SeccompUnconfined = "unconfined"
+)
+
 // Resources are a task's limits, with Nomad's names and units. Zero means
-// unset.
+// unset: no limit. (A task file may not say 0: Nomad refuses a memory of 0
+// and a cpu of 0, and tether every explicit 0; an attribute left out is no
+// limit.) Validate holds the values to Nomad's rules and the kernel's
+// ranges; the host check refuses more cores than the host gives tasks, and
+// the executor warns, at launch, of a memory limit above the host's RAM.
 type Resources struct {
 	// MemoryMB is the hard memory limit in MB, or the soft one when
 	// MemoryMaxMB is set.
@@ -57,6 +99,15 @@ type Resources struct {
 	// PIDs is the most processes the task may have (tether's addition).
 	PIDs int
 }
+
+// Bounds of resource values: Nomad's minimum memory, and what the kernel
+// takes (cpu.shares, PID_MAX_LIMIT, NR_CPUS's largest setting).
+const (
+	MinMemoryMB = 10
+	MaxCPU      = 262144
+	MaxPIDs     = 4 << 20
+	MaxCores    = 8192
+)
 
 // IsZero reports whether no limit is set.
 func (r Resources) IsZero() bool { return r == Resources{} }
@@ -119,13 +170,60 @@ func (c LogConfig) Validate() error {
 	return nil
 }
 
-// Limits on a spec's sizes: a spec is recorded in the log and sent to the
-// executor in one frame, so a runaway argument is refused up front.
+// Limits on a spec's sizes. An argument or an environment string is held
+// to the kernel's limit on one string of execve (MAX_ARG_STRLEN, 32 pages:
+// 131072 bytes with its NUL; an environment string is KEY=VALUE); every
+// other string (a name, the command, a path) to 64 KiB. All of them
+// together are held, as JSON would write them, to what fits the frame in
+// which the executor receives the spec (1 MiB, with room for the rest):
+// the kernel's own total (a quarter of the stack limit, 2 MiB with the
+// usual 8 MiB) is checked by execve at launch.
 const (
-	maxSpecString = 64 << 10 // one argument, value, path or name
-	maxSpecItems  = 4096     // arguments, environment variables, capabilities
-	maxSpecBytes  = 512 << 10
+	maxSpecString = 64 << 10 // a name, the command, a path
+	// MaxArgString is the kernel's MAX_ARG_STRLEN: the most bytes one
+	// argument or environment string (KEY=VALUE) may have, its NUL
+	// included.
+	MaxArgString = 32 * 4096
+	maxSpecItems = 4096 // arguments, environment variables, capabilities
+	// maxSpecEncoded bounds a spec's strings as JSON writes them.
+	maxSpecEncoded = 896 << 10
 )
+
+// jsonLen is the length of s as a JSON string, quotes included: what it
+// adds to the executor's launch frame.
+func jsonLen(s string) int {
+	n := 2
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
+			n += 2
+		case c < 0x20 || c == '<' || c == '>' || c == '&':
+			n += 6
+		default:
+			n++
+		}
+	}
+	// U+2028 and U+2029 (3 bytes) are written \u2028, \u2029 (6); a byte
+	// that is not UTF-8 is written \ufffd (6 for 1).
+	return n + 3*strings.Count(s, "\u2028") + 3*strings.Count(s, "\u2029") + 5*invalidUTF8(s)
+}
+
+// invalidUTF8 counts the bytes of s that are not valid UTF-8 (JSON writes
+// each as \ufffd, six bytes for one).
+func invalidUTF8(s string) int {
+	if utf8.ValidString(s) {
+		return 0
+	}
+	n := 0
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			n++
+		}
+		i += size
+	}
+	return n
+}
 
 // Validate checks what can be checked of a spec without the host: the
 // driver mode, the command, sizes, NUL bytes (which no argv or environment
@@ -151,12 +249,24 @@ func (s *Spec) Validate() error {
 	}
 	total := 0
 	check := func(what, v string) error {
-		total += len(v)
+		total += jsonLen(v)
 		switch {
 		case strings.IndexByte(v, 0) >= 0:
 			return bad("%s contains a NUL byte", what)
 		case len(v) > maxSpecString:
 			return bad("%s is %d bytes (at most %d)", what, len(v), maxSpecString)
+		}
+		return nil
+	}
+	// An argument or an environment string as execve takes it.
+	checkArg := func(what string, v string, size int) error {
+		total += jsonLen(v)
+		switch {
+		case strings.IndexByte(v, 0) >= 0:
+			return bad("%s contains a NUL byte", what)
+		case size+1 > MaxArgString:
+			return bad("%s is %d bytes: the kernel takes at most %d bytes per argument or environment string (MAX_ARG_STRLEN, %d with its NUL)",
+				what, size, MaxArgString-1, MaxArgString)
 		}
 		return nil
 	}
@@ -168,23 +278,34 @@ func (s *Spec) Validate() error {
 			return err
 		}
 	}
-	if len(s.Args)+len(s.Env)+len(s.CapAdd)+len(s.CapDrop) > maxSpecItems {
-		return bad("more than %d arguments, environment variables and capabilities", maxSpecItems)
+	items := len(s.Args) + len(s.Env) + len(s.CapAdd) + len(s.CapDrop) + len(s.Templates) + len(s.Artifacts) + len(s.Ports)
+	if s.Alloc != nil {
+		items += len(s.Alloc.Tasks)
+	}
+	for _, a := range s.Artifacts {
+		items += len(a.Options) + len(a.Headers)
+	}
+	if items > maxSpecItems {
+		return bad("more than %d arguments, environment variables, capabilities, templates, artifacts, ports and group tasks", maxSpecItems)
 	}
 	for i, a := range s.Args {
-		if err := check(fmt.Sprintf("argument %d", i+1), a); err != nil {
+		if err := checkArg(fmt.Sprintf("argument %d", i+1), a, len(a)); err != nil {
 			return err
 		}
 	}
 	for k, v := range s.Env {
+		name := k
+		if len(name) > 64 {
+			name = name[:64] + "..."
+		}
 		switch {
 		case k == "" || strings.ContainsRune(k, '='):
-			return bad("environment variable name %q: it must be non-empty and have no '='", k)
+			return bad("environment variable name %q: it must be non-empty and have no '='", name)
 		}
-		if err := check("environment variable name "+k, k); err != nil {
+		if err := checkArg("environment variable "+name+" (as "+name+"=VALUE)", k, len(k)+1+len(v)); err != nil {
 			return err
 		}
-		if err := check("environment variable "+k, v); err != nil {
+		if err := checkArg("environment variable "+name, v, 0); err != nil {
 			return err
 		}
 	}
@@ -193,8 +314,65 @@ func (s *Spec) Validate() error {
 			return err
 		}
 	}
-	if total > maxSpecBytes {
-		return bad("%d bytes of arguments and environment (at most %d)", total, maxSpecBytes)
+	if a := s.Alloc; a != nil {
+		if err := a.validate(); err != nil {
+			return err
+		}
+		for _, f := range []struct{ what, v string }{{"alloc id", a.ID}, {"alloc dir", a.Dir}, {"task dir", a.TaskDir}} {
+			if err := check(f.what, f.v); err != nil {
+				return err
+			}
+		}
+		for _, id := range a.Tasks {
+			if err := check("alloc task id", id); err != nil {
+				return err
+			}
+		}
+	}
+	if len(s.Templates)+len(s.Artifacts) > 0 && s.Alloc == nil {
+		return bad("templates and artifacts are placed in Nomad's task directory layout: the task needs an alloc (its task and alloc directories)")
+	}
+	for _, t := range s.Templates {
+		if err := t.Validate(); err != nil {
+			return err
+		}
+		for _, f := range []struct{ what, v string }{{"source", t.Source}, {"data", t.Data}, {"destination", t.Destination},
+			{"left_delimiter", t.LeftDelim}, {"right_delimiter", t.RightDelim}} {
+			if err := check(t.Name()+": "+f.what, f.v); err != nil {
+				return err
+			}
+		}
+	}
+	for _, a := range s.Artifacts {
+		if err := a.Validate(); err != nil {
+			return err
+		}
+		if err := check("artifact source", a.Source); err != nil {
+			return err
+		}
+		if err := check("artifact destination", a.Destination); err != nil {
+			return err
+		}
+		for _, m := range []map[string]string{a.Options, a.Headers} {
+			for k, v := range m {
+				if err := check("artifact "+a.Source+": option or header "+k, k+v); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	for _, p := range s.Ports {
+		switch {
+		case p.Label == "" || p.Value <= 0 || p.Value > 65535 || p.To < 0 || p.To > 65535:
+			return bad("port %q: %d (to %d) is not a port", p.Label, p.Value, p.To)
+		}
+		if err := check("port "+p.Label, p.Label+p.IP+p.Task); err != nil {
+			return err
+		}
+	}
+	if total > maxSpecEncoded {
+		return bad("the arguments, environment, names, templates and artifacts come to %d bytes as the executor receives them (JSON), more than the %d its launch frame holds",
+			total, maxSpecEncoded)
 	}
 	if s.KillTimeout < 0 {
 		return bad("negative kill_timeout %s", s.KillTimeout)
@@ -219,6 +397,21 @@ func (s *Spec) Validate() error {
 		if int64(f.v) > maxMB {
 			return bad("resources.%s = %d MB is more than %d MB", f.name, f.v, int64(maxMB))
 		}
+	}
+	if r.MemoryMB > 0 && r.MemoryMB < MinMemoryMB {
+		return bad("resources.memory = %d MB is below Nomad's minimum of %d MB (leave it unset for no limit)", r.MemoryMB, MinMemoryMB)
+	}
+	if r.CPU > 0 && r.Cores > 0 {
+		return bad("resources: a task can only ask for cpu or cores, not both (as in Nomad): cores pins it to whole CPUs, cpu shares them")
+	}
+	if r.CPU > MaxCPU {
+		return bad("resources.cpu = %d MHz is more than %d: cpu is a relative share, and the kernel's largest is %d", r.CPU, MaxCPU, MaxCPU)
+	}
+	if r.PIDs > MaxPIDs {
+		return bad("resources.pids = %d is more than the kernel allows any cgroup (%d, its PID_MAX_LIMIT)", r.PIDs, MaxPIDs)
+	}
+	if r.Cores > MaxCores {
+		return bad("resources.cores = %d is more CPUs than Linux supports (%d)", r.Cores, MaxCores)
 	}
 	if r.MemoryMaxMB > 0 && r.MemoryMB == 0 {
 		return bad("resources.memory_max = %d without memory: memory_max makes memory the soft limit, so set both", r.MemoryMaxMB)
@@ -247,6 +440,28 @@ func (s *Spec) Validate() error {
 		case m.v != "" && s.Driver != "exec":
 			return bad("%s applies to exec tasks only (a raw_exec task shares the host's namespaces)", m.name)
 		}
+	}
+	switch s.Network {
+	case "", NetworkHost:
+	case NetworkNone:
+		if s.Driver != "exec" {
+			return bad("network mode %q applies to exec tasks only (a raw_exec task shares the host's network); use driver \"exec\", or mode \"host\"", s.Network)
+		}
+	case "bridge":
+		return bad("network mode \"bridge\": tether has no bridge networking (CNI) yet; use \"host\" (the host's network) or \"none\" (loopback alone)")
+	default:
+		return bad("network mode %q: use \"host\" or \"none\"", s.Network)
+	}
+	if err := check("seccomp", s.Seccomp); err != nil {
+		return err
+	}
+	switch {
+	case s.Seccomp == "", s.Seccomp == SeccompDefault:
+	case s.Driver != "exec":
+		return bad("seccomp applies to exec tasks only (a raw_exec task runs unfiltered); remove it, or use driver \"exec\"")
+	case s.Seccomp == SeccompUnconfined, strings.HasPrefix(s.Seccomp, "/"):
+	default:
+		return bad("seccomp %q: use \"default\", \"unconfined\" or the absolute path of a Docker/OCI profile (both need the operator's --allow-seccomp)", s.Seccomp)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -383,24 +384,125 @@ func TestSpec_Validate(t *testing.T) {
 	}
 	neg := -1
 	cases := map[string]func(s *Spec){
-		"driver":           func(s *Spec) { s.Driver = "docker" },
-		"command":          func(s *Spec) { s.Command = "" },
-		"NUL in arg":       func(s *Spec) { s.Args = []string{"a\x00b"} },
-		"NUL in env":       func(s *Spec) { s.Env = map[string]string{"K": "v\x00"} },
-		"= in env name":    func(s *Spec) { s.Env = map[string]string{"A=B": "v"} },
-		"huge arg":         func(s *Spec) { s.Args = []string{strings.Repeat("x", 10<<20)} },
-		"negative memory":  func(s *Spec) { s.Resources.MemoryMB = -1 },
-		"memory above max": func(s *Spec) { s.Resources = Resources{MemoryMB: 200, MemoryMaxMB: 100} },
-		"oom_score_adj":    func(s *Spec) { v := 2000; s.OOMScoreAdj = &v },
-		"negative logs":    func(s *Spec) { s.Logs.MaxFiles = neg },
-		"pid_mode":         func(s *Spec) { s.PIDMode = "private" },
-		"restart":          func(s *Spec) { s.Restart = &RestartPolicy{Attempts: 1, Mode: RestartFail} },
+		"driver":                 func(s *Spec) { s.Driver = "docker" },
+		"command":                func(s *Spec) { s.Command = "" },
+		"NUL in arg":             func(s *Spec) { s.Args = []string{"a\x00b"} },
+		"NUL in env":             func(s *Spec) { s.Env = map[string]string{"K": "v\x00"} },
+		"= in env name":          func(s *Spec) { s.Env = map[string]string{"A=B": "v"} },
+		"huge arg":               func(s *Spec) { s.Args = []string{strings.Repeat("x", 10<<20)} },
+		"negative memory":        func(s *Spec) { s.Resources.MemoryMB = -1 },
+		"memory above max":       func(s *Spec) { s.Resources = Resources{MemoryMB: 200, MemoryMaxMB: 100} },
+		"oom_score_adj":          func(s *Spec) { v := 2000; s.OOMScoreAdj = &v },
+		"negative logs":          func(s *Spec) { s.Logs.MaxFiles = neg },
+		"pid_mode":               func(s *Spec) { s.PIDMode = "private" },
+		"restart":                func(s *Spec) { s.Restart = &RestartPolicy{Attempts: 1, Mode: RestartFail} },
+		"network none raw":       func(s *Spec) { s.Network = NetworkNone },
+		"network bridge":         func(s *Spec) { s.Driver, s.Network = "exec", "bridge" },
+		"network other":          func(s *Spec) { s.Driver, s.Network = "exec", "cni/x" },
+		"seccomp raw":            func(s *Spec) { s.Seccomp = SeccompUnconfined },
+		"seccomp relative":       func(s *Spec) { s.Driver, s.Seccomp = "exec", "profile.json" },
+		"seccomp NUL":            func(s *Spec) { s.Driver, s.Seccomp = "exec", "/p\x00" },
+		"alloc without id":       func(s *Spec) { a := goodAlloc(); a.ID = ""; s.Alloc = a },
+		"relative alloc dir":     func(s *Spec) { a := goodAlloc(); a.Dir = "allocs/a1/alloc"; s.Alloc = a },
+		"unclean task dir":       func(s *Spec) { a := goodAlloc(); a.TaskDir = "/s/allocs/a1/../web"; s.Alloc = a },
+		"task dir in alloc dir":  func(s *Spec) { a := goodAlloc(); a.TaskDir = a.Dir + "/web"; s.Alloc = a },
+		"alloc dir is /":         func(s *Spec) { a := goodAlloc(); a.Dir = "/"; s.Alloc = a },
+		"task listed twice":      func(s *Spec) { a := goodAlloc(); a.Tasks = []string{"web", "web"}; s.Alloc = a },
+		"poststop sidecar":       func(s *Spec) { a := goodAlloc(); a.Hook, a.Sidecar = HookPoststop, true; s.Alloc = a },
+		"unknown hook":           func(s *Spec) { a := goodAlloc(); a.Hook = 9; s.Alloc = a },
+		"template without data":  func(s *Spec) { s.Templates = []Template{{Destination: "local/x"}} },
+		"template with both":     func(s *Spec) { s.Templates = []Template{{Data: "x", Source: "y", Destination: "local/x"}} },
+		"template no dest":       func(s *Spec) { s.Templates = []Template{{Data: "x"}} },
+		"signal without signal":  func(s *Spec) { s.Templates = []Template{{Data: "x", Destination: "d", ChangeMode: ChangeSignal}} },
+		"template perms":         func(s *Spec) { s.Templates = []Template{{Data: "x", Destination: "d", Perms: 0o4755}} },
+		"NUL in template":        func(s *Spec) { s.Templates = []Template{{Data: "x\x00", Destination: "d"}} },
+		"artifact no source":     func(s *Spec) { s.Artifacts = []Artifact{{Destination: "local/"}} },
+		"template without alloc": func(s *Spec) { s.Alloc = nil; s.Templates = []Template{{Data: "x", Destination: "d"}} },
+		"artifact mode":          func(s *Spec) { s.Artifacts = []Artifact{{Source: "x", Mode: 7}} },
+		"NUL in header":          func(s *Spec) { s.Artifacts = []Artifact{{Source: "x", Headers: map[string]string{"A": "\x00"}}} },
+		"port 0":                 func(s *Spec) { s.Ports = []Port{{Label: "http", IP: "127.0.0.1"}} },
+		"port 70000":             func(s *Spec) { s.Ports = []Port{{Label: "http", Value: 70000, IP: "127.0.0.1"}} },
+		"huge template": func(s *Spec) { // 16 of 60 KiB: more than a launch frame holds
+			for range 16 {
+				s.Templates = append(s.Templates, Template{Data: strings.Repeat("x", 60<<10), Destination: "d"})
+			}
+		},
+	}
+	full := ok
+	full.Alloc = goodAlloc()
+	full.Templates = []Template{{Data: "x", Destination: "local/x", ChangeMode: ChangeSignal, ChangeSignal: 1, Perms: 0o755}}
+	full.Artifacts = []Artifact{{Source: "http://127.0.0.1/x", Mode: ArtifactFile, Options: map[string]string{"checksum": "sha256:00"}}}
+	full.Ports = []Port{{Label: "http", Value: 20000, IP: "127.0.0.1"}}
+	if err := full.Validate(); err != nil {
+		t.Fatalf("a spec with every job-file part: %v", err)
 	}
 	for name, mod := range cases {
 		s := ok
+		s.Alloc = goodAlloc() // templates and artifacts need one; the alloc cases replace it
 		mod(&s)
 		if err := s.Validate(); !errors.Is(err, ErrInvalidSpec) {
 			t.Errorf("%s: %v, want ErrInvalidSpec", name, err)
 		}
 	}
+	for name, mod := range map[string]func(s *Spec){
+		"network none":       func(s *Spec) { s.Driver, s.Network = "exec", NetworkNone },
+		"network host":       func(s *Spec) { s.Network = NetworkHost },
+		"seccomp default":    func(s *Spec) { s.Seccomp = SeccompDefault },
+		"seccomp unconfined": func(s *Spec) { s.Driver, s.Seccomp = "exec", SeccompUnconfined },
+		"seccomp profile":    func(s *Spec) { s.Driver, s.Seccomp = "exec", "/etc/tether/p.json" },
+	} {
+		s := ok
+		mod(&s)
+		if err := s.Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestSpec_ArgumentAndEnvironmentSizes: an argument or an environment
+// string is held to the kernel's MAX_ARG_STRLEN (131072 bytes with its
+// NUL; an environment string is KEY=VALUE), not to 64 KiB, and refused
+// past it with the kernel's figure; a spec whose strings would not fit
+// the executor's launch frame once written as JSON is refused too, and
+// jsonLen counts what encoding/json writes.
+func TestSpec_ArgumentAndEnvironmentSizes(t *testing.T) {
+	spec := func(env map[string]string, args ...string) *Spec {
+		return &Spec{Driver: "raw_exec", Command: "/bin/true", Env: env, Args: args}
+	}
+	max := strings.Repeat("v", MaxArgString-1-len("BIG=")) // BIG=... and its NUL: 131072
+	for name, s := range map[string]*Spec{
+		"100 KiB value":     spec(map[string]string{"BIG": strings.Repeat("v", 100<<10)}),
+		"at the limit":      spec(map[string]string{"BIG": max}),
+		"argument at limit": spec(nil, strings.Repeat("a", MaxArgString-1)),
+	} {
+		if err := s.Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for name, tc := range map[string]struct {
+		s    *Spec
+		want string
+	}{
+		"one past":          {spec(map[string]string{"BIG": max + "v"}), "the kernel takes at most 131071 bytes per argument or environment string (MAX_ARG_STRLEN, 131072 with its NUL)"},
+		"argument one past": {spec(nil, strings.Repeat("a", MaxArgString)), "argument 1 is 131072 bytes: the kernel takes at most 131071"},
+		"the frame":         {spec(map[string]string{"A": max, "B": max, "C": max, "D": max, "E": max, "F": max, "G": max}), "more than the 917504 its launch frame holds"},
+		"escapes count":     {spec(map[string]string{"A": strings.Repeat("\x01", 100<<10), "B": strings.Repeat("\x01", 100<<10)}), "launch frame"},
+	} {
+		if err := tc.s.Validate(); !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", name, err, tc.want)
+		}
+	}
+	for _, s := range []string{"", "plain", "quote\" back\\ nl\n tab\t cr\r", "\x01\x1f<>&", "\u2028\u2029", "bad\xff\xfeutf8", "é漢字"} {
+		b, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := jsonLen(s); got != len(b) {
+			t.Errorf("jsonLen(%q) = %d, encoding/json writes %d bytes (%s)", s, got, len(b), b)
+		}
+	}
+}
+
+func goodAlloc() *Alloc {
+	return &Alloc{ID: "a1", Dir: "/s/allocs/a1/alloc", TaskDir: "/s/allocs/a1/web", Tasks: []string{"init", "web"}}
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // lastLines is what tail -n n prints of data.
@@ -33,6 +35,7 @@ func lastLines(data []byte, n int) []byte {
 }
 
 func TestCursor_TailAcrossRotatedFiles(t *testing.T) {
+	testproc.Parallel(t)
 	dir := t.TempDir()
 	w := openWriter(t, dir, Config{MaxFiles: 10, MaxFileSizeMB: 1})
 	// 3.5 MB of lines: four files, and a last line without its newline.
@@ -71,6 +74,7 @@ func TestCursor_TailAcrossRotatedFiles(t *testing.T) {
 // TestCursor_TailReadsOnlyTheEnd checks that the last lines of a large
 // stream are found without reading all of it.
 func TestCursor_TailReadsOnlyTheEnd(t *testing.T) {
+	testproc.Parallel(t)
 	dir := t.TempDir()
 	w := openWriter(t, dir, Config{MaxFiles: 10, MaxFileSizeMB: 1})
 	data, _ := linesOf(0, 8*MB)
@@ -100,6 +104,7 @@ func TestCursor_TailReadsOnlyTheEnd(t *testing.T) {
 // TestCursor_ReadsInIndexOrder reads past stdout.log.9 into .10 and .11,
 // which sort before it as strings.
 func TestCursor_ReadsInIndexOrder(t *testing.T) {
+	testproc.Parallel(t)
 	dir := t.TempDir()
 	w := openWriter(t, dir, Config{MaxFiles: 20, MaxFileSizeMB: 1})
 	data, _ := linesOf(0, 11*MB+MB/3)
@@ -136,6 +141,7 @@ func TestCursor_ReadsInIndexOrder(t *testing.T) {
 // TestCursor_GapReported lets a reader fall behind by more than the
 // retained files: it is told which files it missed, then goes on.
 func TestCursor_GapReported(t *testing.T) {
+	testproc.Parallel(t)
 	for _, tc := range []struct {
 		maxFiles    int
 		first, last uint64
@@ -188,6 +194,7 @@ func TestCursor_GapReported(t *testing.T) {
 }
 
 func TestFollow_WithoutInotify(t *testing.T) {
+	testproc.Parallel(t)
 	dir := t.TempDir()
 	w := openWriter(t, dir, Config{MaxFiles: 3, MaxFileSizeMB: 1})
 	data, _ := linesOf(0, 2*MB+MB/2)
@@ -219,6 +226,7 @@ func TestFollow_WithoutInotify(t *testing.T) {
 // TestFollow_StopCopiesWhatIsLeft: a follower told to stop right after the
 // writer finished still copies everything.
 func TestFollow_StopCopiesWhatIsLeft(t *testing.T) {
+	testproc.Parallel(t)
 	dir := t.TempDir()
 	c, err := NewCursor(dir, "stdout.log")
 	if err != nil {
@@ -242,6 +250,7 @@ func TestFollow_StopCopiesWhatIsLeft(t *testing.T) {
 // TestWriter_TailFFollowsRotation runs GNU tail -F on the live file while
 // the writer rotates: it prints everything, in order, once.
 func TestWriter_TailFFollowsRotation(t *testing.T) {
+	testproc.Parallel(t)
 	tailPath, err := exec.LookPath("tail")
 	if err != nil {
 		t.Skip("tail(1) is not installed")
@@ -321,6 +330,7 @@ var _ = os.Getpid
 // rest of the stream from where it joined, whichever file it first opened
 // and whatever the rotation was doing then.
 func TestFollow_JoinsDuringRotations(t *testing.T) {
+	testproc.Parallel(t)
 	dir := t.TempDir()
 	w := openWriter(t, dir, Config{MaxFiles: 50, MaxFileSizeMB: 1})
 	data, _ := linesOf(0, 5*MB)
@@ -365,6 +375,7 @@ func TestFollow_JoinsDuringRotations(t *testing.T) {
 
 // TestFollow_StreamAppearsLater follows a stream that has no file yet.
 func TestFollow_StreamAppearsLater(t *testing.T) {
+	testproc.Parallel(t)
 	dir := t.TempDir()
 	c, err := NewCursor(dir, "stdout.log")
 	if err != nil {
@@ -395,6 +406,7 @@ func TestFollow_StreamAppearsLater(t *testing.T) {
 // file after the reader reached its end, just before a rotation, is read
 // before the reader moves on to the new live file.
 func TestCursor_DrainsTheOldFileAfterRotation(t *testing.T) {
+	testproc.Parallel(t)
 	dir := t.TempDir()
 	w := openWriter(t, dir, Config{MaxFiles: 5, MaxFileSizeMB: 1})
 	head, n := linesOf(0, MB-4096)
@@ -430,6 +442,7 @@ func TestCursor_DrainsTheOldFileAfterRotation(t *testing.T) {
 // names the old live file): the reader counts the live file as the next
 // index, so that after the next rotation it neither rereads nor skips.
 func TestCursor_OpensLiveWhileMarkerLags(t *testing.T) {
+	testproc.Parallel(t)
 	dir := t.TempDir()
 	s := stream{dir: dir, name: "stdout.log"}
 	w := openWriter(t, dir, Config{MaxFiles: 5, MaxFileSizeMB: 1})
@@ -470,6 +483,7 @@ func TestCursor_OpensLiveWhileMarkerLags(t *testing.T) {
 // at the oldest output. (Listing first once lost the file rotated
 // meanwhile: found by TestFollow_WithoutInotify.)
 func TestCursor_RotationWhileFindingTheOldest(t *testing.T) {
+	testproc.Parallel(t)
 	dir := t.TempDir()
 	w := openWriter(t, dir, Config{MaxFiles: 5, MaxFileSizeMB: 1})
 	head, n := linesOf(0, MB/2)

@@ -19,6 +19,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // logFiles returns the stream's log files on disk (the live file and the
@@ -80,6 +82,7 @@ func readAll(t testing.TB, dir string) []byte {
 }
 
 func TestConfig_Validate(t *testing.T) {
+	testproc.Parallel(t)
 	for _, tc := range []struct {
 		cfg  Config
 		want string // "" for valid
@@ -117,6 +120,7 @@ func TestConfig_Validate(t *testing.T) {
 // cut: after its last newline that fits; else it goes whole into a fresh
 // file; else (larger than a file, no newline) at max_file_size exactly.
 func TestWriter_RotationBoundary(t *testing.T) {
+	testproc.Parallel(t)
 	line := func(c byte, n int) []byte { return append(bytes.Repeat([]byte{c}, n-1), '\n') }
 	prefill := line('x', MB-50)
 	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
@@ -253,12 +257,14 @@ func (p *progress) result() (int, error) {
 // TestWriter_FastWriterWithFollower writes many MB through 1 MB files in
 // random chunks while a follower reads: the follower's output is what was
 // written, byte for byte, and after every write the stream has at most
-// max_files files of at most max_file_size bytes each.
+// max_files files of at most max_file_size bytes each. With -long it
+// writes four times as much.
 func TestWriter_FastWriterWithFollower(t *testing.T) {
+	testproc.Parallel(t)
 	const maxFiles = 4
-	total := 24 * MB
-	if testing.Short() {
-		total = 6 * MB
+	total := 6 * MB // six rotations, past max_files
+	if testproc.Long() {
+		total = 24 * MB
 	}
 	data, _ := linesOf(0, total)
 	dir := t.TempDir()
@@ -339,6 +345,7 @@ func TestWriter_FastWriterWithFollower(t *testing.T) {
 }
 
 func TestWriter_ReopenContinuesIndex(t *testing.T) {
+	testproc.Parallel(t)
 	for _, maxFiles := range []int{1, 3, 10} {
 		t.Run(fmt.Sprintf("max_files=%d", maxFiles), func(t *testing.T) {
 			dir := t.TempDir()
@@ -382,6 +389,7 @@ func TestWriter_ReopenContinuesIndex(t *testing.T) {
 // step of a rotation leaves, and checks that Open carries on from it with
 // nothing lost, nothing doubled and the index right.
 func TestWriter_ReopenAfterInterruptedRotation(t *testing.T) {
+	testproc.Parallel(t)
 	live, old := []byte("live line\n"), []byte("old line\n")
 	for _, tc := range []struct {
 		name    string
@@ -494,6 +502,7 @@ func setMarker(t *testing.T, s stream, idx uint64, of string) {
 }
 
 func TestWriter_ShrunkMaxFilesDeletesOnOpen(t *testing.T) {
+	testproc.Parallel(t)
 	dir := t.TempDir()
 	data, _ := linesOf(0, 5*MB+10)
 	w := openWriter(t, dir, Config{MaxFiles: 10, MaxFileSizeMB: 1})
@@ -510,6 +519,7 @@ func TestWriter_ShrunkMaxFilesDeletesOnOpen(t *testing.T) {
 }
 
 func TestWriter_Disabled(t *testing.T) {
+	testproc.Parallel(t)
 	dir := t.TempDir()
 	w := openWriter(t, dir, Config{Disabled: true})
 	mustWrite(t, w, []byte("gone\n"))
@@ -526,6 +536,7 @@ func TestWriter_Disabled(t *testing.T) {
 }
 
 func TestWriter_RefusesWhatIsNotItsFile(t *testing.T) {
+	testproc.Parallel(t)
 	for _, tc := range []struct {
 		name  string
 		setup func(t *testing.T, dir string)
@@ -580,6 +591,7 @@ func TestWriter_RefusesWhatIsNotItsFile(t *testing.T) {
 }
 
 func TestWriter_FileModesAndOwner(t *testing.T) {
+	testproc.Parallel(t)
 	dir := t.TempDir()
 	opts := Options{}
 	if os.Geteuid() == 0 {

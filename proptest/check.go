@@ -71,8 +71,8 @@ func (h *Harness) writeAhead(effect, task, nonce string) {
 	var evs []fsm.Event
 	if h.mem != nil {
 		evs, _, _ = h.mem.entry(task)
-	} else if h.st != nil {
-		evs, _ = h.st.Load(context.Background(), task)
+	} else if st := h.store(); st != nil {
+		evs, _ = st.Load(context.Background(), task)
 	}
 	for _, e := range evs {
 		if e.Type == want && (effect != "spawn" || e.Nonce == nonce) {
@@ -296,8 +296,15 @@ func (h *Harness) checkStates() ([]string, snapshot) {
 	}
 	// No process of a task outlives its terminal state; none of a task
 	// in a state that owns none.
+	h.mu.Lock()
+	removed := h.gcRemoved // only ever added to, under mu, by a maintenance (not now: between steps)
+	h.mu.Unlock()
 	h.World.eachLive(func(p *Proc) {
 		_, st, ok := sn.get(p.Task)
+		if !ok && removed[p.Task] {
+			// gc removed it once it had ended: as terminal as it was.
+			ok, st.State = true, fsm.StateStopped
+		}
 		switch {
 		case !ok:
 			v = append(v, fmt.Sprintf("leak: %s, a task the log does not know", describe(*p)))

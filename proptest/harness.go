@@ -112,8 +112,16 @@ type Harness struct {
 	gctx context.Context
 	gend context.CancelFunc
 	d    *driver.Driver
-	st   *store.Store // Bolt: the current generation's store
+	st   *store.Store // Bolt: the current generation's store (guarded by mu: a maintenance replaces it)
 	mem  *MemLog      // otherwise: the log, across generations
+	// gate is open (nil) but while a maintenance runs: then the store's
+	// users wait for it to close (guarded by mu).
+	gate chan struct{}
+	// onCrash is the current generation's crash point, for a maintenance.
+	onCrash func(point string)
+	// gcRemoved are the tasks a maintenance removed (ended, so their
+	// processes are held to the rule of a terminal task).
+	gcRemoved map[string]bool
 
 	// Reached counts every crash point hit over the harness's life.
 	Reached map[string]int
@@ -193,37 +201,47 @@ func (h *Harness) Longest() int {
 func (h *Harness) Turns() int { return h.turns }
 
 func (h *Harness) newGeneration() error {
-	var log store.Log = h.mem
-	if h.opts.Bolt {
-		if h.st != nil {
-			if err := h.st.Close(); err != nil {
-				return err
-			}
-			h.st = nil
-		}
-		st, err := store.Open(h.path, store.Options{NoSync: true})
-		if err != nil {
-			return err
-		}
-		h.st, log = st, st
-	}
 	h.gens++
 	g := h.World.NewGeneration(h.gens)
 	g.sched = h.sched
 	gctx, gend := context.WithCancel(h.root)
+	// onCrash is a crash point reached: the plan may kill the executors
+	// there, or the generation (as SIGKILL would).
+	onCrash := func(point string) {
+		crash, die := h.hitCrash(point)
+		if die {
+			h.World.KillExecutors()
+		}
+		if crash {
+			g.Kill()   // first: no acknowledgement after this point
+			h.freeze() // then: every commit in flight is done, no other begins
+			gend()
+			runtime.Goexit()
+		}
+	}
+	var log store.Log = h.mem
+	if h.opts.Bolt {
+		if st := h.store(); st != nil {
+			if err := st.Close(); err != nil {
+				gend()
+				return err
+			}
+			h.setStore(nil)
+		}
+		// A maintenance's durable steps are crash points too; it runs
+		// in one turn (see maintain), so they do not park.
+		st, err := store.Open(h.path, store.Options{NoSync: true, Crash: onCrash})
+		if err != nil {
+			gend()
+			return err
+		}
+		h.setStore(st)
+		log = nil // genLog reads the harness's store, which a maintenance replaces
+	}
 	hooks := driver.Hooks{
 		Crash: func(point, task string) {
 			g.enter(point, task)
-			crash, die := h.hitCrash(point)
-			if die {
-				h.World.KillExecutors()
-			}
-			if crash {
-				g.Kill()   // first: no acknowledgement after this point
-				h.freeze() // then: every commit in flight is done, no other begins
-				gend()
-				runtime.Goexit()
-			}
+			onCrash(point)
 		},
 		Fault: func(point, task string) error {
 			g.enter(point, task)
@@ -245,13 +263,14 @@ func (h *Harness) newGeneration() error {
 	})
 	if err != nil {
 		gend()
-		if h.st != nil {
-			_ = h.st.Close()
-			h.st = nil
+		if st := h.store(); st != nil {
+			_ = st.Close()
+			h.setStore(nil)
 		}
 		return err
 	}
 	h.gen, h.gctx, h.gend, h.d = g, gctx, gend, d
+	h.onCrash = onCrash
 	return nil
 }
 
@@ -459,9 +478,9 @@ func (h *Harness) worker(fn func()) {
 // release lets go of a dead generation's store file, as the kernel would,
 // so that the next generation can open it.
 func (h *Harness) release() {
-	if h.st != nil {
-		_ = h.st.Close()
-		h.st = nil
+	if st := h.store(); st != nil {
+		_ = st.Close()
+		h.setStore(nil)
 	}
 }
 
@@ -699,9 +718,9 @@ func (h *Harness) Close() error {
 		h.stopRoot()
 		close(h.quit)
 	})
-	if h.st != nil {
-		errs = append(errs, h.st.Close())
-		h.st = nil
+	if st := h.store(); st != nil {
+		errs = append(errs, st.Close())
+		h.setStore(nil)
 	}
 	return errors.Join(errs...)
 }
@@ -718,8 +737,8 @@ func (h *Harness) withLog(fn func(l store.Log) error) error {
 // withStore runs fn on an open bbolt store: the current generation's, or
 // the file opened for the call when the generation is dead.
 func (h *Harness) withStore(fn func(s *store.Store) error) error {
-	if h.st != nil {
-		return fn(h.st)
+	if st := h.store(); st != nil {
+		return fn(st)
 	}
 	s, err := store.Open(h.path, store.Options{NoSync: true})
 	if err != nil {

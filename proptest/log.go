@@ -22,7 +22,22 @@ import (
 type genLog struct {
 	h *Harness
 	g *Generation
-	s store.Log
+	s store.Log // the MemLog; nil: the harness's bbolt store (Harness.store)
+}
+
+// log is the log to use now: the MemLog, or the harness's store once no
+// maintenance is under way (an agent's requests wait out its maintenance:
+// Harness.MaintainCall). A generation that died meanwhile ends here.
+func (l *genLog) log() store.Log {
+	if l.s != nil {
+		return l.s
+	}
+	st := l.h.store()
+	l.g.exitIfDead()
+	if st == nil {
+		runtime.Goexit() // the store was let go of: its generation is dead
+	}
+	return st
 }
 
 var _ store.Log = (*genLog)(nil)
@@ -49,19 +64,20 @@ func (l *genLog) Append(ctx context.Context, task string, expected uint64, event
 	if fail {
 		return 0, fmt.Errorf("%w: task %q at version %d", ErrStoreFault, task, expected)
 	}
+	s := l.log()        // after a maintenance under way, if any
 	l.h.commits.RLock() // a crash waits for commits in flight: a process dies between writes, never inside one
 	if l.g.Dead() {
 		// Died before this commit began: nothing of it lands.
 		l.h.commits.RUnlock()
 		runtime.Goexit()
 	}
-	v, err := l.s.Append(ctx, task, expected, events...)
+	v, err := s.Append(ctx, task, expected, events...)
 	l.h.commits.RUnlock()
 	l.g.exitIfDead() // died while committing: the commit stands, no acknowledgement
 	if err != nil {
 		return v, err
 	}
-	l.h.committed(l.s, task, v)
+	l.h.committed(s, task, v)
 	if lostAck {
 		return 0, fmt.Errorf("%w: task %q committed at version %d", ErrLostAck, task, v)
 	}
@@ -71,22 +87,22 @@ func (l *genLog) Append(ctx context.Context, task string, expected uint64, event
 
 func (l *genLog) Load(ctx context.Context, task string) ([]fsm.Event, error) {
 	l.g.enter("load", task)
-	return l.s.Load(ctx, task)
+	return l.log().Load(ctx, task)
 }
 
 func (l *genLog) LoadTask(ctx context.Context, task string) (fsm.Task, error) {
 	l.g.enter("load-task", task)
-	return l.s.LoadTask(ctx, task)
+	return l.log().LoadTask(ctx, task)
 }
 
 func (l *genLog) Live(ctx context.Context, fn func(task string) error) error {
 	l.g.enter("live", "")
-	return l.s.Live(ctx, fn)
+	return l.log().Live(ctx, fn)
 }
 
 func (l *genLog) All(ctx context.Context, fn func(task string) error) error {
 	l.g.enter("all", "")
-	return l.s.All(ctx, fn)
+	return l.log().All(ctx, fn)
 }
 
 func (l *genLog) LoadTasks(ctx context.Context, which store.Selection) (store.Scan, error) {

@@ -278,6 +278,54 @@ func (m *machine) kinds() map[string]func(*rapid.T) {
 			m.needAlive(t)
 			m.recoverBeside(t)
 		},
+		"maintain beside calls": func(t *rapid.T) {
+			m.needAlive(t)
+			m.maintainBeside(t)
+		},
+	}
+}
+
+// maintainBeside runs a maintenance of the store (a salvage, or a gc) in
+// one step with a start of a new task and a stop of a task, as an agent
+// runs it beside the requests it serves: the invariants after the step
+// (no acknowledged event lost, no leak, terminal means dead) hold whatever
+// turn it lands on and wherever a crash lands in it; a clean step does
+// what each call would alone.
+func (m *machine) maintainBeside(t *rapid.T) {
+	kind := rapid.SampledFrom([]string{MaintainSalvage, MaintainGC}).Draw(t, "maintenance")
+	calls := []Call{m.h.MaintainCall(kind)}
+	what := []string{kind}
+	startID, startKind := "", ""
+	if m.next < maxTasks && rapid.Bool().Draw(t, "start beside?") {
+		startID, startKind = m.newID(), rapid.SampledFrom(startKinds).Draw(t, "kind")
+		calls = append(calls, StartCall(startID, SpecFor(startKind)))
+		what = append(what, "start "+startID+" ("+startKind+")")
+	}
+	stopID := ""
+	if ids := m.h.Tasks(); len(ids) > 0 && rapid.Bool().Draw(t, "stop beside?") {
+		stopID = rapid.SampledFrom(ids).Draw(t, "stop task")
+		calls = append(calls, StopCall(stopID))
+		what = append(what, "stop "+stopID)
+	}
+	plan := drawPlan(t, m.h)
+	if len(calls) > 1 && rapid.Bool().Draw(t, "maintain later?") {
+		plan.Delays = []int{rapid.IntRange(1, turnReach(m.h)).Draw(t, "maintain at turn")}
+	}
+	s := m.h.Run(plan, calls...)
+	t.Logf("%v under %s: %+v fired=%v", what, plan, s.Outcomes, s.Fired)
+	if !s.Clean() {
+		return
+	}
+	if err := s.Outcomes[0].Err; err != nil {
+		t.Fatalf("clean %s beside %v: %v", kind, what, err)
+	}
+	if startID != "" && !m.h.removedByGC(startID) { // a task that ended at once may be gc's to remove
+		m.expectStart(t, startID, startKind, s.Outcomes[1].Err)
+	}
+	if stopID != "" {
+		if info, err := m.h.Driver().InspectTask(t.Context(), stopID); err == nil && !info.State.Terminal() {
+			t.Fatalf("clean stop of %s beside a %s: state %s; want terminal", stopID, kind, info.State)
+		}
 	}
 }
 
@@ -370,6 +418,9 @@ func (m *machine) applicable() []string {
 	out = append(out, "reboot")
 	if alive {
 		out = append(out, "crash", "recover", "restart", "recover beside calls", "recover beside calls")
+		if m.h.opts.Bolt {
+			out = append(out, "maintain beside calls", "maintain beside calls")
+		}
 	}
 	return out
 }

@@ -491,7 +491,8 @@ func TestDriver_RealProperties(t *testing.T) {
 
 // TestDriver_RealPropertiesRepeated runs the real-process property 20
 // times in a row (a few checks each, every one with fresh real processes):
-// it must pass every time. It was flaky, at these causes: a task that
+// it must pass every time. A repetition of TestDriver_RealProperties: it
+// runs with -long (make test-long). It was flaky, at these causes: a task that
 // exits by itself right after Recover was expected to be alive; the
 // driver's state was compared with the store's while a supervisor's append
 // was in flight (now: the driver's state must be the fold of the log up to
@@ -501,9 +502,7 @@ func TestDriver_RealProperties(t *testing.T) {
 // process behind the driver's back went on before the kill had taken
 // effect (now: a pidfd wait for the process and its executor).
 func TestDriver_RealPropertiesRepeated(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: 20 runs of the real-process property")
-	}
+	testproc.SkipUnlessLong(t, "20 runs of the real-process property, which TestDriver_RealProperties runs once")
 	checks := 5
 	began := time.Now()
 	var total propertyRun

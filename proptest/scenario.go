@@ -18,10 +18,13 @@ import (
 //	race:KIND        StartTask of tasks of that kind with a Recover beside them
 //	recover:launched Recover of tasks whose log ends at launched, their
 //	                 executors alive with no driver (Harness.Adopt)
+//	salvage:KIND     StartTask of tasks of that kind with a salvage of the
+//	                 store beside them (Harness.MaintainCall; Bolt only)
+//	gc:KIND          the same with a gc (an ended task to remove first)
 var Ops = []string{
 	"start:run", "start:exit", "start:netraw", "start:invalid", "start:fork", "start:setsid", "start:daemon",
 	"start:restart", "start:service", "stop", "stop:setsid", "stop:daemon", "stop:service", "race:run", "race:exit",
-	"race:restart", "recover:launched",
+	"race:restart", "recover:launched", "salvage:run", "gc:run",
 }
 
 // Scenario is one replayable run: Op on Tasks concurrent tasks under Plan,
@@ -151,6 +154,21 @@ func (sc Scenario) Run(t TestingT, dir string) Result {
 			calls = append(calls, StartCall(ids[i], specs[i]))
 		}
 		res.Op = h.Run(sc.Plan, calls...)
+		res.Op.Outcomes = res.Op.Outcomes[1:] // the starts', in order of ids
+	case MaintainSalvage, MaintainGC:
+		if verb == MaintainGC {
+			if s := h.Start(Plan{}, []string{"ended"}, []fsm.Spec{SpecFor("exit")}); s.Outcomes[0].Err != nil {
+				t.Fatalf("%s: setup: a task that ends: %v", sc, s.Outcomes[0].Err)
+			}
+		}
+		calls := []Call{h.MaintainCall(verb)}
+		for i := range ids {
+			calls = append(calls, StartCall(ids[i], specs[i]))
+		}
+		res.Op = h.Run(sc.Plan, calls...)
+		if o := res.Op.Outcomes[0]; res.Op.Clean() && o.Err != nil {
+			t.Fatalf("scenario %q: a clean %s failed: %v", sc, verb, o.Err)
+		}
 		res.Op.Outcomes = res.Op.Outcomes[1:] // the starts', in order of ids
 	case "recover":
 		for _, id := range ids {

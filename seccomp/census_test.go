@@ -87,6 +87,40 @@ func TestCensus(t *testing.T) {
 		t.Errorf("clone3 under tether's filter: %s, want ENOSYS", teth["clone3"].result)
 	}
 
+	// The same census inside real exec tasks: `tether run` of a root task
+	// with Docker's capability set, under the filter a real launch
+	// installs (EPERM as its refusal), and with seccomp = "unconfined"
+	// (the operator allowing it) for the kernel's own answers in the same
+	// sandbox. The task's refusals are the calls whose answer the filter
+	// changed to EPERM or ENOSYS; they are the helper's, call for call.
+	// Where the kernel says EPERM in the sandbox already, the two read
+	// the same: the task's must be EPERM too.
+	var task, taskBase map[string]censusLine
+	if tether := buildTether(t); tether != "" {
+		task, taskBase = runCensusTask(t, tether, probe, "default"), runCensusTask(t, tether, probe, "unconfined")
+	}
+	if task != nil {
+		for _, k := range censusKeys(teth) {
+			h, l, lb := teth[k], task[k], taskBase[k]
+			if h.nr < 0 {
+				continue
+			}
+			want := h.result
+			if h.result == unix.ErrnoName(censusErrno) {
+				want = "EPERM"
+			}
+			hr, lr := refusedBy(h, base[k]), refusedIn(l, lb)
+			switch {
+			case lb.result == "EPERM":
+				if l.result != "EPERM" {
+					t.Errorf("%s: in a real exec task %s, unconfined EPERM", k, l.result)
+				}
+			case hr != lr || hr && l.result != want:
+				t.Errorf("%s: in a real exec task %s (unconfined %s: refused %v), under the helper's filter %s (refused %v)", k, l.result, lb.result, lr, h.result, hr)
+			}
+		}
+	}
+
 	t.Run("runc", func(t *testing.T) {
 		runc, err := exec.LookPath("runc")
 		if err != nil {
@@ -116,10 +150,13 @@ func TestCensus(t *testing.T) {
 			if !refusedBy(teth[k], base[k]) && refusedBy(r, base[k]) {
 				t.Errorf("%s: tether allows it (%s), runc refuses it (%s)", k, teth[k].result, r.result)
 			}
+			if l, ok := task[k]; ok && taskBase[k].result != "EPERM" && !refusedIn(l, taskBase[k]) && refusedBy(r, base[k]) {
+				t.Errorf("%s: a real exec task is allowed it (%s), runc refuses it (%s)", k, l.result, r.result)
+			}
 		}
 		t.Logf("%d syscalls libseccomp 2.5.4 does not know: %s", len(newer), strings.Join(newer, " "))
 		if *update {
-			writeCensusDoc(t, base, teth, rc, known)
+			writeCensusDoc(t, base, teth, task, taskBase, rc, known)
 		}
 	})
 }
@@ -133,6 +170,89 @@ func buildCensus(t *testing.T) string {
 		t.Fatalf("build the census: %v\n%s", err, b)
 	}
 	return out
+}
+
+// runCensusTask runs the probe as a real exec task: `tether run` (built
+// from ../cmd/tether) of a task file whose user is root, with cap_drop =
+// ["all"] and cap_add = Docker's capability set (the operator allowing
+// every capability, and the seccomp choice), the probe bound into its
+// root at /census. nil, with the reason logged, where exec tasks cannot
+// run.
+func runCensusTask(t *testing.T, tether, probe, choice string) map[string]censusLine {
+	t.Helper()
+	dir := t.TempDir()
+	probeDir := filepath.Join(dir, "census")
+	if err := os.MkdirAll(probeDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := os.ReadFile(probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(probeDir, "census"), bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var caps []string
+	for _, c := range dockerCaps {
+		caps = append(caps, strconv.Quote(c.String()))
+	}
+	file := filepath.Join(dir, "census.hcl")
+	if err := os.WriteFile(file, []byte(fmt.Sprintf(`task "census" {
+  driver = "exec"
+  user   = "root"
+  config {
+    command  = "/census/census"
+    cap_drop = ["all"]
+    cap_add  = [%s]
+    seccomp  = %q
+  }
+}
+`, strings.Join(caps, ", "), choice)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var chroot []string
+	for _, d := range []string{"/bin", "/etc", "/lib", "/lib64", "/sbin", "/usr"} {
+		if _, err := os.Lstat(d); err == nil {
+			chroot = append(chroot, d)
+		}
+	}
+	chroot = append(chroot, probeDir+":/census")
+	state := filepath.Join(dir, "state")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(tether, "--state-dir", state, "--allow-caps", "all", "--allow-seccomp", "unconfined", "--chroot-env", strings.Join(chroot, ","), "run", file)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("tether run of the census: %v\n%s", err, stderr.Bytes())
+	}
+	return parseCensus(t, out)
+}
+
+// buildTether builds ../cmd/tether (static) for the exec task census; ""
+// with the reason logged where exec tasks cannot run (no cgroups).
+func buildTether(t *testing.T) string {
+	t.Helper()
+	if _, err := os.Stat("/sys/fs/cgroup"); err != nil {
+		t.Logf("no exec task census: no cgroups here (%v)", err)
+		return ""
+	}
+	tether := filepath.Join(t.TempDir(), "tether")
+	build := exec.Command("go", "build", "-o", tether, "../cmd/tether")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build tether: %v\n%s", err, b)
+	}
+	return tether
+}
+
+// refusedIn tells whether the filter of a real exec task (whose refusal
+// is EPERM) refused the probe: an EPERM or an ENOSYS that the kernel did
+// not give without a filter.
+func refusedIn(l, base censusLine) bool {
+	return l.result == "EPERM" && base.result != "EPERM" || l.result == "ENOSYS" && base.result != "ENOSYS"
 }
 
 // runCensusHelper runs the probe through the helper, in namespaces of its
@@ -345,8 +465,24 @@ func word(l, base censusLine) string {
 	return "allowed (" + l.result + ")"
 }
 
+// wordIn is word for a real exec task's line (its refusal is EPERM),
+// against the unconfined task's (base).
+func wordIn(l, base censusLine) string {
+	switch {
+	case l.nr < 0:
+		return "not probed"
+	case l.result == "EPERM" && base.result == "EPERM":
+		return "EPERM (unconfined too)"
+	case refusedIn(l, base):
+		return "**" + l.result + "**"
+	case l.result == "ENOSYS":
+		return "ENOSYS, as without a filter"
+	}
+	return "allowed (" + l.result + ")"
+}
+
 // writeCensusDoc writes the table between the markers of docs/seccomp.md.
-func writeCensusDoc(t *testing.T, base, teth, rc map[string]censusLine, known map[string]bool) {
+func writeCensusDoc(t *testing.T, base, teth, task, taskBase, rc map[string]censusLine, known map[string]bool) {
 	t.Helper()
 	doc, err := os.ReadFile(censusDoc)
 	if err != nil {
@@ -363,8 +499,8 @@ func writeCensusDoc(t *testing.T, base, teth, rc map[string]censusLine, known ma
 	fmt.Fprintf(&b, "%s\n\nKernel %s, x86_64; runc %s. Cells: what the syscall returned with the probe's arguments; **EPERM**/**ENOSYS** is the filter's refusal.\n\n",
 		begin, unix.ByteSliceToString(uname.Release[:]), runcVersion())
 	table := func(title string, keep func(name string) bool) {
-		fmt.Fprintf(&b, "%s\n\n| syscall | nr | no filter | runc, Docker's default | tether's default |\n|---|---|---|---|---|\n", title)
-		counts := [2]int{}
+		fmt.Fprintf(&b, "%s\n\n| syscall | nr | no filter | runc, Docker's default | tether's default | a real tether exec task |\n|---|---|---|---|---|---|\n", title)
+		counts := [3]int{}
 		for _, k := range censusKeys(teth) {
 			name := strings.SplitN(k, "(", 2)[0]
 			if !keep(name) {
@@ -379,7 +515,7 @@ func writeCensusDoc(t *testing.T, base, teth, rc map[string]censusLine, known ma
 			if l.nr >= 0 {
 				baseWord = base[k].result
 			}
-			fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", k, nr, baseWord, word(rc[k], base[k]), word(l, base[k]))
+			fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s |\n", k, nr, baseWord, word(rc[k], base[k]), word(l, base[k]), wordIn(task[k], taskBase[k]))
 			// An ENOSYS the kernel gives without a filter too says
 			// nothing of the filter: not counted.
 			for i, c := range []censusLine{l, rc[k]} {
@@ -387,8 +523,11 @@ func writeCensusDoc(t *testing.T, base, teth, rc map[string]censusLine, known ma
 					counts[i]++
 				}
 			}
+			if c := task[k]; l.nr >= 0 && !refusedIn(c, taskBase[k]) && c.result != "ENOSYS" && !(c.result == "EPERM" && refusedBy(l, base[k])) {
+				counts[2]++
+			}
 		}
-		fmt.Fprintf(&b, "\nAllowed: tether %d, runc %d.\n\n", counts[0], counts[1])
+		fmt.Fprintf(&b, "\nAllowed: tether %d (%d in a real exec task), runc %d.\n\n", counts[0], counts[2], counts[1])
 	}
 	table("### Syscalls libseccomp 2.5.4 knows", func(n string) bool { return known[n] })
 	table("### Syscalls newer than libseccomp 2.5.4 (runc cannot name them; its filter refuses them with ENOSYS or EPERM)", func(n string) bool { return !known[n] })

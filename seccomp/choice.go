@@ -3,7 +3,6 @@ package seccomp
 import (
 	"fmt"
 	"path/filepath"
-	"slices"
 )
 
 // ChoiceKind is what a task's seccomp option asks for.
@@ -15,7 +14,10 @@ const (
 	ChoiceProfile                      // a profile file, with the floor
 )
 
-// Choice is a task's `seccomp = "default" | "unconfined" | "PATH"`.
+// Choice is a task's `seccomp = "default" | "unconfined" | "PATH"`. Whether
+// the operator allows it is the operator's policy's to say, beside the
+// capability allow list (tether's executor/internal/spec.CheckSeccomp,
+// which a driver links without this package).
 type Choice struct {
 	Kind ChoiceKind
 	Path string // for ChoiceProfile: absolute and clean
@@ -43,26 +45,6 @@ func (c Choice) String() string {
 		return c.Path
 	}
 	return "default"
-}
-
-// Permitted checks the choice against the operator's --allow-seccomp list
-// (TETHER_ALLOW_SECCOMP): "unconfined" and profile paths. The default
-// needs no permission; anything else must be listed, so a task file alone
-// cannot loosen its filter. Listed paths are compared clean.
-func (c Choice) Permitted(allowed []string) error {
-	if c.Kind == ChoiceDefault {
-		return nil
-	}
-	want := c.String()
-	if slices.ContainsFunc(allowed, func(a string) bool {
-		if c.Kind == ChoiceProfile {
-			return filepath.IsAbs(a) && filepath.Clean(a) == want
-		}
-		return a == want
-	}) {
-		return nil
-	}
-	return fmt.Errorf("%w: seccomp = %q needs the operator's --allow-seccomp %s (or TETHER_ALLOW_SECCOMP)", ErrNotAllowed, want, want)
 }
 
 // Profile returns the profile the choice names: the default one, the file

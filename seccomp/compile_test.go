@@ -479,3 +479,39 @@ func TestCompile_Deterministic(t *testing.T) {
 }
 
 var _ = specs.ActAllow
+
+// TestFilter_BinaryRoundTrip: a filter written by MarshalBinary and read
+// back by UnmarshalBinary is the same program, with the same verdicts; a
+// truncated or foreign one is refused.
+func TestFilter_BinaryRoundTrip(t *testing.T) {
+	f, err := Compile(Default(), Options{Caps: dockerCaps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := f.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g Filter
+	if err := g.UnmarshalBinary(b); err != nil {
+		t.Fatal(err)
+	}
+	if g.String() != f.String() || g.defRet != f.defRet || g.flags != f.flags || g.Arch() != f.Arch() {
+		t.Fatalf("the program changed in its binary form:\n%s\nwant\n%s", g.String(), f.String())
+	}
+	for _, nr := range []uint32{0, 41, 56, 165, 250, 435} {
+		a, _ := f.Evaluate(f.Arch(), nr, 0x7e000000)
+		b, _ := g.Evaluate(g.Arch(), nr, 0x7e000000)
+		if a != b {
+			t.Errorf("syscall %d: %v after the round trip, %v before", nr, b, a)
+		}
+	}
+	for name, bad := range map[string][]byte{
+		"truncated": b[:len(b)-1], "empty": nil, "header only": b[:binaryHeader],
+		"foreign arch": append(append([]byte{}, b[:4]...), append([]byte{3, 0, 0, 0x40}, b[8:]...)...),
+	} {
+		if err := new(Filter).UnmarshalBinary(bad); !errors.Is(err, ErrBadBinary) {
+			t.Errorf("%s: %v, want ErrBadBinary", name, err)
+		}
+	}
+}

@@ -10,16 +10,18 @@
 // can no longer read the operator's paths):
 //
 //	choice, err := seccomp.ParseChoice(task.Seccomp)   // "default" | "unconfined" | "/abs/path.json"
-//	err = choice.Permitted(operator.AllowSeccomp)       // ErrNotAllowed unless default or listed
+//	// (whether the operator allows the choice is its policy's to say)
 //	if choice.Kind != seccomp.ChoiceUnconfined {
 //		err = seccomp.CheckHost()                       // ErrUnsupported: say so, refuse the task
 //	}
 //	profile, err := choice.Profile()                    // nil for unconfined; *ProfileError names the problem
-//	// hand profile to the shim in its JSON config (Profile is a json.Marshaler)
+//	f, err := seccomp.Compile(profile, seccomp.Options{Caps: caps, HostPID: pidModeHost})
+//	b, err := f.MarshalBinary()                         // into the shim's config
 //
 // The shim, last, after the user and capability switch:
 //
-//	f, err := seccomp.Compile(profile, seccomp.Options{Caps: caps, HostPID: pidModeHost})
+//	var f seccomp.Filter
+//	err := f.UnmarshalBinary(b)
 //	err = f.Install()                                   // no_new_privs, then seccomp(2) with TSYNC
 //	syscall.Exec(path, argv, env)
 //

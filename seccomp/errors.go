@@ -65,13 +65,13 @@ var (
 	// ErrBadChoice is returned by ParseChoice for a value that is neither
 	// "default", "unconfined" nor an absolute path.
 	ErrBadChoice = errors.New(`seccomp: the seccomp option must be "default", "unconfined" or the absolute path of a profile`)
-	// ErrNotAllowed is returned by Choice.Permitted for a choice other
-	// than the default that the operator did not allow.
-	ErrNotAllowed = errors.New("seccomp: not allowed by the operator")
 )
 
 // Errors about installing.
 var (
+	// ErrBadBinary is returned by Filter.UnmarshalBinary for bytes that
+	// are not a filter MarshalBinary wrote for this architecture.
+	ErrBadBinary = errors.New("seccomp: not a compiled filter for this architecture")
 	// ErrInstall is returned by Install when the kernel refused the filter.
 	ErrInstall = errors.New("seccomp: install the filter")
 )

@@ -3,6 +3,7 @@ package seccomp
 import (
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"sync"
 
 	"golang.org/x/net/bpf"
@@ -79,4 +80,64 @@ func (f *Filter) String() string {
 		b = fmt.Appendf(b, "%4d  %v\n", i, in)
 	}
 	return string(b)
+}
+
+// The binary form's header: magic, audit architecture, default return,
+// flags, instruction count (each a little-endian uint32).
+const (
+	binaryMagic  = 0x54534331 // "TSC1"
+	binaryHeader = 20
+)
+
+// MarshalBinary gives the compiled program as the kernel loads it (struct
+// sock_filter entries) behind a small header: how an executor that
+// compiled a task's filter hands it to the shim that installs it, so that
+// the shim compiles nothing.
+func (f *Filter) MarshalBinary() ([]byte, error) {
+	raw, err := bpf.Assemble(f.prog)
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: assemble: %w", err)
+	}
+	b := make([]byte, binaryHeader, binaryHeader+8*len(raw))
+	le := binary.LittleEndian
+	le.PutUint32(b[0:], binaryMagic)
+	le.PutUint32(b[4:], f.arch.Audit)
+	le.PutUint32(b[8:], f.defRet)
+	le.PutUint32(b[12:], uint32(f.flags))
+	le.PutUint32(b[16:], uint32(len(raw)))
+	for _, r := range raw {
+		b = le.AppendUint16(b, r.Op)
+		b = append(b, r.Jt, r.Jf)
+		b = le.AppendUint32(b, r.K)
+	}
+	return b, nil
+}
+
+// UnmarshalBinary reads what MarshalBinary wrote, for the architecture this
+// binary runs on (anything else is ErrBadBinary).
+func (f *Filter) UnmarshalBinary(b []byte) error {
+	le := binary.LittleEndian
+	if len(b) < binaryHeader || le.Uint32(b) != binaryMagic {
+		return fmt.Errorf("%w: no header", ErrBadBinary)
+	}
+	arch := systab.ByGOARCH(runtime.GOARCH)
+	if arch == nil || le.Uint32(b[4:]) != arch.Audit {
+		return fmt.Errorf("%w: architecture %#x", ErrBadBinary, le.Uint32(b[4:]))
+	}
+	n := int(le.Uint32(b[16:]))
+	if n < 1 || n > maxInsns || len(b) != binaryHeader+8*n {
+		return fmt.Errorf("%w: %d instructions in %d bytes", ErrBadBinary, n, len(b))
+	}
+	flags := uintptr(le.Uint32(b[12:]))
+	if flags&^(filterFlagLog|filterFlagSpecAllow) != 0 {
+		return fmt.Errorf("%w: flags %#x", ErrBadBinary, flags)
+	}
+	raw := make([]bpf.RawInstruction, n)
+	for i := range raw {
+		e := b[binaryHeader+8*i:]
+		raw[i] = bpf.RawInstruction{Op: le.Uint16(e), Jt: e[2], Jf: e[3], K: le.Uint32(e[4:])}
+	}
+	prog, _ := bpf.Disassemble(raw) // what it cannot decode stays raw, and assembles as is
+	*f = Filter{arch: arch, prog: prog, defRet: le.Uint32(b[8:]), flags: flags}
+	return nil
 }

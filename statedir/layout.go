@@ -14,6 +14,7 @@ import (
 //
 //	DIR/
 //	  tether.db          the store (package store; its lock is tether.db.lock)
+//	  recover.lock       held (flock) by a tether recover while it runs; names its pid
 //	  tasks/
 //	    ID/              one per task, 0700
 //	      driver.lock    held (flock) by the process driving the task
@@ -24,19 +25,39 @@ import (
 //	      exit.json      the task's exit status, before the executor exits
 //	      restart.journal  the restarts it performed, each written ahead
 //	      stdout.log, stderr.log (and their rotations .1, .2, ...)
-//	      local/ secrets/ tmp/ alloc/   the task's own directories
+//	      local/ secrets/ tmp/ alloc/   a lone task's own directories
 //	      root/          the empty mount point of an exec task's root
 //	  names/             0700, made by the first start of a named task
 //	    HASH.lock        held (flock) while a start or restart of the name
 //	                     checks that no task of it is live and starts one
+//	  allocs/
+//	    ALLOC/           one copy of a group (Nomad's allocation), 0711
+//	      group.lock     held (flock) by the process driving the group
+//	      group.log      the log of a started group's detached driver
+//	      alloc/         the group's shared directory: data/ logs/ tmp/
+//	      NAME/          a task's directory: local/ secrets/ tmp/
+//
+// A task of a task or job file has Nomad's layout, below allocs/: its
+// directory and its group's alloc directory are siblings (a raw_exec task
+// reaches ../alloc), apart from the executor's files in tasks/ID. A lone
+// task (tether run -- CMD) keeps its directories in tasks/ID.
 //
 // Every name of it is spelled in this file, and nowhere else.
 
 // Names of the state directory's entries.
 const (
-	StoreFile = "tether.db"
-	TasksDir  = "tasks"
-	NamesDir  = "names"
+	StoreFile       = "tether.db"
+	TasksDir        = "tasks"
+	NamesDir        = "names"
+	AllocsDir       = "allocs"
+	RecoverLockFile = "recover.lock" // held (flock) by a recovery of the whole state directory
+)
+
+// Names in an allocation's directory.
+const (
+	GroupLockFile = "group.lock" // held (flock) by the process driving the group
+	GroupLogFile  = "group.log"  // the log of the detached process driving a started group
+	SharedDir     = "alloc"      // the group's shared alloc directory
 )
 
 // Names of the files in a task's directory.
@@ -73,6 +94,10 @@ type Layout struct{ Dir string }
 // Store is the store's file.
 func (l Layout) Store() string { return filepath.Join(l.Dir, StoreFile) }
 
+// RecoverLock is the lock a recovery of every live task holds, so that a
+// second one says what the first is doing and waits for it.
+func (l Layout) RecoverLock() string { return filepath.Join(l.Dir, RecoverLockFile) }
+
 // Tasks is the directory of the tasks' directories.
 func (l Layout) Tasks() string { return filepath.Join(l.Dir, TasksDir) }
 
@@ -90,6 +115,49 @@ func (l Layout) NameLock(name string) string {
 // Task is the private directory of task id. The id must be valid
 // (ValidateTaskID): one that is not could name a path outside Tasks.
 func (l Layout) Task(id string) Task { return Task(filepath.Join(l.Dir, TasksDir, id)) }
+
+// Allocs is the directory of the allocations' directories.
+func (l Layout) Allocs() string { return filepath.Join(l.Dir, AllocsDir) }
+
+// Alloc is the directory of allocation id. The id must be valid
+// (ValidateTaskID's rules): one that is not could name a path outside
+// Allocs.
+func (l Layout) Alloc(id string) Alloc { return Alloc(filepath.Join(l.Dir, AllocsDir, id)) }
+
+// Alloc is one allocation's directory (a copy of a group).
+type Alloc string
+
+// Dir is the directory itself.
+func (a Alloc) Dir() string { return string(a) }
+
+// ID is the allocation's id: the directory's name.
+func (a Alloc) ID() string { return filepath.Base(string(a)) }
+
+// Shared is the group's shared alloc directory (NOMAD_ALLOC_DIR).
+func (a Alloc) Shared() string { return filepath.Join(string(a), SharedDir) }
+
+// Task is the directory of the task named dir (a name ValidateTaskDirName
+// accepts).
+func (a Alloc) Task(dir string) string { return filepath.Join(string(a), dir) }
+
+// Lock is the group's lock file.
+func (a Alloc) Lock() string { return filepath.Join(string(a), GroupLockFile) }
+
+// Log is the log of the detached process that drives a started group.
+func (a Alloc) Log() string { return filepath.Join(string(a), GroupLogFile) }
+
+// ValidateTaskDirName checks that name can be a task's directory in an
+// allocation: a task id's characters, and not a name the allocation's
+// directory uses itself.
+func ValidateTaskDirName(name string) error {
+	if err := ValidateTaskID(name); err != nil {
+		return err
+	}
+	if name == SharedDir || name == GroupLockFile || name == GroupLogFile {
+		return fmt.Errorf("%w %q: the allocation's directory uses that name", ErrInvalidTaskID, name)
+	}
+	return nil
+}
 
 // Task is one task's private directory; its methods are its files.
 type Task string
@@ -138,15 +206,19 @@ func (l Layout) Prepare() error {
 	if err := checkPrivateDir(dir, fi); err != nil {
 		return err
 	}
-	tasks := l.Tasks()
-	if err := MkdirDurable(tasks); err != nil {
-		return fmt.Errorf("statedir: create %s: %w", tasks, err)
+	for _, sub := range []string{l.Tasks(), l.Allocs()} {
+		if err := MkdirDurable(sub); err != nil {
+			return fmt.Errorf("statedir: create %s: %w", sub, err)
+		}
+		fi, err = os.Lstat(sub)
+		if err != nil {
+			return fmt.Errorf("statedir: %s: %w", sub, err)
+		}
+		if err := checkPrivateDir(sub, fi); err != nil {
+			return err
+		}
 	}
-	fi, err = os.Lstat(tasks)
-	if err != nil {
-		return fmt.Errorf("statedir: %s: %w", tasks, err)
-	}
-	return checkPrivateDir(tasks, fi)
+	return nil
 }
 
 // ErrStateDir: the state directory is unusable as it is (shared, owned by

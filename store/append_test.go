@@ -10,11 +10,14 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/tether-fsm/tether/fsm"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // An event over the record bound is refused by name and size, and nothing
 // of its Append is written.
 func TestAppend_RecordTooLarge(t *testing.T) {
+	testproc.Parallel(t)
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	ctx := context.Background()
 	huge := &fsm.Spec{Driver: "raw_exec", Command: "/bin/echo", Args: []string{strings.Repeat("x", maxRecord)}}
@@ -42,6 +45,7 @@ func TestAppend_RecordTooLarge(t *testing.T) {
 // The restart count lives in the head, so that Append validates a
 // restart-intent's attempt against the log without reading it.
 func TestAppend_RestartAttemptsThroughHead(t *testing.T) {
+	testproc.Parallel(t)
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	ctx := context.Background()
 	v := mustAppend(t, s, "r", 0, runningLog(0)...)
@@ -109,6 +113,7 @@ func genInput(t *rapid.T, task fsm.Task) fsm.Event {
 // events that folding the whole log accepts: the head carries everything
 // fsm's legality check reads.
 func TestAppend_HeadValidatesLikeTheFold(t *testing.T) {
+	testproc.Parallel(t)
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	ctx := context.Background()
 	n := 0

@@ -16,6 +16,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/tether-fsm/tether/fsm"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // Damage of real store files, page by page: garbage written into the
@@ -195,6 +197,7 @@ func exercise(t *testing.T, path string, tasks []string) {
 func bigLog(n int) []fsm.Event { return runningLog(n - 6) }
 
 func TestDamage_FreelistPage(t *testing.T) {
+	testproc.Parallel(t)
 	build := func(s *Store) {
 		for i := range 30 {
 			mustAppend(t, s, fmt.Sprintf("t%02d", i), 0, runningLog(20)...)
@@ -273,6 +276,7 @@ func TestDamage_FreelistPage(t *testing.T) {
 // returns (it used to wait for ever for the lock bbolt's failed commit
 // held).
 func TestDamage_FreelistListsPagesInUse(t *testing.T) {
+	testproc.Parallel(t)
 	path := damagedStore(t, func(s *Store) {
 		for i := range 30 {
 			mustAppend(t, s, fmt.Sprintf("t%02d", i), 0, runningLog(30)...)
@@ -340,6 +344,7 @@ func taskIndexStore(t *testing.T, damage func(path string)) string {
 }
 
 func TestDamage_TaskIndexBranchPage(t *testing.T) {
+	testproc.Parallel(t)
 	var victim uint64
 	path := taskIndexStore(t, func(path string) {
 		var root uint64
@@ -459,6 +464,7 @@ func pageFlags(t *testing.T, path string, page uint64) uint16 {
 // CorruptError naming the task; Salvage reports it with what its readable
 // prefix or head says (state, nonce, executor), and copies the others.
 func TestDamage_TaskLeafPage(t *testing.T) {
+	testproc.Parallel(t)
 	for _, which := range []string{"first", "last"} {
 		t.Run(which, func(t *testing.T) {
 			var victim uint64
@@ -541,6 +547,7 @@ func TestDamage_TaskLeafPage(t *testing.T) {
 // each is named by Check with its task and seq, makes LoadTask give a
 // CorruptError with the same, and is not copied by Salvage.
 func TestDamage_EveryShapeNamed(t *testing.T) {
+	testproc.Parallel(t)
 	type shape struct {
 		task   string
 		seq    uint64
@@ -666,6 +673,7 @@ func TestDamage_EveryShapeNamed(t *testing.T) {
 
 // Salvage never writes to the store it reads, and refuses to overwrite.
 func TestSalvage_ReadsOnlyAndOverwritesNothing(t *testing.T) {
+	testproc.Parallel(t)
 	path := damagedStore(t, func(s *Store) {
 		mustAppend(t, s, "a", 0, runningLog(3)...)
 	}, func(string) {})

@@ -21,6 +21,7 @@ import (
 func enabledRecord(name string) Desired {
 	spec := *fullEvents()[0].Spec
 	spec.Name = name
+	spec.Resources.Cores = 0 // a record's spec is a valid one: cpu or cores, not both
 	return Desired{Name: name, Source: SourceEnabled, File: "/etc/tether/" + name + ".hcl", Spec: &spec}
 }
 

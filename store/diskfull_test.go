@@ -12,6 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/fsm"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // TestAppend_DiskFull fills a real, small filesystem (a 2 MiB tmpfs
@@ -19,6 +21,7 @@ import (
 // fails. The error must say the write failed and name the file, and every
 // append acknowledged before it must still be there after reopening.
 func TestAppend_DiskFull(t *testing.T) {
+	testproc.Parallel(t)
 	if os.Geteuid() != 0 {
 		t.Fatal("this test mounts a tmpfs and needs root (CI runs as root)")
 	}

@@ -114,11 +114,51 @@
 //	defer sh.Close()
 //	v, err := sh.Append(ctx, id, 0, evs...) // opens, appends, closes
 //
-// A damaged store is checked from its file, even one Open refuses, and
-// salvaged into a new one:
+// A damaged store is checked from its file, even one Open refuses:
 //
 //	rep, err := store.CheckFile(ctx, path, opts)   // rep.Problems: task, seq, page
-//	srep, err := store.Salvage(ctx, path, newPath, opts)
+//
+// # Maintenance
+//
+// Salvage, Install and Compact read the store and then replace its file.
+// An append acknowledged between the read and the replacement would be in
+// the file replaced, and lost; so each runs under a Maintenance, the
+// store's lock held exclusively from the read to the replacement, with no
+// store open on it:
+//
+//	m, err := store.BeginMaintenance(ctx, path, opts) // waits for the lock, as Open does
+//	defer m.Release()                                  // the waiters open what is in place
+//	srep, err := m.Salvage(ctx, newPath)               // the whole store as it stands
 //	// srep.Lost: kill or adopt each live one's processes (Prefix.Executor,
-//	// Nonce), then move newPath into place.
+//	// Nonce; driver.SalvageStore does all of it), then:
+//	err = m.Install(newPath, asidePath)                // only a salvage of this maintenance
+//
+// Meanwhile every other process waits for the lock (and gives up with
+// ErrLocked, before it has appended anything, if the maintenance holds it
+// past that process's LockTimeout); once it is let go they open the file
+// in place, by its path, and append there. So an append that returned
+// before the maintenance began is in the file it installs, and one that
+// returns after is in that file too. A package-level Salvage takes the
+// lock shared and makes a copy to look at; it has no Install.
+//
+// A process that holds the store open for its whole life (an agent) does
+// the same on its own store, in three steps, with its own requests paused
+// for the duration (they must not find the store closed):
+//
+//  1. pause: stop taking requests that use the store, and let those in
+//     flight finish;
+//  2. s.Suspend(): the appends in flight commit, the file is closed, and
+//     the lock passes, still held, to the returned Maintenance (no other
+//     process can take the store in between); run the maintenance on it
+//     (Salvage then Install, or Compact);
+//  3. m.Reopen(): the store in place is opened with the lock the
+//     maintenance holds; use the new *Store from here (the old one only
+//     answers ErrClosed), and resume the requests.
+//
+// Reopen is called whether the maintenance succeeded or not (it opens
+// whichever file is in place); only when Reopen fails is the lock let go,
+// and then the agent has no store and must say so and stop.
+//
+// Every durable step of a maintenance calls Options.Crash with its name
+// (CrashPoints): tests kill or pause the process there.
 package store

@@ -14,6 +14,37 @@ import (
 	"github.com/tether-fsm/tether/fsm"
 )
 
+// The durable steps of a maintenance, where Options.Crash is called: a
+// test kills (or pauses) the process there and checks that what a crash
+// leaves is a whole store, the old one or the new one, and that nothing
+// acknowledged is lost.
+const (
+	// PointSalvageCopied: a salvage's new store is written and synced;
+	// nothing is installed.
+	PointSalvageCopied = "salvage:copied"
+	// PointInstallAside: the old store is linked to its new name; the new
+	// one is not in place yet.
+	PointInstallAside = "install:aside"
+	// PointInstallRenamed: the new store is renamed into place; the
+	// directory is not synced yet.
+	PointInstallRenamed = "install:renamed"
+	// PointCompactCopied: the compacted copy is written and synced beside
+	// the store.
+	PointCompactCopied = "compact:copied"
+	// PointCompactRenamed: the compacted copy is renamed into place; the
+	// directory is not synced yet.
+	PointCompactRenamed = "compact:renamed"
+	// PointRemoveCommitted: Remove's deletion is committed.
+	PointRemoveCommitted = "remove:committed"
+)
+
+// CrashPoints lists the maintenance's points, in the order a salvage and a
+// gc reach them.
+func CrashPoints() []string {
+	return []string{PointSalvageCopied, PointInstallAside, PointInstallRenamed,
+		PointRemoveCommitted, PointCompactCopied, PointCompactRenamed}
+}
+
 // Remove deletes every task in a terminal state whose last event is older
 // than olderThan, and returns their ids in order. Live tasks are never
 // removed, nor the task a desired record names (its current one, or the
@@ -96,6 +127,7 @@ func (s *Store) Remove(ctx context.Context, olderThan time.Time) ([]string, erro
 		}
 		return nil, err
 	}
+	s.opts.crash(PointRemoveCommitted)
 	s.log.Info("removed terminal tasks", "count", len(removed), "older_than", olderThan)
 	return removed, nil
 }
@@ -128,21 +160,192 @@ func removable(tx *bolt.Tx, task string, cutoff int64) (bool, error) {
 // freelist is not consulted), so Compact also rebuilds a store whose
 // freelist is damaged.
 func Compact(path string, opts Options) (before, after int64, err error) {
-	opts = opts.withDefaults()
-	path, err = preparePath(path, true)
-	if err != nil {
-		return 0, 0, fmt.Errorf("store: compact: %w", err)
-	}
-	lk, err := lockStore(context.Background(), path, true, opts.LockTimeout)
+	m, err := BeginMaintenance(context.Background(), path, opts)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer func() {
-		if lerr := lk.release(); lerr != nil && err == nil {
-			err = fmt.Errorf("store: compact %s: %w", path, lerr)
+		if rerr := m.Release(); rerr != nil && err == nil {
+			err = rerr
 		}
 	}()
-	return compactLocked(path, opts, opts.LockTimeout)
+	return m.Compact()
+}
+
+// A Maintenance is the store's lock held exclusively with no store open on
+// it: the one way to replace the store's file. While it is held no other
+// process reads or writes the store (they wait for the lock, and open the
+// file in place once it is let go), so what a maintenance reads is what it
+// replaces: an append that returned before the maintenance began is in the
+// file it installs, and one that comes after is made to that file. See
+// "Maintenance" in doc.go for the contract with a process that holds the
+// store open (an agent).
+//
+// A Maintenance is used by one goroutine at a time.
+type Maintenance struct {
+	path string
+	opts Options
+	lk   *fileLock
+	// salvaged are the files Salvage wrote under this maintenance: the
+	// only ones Install puts in place.
+	salvaged map[string]bool
+	done     bool
+}
+
+// BeginMaintenance takes the lock of the store at path exclusively,
+// waiting for the processes that use it (as Open does: ErrLocked once its
+// holder has not let go for opts.LockTimeout, or ctx's error).
+func BeginMaintenance(ctx context.Context, path string, opts Options) (*Maintenance, error) {
+	opts = opts.withDefaults()
+	if opts.ReadOnly {
+		return nil, fmt.Errorf("%w: a maintenance writes the store: %s", ErrReadOnly, path)
+	}
+	path, err := preparePath(path, true)
+	if err != nil {
+		return nil, fmt.Errorf("store: maintenance: %w", err)
+	}
+	lk, err := lockStore(ctx, path, true, opts.LockTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return &Maintenance{path: path, opts: opts, lk: lk}, nil
+}
+
+// Suspend closes the store, once the appends in flight have committed, and
+// hands its lock, still held, to a Maintenance: what a process that holds
+// the store open (an agent) does to salvage or compact it. Operations on
+// s after Suspend fail with ErrClosed; Maintenance.Reopen gives the store
+// back. A store opened read-only holds the lock shared and cannot be
+// suspended.
+func (s *Store) Suspend() (*Maintenance, error) {
+	if s.readOnly {
+		return nil, fmt.Errorf("%w: %s: a read-only store cannot be suspended for maintenance", ErrReadOnly, s.path)
+	}
+	lk, err := s.close(true)
+	if err != nil {
+		_ = lk.release()
+		return nil, err
+	}
+	if lk == nil {
+		return nil, ErrClosed
+	}
+	return &Maintenance{path: s.path, opts: s.opts, lk: lk}, nil
+}
+
+// Path is the store file's path.
+func (m *Maintenance) Path() string { return m.path }
+
+func (m *Maintenance) check() error {
+	if m.done {
+		return fmt.Errorf("%w: the maintenance of %s has ended", ErrClosed, m.path)
+	}
+	return nil
+}
+
+// Salvage is the package's Salvage of the store under maintenance into
+// dst. Since no other process uses the store meanwhile, what it copies is
+// the whole store as it stands: Install puts it in place.
+func (m *Maintenance) Salvage(ctx context.Context, dst string) (SalvageReport, error) {
+	if err := m.check(); err != nil {
+		return SalvageReport{Src: m.path, Dst: dst}, err
+	}
+	src, ddst, rep, err := salvagePaths(m.path, dst)
+	if err != nil {
+		return rep, err
+	}
+	if err := salvageLocked(ctx, src, ddst, m.opts, &rep); err != nil {
+		return rep, err
+	}
+	if m.salvaged == nil {
+		m.salvaged = map[string]bool{}
+	}
+	m.salvaged[ddst] = true
+	m.opts.crash(PointSalvageCopied)
+	return rep, nil
+}
+
+// Install puts the store Salvage wrote at newPath, under this maintenance,
+// in the place of the store, keeping the old file as aside: it links the
+// old file to aside, renames the new one over the store's path and syncs
+// the directory. A crash leaves the old store in place or the new one, and
+// aside either way. aside must not exist, and both must be in the store's
+// directory. A file this maintenance did not salvage is refused: it could
+// lack what was appended before the maintenance began.
+func (m *Maintenance) Install(newPath, aside string) error {
+	if err := m.check(); err != nil {
+		return err
+	}
+	newPath, err := preparePath(newPath, true)
+	if err != nil {
+		return fmt.Errorf("store: install: %w", err)
+	}
+	if !m.salvaged[newPath] {
+		return fmt.Errorf("store: install %s over %s: it was not salvaged under this maintenance, so it may lack what was appended since it was made", newPath, m.path)
+	}
+	if aside, err = filepath.Abs(aside); err != nil {
+		return fmt.Errorf("store: install: %w", err)
+	}
+	if filepath.Dir(newPath) != filepath.Dir(m.path) || filepath.Dir(aside) != filepath.Dir(m.path) {
+		return fmt.Errorf("store: install %s: the new store and the old one's new name must be in its directory", m.path)
+	}
+	if err := os.Link(m.path, aside); err != nil {
+		return fmt.Errorf("%w: install: keep the old store as %s: %w", ErrWrite, aside, err)
+	}
+	m.opts.crash(PointInstallAside)
+	if err := os.Rename(newPath, m.path); err != nil {
+		return fmt.Errorf("%w: install %s over %s: %w", ErrWrite, newPath, m.path, err)
+	}
+	delete(m.salvaged, newPath)
+	m.opts.crash(PointInstallRenamed)
+	if err := syncDir(filepath.Dir(m.path)); err != nil {
+		return fmt.Errorf("%w: install: %w", ErrWrite, err)
+	}
+	// The salvage's own lock file; nobody else ever took it.
+	_ = os.Remove(newPath + lockSuffix)
+	m.opts.Logger.Info("salvaged store installed", "path", m.path, "aside", aside)
+	return nil
+}
+
+// Compact is the package's Compact of the store under maintenance.
+func (m *Maintenance) Compact() (before, after int64, err error) {
+	if err := m.check(); err != nil {
+		return 0, 0, err
+	}
+	return compactLocked(m.path, m.opts, m.opts.LockTimeout)
+}
+
+// Reopen ends the maintenance and opens the store in place (the one
+// Install put there, or the one that was there) with the lock it holds:
+// the Store holds the lock from here, and lets it go when it is closed.
+// On error the lock is let go.
+func (m *Maintenance) Reopen() (*Store, error) {
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	m.done = true
+	s, err := openLocked(m.path, m.opts, m.opts.LockTimeout)
+	if err != nil {
+		_ = m.lk.release()
+		return nil, err
+	}
+	s.lock = m.lk
+	return s, nil
+}
+
+// Release ends the maintenance and lets the lock go: the processes that
+// wait for it open what is in place. It is idempotent.
+func (m *Maintenance) Release() error {
+	if m.done {
+		return nil
+	}
+	m.done = true
+	for p := range m.salvaged {
+		m.opts.Logger.Debug("salvaged store not installed", "path", p)
+	}
+	if err := m.lk.release(); err != nil {
+		return fmt.Errorf("store: maintenance of %s: %w", m.path, err)
+	}
+	return nil
 }
 
 // compactLocked is Compact once the caller holds the store's lock
@@ -174,10 +377,12 @@ func compactLocked(path string, opts Options, boltTimeout time.Duration) (before
 		_ = os.Remove(tmp)
 		return before, 0, err
 	}
+	opts.crash(PointCompactCopied)
 	if err := os.Rename(tmp, path); err != nil {
 		_ = os.Remove(tmp)
 		return before, 0, fmt.Errorf("%w: compact %s: %w", ErrWrite, path, err)
 	}
+	opts.crash(PointCompactRenamed)
 	if !opts.NoSync {
 		if err := syncDir(filepath.Dir(path)); err != nil {
 			return before, 0, fmt.Errorf("%w: compact %s: %w", ErrWrite, path, err)

@@ -13,6 +13,8 @@ import (
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/crashfs"
 	"github.com/tether-fsm/tether/store"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // Power loss: the store runs on a crashfs mount, which keeps every write
@@ -197,6 +199,7 @@ func (run *plRun) checkState(ctx context.Context, st *crashfs.CrashState, path s
 }
 
 func TestPowerLoss_SingleWriter(t *testing.T) {
+	testproc.Parallel(t)
 	run, s := plOpen(t, crashfs.Options{})
 	for i := range 3 {
 		task := fmt.Sprintf("t%d", i)
@@ -216,6 +219,7 @@ func TestPowerLoss_SingleWriter(t *testing.T) {
 // Many writers at once, so group commit puts several requests in one
 // bbolt transaction and one fsync; each of them must survive.
 func TestPowerLoss_ConcurrentWriters(t *testing.T) {
+	testproc.Parallel(t)
 	// Each fsync takes a millisecond, as a disk's would, so that writers
 	// queue behind a commit and the next one batches them.
 	run, s := plOpen(t, crashfs.Options{SyncLatency: time.Millisecond})

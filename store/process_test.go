@@ -17,12 +17,15 @@ import (
 	"time"
 
 	"github.com/tether-fsm/tether/fsm"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // Helper processes: the test binary re-executed with helperEnv set.
 //
 //	hold-lock PATH        open the store, print "locked", hold it until
 //	                      stdin closes.
+//	hold-lock-ro PATH     hold-lock with a read-only open.
 //	append PATH N PREFIX  append to N tasks (PREFIX-task-NNN) concurrently, printing
 //	                      "ack TASK SEQ" once each Append returns; runs
 //	                      until killed.
@@ -36,7 +39,9 @@ func runHelper(name string) int {
 	var err error
 	switch name {
 	case "hold-lock":
-		err = helperHoldLock(args[0])
+		err = helperHoldLock(args[0], Options{})
+	case "hold-lock-ro":
+		err = helperHoldLock(args[0], Options{ReadOnly: true})
 	case "append":
 		n, _ := strconv.Atoi(args[1])
 		err = helperAppend(args[0], n, args[2])
@@ -54,8 +59,8 @@ func runHelper(name string) int {
 	return 0
 }
 
-func helperHoldLock(path string) error {
-	s, err := Open(path, Options{})
+func helperHoldLock(path string, opts Options) error {
+	s, err := Open(path, opts)
 	if err != nil {
 		return err
 	}
@@ -135,6 +140,7 @@ func helper(t *testing.T, name string, args ...string) *exec.Cmd {
 }
 
 func TestOpen_LockedByAnotherProcess(t *testing.T) {
+	testproc.Parallel(t)
 	path := testPath(t)
 	s := openTest(t, path, Options{})
 	mustAppend(t, s, "a", 0, runningLog(0)...)
@@ -163,6 +169,7 @@ func TestOpen_LockedByAnotherProcess(t *testing.T) {
 }
 
 func TestAppend_AcknowledgedSurvivesKill(t *testing.T) {
+	testproc.Parallel(t)
 	path := testPath(t)
 	// Create the store (and its directory) first so that the child only
 	// appends.

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // FuzzRawFile holds the store's own page reader to: never panic, never
@@ -45,6 +47,7 @@ func FuzzRawFile(f *testing.F) {
 // Every byte of a real page, flipped, gives the page reader an error or a
 // page it can walk: never a panic.
 func TestParseNode_EveryFlip(t *testing.T) {
+	testproc.Parallel(t)
 	path := testPath(t)
 	s := openTest(t, path, Options{NoSync: true})
 	mustAppend(t, s, "a", 0, bigLog(120)...)

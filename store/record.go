@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/binary"
 	"hash/crc32"
+	"io/fs"
 	"slices"
 	"strconv"
 	"time"
@@ -13,11 +14,12 @@ import (
 // Record layout (every version shares the 6-byte header):
 //
 //	[0:4]  CRC32C (Castagnoli, little endian) of bytes [4:]
-//	[4]    record schema version (1, 2 or 3; recordVersion is written)
+//	[4]    record schema version (1 to 4; recordVersion is written)
 //	[5]    event type (fsm.EventType)
 //	[6:]   body
 //
-// Body, in order (the parts marked v2 are version 2's, v3 version 3's; a
+// Body, in order (the parts marked v2 are version 2's, v3 version 3's, v4
+// version 4's; a
 // record of an earlier version is the same form without the later parts,
 // so it decodes by the same code with the later field bits refused, its
 // new fields zero; then fsm.Event.Upgrade reads what the earlier version
@@ -33,7 +35,14 @@ import (
 //	         parts, then those present: resources (memory, memory_max,
 //	         cpu, cores, pids), oom_score_adj, logs (max_files,
 //	         max_file_size, disabled), restart (attempts, interval, delay,
-//	         mode, on_success), pid_mode, ipc_mode, job, group
+//	         mode, on_success), pid_mode, ipc_mode, job, group,
+//	         network, seccomp; alloc (id, index, dir, task dir, tasks,
+//	         hook, sidecar, leader), templates (a count, then each:
+//	         source, data, destination, perms, a flag byte for uid, gid,
+//	         env and error_on_missing_key, uid and gid when set,
+//	         change_mode, change_signal, delimiters), artifacts (a count,
+//	         then each: source, destination, mode, options, headers,
+//	         chown), ports (a count, then each: label, value, to, ip, task)
 //	nonce    string
 //	executor pid, start_time, boot_id, nonce, socket; v2 (fCgroup): cgroup
 //	task_pid varint; task_start uvarint
@@ -46,6 +55,9 @@ import (
 //	warnings v3: uvarint count, then a kind byte and a text string each
 //	replaces v3: string (a task-created's Replaces)
 //	replaced v3: string (a stop-requested's ReplacedBy)
+//	recorded v4: varint (Unix ns: the append time, when later than time)
+//	exit_at  v4: varint (Exit.At: when the task exited, Unix ns; with exit)
+//	peak     v4: uvarint (Exit.PeakMemory, bytes; with exit)
 //
 // Strings are a uvarint length then bytes; lists a uvarint count then
 // strings; env a uvarint count then key/value pairs in strictly increasing
@@ -55,7 +67,7 @@ import (
 // decodes re-encodes to the same bytes (in its own version), which the
 // fuzz test holds the decoder to.
 const (
-	recordVersion = 3
+	recordVersion = 4
 	headerLen     = 6
 )
 
@@ -82,9 +94,14 @@ const (
 	fReplaces   // v3: Replaces
 	fReplacedBy // v3: ReplacedBy
 
+	fRecorded // v4: Recorded
+	fExitAt   // v4: Exit.At (with fExit)
+	fPeak     // v4: Exit.PeakMemory (with fExit)
+
 	fAllV1 = fTarget<<1 - 1
 	fAllV2 = fSpecExt<<1 - 1
 	fAllV3 = fReplacedBy<<1 - 1
+	fAllV4 = fPeak<<1 - 1
 )
 
 // Bits of a version-2 spec's optional parts.
@@ -97,7 +114,22 @@ const (
 	sxIPCMode
 	sxJob
 	sxGroup
+	sxNetwork
+	sxSeccomp
+	sxAlloc
+	sxTemplates
+	sxArtifacts
+	sxPorts
 	sxAll = 1<<iota - 1
+)
+
+// Bits of a template's flag byte.
+const (
+	tfUID = 1 << iota
+	tfGID
+	tfEnv
+	tfMissingKey
+	tfAll = 1<<iota - 1
 )
 
 // maxRecord bounds one encoded record. fsm.Spec.Validate refuses a spec
@@ -121,9 +153,17 @@ func encodeRecord(dst []byte, seq uint64, e *fsm.Event) []byte {
 // hold the decoder of old records to canonical form (an event that sets a
 // field an old version cannot carry does not round-trip through it).
 func appendRecord(dst []byte, version uint8, seq uint64, e *fsm.Event) []byte {
-	if version < 3 {
+	if version < 4 {
 		old := *e
-		old.Downgrade()
+		old.Recorded = 0
+		if old.Exit != nil {
+			x := *old.Exit
+			x.At, x.PeakMemory = 0, 0
+			old.Exit = &x
+		}
+		if version < 3 {
+			old.Downgrade()
+		}
 		e = &old
 	}
 	start := len(dst)
@@ -192,6 +232,15 @@ func appendRecord(dst []byte, version uint8, seq uint64, e *fsm.Event) []byte {
 	if f&fReplacedBy != 0 {
 		dst = appendString(dst, e.ReplacedBy)
 	}
+	if f&fRecorded != 0 {
+		dst = binary.AppendVarint(dst, e.Recorded)
+	}
+	if f&fExitAt != 0 {
+		dst = binary.AppendVarint(dst, e.Exit.At)
+	}
+	if f&fPeak != 0 {
+		dst = binary.AppendUvarint(dst, e.Exit.PeakMemory)
+	}
 	binary.LittleEndian.PutUint32(dst[start:], checksum(dst[start:]))
 	return dst
 }
@@ -225,6 +274,15 @@ func fieldsOf(e *fsm.Event) uint64 {
 		if e.Exit.OOM {
 			f |= fOOM
 		}
+		if e.Exit.At != 0 {
+			f |= fExitAt
+		}
+		if e.Exit.PeakMemory != 0 {
+			f |= fPeak
+		}
+	}
+	if e.Recorded != 0 {
+		f |= fRecorded
 	}
 	if e.Signal != 0 {
 		f |= fSignal
@@ -316,6 +374,24 @@ func specExtOf(s *fsm.Spec) uint64 {
 	if s.Group != "" {
 		x |= sxGroup
 	}
+	if s.Network != "" {
+		x |= sxNetwork
+	}
+	if s.Seccomp != "" {
+		x |= sxSeccomp
+	}
+	if s.Alloc != nil {
+		x |= sxAlloc
+	}
+	if len(s.Templates) > 0 {
+		x |= sxTemplates
+	}
+	if len(s.Artifacts) > 0 {
+		x |= sxArtifacts
+	}
+	if len(s.Ports) > 0 {
+		x |= sxPorts
+	}
 	return x
 }
 
@@ -346,10 +422,98 @@ func appendSpecExt(dst []byte, s *fsm.Spec) []byte {
 	for _, v := range [...]struct {
 		bit uint64
 		s   string
-	}{{sxPIDMode, s.PIDMode}, {sxIPCMode, s.IPCMode}, {sxJob, s.Job}, {sxGroup, s.Group}} {
+	}{{sxPIDMode, s.PIDMode}, {sxIPCMode, s.IPCMode}, {sxJob, s.Job}, {sxGroup, s.Group},
+		{sxNetwork, string(s.Network)}, {sxSeccomp, s.Seccomp}} {
 		if x&v.bit != 0 {
 			dst = appendString(dst, v.s)
 		}
+	}
+	if a := s.Alloc; a != nil {
+		dst = appendString(dst, a.ID)
+		dst = binary.AppendVarint(dst, int64(a.Index))
+		dst = appendString(dst, a.Dir)
+		dst = appendString(dst, a.TaskDir)
+		dst = appendList(dst, a.Tasks)
+		dst = binary.AppendUvarint(dst, uint64(a.Hook))
+		dst = appendBool(dst, a.Sidecar)
+		dst = appendBool(dst, a.Leader)
+	}
+	if x&sxTemplates != 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(s.Templates)))
+		for i := range s.Templates {
+			dst = appendTemplate(dst, &s.Templates[i])
+		}
+	}
+	if x&sxArtifacts != 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(s.Artifacts)))
+		for _, a := range s.Artifacts {
+			dst = appendString(dst, a.Source)
+			dst = appendString(dst, a.Destination)
+			dst = binary.AppendUvarint(dst, uint64(a.Mode))
+			dst = appendMap(dst, a.Options)
+			dst = appendMap(dst, a.Headers)
+			dst = appendBool(dst, a.Chown)
+		}
+	}
+	if x&sxPorts != 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(s.Ports)))
+		for _, p := range s.Ports {
+			dst = appendString(dst, p.Label)
+			dst = binary.AppendVarint(dst, int64(p.Value))
+			dst = binary.AppendVarint(dst, int64(p.To))
+			dst = appendString(dst, p.IP)
+			dst = appendString(dst, p.Task)
+		}
+	}
+	return dst
+}
+
+func appendTemplate(dst []byte, t *fsm.Template) []byte {
+	dst = appendString(dst, t.Source)
+	dst = appendString(dst, t.Data)
+	dst = appendString(dst, t.Destination)
+	dst = binary.AppendUvarint(dst, uint64(t.Perms))
+	var flags byte
+	if t.UID != nil {
+		flags |= tfUID
+	}
+	if t.GID != nil {
+		flags |= tfGID
+	}
+	if t.Env {
+		flags |= tfEnv
+	}
+	if t.ErrMissingKey {
+		flags |= tfMissingKey
+	}
+	dst = append(dst, flags)
+	if t.UID != nil {
+		dst = binary.AppendVarint(dst, int64(*t.UID))
+	}
+	if t.GID != nil {
+		dst = binary.AppendVarint(dst, int64(*t.GID))
+	}
+	dst = binary.AppendUvarint(dst, uint64(t.ChangeMode))
+	dst = binary.AppendVarint(dst, int64(t.ChangeSignal))
+	dst = appendString(dst, t.LeftDelim)
+	return appendString(dst, t.RightDelim)
+}
+
+// appendMap appends m as a count then key/value pairs in strictly
+// increasing key order (as env is).
+func appendMap(dst []byte, m map[string]string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(m)))
+	if len(m) == 0 {
+		return dst
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		dst = appendString(dst, k)
+		dst = appendString(dst, m[k])
 	}
 	return dst
 }
@@ -447,23 +611,25 @@ func resetEvent(e *fsm.Event, typ fsm.EventType) {
 	}
 	e.Type, e.Seq, e.TaskPID, e.TaskStartTime = typ, 0, 0, 0
 	e.Signal, e.Grace, e.Target, e.Attempt = 0, 0, fsm.StateNone, 0
-	e.Delay, e.Cause = 0, fsm.CauseNone
+	e.Delay, e.Cause, e.Recorded = 0, fsm.CauseNone, 0
 }
 
 // fields decodes the field bit set and the optional parts it names.
 func (d *decoder) fields(e *fsm.Event, version uint8) {
 	f := d.uvarint()
-	known := uint64(fAllV3)
+	known := uint64(fAllV4)
 	switch version {
 	case 1:
 		known = fAllV1
 	case 2:
 		known = fAllV2
+	case 3:
+		known = fAllV3
 	}
 	switch {
 	case f&^known != 0:
 		d.fail("unknown field bits")
-	case f&fCgroup != 0 && f&fExecutor == 0, f&fOOM != 0 && f&fExit == 0, f&fSpecExt != 0 && f&fSpec == 0:
+	case f&fCgroup != 0 && f&fExecutor == 0, f&(fOOM|fExitAt|fPeak) != 0 && f&fExit == 0, f&fSpecExt != 0 && f&fSpec == 0:
 		d.fail("field bits without their part")
 	}
 	if d.err == "" && f&fSpec != 0 {
@@ -557,6 +723,21 @@ func (d *decoder) fields(e *fsm.Event, version uint8) {
 	if f&fReplacedBy != 0 {
 		e.ReplacedBy = d.nonEmpty()
 	}
+	if f&fRecorded != 0 {
+		if e.Recorded = d.varint(); e.Recorded == 0 {
+			d.fail("zero value for a present field")
+		}
+	}
+	if d.err == "" && f&fExitAt != 0 {
+		if e.Exit.At = d.varint(); e.Exit.At == 0 {
+			d.fail("zero value for a present field")
+		}
+	}
+	if d.err == "" && f&fPeak != 0 {
+		if e.Exit.PeakMemory = d.uvarint(); e.Exit.PeakMemory == 0 {
+			d.fail("zero value for a present field")
+		}
+	}
 	if d.err == "" && len(d.b) != 0 {
 		d.fail("trailing bytes")
 	}
@@ -634,7 +815,113 @@ func (d *decoder) spec(ext bool) *fsm.Spec {
 	if x&sxGroup != 0 {
 		s.Group = d.nonEmpty()
 	}
+	if x&sxNetwork != 0 {
+		s.Network = fsm.NetworkMode(d.nonEmpty())
+	}
+	if x&sxSeccomp != 0 {
+		s.Seccomp = d.nonEmpty()
+	}
+	if d.err == "" && x&sxAlloc != 0 {
+		a := &fsm.Alloc{ID: d.str(), Index: d.int(), Dir: d.str(), TaskDir: d.str(), Tasks: d.list()}
+		h := d.uvarint()
+		if h >= 1<<8 || !fsm.Hook(h).Valid() {
+			d.fail("invalid hook")
+		}
+		a.Hook, a.Sidecar, a.Leader = fsm.Hook(h), d.bool(), d.bool()
+		s.Alloc = a
+	}
+	if d.err == "" && x&sxTemplates != 0 {
+		n := d.count(9) // three strings, perms, flags, mode, signal, two strings
+		if n == 0 {
+			d.fail("zero value for a present field")
+		}
+		s.Templates = make([]fsm.Template, n)
+		for i := 0; d.err == "" && i < n; i++ {
+			s.Templates[i] = d.template()
+		}
+	}
+	if d.err == "" && x&sxArtifacts != 0 {
+		n := d.count(6)
+		if n == 0 {
+			d.fail("zero value for a present field")
+		}
+		s.Artifacts = make([]fsm.Artifact, n)
+		for i := 0; d.err == "" && i < n; i++ {
+			a := &s.Artifacts[i]
+			a.Source, a.Destination = d.str(), d.str()
+			m := d.uvarint()
+			if m >= 1<<8 || !fsm.ArtifactMode(m).Valid() {
+				d.fail("invalid artifact mode")
+			}
+			a.Mode, a.Options, a.Headers, a.Chown = fsm.ArtifactMode(m), d.strMap(), d.strMap(), d.bool()
+		}
+	}
+	if d.err == "" && x&sxPorts != 0 {
+		n := d.count(5)
+		if n == 0 {
+			d.fail("zero value for a present field")
+		}
+		s.Ports = make([]fsm.Port, n)
+		for i := 0; d.err == "" && i < n; i++ {
+			s.Ports[i] = fsm.Port{Label: d.str(), Value: d.int(), To: d.int(), IP: d.str(), Task: d.str()}
+		}
+	}
 	return s
+}
+
+func (d *decoder) template() fsm.Template {
+	t := fsm.Template{Source: d.str(), Data: d.str(), Destination: d.str()}
+	perms := d.uvarint()
+	if perms > 0o777 {
+		d.fail("invalid template perms")
+	}
+	t.Perms = fs.FileMode(perms)
+	if len(d.b) < 1 {
+		d.fail("truncated template flags")
+		return t
+	}
+	flags := d.b[0]
+	d.b = d.b[1:]
+	if flags&^tfAll != 0 {
+		d.fail("unknown template flag bits")
+		return t
+	}
+	if flags&tfUID != 0 {
+		uid := d.int()
+		t.UID = &uid
+	}
+	if flags&tfGID != 0 {
+		gid := d.int()
+		t.GID = &gid
+	}
+	t.Env, t.ErrMissingKey = flags&tfEnv != 0, flags&tfMissingKey != 0
+	m := d.uvarint()
+	if m >= 1<<8 || !fsm.ChangeMode(m).Valid() {
+		d.fail("invalid change mode")
+	}
+	t.ChangeMode = fsm.ChangeMode(m)
+	t.ChangeSignal = d.int()
+	t.LeftDelim, t.RightDelim = d.str(), d.str()
+	return t
+}
+
+// strMap reads a map written by appendMap (nil when empty).
+func (d *decoder) strMap() map[string]string {
+	n := d.count(2)
+	if n == 0 {
+		return nil
+	}
+	m := make(map[string]string, n)
+	prev := ""
+	for i := 0; d.err == "" && i < n; i++ {
+		k, v := d.str(), d.str()
+		if i > 0 && k <= prev {
+			d.fail("map keys out of order")
+			break
+		}
+		m[k], prev = v, k
+	}
+	return m
 }
 
 // decoder reads a record body. The first failure sticks; later reads

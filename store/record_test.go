@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash/crc32"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -19,6 +20,8 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/tether-fsm/tether/fsm"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // genStrings draws a list, nil when empty (the decoder's form).
@@ -40,6 +43,7 @@ func genSpec(t *rapid.T) *fsm.Spec {
 		KillTimeout: time.Duration(rapid.Int64().Draw(t, "kill_timeout")),
 		PIDMode:     rapid.String().Draw(t, "pid_mode"), IPCMode: rapid.String().Draw(t, "ipc_mode"),
 		Job: rapid.String().Draw(t, "job"), Group: rapid.String().Draw(t, "group"),
+		Network: fsm.NetworkMode(rapid.String().Draw(t, "network")), Seccomp: rapid.String().Draw(t, "seccomp"),
 	}
 	if env := rapid.MapOfN(rapid.String(), rapid.String(), 0, 4).Draw(t, "env"); len(env) > 0 {
 		s.Env = env
@@ -66,6 +70,43 @@ func genSpec(t *rapid.T) *fsm.Spec {
 			OnSuccess: rapid.Bool().Draw(t, "on_success"),
 		}
 	}
+	if rapid.Bool().Draw(t, "alloc") {
+		s.Alloc = &fsm.Alloc{ID: rapid.String().Draw(t, "alloc_id"), Index: rapid.Int().Draw(t, "alloc_index"),
+			Dir: rapid.String().Draw(t, "alloc_dir"), TaskDir: rapid.String().Draw(t, "task_dir"), Tasks: genStrings(t, "alloc_tasks"),
+			Hook: fsm.Hook(rapid.IntRange(0, int(fsm.HookPoststop)).Draw(t, "hook")), Sidecar: rapid.Bool().Draw(t, "sidecar"),
+			Leader: rapid.Bool().Draw(t, "leader")}
+	}
+	for range small.Draw(t, "templates") {
+		tm := fsm.Template{Source: rapid.String().Draw(t, "source"), Data: rapid.String().Draw(t, "data"),
+			Destination: rapid.String().Draw(t, "destination"), Perms: fs.FileMode(rapid.IntRange(0, 0o777).Draw(t, "perms")),
+			Env: rapid.Bool().Draw(t, "tenv"), ChangeMode: fsm.ChangeMode(rapid.IntRange(0, int(fsm.ChangeScript)).Draw(t, "change_mode")),
+			ChangeSignal: rapid.Int().Draw(t, "change_signal"), LeftDelim: rapid.String().Draw(t, "left"),
+			RightDelim: rapid.String().Draw(t, "right"), ErrMissingKey: rapid.Bool().Draw(t, "missing_key")}
+		if rapid.Bool().Draw(t, "uid") {
+			uid := rapid.Int().Draw(t, "uid_value")
+			tm.UID = &uid
+		}
+		if rapid.Bool().Draw(t, "gid") {
+			gid := rapid.Int().Draw(t, "gid_value")
+			tm.GID = &gid
+		}
+		s.Templates = append(s.Templates, tm)
+	}
+	for range small.Draw(t, "artifacts") {
+		a := fsm.Artifact{Source: rapid.String().Draw(t, "asource"), Destination: rapid.String().Draw(t, "adest"),
+			Mode: fsm.ArtifactMode(rapid.IntRange(0, int(fsm.ArtifactDir)).Draw(t, "amode")), Chown: rapid.Bool().Draw(t, "chown")}
+		if m := rapid.MapOfN(rapid.String(), rapid.String(), 0, 3).Draw(t, "options"); len(m) > 0 {
+			a.Options = m
+		}
+		if m := rapid.MapOfN(rapid.String(), rapid.String(), 0, 3).Draw(t, "headers"); len(m) > 0 {
+			a.Headers = m
+		}
+		s.Artifacts = append(s.Artifacts, a)
+	}
+	for range small.Draw(t, "ports") {
+		s.Ports = append(s.Ports, fsm.Port{Label: rapid.String().Draw(t, "label"), Value: rapid.Int().Draw(t, "value"),
+			To: rapid.Int().Draw(t, "to"), IP: rapid.String().Draw(t, "ip"), Task: rapid.String().Draw(t, "ptask")})
+	}
 	return s
 }
 
@@ -89,17 +130,18 @@ func genEvent(t *rapid.T) fsm.Event {
 	e.TaskStartTime = rapid.Uint64().Draw(t, "task_start")
 	if rapid.Bool().Draw(t, "exit") {
 		e.Exit = &fsm.ExitStatus{Code: rapid.Int().Draw(t, "code"), Signal: rapid.Int().Draw(t, "exit_signal"),
-			OOM: rapid.Bool().Draw(t, "oom")}
+			OOM: rapid.Bool().Draw(t, "oom"), At: rapid.Int64().Draw(t, "exit_at"), PeakMemory: rapid.Uint64().Draw(t, "peak")}
 	}
+	e.Recorded = rapid.Int64().Draw(t, "recorded")
 	e.Signal = rapid.Int().Draw(t, "signal")
 	e.Grace = time.Duration(rapid.Int64().Draw(t, "grace"))
 	e.Reason = rapid.String().Draw(t, "reason")
 	e.Target = rapid.SampledFrom(append([]fsm.State{fsm.StateNone}, fsm.States()...)).Draw(t, "target")
 	e.Attempt = rapid.Int().Draw(t, "attempt")
 	e.Delay = time.Duration(rapid.Int64().Draw(t, "delay"))
-	e.Cause = fsm.Cause(rapid.IntRange(0, int(fsm.CauseInjected)).Draw(t, "cause"))
+	e.Cause = fsm.Cause(rapid.IntRange(0, int(fsm.CauseHostFeature)).Draw(t, "cause"))
 	for range rapid.IntRange(0, 2).Draw(t, "warnings") {
-		e.Warnings = append(e.Warnings, fsm.Warning{Kind: fsm.WarningKind(rapid.IntRange(0, int(fsm.WarnNoRestarts)).Draw(t, "warning_kind")),
+		e.Warnings = append(e.Warnings, fsm.Warning{Kind: fsm.WarningKind(rapid.IntRange(0, int(fsm.WarnLimitAboveHost)).Draw(t, "warning_kind")),
 			Text: rapid.String().Draw(t, "warning_text")})
 	}
 	e.Replaces = rapid.String().Draw(t, "replaces")
@@ -126,6 +168,7 @@ func roundTrip(t interface{ Fatalf(string, ...any) }, e fsm.Event, seq uint64) {
 }
 
 func TestRecord_RoundTrip(t *testing.T) {
+	testproc.Parallel(t)
 	rapid.Check(t, func(t *rapid.T) {
 		roundTrip(t, genEvent(t), rapid.Uint64().Draw(t, "seq"))
 	})
@@ -137,6 +180,7 @@ func TestRecord_RoundTrip(t *testing.T) {
 // time: a field added to fsm that the record does not carry fails here,
 // without anyone having to remember to add it to a generator.
 func TestRecord_EveryFieldEncoded(t *testing.T) {
+	testproc.Parallel(t)
 	typ := reflect.TypeFor[fsm.Event]()
 	all := reflect.New(typ).Elem()
 	paths := fill(all, "Event")
@@ -234,6 +278,18 @@ func setNonZero(v reflect.Value, path string) {
 	case reflect.TypeFor[fsm.WarningKind]():
 		v.Set(reflect.ValueOf(fsm.WarnUncontained))
 		return
+	case reflect.TypeFor[fsm.Hook]():
+		v.Set(reflect.ValueOf(fsm.HookPoststop))
+		return
+	case reflect.TypeFor[fsm.ChangeMode]():
+		v.Set(reflect.ValueOf(fsm.ChangeSignal))
+		return
+	case reflect.TypeFor[fsm.ArtifactMode]():
+		v.Set(reflect.ValueOf(fsm.ArtifactDir))
+		return
+	case reflect.TypeFor[fs.FileMode]():
+		v.Set(reflect.ValueOf(fs.FileMode(0o640)))
+		return
 	}
 	switch v.Kind() {
 	case reflect.String:
@@ -271,6 +327,7 @@ func setNonZero(v reflect.Value, path string) {
 // Seq is the record's key, not a field of the body: roundTrip passes it
 // separately, and the one-at-a-time pass must not count it.
 func TestRecord_EveryFieldEncoded_SeqIsTheKey(t *testing.T) {
+	testproc.Parallel(t)
 	e := fsm.Event{Type: fsm.EventCreated, Seq: 5, Spec: &fsm.Spec{}}
 	rec := encodeRecord(nil, 5, &e)
 	var got fsm.Event
@@ -333,6 +390,7 @@ func readV1Records(t *testing.T) [][]byte {
 // the fields version 2 added are zero), and re-encode in version 1 to the
 // same bytes; encoded now they are version 2.
 func TestDecodeRecord_Version1Upcast(t *testing.T) {
+	testproc.Parallel(t)
 	recs := readV1Records(t)
 	want := v1Records()
 	if len(recs) != len(want) {
@@ -362,6 +420,7 @@ func TestDecodeRecord_Version1Upcast(t *testing.T) {
 // A version-1 record cannot carry version 2's fields: their bits are
 // refused in it, so an old record is never read as something it was not.
 func TestDecodeRecord_Version1RefusesVersion2Bits(t *testing.T) {
+	testproc.Parallel(t)
 	for _, e := range []fsm.Event{
 		{Type: fsm.EventRestartIntent, Attempt: 1, Exit: &fsm.ExitStatus{Code: 1}},
 		{Type: fsm.EventExecutorUp, Executor: &fsm.Identity{PID: 1, Cgroup: "/tether/x"}},
@@ -388,8 +447,8 @@ func TestDecodeRecord_Version2RefusesVersion3Bits(t *testing.T) {
 		if _, derr := decodeRecord(rec, &got); derr == nil || derr.reason != "unknown field bits" {
 			t.Errorf("%s with a version-3 field in a version-2 record: %+v", e.Type, derr)
 		}
-		if rec := encodeRecord(nil, 1, &e); rec[4] != 3 {
-			t.Errorf("%s is written as version %d, want 3", e.Type, rec[4])
+		if rec := encodeRecord(nil, 1, &e); rec[4] != recordVersion {
+			t.Errorf("%s is written as version %d, want %d", e.Type, rec[4], recordVersion)
 		}
 	}
 }
@@ -397,6 +456,7 @@ func TestDecodeRecord_Version2RefusesVersion3Bits(t *testing.T) {
 // The stored version-1 store opens, folds, takes appends (its heads are
 // rewritten in the current form) and checks clean.
 func TestOpen_Version1Store(t *testing.T) {
+	testproc.Parallel(t)
 	good, err := os.ReadFile(filepath.Join("testdata", "v1", "tether.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -436,6 +496,7 @@ func TestOpen_Version1Store(t *testing.T) {
 }
 
 func TestDecodeRecord_EveryTruncationIsCorrupt(t *testing.T) {
+	testproc.Parallel(t)
 	evs := append(runningLog(1), finishLog(9)...)
 	evs = append(evs, fullEvents()...)
 	for _, e := range evs {
@@ -477,6 +538,14 @@ func fullEvents() []fsm.Event {
 		OOMScoreAdj: &adj, Logs: fsm.LogConfig{MaxFiles: 3, MaxFileSizeMB: 5, Disabled: true},
 		Restart: &fsm.RestartPolicy{Attempts: 2, Interval: time.Minute, Delay: time.Second, Mode: fsm.RestartDelay, OnSuccess: true},
 		PIDMode: "host", IPCMode: "host", Job: "job", Group: "group",
+		Network: fsm.NetworkNone, Seccomp: "/etc/tether/profile.json",
+		Alloc: &fsm.Alloc{ID: "a1", Index: 2, Dir: "/s/allocs/a1/alloc", TaskDir: "/s/allocs/a1/api", Tasks: []string{"init", "api"},
+			Hook: fsm.HookPrestart, Sidecar: true, Leader: true},
+		Templates: []fsm.Template{{Data: "x={{ env \"A\" }}", Destination: "local/x", Perms: 0o600, UID: &adj, GID: &adj, Env: true,
+			ChangeMode: fsm.ChangeSignal, ChangeSignal: 1, LeftDelim: "[[", RightDelim: "]]", ErrMissingKey: true}},
+		Artifacts: []fsm.Artifact{{Source: "http://127.0.0.1/a.tgz", Destination: "local/a", Mode: fsm.ArtifactDir,
+			Options: map[string]string{"checksum": "sha256:00", "archive": "tgz"}, Headers: map[string]string{"X": "y"}, Chown: true}},
+		Ports: []fsm.Port{{Label: "http", Value: 20001, To: 8080, IP: "127.0.0.1", Task: "api"}},
 	}
 	return []fsm.Event{
 		{Type: fsm.EventCreated, Time: at(0), Spec: spec},
@@ -489,6 +558,7 @@ func fullEvents() []fsm.Event {
 // The spec's optional parts refuse non-canonical forms: a part present
 // with the zero value, an empty extension, a boolean other than 0 or 1.
 func TestDecodeRecord_SpecExtensionCanonical(t *testing.T) {
+	testproc.Parallel(t)
 	base := fsm.Event{Type: fsm.EventCreated, Spec: &fsm.Spec{Logs: fsm.LogConfig{Disabled: true}}}
 	rec := encodeRecord(nil, 1, &base)
 	// The last byte is the Disabled boolean; make it 2.
@@ -508,6 +578,7 @@ func TestDecodeRecord_SpecExtensionCanonical(t *testing.T) {
 }
 
 func TestDecodeRecord_UnknownType(t *testing.T) {
+	testproc.Parallel(t)
 	e := fsm.Event{Type: fsm.EventRunning}
 	rec := encodeRecord(nil, 1, &e)
 	rec[5] = 200
@@ -520,6 +591,7 @@ func TestDecodeRecord_UnknownType(t *testing.T) {
 
 // Decoding into a reused event leaves nothing of the previous one.
 func TestDecodeRecord_ReusedEventReset(t *testing.T) {
+	testproc.Parallel(t)
 	var e fsm.Event
 	for _, prev := range append(fullEvents(), runningLog(0)...) {
 		rec := encodeRecord(nil, 1, &prev)
@@ -568,6 +640,7 @@ func FuzzDecodeRecord(f *testing.F) {
 
 // checksum agrees with hash/crc32 on every length and alignment.
 func TestChecksum_AgreesWithHashCRC32(t *testing.T) {
+	testproc.Parallel(t)
 	buf := make([]byte, 1100)
 	for i := range buf {
 		buf[i] = byte(i*131 + 7)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -67,46 +66,64 @@ type LostTask struct {
 // the store's own reader (so a damaged page of bbolt's tree does not stop
 // it), with its lock held shared; it is never written. dst must not exist.
 //
-// The way out of a damaged store: salvage it, then deal with Lost (kill or
-// adopt the processes of each live one, from its Prefix and Nonce), then
-// move the new store into place.
+// The copy is a snapshot for looking at: other processes may append to
+// src once Salvage has let go of its lock, and the copy does not have
+// what they append. To replace a damaged store, salvage it under a
+// Maintenance (Maintenance.Salvage, then Maintenance.Install), which holds
+// the lock from the read to the install, so that no acknowledged append
+// is left behind in the file it replaces.
 func Salvage(ctx context.Context, src, dst string, opts Options) (SalvageReport, error) {
 	opts = opts.withDefaults()
-	rep := SalvageReport{Src: src, Dst: dst}
-	src, err := preparePath(src, true)
+	src, ddst, rep, err := salvagePaths(src, dst)
 	if err != nil {
-		return rep, fmt.Errorf("store: salvage: %w", err)
-	}
-	rep.Src = src
-	ddst, err := preparePath(dst, false)
-	if err != nil {
-		return rep, fmt.Errorf("store: salvage: %w", err)
-	}
-	rep.Dst = ddst
-	if ddst == src {
-		return rep, fmt.Errorf("store: salvage %s: the new store must be another file", src)
-	}
-	if _, err := os.Lstat(ddst); !errors.Is(err, os.ErrNotExist) {
-		return rep, fmt.Errorf("store: salvage into %s: it exists (%v); salvage writes a new store and overwrites nothing", ddst, err)
+		return rep, err
 	}
 	lk, err := lockStore(ctx, src, false, opts.LockTimeout)
 	if err != nil {
 		return rep, err
 	}
 	defer lk.release()
+	return rep, salvageLocked(ctx, src, ddst, opts, &rep)
+}
+
+// salvagePaths checks Salvage's paths: src a store file, dst another file
+// that does not exist yet.
+func salvagePaths(src, dst string) (string, string, SalvageReport, error) {
+	rep := SalvageReport{Src: src, Dst: dst}
+	src, err := preparePath(src, true)
+	if err != nil {
+		return "", "", rep, fmt.Errorf("store: salvage: %w", err)
+	}
+	rep.Src = src
+	ddst, err := preparePath(dst, false)
+	if err != nil {
+		return "", "", rep, fmt.Errorf("store: salvage: %w", err)
+	}
+	rep.Dst = ddst
+	if ddst == src {
+		return "", "", rep, fmt.Errorf("store: salvage %s: the new store must be another file", src)
+	}
+	if _, err := os.Lstat(ddst); !errors.Is(err, os.ErrNotExist) {
+		return "", "", rep, fmt.Errorf("store: salvage into %s: it exists (%v); salvage writes a new store and overwrites nothing", ddst, err)
+	}
+	return src, ddst, rep, nil
+}
+
+// salvageLocked is Salvage once the caller holds src's lock.
+func salvageLocked(ctx context.Context, src, ddst string, opts Options, rep *SalvageReport) error {
 	raw, err := openRaw(src)
 	if err != nil {
-		return rep, fmt.Errorf("%w: salvage %s: %w", ErrCorrupt, src, err)
+		return fmt.Errorf("%w: salvage %s: %w", ErrCorrupt, src, err)
 	}
 	defer raw.close()
 
-	found, desired, err := salvageRead(ctx, raw, &rep)
+	found, desired, err := salvageRead(ctx, raw, rep)
 	if err != nil {
-		return rep, err
+		return err
 	}
 	out, err := Open(ddst, opts)
 	if err != nil {
-		return rep, err
+		return err
 	}
 	werr := out.importTasks(found)
 	if werr == nil && len(desired) > 0 {
@@ -116,10 +133,10 @@ func Salvage(ctx context.Context, src, dst string, opts Options) (SalvageReport,
 		werr = cerr
 	}
 	if werr != nil {
-		return rep, fmt.Errorf("store: salvage into %s: %w", ddst, werr)
+		return fmt.Errorf("store: salvage into %s: %w", ddst, werr)
 	}
 	opts.Logger.Info("store salvaged", "src", src, "dst", ddst, "copied", len(rep.Copied), "lost", len(rep.Lost))
-	return rep, nil
+	return nil
 }
 
 // salvaged is a task to copy: its verified records and its fold.
@@ -357,42 +374,6 @@ func (s *Store) importTasks(tasks []salvaged) error {
 		if err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// Install puts the salvaged store at newPath in the place of the store at
-// path, keeping the old file as aside: it takes the store's lock
-// exclusively (waiting up to opts.LockTimeout), so that no other process
-// uses either file meanwhile, links the old file to aside, renames the new
-// one over path and syncs the directory. A crash leaves the old store in
-// place or the new one, and aside either way. aside must not exist.
-func Install(ctx context.Context, path, newPath, aside string, opts Options) error {
-	opts = opts.withDefaults()
-	path, err := preparePath(path, false)
-	if err != nil {
-		return fmt.Errorf("store: install: %w", err)
-	}
-	newPath, err = preparePath(newPath, true)
-	if err != nil {
-		return fmt.Errorf("store: install: %w", err)
-	}
-	if filepath.Dir(newPath) != filepath.Dir(path) || filepath.Dir(aside) != filepath.Dir(path) {
-		return fmt.Errorf("store: install %s: the new store and the old one's new name must be in its directory", path)
-	}
-	lk, err := lockStore(ctx, path, true, opts.LockTimeout)
-	if err != nil {
-		return err
-	}
-	defer lk.release()
-	if err := os.Link(path, aside); err != nil {
-		return fmt.Errorf("%w: install: keep the old store as %s: %w", ErrWrite, aside, err)
-	}
-	if err := os.Rename(newPath, path); err != nil {
-		return fmt.Errorf("%w: install %s over %s: %w", ErrWrite, newPath, path, err)
-	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
-		return fmt.Errorf("%w: install: %w", ErrWrite, err)
 	}
 	return nil
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // openSharedTest returns a Shared log of a fresh store; at cleanup it is
@@ -61,6 +63,7 @@ func lockFree(t *testing.T, path string) bool {
 
 // Between operations Shared holds nothing: not the lock, not the file.
 func TestShared_HoldsNothingBetweenOperations(t *testing.T) {
+	testproc.Parallel(t)
 	sh, path := openSharedTest(t, Options{NoSync: true})
 	ctx := context.Background()
 	if _, err := sh.Append(ctx, "a", 0, runningLog(0)...); err != nil {
@@ -107,6 +110,7 @@ func TestShared_HoldsNothingBetweenOperations(t *testing.T) {
 // Operations in flight at once share one open store (and its group
 // commit); the last one to end closes it.
 func TestShared_OverlappingOperationsShareOneOpen(t *testing.T) {
+	testproc.Parallel(t)
 	sh, path := openSharedTest(t, Options{NoSync: true})
 	ctx := context.Background()
 	held, err := sh.acquire(ctx) // an operation in flight
@@ -148,6 +152,7 @@ func TestShared_OverlappingOperationsShareOneOpen(t *testing.T) {
 // with its error, once: they do not each wait out the lock timeout in
 // turn.
 func TestShared_OpenFailureSharedByWaiters(t *testing.T) {
+	testproc.Parallel(t)
 	path := testPath(t)
 	s := openTest(t, path, Options{NoSync: true})
 	if err := s.Close(); err != nil {
@@ -180,6 +185,7 @@ func TestShared_OpenFailureSharedByWaiters(t *testing.T) {
 }
 
 func TestShared_CloseWaitsAndRefuses(t *testing.T) {
+	testproc.Parallel(t)
 	sh, _ := openSharedTest(t, Options{NoSync: true})
 	ctx := context.Background()
 	st, err := sh.acquire(ctx)
@@ -207,6 +213,7 @@ func TestShared_CloseWaitsAndRefuses(t *testing.T) {
 // Compact through Shared waits for the operations in flight and holds off
 // new ones; appends beside it all land.
 func TestShared_CompactBesideAppends(t *testing.T) {
+	testproc.Parallel(t)
 	sh, path := openSharedTest(t, Options{NoSync: true})
 	ctx := context.Background()
 	if _, err := sh.Append(ctx, "first", 0, runningLog(0)...); err != nil {
@@ -244,6 +251,7 @@ func TestShared_CompactBesideAppends(t *testing.T) {
 }
 
 func TestShared_BadPath(t *testing.T) {
+	testproc.Parallel(t)
 	dir := t.TempDir()
 	if _, err := OpenShared(filepath.Join(dir, "none", "tether.db"), Options{ReadOnly: true}); err == nil {
 		t.Error("a read-only Shared of a missing store was made")
@@ -261,6 +269,7 @@ func TestShared_BadPath(t *testing.T) {
 // LoadTasks reads every task in one go and lists the unreadable ones
 // beside the readable ones.
 func TestLoadTasks_KeepsGoingPastDamage(t *testing.T) {
+	testproc.Parallel(t)
 	path := testPath(t)
 	s := openDamaged(t, path, Options{NoSync: true}, func(testing.TB, Report) {})
 	for _, id := range []string{"a", "b", "c", "d"} {

@@ -73,6 +73,16 @@ type Options struct {
 	Logger hclog.Logger
 	// ReadOnly opens the file with a shared lock; Append and Remove fail.
 	ReadOnly bool
+	// Crash is called at each durable step of a maintenance (Salvage,
+	// Install, Compact, Remove), with its name (CrashPoints), so that a
+	// test can kill or pause the process between the steps. nil: none.
+	Crash func(point string)
+}
+
+func (o Options) crash(point string) {
+	if o.Crash != nil {
+		o.Crash(point)
+	}
 }
 
 func (o Options) withDefaults() Options {
@@ -93,6 +103,7 @@ type Store struct {
 	lock     *fileLock // the store's lock, released by Close
 	path     string
 	log      hclog.Logger
+	opts     Options // as opened (a Maintenance of it reopens with them)
 	readOnly bool
 
 	// mu is held shared by every operation that uses db or sends to reqs,
@@ -245,7 +256,7 @@ func openLocked(path string, opts Options, boltTimeout time.Duration) (*Store, e
 		_ = db.Close()
 		return nil, err
 	}
-	s := &Store{db: db, file: file, path: path, log: opts.Logger.With("path", path), readOnly: opts.ReadOnly}
+	s := &Store{db: db, file: file, path: path, log: opts.Logger.With("path", path), opts: opts, readOnly: opts.ReadOnly}
 	if !opts.ReadOnly {
 		s.reqs = make(chan *request, maxBatch)
 		s.quit = make(chan struct{})
@@ -414,10 +425,20 @@ func (s *Store) Path() string { return s.path }
 // Close waits for queued appends to commit, stops the committer and closes
 // the file. Operations after Close return ErrClosed. Close is idempotent.
 func (s *Store) Close() error {
+	lk, err := s.close(false)
+	if lerr := lk.release(); lerr != nil && err == nil {
+		err = fmt.Errorf("store: close %s: %w", s.path, lerr)
+	}
+	return err
+}
+
+// close is Close; the lock is returned, not released, for the caller to
+// release or keep (Suspend). A store closed already returns a nil lock.
+func (s *Store) close(keepLock bool) (*fileLock, error) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	s.closed = true
 	s.mu.Unlock()
@@ -433,17 +454,19 @@ func (s *Store) Close() error {
 		_ = syscall.Flock(int(s.file.Fd()), syscall.LOCK_UN)
 		_ = s.file.Close()
 		s.log.Warn("store closed without bbolt: a transaction on the damaged file could not be rolled back")
+		if keepLock {
+			err = fmt.Errorf("%w: %s: a transaction on the damaged file could not be rolled back; close the store and salvage it from its file", ErrCorrupt, s.path)
+		}
 	} else {
 		err = s.db.Close()
 	}
-	if lerr := s.lock.release(); lerr != nil && err == nil {
-		err = lerr
-	}
+	lk := s.lock
+	s.lock = nil
 	if err != nil {
-		return fmt.Errorf("store: close %s: %w", s.path, err)
+		return lk, fmt.Errorf("store: close %s: %w", s.path, err)
 	}
-	s.log.Debug("store closed")
-	return nil
+	s.log.Debug("store closed", "lock_kept", keepLock)
+	return lk, nil
 }
 
 // view runs fn in a read transaction, guarded against Close and bbolt

@@ -18,9 +18,12 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/tether-fsm/tether/fsm"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 func TestAppend_LoadRoundTrip(t *testing.T) {
+	testproc.Parallel(t)
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	ctx := context.Background()
 	log := runningLog(3)
@@ -48,6 +51,7 @@ func TestAppend_LoadRoundTrip(t *testing.T) {
 }
 
 func TestAppend_SameExpectedVersionOneWins(t *testing.T) {
+	testproc.Parallel(t)
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	ctx := context.Background()
 	for round := range 20 {
@@ -83,6 +87,7 @@ func TestAppend_SameExpectedVersionOneWins(t *testing.T) {
 }
 
 func TestAppend_NewTaskThatExistsConflicts(t *testing.T) {
+	testproc.Parallel(t)
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	mustAppend(t, s, "a", 0, runningLog(0)[:1]...)
 	_, err := s.Append(context.Background(), "a", 0, runningLog(0)[:1]...)
@@ -93,6 +98,7 @@ func TestAppend_NewTaskThatExistsConflicts(t *testing.T) {
 }
 
 func TestAppend_UnknownTask(t *testing.T) {
+	testproc.Parallel(t)
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	ctx := context.Background()
 	_, err := s.Append(ctx, "ghost", 3, fsm.Event{Type: fsm.EventReattached})
@@ -108,6 +114,7 @@ func TestAppend_UnknownTask(t *testing.T) {
 }
 
 func TestAppend_IllegalEventWritesNothing(t *testing.T) {
+	testproc.Parallel(t)
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	ctx := context.Background()
 	log := runningLog(0)
@@ -141,6 +148,7 @@ func TestAppend_IllegalEventWritesNothing(t *testing.T) {
 }
 
 func TestAppend_BadInput(t *testing.T) {
+	testproc.Parallel(t)
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	ctx := context.Background()
 	if _, err := s.Append(ctx, "a", 0, withSeq(2, runningLog(0)[:1])...); !errors.Is(err, ErrSequence) {
@@ -155,6 +163,7 @@ func TestAppend_BadInput(t *testing.T) {
 }
 
 func TestAppend_CancelledContextWritesNothing(t *testing.T) {
+	testproc.Parallel(t)
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -167,6 +176,7 @@ func TestAppend_CancelledContextWritesNothing(t *testing.T) {
 }
 
 func TestAppend_AbandonedRequestNotWritten(t *testing.T) {
+	testproc.Parallel(t)
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	// Drive the committer by hand: a request abandoned before it is claimed
 	// is skipped, and its caller's cancellation is what it reports.
@@ -188,6 +198,7 @@ func TestAppend_AbandonedRequestNotWritten(t *testing.T) {
 }
 
 func TestAppend_AfterClose(t *testing.T) {
+	testproc.Parallel(t)
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	mustAppend(t, s, "a", 0, runningLog(0)...)
 	if err := s.Close(); err != nil {
@@ -205,6 +216,7 @@ func TestAppend_AfterClose(t *testing.T) {
 }
 
 func TestAppend_CloseDrainsQueue(t *testing.T) {
+	testproc.Parallel(t)
 	path := testPath(t)
 	s := openTest(t, path, Options{NoSync: true})
 	var wg sync.WaitGroup
@@ -229,6 +241,7 @@ func TestAppend_CloseDrainsQueue(t *testing.T) {
 }
 
 func TestAppend_256Writers(t *testing.T) {
+	testproc.Parallel(t)
 	s := openTest(t, testPath(t), Options{})
 	ctx := context.Background()
 	const writers, each = 256, 4
@@ -269,6 +282,7 @@ func TestAppend_256Writers(t *testing.T) {
 }
 
 func TestLive_TerminalTasksLeaveIndex(t *testing.T) {
+	testproc.Parallel(t)
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	for _, id := range []string{"c", "a", "b", "d"} {
 		mustAppend(t, s, id, 0, runningLog(0)...)
@@ -290,6 +304,7 @@ func TestLive_TerminalTasksLeaveIndex(t *testing.T) {
 }
 
 func TestRemove_OldTerminalTasksOnly(t *testing.T) {
+	testproc.Parallel(t)
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	mustAppend(t, s, "old-done", 0, runningLog(0)...)
 	mustAppend(t, s, "old-done", 6, finishLog(10)...) // last event at 11s
@@ -311,6 +326,7 @@ func TestRemove_OldTerminalTasksOnly(t *testing.T) {
 }
 
 func TestCompact_ShrinksAndKeepsData(t *testing.T) {
+	testproc.Parallel(t)
 	path := testPath(t)
 	s := openTest(t, path, Options{NoSync: true})
 	for i := range 200 {
@@ -348,6 +364,7 @@ func TestCompact_ShrinksAndKeepsData(t *testing.T) {
 }
 
 func TestOpen_PrivateModes(t *testing.T) {
+	testproc.Parallel(t)
 	path := filepath.Join(t.TempDir(), "a", "b", "tether.db")
 	openTest(t, path, Options{NoSync: true})
 	for p, want := range map[string]os.FileMode{path: 0o600, filepath.Dir(path): 0o700, filepath.Dir(filepath.Dir(path)): 0o700} {
@@ -362,6 +379,7 @@ func TestOpen_PrivateModes(t *testing.T) {
 }
 
 func TestOpen_ReadOnlyRefusesWrites(t *testing.T) {
+	testproc.Parallel(t)
 	path := testPath(t)
 	s := openTest(t, path, Options{NoSync: true})
 	mustAppend(t, s, "a", 0, runningLog(0)...)
@@ -393,6 +411,7 @@ func notStoreError(t *testing.T, path string, err error) {
 }
 
 func TestOpen_TruncatedFile(t *testing.T) {
+	testproc.Parallel(t)
 	path := testPath(t)
 	s := openTest(t, path, Options{NoSync: true})
 	for i := range 50 {
@@ -422,6 +441,7 @@ func TestOpen_TruncatedFile(t *testing.T) {
 }
 
 func TestOpen_GarbageFile(t *testing.T) {
+	testproc.Parallel(t)
 	dir := t.TempDir()
 	for name, data := range map[string][]byte{
 		"text":  []byte(strings.Repeat("this is not a database\n", 2000)),
@@ -438,6 +458,7 @@ func TestOpen_GarbageFile(t *testing.T) {
 }
 
 func TestOpen_ForeignBoltFile(t *testing.T) {
+	testproc.Parallel(t)
 	path := filepath.Join(t.TempDir(), "other.db")
 	rawUpdate(t, path, func(tx *bolt.Tx) error {
 		_, err := tx.CreateBucket([]byte("someone-elses"))
@@ -448,6 +469,7 @@ func TestOpen_ForeignBoltFile(t *testing.T) {
 }
 
 func TestOpen_UnknownSchemaVersion(t *testing.T) {
+	testproc.Parallel(t)
 	path := testPath(t)
 	s := openTest(t, path, Options{NoSync: true})
 	if err := s.Close(); err != nil {
@@ -481,6 +503,7 @@ func damageRecord(t *testing.T, path, task string, seq uint64) {
 }
 
 func TestLoad_CorruptRecordNamesTaskAndSeq(t *testing.T) {
+	testproc.Parallel(t)
 	path := testPath(t)
 	s := openDamaged(t, path, Options{NoSync: true}, func(t testing.TB, r Report) {
 		if len(r.Problems) != 1 || r.Problems[0].Task != "web" || r.Problems[0].Seq != 4 {
@@ -527,6 +550,7 @@ func TestLoad_CorruptRecordNamesTaskAndSeq(t *testing.T) {
 }
 
 func TestLoad_UnknownRecordVersionRefused(t *testing.T) {
+	testproc.Parallel(t)
 	path := testPath(t)
 	s := openDamaged(t, path, Options{NoSync: true}, func(t testing.TB, r Report) {
 		var ve *VersionError
@@ -560,6 +584,7 @@ func TestLoad_UnknownRecordVersionRefused(t *testing.T) {
 }
 
 func TestCheck_GoodStore(t *testing.T) {
+	testproc.Parallel(t)
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	mustAppend(t, s, "a", 0, runningLog(2)...)
 	mustAppend(t, s, "b", 0, runningLog(0)...)
@@ -576,6 +601,7 @@ func TestCheck_GoodStore(t *testing.T) {
 // Check while appends commit beside it: no false "reachable freed" (a
 // read transaction's page check would see the freelist move under it).
 func TestCheck_WhileAppending(t *testing.T) {
+	testproc.Parallel(t)
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	ctx := context.Background()
 	done := make(chan error, 8)
@@ -609,6 +635,7 @@ func TestCheck_WhileAppending(t *testing.T) {
 }
 
 func TestCheck_DamagedStore(t *testing.T) {
+	testproc.Parallel(t)
 	path := testPath(t)
 	type where struct {
 		task string
@@ -667,6 +694,7 @@ func TestCheck_DamagedStore(t *testing.T) {
 }
 
 func TestCheck_CancelledContext(t *testing.T) {
+	testproc.Parallel(t)
 	s := openTest(t, testPath(t), Options{NoSync: true})
 	mustAppend(t, s, "a", 0, runningLog(0)...)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -677,6 +705,7 @@ func TestCheck_CancelledContext(t *testing.T) {
 }
 
 func TestTx_PanicBecomesCorruptNamingFile(t *testing.T) {
+	testproc.Parallel(t)
 	path := testPath(t)
 	s := openTest(t, path, Options{NoSync: true})
 	err := s.view(func(*bolt.Tx) error { panic("invalid page type: 0") })
@@ -692,6 +721,7 @@ func TestTx_PanicBecomesCorruptNamingFile(t *testing.T) {
 }
 
 func TestOpen_DamagedPagesNeverPanic(t *testing.T) {
+	testproc.Parallel(t)
 	path := testPath(t)
 	s := openTest(t, path, Options{NoSync: true})
 	for i := range 40 {

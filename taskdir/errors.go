@@ -14,6 +14,9 @@ var (
 	// ErrNotDir is returned when a path component that must be a directory
 	// is not one.
 	ErrNotDir = errors.New("taskdir: not a directory")
+	// ErrNotRegular is returned when a file opened for reading is not a
+	// regular file (a fifo, a device, a directory).
+	ErrNotRegular = errors.New("taskdir: not a regular file")
 	// ErrUnsupported is returned when the kernel has no openat2 (Linux 5.6
 	// or later is needed).
 	ErrUnsupported = errors.New("taskdir: openat2 is not available (Linux 5.6 or later is needed)")

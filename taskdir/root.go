@@ -270,17 +270,53 @@ func (r *Root) Create(rel string, perm os.FileMode) (*os.File, error) {
 	return os.NewFile(uintptr(fd), filepath.Join(r.path, rel)), nil
 }
 
-// Open opens rel for reading; no symbolic link is followed on the way.
+// Open opens the regular file rel for reading; no symbolic link is
+// followed on the way. Anything else (a fifo a task planted would block
+// the reader for ever, a device, a directory) is ErrNotRegular, found
+// without blocking.
 func (r *Root) Open(rel string) (*os.File, error) {
 	c, err := clean(rel)
 	if err != nil {
 		return nil, err
 	}
-	fd, err := r.openat2(r.fd, c, unix.O_RDONLY|unix.O_NOFOLLOW, 0)
+	fd, err := r.openat2(r.fd, c, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, r.errf("open", rel, err)
 	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, r.errf("stat", rel, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%w: %s", ErrNotRegular, filepath.Join(r.path, c))
+	}
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, r.errf("open", rel, err)
+	}
 	return os.NewFile(uintptr(fd), filepath.Join(r.path, c)), nil
+}
+
+// OpenAs is Open for a reader acting for the user uid (a preparer running
+// as root for a task): a file with more than one link that uid does not
+// own is refused (see ReadFileAs). uid < 0 is Open.
+func (r *Root) OpenAs(rel string, uid int) (*os.File, error) {
+	f, err := r.Open(rel)
+	if err != nil || uid < 0 {
+		return f, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, r.errf("stat", rel, err)
+	}
+	if st.Nlink > 1 && int(st.Uid) != uid {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s has %d hard links and belongs to uid %d, not %d: not read for it", ErrOutside, f.Name(), st.Nlink, st.Uid, uid)
+	}
+	return f, nil
 }
 
 // ReadFile reads rel whole, at most limit bytes (0: no limit).
@@ -290,6 +326,10 @@ func (r *Root) ReadFile(rel string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return r.read(f, rel, limit)
+}
+
+func (r *Root) read(f *os.File, rel string, limit int64) ([]byte, error) {
 	var rd io.Reader = f
 	if limit > 0 {
 		rd = io.LimitReader(f, limit+1)
@@ -310,22 +350,12 @@ func (r *Root) ReadFile(rel string, limit int64) ([]byte, error) {
 // cannot read into its own directory (where fs.protected_hardlinks is
 // off) to have root read it. uid < 0 is ReadFile.
 func (r *Root) ReadFileAs(rel string, limit int64, uid int) ([]byte, error) {
-	if uid >= 0 {
-		f, err := r.Open(rel)
-		if err != nil {
-			return nil, err
-		}
-		var st unix.Stat_t
-		err = unix.Fstat(int(f.Fd()), &st)
-		f.Close()
-		if err != nil {
-			return nil, r.errf("stat", rel, err)
-		}
-		if st.Nlink > 1 && int(st.Uid) != uid {
-			return nil, fmt.Errorf("%w: %s has %d hard links and belongs to uid %d, not %d: not read for it", ErrOutside, filepath.Join(r.path, rel), st.Nlink, st.Uid, uid)
-		}
+	f, err := r.OpenAs(rel, uid)
+	if err != nil {
+		return nil, err
 	}
-	return r.ReadFile(rel, limit)
+	defer f.Close()
+	return r.read(f, rel, limit)
 }
 
 // Lstat describes rel without following a final symbolic link.
@@ -432,6 +462,61 @@ func (r *Root) Chown(rel string, owner Owner) error {
 	defer unix.Close(fd)
 	if err := unix.Fchownat(fd, "", owner.UID, owner.GID, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return r.errf("chown", rel, err)
+	}
+	return nil
+}
+
+// OpenDir opens the directory rel below the root as a path descriptor
+// (O_PATH), no symbolic link followed on the way or at its end: for a
+// privileged process to fchdir into a task's directory, or to act below
+// it, without a link the task planted ever taking it elsewhere.
+func (r *Root) OpenDir(rel string) (*os.File, error) {
+	fd, err := r.dir(rel, false, 0, Keep)
+	if err != nil {
+		return nil, err
+	}
+	c, _ := clean(rel)
+	return os.NewFile(uintptr(fd), filepath.Join(r.path, c)), nil
+}
+
+// EnsureDir makes rel a directory with perm and owner: created when
+// missing (its parents must exist), and its mode and owner set through a
+// descriptor of it, so that a symbolic link or anything but a directory
+// there is an error and never followed.
+func (r *Root) EnsureDir(rel string, perm os.FileMode, owner Owner) error {
+	parent, base, err := split(rel)
+	if err != nil {
+		return err
+	}
+	dfd, err := r.dir(parent, false, 0, Keep)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	if err := unix.Mkdirat(dfd, base, uint32(perm.Perm())); err != nil && !errors.Is(err, unix.EEXIST) {
+		return r.errf("mkdir", rel, err)
+	}
+	fd, err := r.openat2(dfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+			if fi, lerr := r.lstatAt(dfd, base); lerr == nil && fi.Mode()&os.ModeSymlink != 0 {
+				err = unix.ELOOP
+			}
+		}
+		return r.errf("open directory", rel, err)
+	}
+	defer unix.Close(fd)
+	mode := uint32(perm.Perm())
+	if perm&os.ModeSticky != 0 {
+		mode |= unix.S_ISVTX
+	}
+	if err := unix.Fchmod(fd, mode); err != nil {
+		return r.errf("chmod", rel, err)
+	}
+	if owner != Keep {
+		if err := unix.Fchown(fd, owner.UID, owner.GID); err != nil {
+			return r.errf("chown", rel, err)
+		}
 	}
 	return nil
 }

@@ -123,3 +123,49 @@ func TestRoot_NeverLeaves(t *testing.T) {
 		t.Errorf("write below a file: %v", err)
 	}
 }
+
+// TestRoot_EnsureDirAndOpenDir: a directory is made (or kept) with its
+// mode and owner set through a descriptor; a symbolic link or a file
+// where it should be is an error and its target untouched; OpenDir never
+// follows a link either.
+func TestRoot_EnsureDirAndOpenDir(t *testing.T) {
+	base := t.TempDir()
+	outside := t.TempDir()
+	if err := os.Chmod(outside, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	r, err := OpenRoot(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := r.EnsureDir("tmp", 0o777|os.ModeSticky, Keep); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(base, "tmp")); err != nil || fi.Mode()&(os.ModePerm|os.ModeSticky) != 0o777|os.ModeSticky {
+		t.Errorf("tmp: %v %v, want drwxrwxrwt", fi.Mode(), err)
+	}
+	if err := os.Symlink(outside, filepath.Join(base, "local")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(base, "secrets"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.EnsureDir("local", 0o755, Keep); !errors.Is(err, ErrSymlink) {
+		t.Errorf("a link at local: %v, want ErrSymlink", err)
+	}
+	if err := r.EnsureDir("secrets", 0o700, Keep); !errors.Is(err, ErrNotDir) {
+		t.Errorf("a file at secrets: %v, want ErrNotDir", err)
+	}
+	if fi, _ := os.Stat(outside); fi.Mode().Perm() != 0o700 {
+		t.Errorf("the link's target was changed to %v", fi.Mode())
+	}
+	if f, err := r.OpenDir("local"); !errors.Is(err, ErrSymlink) {
+		t.Errorf("OpenDir through a link: %v %v, want ErrSymlink", f, err)
+	}
+	f, err := r.OpenDir("tmp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/taskdir"
 )
 
@@ -656,4 +657,85 @@ func FuzzParse(f *testing.F) {
 			_, _ = file.PlanGroup(g.Name)
 		}
 	})
+}
+
+// TestParse_NetworkModeAndSeccomp: a network block's mode "none" reaches
+// the task's spec from the task's own block (a task file) or its group's
+// (a job file), the task's own winning; a raw_exec task in a group of
+// mode "none" is refused by name; seccomp is read from the config, and a
+// value that is neither a choice nor an absolute path is an error.
+func TestParse_NetworkModeAndSeccomp(t *testing.T) {
+	tf, _ := parseOK(t, `
+task "web" {
+  driver = "exec"
+  network {
+    mode = "none"
+  }
+  config {
+    command = "/bin/true"
+    seccomp = "/etc/tether/web.json"
+  }
+}
+task "plain" {
+  driver = "exec"
+  config { command = "/bin/true" }
+}
+`)
+	if s := tf.Tasks[0].Spec; s.Network != fsm.NetworkNone || s.Seccomp != "/etc/tether/web.json" {
+		t.Errorf("web: network %q seccomp %q", s.Network, s.Seccomp)
+	}
+	if s := tf.Tasks[1].Spec; s.Network != "" || s.Seccomp != "" {
+		t.Errorf("plain: network %q seccomp %q, want the defaults", s.Network, s.Seccomp)
+	}
+	f := parseJob(t, `job "j" {
+  group "g" {
+    network { mode = "none" }
+    task "isolated" {
+      driver = "exec"
+      config { command = "/bin/true" }
+    }
+    task "own" {
+      driver = "exec"
+      network { mode = "host" }
+      config { command = "/bin/true" }
+    }
+    task "raw" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+  }
+}`, Options{})
+	byName := map[string]*Task{}
+	for _, tk := range f.Tasks {
+		byName[tk.Name] = tk
+	}
+	if got := byName["isolated"].Spec.Network; got != fsm.NetworkNone {
+		t.Errorf("isolated: network %q, want the group's none", got)
+	}
+	if got := byName["own"].Spec.Network; got != "" {
+		t.Errorf("own: network %q, want its own host", got)
+	}
+	if err := byName["raw"].CheckRunnable(); !errors.Is(err, ErrNotRunnable) || !strings.Contains(err.Error(), `network mode "none" for a raw_exec task`) {
+		t.Errorf("raw_exec in a group of mode none: %v", err)
+	}
+	msg := parseErr(t, `task "x" {
+  driver = "exec"
+  config {
+    command = "/bin/true"
+    seccomp = "profile.json"
+  }
+}`)
+	if !strings.Contains(msg, "Bad seccomp") || !strings.Contains(msg, "--allow-seccomp") {
+		t.Errorf("a relative profile: %s", msg)
+	}
+	msg = parseErr(t, `task "x" {
+  driver = "raw_exec"
+  config {
+    command = "/bin/true"
+    seccomp = "unconfined"
+  }
+}`)
+	if !strings.Contains(msg, "raw_exec") {
+		t.Errorf("seccomp on raw_exec: %s", msg)
+	}
 }

@@ -37,8 +37,10 @@
 //	for i := 0; i < gp.Group.Count; i++ {
 //		for _, t := range gp.Tasks() {
 //			in, err := f.Instantiate(t, taskfile.Alloc{ID: allocID, Index: i, Host: host, Ports: ports, BaseEnv: base}, layout)
-//			// render in.Templates (package template), fetch in.Artifacts
-//			// (package artifact), then run in.Spec
+//			// in.Spec carries its Alloc (fill in Alloc.Tasks: the group's
+//			// task ids), Templates, Artifacts and Ports: record every task
+//			// of the copy (driver.CreateGroup), then run it
+//			// (driver.RunGroup); the executor fetches and renders.
 //		}
 //	}
 //

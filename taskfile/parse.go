@@ -187,6 +187,9 @@ func (p *parser) top(body *hclsyntax.Body) {
 }
 
 func (p *parser) addGroup(g *Group) {
+	for _, t := range g.Tasks {
+		t.networkMode()
+	}
 	p.file.Groups = append(p.file.Groups, g)
 	p.file.Tasks = append(p.file.Tasks, g.Tasks...)
 }
@@ -252,9 +255,13 @@ func (p *parser) int(a *hclsyntax.Attribute) (int, bool) {
 		return 0, false
 	}
 	bf := v.AsBigFloat()
+	if !bf.IsInt() {
+		p.errorf(a.Expr.Range(), "Bad "+a.Name, "%s = %s: it must be a whole number.", a.Name, bf.Text('g', -1))
+		return 0, false
+	}
 	i, acc := bf.Int64()
-	if !bf.IsInt() || acc != 0 || i < -1<<31 || i > 1<<31-1 {
-		p.errorf(a.Expr.Range(), "Bad "+a.Name, "%s must be a whole number.", a.Name)
+	if acc != 0 || i < -1<<31 || i > 1<<31-1 {
+		p.errorf(a.Expr.Range(), "Bad "+a.Name, "%s = %s is out of range: it must be between %d and %d.", a.Name, bf.Text('f', 0), -1<<31, 1<<31-1)
 		return 0, false
 	}
 	return int(i), true

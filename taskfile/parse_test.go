@@ -153,7 +153,6 @@ job "j" {
       resources {
         memory     = 64
         memory_max = 128
-        cpu        = 250
         cores      = 1
         pids       = 20
       }
@@ -182,7 +181,7 @@ job "j" {
 	}
 	own, _ := tf.Find("own")
 	s := own.Spec
-	if s.Resources != (fsm.Resources{MemoryMB: 64, MemoryMaxMB: 128, CPU: 250, Cores: 1, PIDs: 20}) {
+	if s.Resources != (fsm.Resources{MemoryMB: 64, MemoryMaxMB: 128, Cores: 1, PIDs: 20}) {
 		t.Errorf("resources %+v", s.Resources)
 	}
 	if s.Logs != (fsm.LogConfig{MaxFiles: 2, MaxFileSizeMB: 1}) {
@@ -345,6 +344,71 @@ func TestParseSignal_NamesAndNumbers(t *testing.T) {
 	}
 }
 
+// TestParse_RestartRulesAfterTheJobTypesDefaults: a restart block is held
+// to Nomad's rules once the defaults of its job type are merged in: a
+// block that sets only attempts and delay takes the default interval (30m
+// for a service, 24h for a batch job) and is valid when they fit in it;
+// the policies issue 27 found restarting without bound are refused, with
+// the reason and the place in the file.
+func TestParse_RestartRulesAfterTheJobTypesDefaults(t *testing.T) {
+	job := func(typ, restart string) string {
+		return `job "j" {
+  type = "` + typ + `"
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+      ` + restart + `
+    }
+  }
+}
+`
+	}
+	for name, tc := range map[string]struct{ src, want string }{
+		"interval 1ns": {job("service", `restart {
+        attempts = 2
+        mode     = "fail"
+        interval = "1ns"
+        delay    = "100ms"
+      }`), "interval can not be less than 5s (got 1ns)"},
+		"interval 1s": {job("service", `restart {
+        interval = "1s"
+        delay    = "600ms"
+      }`), "interval can not be less than 5s (got 1s)"},
+		"attempts x delay past the default interval": {job("service", `restart {
+        attempts = 40
+        delay    = "1m"
+      }`), "can't restart the task 40 times in an interval of 30m0s with a delay of 1m0s"},
+		"delay mode, no attempts": {job("batch", `restart {
+        attempts = 0
+        mode     = "delay"
+      }`), `restart policy "delay" with 0 attempts is ambiguous`},
+	} {
+		msg := parseErr(t, tc.src)
+		if !strings.Contains(msg, tc.want) || !strings.Contains(msg, "t.hcl:") {
+			t.Errorf("%s: %s; want %q and where", name, msg, tc.want)
+		}
+	}
+	for name, tc := range map[string]struct {
+		src  string
+		want fsm.RestartPolicy
+	}{
+		"service, attempts and delay": {job("service", `restart {
+        attempts = 10
+        delay    = "1m"
+      }`), fsm.RestartPolicy{Attempts: 10, Interval: 30 * time.Minute, Delay: time.Minute, Mode: fsm.RestartFail, OnSuccess: true}},
+		"batch, attempts and delay": {job("batch", `restart {
+        attempts = 100
+        delay    = "10m"
+      }`), fsm.RestartPolicy{Attempts: 100, Interval: 24 * time.Hour, Delay: 10 * time.Minute, Mode: fsm.RestartFail}},
+	} {
+		tf, _ := parseOK(t, tc.src)
+		if got := tf.Tasks[0].Spec.Restart; got == nil || *got != tc.want {
+			t.Errorf("%s: %+v, want %+v", name, got, tc.want)
+		}
+	}
+}
+
 // TestSniff_TaskOrJobBlockAtTheTop: a file is a task file by its form (a
 // task or job block at its top level), even when what is in it is wrong,
 // and no other file is one.
@@ -374,6 +438,37 @@ func TestSniff_TaskOrJobBlockAtTheTop(t *testing.T) {
 	}
 }
 
+// TestParse_ResourceValues: the values issue 27 found misread: a number
+// past the parser's range is refused as out of range (not "must be a whole
+// number"), an explicit 0 is refused as Nomad refuses memory and cpu of 0
+// (an attribute left out is no limit), and the rules of Nomad and of the
+// kernel (minimum memory, cpu or cores, the kernel's ranges) are said
+// where the block is.
+func TestParse_ResourceValues(t *testing.T) {
+	for name, tc := range map[string]struct{ res, want string }{
+		"memory past the range": {"memory = 1000000000000", "memory = 1000000000000 is out of range: it must be between -2147483648 and 2147483647"},
+		"fractional":            {"cpu = 1.5", "cpu = 1.5: it must be a whole number"},
+		"memory 0":              {"memory = 0", "memory = 0 is below Nomad's minimum of 10 MB; leave memory out for no limit"},
+		"cpu 0":                 {"cpu = 0", "cpu = 0 is below Nomad's minimum of 1 MHz; leave cpu out for no limit"},
+		"cores 0":               {"cores = 0", "cores = 0 would pin the task to no CPU"},
+		"pids 0":                {"pids = 0", "pids = 0 would let the task run no process"},
+		"memory_max 0":          {"memory = 64\n  memory_max = 0", "memory_max = 0 is below memory"},
+		"memory 5":              {"memory = 5", "resources.memory = 5 MB is below Nomad's minimum of 10 MB"},
+		"cpu and cores":         {"cpu = 100\n  cores = 1", "can only ask for cpu or cores, not both"},
+		"cpu past the kernel":   {"cpu = 300000", "resources.cpu = 300000 MHz is more than 262144"},
+		"pids past the kernel":  {"pids = 5000000", "resources.pids = 5000000 is more than the kernel allows"},
+	} {
+		msg := parseErr(t, "task \"x\" {\n  driver = \"raw_exec\"\n  config { command = \"/bin/true\" }\n  resources {\n  "+tc.res+"\n  }\n}\n")
+		if !strings.Contains(msg, tc.want) || !strings.Contains(msg, "t.hcl:") {
+			t.Errorf("%s: %s\nwant %q and where", name, msg, tc.want)
+		}
+	}
+	tf, _ := parseOK(t, "task \"x\" {\n  driver = \"raw_exec\"\n  config { command = \"/bin/true\" }\n  resources {\n  memory = 2000000\n  }\n}\n")
+	if got := tf.Tasks[0].Spec.Resources.MemoryMB; got != 2000000 {
+		t.Errorf("memory = 2000000 (2 TB) parsed as %d: it is valid (the host's RAM is the launch's to warn of)", got)
+	}
+}
+
 // TestJobType_Batch: batch and sysbatch jobs run to completion; service
 // and system jobs do not.
 func TestJobType_Batch(t *testing.T) {
@@ -381,5 +476,53 @@ func TestJobType_Batch(t *testing.T) {
 		if typ.Batch() != want {
 			t.Errorf("%s.Batch() = %v, want %v", typ, !want, want)
 		}
+	}
+}
+
+// A lifecycle task that is no sidecar runs to completion even in a
+// service job (whose default restarts a successful exit): a prestart task
+// that exits 0 is done, as in Nomad; a sidecar and a main task keep the
+// job's default.
+func TestParse_LifecycleTasksRunToCompletion(t *testing.T) {
+	src := `job "j" {
+  group "g" {
+    task "init" {
+      driver = "raw_exec"
+      lifecycle { hook = "prestart" }
+      config { command = "/bin/true" }
+    }
+    task "side" {
+      driver = "raw_exec"
+      lifecycle {
+        hook    = "prestart"
+        sidecar = true
+      }
+      config { command = "/bin/true" }
+    }
+    task "web" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+    task "clean" {
+      driver = "raw_exec"
+      lifecycle { hook = "poststop" }
+      restart { attempts = 5 }
+      config { command = "/bin/true" }
+    }
+  }
+}`
+	f, diags := Parse("j.nomad", []byte(src), Options{})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	want := map[string]bool{"init": false, "side": true, "web": true, "clean": false}
+	for _, task := range f.Tasks {
+		r := task.Spec.Restart
+		if r == nil || r.OnSuccess != want[task.Name] {
+			t.Errorf("%s: restart %+v, want on_success %v", task.Name, r, want[task.Name])
+		}
+	}
+	if r := f.Tasks[3].Spec.Restart; r.Attempts != 5 {
+		t.Errorf("clean's own restart block was lost: %+v", r)
 	}
 }

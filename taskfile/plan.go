@@ -277,7 +277,9 @@ type Instance struct {
 	// Spec is what to record and run: Name the instance's name, Env the
 	// task's env block with Nomad's NOMAD_* variables (over BaseEnv's), Dir
 	// Nomad's working directory (the task directory; "/" for exec) unless
-	// work_dir says otherwise.
+	// work_dir says otherwise; its Templates, Artifacts and Ports; and,
+	// with an alloc id and a task directory, its Alloc (every field but
+	// Tasks, which the caller fills with the group's task ids).
 	Spec fsm.Spec
 	// Env is the task's whole environment (BaseEnv, NOMAD_*, its env
 	// block): what a template's env function reads.
@@ -496,6 +498,13 @@ func (f *File) Instantiate(t *Task, a Alloc, layout taskdir.Layout) (*Instance, 
 		}
 		s.Checks = checks
 		in.Services = append(in.Services, s)
+	}
+	in.Spec.Templates, in.Spec.Artifacts, in.Spec.Ports = in.Templates, in.Artifacts, in.Ports
+	if a.ID != "" && layout.TaskDir != "" {
+		// The group's runner fills Tasks with the ids it gives the
+		// group's tasks.
+		in.Spec.Alloc = &fsm.Alloc{ID: a.ID, Index: a.Index, Dir: layout.AllocDir, TaskDir: layout.TaskDir,
+			Hook: t.Lifecycle.Hook, Sidecar: t.Lifecycle.Sidecar, Leader: t.Leader}
 	}
 	return in, nil
 }

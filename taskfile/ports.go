@@ -14,16 +14,12 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/fsm"
 )
 
-// Port is an allocated port.
-type Port struct {
-	Label string `json:"label"`
-	Value int    `json:"value"` // the host port
-	To    int    `json:"to,omitempty"`
-	IP    string `json:"ip"`
-	Task  string `json:"task,omitempty"` // "" for a group's port
-}
+// Port is an allocated port (fsm.Port: the spec records it).
+type Port = fsm.Port
 
 // Nomad's default dynamic port range.
 const (

@@ -3,7 +3,9 @@ package taskfile
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -118,6 +120,14 @@ func (p *parser) task(b *hclsyntax.Block, g *Group, job *Job) *Task {
 			}
 		case "meta":
 			t.Meta = p.stringMap(c, "meta")
+		case "network":
+			// The group's network block, accepted in a task too (a
+			// task file's task is its own group).
+			if t.Network != nil {
+				p.errorf(c.TypeRange, "Duplicate network block", "Task %q already has a network block at %s.", name, pos(t.Network.Range))
+				continue
+			}
+			t.Network = p.network(c, t.Name, &t.Refusals)
 		case "constraint":
 			if con, ok := p.constraint(c); ok {
 				t.Constraints = append(t.Constraints, con)
@@ -152,8 +162,19 @@ func (p *parser) task(b *hclsyntax.Block, g *Group, job *Job) *Task {
 	} else if !hasCommand {
 		p.errorf(config.TypeRange, "Missing command", `The config block of task %q needs command = "...".`, name)
 	}
+	if config != nil && t.Driver == "raw_exec" && t.Spec.Seccomp != "" && t.Spec.Seccomp != fsm.SeccompDefault {
+		p.errorf(config.TypeRange, "Seccomp for raw_exec", `Task %q uses raw_exec, which runs unfiltered; seccomp applies only to driver = "exec".`, name)
+	}
 	if config != nil && t.Driver == "raw_exec" && (len(t.Spec.CapAdd) > 0 || len(t.Spec.CapDrop) > 0) {
 		p.warnf(config.TypeRange, "Capabilities ignored", `Task %q uses raw_exec, which runs the command as is; cap_add and cap_drop apply only to driver = "exec".`, name)
+	}
+	if r := t.Spec.Restart; r != nil && r.OnSuccess && t.Lifecycle.Hook != HookMain && !t.Lifecycle.Sidecar {
+		// A lifecycle task that is no sidecar runs to completion, as
+		// Nomad's: its successful exit is its end, not a failure to
+		// restart, whatever the job's type.
+		x := *r
+		x.OnSuccess = false
+		t.Spec.Restart = &x
 	}
 	g.Tasks = append(g.Tasks, t)
 	return t
@@ -167,7 +188,7 @@ func (p *parser) config(c *hclsyntax.Block, name string, spec *fsm.Spec) (hasCom
 	for _, nb := range c.Body.Blocks {
 		p.warnf(nb.TypeRange, "Unsupported block", "tether ignores the %q block in the config of task %q.", nb.Type, name)
 	}
-	for _, a := range p.attrs(c.Body, fmt.Sprintf("the config of task %q", name), "command", "args", "cap_add", "cap_drop", "work_dir", "pid_mode", "ipc_mode", "oom_score_adj") {
+	for _, a := range p.attrs(c.Body, fmt.Sprintf("the config of task %q", name), "command", "args", "cap_add", "cap_drop", "work_dir", "pid_mode", "ipc_mode", "oom_score_adj", "seccomp") {
 		switch a.Name {
 		case "command":
 			hasCommand = true
@@ -187,6 +208,15 @@ func (p *parser) config(c *hclsyntax.Block, name string, spec *fsm.Spec) (hasCom
 			spec.PIDMode = p.mode(a)
 		case "ipc_mode":
 			spec.IPCMode = p.mode(a)
+		case "seccomp":
+			if v, ok := p.lit(a); ok {
+				switch {
+				case v == fsm.SeccompDefault, v == fsm.SeccompUnconfined, filepath.IsAbs(v):
+					spec.Seccomp = v
+				default:
+					p.errorf(a.Expr.Range(), "Bad seccomp", `seccomp is %q; use "default", "unconfined" or the absolute path of a Docker/OCI profile (anything but "default" needs the operator's --allow-seccomp).`, v)
+				}
+			}
 		case "oom_score_adj":
 			if v, ok := p.int(a); ok {
 				if v < -1000 || v > 1000 {
@@ -199,6 +229,25 @@ func (p *parser) config(c *hclsyntax.Block, name string, spec *fsm.Spec) (hasCom
 	return hasCommand
 }
 
+// networkMode sets the task's spec's network from its own network block,
+// else its group's (Nomad's place for it); "none" for a raw_exec task,
+// which shares the host's network whatever it says, is refused.
+func (t *Task) networkMode() {
+	n := t.Network
+	if n == nil && t.Group != nil {
+		n = t.Group.Network
+	}
+	if n == nil || n.Mode != NetworkNone {
+		return
+	}
+	if t.Driver == "raw_exec" {
+		t.Refusals = append(t.Refusals, Refusal{What: `network mode "none" for a raw_exec task`,
+			Why: `raw_exec shares the host's network; use driver = "exec" for a task with loopback alone, or mode = "host"`, Range: n.Range})
+		return
+	}
+	t.Spec.Network = fsm.NetworkNone
+}
+
 // mode reads pid_mode or ipc_mode: "host", or unset for the task's own.
 func (p *parser) mode(a *hclsyntax.Attribute) string {
 	v, ok := p.lit(a)
@@ -209,8 +258,18 @@ func (p *parser) mode(a *hclsyntax.Attribute) string {
 }
 
 // resources reads a resources block, with Nomad's names and units.
+// zeroMeans says why a resource of 0 is refused.
+var zeroMeans = map[string]string{
+	"memory":     "is below Nomad's minimum of 10 MB",
+	"memory_max": "is below memory (memory_max is the hard limit when memory is the soft one)",
+	"cpu":        "is below Nomad's minimum of 1 MHz",
+	"cores":      "would pin the task to no CPU",
+	"pids":       "would let the task run no process",
+}
+
 func (p *parser) resources(c *hclsyntax.Block, t *Task) fsm.Resources {
 	var r fsm.Resources
+	errsBefore := len(p.diags.Errs())
 	p.noLabels(c)
 	for _, nb := range c.Body.Blocks {
 		switch nb.Type {
@@ -238,8 +297,14 @@ func (p *parser) resources(c *hclsyntax.Block, t *Task) fsm.Resources {
 		if !ok {
 			continue
 		}
-		if v < 0 {
+		switch {
+		case v < 0:
 			p.errorf(a.Expr.Range(), "Bad "+a.Name, "%s must not be negative.", a.Name)
+		case v == 0:
+			// Nomad refuses a memory of 0 (its minimum is 10 MB) and a
+			// cpu of 0 (its minimum is 1 MHz); tether refuses every
+			// explicit 0 alike: an unset attribute is no limit.
+			p.errorf(a.Expr.Range(), "Bad "+a.Name, "%s = 0 %s; leave %s out for no limit.", a.Name, zeroMeans[a.Name], a.Name)
 		}
 		switch a.Name {
 		case "memory":
@@ -256,6 +321,16 @@ func (p *parser) resources(c *hclsyntax.Block, t *Task) fsm.Resources {
 	}
 	if r.MemoryMaxMB > 0 && r.MemoryMB > r.MemoryMaxMB {
 		p.errorf(c.TypeRange, "Bad resources", "memory (%d MB) is above memory_max (%d MB) in task %q.", r.MemoryMB, r.MemoryMaxMB, t.Name)
+	}
+	if r.CPU > 0 && r.Cores > 0 {
+		p.errorf(c.TypeRange, "Bad resources", "Task %q can only ask for cpu or cores, not both: cores pins it to whole CPUs, cpu is a share of them.", t.Name)
+	}
+	if len(p.diags.Errs()) == errsBefore {
+		// The values' other rules (Nomad's minimum memory, the kernel's
+		// ranges: fsm.Spec.Validate's), said where the block is.
+		if err := (&fsm.Spec{Driver: "exec", Command: "x", Resources: r}).Validate(); err != nil {
+			p.errorf(c.TypeRange, "Bad resources", "%s.", strings.TrimPrefix(err.Error(), fsm.ErrInvalidSpec.Error()+": "))
+		}
 	}
 	return r
 }
@@ -408,7 +483,7 @@ func (p *parser) template(c *hclsyntax.Block) (template.Template, bool) {
 				if err != nil {
 					p.errorf(a.Expr.Range(), "Bad change_signal", "%v.", err)
 				}
-				t.ChangeSignal = sig
+				t.ChangeSignal = int(sig)
 			}
 		case "left_delimiter":
 			t.LeftDelim, _ = p.lit(a)
@@ -430,7 +505,7 @@ func (p *parser) template(c *hclsyntax.Block) (template.Template, bool) {
 			p.warnf(b.TypeRange, "Unsupported block", "tether ignores the %q block in a template block.", b.Type)
 		}
 	}
-	if err := (template.Template{Source: t.Source, Data: t.Data, Destination: t.Destination, ChangeMode: t.ChangeMode, ChangeSignal: t.ChangeSignal, Perms: t.Perms}).Check(); err != nil {
+	if err := template.Check(t); err != nil {
 		p.errorf(c.TypeRange, "Bad template block", "%v.", err)
 		return t, false
 	}

@@ -95,25 +95,16 @@ type Group struct {
 	Range    hcl.Range
 }
 
-// Hook is a task's lifecycle hook.
-type Hook uint8
+// Hook is a task's lifecycle hook (fsm.Hook: the spec records it).
+type Hook = fsm.Hook
 
 // Nomad's lifecycle hooks; HookMain is a task without one.
 const (
-	HookMain Hook = iota
-	HookPrestart
-	HookPoststart
-	HookPoststop
+	HookMain      = fsm.HookMain
+	HookPrestart  = fsm.HookPrestart
+	HookPoststart = fsm.HookPoststart
+	HookPoststop  = fsm.HookPoststop
 )
-
-var hookNames = [...]string{"main", "prestart", "poststart", "poststop"}
-
-func (h Hook) String() string {
-	if int(h) < len(hookNames) {
-		return hookNames[h]
-	}
-	return "Hook(" + strconv.Itoa(int(h)) + ")"
-}
 
 // Lifecycle is a task's lifecycle block.
 type Lifecycle struct {

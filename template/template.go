@@ -14,40 +14,29 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/taskdir"
 )
 
-// ChangeMode is what happens to the task when a rendered template changes.
-type ChangeMode uint8
+// ChangeMode is what happens to the task when a rendered template changes
+// (fsm.ChangeMode: the spec records it).
+type ChangeMode = fsm.ChangeMode
 
 // Nomad's change modes.
 const (
-	// ChangeRestart restarts the task (Nomad's default).
-	ChangeRestart ChangeMode = iota
-	// ChangeSignal sends the task the template's change_signal.
-	ChangeSignal
-	// ChangeNoop does nothing: the file changed, the task reads it when it
-	// wants.
-	ChangeNoop
+	ChangeRestart = fsm.ChangeRestart // restart the task (Nomad's default)
+	ChangeSignal  = fsm.ChangeSignal  // send it the template's change_signal
+	ChangeNoop    = fsm.ChangeNoop    // nothing: the task reads the file when it wants
 	// ChangeScript runs change_script inside the task (Nomad 1.5); parsed,
 	// reported, not run by this package.
-	ChangeScript
+	ChangeScript = fsm.ChangeScript
 )
-
-var changeModeNames = [...]string{"restart", "signal", "noop", "script"}
-
-func (m ChangeMode) String() string {
-	if int(m) < len(changeModeNames) {
-		return changeModeNames[m]
-	}
-	return "ChangeMode(" + strconv.Itoa(int(m)) + ")"
-}
 
 // ParseChangeMode reads a change_mode value.
 func ParseChangeMode(s string) (ChangeMode, error) {
-	for i, n := range changeModeNames {
-		if s == n {
-			return ChangeMode(i), nil
+	for m := ChangeRestart; m.Valid(); m++ {
+		if s == m.String() {
+			return m, nil
 		}
 	}
 	return 0, fmt.Errorf("%w: change_mode %q: use \"restart\", \"signal\", \"noop\" or \"script\"", ErrBadTemplate, s)
@@ -61,53 +50,15 @@ const DefaultPerms os.FileMode = 0o644
 // output.
 const DefaultMaxBytes = 16 << 20
 
-// Template is one template block, its run-time values interpolated.
-type Template struct {
-	// Source is a host path to read the template from (relative: to the
-	// task directory); Data is the template itself. Exactly one is set.
-	Source string
-	Data   string
-	// Destination is where the output goes, as the task names it:
-	// relative to its working directory, or an absolute path it sees.
-	Destination string
-	// Perms are the output's permissions (0: DefaultPerms).
-	Perms os.FileMode
-	// UID and GID own the output; nil takes the renderer's Owner.
-	UID, GID *int
-	// Env: the output's KEY=VALUE lines are the task's environment too.
-	Env bool
-	// ChangeMode and ChangeSignal say what a change of the output does.
-	ChangeMode   ChangeMode
-	ChangeSignal syscall.Signal
-	// LeftDelim and RightDelim replace {{ and }} when set.
-	LeftDelim, RightDelim string
-	// ErrMissingKey makes a missing map key an error instead of "<no value>".
-	ErrMissingKey bool
-}
-
-// Name is how an error names the template: its source or its destination.
-func (t Template) Name() string {
-	if t.Source != "" {
-		return fmt.Sprintf("template %s -> %s", t.Source, t.Destination)
-	}
-	return "template -> " + t.Destination
-}
+// Template is one template block, its run-time values interpolated
+// (fsm.Template: the spec records it).
+type Template = fsm.Template
 
 // Check validates what needs no host: exactly one of data and source, a
-// destination, delimiters and a signal when the mode is signal.
-func (t Template) Check() error {
-	switch {
-	case t.Source == "" && t.Data == "":
-		return fmt.Errorf("%w: %s has neither data nor source", ErrBadTemplate, t.Name())
-	case t.Source != "" && t.Data != "":
-		return fmt.Errorf("%w: %s has both data and source: keep one", ErrBadTemplate, t.Name())
-	case t.Destination == "":
-		return fmt.Errorf("%w: %s has no destination", ErrBadTemplate, t.Name())
-	case t.ChangeMode == ChangeSignal && t.ChangeSignal == 0:
-		return fmt.Errorf("%w: %s has change_mode \"signal\" but no change_signal", ErrBadTemplate, t.Name())
-	}
-	if t.Perms&^os.ModePerm != 0 {
-		return fmt.Errorf("%w: %s: perms %o: use permission bits only (e.g. \"644\")", ErrBadTemplate, t.Name(), uint32(t.Perms))
+// destination, a signal when the mode is signal (an ErrBadTemplate).
+func Check(t Template) error {
+	if err := t.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadTemplate, err)
 	}
 	return nil
 }
@@ -178,7 +129,7 @@ func (r *Renderer) read(p string) ([]byte, string, error) {
 // Execute renders t to bytes without writing anything, and returns the
 // host paths it read.
 func (r *Renderer) Execute(ctx context.Context, t Template) ([]byte, []string, error) {
-	if err := t.Check(); err != nil {
+	if err := Check(t); err != nil {
 		return nil, nil, err
 	}
 	if err := ctx.Err(); err != nil {

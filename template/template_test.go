@@ -232,7 +232,7 @@ func TestWatcher_SourceChange(t *testing.T) {
 	dep := filepath.Join(r.Layout.AllocDir, "value")
 	os.WriteFile(dep, []byte("a"), 0o644)
 	ts := []Template{
-		{Source: "local/app.tpl", Destination: "local/app.conf", ChangeMode: ChangeSignal, ChangeSignal: syscall.SIGHUP},
+		{Source: "local/app.tpl", Destination: "local/app.conf", ChangeMode: ChangeSignal, ChangeSignal: int(syscall.SIGHUP)},
 		{Data: `{{ file "../alloc/value" }}`, Destination: "local/value", ChangeMode: ChangeRestart},
 		{Data: "static", Destination: "local/static", ChangeMode: ChangeNoop},
 	}
@@ -297,7 +297,7 @@ func TestTemplate_Check(t *testing.T) {
 		{Data: "a"},
 		{Data: "a", Destination: "x", ChangeMode: ChangeSignal},
 	} {
-		if err := tm.Check(); !errors.Is(err, ErrBadTemplate) {
+		if err := Check(tm); !errors.Is(err, ErrBadTemplate) {
 			t.Errorf("%+v: %v", tm, err)
 		}
 	}

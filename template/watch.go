@@ -131,5 +131,5 @@ func (w *Watcher) rerender(ctx context.Context, i int) *Change {
 	if !res.Changed {
 		return nil
 	}
-	return &Change{Index: i, Template: t, Result: res, Mode: t.ChangeMode, Signal: t.ChangeSignal}
+	return &Change{Index: i, Template: t, Result: res, Mode: t.ChangeMode, Signal: syscall.Signal(t.ChangeSignal)}
 }

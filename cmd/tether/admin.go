@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -14,7 +15,9 @@ import (
 	"github.com/tether-fsm/tether/agent"
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/driver"
+	"github.com/tether-fsm/tether/executor/server"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/clikit"
 )
 
 func (c *cli) cmdStop(args []string) int {
@@ -49,6 +52,9 @@ func (c *cli) cmdStop(args []string) int {
 		return code
 	}
 	defer c.closeSession(s)
+	if a := info.Spec.Alloc; a != nil && !c.groupOver(ctx, s, info) {
+		return c.stopGroup(ctx, s, info, sig, *timeout, sigs)
+	}
 	if info.State.Terminal() {
 		fmt.Fprintf(c.stderr, "tether: %s is already %s\n", info.ID, describeEnd(info.Task))
 		return exitOK
@@ -82,11 +88,28 @@ func (c *cli) cmdRecover(args []string) int {
 	if err != nil {
 		return c.fail(err)
 	}
+	// One recovery of the state directory at a time: a second one waits
+	// for the first (and says so), then reconciles what is left.
+	other := "" // the recovery this one waited for
+	release, err := driver.LockRecovery(ctx, c.stateDir, func(holder int) {
+		other = describeProcess(holder)
+		fmt.Fprintf(c.stderr, "tether: %s is recovering this state directory; waiting for it to finish\n", other)
+	})
+	if err != nil {
+		c.closeSession(s)
+		return c.fail(err)
+	}
 	rep, rerr := s.svc.Recover(ctx)
+	c.resumeGroups(ctx, s)
+	release()
 	c.closeSession(s)
 	if len(rep.Tasks) == 0 {
 		if rerr != nil {
 			return c.fail(rerr)
+		}
+		if other != "" {
+			fmt.Fprintf(c.stdout, "no live tasks left: %s recovered them ('tether status --all' and 'tether events ID' show what it did)\n", other)
+			return exitOK
 		}
 		fmt.Fprintln(c.stdout, "no live tasks; nothing to recover")
 		return exitOK
@@ -98,7 +121,7 @@ func (c *cli) cmdRecover(args []string) int {
 		if t.Err != nil {
 			action += fmt.Sprintf(" (error: %v)", t.Err)
 		}
-		fmt.Fprintf(tw, "%s\t%s -> %s\t%s\n", t.ID, t.From, t.To, printable(action))
+		fmt.Fprintf(tw, "%s\t%s -> %s\t%s\n", t.ID, t.From, t.To, clikit.Printable(action))
 	}
 	if err := tw.Flush(); err != nil {
 		return c.fail(err)
@@ -172,7 +195,7 @@ func (c *cli) cmdCheck(args []string) int {
 		return c.fail(fmt.Errorf("check could not finish: %w", err))
 	}
 	for _, line := range strings.Split(rep.String(), "\n") {
-		fmt.Fprintln(c.stdout, printable(line))
+		fmt.Fprintln(c.stdout, clikit.Printable(line))
 	}
 	if !rep.OK() {
 		c.errorf("the store %s is damaged: %d problems (above)", path, len(rep.Problems))
@@ -183,34 +206,41 @@ func (c *cli) cmdCheck(args []string) int {
 }
 
 // salvage is check --salvage: the way out of a damaged store that keeps
-// the running tasks under control (agent.Local.Salvage).
+// the running tasks under control (agent.Local.Salvage: driver.SalvageStore
+// under the store's lock from its read to its install, so that nothing
+// another command appended meanwhile is left behind in the damaged file).
+// It exits 1 when anything it reports was not fully done.
 func (c *cli) salvage(ctx context.Context, s *session) int {
 	rep, err := s.svc.Salvage(ctx)
-	if err != nil {
-		return c.fail(err)
-	}
-	fmt.Fprintf(c.stdout, "copied %d tasks into a new store", rep.Copied)
-	if rep.HeadsRebuilt > 0 {
-		fmt.Fprintf(c.stdout, " (%d with a rebuilt head)", rep.HeadsRebuilt)
-	}
-	fmt.Fprintln(c.stdout)
-	for _, d := range rep.Damage {
-		fmt.Fprintf(c.stdout, "damage not attributable to one task: %s\n", printable(d))
-	}
-	code := exitOK
-	for _, l := range rep.Lost {
-		fmt.Fprintf(c.stdout, "lost task %s (%s): %s\n  why: %s\n", printable(l.ID), l.State, l.What, printable(l.Why))
-		if !l.Settled {
-			code = exitError
+	if rep.Copied > 0 || err == nil {
+		fmt.Fprintf(c.stdout, "copied %d tasks into a new store", rep.Copied)
+		if rep.HeadsRebuilt > 0 {
+			fmt.Fprintf(c.stdout, " (%d with a rebuilt head)", rep.HeadsRebuilt)
 		}
+		fmt.Fprintln(c.stdout)
 	}
-	if !rep.Installed {
-		c.errorf("putting the salvaged store in place: %s", rep.InstallErr)
-		fmt.Fprintf(c.stderr, "  the salvaged store is %s; the damaged one is still %s\n", rep.Dst, c.dbPath())
+	for _, d := range rep.Damage {
+		fmt.Fprintf(c.stdout, "damage not attributable to one task (tasks it held may be missing from every list): %s\n", clikit.Printable(d))
+	}
+	for _, l := range rep.Lost {
+		fmt.Fprintf(c.stdout, "lost task %s (%s): %s\n  why: %s\n", clikit.Printable(l.ID), l.State, l.What, clikit.Printable(l.Why))
+	}
+	if err != nil {
+		c.errorf("salvage: %v", err)
+		if rep.Killed {
+			fmt.Fprintf(c.stderr, "  the damaged store is still %s; the kills above are done\n", c.dbPath())
+		}
 		return exitError
 	}
 	fmt.Fprintf(c.stdout, "the salvaged store is in place; the damaged one is kept as %s\n", rep.Aside)
-	return code
+	for _, w := range rep.Warnings {
+		c.errorf("%s", w)
+	}
+	if !rep.Done {
+		c.errorf("the salvage is not complete: see above")
+		return exitError
+	}
+	return exitOK
 }
 
 func (c *cli) cmdGC(args []string) int {
@@ -247,6 +277,9 @@ func (c *cli) cmdGC(args []string) int {
 	if len(rep.Orphans) > 0 {
 		fmt.Fprintf(c.stdout, "removed %d task directories the store does not know: %s\n", len(rep.Orphans), strings.Join(rep.Orphans, ", "))
 	}
+	if len(rep.Allocs) > 0 {
+		fmt.Fprintf(c.stdout, "removed %d group directories (allocs/) no task in the store has: %s\n", len(rep.Allocs), strings.Join(rep.Allocs, ", "))
+	}
 	if len(rep.Removed) == 0 {
 		fmt.Fprintln(c.stdout, "no ended tasks to remove")
 	} else {
@@ -277,6 +310,10 @@ func (c *cli) cmdDebug(args []string) int {
 			return c.fail(err)
 		}
 		fmt.Fprint(c.stdout, h.String())
+		fmt.Fprintln(c.stdout, "exec sandbox:")
+		for _, l := range server.HostFeatures() {
+			fmt.Fprintf(c.stdout, "  %s\n", l)
+		}
 		return exitOK
 	default:
 		c.errorf("debug: use 'tether debug crashpoints', 'tether debug faultpoints' or 'tether debug host'")
@@ -290,4 +327,26 @@ func (c *cli) cmdDebug(args []string) int {
 		fmt.Fprintln(c.stdout, p)
 	}
 	return exitOK
+}
+
+// describeProcess names a process for a message: "process 1234 (tether
+// recover)", from its command line, or "another process" when its pid is
+// not known.
+func describeProcess(pid int) string {
+	if pid <= 0 {
+		return "another process"
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || len(b) == 0 {
+		return fmt.Sprintf("process %d", pid)
+	}
+	args := strings.Fields(strings.ReplaceAll(string(b), "\x00", " "))
+	if len(args) > 0 {
+		args[0] = filepath.Base(args[0])
+	}
+	cmdline := strings.Join(args, " ")
+	if len(cmdline) > 80 {
+		cmdline = cmdline[:77] + "..."
+	}
+	return fmt.Sprintf("process %d (%s)", pid, clikit.Printable(cmdline))
 }

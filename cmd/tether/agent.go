@@ -15,6 +15,7 @@ import (
 	"github.com/tether-fsm/tether/agent"
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/clikit"
 	"github.com/tether-fsm/tether/taskfile"
 )
 
@@ -60,7 +61,8 @@ func (c *cli) cmdAgent(args []string) int {
 	a, err := agent.Open(agent.Config{
 		StateDir: c.stateDir, ConfigDir: *configDir, Parse: c.parseTasks,
 		Logger: c.log.Named("agent"), ExecutorCommand: cmd, AllowedCaps: c.allowedCaps, ChrootEnv: c.chroot,
-		StoreOptions: c.storeOptions(), Hooks: hooks, DriverHooks: dhooks,
+		AllowSeccomp: c.allowSeccomp, AllowMissing: c.allowMissing, AllowRead: c.allowRead,
+		ReleasePorts: c.releasePorts, StoreOptions: c.storeOptions(), Hooks: hooks, DriverHooks: dhooks,
 	})
 	if err != nil {
 		var re *agent.RunningError
@@ -159,7 +161,7 @@ func (c *cli) cmdEnable(args []string) int {
 		return exitUsage
 	}
 	file := fs.Arg(0)
-	spec, _, ok := c.readTaskFile(file, *task)
+	spec, ok := c.readTaskFile(file, *task)
 	if !ok {
 		return exitError
 	}
@@ -175,12 +177,12 @@ func (c *cli) cmdEnable(args []string) int {
 		return c.fail(err)
 	}
 	if s.local != nil {
-		fmt.Fprintf(c.stdout, "enabled %s\n", printable(e.Name))
-		c.errorf("no agent serves %s: %s starts when one does (tether agent)", c.stateDir, printable(e.Name))
+		fmt.Fprintf(c.stdout, "enabled %s\n", clikit.Printable(e.Name))
+		c.errorf("no agent serves %s: %s starts when one does (tether agent)", c.stateDir, clikit.Printable(e.Name))
 		return exitOK
 	}
 	e = c.awaitEntry(ctx, svc, e.Name, func(e agent.Entry, ok bool) bool { return ok && !e.Pending })
-	fmt.Fprintf(c.stdout, "enabled %s\n", printable(e.Name))
+	fmt.Fprintf(c.stdout, "enabled %s\n", clikit.Printable(e.Name))
 	c.describeEntry(e)
 	return exitOK
 }
@@ -209,9 +211,9 @@ func (c *cli) cmdDisable(args []string) int {
 	if s.agent != nil {
 		c.awaitEntry(ctx, svc, e.Name, func(_ agent.Entry, ok bool) bool { return !ok })
 	}
-	fmt.Fprintf(c.stdout, "disabled %s\n", printable(e.Name))
+	fmt.Fprintf(c.stdout, "disabled %s\n", clikit.Printable(e.Name))
 	if e.Task != "" {
-		c.errorf("%s: task %s stopped", printable(e.Name), e.Task)
+		c.errorf("%s: task %s stopped", clikit.Printable(e.Name), e.Task)
 	}
 	return exitOK
 }
@@ -228,7 +230,7 @@ func (c *cli) awaitEntry(ctx context.Context, svc agent.Service, name string, do
 		return done(e, ok)
 	})
 	if err != nil {
-		c.errorf("warning: following %s: %v", printable(name), err)
+		c.errorf("warning: following %s: %v", clikit.Printable(name), err)
 	}
 	return last
 }
@@ -237,11 +239,11 @@ func (c *cli) awaitEntry(ctx context.Context, svc agent.Service, name string, do
 func (c *cli) describeEntry(e agent.Entry) {
 	switch {
 	case e.Problem != "":
-		c.errorf("%s: %s", printable(e.Name), printable(e.Problem))
+		c.errorf("%s: %s", clikit.Printable(e.Name), clikit.Printable(e.Problem))
 	case e.Settled:
-		c.errorf("%s: task %s %s, not restarted: %s", printable(e.Name), e.Task, e.State, printable(e.Reason))
+		c.errorf("%s: task %s %s, not restarted: %s", clikit.Printable(e.Name), e.Task, e.State, clikit.Printable(e.Reason))
 	case e.Task != "":
-		c.errorf("%s: task %s %s", printable(e.Name), e.Task, e.State)
+		c.errorf("%s: task %s %s", clikit.Printable(e.Name), e.Task, e.State)
 	}
 }
 
@@ -276,7 +278,7 @@ func (c *cli) restartDesired(ctx context.Context, s *session, name string, old d
 	}
 	if opts.verbose {
 		if t, err := s.svc.InspectTask(ctx, old.ID); err == nil {
-			fmt.Fprintf(c.stderr, "tether: %s: %s; started again as %s (desired task %s)\n", old.ID, describeEnd(t.Task), e.Task, printable(name))
+			fmt.Fprintf(c.stderr, "tether: %s: %s; started again as %s (desired task %s)\n", old.ID, describeEnd(t.Task), e.Task, clikit.Printable(name))
 		}
 	}
 	return c.awaitDesired(ctx, s, e, c.minUptime(opts), sigs)
@@ -319,4 +321,38 @@ func (c *cli) awaitDesired(ctx context.Context, s *session, e agent.Entry, min t
 		return c.fail(err)
 	}
 	return c.started(ctx, s, info.Task, min, sigs)
+}
+
+// readTaskFile reads the task of a task file that enable registers (task
+// picks one of several), its spec as the agent starts it: the file's
+// static spec, with no allocation (a desired task runs alone).
+func (c *cli) readTaskFile(file, task string) (fsm.Spec, bool) {
+	src, err := os.ReadFile(file)
+	if err != nil {
+		c.errorf("%v", err)
+		return fsm.Spec{}, false
+	}
+	tf, diags := taskfile.Parse(file, src, taskfile.Options{})
+	for _, d := range diags {
+		fmt.Fprintln(c.stderr, taskfile.FormatDiag(d))
+	}
+	if diags.HasErrors() {
+		c.errorf("%s is not a valid task file; fix the errors above", file)
+		return fsm.Spec{}, false
+	}
+	for _, n := range tf.Notices {
+		fmt.Fprintf(c.stderr, "%s: %s\n", file, n)
+	}
+	t, err := tf.Find(task)
+	if err != nil {
+		c.errorf("%v", err)
+		return fsm.Spec{}, false
+	}
+	spec, err := t.StaticSpec()
+	if err != nil {
+		c.errorf("%v", err)
+		return fsm.Spec{}, false
+	}
+	spec.Name = tf.Name(t)
+	return spec, true
 }

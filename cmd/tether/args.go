@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/tether-fsm/tether/internal/clikit"
 	"github.com/tether-fsm/tether/taskfile"
 )
 
@@ -74,5 +75,5 @@ func execLine(pos []string, _ string, _ bool) bool { return len(pos) >= 1 }
 // that is neither executable nor a task file.
 func dataFileError(name, arg string) string {
 	return fmt.Sprintf("%s is not a task file (not .hcl or .nomad, and no task or job block in it) and not executable\n"+
-		"  give a task file, or run it as a command with: tether %s -- %s", printable(arg), name, printable(arg))
+		"  give a task file, or run it as a command with: tether %s -- %s", clikit.Printable(arg), name, clikit.Printable(arg))
 }

@@ -75,52 +75,6 @@ func TestStateDir_Precedence(t *testing.T) {
 	}
 }
 
-func TestNaturalCompare_RunsOfDigitsAsNumbers(t *testing.T) {
-	in := []string{"svc10", "svc2", "svc1", "web", "svc11", "svc01", "a", "svc", "svc2b", "svc2a"}
-	slices.SortFunc(in, naturalCompare)
-	want := []string{"a", "svc", "svc1", "svc01", "svc2", "svc2a", "svc2b", "svc10", "svc11", "web"}
-	if !slices.Equal(in, want) {
-		t.Fatalf("sorted %v, want %v", in, want)
-	}
-}
-
-func TestParseDuration_BareNumberRefusedWithTheUnitMeant(t *testing.T) {
-	for in, want := range map[string]string{"5": "did you mean 5s?", "2.5": "did you mean 2.5s?", "ten": "not a duration", "-1s": "must not be negative"} {
-		if _, err := parseDuration(in); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("parseDuration(%q) = %v, want an error saying %q", in, err, want)
-		}
-	}
-	for in, want := range map[string]time.Duration{"0": 0, "5s": 5 * time.Second, "1m30s": 90 * time.Second, "7d": 7 * 24 * time.Hour, "1.5d": 36 * time.Hour} {
-		if got, err := parseDuration(in); err != nil || got != want {
-			t.Errorf("parseDuration(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-}
-
-func TestClosest_SuggestsWhatWasMeant(t *testing.T) {
-	names := []string{"run", "start", "restart", "status", "ps", "stats", "stop", "logs", "events"}
-	for typed, want := range map[string]string{"stauts": "status", "rn": "run", "stp": "stop", "evnets": "events", "restar": "restart", "frobnicate": "", "x": ""} {
-		if got := closest(typed, names); got != want {
-			t.Errorf("closest(%q) = %q, want %q", typed, got, want)
-		}
-	}
-}
-
-func TestUserText_DropsPackagePrefixes(t *testing.T) {
-	for in, want := range map[string]string{
-		"fsm: invalid task spec: executor: capability not allowed: net_raw":       "invalid task spec: capability not allowed: net_raw",
-		`task "x" (running): driver: executor is gone: executor: process is gone`: `task "x" (running): executor is gone: process is gone`,
-		"store: locked (driver: busy); cgroup: no controller":                     "locked (busy); no controller",
-		"the task's output says store: nothing, and that stays":                   "the task's output says store: nothing, and that stays",
-		"statedir: unusable state directory: /s has mode -rwxr-xr-x":              "unusable state directory: /s has mode -rwxr-xr-x",
-		`taskfile: no such task: web.hcl has no task "x"`:                         `no such task: web.hcl has no task "x"`,
-	} {
-		if got := userText(in); got != want {
-			t.Errorf("userText(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestParseAnywhere_FlagsAroundArgumentsUpToTheCommandLine(t *testing.T) {
 	c := &cli{stdout: io.Discard, stderr: io.Discard, logLevel: "warn", lockTimeout: time.Second}
 	for _, tc := range []struct {
@@ -146,12 +100,12 @@ func TestParseAnywhere_FlagsAroundArgumentsUpToTheCommandLine(t *testing.T) {
 		fs.BoolP("tty", "t", false, "")
 		fs.String("env", "", "")
 		fs.String("name", "", "")
-		if err := fs.parseAnywhere(tc.args); err != nil {
+		if err := fs.ParseAnywhere(tc.args); err != nil {
 			t.Errorf("%s %v: %v", tc.cmd, tc.args, err)
 			continue
 		}
-		if got := fs.Lookup(tc.flag).Value.String(); !slices.Equal(fs.pos, tc.pos) || !slices.Equal(fs.line, tc.line) || got != tc.want {
-			t.Errorf("%s %v: positionals %q, line %q, --%s %q; want %q, %q, %q", tc.cmd, tc.args, fs.pos, fs.line, tc.flag, got, tc.pos, tc.line, tc.want)
+		if got := fs.Lookup(tc.flag).Value.String(); !slices.Equal(fs.Args(), tc.pos) || !slices.Equal(fs.CommandLine(), tc.line) || got != tc.want {
+			t.Errorf("%s %v: positionals %q, line %q, --%s %q; want %q, %q, %q", tc.cmd, tc.args, fs.Args(), fs.CommandLine(), tc.flag, got, tc.pos, tc.line, tc.want)
 		}
 	}
 }

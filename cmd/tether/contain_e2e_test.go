@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -37,6 +39,26 @@ func containHelper(args []string) int {
 			mem[i] = 1
 		}
 		fmt.Println("survived")
+		return 0
+	case "alloc-child":
+		// alloc-child MB MARKER: a child allocates MB (and is OOM killed
+		// under a smaller limit); the main process waits for it and exits
+		// 0 whatever became of it.
+		c := exec.Command(os.Args[0], containHelperArg, "alloc", args[1], args[len(args)-1])
+		c.Stdout, c.Stderr = os.Stdout, os.Stderr
+		err := c.Run()
+		fmt.Println("child:", err)
+		return 0
+	case "note-exit":
+		// note-exit FIFO FILE MARKER: read FIFO to its end, then write the
+		// time now (Unix ns) to FILE and exit 0: the task's own record of
+		// when it ended.
+		if _, err := os.ReadFile(args[1]); err != nil {
+			return 2
+		}
+		if err := os.WriteFile(args[2], []byte(strconv.FormatInt(time.Now().UnixNano(), 10)), 0o600); err != nil {
+			return 2
+		}
 		return 0
 	case "print":
 		n, _ := strconv.Atoi(args[1])
@@ -135,6 +157,101 @@ func TestRun_OOMKilledTask(t *testing.T) {
 	}
 	if ev := e.must("events", "hog"); !strings.Contains(ev.stdout, "OOM killed") {
 		t.Errorf("events do not say OOM killed:\n%s", ev)
+	}
+}
+
+// TestRun_ChildOOMKilledMainExits0: a task whose child the OOM killer
+// kills while its main process exits 0 has one truth, the main process's:
+// run exits 0 and says on stderr that a process was OOM killed; status
+// and events say exit 0 with the OOM kill. (It exited 137 while the record
+// said exited 0.) run's end summary names the peak memory too.
+func TestRun_ChildOOMKilledMainExits0(t *testing.T) {
+	h := needTaskCgroups(t)
+	if _, why, ok := h.For(cgroup.Memory); !ok {
+		t.Skipf("needs the memory controller: %s", why)
+	}
+	e := newEnv(t)
+	file := containTask(t, e, "parent", "  resources {\n    memory = 64\n  }", "alloc-child", "400")
+	r := e.tether("run", file)
+	if r.code != 0 || !strings.Contains(r.stderr, "exited with code 0, another process of the task OOM killed (memory limit 64 MB)") {
+		t.Fatalf("run of a task whose child is OOM killed and whose main process exits 0: want exit 0 and the OOM kill said\n%s", r)
+	}
+	if !strings.Contains(r.stderr, ", peak memory ") {
+		t.Errorf("run's end summary does not give the peak memory:\n%s", r)
+	}
+	var tasks []taskJSON
+	js := e.must("status", "--all", "--json", "parent")
+	if err := json.Unmarshal([]byte(js.stdout), &tasks); err != nil || len(tasks) != 1 {
+		t.Fatalf("status --json: %v\n%s", err, js)
+	}
+	if !tasks[0].OOMKilled || tasks[0].ExitCode == nil || *tasks[0].ExitCode != 0 || tasks[0].ExitSignal != nil {
+		t.Errorf("status --json: %+v, want exit code 0 with oom_killed", tasks[0])
+	}
+	if ev := e.must("events", "parent"); !strings.Contains(ev.stdout, "exit code 0; another process of the task was OOM killed") {
+		t.Errorf("events do not say exit 0 with another process OOM killed:\n%s", ev)
+	}
+}
+
+// TestEvents_UnwatchedExitStampedWhenItHappened: a task started in the
+// background exits (writing the time first) with nothing watching it;
+// a command that looks at it later (300 ms on: the lateness is the point)
+// records its end stamped with when it happened, within 100 ms of the
+// time the task wrote, and the append time beside it. Before, the end was
+// stamped when a command next looked, and events alone showed it running.
+func TestEvents_UnwatchedExitStampedWhenItHappened(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	note, fifo := filepath.Join(dir, "exited-at"), filepath.Join(dir, "go")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// (A -race helper would sleep a second at exit, after noting the time.)
+	id := strings.TrimSpace(e.must("start", containTask(t, e, "brief", "  env {\n    GORACE = \"atexit_sleep_ms=0\"\n  }", "note-exit", fifo, note)).stdout)
+	st := e.status(id)
+	if len(st) != 1 || st[0].State != "running" || st[0].ExecutorPID == 0 {
+		t.Fatalf("after start: %+v", st)
+	}
+	if err := os.WriteFile(fifo, nil, 0); err != nil { // the task exits now, unwatched
+		t.Fatal(err)
+	}
+	waitExit(t, st[0].ExecutorPID) // it has recorded the exit on disk and ended
+	b, err := os.ReadFile(note)
+	if err != nil {
+		t.Fatalf("the task did not note its exit: %v", err)
+	}
+	ns, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exitedAt := time.Unix(0, ns)
+	<-time.After(time.Until(exitedAt.Add(300 * time.Millisecond))) // a user looks later
+	var evs []struct {
+		Event    string     `json:"event"`
+		Time     time.Time  `json:"time"`
+		Recorded *time.Time `json:"recorded"`
+	}
+	r := e.must("events", "--json", id)
+	if err := json.Unmarshal([]byte(r.stdout), &evs); err != nil {
+		t.Fatalf("events --json: %v\n%s", err, r)
+	}
+	found := false
+	for _, ev := range evs {
+		if ev.Event != "task-exited" {
+			continue
+		}
+		found = true
+		if d := ev.Time.Sub(exitedAt).Abs(); d > 100*time.Millisecond {
+			t.Errorf("task-exited stamped %s, the task exited at %s: %s apart", ev.Time, exitedAt, d)
+		}
+		if ev.Recorded == nil || ev.Recorded.Before(exitedAt.Add(250*time.Millisecond)) {
+			t.Errorf("task-exited's append time %v: want it kept, at least 250 ms after the exit", ev.Recorded)
+		}
+	}
+	if !found {
+		t.Fatalf("events of an ended task have no task-exited:\n%s", r.stdout)
+	}
+	if st := e.status("--all", id); len(st) != 1 || st[0].State != "exited" {
+		t.Errorf("status after events: %+v, want exited", st)
 	}
 }
 

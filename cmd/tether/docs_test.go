@@ -4,85 +4,18 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"regexp"
-	"sort"
-	"strings"
 	"testing"
+
+	"github.com/tether-fsm/tether/cgroup"
+	"github.com/tether-fsm/tether/internal/docfields"
 )
 
-// docFields reads the table of JSON fields under the heading that starts
-// with heading in docs/cli.md: each field and when it is present.
 func docFields(t *testing.T, heading string) map[string]string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot, "docs", "cli.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, after, ok := strings.Cut(string(b), "\n"+heading)
-	if !ok {
-		t.Fatalf("docs/cli.md has no heading %q", heading)
-	}
-	if i := strings.Index(after, "\n#"); i >= 0 {
-		after = after[:i]
-	}
-	row := regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\| [^|]+ \\| ([a-z-]+) \\|")
-	out := map[string]string{}
-	for _, m := range row.FindAllStringSubmatch(after, -1) {
-		out[m[1]] = m[2]
-	}
-	if len(out) == 0 {
-		t.Fatalf("docs/cli.md: no fields under %q", heading)
-	}
-	return out
-}
-
-// checkDocumented holds JSON objects to their table both ways: a field
-// present "always" is in every object, any other in at least one (but for
-// the host-dependent ones, marked "missing"), and every field printed is
-// documented.
-func checkDocumented(t *testing.T, what string, doc map[string]string, objs []map[string]json.RawMessage) {
-	t.Helper()
-	seen := map[string]bool{}
-	for _, o := range objs {
-		for k := range o {
-			seen[k] = true
-			if _, ok := doc[k]; !ok {
-				t.Errorf("%s prints %q, which docs/cli.md does not list", what, k)
-			}
-		}
-		for f, when := range doc {
-			if _, ok := o[f]; when == "always" && !ok {
-				t.Errorf("%s: %q is documented as always present, and is missing from %v", what, f, keys(o))
-			}
-		}
-	}
-	for f, when := range doc {
-		if !seen[f] && when != "missing" {
-			t.Errorf("%s: %q (present: %s) is documented and never printed", what, f, when)
-		}
-	}
-}
-
-func keys(m map[string]json.RawMessage) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	return docfields.Table(t, filepath.Join(repoRoot, "docs", "cli.md"), heading)
 }
 
 func objects(t *testing.T, r result) []map[string]json.RawMessage {
-	t.Helper()
-	var many []map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(r.stdout), &many); err == nil {
-		return many
-	}
-	var one map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(r.stdout), &one); err != nil {
-		t.Fatalf("not JSON: %v\n%s", err, r)
-	}
-	return []map[string]json.RawMessage{one}
+	return docfields.Objects(t, r.stdout)
 }
 
 // TestDocs_JSONFieldsAreDocumented runs tasks in every shape the tables
@@ -113,11 +46,27 @@ func TestDocs_JSONFieldsAreDocumented(t *testing.T) {
 	if r := e.tether("run", again); r.code != 3 {
 		t.Fatalf("run of a task restarted once: want exit 3\n%s", r)
 	}
+	ported := writeFile(t, t.TempDir(), "ported.nomad", `job "ported" {
+  type = "batch"
+  group "g" {
+    network {
+      port "http" {}
+    }
+    task "ported" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/true"
+      }
+    }
+  }
+}
+`)
+	e.must("run", ported)
 	status := objects(t, e.must("status", "--all", "--json"))
-	if len(status) != 6 {
-		t.Fatalf("want 6 tasks: %v", status)
+	if len(status) != 7 {
+		t.Fatalf("want 7 tasks: %v", status)
 	}
-	checkDocumented(t, "status --json", docFields(t, "### `tether status --json"), status)
+	docfields.Check(t, "status --json", docFields(t, "### `tether status --json"), status)
 	var events []map[string]json.RawMessage
 	for _, s := range status {
 		var id string
@@ -138,7 +87,12 @@ func TestDocs_JSONFieldsAreDocumented(t *testing.T) {
 		// (delegated cgroups): the field may be missing.
 		eventDoc["warnings"] = "missing"
 	}
-	checkDocumented(t, "events --json", eventDoc, events)
-	checkDocumented(t, "stats --json", docFields(t, "### `tether stats --json"), objects(t, e.must("stats", "--json", "svc")))
+	if h, err := cgroup.Probe(); err != nil || h.Usable() != nil {
+		eventDoc["peak_memory_bytes"] = "missing" // no task cgroup, no peak
+	} else if _, _, ok := h.For(cgroup.Memory); !ok {
+		eventDoc["peak_memory_bytes"] = "missing"
+	}
+	docfields.Check(t, "events --json", eventDoc, events)
+	docfields.Check(t, "stats --json", docFields(t, "### `tether stats --json"), objects(t, e.must("stats", "--json", "svc")))
 	e.must("stop", "svc")
 }

@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -120,6 +123,19 @@ func helperMain(args []string) int {
 		}
 		fmt.Println("the disk is full; exiting with", n)
 		return n
+	case "serve-http":
+		// A web server on the task's port (09-helloworld's hellov1): it
+		// says which copy of its group it is and where it runs.
+		ln, err := net.Listen("tcp", os.Getenv("NOMAD_ADDR_web"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		wd, _ := os.Getwd()
+		msg := fmt.Sprintf("hello from copy %s in %s\n", os.Getenv("NOMAD_ALLOC_INDEX"), wd)
+		fmt.Println("listening on", ln.Addr())
+		_ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, msg) }))
+		return 1
 	case "fifowrite":
 		if err := os.WriteFile(args[1], []byte("hello through the fifo\n"), 0); err != nil {
 			fmt.Fprintln(os.Stderr, err)

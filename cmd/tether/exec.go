@@ -54,11 +54,13 @@ func drainCopy(dst io.Writer, src *os.File, exited *atomic.Bool) {
 //
 // The command runs in the task's cgroup, as its user with its
 // capabilities, environment and working directory, and for an exec task
-// in its namespaces and root. Without -t it gets this command's stdin,
-// stdout and stderr (a terminal among them is relayed through a pipe, so
-// that nothing in the task holds a descriptor of your terminal); with -t
-// it gets a terminal of its own, opened inside the task, and yours is in
-// raw mode while it runs. Signals that exec gets (SIGINT, SIGTERM, SIGHUP,
+// in its namespaces, root, session keyring and seccomp filter. Without -t
+// its stdin, stdout and stderr are pipes that exec relays to and from its
+// own, whatever they are (a file, a socket, a pipe, a terminal): nothing
+// in the task ever holds a descriptor of yours (which it could reopen
+// through /proc/PID/fd or take with pidfd_getfd); with -t it gets a
+// terminal of its own, opened inside the task, and yours is in raw mode
+// while it runs. Signals that exec gets (SIGINT, SIGTERM, SIGHUP,
 // SIGQUIT) are passed on to the command; with -t, window size changes too.
 // The exit code is the command's (128+signal when a signal killed it),
 // 127 when it does not exist in the task, 126 when it cannot be executed,
@@ -78,7 +80,7 @@ func (c *cli) cmdExec(args []string) int {
 		c.errorf("exec takes a task id or name and a command: tether exec [-t] ID [--] CMD [ARGS...]")
 		return exitUsage
 	}
-	id, rest := fs.Arg(0), fs.line
+	id, rest := fs.Arg(0), fs.CommandLine()
 	if len(rest) == 0 {
 		c.errorf("exec needs a command after the task: tether exec [-t] ID [--] CMD [ARGS...]")
 		return exitUsage
@@ -123,30 +125,19 @@ func (c *cli) execFailed(id string, err error) int {
 // relayed are the signals exec passes on to the command.
 var relayed = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
-// execPlain runs the command on exec's own stdin, stdout and stderr.
+// execPlain runs the command with exec's own stdin, stdout and stderr
+// relayed through pipes (see executor.ExecSpec).
 func (c *cli) execPlain(ctx context.Context, s *session, id string, spec driver.ExecSpec) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, relayed...)
 	defer signal.Stop(sigs)
-	stdio, copies, err := plainStdio()
-	if err != nil {
-		c.errorf("%v", err)
-		return exitStartFail
-	}
-	spec.Stdin, spec.Stdout, spec.Stderr = stdio[0], stdio[1], stdio[2]
+	spec.Stdin, spec.Stdout, spec.Stderr = os.Stdin, c.stdout, c.stderr
 	p, err := s.svc.ExecTask(ctx, id, spec)
-	for _, f := range stdio {
-		if f != os.Stdin && f != os.Stdout && f != os.Stderr {
-			f.Close() // the command has its own copies
-		}
-	}
 	if err != nil {
-		copies.stop()
 		return c.execFailed(id, err)
 	}
 	defer p.Close()
-	x, err := c.waitExec(ctx, p, sigs)
-	copies.wait()
+	x, err := c.waitExec(ctx, p, sigs) // returns once the output is relayed
 	if err != nil {
 		c.errorf("%v", err)
 		return exitStartFail
@@ -174,76 +165,6 @@ func (c *cli) waitExec(ctx context.Context, p *driver.ExecProcess, sigs <-chan o
 				c.errorf("warning: passing %v on to the command: %v", sig, err)
 			}
 		}
-	}
-}
-
-// relay copies between one of exec's descriptors that is a terminal and
-// the pipe the command got instead.
-type relay struct {
-	outs   []*os.File // read ends of the output pipes, closed by stop
-	done   []chan struct{}
-	stdins []*os.File
-	exited atomic.Bool
-}
-
-// plainStdio is what the command gets for stdin, stdout and stderr: exec's
-// own, but a pipe relayed by exec for each that is a terminal (a
-// descriptor of the caller's terminal inside the task would let it type
-// into the caller's shell: TIOCSTI).
-func plainStdio() ([3]*os.File, *relay, error) {
-	own := [3]*os.File{os.Stdin, os.Stdout, os.Stderr}
-	var out [3]*os.File
-	r := &relay{}
-	for i, f := range own {
-		if !isTerminal(f) {
-			out[i] = f
-			continue
-		}
-		pr, pw, err := os.Pipe()
-		if err != nil {
-			r.stop()
-			return out, nil, fmt.Errorf("a pipe for the command's %s: %w", f.Name(), err)
-		}
-		if i == 0 {
-			out[i] = pr
-			r.stdins = append(r.stdins, pw)
-			go func() {
-				_, _ = io.Copy(pw, f)
-				pw.Close()
-			}()
-			continue
-		}
-		out[i] = pw
-		done := make(chan struct{})
-		r.outs, r.done = append(r.outs, pr), append(r.done, done)
-		go func() {
-			defer close(done)
-			drainCopy(f, pr, &r.exited)
-		}()
-	}
-	return out, r, nil
-}
-
-// wait lets the output copies, once the command has exited, reach the end
-// of their pipes or go idle (see drainCopy), then stops them.
-func (r *relay) wait() {
-	r.exited.Store(true)
-	deadline := time.Now().Add(outputDrain)
-	for _, f := range r.outs {
-		_ = f.SetReadDeadline(deadline)
-	}
-	for _, done := range r.done {
-		<-done
-	}
-	r.stop()
-}
-
-func (r *relay) stop() {
-	if r == nil {
-		return
-	}
-	for _, f := range append(r.outs, r.stdins...) {
-		f.Close()
 	}
 }
 

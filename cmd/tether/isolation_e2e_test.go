@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -45,14 +46,15 @@ func isoHelper(args []string) int {
 		return 2
 	}
 	switch args[0] {
-	case "capeff":
+	case "capeff", "seccomp":
 		b, err := os.ReadFile("/proc/self/status")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
+		field := map[string]string{"capeff": "CapEff:", "seccomp": "Seccomp:"}[args[0]]
 		for l := range strings.SplitSeq(string(b), "\n") {
-			if strings.HasPrefix(l, "CapEff:") {
+			if strings.HasPrefix(l, field) {
 				fmt.Println(l)
 			}
 		}
@@ -76,6 +78,49 @@ func isoHelper(args []string) int {
 		}
 	case "sleep":
 		fmt.Println("ok")
+		for {
+			_ = unix.Pause()
+		}
+	case "notify":
+		// PATH MARKER: write "started" to PATH, then block, stdio untouched.
+		if err := os.WriteFile(args[1], []byte("started\n"), 0); err != nil {
+			return 2
+		}
+		for {
+			_ = unix.Pause()
+		}
+	case "fdsteal":
+		// GO READY MARKER: once GO has a line, reach for the descriptors
+		// of every other process in sight (a tether exec command), print
+		// what it got, write READY, block.
+		f, err := os.Open(args[1])
+		if err != nil {
+			return 2
+		}
+		_, _ = bufio.NewReader(f).ReadString('\n')
+		f.Close()
+		var report []string
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == os.Getpid() {
+				continue
+			}
+			for fd := range 3 {
+				p := fmt.Sprintf("/proc/%d/fd/%d", pid, fd)
+				link, _ := os.Readlink(p)
+				w, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+				if err == nil {
+					_, err = w.WriteString("rewritten by the task\n")
+					w.Close()
+				}
+				report = append(report, fmt.Sprintf("fd %d %s write:%v", fd, link, err))
+			}
+		}
+		// On READY itself, one line: the log may not have it yet.
+		if err := os.WriteFile(args[2], []byte(strings.Join(report, ";")+"\n"), 0); err != nil {
+			return 3
+		}
 		for {
 			_ = unix.Pause()
 		}
@@ -230,8 +275,20 @@ func TestRun_AllowCapsEndToEnd(t *testing.T) {
 	if allowed.code != 0 {
 		t.Fatalf("with --allow-caps %s: %s", withNetRaw, allowed)
 	}
-	if got, want := capEff(t, allowed), capMaskOf(t, strings.Split(withNetRaw, ",")...); got != want {
-		t.Errorf("--allow-caps with net_raw: CapEff %016x, want the default set plus net_raw %016x", got, want)
+	if got, want := capEff(t, allowed), capMaskOf(t, "net_raw"); got != want {
+		t.Errorf("--allow-caps with net_raw, nobody: CapEff %016x, want net_raw alone %016x (a non-root task holds what it names)", got, want)
+	}
+	src, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootFile := writeFile(t, t.TempDir(), "root.hcl", strings.Replace(string(src), `driver = "exec"`, "driver = \"exec\"\n  user   = \"root\"", 1))
+	root := e.tether("--chroot-env", chroot, "--allow-caps", withNetRaw, "run", rootFile)
+	if root.code != 0 {
+		t.Fatalf("as root with --allow-caps %s: %s", withNetRaw, root)
+	}
+	if got, want := capEff(t, root), capMaskOf(t, strings.Split(withNetRaw, ",")...); got != want {
+		t.Errorf("--allow-caps with net_raw, root: CapEff %016x, want the default set plus net_raw %016x", got, want)
 	}
 
 	only := execTaskFile(t, e, "only", `    cap_drop = ["all"]
@@ -448,5 +505,124 @@ func TestRun_ShimSetupFailureNamesTheStep(t *testing.T) {
 				t.Errorf("the failed setup left mounts:\n%s", strings.Join(leaked, "\n"))
 			}
 		})
+	}
+}
+
+// TestExec_CallersDescriptorsNeverReachTheTask: `tether exec ID -- CMD <
+// FILE` (with a socket as stdout, a pipe as stderr) hands the command
+// pipes, never the caller's descriptors: a root task with the default
+// capabilities (DAC_OVERRIDE among them), reopening /proc/PID/fd/N of the
+// command for writing, reaches pipes, and the root-owned file is not
+// rewritten. (Before issue 21, only terminals were relayed, and the task
+// rewrote the file through the command's stdin.)
+func TestExec_CallersDescriptorsNeverReachTheTask(t *testing.T) {
+	needExec(t)
+	e := newEnv(t)
+	goPath, goF, _ := fifoRW(t, "go")
+	dir := filepath.Dir(goPath)
+	readyF, readyR := fifoIn(t, dir, "ready")
+	startedF, startedR := fifoIn(t, dir, "started")
+	chroot := execChroot(t, dir+":/fifos")
+	file := execTaskFile(t, e, "thief", "", "fdsteal", "/fifos/go", "/fifos/ready")
+	src, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file = writeFile(t, t.TempDir(), "thief.hcl", strings.Replace(string(src), `driver = "exec"`, "driver = \"exec\"\n  user   = \"root\"", 1))
+	id := strings.TrimSpace(e.must("--chroot-env", chroot, "start", file).stdout)
+
+	victim := writeFile(t, t.TempDir(), "victim.txt", "the original\n")
+	in, err := os.Open(victim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock, peer := os.NewFile(uintptr(sp[0]), "sock"), os.NewFile(uintptr(sp[1]), "peer")
+	defer peer.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := e.command(ctx, nil, "exec", id, "--", inTestbin(t), isoHelperArg, "notify", "/fifos/started", e.dir)
+	var stderr bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, sock, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sock.Close()
+	fifoLine(t, startedF, startedR) // the command runs, its descriptors set
+	if _, err := goF.WriteString("go\n"); err != nil {
+		t.Fatal(err)
+	}
+	out := fifoLine(t, readyF, readyR)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Wait()
+	if b, _ := os.ReadFile(victim); string(b) != "the original\n" {
+		t.Errorf("the task rewrote the caller's file through the exec'd command: %q", b)
+	}
+	n := 0
+	for l := range strings.SplitSeq(out, ";") {
+		f := strings.Fields(l)
+		if len(f) < 3 || f[0] != "fd" {
+			continue
+		}
+		n++
+		if !strings.HasPrefix(f[2], "pipe:") {
+			t.Errorf("the command's descriptor %s is %s, not a pipe (%s)", f[1], f[2], l)
+		}
+	}
+	if n != 3 {
+		t.Errorf("the task saw %d descriptors of the command, want 3:\n%s", n, out)
+	}
+	e.must("stop", id)
+}
+
+// fifoIn makes a FIFO named name in dir (one fifoRW made) and opens it
+// read-write.
+func fifoIn(t *testing.T, dir, name string) (*os.File, *bufio.Reader) {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := unix.Mkfifo(p, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f, bufio.NewReader(f)
+}
+
+// TestRun_SeccompNeedsTheOperator: a task file asking for seccomp =
+// "unconfined" is refused before anything is spawned, the refusal naming
+// --allow-seccomp; allowed by the flag (or TETHER_ALLOW_SECCOMP) it runs
+// without a filter (Seccomp: 0 inside), where the default runs with one
+// (Seccomp: 2).
+func TestRun_SeccompNeedsTheOperator(t *testing.T) {
+	needExec(t)
+	e := newEnv(t)
+	chroot := execChroot(t)
+	unconfined := execTaskFile(t, e, "loose", `    seccomp = "unconfined"`, "seccomp")
+	refused := e.tether("--chroot-env", chroot, "run", "-v", unconfined)
+	if refused.code != exitStartFail || !strings.Contains(refused.stderr, "--allow-seccomp unconfined") {
+		t.Fatalf("want exit %d naming --allow-seccomp unconfined: %s", exitStartFail, refused)
+	}
+	evs := e.events(taskID(t, refused.stderr))
+	if last := evs[len(evs)-1]; last.Event != "config-rejected" || strings.Contains(eventNames(evs), "spawn-intent") {
+		t.Errorf("want a refusal before spawn (config-rejected, no spawn-intent): %s", eventNames(evs))
+	}
+	if r := e.tether("--chroot-env", chroot, "--allow-seccomp", "unconfined", "run", unconfined); r.code != 0 || strings.TrimSpace(r.stdout) != "Seccomp:\t0" {
+		t.Errorf("allowed by --allow-seccomp: %s, want Seccomp 0 inside", r)
+	}
+	if r := e.tetherEnv([]string{"TETHER_ALLOW_SECCOMP=unconfined"}, "--chroot-env", chroot, "run", unconfined); r.code != 0 || strings.TrimSpace(r.stdout) != "Seccomp:\t0" {
+		t.Errorf("allowed by TETHER_ALLOW_SECCOMP: %s, want Seccomp 0 inside", r)
+	}
+	if r := e.tether("--chroot-env", chroot, "run", execTaskFile(t, e, "tight", "", "seccomp")); r.code != 0 || strings.TrimSpace(r.stdout) != "Seccomp:\t2" {
+		t.Errorf("the default: %s, want Seccomp 2 inside", r)
 	}
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/tether-fsm/tether/agent"
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/internal/clikit"
 	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/store"
 )
@@ -53,13 +54,22 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == executorArg {
 		os.Exit(serveExecutor(os.Args[2:]))
 	}
+	c := &cli{stdout: os.Stdout, stderr: os.Stderr}
+	if cmd := fleetCommand(os.Args[1:]); cmd != "" {
+		// tether-fleet's command: handed over with everything this
+		// process was given (tether-fleet closes what it must itself).
+		os.Exit(c.handOver(cmd, os.Args[1:]))
+	}
 	// Nothing this process inherited passes to its executors (and from
 	// them to tasks): see executor.CloseInheritedOnExec.
 	if err := proc.CloseInheritedOnExec(); err != nil {
 		fmt.Fprintf(os.Stderr, "tether: %v\n", err)
 		os.Exit(exitError)
 	}
-	c := &cli{stdout: os.Stdout, stderr: os.Stderr}
+	if len(os.Args) > 1 && os.Args[1] == groupDriverArg {
+		c.logLevel, c.lockTimeout = "info", 10*time.Second
+		os.Exit(c.cmdDriveGroup(os.Args[2:]))
+	}
 	os.Exit(c.main(os.Args[1:]))
 }
 
@@ -80,6 +90,13 @@ type cli struct {
 	noAgent bool
 	// command is the command being run, once its flags are parsed.
 	command command
+	// The seccomp allow list and the sandbox parts exec tasks may run
+	// without (--allow-seccomp, --allow-missing), as given and as lists.
+	allowSeccompFlag, allowMissingFlag string
+	allowSeccomp, allowMissing         []string
+	// allowReadDirs is --allow-read as given; allowRead the directories.
+	allowReadDirs string
+	allowRead     []string
 
 	log   hclog.Logger
 	hooks driver.Hooks
@@ -123,6 +140,7 @@ func commands() []command {
 		{name: "enable", args: "[flags] FILE.hcl", summary: "register a task file's task with the agent: started, and kept running", run: (*cli).cmdEnable},
 		{name: "disable", args: "[flags] NAME", summary: "unregister a desired task; its task is stopped", run: (*cli).cmdDisable},
 		{name: "version", args: "", summary: "print tether's version (also --version)", run: (*cli).cmdVersion},
+		{name: "cluster", args: "COMMAND [flags]", summary: "the fleet's commands on etcd: status, nodes, events, start, stop (served by tether-fleet)", run: (*cli).cmdCluster},
 	}
 }
 
@@ -173,8 +191,8 @@ Commands:
 		f.Hidden = false
 		global = append(global, f)
 	})
-	global = append(global, helpFlag, &pflag.Flag{Name: "version", Usage: "print tether's version", Value: new(boolFlag)})
-	fmt.Fprintf(w, "\nGlobal flags, accepted anywhere:\n%s", flagUsages(global))
+	global = append(global, clikit.HelpFlag, &pflag.Flag{Name: "version", Usage: "print tether's version", Value: new(clikit.BoolFlag)})
+	fmt.Fprintf(w, "\nGlobal flags, accepted anywhere:\n%s", clikit.Usages(global))
 	fmt.Fprint(w, `
 `+nameRules+`
 
@@ -202,18 +220,18 @@ func (c *cli) main(args []string) int {
 			}
 		}
 		if at >= 0 {
-			msg := fmt.Sprintf("unknown command %q", printable(args[at]))
+			msg := fmt.Sprintf("unknown command %q", clikit.Printable(args[at]))
 			if s := suggestCommand(args[at]); s != "" {
 				msg += "; did you mean " + s + "?"
 			} else if classifyFirst(args[at]) == argTaskFile {
-				msg += fmt.Sprintf("; to run the task file, tether run %s", printable(args[at]))
+				msg += fmt.Sprintf("; to run the task file, tether run %s", clikit.Printable(args[at]))
 			}
 			c.errorf("%s", msg)
 			fmt.Fprintln(c.stderr, "  'tether help' lists the commands")
 			return exitUsage
 		}
 		fs := c.flags("help")
-		if err := fs.parseAnywhere(args); err != nil && !errors.Is(err, pflag.ErrHelp) {
+		if err := fs.ParseAnywhere(args); err != nil && !errors.Is(err, pflag.ErrHelp) {
 			c.flagError(fs, err)
 			return exitUsage
 		}
@@ -227,51 +245,28 @@ func (c *cli) main(args []string) int {
 	return cmd.run(c, rest)
 }
 
-// findCommand finds the command's name among args: the first argument
-// that is neither a flag nor a flag's value. A command's own flags may
-// come before its name too: a word after such a flag (given without "=")
-// that names no command is taken for its value. at is the index of the
-// name, or of the word that should have been one (-1: none); ok whether it
-// names a command (help included).
+// findCommand finds the command's name among args (clikit.FindCommand):
+// at is the index of the name, or of the word that should have been one
+// (-1: none); ok whether it names a command (help included).
 func findCommand(args []string, global *flagSet) (at int, cmd command, ok bool) {
-	maybe := -1 // the first word taken for a flag's value
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			break
-		}
-		if !strings.HasPrefix(a, "-") || a == "-" {
-			if a == "help" {
-				return i, command{name: "help"}, true
-			}
-			if cmd, ok := lookup(a); ok {
-				return i, cmd, true
-			}
-			prev := ""
-			if i > 0 {
-				prev = args[i-1]
-			}
-			if !strings.HasPrefix(prev, "-") || strings.Contains(prev, "=") {
-				return i, command{}, false
-			}
-			if maybe < 0 {
-				maybe = i
-			}
-			continue
-		}
-		if strings.HasPrefix(a, "--") && !strings.Contains(a, "=") {
-			if f := global.Lookup(a[2:]); f != nil && f.Value.Type() != "bool" {
-				i++ // its value
-			}
-		}
+	at, ok = clikit.FindCommand(args, global.FlagSet.FlagSet, func(a string) bool {
+		_, known := lookup(a)
+		return known || a == "help"
+	})
+	if !ok {
+		return at, command{}, false
 	}
-	return maybe, command{}, false
+	if args[at] == "help" {
+		return at, command{name: "help"}, true
+	}
+	cmd, _ = lookup(args[at])
+	return at, cmd, true
 }
 
 // cmdHelp is 'tether help [COMMAND]'.
 func (c *cli) cmdHelp(args []string) int {
 	fs := c.flags("help")
-	if err := fs.parseAnywhere(args); err != nil && !errors.Is(err, pflag.ErrHelp) {
+	if err := fs.ParseAnywhere(args); err != nil && !errors.Is(err, pflag.ErrHelp) {
 		c.flagError(fs, err)
 		return exitUsage
 	}
@@ -280,8 +275,11 @@ func (c *cli) cmdHelp(args []string) int {
 		return exitOK
 	}
 	cmd, ok := lookup(fs.Arg(0))
+	if ok && cmd.name == "cluster" {
+		return c.handOver("cluster", append([]string{"cluster", "--help"}, fs.Args()[1:]...))
+	}
 	if !ok {
-		msg := fmt.Sprintf("no command %q", printable(fs.Arg(0)))
+		msg := fmt.Sprintf("no command %q", clikit.Printable(fs.Arg(0)))
 		if s := suggestCommand(fs.Arg(0)); s != "" {
 			msg += "; did you mean " + s + "?"
 		}
@@ -314,7 +312,7 @@ func suggestCommand(typed string) string {
 			names = append(names, cmd.alias)
 		}
 	}
-	return closest(typed, append(names, "help"))
+	return clikit.Closest(typed, append(names, "help"))
 }
 
 func lookup(name string) (command, bool) {
@@ -365,9 +363,31 @@ func (c *cli) setup() error {
 				c.chroot = append(c.chroot, e)
 			}
 		}
-		if err := executor.ValidateChroot(c.chroot); err != nil {
+		if err := executor.ValidatePolicy(executor.Policy{Chroot: c.chroot}); err != nil {
 			return fmt.Errorf("--chroot-env: %w; give existing host paths as SRC or SRC:DST", err)
 		}
+	}
+	c.allowSeccomp = splitList(c.allowSeccompFlag, "TETHER_ALLOW_SECCOMP")
+	if err := executor.ValidatePolicy(executor.Policy{AllowSeccomp: c.allowSeccomp}); err != nil {
+		return fmt.Errorf("--allow-seccomp: %w", err)
+	}
+	c.allowMissing = splitList(c.allowMissingFlag, "TETHER_ALLOW_MISSING")
+	if err := executor.ValidatePolicy(executor.Policy{AllowMissing: c.allowMissing}); err != nil {
+		return fmt.Errorf("--allow-missing: %w", err)
+	}
+	allow := c.allowReadDirs
+	if allow == "" {
+		allow = os.Getenv("TETHER_ALLOW_READ")
+	}
+	c.allowRead = nil
+	for _, d := range strings.Split(allow, ",") {
+		if d = strings.TrimSpace(d); d == "" {
+			continue
+		}
+		if !filepath.IsAbs(d) || filepath.Clean(d) == "/" {
+			return fmt.Errorf("--allow-read %q: give absolute directories other than /", d)
+		}
+		c.allowRead = append(c.allowRead, filepath.Clean(d))
 	}
 	dir, err := stateDir(c.stateDir)
 	if err != nil {
@@ -380,6 +400,22 @@ func (c *cli) setup() error {
 	}
 	c.hooks = hooks
 	return nil
+}
+
+// splitList splits a comma-separated flag value, or when it is empty the
+// environment variable env's, into its non-empty entries.
+func splitList(flagValue, env string) []string {
+	v := flagValue
+	if v == "" {
+		v = os.Getenv(env)
+	}
+	var out []string
+	for _, e := range strings.Split(v, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // stateDir picks the state directory: the flag, then TETHER_STATE_DIR,
@@ -412,7 +448,7 @@ func stateDir(flagValue string) (string, error) {
 // the errors in it (the whole chain is logged at debug level).
 func (c *cli) errorf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	if short := userText(msg); short != msg {
+	if short := clikit.UserText(msg); short != msg {
 		if c.log != nil {
 			c.log.Debug("error chain", "err", msg)
 		}

@@ -9,9 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/tether-fsm/tether/agent"
 	"github.com/tether-fsm/tether/driver"
@@ -42,7 +40,7 @@ func (c *cli) taskDir(id string) string { return c.layout().Task(id).Dir() }
 func (c *cli) layout() statedir.Layout { return statedir.Layout{Dir: c.stateDir} }
 
 func (c *cli) storeOptions() store.Options {
-	return store.Options{LockTimeout: c.lockTimeout, Logger: c.log.Named("store")}
+	return store.Options{LockTimeout: c.lockTimeout, Logger: c.log.Named("store"), Crash: c.hooks.StoreCrash()}
 }
 
 // executorCommand is the argv prefix that starts this binary in executor
@@ -120,13 +118,17 @@ func (c *cli) open() (*session, error) {
 		ExecutorCommand: cmd,
 		AllowedCaps:     c.allowedCaps,
 		ChrootEnv:       c.chroot,
+		AllowSeccomp:    c.allowSeccomp,
+		AllowMissing:    c.allowMissing,
+		AllowRead:       c.allowRead,
 		Hooks:           c.hooks,
 	})
 	if err != nil {
 		_ = st.Close()
 		return nil, err
 	}
-	l := &agent.Local{D: d, Store: st, StateDir: c.stateDir, ExecutorCommand: cmd, Logger: c.log}
+	l := &agent.Local{D: d, Store: st, StateDir: c.stateDir, ExecutorCommand: cmd, Logger: c.log,
+		Hooks: c.hooks, ReleasePorts: c.releasePorts}
 	return &session{svc: l, local: l, close: func() error { return errors.Join(d.Close(), st.Close()) }}, nil
 }
 
@@ -175,6 +177,23 @@ func (c *cli) checkPolicy(cl *agent.Client) error {
 		if !sameList(c.chroot, theirs, strings.TrimSpace) {
 			errs = append(errs, fmt.Errorf("%w: the agent (pid %d) serving %s builds exec tasks' roots from its own chroot environment, %s; --chroot-env %s (or TETHER_CHROOT_ENV) cannot change it: leave it out, or restart the agent with it",
 				errAgentServes, cl.PID(), c.stateDir, strings.Join(theirs, ","), strings.Join(c.chroot, ",")))
+		}
+	}
+	for _, l := range []struct {
+		flag, env    string
+		ours, theirs []string
+	}{
+		{"--allow-seccomp", "TETHER_ALLOW_SECCOMP", c.allowSeccomp, p.AllowSeccomp},
+		{"--allow-missing", "TETHER_ALLOW_MISSING", c.allowMissing, p.AllowMissing},
+		{"--allow-read", "TETHER_ALLOW_READ", c.allowRead, p.AllowRead},
+	} {
+		if l.ours != nil && !sameList(l.ours, l.theirs, strings.TrimSpace) {
+			theirs := strings.Join(l.theirs, ",")
+			if theirs == "" {
+				theirs = "none"
+			}
+			errs = append(errs, fmt.Errorf("%w: the agent (pid %d) serving %s applies its own %s to every task, %s; %s %s (or %s) cannot change it: leave it out, or restart the agent with it",
+				errAgentServes, cl.PID(), c.stateDir, l.flag, theirs, l.flag, strings.Join(l.ours, ","), l.env))
 		}
 	}
 	return errors.Join(errs...)
@@ -276,7 +295,7 @@ func newTaskID(name string) string {
 			b.WriteByte('-')
 		}
 	}
-	base := strings.TrimLeft(b.String(), "._-")
+	base := strings.Trim(b.String(), "._-")
 	if len(base) > 50 {
 		base = base[:50]
 	}
@@ -313,30 +332,4 @@ func joinStates(states []fsm.State) string {
 		parts[i] = s.String()
 	}
 	return strings.Join(parts, " -> ")
-}
-
-// printable makes a user-supplied string safe to print on a terminal: a
-// string with anything a terminal would not show as itself is shown
-// quoted, Go-style. That is control characters (C0, DEL, C1: escape
-// sequences among them), the format characters that reorder or hide text
-// (bidi embeddings, overrides and isolates U+202A-U+202E and
-// U+2066-U+2069, zero-width characters and marks U+200B-U+200F, U+FEFF,
-// U+061C), line and paragraph separators, and invalid UTF-8: every rune
-// strconv.IsPrint refuses, which is also what %q escapes.
-func printable(s string) string {
-	if !utf8.ValidString(s) {
-		return quoted(s)
-	}
-	for _, r := range s {
-		if !strconv.IsPrint(r) {
-			return quoted(s)
-		}
-	}
-	return s
-}
-
-// quoted is s as a Go string literal without its quotes.
-func quoted(s string) string {
-	q := strconv.Quote(s)
-	return q[1 : len(q)-1]
 }

@@ -28,21 +28,6 @@ func rawInvisible(s string) (rune, bool) {
 	return 0, false
 }
 
-func TestPrintable_EscapesBidiAndZeroWidth(t *testing.T) {
-	for _, r := range invisibles {
-		in := "ab" + string(r) + "cd"
-		got := printable(in)
-		if _, raw := rawInvisible(got); raw || !strings.HasPrefix(got, "ab\\u") {
-			t.Errorf("printable(%+q) = %+q, want it escaped", in, got)
-		}
-	}
-	for _, in := range []string{"web", "café-naïve", "日本語", "a b"} {
-		if got := printable(in); got != in {
-			t.Errorf("printable(%q) = %q, want it unchanged", in, got)
-		}
-	}
-}
-
 // Issue 11, item 8: a task whose name (and an argument) hides bidi
 // overrides and zero-width characters is never printed with them raw by
 // status ID, status --all or events ID: what a terminal shows is what the

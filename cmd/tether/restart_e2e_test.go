@@ -192,7 +192,7 @@ func TestStop_DuringTheRestartDelayStopsForGood(t *testing.T) {
 	e := newEnv(t)
 	file, counter := restartTask(t, e, "slow", `  restart {
     attempts = 3
-    interval = "2h"
+    interval = "3h"
     delay    = "1h"
     mode     = "fail"
   }`, "4")
@@ -203,7 +203,7 @@ func TestStop_DuringTheRestartDelayStopsForGood(t *testing.T) {
 	if st.State != "restarting" || st.Restarts != 1 {
 		t.Fatalf("status during the delay: %+v, want restarting after 1 restart", st)
 	}
-	if r := e.must("status", id); !strings.Contains(r.stdout, "1 (policy: attempts 3 in 2h0m0s, delay 1h0m0s, mode fail)") {
+	if r := e.must("status", id); !strings.Contains(r.stdout, "1 (policy: attempts 3 in 3h0m0s, delay 1h0m0s, mode fail)") {
 		t.Errorf("status does not show the attempt and the policy:\n%s", r)
 	}
 	e.must("stop", id)

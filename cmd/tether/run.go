@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -14,7 +15,7 @@ import (
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
-	"github.com/tether-fsm/tether/taskfile"
+	"github.com/tether-fsm/tether/internal/clikit"
 )
 
 // listFlag is a repeatable flag.
@@ -31,6 +32,7 @@ type taskInputs struct {
 	killSignal                 string
 	killTimeout                time.Duration
 	startOptions
+	jobInputs
 }
 
 // startOptions say how run, start and restart start a task.
@@ -78,6 +80,7 @@ func (in *taskInputs) register(fs *flagSet, name string) {
 	fs.StringVar(&in.killSignal, "kill-signal", "", "`signal` a stop sends first (default SIGTERM)")
 	fs.DurationVar(&in.killTimeout, "kill-timeout", 0, "`grace` between the stop signal and SIGKILL (default: the task file's kill_timeout, else 5s)")
 	in.startOptions.register(fs, name)
+	in.jobInputs.register(fs)
 }
 
 // isTaskFile says whether a positional argument names a task file by its
@@ -90,125 +93,77 @@ func isTaskFile(arg string) bool {
 	return false
 }
 
-// taskSpec parses run's and start's arguments into a spec. Flags may come
-// anywhere before the command line (after "--", or from a first argument
-// that is not a task file); a task file's name may be followed by flags.
-func (c *cli) taskSpec(name string, args []string) (fsm.Spec, startOptions, int, bool) {
+// taskRequest is what run's and start's arguments ask for: a command's
+// spec, or a task file (file set) with the flags that shape its tasks.
+type taskRequest struct {
+	spec fsm.Spec
+	file string
+	in   taskInputs
+}
+
+// taskSpec parses run's and start's arguments. Flags may come anywhere
+// before the command line (after "--", or from a first argument that is
+// not a task file); a task file's name may be followed by flags.
+func (c *cli) taskSpec(name string, args []string) (taskRequest, int, bool) {
 	var in taskInputs
 	fs := c.flags(name)
 	in.register(fs, name)
 	if code, ok := c.parse(fs, args); !ok {
-		return fsm.Spec{}, startOptions{}, code, false
+		return taskRequest{}, code, false
 	}
 	in.minUptimeSet = fs.Changed("min-uptime")
 	in.named = in.name != "" || in.replace || fs.NArg() == 1
-	usage := func(format string, args ...any) (fsm.Spec, startOptions, int, bool) {
+	usage := func(format string, args ...any) (taskRequest, int, bool) {
 		c.errorf(format, args...)
-		return fsm.Spec{}, startOptions{}, exitUsage, false
+		return taskRequest{}, exitUsage, false
 	}
-	var spec fsm.Spec
 	switch {
-	case fs.NArg() == 0 && len(fs.line) == 0:
+	case fs.NArg() == 0 && len(fs.CommandLine()) == 0:
 		return usage("%s needs a task file or a command: tether %s FILE.hcl, or tether %s -- CMD [ARGS...]", name, name, name)
-	case fs.NArg() > 0 && len(fs.line) > 0:
+	case fs.NArg() > 0 && len(fs.CommandLine()) > 0:
 		return usage("%s takes a task file or a command, not both: tether %s FILE.hcl, or tether %s -- CMD [ARGS...]", name, name, name)
 	case fs.NArg() > 1:
-		return usage("unexpected arguments after %s: %s", printable(fs.Arg(0)), printable(strings.Join(fs.Args()[1:], " ")))
+		return usage("unexpected arguments after %s: %s", clikit.Printable(fs.Arg(0)), clikit.Printable(strings.Join(fs.Args()[1:], " ")))
 	case fs.NArg() == 1:
 		file := fs.Arg(0)
 		if classifyFirst(file) == argDataFile {
 			c.errorf("%s", dataFileError(name, file))
-			return fsm.Spec{}, startOptions{}, exitUsage, false
+			return taskRequest{}, exitUsage, false
 		}
-		var ok bool
-		if spec, in.batch, ok = c.readTaskFile(file, in.task); !ok {
-			return fsm.Spec{}, startOptions{}, exitError, false
+		if in.drv != "" && in.drv != "exec" && in.drv != "raw_exec" {
+			return usage("--driver %q: use exec or raw_exec", in.drv)
 		}
-		if in.drv != "" {
-			spec.Driver = in.drv
+		if in.killSignal != "" {
+			if _, err := parseSignal(in.killSignal); err != nil {
+				return usage("--kill-signal: %v", err)
+			}
 		}
-	default:
-		if in.task != "" {
-			return usage("--task picks a task from a task file; with a command, use --name")
-		}
-		spec = fsm.Spec{Driver: "raw_exec", Command: fs.line[0], Args: fs.line[1:]}
-		if len(fs.line) == 1 && !fs.dash && !strings.Contains(fs.line[0], "/") {
-			in.bare = fs.line[0]
-		}
-		if in.drv != "" {
-			spec.Driver = in.drv
-		}
-		spec.Name = filepath.Base(fs.line[0])
+		return taskRequest{file: file, in: in}, 0, true
 	}
+	if in.task != "" || in.group != "" {
+		return usage("--task and --group pick tasks of a task file; with a command, use --name")
+	}
+	if len(in.vars)+len(in.varFiles)+len(in.meta) > 0 {
+		return usage("--var, --var-file and --meta are a job file's inputs; with a command, use --env")
+	}
+	spec := fsm.Spec{Driver: "raw_exec", Command: fs.CommandLine()[0], Args: fs.CommandLine()[1:]}
+	if len(fs.CommandLine()) == 1 && !fs.Dashed() && !strings.Contains(fs.CommandLine()[0], "/") {
+		in.bare = fs.CommandLine()[0]
+	}
+	if in.drv != "" {
+		spec.Driver = in.drv
+	}
+	spec.Name = filepath.Base(fs.CommandLine()[0])
 	if in.name != "" {
 		spec.Name = in.name
 	}
 	if spec.Driver != "exec" && spec.Driver != "raw_exec" {
 		return usage("--driver %q: use exec or raw_exec", spec.Driver)
 	}
-	for _, kv := range in.env {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return usage("--env %q: use NAME=VALUE", kv)
-		}
-		if spec.Env == nil {
-			spec.Env = map[string]string{}
-		}
-		spec.Env[k] = v
+	if err := in.override(&spec, true); err != nil {
+		return usage("%v", err)
 	}
-	if in.dir != "" {
-		spec.Dir = in.dir
-	}
-	if in.user != "" {
-		spec.User = in.user
-	}
-	spec.CapAdd = append(spec.CapAdd, in.capAdd...)
-	spec.CapDrop = append(spec.CapDrop, in.capDrop...)
-	if in.killSignal != "" {
-		sig, err := parseSignal(in.killSignal)
-		if err != nil {
-			return usage("--kill-signal: %v", err)
-		}
-		spec.KillSignal = int(sig)
-	}
-	if in.killTimeout > 0 {
-		spec.KillTimeout = in.killTimeout
-	}
-	return spec, in.startOptions, 0, true
-}
-
-// readTaskFile parses a task file, printing its warnings, errors and
-// notices, and returns the selected task's spec and whether its job runs
-// to completion (a batch or sysbatch job).
-func (c *cli) readTaskFile(file, task string) (spec fsm.Spec, batch, ok bool) {
-	src, err := os.ReadFile(file)
-	if err != nil {
-		c.errorf("%v", err)
-		return fsm.Spec{}, false, false
-	}
-	tf, diags := taskfile.Parse(file, src, taskfile.Options{})
-	for _, d := range diags {
-		fmt.Fprintln(c.stderr, taskfile.FormatDiag(d))
-	}
-	if diags.HasErrors() {
-		c.errorf("%s is not a valid task file; fix the errors above", file)
-		return fsm.Spec{}, false, false
-	}
-	for _, n := range tf.Notices {
-		fmt.Fprintf(c.stderr, "%s: %s\n", file, n)
-	}
-	t, err := tf.Find(task)
-	if err != nil {
-		c.errorf("%v", err)
-		return fsm.Spec{}, false, false
-	}
-	spec, err = t.StaticSpec()
-	if err != nil {
-		c.errorf("%v", err)
-		return fsm.Spec{}, false, false
-	}
-	spec.Name = tf.Name(t)
-	return spec, t.Group.Job != nil && t.Group.Job.Type.Batch(), true
+	return taskRequest{spec: spec, in: in}, 0, true
 }
 
 func (c *cli) cmdRun(args []string) int   { return c.runTask("run", args, false) }
@@ -219,10 +174,11 @@ func (c *cli) cmdStart(args []string) int { return c.runTask("start", args, true
 // read or appended. Ctrl-C (or SIGTERM) stops the task with its kill signal
 // and timeout; a second one kills it at once.
 func (c *cli) runTask(name string, args []string, detach bool) int {
-	spec, opts, code, ok := c.taskSpec(name, args)
+	req, code, ok := c.taskSpec(name, args)
 	if !ok {
 		return code
 	}
+	spec, opts := req.spec, req.in.startOptions
 	ctx := context.Background()
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -243,6 +199,24 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 	if detach && opts.bare != "" {
 		if code, ok := c.startIfDesired(ctx, s, opts, sigs); ok {
 			return code
+		}
+	}
+	if req.file != "" {
+		run, code, ok := c.planJob(ctx, s, req.file, req.in)
+		if !ok {
+			return code
+		}
+		if ts := run.tasks(); len(ts) > 1 {
+			return c.runJob(ctx, s, run, opts, detach, sigs)
+		}
+		// One task (a task file's, a job's only one, or --task): a group
+		// of one, which starts, runs and ends as a lone task does; its
+		// ports are let go of with it (run), or by the next allocation
+		// once it has ended (start).
+		m := run.tasks()[0]
+		spec, id, opts.named, opts.batch = m.spec, m.id, true, run.batch
+		if !detach {
+			defer c.releasePorts(run.allocs[0].id)
 		}
 	}
 
@@ -340,7 +314,7 @@ var errInterrupted = errors.New("interrupted")
 // asked.
 func (c *cli) sayWarnings(id string, ws []fsm.Warning) {
 	for _, w := range ws {
-		fmt.Fprintf(c.stderr, "tether: %s: warning: %s\n", id, printable(w.Text))
+		fmt.Fprintf(c.stderr, "tether: %s: warning: %s\n", id, clikit.Printable(w.Text))
 	}
 }
 
@@ -398,13 +372,13 @@ func (c *cli) sayRestarts(ctx context.Context, s *session, id string, seen int) 
 		case fsm.EventRestartIntent:
 			what := "exited"
 			if e.Exit != nil {
-				what = describeExit(*e.Exit)
+				what = clikit.DescribeExit(*e.Exit)
 			}
 			fmt.Fprintf(c.stderr, "tether: %s: %s; restart %d in %s\n", id, what, e.Attempt, e.Delay)
 		case fsm.EventLaunched:
 			fmt.Fprintf(c.stderr, "tether: %s: restarted, pid %d\n", id, e.TaskPID)
 		case fsm.EventLaunchFailed:
-			fmt.Fprintf(c.stderr, "tether: %s: restart failed: %s\n", id, printable(e.Reason))
+			fmt.Fprintf(c.stderr, "tether: %s: restart failed: %s\n", id, clikit.Printable(e.Reason))
 		}
 	}
 	return len(evs)
@@ -422,9 +396,11 @@ func (c *cli) stopOnSignals(ctx context.Context, s *session, id string, sigs <-c
 	}()
 }
 
-// endCode is run's and wait's exit code for a task that ended: its own
-// code (128+signal), 128+sig when tether stopped it because it was
-// interrupted, 137 for an OOM kill.
+// endCode is run's and wait's exit code for a task that ended: its main
+// process's code (128+signal: 137 when the OOM killer killed it), 128+sig
+// when tether stopped it because it was interrupted. An OOM kill of
+// another process of the task is said on stderr and leaves the code
+// alone.
 func (c *cli) endCode(final fsm.Task, err error, interrupted os.Signal) int {
 	if err != nil {
 		c.errorf("lost track of task %s: %v", final.ID, err)
@@ -434,13 +410,12 @@ func (c *cli) endCode(final fsm.Task, err error, interrupted os.Signal) int {
 	if s := endSummary(final, false); s != "" {
 		fmt.Fprintf(c.stderr, "tether: %s: %s\n", final.ID, s)
 	}
+	c.capNote(final)
 	switch {
 	case interrupted != nil && final.State == fsm.StateStopped:
 		return 128 + int(interrupted.(syscall.Signal))
-	case final.Exit != nil && final.Exit.OOM:
-		return 128 + int(syscall.SIGKILL)
 	case final.Exit != nil:
-		return exitCode(*final.Exit)
+		return exitCode(*final.Exit) // 137 for a main process the OOM killer killed
 	case final.State == fsm.StateFailed:
 		return startExitCode(nil, final.Cause)
 	}
@@ -530,24 +505,48 @@ func exitCode(x fsm.ExitStatus) int {
 }
 
 // describeEnd says how a terminal task ended.
+// capNote reminds, when a non-root exec task that named no capability
+// ended badly, that it held none: an exec task of any user but root gets
+// exactly the capabilities its cap_add names (Docker's rule, not Nomad's
+// default set), and a failure to bind a low port or chown a file is often
+// that.
+func (c *cli) capNote(t fsm.Task) {
+	s := t.Spec
+	failed := t.State == fsm.StateFailed || t.Exit != nil && (t.Exit.Code != 0 || t.Exit.Signal != 0)
+	if s == nil || s.Driver != "exec" || len(s.CapAdd) > 0 || !failed || isRoot(s.User) {
+		return
+	}
+	fmt.Fprintf(c.stderr, "tether: %s: note: it ran as %s with no capability; if it needed one, name it in its config's cap_add\n"+
+		"  (cap_add = [\"net_bind_service\"] to bind a port below 1024), within the allow list (--allow-caps)\n", t.ID, userName(s.User))
+}
+
+// isRoot reports whether an exec task's user (a name or a uid; "" is
+// nobody) is root.
+func isRoot(name string) bool {
+	if name == "" {
+		return false
+	}
+	if name == "0" || name == "root" {
+		return true
+	}
+	u, err := user.Lookup(name)
+	return err == nil && u.Uid == "0"
+}
+
+func userName(name string) string {
+	if name == "" {
+		return "nobody"
+	}
+	return name
+}
+
 func describeEnd(t fsm.Task) string {
 	s := t.State.String()
 	if t.Exit != nil {
-		s += " (" + describeExit(*t.Exit) + ")"
+		s += " (" + clikit.DescribeExit(*t.Exit) + ")"
 	}
 	if t.Reason != "" && t.State != fsm.StateExited && t.State != fsm.StateStopped {
 		s += ": " + t.Reason
-	}
-	return s
-}
-
-func describeExit(x fsm.ExitStatus) string {
-	s := fmt.Sprintf("exit code %d", x.Code)
-	if x.Signal > 0 {
-		s = "killed by " + signalName(x.Signal)
-	}
-	if x.OOM {
-		s += ", OOM killed"
 	}
 	return s
 }

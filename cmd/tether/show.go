@@ -15,6 +15,7 @@ import (
 
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/clikit"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -41,6 +42,11 @@ type taskJSON struct {
 	StartedAt   *time.Time `json:"started_at,omitempty"`
 	EndedAt     *time.Time `json:"ended_at,omitempty"`
 	MemoryBytes *uint64    `json:"memory_bytes,omitempty"`
+	// Alloc and Hook place a task of a file in its group's copy; Ports
+	// are the ports it was given.
+	Alloc string     `json:"alloc,omitempty"`
+	Hook  string     `json:"hook,omitempty"`
+	Ports []fsm.Port `json:"ports,omitempty"`
 }
 
 func toJSON(t listed) taskJSON {
@@ -69,6 +75,10 @@ func toJSONInfo(info driver.TaskInfo) taskJSON {
 	if info.Spec != nil {
 		j.Name, j.Driver = info.Spec.Name, info.Spec.Driver
 		j.Command = append([]string{info.Spec.Command}, info.Spec.Args...)
+		if a := info.Spec.Alloc; a != nil {
+			j.Alloc, j.Hook = a.ID, a.Hook.String()
+		}
+		j.Ports = info.Spec.Ports
 	}
 	if info.Executor != nil {
 		j.ExecutorPID = info.Executor.PID
@@ -135,7 +145,7 @@ func (c *cli) cmdStatus(args []string) int {
 		return exitOK
 	}
 	for _, u := range unreadable {
-		c.errorf("task %s cannot be read: %v", printable(u.Task), u.Err)
+		c.errorf("task %s cannot be read: %v", clikit.Printable(u.Task), u.Err)
 	}
 	if len(unreadable) > 0 {
 		fmt.Fprintln(c.stderr, "  'tether check' says where the store is damaged; 'tether check --salvage' copies what is readable")
@@ -224,10 +234,13 @@ func exitText(x *fsm.ExitStatus) string {
 	}
 	s := strconv.Itoa(x.Code)
 	if x.Signal > 0 {
-		s = signalName(x.Signal)
+		s = clikit.SignalName(x.Signal)
 	}
-	if x.OOM {
+	switch {
+	case x.OOMKilledMain():
 		s += " (OOM killed)"
+	case x.OOM:
+		s += " (a process OOM killed)"
 	}
 	return s
 }
@@ -239,9 +252,16 @@ func (c *cli) printTask(t listed, now time.Time) {
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("ID", info.ID)
 	if info.Spec != nil {
-		row("Name", printable(info.Spec.Name))
+		row("Name", clikit.Printable(info.Spec.Name))
 		row("Driver", info.Spec.Driver)
-		row("Command", printable(strings.Join(append([]string{info.Spec.Command}, info.Spec.Args...), " ")))
+		row("Command", clikit.Printable(strings.Join(append([]string{info.Spec.Command}, info.Spec.Args...), " ")))
+	}
+	if info.Spec != nil && info.Spec.Alloc != nil {
+		a := info.Spec.Alloc
+		row("Group", fmt.Sprintf("%s (alloc %s, index %d, %s); its tasks: %s", clikit.Printable(info.Spec.Group), a.ID, a.Index, hookText(*a), strings.Join(a.Tasks, " ")))
+	}
+	if info.Spec != nil && len(info.Spec.Ports) > 0 {
+		row("Ports", portsText(info.Spec.Ports))
 	}
 	row("State", stateText(info))
 	row("PID", pidText(info.TaskPID))
@@ -249,16 +269,16 @@ func (c *cli) printTask(t listed, now time.Time) {
 	row("Created", time.Unix(0, info.CreatedAt).Format(time.RFC3339))
 	row("Updated", time.Unix(0, info.UpdatedAt).Format(time.RFC3339))
 	if !t.started.IsZero() {
-		row("Uptime", span(now.Sub(t.started))+" (since "+t.started.Format(time.RFC3339)+")")
+		row("Uptime", clikit.Span(now.Sub(t.started))+" (since "+t.started.Format(time.RFC3339)+")")
 	}
 	if info.State.Terminal() {
-		row("Ended", ago(now, info.UpdatedAt))
+		row("Ended", clikit.Ago(now, info.UpdatedAt))
 	}
 	if t.mem != nil {
 		row("Memory", mib(*t.mem))
 	}
 	if info.Exit != nil {
-		row("Exit", describeExit(*info.Exit))
+		row("Exit", clikit.DescribeExit(*info.Exit))
 	}
 	if info.Spec != nil && info.Spec.Restart != nil {
 		row("Restarts", fmt.Sprintf("%d (policy: %s)", info.Restarts, policyText(*info.Spec.Restart)))
@@ -266,7 +286,7 @@ func (c *cli) printTask(t listed, now time.Time) {
 		row("Restarts", strconv.Itoa(info.Restarts))
 	}
 	if info.Reason != "" {
-		row("Reason", printable(info.Reason))
+		row("Reason", clikit.Printable(info.Reason))
 	}
 	_ = tw.Flush()
 }
@@ -278,29 +298,6 @@ func (c *cli) printJSON(v any) int {
 		return c.fail(err)
 	}
 	return exitOK
-}
-
-// eventJSON is an event as events --json prints it.
-type eventJSON struct {
-	Seq         uint64    `json:"seq"`
-	Time        time.Time `json:"time"`
-	Event       string    `json:"event"`
-	Details     string    `json:"details,omitempty"`
-	Nonce       string    `json:"nonce,omitempty"`
-	ExecutorPID int       `json:"executor_pid,omitempty"`
-	TaskPID     int       `json:"task_pid,omitempty"`
-	ExitCode    *int      `json:"exit_code,omitempty"`
-	ExitSignal  int       `json:"exit_signal,omitempty"`
-	Signal      int       `json:"signal,omitempty"`
-	Grace       string    `json:"grace,omitempty"`
-	Delay       string    `json:"delay,omitempty"`
-	Target      string    `json:"target,omitempty"`
-	Reason      string    `json:"reason,omitempty"`
-	Cause       string    `json:"cause,omitempty"`
-	Warnings    []string  `json:"warnings,omitempty"`
-	Spec        *fsm.Spec `json:"spec,omitempty"`
-	Replaces    string    `json:"replaces,omitempty"`
-	ReplacedBy  string    `json:"replaced_by,omitempty"`
 }
 
 func (c *cli) cmdEvents(args []string) int {
@@ -321,6 +318,9 @@ func (c *cli) cmdEvents(args []string) int {
 	var evs []fsm.Event
 	info, err := c.resolve(ctx, s, fs.Arg(0))
 	if err == nil {
+		// A task whose executor has ended is reconciled first, so that
+		// its log tells its end (stamped when it happened).
+		info = c.reconcileIfGone(ctx, s, info)
 		evs, err = s.svc.TaskEvents(ctx, info.ID)
 	}
 	c.closeSession(s)
@@ -328,95 +328,23 @@ func (c *cli) cmdEvents(args []string) int {
 		return c.fail(err)
 	}
 	if *asJSON {
-		out := make([]eventJSON, 0, len(evs))
+		out := make([]clikit.EventJSON, 0, len(evs))
 		for _, e := range evs {
-			j := eventJSON{Seq: e.Seq, Time: time.Unix(0, e.Time).UTC(), Event: e.Type.String(), Details: eventDetails(e),
-				Nonce: e.Nonce, TaskPID: e.TaskPID, Signal: e.Signal, Reason: e.Reason, Spec: e.Spec, Replaces: e.Replaces, ReplacedBy: e.ReplacedBy}
-			if e.Executor != nil {
-				j.ExecutorPID = e.Executor.PID
-			}
-			if e.Exit != nil {
-				if e.Exit.Signal > 0 {
-					j.ExitSignal = e.Exit.Signal
-				} else {
-					code := e.Exit.Code
-					j.ExitCode = &code
-				}
-			}
-			if e.Grace > 0 {
-				j.Grace = e.Grace.String()
-			}
-			if e.Delay > 0 {
-				j.Delay = e.Delay.String()
-			}
-			if e.Cause != fsm.CauseNone {
-				j.Cause = e.Cause.String()
-			}
-			for _, w := range e.Warnings {
-				j.Warnings = append(j.Warnings, w.Text)
-			}
-			if e.Target != fsm.StateNone {
-				j.Target = e.Target.String()
-			}
-			out = append(out, j)
+			out = append(out, clikit.NewEventJSON(e))
 		}
 		return c.printJSON(out)
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TIME\tEVENT\tDETAILS")
+	tab := clikit.NewEventTable(c.stdout)
+	err = tab.Header()
 	for _, e := range evs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", time.Unix(0, e.Time).Format("2006-01-02T15:04:05.000Z07:00"), e.Type, printable(eventDetails(e)))
+		if err == nil {
+			err = tab.Line(e)
+		}
 	}
-	if err := tw.Flush(); err != nil {
+	if err != nil {
 		return c.fail(err)
 	}
 	return exitOK
-}
-
-// eventDetails describes what an event carries, in words.
-func eventDetails(e fsm.Event) string {
-	var parts []string
-	if e.Spec != nil {
-		parts = append(parts, fmt.Sprintf("%s: %s", e.Spec.Driver, strings.Join(append([]string{e.Spec.Command}, e.Spec.Args...), " ")))
-	}
-	if e.Nonce != "" {
-		parts = append(parts, "nonce "+e.Nonce)
-	}
-	if e.Executor != nil {
-		parts = append(parts, fmt.Sprintf("executor pid %d", e.Executor.PID))
-	}
-	if e.TaskPID != 0 {
-		parts = append(parts, fmt.Sprintf("task pid %d", e.TaskPID))
-	}
-	if e.Signal != 0 {
-		s := "signal " + signalName(e.Signal)
-		if e.Grace > 0 {
-			s += ", grace " + e.Grace.String()
-		}
-		parts = append(parts, s)
-	}
-	if e.Exit != nil {
-		parts = append(parts, describeExit(*e.Exit))
-	}
-	if e.Type == fsm.EventRestartIntent {
-		parts = append(parts, fmt.Sprintf("restart %d after %s", e.Attempt, e.Delay))
-	}
-	if e.Target != fsm.StateNone {
-		parts = append(parts, "-> "+e.Target.String())
-	}
-	if e.Replaces != "" {
-		parts = append(parts, "replaces "+e.Replaces)
-	}
-	if e.ReplacedBy != "" {
-		parts = append(parts, "to be replaced by "+e.ReplacedBy)
-	}
-	if e.Reason != "" {
-		parts = append(parts, e.Reason)
-	}
-	for _, w := range e.Warnings {
-		parts = append(parts, "warning: "+w.Text)
-	}
-	return strings.Join(parts, "; ")
 }
 
 func (c *cli) cmdLogs(args []string) int {
@@ -470,4 +398,25 @@ func (c *cli) cmdLogs(args []string) int {
 		c.log.Debug("stopped following", "task_id", info.ID, "err", err)
 	}
 	return exitOK
+}
+
+// hookText says a task's place in its group: its hook, sidecar, leader.
+func hookText(a fsm.Alloc) string {
+	s := a.Hook.String()
+	if a.Sidecar {
+		s += " sidecar"
+	}
+	if a.Leader {
+		s += ", leader"
+	}
+	return s
+}
+
+// portsText lists ports as label=ip:port (->to).
+func portsText(ps []fsm.Port) string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, clikit.Printable(p.String()))
+	}
+	return strings.Join(out, " ")
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/executor"
-	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/clikit"
 )
 
 // cmdSignal sends a signal to a running task through its executor (which
@@ -47,7 +47,7 @@ func (c *cli) cmdSignal(args []string) int {
 	if *main {
 		target = "main process"
 	}
-	fmt.Fprintf(c.stderr, "tether: %s: sent %s to the task's %s\n", info.ID, signalName(int(sig)), target)
+	fmt.Fprintf(c.stderr, "tether: %s: sent %s to the task's %s\n", info.ID, clikit.SignalName(int(sig)), target)
 	return exitOK
 }
 
@@ -65,7 +65,9 @@ func (c *cli) taskCallFailed(id string, err error) int {
 		fmt.Fprintf(c.stderr, "  'tether status %s' shows its state\n", id)
 	case errors.Is(err, executor.ErrPeerNotExecutor):
 		fmt.Fprintf(c.stderr, "  something other than the task's executor listens on its socket; nothing was sent to it\n")
-	case errors.As(err, &te) && te.State != fsm.StateNone:
+	case errors.Is(err, executor.ErrAtLimit):
+		fmt.Fprintf(c.stderr, "  the task is at its limit of processes (resources.pids): nothing more can start in it until something in it ends\n")
+	case errors.Is(err, driver.ErrUnreachable), errors.Is(err, context.DeadlineExceeded):
 		fmt.Fprintf(c.stderr, "  the task's executor did not answer; 'tether status %s' checks on it\n", id)
 	default:
 		if h := hint(err); h != "" {

@@ -88,6 +88,9 @@ func fifoRW(t *testing.T, name string) (string, *os.File, *bufio.Reader) {
 	if err := unix.Mkfifo(p, 0o666); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Chmod(p, 0o666); err != nil { // past the umask: a task of any user writes it
+		t.Fatal(err)
+	}
 	f, err := os.OpenFile(p, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +166,7 @@ func TestSignal_Refusals(t *testing.T) {
 	}
 	file, _ := restartTask(t, e, "resting", `  restart {
     attempts = 3
-    interval = "2h"
+    interval = "3h"
     delay    = "1h"
     mode     = "fail"
   }`, "4")
@@ -259,8 +262,10 @@ func inCgroup(t *testing.T, text, recorded string) {
 
 // TestExec_IntoAnExecTask: a command run with `tether exec` in an exec
 // task is nobody, sees the task as pid 1 (same PID namespace), sees the
-// task's root and not the state directory, is in the task's cgroup, and
-// its exit code is tether exec's.
+// task's root and not the state directory, is in the task's cgroup (the
+// root of the task's cgroup namespace: "/" in every hierarchy, as the
+// task sees itself), holds the task's capabilities (none) under its
+// filter, and its exit code is tether exec's.
 func TestExec_IntoAnExecTask(t *testing.T) {
 	e := newEnv(t)
 	id, st := execTask(t, e, "iso")
@@ -279,10 +284,19 @@ func TestExec_IntoAnExecTask(t *testing.T) {
 	if res := e.tether("exec", id, "--", "ls", e.dir); res.code == 0 {
 		t.Errorf("the state directory is visible inside: %s", res)
 	}
-	cg := e.must("exec", id, "--", "cat", "/proc/self/cgroup").stdout
-	inCgroup(t, cg, e.statusOfRaw(id).Executor.Cgroup)
-	if task, err := os.ReadFile("/proc/" + strconv.Itoa(st.PID) + "/cgroup"); err != nil || string(task) != cg {
-		t.Errorf("the command's cgroups\n%s\nthe task's\n%s (%v)", cg, task, err)
+	cg := e.must("exec", id, "--", "cat", "/proc/self/cgroup", "/proc/1/cgroup").stdout
+	for l := range strings.SplitSeq(strings.TrimSpace(cg), "\n") {
+		if !strings.HasSuffix(l, ":/") {
+			t.Errorf("the command's (or the task's, seen from it) cgroup line %q: want the root of the task's cgroup namespace\n%s", l, cg)
+		}
+	}
+	_ = st
+	status := e.must("exec", id, "--", "grep", "-E", "^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):", "/proc/self/status").stdout
+	for _, want := range []string{"CapInh:\t0000000000000000", "CapPrm:\t0000000000000000", "CapEff:\t0000000000000000",
+		"CapBnd:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
+		if !strings.Contains(status, want+"\n") {
+			t.Errorf("the exec'd command's status lacks %q:\n%s", want, status)
+		}
 	}
 	if res := e.tether("exec", id, "sh", "-c", "exit 7"); res.code != 7 {
 		t.Errorf("sh -c 'exit 7': %s, want exit 7", res)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tether-fsm/tether/cgroup"
+	"github.com/tether-fsm/tether/internal/clikit"
 )
 
 // statsJSON is what stats --json prints: the task's id and its cgroup's
@@ -49,7 +50,7 @@ func (c *cli) cmdStats(args []string) int {
 	fmt.Fprintf(tw, "Tasks\t%d (processes and threads)\n", st.Pids)
 	fmt.Fprintf(tw, "OOM kills\t%d\n", st.OOMKills)
 	for _, m := range st.Missing {
-		fmt.Fprintf(tw, "Missing\t%s\n", printable(m))
+		fmt.Fprintf(tw, "Missing\t%s\n", clikit.Printable(m))
 	}
 	if err := tw.Flush(); err != nil {
 		return c.fail(err)

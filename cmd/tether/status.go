@@ -15,6 +15,7 @@ import (
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/clikit"
 )
 
 // listed is a task as status lists it: what the log says, and what the
@@ -109,7 +110,7 @@ func cgroupMemory(h cgroup.Host, info driver.TaskInfo) (uint64, error) {
 // then by creation, oldest first.
 func sortListed(ts []listed) {
 	slices.SortStableFunc(ts, func(a, b listed) int {
-		return cmp.Or(naturalCompare(taskName(a.TaskInfo), taskName(b.TaskInfo)), cmp.Compare(a.CreatedAt, b.CreatedAt), cmp.Compare(a.ID, b.ID))
+		return cmp.Or(clikit.NaturalCompare(taskName(a.TaskInfo), taskName(b.TaskInfo)), cmp.Compare(a.CreatedAt, b.CreatedAt), cmp.Compare(a.ID, b.ID))
 	})
 }
 
@@ -118,38 +119,6 @@ func taskName(info driver.TaskInfo) string {
 		return ""
 	}
 	return info.Spec.Name
-}
-
-// naturalCompare compares strings with their runs of digits compared as
-// numbers: "svc2" < "svc10".
-func naturalCompare(a, b string) int {
-	for a != "" && b != "" {
-		da, db := digitRun(a), digitRun(b)
-		if da > 0 && db > 0 {
-			na, nb := strings.TrimLeft(a[:da], "0"), strings.TrimLeft(b[:db], "0")
-			if c := cmp.Or(cmp.Compare(len(na), len(nb)), strings.Compare(na, nb)); c != 0 {
-				return c
-			}
-			if c := cmp.Compare(da, db); c != 0 { // "01" after "1"
-				return c
-			}
-			a, b = a[da:], b[db:]
-			continue
-		}
-		if a[0] != b[0] {
-			return cmp.Compare(a[0], b[0])
-		}
-		a, b = a[1:], b[1:]
-	}
-	return cmp.Compare(len(a), len(b))
-}
-
-func digitRun(s string) int {
-	n := 0
-	for n < len(s) && s[n] >= '0' && s[n] <= '9' {
-		n++
-	}
-	return n
 }
 
 // failedEnd reports whether an ended task failed: it did not start, was
@@ -168,8 +137,12 @@ func failedEnd(t fsm.Task) bool {
 // REASON columns are there when an ended task is listed.
 func (c *cli) printList(w io.Writer, ts []listed, now time.Time) error {
 	ended := slices.ContainsFunc(ts, func(t listed) bool { return t.State.Terminal() })
+	ports := slices.ContainsFunc(ts, func(t listed) bool { return t.Spec != nil && len(t.Spec.Ports) > 0 })
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	head := "ID\tNAME\tSTATE\tPID\tEXECUTOR\tMEM\tUPTIME\tRESTARTS"
+	if ports {
+		head += "\tPORTS"
+	}
 	if ended {
 		head += "\tENDED\tEXIT\tREASON"
 	}
@@ -181,16 +154,23 @@ func (c *cli) printList(w io.Writer, ts []listed, now time.Time) error {
 			mem = mib(*t.mem)
 		}
 		if !t.started.IsZero() {
-			up = span(now.Sub(t.started))
+			up = clikit.Span(now.Sub(t.started))
 		}
-		row := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d", t.ID, printable(taskName(t.TaskInfo)), stateText(t.TaskInfo), pidText(t.TaskPID),
+		row := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d", t.ID, clikit.Printable(taskName(t.TaskInfo)), stateText(t.TaskInfo), pidText(t.TaskPID),
 			executorText(t.TaskInfo), mem, up, t.Restarts)
+		if ports {
+			p := "-"
+			if t.Spec != nil && len(t.Spec.Ports) > 0 {
+				p = portsText(t.Spec.Ports)
+			}
+			row += "\t" + p
+		}
 		if ended {
 			end, exit, reason := "-", "-", ""
 			if t.State.Terminal() {
-				end, exit, reason = ago(now, t.UpdatedAt), exitText(t.Exit), endReason(t.Task)
+				end, exit, reason = clikit.Ago(now, t.UpdatedAt), exitText(t.Exit), endReason(t.Task)
 			}
-			row += fmt.Sprintf("\t%s\t%s\t%s", end, exit, printable(reason))
+			row += fmt.Sprintf("\t%s\t%s\t%s", end, exit, clikit.Printable(reason))
 		}
 		fmt.Fprintln(tw, row)
 		switch {
@@ -227,10 +207,10 @@ func endReason(t fsm.Task) string {
 	case t.State == fsm.StateFailed, t.State == fsm.StateLost:
 		r = t.Reason
 	case t.State == fsm.StateStopped && t.StopSignal != 0:
-		r = "stopped with " + signalName(t.StopSignal)
+		r = "stopped with " + clikit.SignalName(t.StopSignal)
 	}
-	if r := []rune(userText(r)); len(r) > most {
+	if r := []rune(clikit.UserText(r)); len(r) > most {
 		return string(r[:most-3]) + "..."
 	}
-	return userText(r)
+	return clikit.UserText(r)
 }

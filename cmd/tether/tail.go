@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tether-fsm/tether/internal/clikit"
 	"io"
 	"sync"
 
@@ -123,4 +125,60 @@ func (s tailStream) reportGap(log hclog.Logger, err error) {
 		return
 	}
 	log.Warn("task output lost to rotation", "err", err)
+}
+
+// prefixWriter writes each line it is given to w with a prefix (the task's
+// name: a job's tasks stream their output to one terminal), one whole line
+// a write; a line not ended yet waits for its end, or for Flush.
+type prefixWriter struct {
+	mu      sync.Mutex
+	w       io.Writer
+	prefix  []byte
+	partial []byte
+}
+
+// maxPartial is how long a line may grow before it is written unended.
+const maxPartial = 64 << 10
+
+func newPrefixWriter(w io.Writer, name string) *prefixWriter {
+	return &prefixWriter{w: w, prefix: []byte(clikit.Printable(name) + ": ")}
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(b)
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			p.partial = append(p.partial, b...)
+			if len(p.partial) >= maxPartial {
+				return n, p.flush()
+			}
+			return n, nil
+		}
+		line := append(append(append([]byte{}, p.prefix...), p.partial...), b[:i+1]...)
+		p.partial, b = p.partial[:0], b[i+1:]
+		if _, err := p.w.Write(line); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// Flush writes a line not ended yet, ended.
+func (p *prefixWriter) Flush() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.flush()
+}
+
+func (p *prefixWriter) flush() error {
+	if len(p.partial) == 0 {
+		return nil
+	}
+	line := append(append(append([]byte{}, p.prefix...), p.partial...), '\n')
+	p.partial = p.partial[:0]
+	_, err := p.w.Write(line)
+	return err
 }

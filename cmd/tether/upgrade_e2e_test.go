@@ -177,6 +177,25 @@ func TestUpgrade_PreviousReleasesTasksLiveOn(t *testing.T) {
 		t.Errorf("logs of a task of the previous release: %s", r)
 	}
 
+	// It execs into one (its executor takes the command's stdio with the
+	// request): the command gets pipes of this tether's making, never the
+	// caller's file.
+	victim := writeFile(t, t.TempDir(), "stdin.txt", "through a pipe\n")
+	in, err := os.Open(victim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	xc := e.command(context.Background(), nil, "exec", sleeper, "--", "sh", "-c", "cat; readlink /proc/self/fd/0")
+	xc.Stdin = in
+	xout, err := xc.Output()
+	if err != nil {
+		t.Fatalf("tether exec into a task of the previous release: %v", err)
+	}
+	if lines := strings.Split(strings.TrimSpace(string(xout)), "\n"); len(lines) != 2 || lines[0] != "through a pipe" || !strings.HasPrefix(lines[1], "pipe:") {
+		t.Errorf("tether exec into a task of the previous release printed %q, want stdin's line and a pipe as its fd 0", xout)
+	}
+
 	// It follows one to its end: wait returns the task's own exit code.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -189,7 +208,7 @@ func TestUpgrade_PreviousReleasesTasksLiveOn(t *testing.T) {
 	if err := os.WriteFile(fifo, []byte("from the new tether\n"), 0); err != nil {
 		t.Fatal(err)
 	}
-	err := wait.Wait()
+	err = wait.Wait()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 7 {
 		t.Fatalf("tether wait on a task of the previous release: %v, want exit 7\n%s", err, wout.String())

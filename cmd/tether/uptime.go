@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/clikit"
 )
 
 // start (and restart) return once the task is up: running, and still up
@@ -97,7 +98,7 @@ func (c *cli) started(ctx context.Context, s *session, t fsm.Task, min time.Dura
 // endedEarly reports a task that ended before its minimum uptime, with its
 // last output, and returns start's exit code.
 func (c *cli) endedEarly(t fsm.Task, min time.Duration) int {
-	c.errorf("task %s ended within --min-uptime %s of its start: %s", t.ID, durationText(min), endSummary(t, true))
+	c.errorf("task %s ended within --min-uptime %s of its start: %s", t.ID, clikit.DurationText(min), endSummary(t, true))
 	for _, stream := range []string{stderrFile, stdoutFile} {
 		lines := c.lastOutput(t.ID, stream, lastLines)
 		if len(lines) == 0 {
@@ -105,7 +106,7 @@ func (c *cli) endedEarly(t fsm.Task, min time.Duration) int {
 		}
 		fmt.Fprintf(c.stderr, "  its last %s:\n", streamName(stream))
 		for _, l := range lines {
-			fmt.Fprintf(c.stderr, "    %s\n", printable(l))
+			fmt.Fprintf(c.stderr, "    %s\n", clikit.Printable(l))
 		}
 	}
 	fmt.Fprintf(c.stderr, "  'tether logs %s' has its output, 'tether events %s' its history; --min-uptime 0 returns once it runs\n", t.ID, t.ID)
@@ -163,13 +164,13 @@ func spawnedText(t fsm.Task) string {
 // hit, its restarts, the reason of a failure. It is "" for a plain
 // success (exit 0, no restart), unless always.
 func endSummary(t fsm.Task, always bool) string {
-	if !always && t.State == fsm.StateExited && t.Exit != nil && *t.Exit == (fsm.ExitStatus{}) && t.Restarts == 0 {
+	if x := t.Exit; !always && t.State == fsm.StateExited && x != nil && x.Code == 0 && x.Signal == 0 && !x.OOM && t.Restarts == 0 {
 		return ""
 	}
 	var s string
 	switch {
 	case t.State == fsm.StateExited && t.Exit != nil && t.Exit.Signal > 0:
-		s = "killed by " + signalName(t.Exit.Signal)
+		s = "killed by " + clikit.SignalName(t.Exit.Signal)
 	case t.State == fsm.StateExited && t.Exit != nil:
 		s = fmt.Sprintf("exited with code %d", t.Exit.Code)
 	default:
@@ -177,14 +178,20 @@ func endSummary(t fsm.Task, always bool) string {
 		if t.Exit != nil {
 			x := *t.Exit
 			x.OOM = false // said below
-			s += " (" + describeExit(x) + ")"
+			s += " (" + clikit.DescribeExit(x) + ")"
 		}
 		if t.Reason != "" && t.State != fsm.StateStopped {
-			s += ": " + printable(t.Reason)
+			s += ": " + clikit.Printable(t.Reason)
 		}
 	}
 	if t.Exit != nil && t.Exit.OOM {
-		s += ", OOM killed"
+		// The exit is the main process's: an OOM kill of another process
+		// of the task is said beside it, and changes no exit code.
+		if t.Exit.OOMKilledMain() {
+			s += ", OOM killed"
+		} else {
+			s += ", another process of the task OOM killed"
+		}
 		if t.Spec != nil {
 			if mb := max(t.Spec.Resources.MemoryMaxMB, t.Spec.Resources.MemoryMB); mb > 0 {
 				s += fmt.Sprintf(" (memory limit %d MB)", mb)
@@ -197,6 +204,9 @@ func endSummary(t fsm.Task, always bool) string {
 		s += ", after 1 restart"
 	default:
 		s += fmt.Sprintf(", after %d restarts", t.Restarts)
+	}
+	if t.Exit != nil && t.Exit.PeakMemory > 0 {
+		s += ", peak memory " + mib(t.Exit.PeakMemory)
 	}
 	return s
 }

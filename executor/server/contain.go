@@ -117,10 +117,23 @@ func (s *server) oomKilled() bool {
 	return n > 0
 }
 
+// memoryPeak reads the most memory the task's cgroup held during this run
+// (its cgroup is fresh for each launch), 0 when it cannot be read.
+func (s *server) memoryPeak() uint64 {
+	if s.cg == nil {
+		return 0
+	}
+	st, err := s.cg.Stats()
+	if err != nil {
+		s.log.Debug("reading the task cgroup's memory peak", "err", err)
+	}
+	return st.MemoryPeakBytes
+}
+
 // reserve holds room in the task directory for the exit status, so a task
 // that fills the disk with its output does not cost its exit status.
 func (s *server) reserve() error {
-	f, err := os.OpenFile(filepath.Join(s.taskDir, statedir.ReserveFile), os.O_WRONLY|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(filepath.Join(s.taskDir, statedir.ReserveFile), os.O_WRONLY|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,8 @@
 // package executor; the init shim it starts each exec task through is
 // package executor/shim. A binary serves all three roles through Serve.
 //
-// Linux only (kernel 5.3 or later: pidfd_open, clone3 with CLONE_PIDFD);
+// Linux only (kernel 5.6 or later: pidfd_open, clone3 with CLONE_PIDFD,
+// and openat2 for every privileged touch of a task's paths);
 // /proc is the process table.
 //
 // # The executor process
@@ -32,10 +33,10 @@
 //     raw_exec task that keeps the executor's user is forked by an executor
 //     thread that moved itself into the task's cgroup (cgroup.ForkExec; its
 //     oom_score_adj taken on for the fork), every other task through the
-//     init shim (this binary again, with "-shim"; see shimFlag), which joins
-//     the task's cgroup, sets oom_score_adj, for exec builds the task's
-//     root, changes to the working directory, switches user, sets
-//     capabilities and execs the task;
+//     init shim (this binary again, with "-shim"; see shim.Flag), which
+//     joins the task's cgroup, sets oom_score_adj, for exec builds the
+//     task's sandbox (see below), switches user, changes to the working
+//     directory and execs the task;
 //  7. copies the task's stdout and stderr from pipes into rotating log
 //     files (package logs), in goroutines of their own;
 //  8. reaps every child in one loop (wait4(-1) on SIGCHLD; nothing else ever
@@ -68,26 +69,46 @@
 // lacks is ErrLimit, naming the controller. CheckSpec makes these checks
 // before anything is spawned.
 //
-// # Isolation (exec)
+// # The sandbox (exec)
 //
 // An exec task is cloned into new mount, UTS, PID and IPC namespaces
-// (fsm.Spec.PIDMode and IPCMode "host" opt out of the last two) and is
-// pid 1 of its PID namespace: the kernel gives it only the signals it
+// (fsm.Spec.PIDMode and IPCMode "host" opt out of the last two), and, for
+// network "none", a network namespace whose loopback the shim brings up
+// (nothing else is in it); the shim enters a cgroup namespace once it
+// joined the task's cgroup, so that the task sees its cgroups as "/". It
+// is pid 1 of its PID namespace: the kernel gives it only the signals it
 // handles, so a stop whose signal it does not catch, while it is alone in
 // its cgroup, kills it at once instead of waiting out the grace. The shim
 // builds its root on a tmpfs in the task directory, in the task's mount
 // namespace only (so every mount vanishes with the task and nothing is
 // ever mounted in the host's namespace): read-only, nosuid, nodev bind
-// mounts of the driver's Policy.Chroot (default DefaultChroot, Nomad's chroot_env;
-// never copies), the task's writable directories (local, secrets 0700,
-// tmp, alloc) owned by its user, a proc of its own with the host's kernel
-// interfaces masked or read-only, and a minimal read-only /dev (null, zero,
-// full, random, urandom, tty, a devpts of its own, shm). /etc/shadow and
-// its kin are covered by an empty file of mode 0000; the state directory
-// is covered when a bind would show it. Then pivot_root, the root made
-// read-only, nobody (65534) unless User is set, the capabilities as Nomad
-// computes them (see ValidateCaps) and no_new_privs. TaskEnv is the
-// environment a task gets.
+// mounts of the driver's Policy.Chroot (default DefaultChroot, Nomad's
+// chroot_env; never copies), the task's writable directories (local,
+// secrets 0700, tmp, alloc) owned by its user, a proc of its own with the
+// host's kernel interfaces masked or read-only, and a minimal read-only
+// /dev (null, zero, full, random, urandom, tty, a devpts of its own, shm).
+// /etc/shadow and its kin are covered by an empty file of mode 0000; the
+// state directory is covered when a bind would show it. Then pivot_root,
+// the root made read-only, a new anonymous session keyring (nothing of
+// the operator's keyrings), nobody (65534) unless User is set, the
+// capabilities (a root task: Nomad's rule, see ValidateCaps; any other
+// user: exactly what cap_add names, ambient, and an empty bounding set
+// otherwise), no_new_privs, the working directory changed to as the
+// task's user, and last the seccomp filter: Docker's default profile, or
+// the profile the task names and the operator allowed, compiled here for
+// the task's final capabilities (package seccomp) and installed by the
+// shim just before exec. A host that lacks a part of this (seccomp, a
+// cgroup namespace, keyrings) refuses the task, naming the part and the
+// operator's opt-out (Policy.AllowSeccomp's "unconfined",
+// Policy.AllowMissing); the task file alone never turns a part off.
+// TaskEnv is the environment a task gets.
+//
+// A privileged process never follows a link the task planted: the task
+// directory's own directories are made and chowned through descriptors
+// (taskdir.Root), a raw_exec task's working directory below its task
+// directory is opened beneath it with openat2 and no link followed, and
+// every other working directory, an exec task's command and a terminal
+// for Exec are looked up after the switch to the task's user.
 //
 // Every signal, on either side, goes through a pidfd opened before the
 // target's identity was checked (pid, start time, boot id, and for
@@ -103,10 +124,13 @@
 // task (so a recycled pid is never joined) and thereby its root, its
 // working directory, user, capabilities and no_new_privs, and starts the
 // command, with the task's environment (ExecSpec.Env laid over), as the
-// executor's child in a session of its own. Its stdio are the caller's
-// descriptors, passed over the socket (SCM_RIGHTS); with ExecSpec.TTY the
-// shim opens a pseudo-terminal inside the task (an exec task's own devpts)
-// and the master comes back (ExecProcess.Terminal). The executor reaps the
+// executor's child in a session of its own, with the task's keyring
+// (a new one), capabilities, no_new_privs and seccomp filter. Its stdio
+// are pipes the executor makes, whose other ends go back to the client
+// (SCM_RIGHTS), which relays the caller's streams through them: no
+// descriptor of the caller's ever reaches the task; with ExecSpec.TTY the
+// shim opens a pseudo-terminal inside the task (an exec task's own devpts,
+// as its user) and the master comes back (ExecProcess.Terminal). The executor reaps the
 // command and answers ExecProcess.Wait; it kills the command when the
 // connection that asked for it closes, and with the task (its cgroup, its
 // PID namespace, the drain of its tree), so nothing of an exec outlives

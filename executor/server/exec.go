@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -61,29 +62,44 @@ func (s *server) execute(sc *sconn, req wire.Request) {
 		fail(err)
 		return
 	}
-	if want := 3; !spec.TTY && len(req.Files) != want || spec.TTY && len(req.Files) != 0 {
-		fail(fmt.Errorf("%w: exec with %d descriptors (want 3 without a terminal, none with one)", wire.ErrProtocol, len(req.Files)))
+	if len(req.Files) != 0 {
+		// Version 7: the command's stdio are pipes the executor makes;
+		// no descriptor of the caller's is taken, let alone passed on.
+		wire.CloseFiles(req.Files)
+		fail(fmt.Errorf("%w: exec with %d descriptors (the executor makes the command's pipes itself)", wire.ErrProtocol, len(req.Files)))
 		return
 	}
 	if err := s.canExec(); err != nil {
 		fail(err)
 		return
 	}
-	e, term, err := s.startExec(spec, req.Files)
+	e, files, err := s.startExec(spec)
 	if err != nil {
 		s.log.Warn("exec failed", "err", err)
-		fail(err)
+		fail(s.atLimit(err))
 		return
 	}
 	e.c = sc
 	s.execs[e.pid] = e
 	s.log.Info("exec started", "exec_pid", e.pid, "command", spec.Argv[0], "tty", spec.TTY)
-	r := wire.Response{ID: req.ID, Exec: e.status()}
-	if term != nil {
-		r.Files = []*os.File{term}
-	}
-	s.send(sc, r)
+	s.send(sc, wire.Response{ID: req.ID, Exec: e.status(), Files: files})
 	s.reap() // it may have exited already
+}
+
+// atLimit names the task's pids limit as the reason an exec could not
+// start, when the task's cgroup is at it (the command, or the shim that
+// joins the task to start it, could not be forked there): err otherwise.
+func (s *server) atLimit(err error) error {
+	limit := s.task.join.pids
+	if limit <= 0 || s.cg == nil {
+		return err
+	}
+	st, serr := s.cg.Stats()
+	if serr != nil || st.Pids < uint64(limit) {
+		return err
+	}
+	return fmt.Errorf("%w: the task is at its pids limit (%d processes and threads of pids = %d), so no command can start in it: "+
+		"raise resources.pids, or end something in the task (%v)", wire.ErrAtLimit, st.Pids, limit, err)
 }
 
 // execWait answers when the connection's exec pid has exited.
@@ -121,9 +137,29 @@ func (s *server) execSignal(sc *sconn, req wire.Request) {
 	s.send(sc, wire.Response{ID: req.ID})
 }
 
+// reapExecs collects the execs that have exited, each through the pidfd
+// that pins its command: the status an exec-wait is answered with is that
+// process's own, never one taken from a pid.
+func (s *server) reapExecs() {
+	for _, e := range s.execs {
+		if e.exited {
+			continue
+		}
+		x, ok, err := e.proc.Reap()
+		if err != nil {
+			s.log.Warn("reaping an exec through its pidfd", "exec_pid", e.pid, "err", err)
+			continue
+		}
+		if ok {
+			s.execReaped(e, x)
+		}
+	}
+}
+
 // execReaped records the exit of an exec and answers its waiters.
-func (s *server) execReaped(e *execProc, ws unix.WaitStatus) {
-	e.exited, e.exit = true, exitOf(ws)
+func (s *server) execReaped(e *execProc, x fsm.ExitStatus) {
+	e.exited, e.exit = true, x
+	e.exit.At = time.Now().UnixNano()
 	e.proc.Close()
 	s.log.Info("exec exited", "exec_pid", e.pid, "code", e.exit.Code, "signal", e.exit.Signal)
 	if e.c == nil || len(e.waiters) > 0 {
@@ -152,10 +188,14 @@ func (s *server) dropExecs(sc *sconn) {
 	}
 }
 
-// startExec starts spec's command through the init shim in join mode, with
-// stdio (three descriptors) unless it has a terminal, and returns it once
-// it runs (with the terminal's master).
-func (s *server) startExec(es wire.ExecSpec, stdio []*os.File) (*execProc, *os.File, error) {
+// startExec starts spec's command through the init shim in join mode and
+// returns it once it runs, with the descriptors the client relays: the
+// terminal's master, or the caller's ends of the three pipes the command
+// got as its stdin, stdout and stderr (the write end of the first, the
+// read ends of the others). The command never holds a descriptor of the
+// caller's: a task that opens /proc/PID/fd/0 of the command reaches a
+// pipe, never the caller's file, socket or terminal.
+func (s *server) startExec(es wire.ExecSpec) (*execProc, []*os.File, error) {
 	run := s.task.join
 	env := make(map[string]string, len(run.env)+len(es.Env))
 	for k, v := range run.env {
@@ -173,27 +213,38 @@ func (s *server) startExec(es wire.ExecSpec, stdio []*os.File) (*execProc, *os.F
 	argv := append(append(append([]string{}, s.prefix...), shim.JoinFlag, string(b)), es.Argv...)
 
 	var files []uintptr
+	var theirs, ours []*os.File // the command's ends, and the client's
+	defer func() { wire.CloseFiles(theirs) }()
+	failed := func(err error) (*execProc, []*os.File, error) {
+		wire.CloseFiles(ours)
+		return nil, nil, err
+	}
 	if es.TTY {
 		null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: %w", wire.ErrExec, err)
 		}
-		defer null.Close()
+		theirs = append(theirs, null)
 		files = []uintptr{null.Fd(), null.Fd(), uintptr(2)} // the shim's own errors go to the executor's log
 	} else {
-		for _, f := range stdio {
-			fd, err := proc.RawFD(f)
+		for i := range 3 {
+			r, w, err := os.Pipe()
 			if err != nil {
-				return nil, nil, fmt.Errorf("%w: exec's descriptors: %w", wire.ErrExec, err)
+				return failed(fmt.Errorf("%w: the command's pipes: %w", wire.ErrExec, err))
 			}
-			files = append(files, uintptr(fd))
+			if i == 0 {
+				theirs, ours = append(theirs, r), append(ours, w)
+			} else {
+				theirs, ours = append(theirs, w), append(ours, r)
+			}
+			files = append(files, theirs[i].Fd())
 		}
 	}
 	// The report channel: a datagram per report, so the terminal's
 	// master travels with its report.
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", wire.ErrExec, err)
+		return failed(fmt.Errorf("%w: %w", wire.ErrExec, err))
 	}
 	defer unix.Close(pair[0])
 	files = append(files, uintptr(pair[1]))
@@ -204,37 +255,37 @@ func (s *server) startExec(es wire.ExecSpec, stdio []*os.File) (*execProc, *os.F
 		task, err := proc.Open(s.task.pid)
 		if err != nil {
 			unix.Close(pair[1])
-			return nil, nil, fmt.Errorf("%w: %w", wire.ErrTaskExited, err)
+			return failed(fmt.Errorf("%w: %w", wire.ErrTaskExited, err))
 		}
 		defer task.Close()
 		fd, err := task.Raw()
 		if err != nil {
 			unix.Close(pair[1])
-			return nil, nil, fmt.Errorf("%w: %w", wire.ErrExec, err)
+			return failed(fmt.Errorf("%w: %w", wire.ErrExec, err))
 		}
 		files = append(files, uintptr(fd))
 	}
 	pid, err := syscall.ForkExec("/proc/self/exe", argv, &syscall.ProcAttr{
-		Dir: s.taskDir, Env: os.Environ(), Files: files,
+		Dir: s.taskDir, Env: cfg.Env, Files: files, // nothing of the executor's environment (the operator's)
 		Sys: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})
 	unix.Close(pair[1]) // or the read never sees the shim's end
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: start the init shim: %w", wire.ErrExec, err)
+		return failed(fmt.Errorf("%w: start the init shim: %w", wire.ErrExec, err))
 	}
 	rep, term, err := shim.JoinResult(pair[0])
 	if err != nil {
 		if ws, ok := s.reapShim(pid); ok && errors.Is(err, shim.ErrDied) {
 			err = fmt.Errorf("%w (%s)", err, exitOf(ws))
 		}
-		return nil, nil, err
+		return failed(err)
 	}
-	fail := func(err error) (*execProc, *os.File, error) {
-		if term != nil {
-			term.Close()
-		}
+	if term != nil {
+		ours = append(ours, term)
+	}
+	fail := func(err error) (*execProc, []*os.File, error) {
 		_ = unix.Kill(rep.PID, unix.SIGKILL) // our unreaped child (CLONE_PARENT)
-		return nil, nil, fmt.Errorf("%w: %w", wire.ErrExec, err)
+		return failed(fmt.Errorf("%w: %w", wire.ErrExec, err))
 	}
 	// The command is the executor's child, unreaped: its pid is its own.
 	start, err := proc.StartTime(rep.PID)
@@ -245,5 +296,5 @@ func (s *server) startExec(es wire.ExecSpec, stdio []*os.File) (*execProc, *os.F
 	if err != nil {
 		return fail(err)
 	}
-	return &execProc{pid: rep.PID, start: start, proc: proc}, term, nil
+	return &execProc{pid: rep.PID, start: start, proc: proc}, ours, nil
 }

@@ -52,19 +52,67 @@ type restarts struct {
 	reason  string      // why the last run was not restarted
 }
 
-// startRestarts sets up restarts for a task first launched now with spec.
+// startRestarts sets up restarts for a task first launched now with spec:
+// by its restart policy, and by a template whose change restarts it
+// (which needs the journal too, with or without a policy).
 func (s *server) startRestarts(ls wire.Launch) error {
-	if ls.Restart == nil {
+	s.spec = ls
+	policy := ls.Restart
+	if policy == nil {
+		for _, t := range ls.Templates {
+			if t.ChangeMode == fsm.ChangeRestart {
+				policy = &fsm.RestartPolicy{Mode: fsm.RestartFail} // no restart of its own on an exit
+				break
+			}
+		}
+	}
+	if policy == nil {
 		return nil
 	}
 	j, err := createJournal(s.taskDir, s.id)
 	if err != nil {
 		return err
 	}
-	s.spec = ls
-	s.rs = &restarts{policy: *ls.Restart, state: fsm.RestartState{WindowStart: time.Now().UnixNano()}, journal: j}
+	s.rs = &restarts{policy: *policy, state: fsm.RestartState{WindowStart: time.Now().UnixNano()}, journal: j}
 	return nil
 }
+
+// forceRestart restarts the running task at once, outside its restart
+// policy (a template it reads changed; Nomad's change_mode restart does not
+// count against the policy's attempts either): its run is stopped with its
+// kill signal and grace, and once it is over and drained, restartNext
+// journals the restart and relaunches it without delay.
+func (s *server) forceRestart(reason string) {
+	switch {
+	case s.rs == nil:
+		s.log.Warn("cannot restart the task: it has no restart journal", "why", reason)
+		return
+	case s.ending != endNone || s.checkRunning() != nil:
+		s.log.Info("not restarting the task: it is not running", "why", reason)
+		return
+	case s.forced != "":
+		return // one restart is under way already
+	}
+	s.forced = reason
+	sig, grace := syscall.SIGTERM, defaultKillGrace
+	if s.spec.KillSignal > 0 {
+		sig = syscall.Signal(s.spec.KillSignal)
+	}
+	if s.spec.KillTimeout > 0 {
+		grace = s.spec.KillTimeout
+	}
+	s.log.Info("restarting the task", "why", reason, "signal", sig, "grace", grace)
+	if s.undeliverable(sig) {
+		s.killAll()
+		return
+	}
+	s.signalGroup(sig)
+	s.armKill(grace)
+}
+
+// defaultKillGrace is the grace of a restart a template asked for, for a
+// task whose spec sets no kill_timeout (the driver's default stop grace).
+const defaultKillGrace = 5 * time.Second
 
 // restartNext is called once a run has ended and everything of it is
 // gone. It journals a restart and arms its delay, and reports whether it
@@ -76,8 +124,15 @@ func (s *server) restartNext() bool {
 	}
 	now := time.Now()
 	exit := s.task.exit
-	state, d := rs.policy.Next(rs.state, exit, now.UnixNano())
-	rs.state = state
+	var d fsm.RestartDecision
+	if s.forced != "" {
+		rs.state.Attempts++ // numbered among the restarts; not counted in the policy's interval
+		d = fsm.RestartDecision{Restart: true, Attempt: rs.state.Attempts, Reason: s.forced}
+		s.forced = ""
+	} else {
+		state, dd := rs.policy.Next(rs.state, exit, now.UnixNano())
+		rs.state, d = state, dd
+	}
 	if !d.Restart {
 		rs.reason = d.Reason
 		s.log.Info("not restarting the task", "reason", d.Reason)

@@ -3,6 +3,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -20,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/cgroup"
+	"github.com/tether-fsm/tether/executor/internal/spec"
 	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/executor/shim"
 	"github.com/tether-fsm/tether/fsm"
@@ -42,7 +44,12 @@ func allowPeer(peerUID, selfUID uint32) bool { return peerUID == selfUID || peer
 // with the same prefix (and "-shim") to set an exec-mode task's capabilities.
 // Flags (set by Spawn): -dir (task directory), -nonce, -lease (how long to
 // wait for the first client), -ready-fd (descriptor to report ready on).
-func Serve(args []string) int {
+func Serve(args []string) int { return ServeWith(args, nil) }
+
+// ServeWith is Serve with a Preparer for the tasks of job files that have
+// artifacts or templates (package executor/prepare); Serve's executor,
+// with none, refuses their launch, saying so.
+func ServeWith(args []string, preparer Preparer) int {
 	if err := proc.CloseInheritedOnExec(); err != nil {
 		fmt.Fprintf(os.Stderr, "tether executor: %v\n", err)
 		return 1
@@ -69,6 +76,9 @@ func Serve(args []string) int {
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "executor", Output: os.Stderr, Level: hclog.Info})
 	s, err := newServer(log, *dir, *nonce, prefixOf(args))
+	if s != nil {
+		s.preparer = preparer
+	}
 	if err != nil {
 		log.Error("executor failed to start", "err", err)
 		if ready != nil {
@@ -171,6 +181,8 @@ type server struct {
 	cgKill   cgKill
 	cgKilled chan error
 	cgTries  int
+	// feats is what of the exec sandbox the host lacks (see features).
+	feats spec.Features
 
 	// The task's output streams, and the bound on their last copies.
 	outs     []*output
@@ -184,6 +196,19 @@ type server struct {
 
 	// Commands run inside the task (see exec.go), by pid.
 	execs map[int]*execProc
+
+	// Preparation (see prepare.go): the one in flight and where it
+	// reports, what the last one left (the env = true templates'
+	// variables, what the template watch needs), the watch's changes, and
+	// a restart a changed template asked for.
+	preparer  Preparer // nil: a launch that needs preparing is refused
+	preparing *preparation
+	preparedC chan prepared
+	prep      Prepared
+	tmplEnv   map[string]string
+	changes   <-chan Change
+	watchStop context.CancelFunc
+	forced    string
 }
 
 type taskState struct {
@@ -242,6 +267,8 @@ func newServer(log hclog.Logger, dir, nonce string, prefix []string) (*server, e
 		conns:    map[*sconn]bool{},
 		cgKilled: make(chan error, 1),
 		execs:    map[int]*execProc{},
+
+		preparedC: make(chan prepared),
 	}
 	if sid, err := unix.Getsid(0); err == nil && sid == s.self {
 		s.ownSess = true
@@ -363,6 +390,14 @@ func (s *server) run(lease time.Duration) int {
 			s.cutOutput()
 		case <-s.restartC():
 			s.relaunch()
+		case p := <-s.preparedC:
+			s.finishPreparing(p)
+		case c, ok := <-s.changes:
+			if !ok {
+				s.changes = nil
+				continue
+			}
+			s.templateChanged(c)
 		}
 	}
 	return s.close()
@@ -482,6 +517,11 @@ func (s *server) dropConn(sc *sconn) {
 	s.dropExecs(sc)
 	if hello && s.task == nil && s.ending != endShutdown && s.helloCount() == 0 {
 		s.log.Warn("lease lost before launch: driver connection dropped, exiting")
+		if s.preparing != nil {
+			s.ending = endShutdown // finishPreparing ends the executor
+			s.cancelPreparing()
+			return
+		}
 		s.finish(0)
 	}
 }
@@ -526,36 +566,28 @@ func (s *server) handle(sc *sconn, req wire.Request) {
 			s.send(sc, wire.Response{ID: req.ID, Version: wire.ProtocolVersion, Identity: &id})
 		}
 	case wire.OpLaunch:
-		if s.task != nil {
+		switch {
+		case s.task != nil:
 			st := s.status()
 			s.send(sc, wire.Response{ID: req.ID, Status: &st})
-			return
-		}
-		if s.ending == endShutdown || req.Launch == nil {
+		case s.preparing != nil: // asked again while preparing: answered with the first
+			s.preparing.waiters = append(s.preparing.waiters, waiter{sc, req.ID})
+		case s.ending == endShutdown || req.Launch == nil:
 			s.send(sc, wire.Response{ID: req.ID, Err: wire.FailureOf(fmt.Errorf("%w: executor shutting down or no spec", wire.ErrBadSpec))})
-			return
+		case needsPreparation(*req.Launch) && s.prep == nil:
+			_, err := s.checkLaunch(*req.Launch)
+			if err == nil && s.preparer == nil {
+				err = fmt.Errorf("%w: the task has artifacts or templates, and this executor binary cannot prepare them (it serves without package executor/prepare): use tether's own binary as the executor", wire.ErrLaunch)
+			}
+			if err != nil {
+				s.log.Warn("launch refused", "err", err)
+				s.send(sc, wire.Response{ID: req.ID, Err: wire.FailureOf(err)})
+				return
+			}
+			s.startPreparing(sc, req.ID, *req.Launch)
+		default:
+			s.launch(sc, req.ID, *req.Launch)
 		}
-		l, err := s.startTask(*req.Launch)
-		if err != nil {
-			s.log.Warn("launch failed", "err", err)
-			s.send(sc, wire.Response{ID: req.ID, Err: wire.FailureOf(err)})
-			return
-		}
-		s.task = &taskState{pid: l.pid, start: l.start, nsInit: l.nsInit, join: l.join}
-		s.outs = l.outs
-		rec := wire.LaunchRecord{Nonce: s.nonce, BootID: s.id.BootID, PID: l.pid, StartTime: l.start}
-		if err := wire.WriteFile(s.taskDir, statedir.LaunchFile, rec, false); err != nil {
-			s.log.Warn("writing the launch record failed", "err", err)
-		}
-		if err := s.startRestarts(*req.Launch); err != nil {
-			s.log.Error("no restarts: the restart journal cannot be written", "err", err)
-			l.warnings = append(l.warnings, fsm.Warning{Kind: fsm.WarnNoRestarts, Text: "the task will not be restarted: its restart journal cannot be written: " + err.Error()})
-		}
-		s.log.Info("task launched", "task_pid", l.pid, "command", req.Launch.Command, "mode", req.Launch.Driver, "cgroup", s.cg != nil)
-		s.reap() // it may already have exited
-		st := s.status()
-		st.Warnings = l.warnings
-		s.send(sc, wire.Response{ID: req.ID, Status: &st})
 	case wire.OpStatus:
 		st := s.status()
 		s.send(sc, wire.Response{ID: req.ID, Status: &st})
@@ -627,6 +659,32 @@ func (s *server) handle(sc *sconn, req wire.Request) {
 	default:
 		s.send(sc, wire.Response{ID: req.ID, Err: wire.FailureOf(fmt.Errorf("%w: unknown op %v", wire.ErrProtocol, req.Op))})
 	}
+}
+
+// launch starts the task (its first run) and answers (sc, id).
+func (s *server) launch(sc *sconn, id uint64, ls wire.Launch) {
+	l, err := s.startTask(ls)
+	if err != nil {
+		s.log.Warn("launch failed", "err", err)
+		s.send(sc, wire.Response{ID: id, Err: wire.FailureOf(err)})
+		return
+	}
+	s.task = &taskState{pid: l.pid, start: l.start, nsInit: l.nsInit, join: l.join}
+	s.outs = l.outs
+	rec := wire.LaunchRecord{Nonce: s.nonce, BootID: s.id.BootID, PID: l.pid, StartTime: l.start}
+	if err := wire.WriteFile(s.taskDir, statedir.LaunchFile, rec, false); err != nil {
+		s.log.Warn("writing the launch record failed", "err", err)
+	}
+	if err := s.startRestarts(ls); err != nil {
+		s.log.Error("no restarts: the restart journal cannot be written", "err", err)
+		l.warnings = append(l.warnings, fsm.Warning{Kind: fsm.WarnNoRestarts, Text: "the task will not be restarted: its restart journal cannot be written: " + err.Error()})
+	}
+	s.log.Info("task launched", "task_pid", l.pid, "command", ls.Command, "mode", ls.Driver, "cgroup", s.cg != nil)
+	s.watchTemplates()
+	s.reap() // it may already have exited
+	st := s.status()
+	st.Warnings = l.warnings
+	s.send(sc, wire.Response{ID: id, Status: &st})
 }
 
 func (s *server) status() wire.Status {
@@ -711,6 +769,10 @@ func (s *server) armKill(grace time.Duration) {
 
 func (s *server) beginShutdown() {
 	s.ending = endShutdown
+	if s.preparing != nil {
+		s.cancelPreparing() // finishPreparing ends the executor
+		return
+	}
 	if s.task == nil {
 		s.finish(0)
 		return
@@ -780,6 +842,7 @@ func (s *server) killAll() {
 // reap collects every child that exited. Once the task has exited it
 // drains what is left of it (see drain).
 func (s *server) reap() {
+	s.reapExecs()
 	for {
 		var ws unix.WaitStatus
 		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
@@ -799,12 +862,15 @@ func (s *server) reap() {
 			break
 		}
 		if e := s.execs[pid]; e != nil && !e.exited {
-			s.execReaped(e, ws)
+			// It ended between reapExecs and this wait: still unreaped
+			// until now, so the pid was its own.
+			s.execReaped(e, exitOf(ws))
 			continue
 		}
 		if s.task != nil && pid == s.task.pid && !s.task.exited {
 			s.task.exited = true
 			s.task.exit = exitOf(ws)
+			s.task.exit.At = time.Now().UnixNano() // SIGCHLD woke this loop: when the task died
 			s.log.Info("task exited", "task_pid", pid, "code", s.task.exit.Code, "signal", s.task.exit.Signal)
 		} else {
 			s.log.Debug("reaped", "child", pid)
@@ -859,6 +925,7 @@ func (s *server) completeTask() {
 	if s.oomKilled() {
 		s.task.exit.OOM = true
 	}
+	s.task.exit.PeakMemory = s.memoryPeak()
 	restart := s.restartNext()
 	if s.cgKill != cgGaveUp {
 		s.removeCgroup()
@@ -902,6 +969,7 @@ func (s *server) finish(code int) {
 	s.answerWaiters()
 	s.exitCode = code
 	s.lease = leaseDone
+	s.stopWatching()
 	s.notifyWatchers()
 	if s.rs != nil {
 		_ = s.rs.journal.close()

@@ -5,8 +5,8 @@ package server
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
-	"path/filepath"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -17,7 +17,6 @@ import (
 	"github.com/tether-fsm/tether/executor/shim"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
-	"github.com/tether-fsm/tether/statedir"
 )
 
 // launched is what startTask started.
@@ -35,9 +34,10 @@ type launched struct {
 // capabilities; no root to build), its namespaces (CLONE_NEW* flags; 0 for
 // raw_exec) and its environment.
 type joinPlan struct {
-	cfg shim.Config
-	ns  int
-	env map[string]string
+	cfg  shim.Config
+	ns   int
+	env  map[string]string
+	pids int // the run's pids limit (0: none): an exec at it cannot start
 }
 
 // startTask starts the task as a child of the executor, in its own process
@@ -48,47 +48,43 @@ type joinPlan struct {
 // with the failure it reported (the shim reaped, the cgroup removed).
 func (s *server) startTask(ls wire.Launch) (launched, error) {
 	var l launched
-	if err := ls.Spec.Validate(); err != nil {
-		return l, fmt.Errorf("%w: %w", wire.ErrBadSpec, err)
-	}
-	if err := spec.Check(ls, s.host, s.noCgroup); err != nil {
-		return l, err
-	}
-	if s.prefix == nil {
-		return l, fmt.Errorf("%w: the init shim needs Serve called with a tail of os.Args", wire.ErrLaunch)
-	}
-	exec := ls.Driver == wire.ModeExec
-	tu, err := spec.UserOf(ls.Spec)
+	sb, err := s.checkLaunch(ls)
 	if err != nil {
 		return l, err
 	}
-	if err := prepareTaskDirs(s.taskDir, tu, exec); err != nil {
+	exec := ls.Driver == wire.ModeExec
+	var tu spec.User
+	tu, err = spec.UserOf(ls.Spec)
+	if err != nil {
 		return l, err
 	}
-	env := spec.TaskEnv(ls.Spec, s.taskDir, tu.Home)
-	local := filepath.Join(s.taskDir, statedir.LocalDir)
+	dirs := spec.DirsOf(ls.Spec, s.taskDir)
+	if err := prepareTaskDirs(dirs, tu, exec); err != nil {
+		return l, err
+	}
+	env := spec.TaskEnv(ls.Spec, dirs, tu.Home)
+	maps.Copy(env, s.tmplEnv) // env = true templates' variables win, as in Nomad
 	cfg := shim.Config{UID: tu.UID, GID: tu.GID, Groups: tu.Groups}
 	if ls.OOMScoreAdj != nil {
 		cfg.OOMScoreAdj = *ls.OOMScoreAdj
 	}
 	sys := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// The namespaces a command started inside this run joins (see
+	// Exec): those the task was cloned into, and its cgroup namespace.
+	var joinNS int
 	if exec {
-		caps, err := spec.ResolveCaps(ls.CapAdd, ls.CapDrop, ls.AllowedCaps)
+		// A root task keeps Nomad's set; any other user holds only what
+		// its cap_add names (TaskCaps).
+		caps, err := spec.TaskCaps(ls.CapAdd, ls.CapDrop, ls.AllowedCaps, tu.UID == 0)
 		if err != nil {
 			return l, err
 		}
 		mask := spec.CapMask(caps)
 		cfg.Caps = &mask
-		if cfg.Root, err = shim.PlanRoot(s.taskDir, ls.Chroot); err != nil {
+		if cfg.Root, err = shim.PlanRoot(s.taskDir, taskBinds(dirs), ls.Chroot); err != nil {
 			return l, err
 		}
-		cfg.Path, cfg.Dir = ls.Command, ls.Dir
-		switch {
-		case cfg.Dir == "":
-			cfg.Dir = "/" + statedir.LocalDir
-		case !filepath.IsAbs(cfg.Dir):
-			cfg.Dir = filepath.Join("/"+statedir.LocalDir, cfg.Dir)
-		}
+		cfg.Path, cfg.Dir, cfg.Resolve = ls.Command, dirs.WorkDir(ls.Spec), true
 		sys.Cloneflags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS
 		if ls.PIDMode != wire.ModeHost {
 			sys.Cloneflags |= unix.CLONE_NEWPID
@@ -97,23 +93,46 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 		if ls.IPCMode != wire.ModeHost {
 			sys.Cloneflags |= unix.CLONE_NEWIPC
 		}
+		if sb.NetNS {
+			sys.Cloneflags |= unix.CLONE_NEWNET
+			cfg.Loopback = true
+		}
+		joinNS = int(sys.Cloneflags)
+		if sb.CgroupNS {
+			cfg.CgroupNS = true
+			joinNS |= unix.CLONE_NEWCGROUP
+		}
+		cfg.Keyring = sb.Keyring
+		if sb.Seccomp {
+			if cfg.Seccomp, err = filterFor(ls.Seccomp, caps, ls.PIDMode == wire.ModeHost); err != nil {
+				return l, err
+			}
+		}
+		l.warnings = append(l.warnings, sandboxWarnings(sb, s.features())...)
 	} else {
-		dir := ls.Dir
-		switch {
-		case dir == "":
-			dir = local
-		case !filepath.IsAbs(dir):
-			dir = filepath.Join(local, dir)
+		dir := dirs.WorkDir(ls.Spec)
+		cfg.Dir, cfg.TaskDir = dir, dirs.Task
+		if tu.Set() {
+			// The shim changes to the directory (beneath the task
+			// directory, no link followed, when it is there) and looks
+			// the command up as the task's user: nothing of a path the
+			// task controls is touched with root's rights. And a task
+			// run as another user gets a session keyring of its own, so
+			// that it does not possess the operator's (where the host
+			// has keyrings at all).
+			cfg.Path, cfg.Resolve = ls.Command, true
+			_, noKeys := s.features()[spec.FeatureKeyring]
+			cfg.Keyring = !noKeys
+		} else {
+			if fi, err := os.Stat(dir); err != nil {
+				return l, fmt.Errorf("%w: %w", wire.ErrWorkDir, err)
+			} else if !fi.IsDir() {
+				return l, fmt.Errorf("%w: %s is not a directory", wire.ErrWorkDir, dir)
+			}
+			if cfg.Path, err = spec.ResolveCommand(ls.Command, dir, env["PATH"]); err != nil {
+				return l, err
+			}
 		}
-		if fi, err := os.Stat(dir); err != nil {
-			return l, fmt.Errorf("%w: %w", wire.ErrWorkDir, err)
-		} else if !fi.IsDir() {
-			return l, fmt.Errorf("%w: %s is not a directory", wire.ErrWorkDir, dir)
-		}
-		if cfg.Path, err = spec.ResolveCommand(ls.Command, dir, env["PATH"]); err != nil {
-			return l, err
-		}
-		cfg.Dir = dir
 	}
 
 	// The cgroup, with its limits, before anything of the task exists.
@@ -132,6 +151,7 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 		}
 		s.cg = cg
 		cfg.Cgroup = s.loc.String()
+		l.warnings = append(l.warnings, spec.LimitWarnings(ls.Resources)...)
 	}
 	ok := false
 	defer func() {
@@ -171,8 +191,9 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 		}
 		ok = true
 		l.pid, l.start, l.outs = pid, start, outs
-		l.join = joinPlan{cfg: cfg, ns: int(sys.Cloneflags), env: env}
-		l.join.cfg.Root, l.join.cfg.Path = nil, ""
+		l.join = joinPlan{cfg: cfg, ns: joinNS, env: env, pids: ls.Resources.PIDs}
+		l.join.cfg.Root, l.join.cfg.Path, l.join.cfg.Resolve = nil, "", false
+		l.join.cfg.CgroupNS, l.join.cfg.Loopback = false, false // joined through ns instead
 		return l, nil
 	}
 	// Exec tasks go through the shim (namespaces, root, capabilities), and
@@ -180,7 +201,15 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 	// before it switches user, for a task directory the user cannot
 	// traverse.
 	if !exec && !tu.Set() {
-		attr := &syscall.ProcAttr{Dir: cfg.Dir, Env: spec.EnvList(env), Sys: sys,
+		// No parent-death signal for a raw_exec task: if the executor
+		// dies, the task lives on in its cgroup, its descendants still
+		// its own, until a recovery kills the whole tree by proven
+		// identity (executor.Real.KillTask); a task killed with its
+		// executor would hand its children to init, out of reach of
+		// anything but its cgroup, which a root task can leave.
+		direct := *sys
+		direct.Pdeathsig = 0
+		attr := &syscall.ProcAttr{Dir: cfg.Dir, Env: spec.EnvList(env), Sys: &direct,
 			Files: []uintptr{devnull.Fd(), childEnds[0].Fd(), childEnds[1].Fd()}}
 		pid, err := s.startDirectly(cfg, append([]string{ls.Command}, ls.Args...), attr)
 		switch {
@@ -208,14 +237,10 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 	}
 	defer errR.Close()
 	defer errW.Close()
-	argv, err := shim.Argv(s.prefix, cfg, append([]string{ls.Command}, ls.Args...))
+	files := []uintptr{devnull.Fd(), childEnds[0].Fd(), childEnds[1].Fd(), errW.Fd()}
+	pid, err := s.startShim(cfg, append([]string{ls.Command}, ls.Args...), &syscall.ProcAttr{Dir: s.taskDir, Env: spec.EnvList(env), Files: files, Sys: sys})
 	if err != nil {
 		return l, err
-	}
-	files := []uintptr{devnull.Fd(), childEnds[0].Fd(), childEnds[1].Fd(), errW.Fd()}
-	pid, err := syscall.ForkExec("/proc/self/exe", argv, &syscall.ProcAttr{Dir: s.taskDir, Env: spec.EnvList(env), Files: files, Sys: sys})
-	if err != nil {
-		return l, fmt.Errorf("%w: start the init shim: %w", wire.ErrLaunch, err)
 	}
 	start, serr := proc.StartTime(pid) // our unreaped child: the pid cannot be reused yet
 	errW.Close()                       // or the read never sees EOF
@@ -229,6 +254,66 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 		return l, fmt.Errorf("%w: %w", wire.ErrLaunch, serr)
 	}
 	return started(pid, start)
+}
+
+// startShim starts the init shim for cfg and the task's argv, born in the
+// task's cgroup when it can be (cgroup.ForkExec: an executor thread moves
+// itself alone into the v1 hierarchies and the child is cloned into the
+// cgroup2 one), so that the shim need not join it: a whole process's
+// migration waits for an RCU grace period per v1 hierarchy, which cost a
+// shim 10 to 18 ms on a hybrid host of seven, more than the rest of its
+// work. Where the thread cannot move (cgroup.ErrThreadMove: a pids limit
+// of 1, a hierarchy of unknown own path), the shim joins the cgroup itself.
+// (A command Exec starts joins the running task's cgroup itself: an
+// executor thread inside a live task's cgroup would count among its
+// members for a kill or the OOM killer.)
+func (s *server) startShim(cfg shim.Config, argv []string, attr *syscall.ProcAttr) (int, error) {
+	if s.cg != nil {
+		born := cfg
+		born.Cgroup = ""
+		a, err := shim.Argv(s.prefix, born, argv)
+		if err != nil {
+			return 0, err
+		}
+		pid, err := s.cg.ForkExec(s.host, "/proc/self/exe", a, attr)
+		if err == nil {
+			return pid, nil
+		}
+		if !errors.Is(err, cgroup.ErrThreadMove) {
+			return 0, fmt.Errorf("%w: start the init shim: %w", wire.ErrLaunch, err)
+		}
+		if pid > 0 { // it dies with the thread that could not leave the cgroup
+			_ = unix.Kill(pid, unix.SIGKILL)
+			s.reapShim(pid)
+		}
+		s.log.Info("the init shim joins the task's cgroup itself", "why", err)
+	}
+	a, err := shim.Argv(s.prefix, cfg, argv)
+	if err != nil {
+		return 0, err
+	}
+	pid, err := syscall.ForkExec("/proc/self/exe", a, attr)
+	if err != nil {
+		return 0, fmt.Errorf("%w: start the init shim: %w", wire.ErrLaunch, err)
+	}
+	return pid, nil
+}
+
+// checkLaunch is the check of a launch before anything is made for it:
+// the spec's values (fsm.Spec.Validate) and what they mean on this host
+// (spec.Check), and the sandbox it gets here.
+func (s *server) checkLaunch(ls wire.Launch) (spec.Sandbox, error) {
+	if err := ls.Spec.Validate(); err != nil {
+		return spec.Sandbox{}, fmt.Errorf("%w: %w", wire.ErrBadSpec, err)
+	}
+	sb, err := spec.Check(ls, s.host, s.noCgroup, s.features())
+	if err != nil {
+		return sb, err
+	}
+	if s.prefix == nil {
+		return sb, fmt.Errorf("%w: the init shim needs Serve called with a tail of os.Args", wire.ErrLaunch)
+	}
+	return sb, nil
 }
 
 // startDirectly forks and execs a raw_exec task from the executor without

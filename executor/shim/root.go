@@ -47,9 +47,12 @@ type RootPlan struct {
 	Hide   []string    `json:"hide,omitempty"` // directories covered by an empty, read-only tmpfs
 }
 
-// planRoot computes the root of an exec task of taskDir from chroot
-// entries (nil: DefaultChroot, whose missing entries are skipped).
-func PlanRoot(taskDir string, chroot []string) (*RootPlan, error) {
+// PlanRoot computes the root of an exec task whose executor's directory
+// is taskDir from chroot entries (nil: DefaultChroot, whose missing
+// entries are skipped) and the task's own writable directories (its
+// /local, /secrets, /tmp and /alloc, bound from where the executor made
+// them).
+func PlanRoot(taskDir string, task []BindMount, chroot []string) (*RootPlan, error) {
 	explicit := chroot != nil
 	if !explicit {
 		chroot = spec.DefaultChroot
@@ -98,9 +101,7 @@ func PlanRoot(taskDir string, chroot []string) (*RootPlan, error) {
 	}
 	// Parents before children: a bind inside another lands on it.
 	slices.SortStableFunc(p.System, func(a, b BindMount) int { return strings.Compare(a.Dst, b.Dst) })
-	for _, d := range wire.TaskDirs {
-		p.Task = append(p.Task, BindMount{Src: filepath.Join(taskDir, d.Name), Dst: "/" + d.Name})
-	}
+	p.Task = task
 	// inRoot is where the task would see host path h, if it sees it.
 	inRoot := func(h string) (string, bool) {
 		for _, v := range seen {
@@ -164,6 +165,10 @@ var (
 // build builds the root and pivots into it. It runs in the shim, in the
 // task's fresh mount namespace (and PID namespace, for /proc), as root.
 func (p *RootPlan) build() error {
+	// The directories made on the way to a bind (/run of /run/resolvconf)
+	// are 0755 whatever the executor's umask (077): the task's user must
+	// traverse them. The task gets the umask it had.
+	defer unix.Umask(unix.Umask(0o022))
 	// Nothing mounted here may propagate to the host's namespace.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make the mount namespace private: %w", err)

@@ -21,23 +21,34 @@ import (
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/executor/internal/spec"
 	"github.com/tether-fsm/tether/executor/internal/wire"
+	"github.com/tether-fsm/tether/seccomp"
+	"github.com/tether-fsm/tether/taskdir"
 )
 
 // The init shim is this binary again, re-executed by the executor with
-// shimFlag, between clone and the task's exec: every task, raw_exec and
-// exec, starts through it, so that nothing of the task runs before it is
-// in its cgroup. On one locked thread it
+// Flag, between clone and the task's exec: every exec task, and every
+// raw_exec task with a user, starts through it, so that nothing of the
+// task runs before it is in its cgroup and sandbox. On one locked thread
+// (creds, capabilities, keyrings and namespaces joined by unshare are the
+// thread's, and the thread execs) it
 //
-//  1. joins the task's cgroup (every hierarchy);
+//  1. joins the task's cgroup (every hierarchy) and, for exec, enters a
+//     cgroup namespace rooted there;
 //  2. sets oom_score_adj (0 unless the task sets it);
-//  3. for exec, builds the task's root and pivots into it (it was cloned
-//     into new mount, PID, IPC and UTS namespaces);
-//  4. changes to the working directory, still as root, so that a task
-//     with a user starts in its own directory even though it could not
-//     traverse the root-owned 0700 task directory;
-//  5. switches to the task's user (keeping, for exec, the task's
-//     capabilities), sets the capability sets and no_new_privs (exec);
-//  6. execs the task.
+//  3. for exec, brings loopback up in the task's network namespace
+//     (network "none"), builds the task's root and pivots into it (it was
+//     cloned into new mount, PID, IPC and UTS namespaces);
+//  4. for a raw_exec task whose working directory is in its task
+//     directory, opens that directory as root beneath the task directory
+//     (openat2, no symbolic link followed) and changes to it through the
+//     descriptor: the user could not traverse the root-owned 0700 task
+//     directory, and a link the task planted takes root nowhere;
+//  5. for exec, joins a new anonymous session keyring; switches to the
+//     task's user, sets its capability sets and no_new_privs;
+//  6. changes to any other working directory, and looks the command up,
+//     with the user's own rights;
+//  7. installs the seccomp filter the executor compiled, the last step;
+//  8. execs the task.
 //
 // It reports a failure, naming the step, on descriptor 3 (close-on-exec,
 // so the executor reads EOF when the exec happened) and exits 127.
@@ -45,23 +56,35 @@ const Flag = "-shim"
 
 // Shim steps, as a failure names them.
 const (
-	StepCgroup = "join the task's cgroup"
-	StepOOMAdj = "set oom_score_adj"
-	StepRoot   = "build the task's root"
-	StepDir    = "change to the working directory"
-	StepUser   = "switch to the task's user"
-	StepCaps   = "set the task's capabilities"
-	StepNNP    = "set no_new_privs"
-	StepExec   = "exec the task"
+	StepCgroup   = "join the task's cgroup"
+	StepCgroupNS = "enter a cgroup namespace"
+	StepOOMAdj   = "set oom_score_adj"
+	StepNet      = "bring loopback up in the task's network namespace"
+	StepRoot     = "build the task's root"
+	StepDir      = "change to the working directory"
+	StepKeyring  = "join a new session keyring"
+	StepUser     = "switch to the task's user"
+	StepCaps     = "set the task's capabilities"
+	StepNNP      = "set no_new_privs"
+	StepSeccomp  = "install the seccomp filter"
+	StepExec     = "exec the task"
 )
 
-// shimConfig is what the executor tells the shim, as one JSON argument.
+// Config is what the executor tells the shim, as one JSON argument.
 type Config struct {
-	// Path is the resolved program for raw_exec, the command to resolve in
-	// the task's root (with its PATH) for exec.
-	Path string `json:"path"`
+	// Path is the program: resolved by the executor, or, with Resolve,
+	// the command the shim looks up in the task's PATH after the user
+	// switch (exec: in the task's root; a raw_exec task with a user: from
+	// its working directory).
+	Path    string `json:"path"`
+	Resolve bool   `json:"resolve,omitempty"`
 	// Dir is the working directory (in the task's root, for exec).
 	Dir string `json:"dir"`
+	// TaskDir is the task's directory (root's, 0700) when Dir is below it
+	// on the host (a raw_exec task): Dir is opened as root beneath it
+	// without following a symbolic link. Any other Dir is changed to after
+	// the user switch, with the user's own rights.
+	TaskDir string `json:"task_dir,omitempty"`
 	// Cgroup is the task cgroup's location; "" when there is none.
 	Cgroup      string `json:"cgroup,omitempty"`
 	OOMScoreAdj int    `json:"oom_score_adj"`
@@ -74,6 +97,17 @@ type Config struct {
 	Caps *uint64 `json:"caps,omitempty"`
 	// Root is the exec task's root; nil for raw_exec.
 	Root *RootPlan `json:"root,omitempty"`
+	// The exec task's sandbox beyond its namespaces and root (what
+	// spec.Sandbox decided): a new anonymous session keyring, joined
+	// before the user switch; a cgroup namespace, entered once in the
+	// task's cgroup (the join mode enters the task's through NS instead);
+	// loopback brought up in the network namespace it was cloned into;
+	// and the seccomp filter, compiled by the executor for the task's
+	// capabilities (seccomp.Filter's binary form), installed last.
+	Keyring  bool   `json:"keyring,omitempty"`
+	CgroupNS bool   `json:"cgroupns,omitempty"`
+	Loopback bool   `json:"loopback,omitempty"`
+	Seccomp  []byte `json:"seccomp,omitempty"`
 }
 
 // shimArgv builds the argv that re-executes this binary as the shim:
@@ -125,7 +159,7 @@ func Result(r *os.File) error {
 	}
 }
 
-// runShim is the init mode (see shimFlag).
+// Run is the init mode (see Flag).
 func Run(args []string) int {
 	report := os.NewFile(3, "shim-report")
 	fail := func(e *stepError) int {
@@ -137,6 +171,17 @@ func Run(args []string) int {
 	if e == nil {
 		e = cfg.enter()
 	}
+	if e == nil && cfg.CgroupNS {
+		// Once in the task's cgroup, so that it is the namespace's root.
+		if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+			e = &stepError{StepCgroupNS, err}
+		}
+	}
+	if e == nil && cfg.Loopback {
+		if err := loopbackUp(); err != nil {
+			e = &stepError{StepNet, err}
+		}
+	}
 	if e != nil {
 		return fail(e)
 	}
@@ -145,7 +190,8 @@ func Run(args []string) int {
 			return fail(&stepError{StepRoot, err})
 		}
 	}
-	if e := cfg.chdir(); e != nil {
+	beneath, e := cfg.chdirBeneath()
+	if e != nil {
 		return fail(e)
 	}
 	e = cfg.become(func() *stepError {
@@ -167,19 +213,39 @@ func Run(args []string) int {
 	if e != nil {
 		return fail(e)
 	}
+	if !beneath {
+		if e := cfg.chdir(); e != nil {
+			return fail(e)
+		}
+	}
 	path := cfg.Path
-	if cfg.Root != nil {
+	if cfg.Resolve {
 		var err error
-		if path, err = spec.ResolveCommand(cfg.Path, cfg.Dir, os.Getenv("PATH")); err != nil {
+		dir := cfg.Dir
+		if beneath {
+			dir = "." // the user may not traverse the task directory above it
+		}
+		if path, err = spec.ResolveCommand(cfg.Path, dir, os.Getenv("PATH")); err != nil {
 			return fail(&stepError{StepExec, err})
 		}
-	} else if rel, ok := strings.CutPrefix(path, filepath.Clean(cfg.Dir)+"/"); ok {
-		// Through the working directory: a task user may not traverse
-		// the task directory above it.
-		path = "./" + rel
+		if beneath && !filepath.IsAbs(path) {
+			path = "./" + path // through the working directory, which the user may not reach by name
+		}
+	}
+	if e := cfg.install(); e != nil {
+		return fail(e)
 	}
 	if err := wire.WriteFrame(report, shimReport{Exec: true}); err != nil {
 		return 127 // the executor is gone
+	}
+	if os.Getpid() != 1 {
+		// The task outlives its executor until a recovery kills it,
+		// whole: see executor/server's startDirectly. The init of a PID
+		// namespace of its own keeps the signal: its death takes the
+		// whole namespace with it.
+		if err := unix.Prctl(unix.PR_SET_PDEATHSIG, 0, 0, 0, 0); err != nil {
+			return fail(&stepError{StepExec, fmt.Errorf("pdeathsig: %w", err)})
+		}
 	}
 	err := syscall.Exec(path, argv, os.Environ())
 	return fail(&stepError{StepExec, spec.ExecErr(path, err)})
@@ -226,9 +292,38 @@ func (c *Config) enter() *stepError {
 	return nil
 }
 
-// chdir changes to the working directory, still as root, so that a task
-// with a user starts in its own directory even though it could not
-// traverse the root-owned 0700 task directory.
+// chdirBeneath changes, as root, to a working directory below the task's
+// directory (TaskDir), opened beneath it with openat2 without following a
+// symbolic link on the way or at its end; it reports whether it did (for
+// any other working directory it does nothing: chdir does it after the
+// user switch).
+func (c *Config) chdirBeneath() (bool, *stepError) {
+	if c.TaskDir == "" {
+		return false, nil
+	}
+	rel, ok := strings.CutPrefix(c.Dir, filepath.Clean(c.TaskDir)+"/")
+	if !ok {
+		return false, nil
+	}
+	r, err := taskdir.OpenRoot(c.TaskDir)
+	if err != nil {
+		return false, &stepError{StepDir, fmt.Errorf("%w: %w", wire.ErrWorkDir, err)}
+	}
+	defer r.Close()
+	d, err := r.OpenDir(rel)
+	if err != nil {
+		return false, &stepError{StepDir, fmt.Errorf("%w: %w", wire.ErrWorkDir, err)}
+	}
+	defer d.Close()
+	if err := unix.Fchdir(int(d.Fd())); err != nil {
+		return false, &stepError{StepDir, fmt.Errorf("%w: %s: %w", wire.ErrWorkDir, c.Dir, err)}
+	}
+	return true, nil
+}
+
+// chdir changes to the working directory after the user switch: with the
+// user's own rights, so that a symbolic link on the way leads nowhere the
+// user could not go itself.
 func (c *Config) chdir() *stepError {
 	if err := unix.Chdir(c.Dir); err != nil {
 		return &stepError{StepDir, fmt.Errorf("%w: %s: %w", wire.ErrWorkDir, c.Dir, err)}
@@ -236,10 +331,67 @@ func (c *Config) chdir() *stepError {
 	return nil
 }
 
-// become takes the task's user and, for exec, its capabilities (the
-// bounding set before the switch, the rest after) and no_new_privs, as the
-// task got them. afterUser runs right after a user switch.
+// install installs the seccomp filter the executor compiled, if any: the
+// last step before the exec (it sets no_new_privs too).
+func (c *Config) install() *stepError {
+	if c.Seccomp == nil {
+		return nil
+	}
+	var f seccomp.Filter
+	if err := f.UnmarshalBinary(c.Seccomp); err != nil {
+		return &stepError{StepSeccomp, err}
+	}
+	if err := f.Install(); err != nil {
+		return &stepError{StepSeccomp, err}
+	}
+	return nil
+}
+
+// loopbackUp brings the loopback interface of the shim's network
+// namespace up (a new namespace has it down): a task of network "none"
+// has loopback alone.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("lo's flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("set lo up: %w", err)
+	}
+	return nil
+}
+
+// joinSessionKeyring makes the calling thread join a new anonymous
+// session keyring (KEYCTL_JOIN_SESSION_KEYRING with a NULL name: every
+// call makes a new one), so that nothing of the executor's session
+// keyring (the operator's, inherited) reaches the task.
+func joinSessionKeyring() error {
+	_, _, e := unix.RawSyscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0)
+	if e != 0 {
+		return fmt.Errorf("keyctl(KEYCTL_JOIN_SESSION_KEYRING): %w", e)
+	}
+	return nil
+}
+
+// become takes, for exec, a new session keyring, then the task's user
+// and, for exec, its capabilities (the bounding set before the switch,
+// the rest after) and no_new_privs, as the task got them. afterUser runs
+// right after a user switch.
 func (c *Config) become(afterUser func() *stepError) *stepError {
+	if c.Keyring {
+		if err := joinSessionKeyring(); err != nil {
+			return &stepError{StepKeyring, err}
+		}
+	}
 	var caps []capability.Cap
 	if c.Caps != nil {
 		caps = CapsFromMask(*c.Caps)
@@ -366,28 +518,33 @@ func setCaps(caps []capability.Cap, uid int) error {
 }
 
 // Join mode: the init shim again, re-executed by the executor with
-// joinFlag, starts a command inside the task's running run (see exec.go).
-// The executor's descriptors 0, 1 and 2 are the command's stdio (without a
-// terminal), 3 the report socket (a datagram socket: one report, with the
-// terminal's master when there is one), and 4, for an exec task, a pidfd
-// of the task. On one locked thread, whose attributes the command
-// inherits, it
+// JoinFlag, starts a command inside the task's running run (see exec.go).
+// Its descriptors 0, 1 and 2 are the command's stdio, pipes the executor
+// made (without a terminal; never a descriptor of the caller's), 3 the
+// report socket (a datagram socket: one report, with the terminal's
+// master when there is one), and 4, for an exec task, a pidfd of the
+// task. On one locked thread, whose attributes the command inherits, it
 //
 //  1. joins the task's cgroup and sets its oom_score_adj;
 //  2. joins the task's namespaces through the pidfd (setns with the
-//     task's CLONE_NEW* flags, after unshare(CLONE_FS) so that the mount
-//     namespace may be joined), which puts the thread in the task's root
-//     and makes its children members of the task's PID namespace;
-//  3. changes to the task's working directory, still as root;
-//  4. opens the terminal, inside the task's root (its own devpts), when
-//     asked, owned by the task's user;
-//  5. takes the task's user, capabilities and no_new_privs as the task
-//     got them;
-//  6. starts the command, found in the task's PATH, as the executor's
-//     child (CLONE_PARENT: the executor reaps and supervises it, and it
-//     is not a child of this shim, which exits), in a new session (on
-//     the terminal as its controlling terminal);
-//  7. reports the command's pid, in the host's PID namespace, and exits.
+//     task's CLONE_NEW* flags, its cgroup and network namespaces
+//     included, after unshare(CLONE_FS) so that the mount namespace may
+//     be joined), which puts the thread in the task's root and makes its
+//     children members of the task's PID namespace;
+//  3. for a raw_exec task, changes to its working directory below its
+//     task directory as root, through openat2 (see Run);
+//  4. takes a new session keyring, the task's user, capabilities and
+//     no_new_privs as the task got them;
+//  5. opens the terminal, when asked, as the task's user, inside the
+//     task's root (its own devpts);
+//  6. changes to any other working directory, and looks the command up,
+//     as the user;
+//  7. installs the task's seccomp filter;
+//  8. starts the command as the executor's child (CLONE_PARENT: the
+//     executor reaps and supervises it, and it is not a child of this
+//     shim, which exits), in a new session (on the terminal as its
+//     controlling terminal);
+//  9. reports the command's pid, in the host's PID namespace, and exits.
 //
 // The shim runs the command without exec'ing itself inside the task's
 // root, where its own binary is not visible.
@@ -407,9 +564,11 @@ type JoinConfig struct {
 	// NS are the CLONE_NEW* flags of the task's namespaces to join
 	// through the pidfd on descriptor 4; 0 joins none (raw_exec).
 	NS int `json:"ns,omitempty"`
-	// Env is the command's environment (the shim itself runs with the
-	// executor's).
-	Env  []string `json:"env"`
+	// Env is the command's environment. It travels as the shim's own
+	// environment, never in its arguments: /proc/PID/cmdline is anyone's
+	// to read, environ only its owner's (the task's variables may be
+	// secrets, and another user's task on the host could read them).
+	Env  []string `json:"-"`
 	TTY  bool     `json:"tty,omitempty"`
 	Rows uint16   `json:"rows,omitempty"`
 	Cols uint16   `json:"cols,omitempty"`
@@ -422,7 +581,7 @@ type JoinReport struct {
 	Err *wire.Failure `json:"err,omitempty"`
 }
 
-// runJoin is the join mode (see joinFlag).
+// RunJoin is the join mode (see JoinFlag).
 func RunJoin(args []string) int {
 	fail := func(e *stepError) int {
 		b, _ := json.Marshal(JoinReport{Err: wire.FailureOf(fmt.Errorf("%w: %s: %w", wire.ErrExec, e.step, e.err))})
@@ -431,6 +590,7 @@ func RunJoin(args []string) int {
 	}
 	var cfg JoinConfig
 	argv, e := start(args, &cfg, 4)
+	cfg.Env = os.Environ() // the command's, as the executor started this shim with it
 	if e == nil {
 		e = cfg.enter()
 	}
@@ -446,20 +606,21 @@ func RunJoin(args []string) int {
 		}
 		unix.Close(4)
 	}
-	if e := cfg.chdir(); e != nil {
+	beneath, e := cfg.chdirBeneath()
+	if e != nil {
+		return fail(e)
+	}
+	if e := cfg.become(nil); e != nil {
 		return fail(e)
 	}
 	stdio := []uintptr{0, 1, 2}
 	var rights []byte
 	if cfg.TTY {
+		// As the task's user (or its root, for a root task), in the
+		// task's root: its own devpts makes the terminal the user's.
 		master, tty, err := pty.Open()
 		if err != nil {
 			return fail(&stepError{StepTTY, err})
-		}
-		if cfg.UID >= 0 {
-			if err := tty.Chown(cfg.UID, cfg.GID); err != nil {
-				return fail(&stepError{StepTTY, err})
-			}
 		}
 		if cfg.Rows > 0 && cfg.Cols > 0 {
 			if err := pty.Setsize(tty, &pty.Winsize{Rows: cfg.Rows, Cols: cfg.Cols}); err != nil {
@@ -470,20 +631,28 @@ func RunJoin(args []string) int {
 		stdio = []uintptr{fd, fd, fd}
 		rights = unix.UnixRights(int(master.Fd()))
 	}
-	if e := cfg.become(nil); e != nil {
-		return fail(e)
+	if !beneath {
+		if e := cfg.chdir(); e != nil {
+			return fail(e)
+		}
 	}
-	// Relative to the working directory: a task user may not traverse
-	// the task directory above it.
 	var pathEnv string
 	for _, kv := range cfg.Env {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
 			pathEnv = v
 		}
 	}
+	// Relative to the working directory: a task user may not traverse
+	// the task directory above it.
 	path, err := spec.ResolveCommand(argv[0], ".", pathEnv)
 	if err != nil {
 		return fail(&stepError{StepCommand, err})
+	}
+	if !filepath.IsAbs(path) && !strings.HasPrefix(path, "./") {
+		path = "./" + path
+	}
+	if e := cfg.install(); e != nil {
+		return fail(e)
 	}
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Env:   cfg.Env,

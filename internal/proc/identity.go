@@ -153,14 +153,28 @@ func SignalAmong(sig syscall.Signal, pids []int, match func(pid int, s Stat) boo
 // while any member lives, so only a new group led by a reused pid could
 // match.
 func KillGroup(ctx context.Context, leader fsm.Proc) error {
-	pgid := leader.PID
-	if pgid <= 1 {
-		return fmt.Errorf("%w: refusing process group %d", ErrNotOurs, pgid)
+	return killLed(ctx, leader, "process group", func(s Stat) int { return s.PGID })
+}
+
+// KillSession is KillGroup for the session led by leader (every process
+// whose session id is leader's pid and which started no earlier than it):
+// what a session leader that is gone (an executor: Spawn makes it one)
+// left in its session.
+func KillSession(ctx context.Context, leader fsm.Proc) error {
+	return killLed(ctx, leader, "session", func(s Stat) int { return s.SID })
+}
+
+// killLed kills the processes whose group or session (led) is led by
+// leader.
+func killLed(ctx context.Context, leader fsm.Proc, what string, led func(Stat) int) error {
+	id := leader.PID
+	if id <= 1 {
+		return fmt.Errorf("%w: refusing %s %d", ErrNotOurs, what, id)
 	}
-	if s, err := ReadStat(pgid); err == nil && s.StartTime != leader.StartTime {
-		return fmt.Errorf("%w: pid %d started at %d, not %d", ErrNotOurs, pgid, s.StartTime, leader.StartTime)
+	if s, err := ReadStat(id); err == nil && s.StartTime != leader.StartTime {
+		return fmt.Errorf("%w: pid %d started at %d, not %d", ErrNotOurs, id, s.StartTime, leader.StartTime)
 	}
-	match := func(_ int, s Stat) bool { return s.PGID == pgid && s.StartTime >= leader.StartTime }
+	match := func(_ int, s Stat) bool { return led(s) == id && s.StartTime >= leader.StartTime }
 	for {
 		fds, err := SignalAmong(syscall.SIGKILL, nil, match)
 		if len(fds) == 0 {

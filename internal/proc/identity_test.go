@@ -29,6 +29,25 @@ func TestMain(m *testing.M) {
 				_ = unix.Pause()
 			}
 		},
+		// tree DEPTH MARKER: a chain of DEPTH processes below this one,
+		// each in a session of its own, the last writing its pid to stdout
+		// of the first; every one hangs.
+		"tree": func(args []string) int {
+			depth, _ := strconv.Atoi(args[0])
+			if depth > 0 {
+				c := exec.Command(os.Args[0], "tree", strconv.Itoa(depth-1), args[1])
+				c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+				c.Stdout = os.Stdout
+				if err := c.Start(); err != nil {
+					return 2
+				}
+			} else {
+				fmt.Println(os.Getpid())
+			}
+			for {
+				_ = unix.Pause()
+			}
+		},
 	})
 	os.Exit(m.Run())
 }

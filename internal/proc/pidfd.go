@@ -11,8 +11,11 @@ import (
 	"slices"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/fsm"
 )
 
 // PidFD is a pidfd registered with the runtime poller, so waiting on it
@@ -205,4 +208,52 @@ func Poll(ctx context.Context, pfds []unix.PollFd) error {
 		return ctx.Err()
 	}
 	return nil
+}
+
+// si_code values of a SIGCHLD siginfo (waitid), for how a child ended.
+const (
+	cldExited = 1
+	cldKilled = 2
+	cldDumped = 3
+)
+
+// Reap collects, without blocking, the exit status of the process the
+// pidfd pins, which must be a child of the caller: ok is false while it
+// runs. The status is that process's and no other's (waitid through the
+// pidfd, not by pid), so it cannot be taken for another process's.
+func (p *PidFD) Reap() (x fsm.ExitStatus, ok bool, err error) {
+	rc, err := p.f.SyscallConn()
+	if err != nil {
+		return x, false, err
+	}
+	var info unix.Siginfo
+	var werr error
+	if cerr := rc.Control(func(fd uintptr) {
+		for {
+			werr = unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG, nil)
+			if !errors.Is(werr, unix.EINTR) {
+				return
+			}
+		}
+	}); cerr != nil {
+		return x, false, cerr
+	}
+	if werr != nil {
+		return x, false, fmt.Errorf("waitid through a pidfd: %w", werr)
+	}
+	// The SIGCHLD fields follow signo, errno and code (and their padding):
+	// si_pid (int32) at 16, si_uid at 20, si_status (int32) at 24.
+	raw := (*[128]byte)(unsafe.Pointer(&info))
+	pid := int32(binary.NativeEndian.Uint32(raw[16:]))
+	status := int(int32(binary.NativeEndian.Uint32(raw[24:])))
+	if pid == 0 {
+		return x, false, nil // still running
+	}
+	switch info.Code {
+	case cldExited:
+		return fsm.ExitStatus{Code: status}, true, nil
+	case cldKilled, cldDumped:
+		return fsm.ExitStatus{Code: -1, Signal: status}, true, nil
+	}
+	return x, false, fmt.Errorf("waitid through a pidfd: an exit of unknown kind (si_code %d)", info.Code)
 }

@@ -1,6 +1,6 @@
-// Package testproc is what tether's tests share about processes: the test
-// binary serving as its own helper processes (Dispatch), and the /proc
-// scan that finds what a test leaked (Marked, CheckNoLeak).
+// Package testproc is what tether's tests share: the test binary serving
+// as its own helper processes (Dispatch), the /proc scan that finds what a
+// test leaked (Marked, CheckNoLeak), and the -long flag (Long).
 //
 // Every helper process a test starts carries a marker in its command line
 // (the test's state directory, usually), so that a scan for the marker
@@ -23,6 +23,7 @@ package testproc
 
 import (
 	"bytes"
+	"flag"
 	"os"
 	"strconv"
 	"strings"
@@ -35,6 +36,39 @@ import (
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
 )
+
+// long is the -long flag of every test binary that links this package.
+var long = flag.Bool("long", false, "also run the repetitions: tests that repeat what the default suite checks once (make test-long)")
+
+// Long reports whether the test binary was given -long: run the
+// repetitions too (many runs of a property, hundreds of processes at once,
+// more data through the same path). Every contract keeps a test that runs
+// without it.
+func Long() bool { return *long }
+
+// SkipUnlessLong skips a test that only repeats what the default suite
+// checks, unless the binary was given -long, naming what it repeats.
+func SkipUnlessLong(t testing.TB, what string) {
+	t.Helper()
+	if !*long {
+		t.Skipf("a repetition (%s): runs with -long (make test-long)", what)
+	}
+}
+
+// Parallel marks t as a test to run in parallel with the others (t.Parallel),
+// unless the binary runs with -failfast. -failfast only keeps tests from
+// starting after a failure, and a parallel test has started when it pauses,
+// so every paused one would still run to its end (a hang in one under a
+// planted bug waits out the timeout). Under -failfast (make mutants, a
+// bisection) the tests therefore run one at a time, and the first failure
+// is the last.
+func Parallel(t *testing.T) {
+	t.Helper()
+	if f := flag.Lookup("test.failfast"); f != nil && f.Value.String() == "true" {
+		return
+	}
+	t.Parallel()
+}
 
 // Dispatch runs the helper mode named by the binary's first argument, if
 // modes has it, and exits with its code; otherwise it returns (the binary

@@ -12,8 +12,9 @@ import (
 )
 
 // DefaultAllowedCaps is Nomad's exec driver default allow list, used when
-// LaunchSpec.AllowedCaps is nil. It is also the set an exec-mode task gets
-// when it adds and drops nothing. NET_RAW is deliberately absent.
+// Policy.AllowedCaps is nil. It is also the set a root exec task gets when
+// it adds and drops nothing (a task of any other user gets none unless
+// its cap_add names them). NET_RAW is deliberately absent.
 var DefaultAllowedCaps = []string{
 	"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
 	"NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
@@ -48,8 +49,22 @@ func ValidateCaps(add, drop, allowed []string) error {
 	return err
 }
 
-// resolveCaps validates like ValidateCaps and returns the task's final set
-// as Nomad computes it: the basis DefaultAllowedCaps ∩ allowed, minus
+// TaskCaps is an exec task's capability set, validated like ValidateCaps:
+// for a root task (root set) the set ResolveCaps computes, as Nomad does;
+// for a task of any other user exactly the capabilities its cap_add names
+// (each still within allowed), as Docker and runc give a non-root
+// container user none. cap_drop has nothing to take from a non-root
+// task's empty basis, but its names are still checked.
+func TaskCaps(add, drop, allowed []string, root bool) ([]capability.Cap, error) {
+	if root {
+		return ResolveCaps(add, drop, allowed)
+	}
+	// The same validation, on an empty basis: drop everything first.
+	return ResolveCaps(add, append([]string{"all"}, drop...), allowed)
+}
+
+// ResolveCaps validates like ValidateCaps and returns a root task's final
+// set as Nomad computes it: the basis DefaultAllowedCaps ∩ allowed, minus
 // drop, plus add. So cap_drop = ["all"] with cap_add = ["chown"] is
 // CAP_CHOWN alone.
 func ResolveCaps(add, drop, allowed []string) ([]capability.Cap, error) {

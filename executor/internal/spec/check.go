@@ -5,6 +5,8 @@ package spec
 import (
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/executor/internal/wire"
@@ -15,50 +17,115 @@ import (
 // spawns anything (executor.World.CheckSpec) and by the executor again at
 // launch, each after the spec's values were checked (fsm.Spec.Validate):
 // the user it runs as (exec defaults to nobody), for exec the capabilities
-// against the
-// allow list, the chroot entries, root, and task cgroups; for any limit, a
-// cgroup controller that enforces it. h is the host's cgroup layout, and
-// noCgroup why it gives no task cgroups (nil when it does). Errors are
-// named: ErrBadSpec, ErrUnknownUser, *CapError, ErrIsolation, ErrNoCgroup,
-// and ErrLimit wrapping a *cgroup.LimitError that names the controller.
-func Check(l wire.Launch, h cgroup.Host, noCgroup error) error {
+// against the allow list (TaskCaps), the chroot entries, root, task
+// cgroups and the sandbox (PlanSandbox: the seccomp choice against the
+// operator's allow list, the features the host lacks against the
+// operator's opt-outs), which it returns; for a raw_exec task with a user,
+// openat2; for any limit, a cgroup controller that enforces it. h is the
+// host's cgroup layout, noCgroup why it gives no task cgroups (nil when
+// it does), f what the host lacks (ProbeFeatures). Errors are named:
+// ErrBadSpec, ErrUnknownUser, *CapError, ErrIsolation, ErrNoCgroup,
+// ErrSeccompNotAllowed, ErrHostFeature, and ErrLimit wrapping a
+// *cgroup.LimitError that names the controller.
+func Check(l wire.Launch, h cgroup.Host, noCgroup error, f Features) (Sandbox, error) {
+	var sb Sandbox
 	tu, err := UserOf(l.Spec)
 	if err != nil {
-		return err
+		return sb, err
 	}
 	euid := os.Geteuid()
 	if tu.Set() && euid != 0 && tu.UID != euid {
-		return fmt.Errorf("%w: an executor running as uid %d cannot run a task as uid %d (%q); run tether as root", wire.ErrLaunch, euid, tu.UID, l.User)
+		return sb, fmt.Errorf("%w: an executor running as uid %d cannot run a task as uid %d (%q); run tether as root", wire.ErrLaunch, euid, tu.UID, l.User)
+	}
+	if err := ValidatePolicy(l.AllowSeccomp, l.AllowMissing); err != nil {
+		return sb, err
+	}
+	if l.Driver != wire.ModeExec && tu.Set() && euid == 0 {
+		if err := f[FeatureOpenat2]; err != nil {
+			return sb, fmt.Errorf("%w (a raw_exec task with a user starts in its directory, opened as root beneath the task directory); upgrade the kernel, or leave user out", missing(FeatureOpenat2, err))
+		}
 	}
 	if l.Driver == wire.ModeExec {
-		if _, err := ResolveCaps(l.CapAdd, l.CapDrop, l.AllowedCaps); err != nil {
-			return err
+		if _, err := TaskCaps(l.CapAdd, l.CapDrop, l.AllowedCaps, tu.UID == 0); err != nil {
+			return sb, err
 		}
 		if _, err := ParseChroot(l.Chroot); err != nil {
-			return err
+			return sb, err
 		}
 		if l.Chroot != nil {
 			if err := ValidateChroot(l.Chroot); err != nil {
-				return err
+				return sb, err
 			}
 		}
 		if euid != 0 {
-			return fmt.Errorf("%w: exec needs root (uid %d here): its namespaces and a root of its own need CAP_SYS_ADMIN; run tether as root, or use driver raw_exec", wire.ErrIsolation, euid)
+			return sb, fmt.Errorf("%w: exec needs root (uid %d here): its namespaces and a root of its own need CAP_SYS_ADMIN; run tether as root, or use driver raw_exec", wire.ErrIsolation, euid)
 		}
 		if noCgroup != nil {
-			return fmt.Errorf("%w: an exec task is contained in a cgroup of its own, and this host gives none: %w; run tether as root with cgroups mounted, or use driver raw_exec", wire.ErrNoCgroup, noCgroup)
+			return sb, fmt.Errorf("%w: an exec task is contained in a cgroup of its own, and this host gives none: %w; run tether as root with cgroups mounted, or use driver raw_exec", wire.ErrNoCgroup, noCgroup)
+		}
+		if sb, err = PlanSandbox(l, f); err != nil {
+			return sb, err
 		}
 	}
 	needs := limitNeeds(Limits(l.Resources))
 	if len(needs) > 0 && noCgroup != nil {
-		return fmt.Errorf("%w: resources need the task's cgroup, and this host gives none: %w; drop the resources block, or run tether where it can make cgroups (root, or a delegated cgroup)", wire.ErrNoCgroup, noCgroup)
+		return sb, fmt.Errorf("%w: resources need the task's cgroup, and this host gives none: %w; drop the resources block, or run tether where it can make cgroups (root, or a delegated cgroup)", wire.ErrNoCgroup, noCgroup)
 	}
 	for _, n := range needs {
 		if _, why, ok := h.For(n.c); !ok {
-			return fmt.Errorf("%w: %w", wire.ErrLimit, &cgroup.LimitError{Limit: n.limit, Controller: n.c, Why: why})
+			return sb, fmt.Errorf("%w: %w", wire.ErrLimit, &cgroup.LimitError{Limit: n.limit, Controller: n.c, Why: why})
 		}
 	}
-	return nil
+	if cores := l.Resources.Cores; cores > 0 {
+		list, n, err := h.TaskCPUs()
+		if err != nil {
+			return sb, fmt.Errorf("%w: cores: %w", wire.ErrLimit, err)
+		}
+		if cores > n {
+			return sb, fmt.Errorf("%w: %w", wire.ErrLimit, &cgroup.LimitError{Limit: "cores", Controller: cgroup.CPUSet,
+				Why: fmt.Sprintf("cores = %d, but this host gives tasks %d CPUs (%s)", cores, n, list)})
+		}
+	}
+	return sb, nil
+}
+
+// LimitWarnings says what of a spec's limits the host will never enforce
+// as written: a memory limit above the host's RAM (it is reached only
+// once the host has run out). The executor records them with the launch.
+func LimitWarnings(r fsm.Resources) []fsm.Warning {
+	ram, err := hostMemoryMB()
+	if err != nil || ram == 0 {
+		return nil
+	}
+	var out []fsm.Warning
+	for _, f := range []struct {
+		name string
+		mb   int
+	}{{"memory", r.MemoryMB}, {"memory_max", r.MemoryMaxMB}} {
+		if int64(f.mb) > ram {
+			out = append(out, fsm.Warning{Kind: fsm.WarnLimitAboveHost,
+				Text: fmt.Sprintf("%s = %d MB is more than this host's %d MB of RAM: the task will not be held to it", f.name, f.mb, ram)})
+		}
+	}
+	return out
+}
+
+// hostMemoryMB is the host's RAM in MB (MemTotal of /proc/meminfo).
+func hostMemoryMB() (int64, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				return 0, err
+			}
+			return kb >> 10, nil
+		}
+	}
+	return 0, fmt.Errorf("no MemTotal in /proc/meminfo")
 }
 
 // Limits are the task cgroup's limits for a spec's resources, in the

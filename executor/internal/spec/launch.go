@@ -16,7 +16,6 @@ import (
 
 	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/fsm"
-	"github.com/tether-fsm/tether/statedir"
 )
 
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -147,6 +146,9 @@ func ExecErr(path string, err error) error {
 		return fmt.Errorf("%w: %s: %w", wire.ErrCommandNotFound, path, err)
 	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.ENOEXEC), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ETXTBSY):
 		return fmt.Errorf("%w: %s: %w", wire.ErrNotExecutable, path, err)
+	case errors.Is(err, syscall.E2BIG):
+		return fmt.Errorf("%w: %s: %w: the arguments and environment together are more than the kernel takes "+
+			"(a quarter of the stack limit, 'ulimit -s'); make them smaller, or raise the limit tether runs with", wire.ErrLaunch, path, err)
 	}
 	return fmt.Errorf("%w: %s: %w", wire.ErrLaunch, path, err)
 }
@@ -164,27 +166,19 @@ func EnvList(env map[string]string) []string {
 // raw_exec, paths inside its root for exec.
 type taskPaths struct{ local, secrets, tmp, alloc string }
 
-func pathsFor(mode, taskDir string) taskPaths {
-	if mode == wire.ModeExec {
-		return taskPaths{"/" + statedir.LocalDir, "/" + statedir.SecretsDir, "/" + statedir.TmpDir, "/" + statedir.AllocDir}
-	}
-	j := func(n string) string { return filepath.Join(taskDir, n) }
-	return taskPaths{j(statedir.LocalDir), j(statedir.SecretsDir), j(statedir.TmpDir), j(statedir.AllocDir)}
-}
-
 // TaskEnv is the environment a task of spec gets from an executor of
-// taskDir running it as a user whose home is home: PATH (a default when
+// dirs running it as a user whose home is home: PATH (a default when
 // the spec has none: the executor's own PATH for raw_exec, a standard one
-// for exec), HOME (the user's; /local for exec), TETHER_TASK_ID (the task
-// directory's name), TETHER_TASK_NAME, TETHER_TASK_DIR (its local
+// for exec), HOME (the user's; /local for exec), TETHER_TASK_ID (the
+// private directory's name), TETHER_TASK_NAME, TETHER_TASK_DIR (its local
 // directory), and for a job file (Job set) Nomad's NOMAD_TASK_NAME,
 // NOMAD_TASK_DIR, NOMAD_ALLOC_DIR, NOMAD_SECRETS_DIR, NOMAD_JOB_NAME,
 // NOMAD_GROUP_NAME and, for the limits that are set, NOMAD_MEMORY_LIMIT,
 // NOMAD_MEMORY_MAX_LIMIT and NOMAD_CPU_LIMIT. The spec's Env overrides any
 // of them.
-func TaskEnv(spec fsm.Spec, taskDir, home string) map[string]string {
-	p := pathsFor(spec.Driver, taskDir)
-	id := filepath.Base(taskDir)
+func TaskEnv(spec fsm.Spec, dirs Dirs, home string) map[string]string {
+	p := dirs.paths(spec.Driver == wire.ModeExec)
+	id := filepath.Base(dirs.Private)
 	name := spec.Name
 	if name == "" {
 		name = id
@@ -204,9 +198,15 @@ func TaskEnv(spec fsm.Spec, taskDir, home string) map[string]string {
 	if env["HOME"] == "" {
 		env["HOME"] = p.local
 	}
-	if spec.Job != "" {
-		env["NOMAD_JOB_NAME"] = spec.Job
-		env["NOMAD_GROUP_NAME"] = spec.Group
+	if spec.Job != "" || spec.Alloc != nil {
+		if spec.Job != "" {
+			env["NOMAD_JOB_NAME"] = spec.Job
+			env["NOMAD_GROUP_NAME"] = spec.Group
+		}
+		if a := spec.Alloc; a != nil {
+			env["NOMAD_ALLOC_ID"] = a.ID
+			env["NOMAD_ALLOC_INDEX"] = strconv.Itoa(a.Index)
+		}
 		env["NOMAD_TASK_NAME"] = name
 		env["NOMAD_TASK_DIR"] = p.local
 		env["NOMAD_ALLOC_DIR"] = p.alloc

@@ -97,6 +97,25 @@ var (
 	// ErrIsolation is returned when an exec task cannot be isolated here
 	// (the executor is not root).
 	ErrIsolation = errors.New("executor: cannot isolate the task")
+	// ErrSeccompNotAllowed is returned for an exec task whose seccomp
+	// option (unconfined, a profile) the operator's allow list
+	// (Policy.AllowSeccomp) does not hold.
+	ErrSeccompNotAllowed = errors.New("executor: seccomp option not allowed by the operator")
+	// ErrHostFeature is returned for an exec task whose sandbox needs a
+	// feature this host lacks (a seccomp filter, a cgroup or network
+	// namespace, keyrings, openat2), unless the operator let exec tasks
+	// run without it; the message names the feature and the opt-out.
+	ErrHostFeature = errors.New("executor: the host lacks a feature of the exec sandbox")
+	// ErrArtifact is returned when one of the task's artifacts could not
+	// be fetched before its first launch; the message names the source
+	// and why (unreachable, a checksum mismatch, an archive entry that
+	// leaves its destination...).
+	ErrArtifact = errors.New("executor: artifact not fetched")
+	// ErrTemplate is returned when one of the task's templates could not
+	// be rendered before its first launch; the message names the template
+	// and why (a function that needs a server, a read or a write outside
+	// the task's directories...).
+	ErrTemplate = errors.New("executor: template not rendered")
 )
 
 // Errors returned by Exec.
@@ -107,6 +126,10 @@ var (
 	// not exist in the task is ErrCommandNotFound, one that cannot be
 	// executed ErrNotExecutable.
 	ErrExec = errors.New("executor: exec in the task failed")
+	// ErrAtLimit is returned when a command could not be started in the
+	// task because the task is at a limit of its cgroup (its pids limit);
+	// the message names the limit and the count.
+	ErrAtLimit = errors.New("executor: the task is at a limit of its cgroup")
 	// ErrUnknownExec is returned by ExecProcess.Wait and Signal for an exec
 	// the executor does not know on this connection.
 	ErrUnknownExec = errors.New("executor: no such exec")

@@ -20,8 +20,9 @@ import (
 
 // ProtocolVersion is the version of the control protocol. An executor
 // refuses a hello of another version (answering with its own); a client
-// speaks OldProtocolVersion to an executor that answers with it (one a
-// previous tether started, still running its task after an upgrade).
+// speaks any version from OldProtocolVersion on to an executor that
+// answers with it (one a previous tether started, still running its task
+// after an upgrade).
 //
 // The protocol is length-prefixed JSON on a unix stream socket: each frame is
 // a 4-byte big-endian length followed by one JSON object, at most
@@ -42,12 +43,24 @@ import (
 // client of version 6 drives an executor of version 5 through everything
 // but a launch (which a task whose executor a previous tether spawned
 // never needs: recovery asks it whether it launched, and stops it when
-// not).
-const ProtocolVersion = 6
+// not). Version 7 launches exec tasks in their sandbox (the launch's
+// network, seccomp choice and the policy's AllowSeccomp and AllowMissing,
+// which an executor of version 6 would ignore: so a launch needs version
+// 7), and an exec request carries no descriptor: the executor makes the
+// command's stdin, stdout and stderr pipes and answers with the client's
+// ends (three, or the terminal's master), which the client relays. To an
+// executor of version 5 or 6 a client sends pipes of its own making
+// instead, never the caller's descriptors.
+const ProtocolVersion = 7
 
-// OldProtocolVersion is the version a client still speaks: that of the
-// executors of the previous release.
+// OldProtocolVersion is the oldest version a client still speaks: that of
+// the executors of the previous releases (5 and 6 differ only in the
+// launch, which a client asks of its own version alone).
 const OldProtocolVersion = 5
+
+// ExecPipesVersion is the first version whose executor makes an exec's
+// pipes itself.
+const ExecPipesVersion = 7
 
 const MaxFrame = 1 << 20
 
@@ -158,32 +171,42 @@ const (
 	codeRestarting
 	codeExec
 	codeUnknownExec
+	codeSeccompNotAllowed
+	codeHostFeature
+	codeAtLimit
+	codeArtifact
+	codeTemplate
 )
 
 // wireErrors maps codes to named errors; the index is the code.
 var wireErrors = [...]error{
-	codeOther:           nil,
-	codeCommandNotFound: ErrCommandNotFound,
-	codeNotExecutable:   ErrNotExecutable,
-	codeUnknownUser:     ErrUnknownUser,
-	codeCapNotAllowed:   ErrCapNotAllowed,
-	codeWorkDir:         ErrWorkDir,
-	codeBadSpec:         ErrBadSpec,
-	codeLaunch:          ErrLaunch,
-	codeNotLaunched:     ErrNotLaunched,
-	codeTaskExited:      ErrTaskExited,
-	codePeerRefused:     ErrPeerRefused,
-	codeProtocolVersion: ErrProtocolVersion,
-	codeNonceMismatch:   ErrNonceMismatch,
-	codeProtocol:        ErrProtocol,
-	codeUnknownCap:      ErrUnknownCap,
-	codeNoCgroup:        ErrNoCgroup,
-	codeLimit:           ErrLimit,
-	codeIsolation:       ErrIsolation,
-	codeNoStats:         ErrNoStats,
-	codeRestarting:      ErrRestarting,
-	codeExec:            ErrExec,
-	codeUnknownExec:     ErrUnknownExec,
+	codeOther:             nil,
+	codeCommandNotFound:   ErrCommandNotFound,
+	codeNotExecutable:     ErrNotExecutable,
+	codeUnknownUser:       ErrUnknownUser,
+	codeCapNotAllowed:     ErrCapNotAllowed,
+	codeWorkDir:           ErrWorkDir,
+	codeBadSpec:           ErrBadSpec,
+	codeLaunch:            ErrLaunch,
+	codeNotLaunched:       ErrNotLaunched,
+	codeTaskExited:        ErrTaskExited,
+	codePeerRefused:       ErrPeerRefused,
+	codeProtocolVersion:   ErrProtocolVersion,
+	codeNonceMismatch:     ErrNonceMismatch,
+	codeProtocol:          ErrProtocol,
+	codeUnknownCap:        ErrUnknownCap,
+	codeNoCgroup:          ErrNoCgroup,
+	codeLimit:             ErrLimit,
+	codeIsolation:         ErrIsolation,
+	codeNoStats:           ErrNoStats,
+	codeRestarting:        ErrRestarting,
+	codeExec:              ErrExec,
+	codeUnknownExec:       ErrUnknownExec,
+	codeSeccompNotAllowed: ErrSeccompNotAllowed,
+	codeHostFeature:       ErrHostFeature,
+	codeAtLimit:           ErrAtLimit,
+	codeArtifact:          ErrArtifact,
+	codeTemplate:          ErrTemplate,
 }
 
 type Failure struct {

@@ -4,6 +4,7 @@ package wire
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -13,14 +14,19 @@ import (
 
 // Launch modes: fsm.Spec.Driver's values.
 const (
-	// ModeExec runs the task isolated: in a cgroup of its own; in new PID,
-	// mount, IPC and UTS namespaces (PIDMode and IPCMode "host" opt out of
-	// the first and third); in a root of its own of read-only bind mounts
+	// ModeExec runs the task sandboxed: in a cgroup of its own, and a
+	// cgroup namespace rooted there; in new PID, mount, IPC and UTS
+	// namespaces (PIDMode and IPCMode "host" opt out of the first and
+	// third) and, for Network "none", a network namespace with loopback
+	// alone; in a root of its own of read-only bind mounts
 	// (Launch.Chroot) and its own writable directories; as nobody unless
-	// User is set; with no new privileges; and with the capabilities
-	// DefaultAllowedCaps ∩ AllowedCaps, minus CapDrop, plus CapAdd, as its
-	// bounding, permitted, effective and inheritable sets (and ambient for
-	// a non-root task). It needs root and task cgroups.
+	// User is set; with a new session keyring, no new privileges and a
+	// seccomp filter (Docker's default profile unless Seccomp says
+	// otherwise, within AllowSeccomp); with, for a root task, the
+	// capabilities DefaultAllowedCaps ∩ AllowedCaps, minus CapDrop, plus
+	// CapAdd, as its bounding, permitted, effective and inheritable sets,
+	// and for any other user exactly CapAdd's (within AllowedCaps), ambient
+	// too, and none when it names none. It needs root and task cgroups.
 	ModeExec = "exec"
 	// ModeRawExec runs the command as is, in a cgroup of its own where the
 	// host allows one (else uncontained, with a warning), with the
@@ -40,10 +46,24 @@ type Policy struct {
 	// AllowedCaps is the allow list for cap_add; nil means
 	// DefaultAllowedCaps.
 	AllowedCaps []string `json:"allowed_caps,omitempty"`
+	// AllowSeccomp lists what an exec task's seccomp option may name
+	// besides "default": "unconfined" and absolute profile paths. With
+	// "unconfined", an exec task also runs without a filter on a host
+	// that has none (with a warning) instead of being refused.
+	AllowSeccomp []string `json:"allow_seccomp,omitempty"`
+	// AllowMissing lists the parts of an exec task's sandbox it may run
+	// without where the host lacks them (with a warning): "cgroupns",
+	// "keyring". Without it such a host refuses exec tasks, naming the
+	// part.
+	AllowMissing []string `json:"allow_missing,omitempty"`
 	// Chroot lists what an exec task's root is built from: "SRC" or
 	// "SRC:DST" (DST a path inside the root), each a read-only bind mount
 	// of an existing host path; nil means DefaultChroot.
 	Chroot []string `json:"chroot,omitempty"`
+	// AllowRead lists host directories a template's source or file, or a
+	// local artifact, may be read from besides the task's own and its
+	// group's alloc directory; nil allows none.
+	AllowRead []string `json:"allow_read,omitempty"`
 }
 
 // Launch is what the executor is asked to launch: the task's spec as the
@@ -101,12 +121,17 @@ type ExecSpec struct {
 	TTY  bool   `json:"tty,omitempty"`
 	Rows uint16 `json:"rows,omitempty"`
 	Cols uint16 `json:"cols,omitempty"`
-	// Stdin, Stdout and Stderr are the command's own descriptors without
-	// TTY (nil: /dev/null). The executor gets copies; the caller keeps
-	// its own.
-	Stdin  *os.File `json:"-"`
-	Stdout *os.File `json:"-"`
-	Stderr *os.File `json:"-"`
+	// Stdin, Stdout and Stderr are what the command reads and writes
+	// without TTY. The client relays them through pipes: the command
+	// never holds a descriptor of the caller's (a file, a socket, a
+	// terminal), which a task could open through /proc/PID/fd. A nil
+	// Stdin is an empty input; a nil Stdout or Stderr discards.
+	// ExecProcess.Wait returns once the command has exited and what it
+	// wrote is relayed; the copy of Stdin may go on until Stdin returns
+	// (as os/exec's does), but no longer than the ExecProcess.
+	Stdin  io.Reader `json:"-"`
+	Stdout io.Writer `json:"-"`
+	Stderr io.Writer `json:"-"`
 }
 
 // maxExecArgs bounds an exec's argv and env (each entry, and all together:

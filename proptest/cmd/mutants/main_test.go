@@ -33,8 +33,8 @@ func TestLoadMutant_PackagesLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(m.packages, []string{"./..."}) {
-		t.Errorf("default packages %q, want ./...", m.packages)
+	if len(m.packages) != 0 {
+		t.Errorf("packages %q without a packages line, want none (every reverse dependency)", m.packages)
 	}
 	if _, err := loadMutant(writeMutant(t, dir, "z", "Bad.\npackages: store\n-- find a.go --\nold\n-- replace a.go --\nnew\n")); err == nil {
 		t.Error("a package not relative to the module root was accepted")
@@ -94,5 +94,73 @@ func TestMutants_Parse(t *testing.T) {
 		if _, err := loadMutant(p); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// The packages a mutant runs are the reverse dependencies of the files it
+// edits: those whose test binary links the mutated package, the named ones
+// first, then the mutated package itself. A named package that cannot see
+// the mutant is refused.
+func TestGraph_PlanIsTheReverseDependencies(t *testing.T) {
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := loadGraph(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mod = "github.com/tether-fsm/tether/"
+	plan, err := g.plan(mutant{name: "m", edits: []edit{{file: "logs/writer.go"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan) == 0 || plan[0] != mod+"logs" {
+		t.Fatalf("plan %v: want logs first", plan)
+	}
+	for _, want := range []string{"cmd/tether", "executor"} {
+		if !slices.Contains(plan, mod+want) {
+			t.Errorf("plan %v misses %s, whose tests link logs", plan, want)
+		}
+	}
+	for _, not := range []string{"fsm", "store", "cgroup"} {
+		if slices.Contains(plan, mod+not) {
+			t.Errorf("plan %v has %s, whose tests do not link logs", plan, not)
+		}
+	}
+	plan, err = g.plan(mutant{name: "m", packages: []string{"./cmd/tether/"}, edits: []edit{{file: "store/lock.go"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan) < 2 || plan[0] != mod+"cmd/tether" || plan[1] != mod+"store" {
+		t.Errorf("plan %v: want cmd/tether (named), then store (mutated)", plan)
+	}
+	if _, err := g.plan(mutant{name: "m", packages: []string{"./fsm/"}, edits: []edit{{file: "store/lock.go"}}}); err == nil {
+		t.Error("a packages line naming fsm, which cannot see a mutant of store, was accepted")
+	}
+	if _, err := g.plan(mutant{name: "m", edits: []edit{{file: "nowhere/x.go"}}}); err == nil {
+		t.Error("a file in no package was accepted")
+	}
+}
+
+// The overlay reaches nested go commands through GOFLAGS, beside what
+// GOFLAGS held.
+func TestOverlayEnv_GOFLAGS(t *testing.T) {
+	t.Setenv("GOFLAGS", "-mod=mod")
+	env, err := overlayEnv("/tmp/x/overlay.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "GOFLAGS="); ok {
+			got = append(got, v)
+		}
+	}
+	if len(got) != 1 || got[0] != "-mod=mod -overlay=/tmp/x/overlay.json" {
+		t.Errorf("GOFLAGS %q, want the old flags and the overlay, once", got)
+	}
+	if _, err := overlayEnv("/tmp/a b/overlay.json"); err == nil {
+		t.Error("a path with a space was put in GOFLAGS")
 	}
 }
