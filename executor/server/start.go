@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -313,7 +314,8 @@ func (s *server) startShim(cfg shim.Config, argv []string, attr *syscall.ProcAtt
 // (spec.Check), and the sandbox it gets here.
 func (s *server) checkLaunch(ls wire.Launch) (spec.Sandbox, error) {
 	if err := ls.Spec.Validate(); err != nil {
-		return spec.Sandbox{}, fmt.Errorf("%w: %w", wire.ErrBadSpec, err)
+		// ErrBadSpec wraps fsm.ErrInvalidSpec already: its text once.
+		return spec.Sandbox{}, fmt.Errorf("%w: %s", wire.ErrBadSpec, strings.TrimPrefix(err.Error(), fsm.ErrInvalidSpec.Error()+": "))
 	}
 	sb, err := spec.Check(ls, s.host, s.noCgroup, s.features())
 	if err != nil {
