@@ -100,15 +100,11 @@ func (r *Root) dir(rel string, create bool, perm os.FileMode, owner Owner) (int,
 		return fd, nil
 	}
 	for _, name := range strings.Split(c, "/") {
+		made := false
 		if create {
 			switch err := unix.Mkdirat(fd, name, uint32(perm.Perm())); {
 			case err == nil:
-				if owner != Keep {
-					if err := unix.Fchownat(fd, name, owner.UID, owner.GID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-						unix.Close(fd)
-						return -1, r.errf("chown", c, err)
-					}
-				}
+				made = true
 			case errors.Is(err, unix.EEXIST):
 			default:
 				unix.Close(fd)
@@ -127,8 +123,35 @@ func (r *Root) dir(rel string, create bool, perm os.FileMode, owner Owner) (int,
 			return -1, r.errf("open directory", c, err)
 		}
 		fd = next
+		if made {
+			// The mode as asked (the process's umask took bits away: an
+			// executor's is 077, and a directory of root's 0700 would
+			// shut the task's user out of what was made for it), and the
+			// owner, through the directory opened, never by its name.
+			if err := r.settle(fd, perm, owner); err != nil {
+				unix.Close(fd)
+				return -1, r.errf("chmod", c, err)
+			}
+		}
 	}
 	return fd, nil
+}
+
+// settle sets the mode and owner of the directory fd (an O_PATH
+// descriptor, which fchmod refuses: through a readable one of it).
+func (r *Root) settle(fd int, perm os.FileMode, owner Owner) error {
+	rfd, err := r.openat2(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(rfd)
+	if err := unix.Fchmod(rfd, uint32(perm.Perm())); err != nil {
+		return err
+	}
+	if owner != Keep {
+		return unix.Fchown(rfd, owner.UID, owner.GID)
+	}
+	return nil
 }
 
 // MkdirAll makes the directory rel and its missing parents, with perm and

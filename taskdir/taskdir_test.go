@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -168,4 +169,39 @@ func TestRoot_EnsureDirAndOpenDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
+}
+
+// The directories MkdirAll and WriteFile make have the mode asked for,
+// whatever the process's umask (an executor runs with 077: a fetched
+// artifact's directories were root's 0700, and the task's user could not
+// read what was fetched for it), and the owner asked for.
+func TestRoot_MadeDirectoriesHaveTheirModeUnderAnyUmask(t *testing.T) {
+	base := t.TempDir()
+	r, err := OpenRoot(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	owner := Keep
+	if os.Geteuid() == 0 {
+		owner = Owner{UID: 65534, GID: 65534}
+	}
+	if err := r.MkdirAll("a/b", 0o755, owner); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WriteFile("c/d/f", []byte("x"), 0o644, Keep); err != nil {
+		t.Fatal(err)
+	}
+	for rel, want := range map[string]os.FileMode{"a": 0o755, "a/b": 0o755, "c": 0o755, "c/d": 0o755, "c/d/f": 0o644} {
+		fi, err := os.Stat(filepath.Join(base, rel))
+		if err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: %v %v, want %v", rel, fi.Mode(), err, want)
+			continue
+		}
+		if st := fi.Sys().(*syscall.Stat_t); owner != Keep && (rel == "a" || rel == "a/b") && int(st.Uid) != owner.UID {
+			t.Errorf("%s: uid %d, want %d", rel, st.Uid, owner.UID)
+		}
+	}
 }

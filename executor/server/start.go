@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -111,7 +113,15 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 		l.warnings = append(l.warnings, sandboxWarnings(sb, s.features())...)
 	} else {
 		dir := dirs.WorkDir(ls.Spec)
+		// The shim changes as root to a working directory beneath a
+		// directory of root's the task cannot write in (so no link of
+		// the task's is on the way): its private directory, or in
+		// Nomad's layout its allocation's, whose task directory is
+		// where the task starts.
 		cfg.Dir, cfg.TaskDir = dir, dirs.Task
+		if dirs.Nomad {
+			cfg.TaskDir = filepath.Dir(dirs.Task)
+		}
 		if tu.Set() {
 			// The shim changes to the directory (beneath the task
 			// directory, no link followed, when it is there) and looks
@@ -304,7 +314,8 @@ func (s *server) startShim(cfg shim.Config, argv []string, attr *syscall.ProcAtt
 // (spec.Check), and the sandbox it gets here.
 func (s *server) checkLaunch(ls wire.Launch) (spec.Sandbox, error) {
 	if err := ls.Spec.Validate(); err != nil {
-		return spec.Sandbox{}, fmt.Errorf("%w: %w", wire.ErrBadSpec, err)
+		// ErrBadSpec wraps fsm.ErrInvalidSpec already: its text once.
+		return spec.Sandbox{}, fmt.Errorf("%w: %s", wire.ErrBadSpec, strings.TrimPrefix(err.Error(), fsm.ErrInvalidSpec.Error()+": "))
 	}
 	sb, err := spec.Check(ls, s.host, s.noCgroup, s.features())
 	if err != nil {
