@@ -50,8 +50,9 @@ var (
 	// ErrNoParser: a config directory was given without a task file
 	// parser (Config.Parse).
 	ErrNoParser = errors.New("agent: no task file parser")
-	// ErrUnsupported: an operation this agent does not serve yet (gc and
-	// salvage need the store closed: run them with the agent stopped).
+	// ErrUnsupported: an operation an agent does not serve. Every
+	// operation of protocol 2 is served; an agent of protocol 1 answered
+	// gc and salvage with it, and its wire code stays.
 	ErrUnsupported = errors.New("agent: operation not served by the agent")
 	// ErrClosed: the agent is shutting down.
 	ErrClosed = errors.New("agent: closed")

@@ -313,7 +313,7 @@ func (r *Request) Validate() error {
 		if r.File == "" || !filepath.IsAbs(r.File) {
 			return bad("the task file %q is not an absolute path", r.File)
 		}
-	case OpList, OpRecover, OpStatus, OpWatch, OpCheck, OpGC, OpSalvage:
+	case OpList, OpRecover, OpStatus, OpWatch, OpCheck, OpGC, OpSalvage, OpGroups:
 	default:
 		return bad("unknown operation")
 	}

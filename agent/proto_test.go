@@ -39,6 +39,11 @@ func TestDecodeRequest_ValidRequests(t *testing.T) {
 		{Op: OpStartNamed, ID: "web-1", Spec: &spec, Replace: true, Path: "/usr/bin:/bin"},
 		{Op: OpRestart, ID: "web-1", NewID: "web-2", Path: "/bin"},
 		{Op: OpRestartDesired, Name: "web"},
+		{Op: OpCreateGroup, Group: []driver.GroupTask{{ID: "web-1", Spec: spec}}, Replace: true},
+		{Op: OpRunGroup, IDs: []string{"web-1", "side-1"}, Wait: true},
+		{Op: OpStopGroup, IDs: []string{"web-1"}, Signal: 15, Grace: time.Second},
+		{Op: OpGroups},
+		{Op: OpGroupDriven, Name: "a1"},
 	} {
 		b, err := json.Marshal(r)
 		if err != nil {

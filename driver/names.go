@@ -140,7 +140,8 @@ func (d *Driver) Resolve(ctx context.Context, arg string) (TaskInfo, error) {
 // reconciled first (as Reconcile does: a task whose executor is gone, or
 // whose task ended while no process watched it, has its end recorded), so
 // that a task that ended behind the log's back does not hold its name. A
-// task another live process drives is left to it, and counts.
+// task another live process drives is left to it, and counts; one whose
+// end is being recorded (reaping) is waited for.
 func (d *Driver) LiveNamed(ctx context.Context, name string) ([]fsm.Task, error) {
 	ts, err := d.loadTasks(ctx, store.LiveTasks)
 	if err != nil {
@@ -157,6 +158,20 @@ func (d *Driver) LiveNamed(ctx context.Context, name string) ([]fsm.Task, error)
 		info, err := d.InspectTask(ctx, t.ID)
 		if err != nil {
 			return nil, err
+		}
+		if info.State == fsm.StateReaping {
+			// Its end is being recorded (by this driver's supervision, in
+			// a long-lived driver such as an agent's, or by another
+			// process): reaping is bounded by the kill's effect timeout,
+			// and a task on its way out does not hold its name.
+			wctx, cancel := context.WithTimeout(ctx, d.cfg.EffectTimeout)
+			if final, err := d.WaitTask(wctx, t.ID); err == nil || final.State.Terminal() {
+				info.Task = final
+			}
+			cancel()
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
 		}
 		if !info.State.Terminal() {
 			live = append(live, info.Task)

@@ -34,7 +34,7 @@ func TestAllowCaps_NarrowsAsWellAsWidens(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			testproc.Parallel(t)
-			e := newEnv(t)
+			e := newDaemonlessEnv(t, "the allow lists given to each command: through an agent they are the agent's (TestAgent_CLIPolicyAndInjectionRefusedThroughTheAgent)")
 			file := writeFile(t, t.TempDir(), "caps.hcl", fmt.Sprintf(`task "caps" {
   driver = "exec"
   config {

@@ -199,7 +199,7 @@ func TestRun_ChildOOMKilledMainExits0(t *testing.T) {
 // time the task wrote, and the append time beside it. Before, the end was
 // stamped when a command next looked, and events alone showed it running.
 func TestEvents_UnwatchedExitStampedWhenItHappened(t *testing.T) {
-	e := newEnv(t)
+	e := newDaemonlessEnv(t, "an exit no process watches: an agent watches every task it starts, and records its end at once")
 	dir := t.TempDir()
 	note, fifo := filepath.Join(dir, "exited-at"), filepath.Join(dir, "go")
 	if err := unix.Mkfifo(fifo, 0o600); err != nil {

@@ -185,7 +185,7 @@ func newEnv(t *testing.T) *env {
 // process that spawns). why says which, for a reader of the test.
 func newDaemonlessEnv(t *testing.T, why string) *env {
 	t.Helper()
-	if throughAgent() {
+	if why != "" && throughAgent() {
 		t.Logf("daemonless although the suite runs through an agent: %s", why)
 	}
 	e := &env{t: t, dir: filepath.Join(t.TempDir(), "state")} // TempDir's own is 0755: not a private state dir

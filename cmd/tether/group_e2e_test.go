@@ -149,7 +149,14 @@ func TestGroup_StartThenStopAnyTask(t *testing.T) {
 	if i, j, k := index(order, "web-stopped"), index(order, "side-stopped"), index(order, "clean"); i < 0 || j < i || k < j {
 		t.Errorf("want web stopped, then the sidecar, then poststop: %v", order)
 	}
-	if testAlive(driver) {
+	if e.agent != nil && driver == e.agent.pid() {
+		// Through an agent, the agent drives the group (for the detached
+		// drive-group's request) and lives on: the group's lock is let go
+		// of once it is over.
+		if driven, pid := groupLockHeld(t, e.dir, web.Alloc); driven {
+			t.Errorf("the group's lock is held by %d after the stop returned", pid)
+		}
+	} else if testAlive(driver) {
 		t.Errorf("the group's driver %d is alive after the stop returned", driver)
 	}
 	for _, st := range e.statusOf() {
@@ -158,6 +165,24 @@ func TestGroup_StartThenStopAnyTask(t *testing.T) {
 			t.Errorf("%s ended %s, want %s", st.Name, st.State, want)
 		}
 	}
+}
+
+// groupLockHeld reports whether a process holds the group's lock, and
+// the pid its lock file names.
+func groupLockHeld(t *testing.T, stateDir, alloc string) (bool, int) {
+	t.Helper()
+	path := filepath.Join(stateDir, "allocs", alloc, "group.lock")
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b, _ := os.ReadFile(path)
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		return true, pid
+	}
+	return false, pid
 }
 
 func testAlive(pid int) bool {
@@ -170,7 +195,7 @@ func testAlive(pid int) bool {
 // the sidecar runs on. tether recover hands the group to a new driver,
 // which finishes it from the log: the sidecar stopped, poststop run.
 func TestGroup_DriverKilledThenRecover(t *testing.T) {
-	e := newJobsEnv(t)
+	e := newDaemonlessJobsEnv(t, "the detached group driver a daemonless start leaves, SIGKILLed (through an agent the agent drives the group)")
 	release := filepath.Join(t.TempDir(), "release")
 	if err := unix.Mkfifo(release, 0o600); err != nil {
 		t.Fatal(err)

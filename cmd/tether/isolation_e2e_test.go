@@ -517,7 +517,7 @@ func TestRun_ShimSetupFailureNamesTheStep(t *testing.T) {
 // rewrote the file through the command's stdin.)
 func TestExec_CallersDescriptorsNeverReachTheTask(t *testing.T) {
 	needExec(t)
-	e := newEnv(t)
+	e := newDaemonlessEnv(t, "the allow lists given to each command: through an agent they are the agent's (TestAgent_CLIPolicyAndInjectionRefusedThroughTheAgent)")
 	goPath, goF, _ := fifoRW(t, "go")
 	dir := filepath.Dir(goPath)
 	readyF, readyR := fifoIn(t, dir, "ready")
@@ -605,7 +605,7 @@ func fifoIn(t *testing.T, dir, name string) (*os.File, *bufio.Reader) {
 // (Seccomp: 2).
 func TestRun_SeccompNeedsTheOperator(t *testing.T) {
 	needExec(t)
-	e := newEnv(t)
+	e := newDaemonlessEnv(t, "the allow lists given to each command: through an agent they are the agent's (TestAgent_CLIPolicyAndInjectionRefusedThroughTheAgent)")
 	chroot := execChroot(t)
 	unconfined := execTaskFile(t, e, "loose", `    seccomp = "unconfined"`, "seccomp")
 	refused := e.tether("--chroot-env", chroot, "run", "-v", unconfined)

@@ -245,7 +245,7 @@ func (e *env) statusAll() []taskStatus { return e.status("--all") }
 // to its install: a start either commits before the read (and is copied)
 // or after the install (into the new store).
 func TestSalvage_BesideConcurrentStartsLosesNothing(t *testing.T) {
-	e := newEnv(t)
+	e := newDaemonlessEnv(t, "a maintenance held at a crash point or beside concurrent daemonless commands on the store's file lock (an agent holds the store: its maintenance pauses its own requests)")
 	e.must(e.runArgs("start", []string{"--name", "pre"}, "sleep")...)
 	starts, sr := e.startsBeside(25, func(ctx context.Context) *paused {
 		return e.startPaused(ctx, "salvage:copied", "check", "--salvage")
@@ -263,7 +263,7 @@ func TestSalvage_BesideConcurrentStartsLosesNothing(t *testing.T) {
 func TestGC_HeldAtEachStepBesideConcurrentStartsLosesNothing(t *testing.T) {
 	for _, point := range []string{"remove:committed", "compact:copied", "compact:renamed"} {
 		t.Run(strings.ReplaceAll(point, ":", "_"), func(t *testing.T) {
-			e := newEnv(t)
+			e := newDaemonlessEnv(t, "a maintenance held at a crash point or beside concurrent daemonless commands on the store's file lock (an agent holds the store: its maintenance pauses its own requests)")
 			e.must("run", "--", "/bin/true") // an ended task for gc to remove
 			e.must(e.runArgs("start", []string{"--name", "pre"}, "sleep")...)
 			starts, gr := e.startsBeside(25, func(ctx context.Context) *paused {
@@ -285,7 +285,7 @@ func TestGC_HeldAtEachStepBesideConcurrentStartsLosesNothing(t *testing.T) {
 // work), and says what became of the tasks once it is done. Before, the
 // second returned at once.
 func TestRecover_TwoAtOnceTheSecondWaitsAndSaysWhy(t *testing.T) {
-	e := newEnv(t)
+	e := newDaemonlessEnv(t, "two daemonless recoveries at once, one held at a crash point in its own process")
 	var execs []int
 	for i := range 3 {
 		e.must(e.runArgs("start", []string{"--name", fmt.Sprintf("r%d", i)}, "sleep")...)
@@ -350,7 +350,7 @@ func TestRecover_TwoAtOnceTheSecondWaitsAndSaysWhy(t *testing.T) {
 // place and says the task's processes were NOT killed, and exits 1 (a
 // salvage that reported something not done exited 0).
 func TestSalvage_ExitsOneWhenNotAllDone(t *testing.T) {
-	e := newEnv(t)
+	e := newDaemonlessEnv(t, "a maintenance held at a crash point or beside concurrent daemonless commands on the store's file lock (an agent holds the store: its maintenance pauses its own requests)")
 	hurt := strings.TrimSpace(e.must(e.runArgs("start", []string{"--name", "hurt"}, "sleep")...).stdout)
 	st := e.status(hurt)[0]
 	t.Cleanup(func() { // what the salvage could not prove its own

@@ -191,7 +191,18 @@ type jobsEnv struct {
 }
 
 func newJobsEnv(t *testing.T) *jobsEnv {
-	return &jobsEnv{env: newEnv(t), net: newFakeInternet(t)}
+	e := &jobsEnv{env: newEnv(t), net: newFakeInternet(t)}
+	// Through an agent, the executors it spawns fetch with its
+	// environment (an operator's proxy is the agent's, as a service's
+	// environment), not a command's.
+	e.restartAgent(e.net.env())
+	return e
+}
+
+// newDaemonlessJobsEnv is newJobsEnv that no agent serves (see
+// newDaemonlessEnv).
+func newDaemonlessJobsEnv(t *testing.T, why string) *jobsEnv {
+	return &jobsEnv{env: newDaemonlessEnv(t, why), net: newFakeInternet(t)}
 }
 
 // tether runs a tether command with the fake internet; run and start get

@@ -25,7 +25,7 @@ import (
 // were NOT killed: a partial result is never reported as success. The
 // test then kills them itself, by what the store knew before the damage.
 func TestSalvage_UnprovableLostTaskExits1(t *testing.T) {
-	e := newEnv(t)
+	e := newDaemonlessEnv(t, "a store damaged under its tasks while no process holds it")
 	dbPath := filepath.Join(e.dir, "tether.db")
 	hurt := strings.TrimSpace(e.must(e.runArgs("start", []string{"--name", "hurt"}, "sleep")...).stdout)
 	fine := taskID(t, e.must("run", "-v", "--name", "fine", "--", "/bin/true").stderr)
