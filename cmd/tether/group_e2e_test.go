@@ -110,6 +110,29 @@ func (e *jobsEnv) groupDriverPID(t *testing.T, alloc string) int {
 	return pid
 }
 
+// waitGroupUndriven waits until nobody holds the group's lock: its driver
+// has let go (it empties the file as it does, so its pid may already be
+// gone from it) and ends.
+func (e *jobsEnv) waitGroupUndriven(t *testing.T, alloc string) {
+	t.Helper()
+	f, err := os.Open(filepath.Join(e.dir, "allocs", alloc, "group.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := make(chan error, 1)
+	go func() { got <- unix.Flock(int(f.Fd()), unix.LOCK_EX) }()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the group's driver still holds its lock after 2 minutes")
+	}
+}
+
 // TestGroup_StartThenStopAnyTask: start runs the group in Nomad's order
 // (prestart, the sidecar started, main, poststart) and prints one id a
 // line, main first; a stop of any task (here the sidecar) stops the group:
@@ -224,7 +247,7 @@ func TestGroup_DriverKilledThenRecover(t *testing.T) {
 	if i, j := index(order, "side-stopped"), index(order, "clean"); i < 0 || j < i {
 		t.Errorf("want the sidecar stopped, then poststop: %v", order)
 	}
-	waitExit(t, e.groupDriverPID(t, web.Alloc))
+	e.waitGroupUndriven(t, web.Alloc)
 	for _, st := range e.statusOf() {
 		want := map[string]string{"init": "exited", "side": "stopped", "web": "exited", "warm": "exited", "clean": "exited"}[st.Name]
 		if st.State != want {
