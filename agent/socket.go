@@ -77,9 +77,13 @@ func flockAfterDeadHolder(f *os.File, path string) error {
 		if pid <= 0 || unix.Kill(pid, 0) != unix.ESRCH || time.Now().After(deadline) {
 			return err
 		}
-		time.Sleep(10 * time.Millisecond)
+		deadHolderPause()
 	}
 }
+
+// deadHolderPause is the pause between two tries of a dead agent's lock
+// (a test's seam).
+var deadHolderPause = func() { time.Sleep(10 * time.Millisecond) }
 
 // readPID reads the pid an agent recorded in its lock file (0 if none).
 func readPID(path string) int {
