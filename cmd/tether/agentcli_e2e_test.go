@@ -38,8 +38,7 @@ func cliScript(t *testing.T, e *env) string {
 	step("stop", "nosuch")                                          // unknown: 1
 	step("signal", "web", "NOSUCHSIG")                              // usage: 2
 	step(e.runArgs("run", []string{"--name", "three"}, "exit", "3")...)
-	step(e.runArgs("start", []string{"--name", "four", "--min-uptime", "0"}, "exit", "4")...)
-	step("wait", "four")
+	step("wait", "three") // ended: its code (a start racing its own exit would say it either way)
 	step("stop", "web")
 	step("wait", "web")
 	step("logs", "web")
@@ -63,6 +62,12 @@ func cliScript(t *testing.T, e *env) string {
 	}
 	// What varies from run to run: pids, times, sizes, a spawn nonce.
 	text = regexp.MustCompile(`nonce [0-9a-f]{32}`).ReplaceAllString(text, "nonce <nonce>")
+	// A task that exits at once may do so before its running is recorded
+	// (launched, then task-exited), and an event is said recorded later
+	// than it happened when it was by enough: both are the timing of one
+	// run, not the CLI's words.
+	text = regexp.MustCompile(` \(recorded [^)]*\)`).ReplaceAllString(text, "")
+	text = regexp.MustCompile(`(?m)^\d{4}-\d\d-\d\dT\S+ +running *\n`).ReplaceAllString(text, "")
 	text = regexp.MustCompile(`(exit |code |with )?[0-9]+`).ReplaceAllStringFunc(text, func(m string) string {
 		if m[0] >= '0' && m[0] <= '9' {
 			return "N"
