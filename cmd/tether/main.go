@@ -130,6 +130,9 @@ func commands() []command {
 		{name: "check", args: "[flags]", summary: "verify the store: checksums, legal paths, index", run: (*cli).cmdCheck},
 		{name: "gc", args: "[flags]", summary: "remove terminal tasks and their directories, compact the store", run: (*cli).cmdGC},
 		{name: "debug", args: "crashpoints|faultpoints|host", summary: "list the crash or fault injection points, or what the host can contain", run: (*cli).cmdDebug},
+		{name: "agent", args: "[flags]", summary: "serve the state directory in the foreground and keep its desired tasks running", run: (*cli).cmdAgent},
+		{name: "enable", args: "[flags] FILE.hcl", summary: "register a task file's task with the agent: started, and kept running", run: (*cli).cmdEnable},
+		{name: "disable", args: "[flags] NAME", summary: "unregister a desired task; its task is stopped", run: (*cli).cmdDisable},
 		{name: "version", args: "", summary: "print tether's version (also --version)", run: (*cli).cmdVersion},
 		{name: "cluster", args: "COMMAND [flags]", summary: "the fleet's commands on etcd: status, nodes, events, start, stop (served by tether-fleet)", run: (*cli).cmdCluster},
 	}
