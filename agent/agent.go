@@ -59,6 +59,13 @@ type Config struct {
 	Now    func() time.Time
 	NewID  func(name string) string
 	BootID string
+	// Feed declares desired tasks besides the config dir (tether-fleet's
+	// agent: the node's desired state from etcd; see Feed); nil for none.
+	Feed *Feed
+	// Appended, when set, is told the task of every append the agent's
+	// driver makes to the store, whatever its outcome (a mirror's
+	// wake-up: it must not block).
+	Appended func(task string)
 }
 
 // Agent serves one state directory: it holds its store and its driver,
@@ -136,7 +143,7 @@ func Open(cfg Config) (a *Agent, err error) {
 		return nil, err
 	}
 	d, err := driver.Open(driver.Config{
-		StateDir: cfg.StateDir, Store: st, Logger: cfg.Logger.Named("driver"),
+		StateDir: cfg.StateDir, Store: driverLog(st, cfg), Logger: cfg.Logger.Named("driver"),
 		ExecutorCommand: cfg.ExecutorCommand, AllowedCaps: cfg.AllowedCaps, ChrootEnv: cfg.ChrootEnv,
 		Hooks: cfg.DriverHooks,
 	})
@@ -146,6 +153,9 @@ func Open(cfg Config) (a *Agent, err error) {
 	}
 	a = &Agent{cfg: cfg, log: cfg.Logger, lock: lock, st: st, d: d, serving: make(chan struct{})}
 	a.conv = newConverger(a)
+	if cfg.Feed != nil {
+		cfg.Feed.onSet(a.Rescan)
+	}
 	return a, nil
 }
 

@@ -84,6 +84,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{name: "cluster", args: "COMMAND [flags]", summary: "the fleet's commands on etcd: status, nodes, events, start, stop", run: (*fleet).cmdCluster},
+		agentCommand(),
 		{name: "version", summary: "print tether-fleet's version (also --version)", run: (*fleet).cmdVersion},
 	}
 }

@@ -4,17 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tether-fsm/tether/internal/clikit"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
-
-	"github.com/hashicorp/hcl/v2"
 
 	"github.com/tether-fsm/tether/agent"
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/agentcmd"
+	"github.com/tether-fsm/tether/internal/clikit"
 	"github.com/tether-fsm/tether/taskfile"
 )
 
@@ -23,14 +20,16 @@ import (
 // for the next agent to start).
 
 // cmdAgent runs the agent in the foreground until SIGTERM or SIGINT
-// (SIGHUP reads the config dir again); --once converges and exits.
+// (SIGHUP reads the config dir again); --once converges and exits. Its
+// setup is internal/agentcmd's, which tether-fleet's fleet mode of the
+// agent shares.
 func (c *cli) cmdAgent(args []string) int {
 	if c.logLevel == "warn" { // the global default: an agent says what it does
 		c.logLevel = "info"
 	}
 	fs := c.flags("agent")
-	configDir := fs.String("config-dir", "", "`directory` of task files (*.hcl) to keep running; owned by root or you, writable by no one else")
-	once := fs.Bool("once", false, "recover and converge once, then exit (for cron's @reboot)")
+	var af agentcmd.Flags
+	af.Register(fs.FlagSet)
 	// An agent crash point is the agent's to arm: the CLI's own setup
 	// would refuse the name (it knows the driver's points only).
 	cp := os.Getenv(driver.EnvCrashPoint)
@@ -58,7 +57,7 @@ func (c *cli) cmdAgent(args []string) int {
 		return c.fail(err)
 	}
 	a, err := agent.Open(agent.Config{
-		StateDir: c.stateDir, ConfigDir: *configDir, Parse: c.parseTasks,
+		StateDir: c.stateDir, ConfigDir: af.ConfigDir, Parse: agentcmd.ParseTasks(c.log),
 		Logger: c.log.Named("agent"), ExecutorCommand: cmd, AllowedCaps: c.allowedCaps, ChrootEnv: c.chroot,
 		StoreOptions: c.storeOptions(), Hooks: hooks, DriverHooks: dhooks,
 	})
@@ -76,75 +75,10 @@ func (c *cli) cmdAgent(args []string) int {
 			c.errorf("warning: closing: %v", err)
 		}
 	}()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer signal.Stop(sigs)
-	go func() {
-		for s := range sigs {
-			if s == syscall.SIGHUP {
-				a.Rescan()
-				continue
-			}
-			cancel()
-			return
-		}
-	}()
-	if *once {
-		err = a.Once(ctx)
-	} else {
-		go func() {
-			select {
-			case <-a.Serving():
-				if err := agent.NotifyReady(); err != nil {
-					c.log.Warn("telling the service manager the agent is ready", "err", err)
-				}
-			case <-ctx.Done():
-			}
-		}()
-		err = a.Run(ctx)
-		_ = agent.NotifyStopping()
-	}
-	if err != nil {
+	if err := agentcmd.Serve(context.Background(), a, af.Once, c.log); err != nil {
 		return c.fail(err)
 	}
 	return exitOK
-}
-
-// parseTasks is the agent's task file parser: every task of the file
-// tether can run, each with the spec and the name `tether start FILE
-// --task NAME` gives it; its warnings and notices logged.
-func (c *cli) parseTasks(file string, src []byte) ([]fsm.Spec, error) {
-	tf, diags := taskfile.Parse(file, src, taskfile.Options{})
-	var errs []string
-	for _, d := range diags {
-		if d.Severity == hcl.DiagError {
-			errs = append(errs, taskfile.FormatDiag(d))
-		} else {
-			c.log.Warn(taskfile.FormatDiag(d))
-		}
-	}
-	if diags.HasErrors() {
-		return nil, errors.New(strings.Join(errs, "; "))
-	}
-	for _, n := range tf.Notices {
-		c.log.Info(file + ": " + n.String())
-	}
-	var specs []fsm.Spec
-	for _, t := range tf.Tasks {
-		if err := t.CheckRunnable(); err != nil {
-			c.log.Warn("task not run by the agent", "file", file, "err", err)
-			continue
-		}
-		spec, err := t.StaticSpec()
-		if err != nil {
-			return nil, err
-		}
-		spec.Name = tf.Name(t)
-		specs = append(specs, spec)
-	}
-	return specs, nil
 }
 
 // readEnableFile reads the task tether enable registers: the file's task
