@@ -1,0 +1,383 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tether-fsm/tether/cluster"
+	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/etcdtest"
+	"github.com/tether-fsm/tether/internal/testproc"
+	"github.com/tether-fsm/tether/statedir"
+	"github.com/tether-fsm/tether/store"
+)
+
+// The node's agent as a user runs it: the built `tether agent --node NAME
+// --cluster EP`, which the plain tether hands to tether-fleet, on a real
+// state directory, with real executors and tasks, against a real etcd.
+
+// runningAgent is one agent process of a test.
+type runningAgent struct {
+	t    testing.TB
+	cmd  *exec.Cmd
+	done chan error // its Wait, once
+	log  *syncBuffer
+	// serving is closed once the agent logs that it serves (its signal
+	// handlers are set by then).
+	serving chan struct{}
+}
+
+// syncBuffer is an agent's stderr, kept for a failure's message.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) add(line string) {
+	s.mu.Lock()
+	s.b.WriteString(line + "\n")
+	s.mu.Unlock()
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startAgent runs `tether agent --node node --cluster ep --state-dir dir
+// ARGS` with env added to its environment. It is SIGKILLed at cleanup if
+// the test left it running.
+func startAgent(t testing.TB, ep, node, dir string, env []string, args ...string) *runningAgent {
+	t.Helper()
+	cmd := tetherCmd(context.Background(), append([]string{"agent", "--node", node, "--cluster", ep, "--state-dir", dir,
+		"--lease-ttl", "2s", "--log-level", "debug"}, args...)...)
+	cmd.Env = append(cmd.Env, env...)
+	errs, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ra := &runningAgent{t: t, cmd: cmd, done: make(chan error, 1), log: &syncBuffer{}, serving: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(errs)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		serving := false
+		for sc.Scan() {
+			ra.log.add(sc.Text())
+			if !serving && strings.Contains(sc.Text(), "agent serving") {
+				serving = true
+				close(ra.serving)
+			}
+		}
+		ra.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if ra.done != nil {
+			_ = cmd.Process.Kill()
+			<-ra.done
+		}
+	})
+	return ra
+}
+
+// wait waits for the agent to exit and returns how.
+func (ra *runningAgent) wait() error {
+	ra.t.Helper()
+	select {
+	case err := <-ra.done:
+		ra.done = nil
+		return err
+	case <-time.After(2 * time.Minute):
+		ra.t.Fatalf("agent %d did not exit in 2 minutes; its log:\n%s", ra.cmd.Process.Pid, ra.log)
+		return nil
+	}
+}
+
+// kill SIGKILLs the agent and waits for it.
+func (ra *runningAgent) kill() {
+	ra.t.Helper()
+	if err := ra.cmd.Process.Kill(); err != nil {
+		ra.t.Fatal(err)
+	}
+	_ = ra.wait()
+}
+
+// stop ends the agent with SIGTERM once it serves, which must exit 0.
+func (ra *runningAgent) stop() {
+	ra.t.Helper()
+	select {
+	case <-ra.serving:
+	case err := <-ra.done:
+		ra.done = nil
+		ra.t.Fatalf("agent exited (%v) before it served; its log:\n%s", err, ra.log)
+	}
+	if err := ra.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		ra.t.Fatal(err)
+	}
+	if err := ra.wait(); err != nil {
+		ra.t.Fatalf("agent after SIGTERM: %v; its log:\n%s", err, ra.log)
+	}
+}
+
+// waitRegistered waits, on an etcd watch, until node's liveness key is
+// held by this agent's process.
+func (ra *runningAgent) waitRegistered(cli *clientv3.Client, node string) {
+	ra.t.Helper()
+	key := cluster.DefaultPrefix + "alive/" + node
+	ctx := ctxT(ra.t)
+	for {
+		resp, err := cli.Get(ctx, key)
+		if err != nil {
+			ra.t.Fatal(err)
+		}
+		if len(resp.Kvs) == 1 {
+			var h cluster.Holder
+			if json.Unmarshal(resp.Kvs[0].Value, &h) == nil && h.PID == ra.cmd.Process.Pid {
+				return
+			}
+		}
+		select {
+		case <-cli.Watch(ctx, key, clientv3.WithRev(resp.Header.Revision+1)):
+		case err := <-ra.done:
+			ra.done = nil
+			ra.t.Fatalf("agent exited (%v) before it registered; its log:\n%s", err, ra.log)
+		case <-ctx.Done():
+			ra.t.Fatalf("agent %d never registered node %s; its log:\n%s", ra.cmd.Process.Pid, node, ra.log)
+		}
+	}
+}
+
+// mirrored waits, on an etcd watch, until the mirror shows a task named
+// name in state on node, and returns its id.
+func mirrored(t testing.TB, cli *clientv3.Client, node, name string, state fsm.State, log fmt.Stringer) string {
+	t.Helper()
+	f, err := cluster.NewFleet(cli, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	for {
+		resp, err := cli.Get(ctx, cluster.DefaultPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := f.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			if r.Node == node && r.Task != nil && r.Task.Name == name && r.Task.State == state {
+				return r.Task.ID
+			}
+		}
+		select {
+		case <-cli.Watch(ctx, cluster.DefaultPrefix+"head/", clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)):
+		case <-ctx.Done():
+			t.Fatalf("the mirror never showed %s %s on %s: %+v; the agent's log:\n%s", name, state, node, rows, log)
+		}
+	}
+}
+
+// localLog reads every task's events from a state directory's store (no
+// agent may hold it).
+func localLog(t testing.TB, dir string) map[string][]fsm.Event {
+	t.Helper()
+	st, err := store.Open(statedir.Layout{Dir: dir}.Store(), store.Options{ReadOnly: true, LockTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := ctxT(t)
+	vs, err := st.Versions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]fsm.Event{}
+	for _, v := range vs {
+		evs, err := st.Load(ctx, v.Task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[v.Task] = evs
+	}
+	return out
+}
+
+// waitHeads waits, on an etcd watch, until the node's mirrored heads are
+// want's (task id -> its last seq).
+func waitHeads(t testing.TB, cli *clientv3.Client, node string, want map[string]uint64, log fmt.Stringer) {
+	t.Helper()
+	ctx := ctxT(t)
+	prefix := cluster.DefaultPrefix + "head/" + node + "/"
+	for {
+		resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]uint64{}
+		for _, kv := range resp.Kvs {
+			var h struct{ Seq uint64 }
+			_ = json.Unmarshal(kv.Value, &h)
+			got[strings.TrimPrefix(string(kv.Key), prefix)] = h.Seq
+		}
+		if fmt.Sprint(got) == fmt.Sprint(want) {
+			return
+		}
+		select {
+		case <-cli.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)):
+		case <-ctx.Done():
+			t.Fatalf("the mirror of %s is stuck at %v, want %v; the agent's log:\n%s", node, got, want, log)
+		}
+	}
+}
+
+// sleeperFile is a task file whose task "web" is the test binary as a
+// sleeper, its command line marked with marker.
+func sleeperFile(t testing.TB, marker string) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "web.hcl")
+	src := fmt.Sprintf(`task "web" {
+  driver = "raw_exec"
+  config {
+    command = %q
+    args    = [%q, %q]
+  }
+}
+`, self, sleeperArg, marker)
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// The whole life of a node's desired task through the real agent: told
+// with `tether cluster start`, started by the agent on a real executor,
+// shown running by `tether cluster status`; the agent SIGKILLed and
+// started again adopts the task rather than starting a second; told to
+// stop while no agent runs, the next agent (itself SIGKILLed at the
+// mirror's transaction, with the stop committed locally and not yet
+// mirrored) and the one after stop it once; and the mirror ends equal to
+// the node's local log, event for event: no duplicate, no gap.
+func TestAgent_NodeConvergesEtcdsDesiredStateAcrossSIGKILLs(t *testing.T) {
+	ep := etcdtest.Embedded(t)
+	cli := dial(t, ep)
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testproc.CheckNoLeak(t, dir) })
+	marker := fmt.Sprintf("fleetagent-web-%d", time.Now().UnixNano())
+	t.Cleanup(func() { testproc.CheckNoLeak(t, marker) })
+	file := sleeperFile(t, marker)
+
+	ag := startAgent(t, ep, "n1", dir, nil)
+	ag.waitRegistered(cli, "n1")
+	r := must(t, "cluster", "--endpoints", ep, "start", "--node", "n1", file)
+	if strings.TrimSpace(r.stdout) != "web" || !strings.Contains(r.stderr, "web: desired on node n1") {
+		t.Errorf("cluster start:\n%s", r)
+	}
+	id := mirrored(t, cli, "n1", "web", fsm.StateRunning, ag.log)
+	procs := testproc.Marked(marker)
+	if len(procs) != 1 {
+		t.Fatalf("the task web runs as %d processes, want 1: %v", len(procs), procs)
+	}
+	pid := procs[0].PID
+	st := must(t, "cluster", "--endpoints", ep, "status")
+	if !strings.Contains(st.stdout, id) || !strings.Contains(st.stdout, "running") || !strings.Contains(st.stdout, "n1") {
+		t.Errorf("cluster status does not show %s running on n1:\n%s", id, st.stdout)
+	}
+
+	// SIGKILL the agent: the task runs on; the next agent adopts it and
+	// starts nothing for web.
+	ag.kill()
+	if !testproc.Alive(pid) {
+		t.Fatalf("the task's process %d died with its agent", pid)
+	}
+	ag = startAgent(t, ep, "n1", dir, nil)
+	ag.waitRegistered(cli, "n1")
+	if again := mirrored(t, cli, "n1", "web", fsm.StateRunning, ag.log); again != id {
+		t.Errorf("after the agent's restart web runs as %s, want %s (adopted)", again, id)
+	}
+	if procs := testproc.Marked(marker); len(procs) != 1 || procs[0].PID != pid {
+		t.Errorf("after the agent's restart the task runs as %v, want pid %d alone", procs, pid)
+	}
+	ag.kill()
+
+	// Told to stop while no agent runs; the next agent stops it and is
+	// SIGKILLed at its first mirror transaction after that.
+	r = must(t, "cluster", "--endpoints", ep, "stop", "--node", "n1", "web")
+	if !strings.Contains(r.stderr, "web: no longer desired on node n1") {
+		t.Errorf("cluster stop:\n%s", r)
+	}
+	ag = startAgent(t, ep, "n1", dir, []string{cluster.EnvCrashPoint + "=" + cluster.CrashMirrorBeforeTxn})
+	err := ag.wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the agent armed at %s ended with %v, not its SIGKILL; its log:\n%s", cluster.CrashMirrorBeforeTxn, err, ag.log)
+	}
+	ag = startAgent(t, ep, "n1", dir, nil)
+	ag.waitRegistered(cli, "n1")
+	if stopped := mirrored(t, cli, "n1", "web", fsm.StateStopped, ag.log); stopped != id {
+		t.Errorf("the stopped task is %s, want %s", stopped, id)
+	}
+	testproc.CheckGone(t, marker, time.Minute)
+	ag.stop()
+
+	// The mirror catches up with the local log, exactly: one more agent
+	// mirrors what the last one committed after its last transaction.
+	local := localLog(t, dir)
+	want := map[string]uint64{}
+	for task, evs := range local {
+		want[task] = uint64(len(evs))
+	}
+	if len(local) != 1 || len(local[id]) == 0 {
+		t.Fatalf("the node's store holds %d tasks, want only %s: %v", len(local), id, want)
+	}
+	ag = startAgent(t, ep, "n1", dir, nil)
+	waitHeads(t, cli, "n1", want, ag.log)
+	ag.stop()
+	f, err := cluster.NewFleet(cli, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for task, evs := range local {
+		got, _, err := f.Events(ctxT(t), "n1", task) // a gap is an error here
+		if err != nil {
+			t.Fatalf("mirrored events of %s: %v", task, err)
+		}
+		if len(got) != len(evs) {
+			t.Errorf("%s: %d events mirrored, %d in the local log", task, len(got), len(evs))
+			continue
+		}
+		for i := range evs {
+			if got[i].Seq != evs[i].Seq || got[i].Type != evs[i].Type || got[i].Time != evs[i].Time {
+				t.Errorf("%s event %d: mirrored %d %s at %d, local %d %s at %d", task, i, got[i].Seq, got[i].Type, got[i].Time, evs[i].Seq, evs[i].Type, evs[i].Time)
+			}
+		}
+	}
+	for _, e := range local[id] {
+		if e.Type == fsm.EventCreated && e.Seq != 1 {
+			t.Errorf("%s was created twice: %v", id, e)
+		}
+	}
+}
