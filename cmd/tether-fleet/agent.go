@@ -171,6 +171,13 @@ func (f *fleet) runNode(o *agentOptions, set agentcmd.Settings, endpoints []stri
 	if err != nil {
 		return f.fail(err)
 	}
+	// The endpoints and TLS files are checked before the state directory
+	// is touched (Dial does not wait for etcd).
+	cli, err := cluster.Dial(cluster.Config{Endpoints: endpoints, TLS: cluster.TLS{CA: f.tlsCA, Cert: f.tlsCert, Key: f.tlsKey}})
+	if err != nil {
+		return f.fail(err)
+	}
+	defer cli.Close()
 	changes := cluster.NewChanges()
 	a, err := agent.Open(agent.Config{
 		StateDir: set.StateDir, ConfigDir: o.af.ConfigDir, Parse: agentcmd.ParseTasks(log),
@@ -210,11 +217,6 @@ func (f *fleet) runNode(o *agentOptions, set agentcmd.Settings, endpoints []stri
 		}
 		return exitOK
 	}
-	cli, err := cluster.Dial(cluster.Config{Endpoints: endpoints, TLS: cluster.TLS{CA: f.tlsCA, Cert: f.tlsCert, Key: f.tlsKey}})
-	if err != nil {
-		return f.fail(err)
-	}
-	defer cli.Close()
 	n, err := cluster.NewNode(cli, cluster.NodeConfig{Name: o.node, LeaseTTL: o.leaseTTL, Dir: nodeDir,
 		Source: agentLog{a}, Changes: changes, Logger: log.Named("cluster"), Hooks: hooks.cluster})
 	if err != nil {
@@ -226,7 +228,6 @@ func (f *fleet) runNode(o *agentOptions, set agentcmd.Settings, endpoints []stri
 	switch {
 	case errors.Is(err, cluster.ErrNodeHeld):
 		f.errorf("%v", err)
-		fmt.Fprintln(f.stderr, "  one agent holds a node: stop the other, or give this one another --node")
 		return exitError
 	case err != nil:
 		log.Warn("etcd did not answer: the agent serves its tasks and the node registers once etcd answers", "err", err)

@@ -381,3 +381,96 @@ func TestAgent_NodeConvergesEtcdsDesiredStateAcrossSIGKILLs(t *testing.T) {
 		}
 	}
 }
+
+// A spec from etcd passes the node's allow lists and cannot widen them:
+// an exec task asking for a capability the node's --allow-caps does not
+// list is refused, naming it, and nothing of it runs.
+func TestAgent_ASpecFromEtcdCannotWidenTheNodesAllowList(t *testing.T) {
+	ep := etcdtest.Embedded(t)
+	cli := dial(t, ep)
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testproc.CheckNoLeak(t, dir) })
+	ag := startAgent(t, ep, "n1", dir, nil, "--allow-caps", "chown,kill")
+	ag.waitRegistered(cli, "n1")
+	root, err := filepath.Abs(filepath.Join("..", "..", "examples", "net_raw.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, "cluster", "--endpoints", ep, "start", "--node", "n1", root)
+	id := mirrored(t, cli, "n1", "net_raw", fsm.StateFailed, ag.log)
+	f, err := cluster.NewFleet(cli, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, _, err := f.Events(ctxT(t), "n1", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := ""
+	for _, e := range evs {
+		reasons += e.Reason + "\n"
+		if e.Type == fsm.EventLaunched {
+			t.Errorf("%s launched a task with a capability outside the node's allow list: %+v", id, e)
+		}
+	}
+	if !strings.Contains(reasons, "net_raw") {
+		t.Errorf("%s's events do not name net_raw:\n%s", id, reasons)
+	}
+	ag.stop()
+}
+
+// Mistakes in the fleet agent's flags are usage errors naming the flag; a
+// second agent for a node another agent holds is refused, naming the
+// holder; a second agent on a state directory an agent serves is refused.
+func TestAgent_RefusesBadFlagsASecondAgentForTheNodeAndForTheStateDir(t *testing.T) {
+	ep := etcdtest.Embedded(t)
+	cli := dial(t, ep)
+	dir := filepath.Join(t.TempDir(), "state")
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"agent", "--node", "n1", "--state-dir", dir}, "needs --cluster URLS"},
+		{[]string{"agent", "--cluster", ep, "--state-dir", dir}, "needs --node NAME"},
+		{[]string{"agent", "--node", "../n1", "--cluster", ep, "--state-dir", dir}, "--node: "},
+		{[]string{"agent", "--node", "n1", "--cluster", ep, "--lease-ttl", "1s", "--state-dir", dir}, "--lease-ttl 1s is shorter than 2s"},
+		{[]string{"agent", "--node", "n1", "--cluster", ep, "--allow-caps", "no_such_cap", "--state-dir", dir}, "--allow-caps"},
+		{[]string{"agent", "--node", "n1", "--cluster", ep, "--state-dir", dir, "extra"}, "agent takes no arguments"},
+		{[]string{"agent", "--node", "n1", "--cluster", ep, "--state-dir", dir, "--onse"}, "did you mean --once?"},
+	} {
+		r := tether(t, c.args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, c.says) {
+			t.Errorf("tether %q: want exit 2 saying %q:\n%s", c.args, c.says, r)
+		}
+	}
+	r := tether(t, "agent", "--node", "n1", "--cluster", "http://192.0.2.1:2379", "--state-dir", dir)
+	if r.code != exitError || !strings.Contains(r.stderr, "not on this machine's loopback") {
+		t.Errorf("plaintext to another host: want exit 1 refusing it:\n%s", r)
+	}
+	help := must(t, "agent", "--node", "n1", "-h")
+	for _, want := range []string{"Usage: tether agent --node NAME --cluster URLS", "--config-dir", "--once", "--lease-ttl", "--cluster-tls-key", "--allow-caps", "--state-dir"} {
+		if !strings.Contains(help.stdout, want) {
+			t.Errorf("tether agent --node n1 -h lacks %q:\n%s", want, help.stdout)
+		}
+	}
+
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testproc.CheckNoLeak(t, dir) })
+	ag := startAgent(t, ep, "n1", dir, nil)
+	ag.waitRegistered(cli, "n1")
+	other := filepath.Join(t.TempDir(), "other")
+	r = tether(t, "agent", "--node", "n1", "--cluster", ep, "--state-dir", other)
+	if r.code != exitError || !strings.Contains(r.stderr, `node "n1" is held by another agent`) || !strings.Contains(r.stderr, fmt.Sprintf("pid %d", ag.cmd.Process.Pid)) {
+		t.Errorf("a second agent for n1: want exit 1 naming the holder (pid %d):\n%s", ag.cmd.Process.Pid, r)
+	}
+	r = tether(t, "agent", "--node", "n2", "--cluster", ep, "--state-dir", dir)
+	if r.code != exitError || !strings.Contains(r.stderr, "another agent") || !strings.Contains(r.stderr, "serves") {
+		t.Errorf("a second agent on the state directory: want exit 1 naming the first:\n%s", r)
+	}
+	ag.stop()
+}
