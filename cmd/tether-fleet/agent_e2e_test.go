@@ -248,8 +248,9 @@ func waitHeads(t testing.TB, cli *clientv3.Client, node string, want map[string]
 }
 
 // sleeperFile is a task file whose task "web" is the test binary as a
-// sleeper, its command line marked with marker.
-func sleeperFile(t testing.TB, marker string) string {
+// sleeper, its command line marked with marker; more is HCL added to the
+// task's block.
+func sleeperFile(t testing.TB, marker string, more ...string) string {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -262,8 +263,8 @@ func sleeperFile(t testing.TB, marker string) string {
     command = %q
     args    = [%q, %q]
   }
-}
-`, self, sleeperArg, marker)
+%s}
+`, self, sleeperArg, marker, strings.Join(more, "\n"))
 	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -472,5 +473,69 @@ func TestAgent_RefusesBadFlagsASecondAgentForTheNodeAndForTheStateDir(t *testing
 	if r.code != exitError || !strings.Contains(r.stderr, "another agent") || !strings.Contains(r.stderr, "serves") {
 		t.Errorf("a second agent on the state directory: want exit 1 naming the first:\n%s", r)
 	}
+	ag.stop()
+}
+
+// A node that boots without etcd runs what it was last told: after a
+// power cut (the agent, its executor and the task SIGKILLed), `tether
+// agent --node n1 --once`, with etcd out of reach, records the task lost
+// and starts it again from the local copy of the desired state; the next
+// agent mirrors both, each once.
+func TestAgent_OnceWithoutEtcdRunsWhatTheNodeWasLastTold(t *testing.T) {
+	ep := etcdtest.Embedded(t)
+	cli := dial(t, ep)
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testproc.CheckNoLeak(t, dir) })
+	marker := fmt.Sprintf("fleetagent-once-%d", time.Now().UnixNano())
+	t.Cleanup(func() { testproc.CheckNoLeak(t, marker) })
+	file := sleeperFile(t, marker, `  restart {
+    attempts = 3
+    interval = "1h"
+    delay    = "0s"
+    mode     = "fail"
+  }
+`)
+	ag := startAgent(t, ep, "n1", dir, nil)
+	ag.waitRegistered(cli, "n1")
+	must(t, "cluster", "--endpoints", ep, "start", "--node", "n1", file)
+	first := mirrored(t, cli, "n1", "web", fsm.StateRunning, ag.log)
+
+	// The power cut.
+	ag.kill()
+	for _, p := range append(testproc.Marked(dir), testproc.Marked(marker)...) {
+		_ = syscall.Kill(p.PID, syscall.SIGKILL)
+	}
+	testproc.CheckGone(t, marker, time.Minute)
+	testproc.CheckGone(t, dir, time.Minute)
+
+	port := etcdtest.FreePort(t) // nothing listens: etcd is out of reach
+	r := tether(t, "agent", "--node", "n1", "--cluster", fmt.Sprintf("http://127.0.0.1:%d", port), "--state-dir", dir, "--once")
+	if r.code != 0 {
+		t.Fatalf("tether agent --node n1 --once without etcd: %s", r)
+	}
+	procs := testproc.Marked(marker)
+	if len(procs) != 1 {
+		t.Fatalf("after --once without etcd the task runs as %v, want one process; its log:\n%s", procs, r.stderr)
+	}
+	pid := procs[0].PID
+
+	ag = startAgent(t, ep, "n1", dir, nil)
+	ag.waitRegistered(cli, "n1")
+	second := mirrored(t, cli, "n1", "web", fsm.StateRunning, ag.log)
+	if second == first {
+		t.Fatalf("web still runs as %s, the task of before the power cut", first)
+	}
+	if lost := mirrored(t, cli, "n1", "web", fsm.StateLost, ag.log); lost != first {
+		t.Errorf("the task lost to the power cut is %s, want %s", lost, first)
+	}
+	if procs := testproc.Marked(marker); len(procs) != 1 || procs[0].PID != pid {
+		t.Errorf("with the agent back the task runs as %v, want the one --once started (pid %d) alone", procs, pid)
+	}
+	must(t, "cluster", "--endpoints", ep, "stop", "--node", "n1", "web")
+	mirrored(t, cli, "n1", "web", fsm.StateStopped, ag.log)
+	testproc.CheckGone(t, marker, time.Minute)
 	ag.stop()
 }
