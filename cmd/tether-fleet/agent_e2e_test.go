@@ -167,6 +167,15 @@ func (ra *runningAgent) waitRegistered(cli *clientv3.Client, node string) {
 // name in state on node, and returns its id.
 func mirrored(t testing.TB, cli *clientv3.Client, node, name string, state fsm.State, log fmt.Stringer) string {
 	t.Helper()
+	return mirroredWhere(t, cli, node, log, fmt.Sprintf("%s %s", name, state), func(r *cluster.TaskRef) bool {
+		return r.Name == name && r.State == state
+	})
+}
+
+// mirroredWhere waits, on an etcd watch, until the mirror shows a task on
+// node that ok accepts (what says which), and returns its id.
+func mirroredWhere(t testing.TB, cli *clientv3.Client, node string, log fmt.Stringer, what string, ok func(*cluster.TaskRef) bool) string {
+	t.Helper()
 	f, err := cluster.NewFleet(cli, "")
 	if err != nil {
 		t.Fatal(err)
@@ -182,14 +191,14 @@ func mirrored(t testing.TB, cli *clientv3.Client, node, name string, state fsm.S
 			t.Fatal(err)
 		}
 		for _, r := range rows {
-			if r.Node == node && r.Task != nil && r.Task.Name == name && r.Task.State == state {
+			if r.Node == node && r.Task != nil && ok(r.Task) {
 				return r.Task.ID
 			}
 		}
 		select {
 		case <-cli.Watch(ctx, cluster.DefaultPrefix+"head/", clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)):
 		case <-ctx.Done():
-			t.Fatalf("the mirror never showed %s %s on %s: %+v; the agent's log:\n%s", name, state, node, rows, log)
+			t.Fatalf("the mirror never showed %s on %s: %+v; the agent's log:\n%s", what, node, rows, log)
 		}
 	}
 }
@@ -524,13 +533,12 @@ func TestAgent_OnceWithoutEtcdRunsWhatTheNodeWasLastTold(t *testing.T) {
 
 	ag = startAgent(t, ep, "n1", dir, nil)
 	ag.waitRegistered(cli, "n1")
-	second := mirrored(t, cli, "n1", "web", fsm.StateRunning, ag.log)
-	if second == first {
-		t.Fatalf("web still runs as %s, the task of before the power cut", first)
-	}
 	if lost := mirrored(t, cli, "n1", "web", fsm.StateLost, ag.log); lost != first {
 		t.Errorf("the task lost to the power cut is %s, want %s", lost, first)
 	}
+	mirroredWhere(t, cli, "n1", ag.log, "web running as a new task", func(r *cluster.TaskRef) bool {
+		return r.Name == "web" && r.State == fsm.StateRunning && r.ID != first
+	})
 	if procs := testproc.Marked(marker); len(procs) != 1 || procs[0].PID != pid {
 		t.Errorf("with the agent back the task runs as %v, want the one --once started (pid %d) alone", procs, pid)
 	}
