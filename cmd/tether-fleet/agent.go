@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -167,6 +169,14 @@ type nodeHooks struct {
 // runNode opens the agent, wires the node in, and serves.
 func (f *fleet) runNode(o *agentOptions, set agentcmd.Settings, endpoints []string, hooks nodeHooks, executor []string) int {
 	log := f.log
+	// Until agentcmd.Serve handles them (it does from when it starts),
+	// SIGTERM and SIGINT end the start cleanly (a registration waiting for
+	// etcd gives up), and SIGHUP is held rather than killing the agent.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	held := make(chan os.Signal, 1)
+	signal.Notify(held, syscall.SIGHUP)
+	defer signal.Stop(held)
 	feed, err := agent.NewFeed("etcd:" + cluster.DefaultPrefix + "desired/" + o.node)
 	if err != nil {
 		return f.fail(err)
@@ -212,7 +222,7 @@ func (f *fleet) runNode(o *agentOptions, set agentcmd.Settings, endpoints []stri
 		default:
 			log.Error("local copy of the desired state not used: its tasks are left as they are", "err", err)
 		}
-		if err := agentcmd.Serve(context.Background(), a, true, log); err != nil {
+		if err := agentcmd.Serve(ctx, a, true, log); err != nil {
 			return f.fail(err)
 		}
 		return exitOK
@@ -222,22 +232,23 @@ func (f *fleet) runNode(o *agentOptions, set agentcmd.Settings, endpoints []stri
 	if err != nil {
 		return f.fail(err)
 	}
-	rctx, cancel := context.WithTimeout(context.Background(), o.leaseTTL)
+	rctx, cancel := context.WithTimeout(ctx, o.leaseTTL)
 	err = n.Register(rctx)
 	cancel()
 	switch {
 	case errors.Is(err, cluster.ErrNodeHeld):
 		f.errorf("%v", err)
 		return exitError
-	case err != nil:
+	case err != nil && ctx.Err() == nil:
 		log.Warn("etcd did not answer: the agent serves its tasks and the node registers once etcd answers", "err", err)
 	}
-	ctx, stop := context.WithCancel(context.Background())
+	ctx, cancelNode := context.WithCancel(ctx)
+	defer cancelNode()
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = n.Run(ctx) })
 	wg.Go(func() { followDesired(ctx, n.Desired(), feed, log) })
 	err = agentcmd.Serve(ctx, a, false, log)
-	stop()
+	cancelNode()
 	wg.Wait() // the mirror reads the agent's store: done before it closes
 	if err != nil {
 		return f.fail(err)
