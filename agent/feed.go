@@ -100,24 +100,25 @@ func (f *Feed) onSet(wake func()) {
 // is set: every append is told, whatever its outcome (an append whose
 // answer was lost may have committed; the reader reads the truth).
 type notingLog struct {
-	*store.Store
+	store.Log
 	note func(task string)
 }
 
 var _ store.Log = notingLog{}
 
 func (l notingLog) Append(ctx context.Context, task string, expected uint64, events ...fsm.Event) (uint64, error) {
-	v, err := l.Store.Append(ctx, task, expected, events...)
+	v, err := l.Log.Append(ctx, task, expected, events...)
 	l.note(task)
 	return v, err
 }
 
-// driverLog is the log the agent's driver appends to.
-func driverLog(st *store.Store, cfg Config) store.Log {
+// driverLog is the log the agent's driver appends to: st, or st noting
+// every append to Config.Appended.
+func driverLog(st store.Log, cfg Config) store.Log {
 	if cfg.Appended == nil {
 		return st
 	}
-	return notingLog{Store: st, note: cfg.Appended}
+	return notingLog{Log: st, note: cfg.Appended}
 }
 
 // Versions lists every task of the agent's store with its version (the
