@@ -547,3 +547,44 @@ func TestAgent_OnceWithoutEtcdRunsWhatTheNodeWasLastTold(t *testing.T) {
 	testproc.CheckGone(t, marker, time.Minute)
 	ag.stop()
 }
+
+// Over mutual TLS the agent registers its node and converges what it is
+// told; a client certificate of another CA gets nothing from etcd, and
+// the agent serves its state directory all the same.
+func TestAgent_OverMutualTLS(t *testing.T) {
+	p := etcdtest.NewPKI(t)
+	ep := etcdtest.EmbeddedTLS(t, p)
+	tlsArgs := []string{"--cluster-tls-ca", p.CA, "--cluster-tls-cert", p.ClientCert, "--cluster-tls-key", p.ClientKey}
+	cli, err := cluster.Dial(cluster.Config{Endpoints: []string{ep}, TLS: cluster.TLS{CA: p.CA, Cert: p.ClientCert, Key: p.ClientKey}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testproc.CheckNoLeak(t, dir) })
+	ag := startAgent(t, ep, "n1", dir, nil, tlsArgs...)
+	ag.waitRegistered(cli, "n1")
+	file := filepath.Join(t.TempDir(), "web.hcl")
+	if err := os.WriteFile(file, []byte(webFile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	must(t, append([]string{"cluster", "--endpoints", ep, "start", "--node", "n1", file}, tlsArgs...)...)
+	mirrored(t, cli, "n1", "web", fsm.StateRunning, ag.log)
+	must(t, append([]string{"cluster", "--endpoints", ep, "stop", "--node", "n1", "web"}, tlsArgs...)...)
+	mirrored(t, cli, "n1", "web", fsm.StateStopped, ag.log)
+	ag.stop()
+
+	stranger := startAgent(t, ep, "n2", filepath.Join(t.TempDir(), "other"), nil,
+		"--cluster-tls-ca", p.CA, "--cluster-tls-cert", p.StrangerCert, "--cluster-tls-key", p.Stranger)
+	stranger.stop() // it serves without etcd, and stops on SIGTERM
+	if !strings.Contains(stranger.log.String(), "etcd did not answer") {
+		t.Errorf("an agent whose certificate etcd refuses does not say etcd did not answer:\n%s", stranger.log)
+	}
+	resp, err := cli.Get(ctxT(t), cluster.DefaultPrefix+"alive/n2")
+	if err != nil || len(resp.Kvs) != 0 {
+		t.Errorf("an agent with another CA's certificate registered n2: %v, %v", resp, err)
+	}
+}
