@@ -588,3 +588,73 @@ func TestAgent_OverMutualTLS(t *testing.T) {
 		t.Errorf("an agent with another CA's certificate registered n2: %v, %v", resp, err)
 	}
 }
+
+// A lost lease is logged and the node registered again, its task left
+// running; a spec replaced in etcd (start --replace) replaces the task:
+// the old one stopped, then the new one started.
+func TestAgent_LeaseLossReRegistersAndAReplacedSpecReplacesItsTask(t *testing.T) {
+	ep := etcdtest.Embedded(t)
+	cli := dial(t, ep)
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testproc.CheckNoLeak(t, dir) })
+	old := fmt.Sprintf("fleetagent-old-%d", time.Now().UnixNano())
+	t.Cleanup(func() { testproc.CheckNoLeak(t, old) })
+	ag := startAgent(t, ep, "n1", dir, nil)
+	ag.waitRegistered(cli, "n1")
+	must(t, "cluster", "--endpoints", ep, "start", "--node", "n1", sleeperFile(t, old))
+	first := mirrored(t, cli, "n1", "web", fsm.StateRunning, ag.log)
+	procs := testproc.Marked(old)
+	if len(procs) != 1 {
+		t.Fatalf("web runs as %v, want one process", procs)
+	}
+
+	// Revoke the node's lease, as etcd does when a partition outlasts it.
+	ctx := ctxT(t)
+	key := cluster.DefaultPrefix + "alive/n1"
+	resp, err := cli.Get(ctx, key)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the liveness key: %v, %v", resp, err)
+	}
+	lease := clientv3.LeaseID(resp.Kvs[0].Lease)
+	if _, err := cli.Revoke(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	for wr := range cli.Watch(ctx, key, clientv3.WithRev(resp.Header.Revision+1)) {
+		if n := len(wr.Events); n > 0 && wr.Events[n-1].Kv.Lease != 0 && clientv3.LeaseID(wr.Events[n-1].Kv.Lease) != lease {
+			break
+		}
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("the node never registered again after its lease was revoked; the agent's log:\n%s", ag.log)
+	}
+	if !strings.Contains(ag.log.String(), "liveness lease lost") {
+		t.Errorf("the agent did not log the lost lease:\n%s", ag.log)
+	}
+	if !testproc.Alive(procs[0].PID) {
+		t.Errorf("the task's process %d died with the lease", procs[0].PID)
+	}
+
+	replaced := fmt.Sprintf("fleetagent-new-%d", time.Now().UnixNano())
+	t.Cleanup(func() { testproc.CheckNoLeak(t, replaced) })
+	r := tether(t, "cluster", "--endpoints", ep, "start", "--node", "n1", sleeperFile(t, replaced))
+	if r.code != exitError || !strings.Contains(r.stderr, "--replace") {
+		t.Errorf("a second start of web with another file without --replace: want exit 1 naming --replace:\n%s", r)
+	}
+	must(t, "cluster", "--endpoints", ep, "start", "--node", "n1", "--replace", sleeperFile(t, replaced))
+	second := mirroredWhere(t, cli, "n1", ag.log, "web replaced", func(r *cluster.TaskRef) bool {
+		return r.Name == "web" && r.State == fsm.StateRunning && r.ID != first
+	})
+	if st := mirrored(t, cli, "n1", "web", fsm.StateStopped, ag.log); st != first {
+		t.Errorf("the stopped task is %s, want the replaced %s", st, first)
+	}
+	testproc.CheckGone(t, old, time.Minute)
+	if procs := testproc.Marked(replaced); len(procs) != 1 {
+		t.Errorf("the replacement %s runs as %v, want one process", second, procs)
+	}
+	must(t, "cluster", "--endpoints", ep, "stop", "--node", "n1", "web")
+	testproc.CheckGone(t, replaced, time.Minute)
+	ag.stop()
+}
