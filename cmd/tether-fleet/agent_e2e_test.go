@@ -658,3 +658,80 @@ func TestAgent_LeaseLossReRegistersAndAReplacedSpecReplacesItsTask(t *testing.T)
 	testproc.CheckGone(t, replaced, time.Minute)
 	ag.stop()
 }
+
+// --config-dir and etcd declare the node's desired tasks side by side,
+// converged by the one loop; a name both declare stays the config dir's
+// (etcd's is refused as a conflict and nothing of it runs) until the
+// config dir no longer declares it.
+func TestAgent_ConfigDirAndEtcdSideBySide(t *testing.T) {
+	ep := etcdtest.Embedded(t)
+	cli := dial(t, ep)
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testproc.CheckNoLeak(t, dir) })
+	stamp := time.Now().UnixNano()
+	fromDir, fromEtcd, conflict := fmt.Sprintf("fleetagent-dir-%d", stamp), fmt.Sprintf("fleetagent-etcd-%d", stamp), fmt.Sprintf("fleetagent-conflict-%d", stamp)
+	for _, m := range []string{fromDir, fromEtcd, conflict} {
+		t.Cleanup(func() { testproc.CheckNoLeak(t, m) })
+	}
+	rename := func(file, name string) string {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(t.TempDir(), name+".hcl")
+		if err := os.WriteFile(out, []byte(strings.Replace(string(src), `task "web"`, `task "`+name+`"`, 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	confDir := t.TempDir()
+	apiFile := rename(sleeperFile(t, fromDir), "api")
+	src, err := os.ReadFile(apiFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(confDir, "api.hcl"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ag := startAgent(t, ep, "n1", dir, nil, "--config-dir", confDir)
+	ag.waitRegistered(cli, "n1")
+	api := mirrored(t, cli, "n1", "api", fsm.StateRunning, ag.log)
+	must(t, "cluster", "--endpoints", ep, "start", "--node", "n1", sleeperFile(t, fromEtcd))
+	mirrored(t, cli, "n1", "web", fsm.StateRunning, ag.log)
+	st := must(t, "cluster", "--endpoints", ep, "status")
+	if !strings.Contains(st.stdout, api) || !strings.Contains(st.stdout, "web") {
+		t.Errorf("cluster status lacks the config dir's task or etcd's:\n%s", st.stdout)
+	}
+
+	must(t, "cluster", "--endpoints", ep, "start", "--node", "n1", rename(sleeperFile(t, conflict), "api"))
+	must(t, "cluster", "--endpoints", ep, "stop", "--node", "n1", "web")
+	mirrored(t, cli, "n1", "web", fsm.StateStopped, ag.log) // the agent converged past the conflicting api
+	testproc.CheckGone(t, fromEtcd, time.Minute)
+	if p := testproc.Marked(conflict); len(p) != 0 {
+		t.Errorf("etcd's api runs beside the config dir's: %v", p)
+	}
+	if p := testproc.Marked(fromDir); len(p) != 1 {
+		t.Errorf("the config dir's api runs as %v, want one process", p)
+	}
+	// Once the config dir no longer declares api, etcd's declaration is
+	// the only one: the config dir's task is stopped, then etcd's started.
+	if err := os.Remove(filepath.Join(confDir, "api.hcl")); err != nil {
+		t.Fatal(err)
+	}
+	if stopped := mirrored(t, cli, "n1", "api", fsm.StateStopped, ag.log); stopped != api {
+		t.Errorf("the stopped api is %s, want the config dir's %s", stopped, api)
+	}
+	mirroredWhere(t, cli, "n1", ag.log, "etcd's api running", func(r *cluster.TaskRef) bool {
+		return r.Name == "api" && r.State == fsm.StateRunning && r.ID != api
+	})
+	testproc.CheckGone(t, fromDir, time.Minute)
+	if p := testproc.Marked(conflict); len(p) != 1 {
+		t.Errorf("etcd's api runs as %v, want one process", p)
+	}
+	must(t, "cluster", "--endpoints", ep, "stop", "--node", "n1", "api")
+	testproc.CheckGone(t, conflict, time.Minute)
+	ag.stop()
+}
