@@ -47,6 +47,13 @@ type Config struct {
 	// asked; no request carries or widens them.
 	AllowedCaps []string
 	ChrootEnv   []string
+	// AllowSeccomp, AllowMissing and AllowRead are the operator's other
+	// allow lists (driver.Config's): what an exec task's seccomp may name,
+	// the sandbox parts it may run without, the host directories a job
+	// file's template may read. nil: none.
+	AllowSeccomp []string
+	AllowMissing []string
+	AllowRead    []string
 	// StoreOptions open the store (held for the agent's life).
 	StoreOptions store.Options
 	// Hooks crash the agent at its points; DriverHooks are its driver's
@@ -145,6 +152,7 @@ func Open(cfg Config) (a *Agent, err error) {
 	d, err := driver.Open(driver.Config{
 		StateDir: cfg.StateDir, Store: driverLog(st, cfg), Logger: cfg.Logger.Named("driver"),
 		ExecutorCommand: cfg.ExecutorCommand, AllowedCaps: cfg.AllowedCaps, ChrootEnv: cfg.ChrootEnv,
+		AllowSeccomp: cfg.AllowSeccomp, AllowMissing: cfg.AllowMissing, AllowRead: cfg.AllowRead,
 		Hooks: cfg.DriverHooks,
 	})
 	if err != nil {

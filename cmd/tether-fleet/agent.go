@@ -192,6 +192,7 @@ func (f *fleet) runNode(o *agentOptions, set agentcmd.Settings, endpoints []stri
 	a, err := agent.Open(agent.Config{
 		StateDir: set.StateDir, ConfigDir: o.af.ConfigDir, Parse: agentcmd.ParseTasks(log),
 		Logger: log.Named("agent"), ExecutorCommand: executor, AllowedCaps: set.AllowedCaps, ChrootEnv: set.Chroot,
+		AllowSeccomp: set.AllowSeccomp, AllowMissing: set.AllowMissing, AllowRead: set.AllowRead,
 		StoreOptions: store.Options{LockTimeout: o.lockTimeout, Logger: log.Named("store"), Crash: hooks.driver.StoreCrash()},
 		Hooks:        hooks.agent, DriverHooks: hooks.driver,
 		Feed: feed, Appended: changes.Note,

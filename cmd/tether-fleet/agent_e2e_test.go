@@ -735,3 +735,59 @@ func TestAgent_ConfigDirAndEtcdSideBySide(t *testing.T) {
 	testproc.CheckGone(t, conflict, time.Minute)
 	ag.stop()
 }
+
+// The node's allow lists are the operator's flags, applied to what etcd
+// tells it: an exec task asking for seccomp = "unconfined" is refused
+// before anything is spawned by a node without --allow-seccomp unconfined,
+// naming the flag, and runs on a node given it.
+func TestAgent_AppliesTheOperatorsSeccompAllowList(t *testing.T) {
+	ep := etcdtest.Embedded(t)
+	cli := dial(t, ep)
+	file := filepath.Join(t.TempDir(), "loose.hcl")
+	if err := os.WriteFile(file, []byte(`task "loose" {
+  driver = "exec"
+  config {
+    command = "/bin/sleep"
+    args    = ["300"]
+    seccomp = "unconfined"
+  }
+}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var agents []*runningAgent
+	for _, node := range []string{"tight", "loose"} {
+		dir := filepath.Join(t.TempDir(), "state")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { testproc.CheckNoLeak(t, dir) })
+		var args []string
+		if node == "loose" {
+			args = []string{"--allow-seccomp", "unconfined"}
+		}
+		ag := startAgent(t, ep, node, dir, nil, args...)
+		ag.waitRegistered(cli, node)
+		must(t, "cluster", "--endpoints", ep, "start", "--node", node, file)
+		agents = append(agents, ag)
+	}
+	f, err := cluster.NewFleet(cli, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := mirrored(t, cli, "tight", "loose", fsm.StateFailed, agents[0].log)
+	evs, _, err := f.Events(ctxT(t), "tight", refused)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := evs[len(evs)-1]
+	if last.Type != fsm.EventConfigRejected || !strings.Contains(last.Reason, "--allow-seccomp unconfined") {
+		t.Errorf("on the node without --allow-seccomp: want a refusal before spawn naming --allow-seccomp unconfined, got %+v", last)
+	}
+	mirrored(t, cli, "loose", "loose", fsm.StateRunning, agents[1].log)
+	must(t, "cluster", "--endpoints", ep, "stop", "--node", "loose", "loose")
+	mirrored(t, cli, "loose", "loose", fsm.StateStopped, agents[1].log)
+	for _, ag := range agents {
+		ag.stop()
+	}
+}

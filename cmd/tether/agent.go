@@ -59,6 +59,7 @@ func (c *cli) cmdAgent(args []string) int {
 	a, err := agent.Open(agent.Config{
 		StateDir: c.stateDir, ConfigDir: af.ConfigDir, Parse: agentcmd.ParseTasks(c.log),
 		Logger: c.log.Named("agent"), ExecutorCommand: cmd, AllowedCaps: c.allowedCaps, ChrootEnv: c.chroot,
+		AllowSeccomp: c.allowSeccomp, AllowMissing: c.allowMissing, AllowRead: c.allowRead,
 		StoreOptions: c.storeOptions(), Hooks: hooks, DriverHooks: dhooks,
 	})
 	if err != nil {
