@@ -791,3 +791,87 @@ func TestAgent_AppliesTheOperatorsSeccompAllowList(t *testing.T) {
 		ag.stop()
 	}
 }
+
+// The agent SIGKILLed at each durable step of its node (registration,
+// the mirror's transaction, the local copy of the desired state), in the
+// middle of stopping a task etcd no longer wants: the next agent finishes
+// the stop, the task is stopped once, and the mirror ends equal to the
+// local log, event for event. (The prune points need a gc, which an agent
+// holding its store does not run.)
+func TestAgent_SIGKILLAtEachCrashPointOfTheNode(t *testing.T) {
+	ep := etcdtest.Embedded(t)
+	cli := dial(t, ep)
+	for i, point := range []string{cluster.CrashLivenessAfterGrant, cluster.CrashLivenessAfterCreate,
+		cluster.CrashDesiredBeforeCopy, cluster.CrashDesiredAfterCopy, cluster.CrashMirrorBeforeTxn, cluster.CrashMirrorAfterTxn} {
+		t.Run(strings.ReplaceAll(point, ":", "-"), func(t *testing.T) {
+			node := fmt.Sprintf("n%d", i)
+			dir := filepath.Join(t.TempDir(), "state")
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { testproc.CheckNoLeak(t, dir) })
+			marker := fmt.Sprintf("fleetagent-crash-%d-%d", i, time.Now().UnixNano())
+			t.Cleanup(func() { testproc.CheckNoLeak(t, marker) })
+			ag := startAgent(t, ep, node, dir, nil)
+			ag.waitRegistered(cli, node)
+			must(t, "cluster", "--endpoints", ep, "start", "--node", node, sleeperFile(t, marker))
+			id := mirrored(t, cli, node, "web", fsm.StateRunning, ag.log)
+			ag.stop()
+			must(t, "cluster", "--endpoints", ep, "stop", "--node", node, "web")
+
+			ag = startAgent(t, ep, node, dir, []string{cluster.EnvCrashPoint + "=" + point})
+			err := ag.wait()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				t.Fatalf("the agent armed at %s ended with %v, not its SIGKILL; its log:\n%s", point, err, ag.log)
+			}
+			ag = startAgent(t, ep, node, dir, nil)
+			ag.waitRegistered(cli, node)
+			if stopped := mirrored(t, cli, node, "web", fsm.StateStopped, ag.log); stopped != id {
+				t.Errorf("the stopped task is %s, want %s", stopped, id)
+			}
+			testproc.CheckGone(t, marker, time.Minute)
+			ag.stop()
+
+			local := localLog(t, dir)
+			want := map[string]uint64{}
+			for task, evs := range local {
+				want[task] = uint64(len(evs))
+			}
+			if len(local) != 1 {
+				t.Errorf("the node's store holds %d tasks, want only %s: %v", len(local), id, want)
+			}
+			stops := 0
+			for _, e := range local[id] {
+				if e.Type == fsm.EventStopRequested {
+					stops++
+				}
+			}
+			if stops != 1 {
+				t.Errorf("%s was asked to stop %d times, want once", id, stops)
+			}
+			ag = startAgent(t, ep, node, dir, nil)
+			waitHeads(t, cli, node, want, ag.log)
+			ag.stop()
+			f, err := cluster.NewFleet(cli, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for task, evs := range local {
+				got, _, err := f.Events(ctxT(t), node, task)
+				if err != nil {
+					t.Fatalf("mirrored events of %s: %v", task, err)
+				}
+				if len(got) != len(evs) {
+					t.Errorf("%s: %d events mirrored, %d in the local log", task, len(got), len(evs))
+					continue
+				}
+				for j := range evs {
+					if got[j].Seq != evs[j].Seq || got[j].Type != evs[j].Type || got[j].Time != evs[j].Time {
+						t.Errorf("%s event %d: mirrored %d %s, local %d %s", task, j, got[j].Seq, got[j].Type, evs[j].Seq, evs[j].Type)
+					}
+				}
+			}
+		})
+	}
+}
