@@ -118,8 +118,8 @@ func (ra *runningAgent) kill() {
 	_ = ra.wait()
 }
 
-// stop ends the agent with SIGTERM once it serves, which must exit 0.
-func (ra *runningAgent) stop() {
+// waitServing waits until the agent serves its state directory.
+func (ra *runningAgent) waitServing() {
 	ra.t.Helper()
 	select {
 	case <-ra.serving:
@@ -127,6 +127,12 @@ func (ra *runningAgent) stop() {
 		ra.done = nil
 		ra.t.Fatalf("agent exited (%v) before it served; its log:\n%s", err, ra.log)
 	}
+}
+
+// stop ends the agent with SIGTERM once it serves, which must exit 0.
+func (ra *runningAgent) stop() {
+	ra.t.Helper()
+	ra.waitServing()
 	if err := ra.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		ra.t.Fatal(err)
 	}
