@@ -300,6 +300,11 @@ func setFeed(feed *agent.Feed, ds cluster.DesiredSet, log hclog.Logger, logged m
 	for name, err := range ds.Invalid {
 		problems[name] = err
 	}
+	for name := range logged {
+		if _, ok := ds.Tasks[name]; !ok {
+			delete(logged, name)
+		}
+	}
 	log.Debug("desired state", "revision", ds.Revision, "tasks", len(specs), "refused", len(problems), "from_copy", ds.FromCopy)
 	feed.Set(specs, problems)
 }

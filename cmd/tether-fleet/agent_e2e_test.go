@@ -881,3 +881,66 @@ func TestAgent_SIGKILLAtEachCrashPointOfTheNode(t *testing.T) {
 		})
 	}
 }
+
+// Whoever writes etcd directly, behind `tether cluster start`'s checks,
+// gets the same checks from the node: a spec whose task is not the key's
+// name, or whose command is a relative path, or that is not HCL, runs
+// nothing, and the agent says why; a valid spec written after them runs.
+func TestAgent_RefusesSpecsWrittenToEtcdBehindTheCLIsBack(t *testing.T) {
+	ep := etcdtest.Embedded(t)
+	cli := dial(t, ep)
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testproc.CheckNoLeak(t, dir) })
+	marker := fmt.Sprintf("fleetagent-direct-%d", time.Now().UnixNano())
+	t.Cleanup(func() { testproc.CheckNoLeak(t, marker) })
+	ag := startAgent(t, ep, "n1", dir, nil)
+	ag.waitRegistered(cli, "n1")
+	prefix := cluster.DefaultPrefix + "desired/n1/"
+	for name, spec := range map[string]string{
+		"alias":    "task \"other\" {\n  driver = \"raw_exec\"\n  config {\n    command = \"/bin/sleep\"\n    args = [\"300\", \"" + marker + "\"]\n  }\n}\n",
+		"relative": "task \"relative\" {\n  driver = \"raw_exec\"\n  config {\n    command = \"bin/sleep\"\n    args = [\"300\", \"" + marker + "\"]\n  }\n}\n",
+		"garbage":  "task {{{ \"" + marker + "\"",
+	} {
+		if _, err := cli.Put(ctxT(t), prefix+name, spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src, err := os.ReadFile(sleeperFile(t, marker))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctxT(t), prefix+"web", string(src)); err != nil {
+		t.Fatal(err)
+	}
+	mirrored(t, cli, "n1", "web", fsm.StateRunning, ag.log)
+	if p := testproc.Marked(marker); len(p) != 1 {
+		t.Errorf("processes of the node's desired tasks: %v, want web's alone", p)
+	}
+	f, err := cluster.NewFleet(cli, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := f.Status(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if r.Task != nil && r.Task.Name != "web" {
+			t.Errorf("a refused spec ran: %+v", *r.Task)
+		}
+	}
+	for _, name := range []string{`name=alias`, `name=relative`} {
+		if !strings.Contains(ag.log.String(), "desired task refused") || !strings.Contains(ag.log.String(), name) {
+			t.Errorf("the agent's log does not say %s was refused:\n%s", name, ag.log)
+		}
+	}
+	if _, err := cli.Delete(ctxT(t), prefix, clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	mirrored(t, cli, "n1", "web", fsm.StateStopped, ag.log)
+	testproc.CheckGone(t, marker, time.Minute)
+	ag.stop()
+}
