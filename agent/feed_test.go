@@ -117,10 +117,15 @@ func TestAgent_FeedConvergesAsTheConfigDirDoes(t *testing.T) {
 		}
 		return last
 	}
-	// Before the feed is set its state is unknown: the status says so.
-	st, err := c.Status(ctx)
-	if err != nil || !strings.Contains(strings.Join(st.Problems, "\n"), "not known yet") {
-		t.Errorf("status before the feed is set: %+v, %v", st, err)
+	// Before the feed is set its state is unknown: the first round's
+	// status says so.
+	var before Status
+	err = c.WatchStatus(ctx, func(s Status) bool {
+		before = s
+		return s.Generation > 0
+	})
+	if err != nil || !strings.Contains(strings.Join(before.Problems, "\n"), "not known yet") {
+		t.Errorf("status before the feed is set: %+v, %v", before, err)
 	}
 
 	spec := sleeper("web", dir)
