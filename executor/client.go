@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -46,6 +47,11 @@ type SpawnConfig struct {
 	ReadyTimeout time.Duration
 	// Logger is for driver-side logging; nil means a null logger.
 	Logger hclog.Logger
+	// Env is the executor's environment (nil: this process's). Its PATH is
+	// the default PATH of a raw_exec task; nothing else of it reaches a
+	// task. An agent spawning for a client passes the client's PATH, so
+	// that a task started through it finds what it would daemonless.
+	Env []string
 }
 
 // DefaultReadyTimeout is used when SpawnConfig.ReadyTimeout is 0.
@@ -144,7 +150,11 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Client, error) {
 	// for as long as the task runs, and an idle one holds a quarter less
 	// anonymous memory with one P than with two. Tasks do not inherit the
 	// executor's environment (their own is built from the spec).
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+	env := cfg.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	cmd.Env = append(slices.Clone(env), "GOMAXPROCS=1")
 	cmd.Stderr = logf
 	cmd.ExtraFiles = []*os.File{readyW}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, PidFD: &pidfd}

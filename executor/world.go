@@ -148,6 +148,9 @@ type Real struct {
 	// DefaultChroot, Nomad's chroot_env), the seccomp allow list and the
 	// sandbox parts exec tasks may run without where the host lacks them.
 	Policy Policy
+	// Env, when set, gives the environment of the executor spawned for a
+	// task (see SpawnConfig.Env); nil (or a nil answer) is this process's.
+	Env func(task string) []string
 
 	// The host's cgroup layout, probed once (0.4 ms a probe here, and a
 	// start and a kill each needed one) and again when a recorded cgroup
@@ -188,11 +191,19 @@ func (r *Real) Spawn(ctx context.Context, task, nonce string) (Conn, error) {
 	c, err := Spawn(ctx, SpawnConfig{
 		Command: r.Command, TaskDir: r.dir(task), Nonce: nonce,
 		ReadyTimeout: deadlineOr(ctx, DefaultReadyTimeout), Logger: r.logger().With("task_id", task),
+		Env: r.env(task),
 	})
 	if err != nil {
 		return nil, err
 	}
 	return realConn{c, r}, nil
+}
+
+func (r *Real) env(task string) []string {
+	if r.Env == nil {
+		return nil
+	}
+	return r.Env(task)
 }
 
 func deadlineOr(ctx context.Context, d time.Duration) time.Duration {

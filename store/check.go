@@ -20,6 +20,7 @@ type Report struct {
 	Tasks    int // task buckets seen
 	Live     int // entries in the live index
 	Events   int // records decoded
+	Desired  int // desired records decoded
 	Problems []Problem
 }
 
@@ -48,7 +49,7 @@ func (r Report) OK() bool { return len(r.Problems) == 0 }
 
 func (r Report) String() string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "%s: %d tasks (%d live), %d events, %d problems", r.Path, r.Tasks, r.Live, r.Events, len(r.Problems))
+	fmt.Fprintf(&sb, "%s: %d tasks (%d live), %d events, %d desired, %d problems", r.Path, r.Tasks, r.Live, r.Events, r.Desired, len(r.Problems))
 	for _, p := range r.Problems {
 		sb.WriteString("\n  ")
 		sb.WriteString(p.String())
@@ -228,7 +229,7 @@ func (c *checker) run() error {
 		c.structural++
 		c.corrupt(0, "the file is cut short: %d bytes, its header says %d", raw.size, want)
 	}
-	var meta, tasks, live []byte
+	var meta, tasks, live, desired []byte
 	c.w.root(func(e rawElem) bool {
 		switch {
 		case !e.bucket:
@@ -239,6 +240,8 @@ func (c *checker) run() error {
 			tasks = e.value
 		case string(e.key) == string(bucketLive):
 			live = e.value
+		case string(e.key) == string(bucketDesired):
+			desired = e.value
 		default:
 			c.corrupt(0, "foreign bucket %q at the top level", e.key)
 		}
@@ -255,9 +258,17 @@ func (c *checker) run() error {
 			}
 			return true
 		}, func(d rawDamage) { c.damaged("meta keys", d, quoted) })
-		if len(schema) != 4 || binary.BigEndian.Uint32(schema) != schemaVersion {
-			c.add(Problem{Err: fmt.Errorf("%w: %s: schema version %x, want %d", ErrSchema, c.path, schema, schemaVersion)})
+		switch {
+		case len(schema) != 4 || binary.BigEndian.Uint32(schema) > schemaVersion || binary.BigEndian.Uint32(schema) == 0:
+			c.add(Problem{Err: fmt.Errorf("%w: %s: schema version %x, want %d or %d", ErrSchema, c.path, schema, schemaNoDesired, schemaDesired)})
+		case binary.BigEndian.Uint32(schema) == schemaDesired && desired == nil:
+			c.corrupt(0, "schema version %d but no desired bucket", schemaDesired)
+		case binary.BigEndian.Uint32(schema) == schemaNoDesired && desired != nil:
+			c.corrupt(0, "a desired bucket in a store of schema version %d", schemaNoDesired)
 		}
+	}
+	if desired != nil {
+		c.desired(desired)
 	}
 
 	liveIDs := map[string]bool{}
@@ -311,6 +322,28 @@ func (c *checker) run() error {
 	}
 	c.pages()
 	return nil
+}
+
+// desired checks the desired records: each decodes (checksum, version,
+// canonical form) and names its key.
+func (c *checker) desired(v []byte) {
+	c.w.bucket(v, "the desired bucket", func(e rawElem) bool {
+		name := string(e.key)
+		if e.bucket {
+			c.add(Problem{Err: &DesiredError{Name: name, Reason: "key is a bucket"}})
+			return true
+		}
+		d, why := decodeDesired(e.value)
+		switch {
+		case why != "":
+			c.add(Problem{Err: &DesiredError{Name: name, Reason: why}})
+		case d.Name != name:
+			c.add(Problem{Err: &DesiredError{Name: name, Reason: fmt.Sprintf("record names %q", d.Name)}})
+		default:
+			c.r.Desired++
+		}
+		return true
+	}, func(d rawDamage) { c.damaged("desired tasks", d, quoted) })
 }
 
 // task checks one task's bucket (its value in the task index).

@@ -3,9 +3,11 @@
 //
 // # Layout
 //
-// The file has three top-level buckets:
+// The file has three top-level buckets, and a fourth once it holds
+// desired state:
 //
-//   - meta: "schema" holds the schema version (4 bytes, big endian).
+//   - meta: "schema" holds the schema version (4 bytes, big endian): 1,
+//     or 2 once the desired bucket exists.
 //   - tasks: one bucket per task id. Its records are keyed by their 8-byte
 //     big-endian sequence number (1..n); its head (version, state, reaping
 //     target, spawn nonce, restart count, checksummed) sits under a key
@@ -13,6 +15,11 @@
 //     folds new events without reading the log.
 //   - live: the ids of tasks not in a terminal state, so recovery reads
 //     only what is live.
+//   - desired: the agent's desired tasks, one checksummed, versioned
+//     record per name (desired.go): the registrations of `tether enable`,
+//     the task started for each (written before its start), the restart
+//     count, and why it settled. ChangeDesired writes them, Desired reads
+//     them, Check verifies them and Salvage copies them.
 //
 // Records are a compact binary form (see record.go) with a header carrying
 // the record schema version, the event type and a CRC32C of the record.

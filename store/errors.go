@@ -146,7 +146,7 @@ type SchemaError struct {
 }
 
 func (e *SchemaError) Error() string {
-	return fmt.Sprintf("store: %s: schema version %d, this tether understands %d: use a matching tether or move the file aside",
+	return fmt.Sprintf("store: %s: schema version %d, this tether understands up to %d: use a matching tether or move the file aside",
 		e.Path, e.Found, e.Known)
 }
 

@@ -47,7 +47,9 @@ func CrashPoints() []string {
 
 // Remove deletes every task in a terminal state whose last event is older
 // than olderThan, and returns their ids in order. Live tasks are never
-// removed. The space is reused by later appends; Compact returns it to the
+// removed, nor the task a desired record names (its current one, or the
+// one after whose end it settled): the agent tells a start it still owes
+// from a start it made by the task's presence. The space is reused by later appends; Compact returns it to the
 // file system.
 func (s *Store) Remove(ctx context.Context, olderThan time.Time) ([]string, error) {
 	if err := ctx.Err(); err != nil {
@@ -63,9 +65,16 @@ func (s *Store) Remove(ctx context.Context, olderThan time.Time) ([]string, erro
 		if tasks == nil {
 			return fmt.Errorf("%w: %s: no tasks bucket", ErrCorrupt, s.path)
 		}
+		keep, err := desiredTasks(tx)
+		if err != nil {
+			return err
+		}
 		return tasks.ForEachBucket(func(k []byte) error {
 			if err := ctx.Err(); err != nil {
 				return err
+			}
+			if keep[string(k)] {
+				return nil
 			}
 			ok, err := removable(tx, string(k), cutoff)
 			if ok {
@@ -90,10 +99,14 @@ func (s *Store) Remove(ctx context.Context, olderThan time.Time) ([]string, erro
 	err = updateSafe(s.db, s.path, func(tx *bolt.Tx) error {
 		removed = removed[:0]
 		tasks, live := tx.Bucket(bucketTasks), tx.Bucket(bucketLive)
+		keep, err := desiredTasks(tx)
+		if err != nil {
+			return err
+		}
 		for _, id := range old {
 			// Terminal is final, but the task may have been removed (and
-			// created anew) since the scan.
-			if ok, err := removable(tx, id, cutoff); err != nil || !ok {
+			// created anew) since the scan, or named by a desired record.
+			if ok, err := removable(tx, id, cutoff); err != nil || !ok || keep[id] {
 				continue
 			}
 			if err := tasks.DeleteBucket([]byte(id)); err != nil {

@@ -173,29 +173,7 @@ func appendRecord(dst []byte, version uint8, seq uint64, e *fsm.Event) []byte {
 	f := fieldsOf(e)
 	dst = binary.AppendUvarint(dst, f)
 	if s := e.Spec; s != nil {
-		dst = appendString(dst, s.Name)
-		dst = appendString(dst, s.Driver)
-		dst = appendString(dst, s.Command)
-		dst = appendList(dst, s.Args)
-		dst = binary.AppendUvarint(dst, uint64(len(s.Env)))
-		keys := make([]string, 0, len(s.Env))
-		for k := range s.Env {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			dst = appendString(dst, k)
-			dst = appendString(dst, s.Env[k])
-		}
-		dst = appendString(dst, s.Dir)
-		dst = appendString(dst, s.User)
-		dst = appendList(dst, s.CapAdd)
-		dst = appendList(dst, s.CapDrop)
-		dst = binary.AppendVarint(dst, int64(s.KillSignal))
-		dst = binary.AppendVarint(dst, int64(s.KillTimeout))
-		if f&fSpecExt != 0 {
-			dst = appendSpecExt(dst, s)
-		}
+		dst = appendSpec(dst, s, f&fSpecExt != 0)
 	}
 	if f&fNonce != 0 {
 		dst = appendString(dst, e.Nonce)
@@ -337,6 +315,37 @@ func fieldsOf(e *fsm.Event) uint64 {
 		f |= fReplacedBy
 	}
 	return f
+}
+
+// appendSpec appends the record form of a spec: its base fields, then,
+// with ext (version 2, and only when specExtOf(s) is not 0), its optional
+// parts. The desired-state records (desired.go) carry a spec in the same
+// form.
+func appendSpec(dst []byte, s *fsm.Spec, ext bool) []byte {
+	dst = appendString(dst, s.Name)
+	dst = appendString(dst, s.Driver)
+	dst = appendString(dst, s.Command)
+	dst = appendList(dst, s.Args)
+	dst = binary.AppendUvarint(dst, uint64(len(s.Env)))
+	keys := make([]string, 0, len(s.Env))
+	for k := range s.Env {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		dst = appendString(dst, k)
+		dst = appendString(dst, s.Env[k])
+	}
+	dst = appendString(dst, s.Dir)
+	dst = appendString(dst, s.User)
+	dst = appendList(dst, s.CapAdd)
+	dst = appendList(dst, s.CapDrop)
+	dst = binary.AppendVarint(dst, int64(s.KillSignal))
+	dst = binary.AppendVarint(dst, int64(s.KillTimeout))
+	if ext {
+		dst = appendSpecExt(dst, s)
+	}
+	return dst
 }
 
 func specExtOf(s *fsm.Spec) uint64 {

@@ -29,8 +29,11 @@ type SalvageReport struct {
 	Lost []LostTask
 	// Damage is the damage Salvage could not pin on one task (a page of
 	// the task index): tasks that page held are in no list, except the
-	// live ones the live index names (in Lost).
+	// live ones the live index names (in Lost). A desired record that could
+	// not be read is here too, as a *DesiredError naming it.
 	Damage []error
+	// Desired are the desired records copied, by name.
+	Desired []string
 }
 
 // LostTask is a task Salvage could not copy, and what could be read of
@@ -114,7 +117,7 @@ func salvageLocked(ctx context.Context, src, ddst string, opts Options, rep *Sal
 	}
 	defer raw.close()
 
-	found, err := salvageRead(ctx, raw, rep)
+	found, desired, err := salvageRead(ctx, raw, rep)
 	if err != nil {
 		return err
 	}
@@ -123,6 +126,9 @@ func salvageLocked(ctx context.Context, src, ddst string, opts Options, rep *Sal
 		return err
 	}
 	werr := out.importTasks(found)
+	if werr == nil && len(desired) > 0 {
+		werr = out.importDesired(desired)
+	}
 	if cerr := out.Close(); cerr != nil && werr == nil {
 		werr = cerr
 	}
@@ -141,9 +147,9 @@ type salvaged struct {
 
 // salvageRead walks src and sorts its tasks into those to copy (returned)
 // and the lost (in rep).
-func salvageRead(ctx context.Context, raw *rawFile, rep *SalvageReport) ([]salvaged, error) {
+func salvageRead(ctx context.Context, raw *rawFile, rep *SalvageReport) ([]salvaged, []Desired, error) {
 	w := newRawWalk(raw)
-	var meta, tasks, live []byte
+	var meta, tasks, live, desiredBucket []byte
 	w.root(func(e rawElem) bool {
 		if e.bucket {
 			switch string(e.key) {
@@ -153,6 +159,8 @@ func salvageRead(ctx context.Context, raw *rawFile, rep *SalvageReport) ([]salva
 				tasks = e.value
 			case string(bucketLive):
 				live = e.value
+			case string(bucketDesired):
+				desiredBucket = e.value
 			}
 		}
 		return true
@@ -168,13 +176,13 @@ func salvageRead(ctx context.Context, raw *rawFile, rep *SalvageReport) ([]salva
 			return true
 		}, func(rawDamage) {})
 		if len(schema) == 4 {
-			if v := binary.BigEndian.Uint32(schema); v != schemaVersion {
-				return nil, &SchemaError{Path: raw.path, Found: v, Known: schemaVersion}
+			if v := binary.BigEndian.Uint32(schema); v != schemaNoDesired && v != schemaDesired {
+				return nil, nil, &SchemaError{Path: raw.path, Found: v, Known: schemaVersion}
 			}
 		}
 	}
 	if tasks == nil {
-		return nil, fmt.Errorf("%w: salvage %s: the task index could not be found", ErrCorrupt, raw.path)
+		return nil, nil, fmt.Errorf("%w: salvage %s: the task index could not be found", ErrCorrupt, raw.path)
 	}
 	liveIDs := map[string]bool{}
 	if live != nil {
@@ -237,7 +245,7 @@ func salvageRead(ctx context.Context, raw *rawFile, rep *SalvageReport) ([]salva
 		}
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for id := range liveIDs {
 		if !seen[id] {
@@ -245,7 +253,53 @@ func salvageRead(ctx context.Context, raw *rawFile, rep *SalvageReport) ([]salva
 		}
 	}
 	slices.SortFunc(rep.Lost, func(a, b LostTask) int { return strings.Compare(a.ID, b.ID) })
-	return out, nil
+	var desired []Desired
+	if desiredBucket != nil {
+		w.bucket(desiredBucket, "the desired bucket", func(e rawElem) bool {
+			name := string(e.key)
+			d, why := decodeDesired(e.value)
+			switch {
+			case e.bucket:
+				rep.Damage = append(rep.Damage, &DesiredError{Name: name, Reason: "key is a bucket"})
+			case why != "":
+				rep.Damage = append(rep.Damage, &DesiredError{Name: name, Reason: why})
+			case d.Name != name:
+				rep.Damage = append(rep.Damage, &DesiredError{Name: name, Reason: fmt.Sprintf("record names %q", d.Name)})
+			default:
+				desired = append(desired, d)
+				rep.Desired = append(rep.Desired, name)
+			}
+			return true
+		}, func(d rawDamage) {
+			rep.Damage = append(rep.Damage, fmt.Errorf("%w: the desired bucket: %w", ErrCorrupt, d.err))
+		})
+	}
+	return out, desired, nil
+}
+
+// importDesired writes salvaged desired records into this (new) store, as
+// they were (revisions kept).
+func (s *Store) importDesired(recs []Desired) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	return updateSafe(s.db, s.path, func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(bucketDesired)
+		if err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketMeta).Put(keySchema, binary.BigEndian.AppendUint32(nil, schemaDesired)); err != nil {
+			return err
+		}
+		for i := range recs {
+			if err := b.Put([]byte(recs[i].Name), encodeDesired(&recs[i])); err != nil {
+				return fmt.Errorf("desired task %q: %w", recs[i].Name, err)
+			}
+		}
+		return nil
+	})
 }
 
 // lostTask is what can be said of a task whose log could not be copied.

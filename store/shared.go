@@ -246,6 +246,26 @@ func (s *Shared) Remove(ctx context.Context, olderThan time.Time) ([]string, err
 	return st.Remove(ctx, olderThan)
 }
 
+// Desired is Store.Desired with the store open for the call.
+func (s *Shared) Desired(ctx context.Context) ([]Desired, error) {
+	st, err := s.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer s.release()
+	return st.Desired(ctx)
+}
+
+// ChangeDesired is Store.ChangeDesired with the store open for the call.
+func (s *Shared) ChangeDesired(ctx context.Context, changes ...DesiredChange) ([]Desired, error) {
+	st, err := s.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer s.release()
+	return st.ChangeDesired(ctx, changes...)
+}
+
 // Check is Store.Check with the store open for the call.
 func (s *Shared) Check(ctx context.Context) (Report, error) {
 	st, err := s.acquire(ctx)

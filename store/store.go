@@ -45,8 +45,10 @@ type Log interface {
 
 var _ Log = (*Store)(nil)
 
-// schemaVersion is the layout of buckets described in doc.go.
-const schemaVersion = 1
+// schemaVersion is the newest layout of buckets described in doc.go that
+// this build understands: 2 adds the desired bucket (desired.go). A store
+// is written at 1 until its first desired record; both are read.
+const schemaVersion = schemaDesired
 
 // maxTaskID bounds task ids (bbolt allows keys up to 32 KiB).
 const maxTaskID = 1024
@@ -383,11 +385,15 @@ func prepare(db *bolt.DB, path string, readOnly bool) error {
 		if len(v) != 4 {
 			return notStore(path, errors.New("no schema version"))
 		}
-		if ver := binary.BigEndian.Uint32(v); ver != schemaVersion {
+		ver := binary.BigEndian.Uint32(v)
+		if ver != schemaNoDesired && ver != schemaDesired {
 			return &SchemaError{Path: path, Found: ver, Known: schemaVersion}
 		}
 		if tx.Bucket(bucketTasks) == nil || tx.Bucket(bucketLive) == nil {
 			return notStore(path, errors.New("missing tasks or live bucket"))
+		}
+		if ver == schemaDesired && tx.Bucket(bucketDesired) == nil {
+			return notStore(path, errors.New("schema version 2 without its desired bucket"))
 		}
 		return nil
 	})
@@ -402,7 +408,7 @@ func prepare(db *bolt.DB, path string, readOnly bool) error {
 		if err != nil {
 			return err
 		}
-		if err := meta.Put(keySchema, binary.BigEndian.AppendUint32(nil, schemaVersion)); err != nil {
+		if err := meta.Put(keySchema, binary.BigEndian.AppendUint32(nil, schemaNoDesired)); err != nil {
 			return err
 		}
 		if _, err := tx.CreateBucket(bucketTasks); err != nil {

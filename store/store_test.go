@@ -484,7 +484,7 @@ func TestOpen_UnknownSchemaVersion(t *testing.T) {
 		t.Fatalf("Open of a schema-99 store: %v", err)
 	}
 	rawUpdate(t, path, func(tx *bolt.Tx) error { // restore, for the cleanup check
-		return tx.Bucket(bucketMeta).Put(keySchema, binary.BigEndian.AppendUint32(nil, schemaVersion))
+		return tx.Bucket(bucketMeta).Put(keySchema, binary.BigEndian.AppendUint32(nil, schemaNoDesired))
 	})
 }
 

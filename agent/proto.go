@@ -1,0 +1,403 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	"github.com/tether-fsm/tether/cgroup"
+	"github.com/tether-fsm/tether/driver"
+	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/store"
+)
+
+// The protocol between a client (the CLI) and the agent, over the agent's
+// unix socket.
+//
+// Every message is a frame: a 4-byte big-endian length, then that many
+// bytes of JSON. A connection carries one exchange:
+//
+//  1. the client sends a hello {"magic":"tether-agent","version":N};
+//  2. the agent answers with its own hello (its version and pid), or with a
+//     hello carrying an error (a refused peer, a version mismatch: both
+//     versions are named) and closes;
+//  3. the client sends one Request;
+//  4. the agent answers with Response frames: heartbeats while it works
+//     (every HeartbeatInterval, so that a client can tell a slow answer from
+//     a wedged agent), progress frames for a stream (follow, watch), and
+//     one final result; then it closes. A client ends a stream by closing
+//     the connection, which cancels the request.
+//
+// The hello's two fields and the frame's form never change: they are how
+// two versions tell each other apart. Everything after the hello is the
+// version's own.
+
+// ProtocolVersion is the version of the agent protocol this build speaks.
+const ProtocolVersion = 1
+
+const protocolMagic = "tether-agent"
+
+// Frame bounds: a request carries at most a spec (512 KiB by
+// fsm.Spec.Validate) and a few names; an answer may list every task of the
+// store.
+const (
+	maxRequestFrame  = 2 << 20
+	maxResponseFrame = 256 << 20
+)
+
+// HeartbeatInterval is how often the agent tells a waiting client that it
+// is still working on its request.
+const HeartbeatInterval = time.Second
+
+// writeFrame writes v as one frame.
+func writeFrame(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("%w: encode: %w", ErrProtocol, err)
+	}
+	buf := make([]byte, 4, 4+len(b))
+	binary.BigEndian.PutUint32(buf, uint32(len(b)))
+	_, err = w.Write(append(buf, b...))
+	return err
+}
+
+// readFrame reads one frame's payload, refusing one longer than limit.
+func readFrame(r io.Reader, limit int) ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if int64(n) > int64(limit) {
+		return nil, fmt.Errorf("%w: a frame of %d bytes (at most %d)", ErrProtocol, n, limit)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return b, nil
+}
+
+// hello is the first frame each way.
+type hello struct {
+	Magic   string `json:"magic"`
+	Version int    `json:"version"`
+	PID     int    `json:"pid,omitempty"`   // the agent's
+	Error   string `json:"error,omitempty"` // the agent's refusal
+}
+
+func decodeHello(b []byte) (hello, error) {
+	var h hello
+	if err := json.Unmarshal(b, &h); err != nil || h.Magic != protocolMagic {
+		return h, fmt.Errorf("%w: the peer does not speak the agent protocol", ErrProtocol)
+	}
+	return h, nil
+}
+
+// Op is a request's operation.
+type Op uint8
+
+// The operations.
+const (
+	OpNone Op = iota
+	// Task operations, the driver's.
+	OpStart     // StartTask(ID, Spec)
+	OpStop      // StopTask(ID, Signal, Grace)
+	OpSignal    // SignalTask(ID, Signal, Main)
+	OpInspect   // InspectTask(ID)
+	OpEvents    // TaskEvents(ID)
+	OpList      // LoadTasks(All)
+	OpFollow    // FollowTask(ID): a stream of states, then the final one
+	OpWait      // WaitTask(ID)
+	OpReconcile // Reconcile(IDs...)
+	OpRecover   // Recover()
+	OpStats     // TaskStats(ID)
+	// Desired state.
+	OpEnable       // Enable(File, Spec)
+	OpDisable      // Disable(Name)
+	OpStartDesired // StartDesired(Name)
+	OpStatus       // Status()
+	OpWatch        // WatchStatus(): a stream of statuses
+	// Maintenance.
+	OpCheck   // Check()
+	OpGC      // GC(OlderThan): not served yet (ErrUnsupported)
+	OpSalvage // Salvage(): not served yet (ErrUnsupported)
+
+	numOps
+)
+
+var opNames = [numOps]string{
+	OpNone: "none", OpStart: "start", OpStop: "stop", OpSignal: "signal", OpInspect: "inspect",
+	OpEvents: "events", OpList: "list", OpFollow: "follow", OpWait: "wait", OpReconcile: "reconcile",
+	OpRecover: "recover", OpStats: "stats", OpEnable: "enable", OpDisable: "disable",
+	OpStartDesired: "start-desired", OpStatus: "status", OpWatch: "watch", OpCheck: "check",
+	OpGC: "gc", OpSalvage: "salvage",
+}
+
+func (o Op) String() string {
+	if o < numOps {
+		return opNames[o]
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// MarshalText writes an operation by its name.
+func (o Op) MarshalText() ([]byte, error) {
+	if o == OpNone || o >= numOps {
+		return nil, fmt.Errorf("%w: %s", ErrBadRequest, o)
+	}
+	return []byte(opNames[o]), nil
+}
+
+// UnmarshalText reads an operation's name; an unknown one is an error.
+func (o *Op) UnmarshalText(b []byte) error {
+	for i, n := range opNames {
+		if Op(i) != OpNone && n == string(b) {
+			*o = Op(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: unknown operation %q", ErrBadRequest, b)
+}
+
+// Request is a client's request.
+type Request struct {
+	Op Op `json:"op"`
+	// ID is the task (start, stop, signal, inspect, events, follow, wait,
+	// stats); IDs the tasks to reconcile.
+	ID  string   `json:"id,omitempty"`
+	IDs []string `json:"ids,omitempty"`
+	// Name is the desired task (disable, start-desired).
+	Name string `json:"name,omitempty"`
+	// Spec is the parsed spec (start, enable): the CLI parses the task
+	// file; the agent never reads a file a request names.
+	Spec *fsm.Spec `json:"spec,omitempty"`
+	// File is the task file the spec was read from (enable), absolute:
+	// the client resolves it against its working directory.
+	File string `json:"file,omitempty"`
+	// Signal and Grace: stop's (0: the task's or the agent's defaults),
+	// signal's (Main: the task's main process only).
+	Signal int           `json:"signal,omitempty"`
+	Grace  time.Duration `json:"grace,omitempty"`
+	Main   bool          `json:"main,omitempty"`
+	// All lists every task, not only live ones (list).
+	All bool `json:"all,omitempty"`
+	// OlderThan is gc's age.
+	OlderThan time.Duration `json:"older_than,omitempty"`
+}
+
+// Validate checks that a request carries what its operation needs, and
+// nothing malformed: ids by driver.ValidateTaskID, signals in range, a
+// file absolute. A spec's own content is the driver's to check (it
+// records the refusal, as it does for a daemonless start).
+func (r *Request) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s: "+format, append([]any{ErrBadRequest, r.Op}, args...)...)
+	}
+	switch r.Op {
+	case OpStart, OpStop, OpSignal, OpInspect, OpEvents, OpFollow, OpWait, OpStats:
+		if err := driver.ValidateTaskID(r.ID); err != nil {
+			return bad("%v", err)
+		}
+	case OpReconcile:
+		for _, id := range r.IDs {
+			if err := driver.ValidateTaskID(id); err != nil {
+				return bad("%v", err)
+			}
+		}
+	case OpDisable, OpStartDesired:
+		if err := validName(r.Name); err != nil {
+			return bad("%v", err)
+		}
+	case OpEnable:
+		if r.Spec == nil {
+			return bad("no spec")
+		}
+		if err := validName(r.Spec.Name); err != nil {
+			return bad("%v", err)
+		}
+		if r.File == "" || !filepath.IsAbs(r.File) {
+			return bad("the task file %q is not an absolute path", r.File)
+		}
+	case OpList, OpRecover, OpStatus, OpWatch, OpCheck, OpGC, OpSalvage:
+	default:
+		return bad("unknown operation")
+	}
+	if r.Op == OpStart && r.Spec == nil {
+		return bad("no spec")
+	}
+	if r.Signal < 0 || r.Signal > 64 {
+		return bad("signal %d is not a signal", r.Signal)
+	}
+	if r.Grace < 0 || r.OlderThan < 0 {
+		return bad("negative duration")
+	}
+	return nil
+}
+
+// maxName bounds a desired task's name (a store key).
+const maxName = 1024
+
+func validName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("no task name")
+	case len(name) > maxName:
+		return fmt.Errorf("task name of %d bytes (at most %d)", len(name), maxName)
+	case bytes.IndexByte([]byte(name), 0) >= 0:
+		return errors.New("task name contains a NUL byte")
+	}
+	return nil
+}
+
+// DecodeRequest decodes and validates a request frame's payload. It never
+// panics: any input is a request or an error (FuzzDecodeRequest holds it
+// to that, and to re-encoding what it accepts to the same request).
+func DecodeRequest(b []byte) (Request, error) {
+	var r Request
+	if len(b) > maxRequestFrame {
+		return r, fmt.Errorf("%w: a request of %d bytes (at most %d)", ErrProtocol, len(b), maxRequestFrame)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		if errors.Is(err, ErrBadRequest) {
+			return Request{}, err
+		}
+		return Request{}, fmt.Errorf("%w: request: %w", ErrProtocol, err)
+	}
+	if dec.More() {
+		return Request{}, fmt.Errorf("%w: trailing data after the request", ErrProtocol)
+	}
+	if err := r.Validate(); err != nil {
+		return Request{}, err
+	}
+	return r, nil
+}
+
+// respKind is the kind of a response frame.
+type respKind uint8
+
+const (
+	respResult respKind = iota + 1
+	respProgress
+	respHeartbeat
+)
+
+// Response is a frame of the agent's answer. Which fields are set depends
+// on the request's operation; Err is set when it failed.
+type Response struct {
+	Kind   respKind         `json:"kind"`
+	Task   *fsm.Task        `json:"task,omitempty"`
+	Info   *driver.TaskInfo `json:"info,omitempty"`
+	Events []fsm.Event      `json:"events,omitempty"`
+	Scan   *wireScan        `json:"scan,omitempty"`
+	Report *wireReport      `json:"report,omitempty"`
+	Stats  *cgroup.Stats    `json:"stats,omitempty"`
+	Entry  *Entry           `json:"entry,omitempty"`
+	Status *Status          `json:"status,omitempty"`
+	Check  *wireCheck       `json:"check,omitempty"`
+	Err    *wireError       `json:"err,omitempty"`
+}
+
+// wireScan is store.Scan on the wire.
+type wireScan struct {
+	Tasks      []fsm.Task `json:"tasks,omitempty"`
+	Unreadable []struct {
+		Task string     `json:"task"`
+		Err  *wireError `json:"err"`
+	} `json:"unreadable,omitempty"`
+	Incomplete *wireError `json:"incomplete,omitempty"`
+}
+
+func toWireScan(s store.Scan) *wireScan {
+	w := &wireScan{Tasks: s.Tasks, Incomplete: toWireError(s.Incomplete)}
+	for _, u := range s.Unreadable {
+		w.Unreadable = append(w.Unreadable, struct {
+			Task string     `json:"task"`
+			Err  *wireError `json:"err"`
+		}{u.Task, toWireError(u.Err)})
+	}
+	return w
+}
+
+func (w *wireScan) scan() store.Scan {
+	s := store.Scan{Tasks: w.Tasks, Incomplete: w.Incomplete.err()}
+	for _, u := range w.Unreadable {
+		s.Unreadable = append(s.Unreadable, store.TaskError{Task: u.Task, Err: u.Err.err()})
+	}
+	return s
+}
+
+// wireReport is driver.Report on the wire.
+type wireReport struct {
+	Tasks []wireTaskReport `json:"tasks,omitempty"`
+}
+
+type wireTaskReport struct {
+	ID     string     `json:"id"`
+	From   fsm.State  `json:"from"`
+	To     fsm.State  `json:"to"`
+	Action string     `json:"action,omitempty"`
+	Err    *wireError `json:"err,omitempty"`
+}
+
+func toWireReport(r driver.Report) *wireReport {
+	w := &wireReport{}
+	for _, t := range r.Tasks {
+		w.Tasks = append(w.Tasks, wireTaskReport{ID: t.ID, From: t.From, To: t.To, Action: t.Action, Err: toWireError(t.Err)})
+	}
+	return w
+}
+
+func (w *wireReport) report() driver.Report {
+	var r driver.Report
+	for _, t := range w.Tasks {
+		r.Tasks = append(r.Tasks, driver.TaskReport{ID: t.ID, From: t.From, To: t.To, Action: t.Action, Err: t.Err.err()})
+	}
+	return r
+}
+
+// wireCheck is store.Report on the wire.
+type wireCheck struct {
+	Path     string `json:"path"`
+	Tasks    int    `json:"tasks"`
+	Live     int    `json:"live"`
+	Events   int    `json:"events"`
+	Desired  int    `json:"desired"`
+	Problems []struct {
+		Task string     `json:"task,omitempty"`
+		Seq  uint64     `json:"seq,omitempty"`
+		Page uint64     `json:"page,omitempty"`
+		Err  *wireError `json:"err"`
+	} `json:"problems,omitempty"`
+}
+
+func toWireCheck(r store.Report) *wireCheck {
+	w := &wireCheck{Path: r.Path, Tasks: r.Tasks, Live: r.Live, Events: r.Events, Desired: r.Desired}
+	for _, p := range r.Problems {
+		w.Problems = append(w.Problems, struct {
+			Task string     `json:"task,omitempty"`
+			Seq  uint64     `json:"seq,omitempty"`
+			Page uint64     `json:"page,omitempty"`
+			Err  *wireError `json:"err"`
+		}{p.Task, p.Seq, p.Page, toWireError(p.Err)})
+	}
+	return w
+}
+
+func (w *wireCheck) report() store.Report {
+	r := store.Report{Path: w.Path, Tasks: w.Tasks, Live: w.Live, Events: w.Events, Desired: w.Desired}
+	for _, p := range w.Problems {
+		r.Problems = append(r.Problems, store.Problem{Task: p.Task, Seq: p.Seq, Page: p.Page, Err: p.Err.err()})
+	}
+	return r
+}

@@ -1,0 +1,240 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/store"
+)
+
+// serverTimeout bounds how long a connection may take to send its hello and
+// request, and how long one frame of an answer may take to be written: a
+// client that stalls holds nothing of the agent's past it.
+const serverTimeout = 10 * time.Second
+
+// Server serves a Service on a listener: one exchange per connection (see
+// proto.go), each on a goroutine of its own. Peers are checked before a
+// byte is read from them.
+type Server struct {
+	svc   Service
+	log   hclog.Logger
+	owner uint32 // the state directory's owner: served, with root
+	pid   int
+
+	wg sync.WaitGroup
+}
+
+// NewServer returns a server of svc that accepts root and owner.
+func NewServer(svc Service, owner uint32, logger hclog.Logger) *Server {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	return &Server{svc: svc, log: logger, owner: owner, pid: os.Getpid()}
+}
+
+// Serve accepts connections until ctx ends, then closes ln and waits for
+// the exchanges in flight (their contexts end with ctx).
+func (s *Server) Serve(ctx context.Context, ln *net.UnixListener) error {
+	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
+	defer stop()
+	var err error
+	for {
+		c, aerr := ln.AcceptUnix()
+		if aerr != nil {
+			if ctx.Err() == nil && !errors.Is(aerr, net.ErrClosed) {
+				err = fmt.Errorf("agent: accept: %w", aerr)
+			}
+			break
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.handle(ctx, c)
+		}()
+	}
+	s.wg.Wait()
+	return err
+}
+
+// respWriter serializes the frames of one answer (heartbeats, progress,
+// the result).
+type respWriter struct {
+	mu sync.Mutex
+	c  *net.UnixConn
+}
+
+func (w *respWriter) write(r Response) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_ = w.c.SetWriteDeadline(time.Now().Add(serverTimeout))
+	return writeFrame(w.c, r)
+}
+
+func (s *Server) handle(ctx context.Context, c *net.UnixConn) {
+	defer c.Close()
+	cred, err := peerCred(c)
+	if err != nil {
+		s.log.Warn("connection without peer credentials refused", "err", err)
+		return
+	}
+	log := s.log.With("peer_pid", cred.Pid, "peer_uid", cred.Uid)
+	_ = c.SetDeadline(time.Now().Add(serverTimeout))
+	if !allowed(cred.Uid, s.owner) {
+		// Not a byte is read from it: it is told why, and let go.
+		log.Warn("peer refused: neither root nor the state directory's owner", "owner_uid", s.owner)
+		_ = writeFrame(c, hello{Magic: protocolMagic, Version: ProtocolVersion, PID: s.pid,
+			Error: fmt.Sprintf("refused: uid %d is neither root nor the owner of the state directory (uid %d)", cred.Uid, s.owner)})
+		return
+	}
+	b, err := readFrame(c, 4096)
+	if err != nil {
+		log.Debug("connection closed before its hello", "err", err)
+		return
+	}
+	h, err := decodeHello(b)
+	if err != nil {
+		log.Warn("peer does not speak the agent protocol", "err", err)
+		return
+	}
+	if h.Version != ProtocolVersion {
+		log.Warn("client of another protocol version refused", "client_version", h.Version, "version", ProtocolVersion)
+		_ = writeFrame(c, hello{Magic: protocolMagic, Version: ProtocolVersion, PID: s.pid,
+			Error: (&VersionError{Agent: ProtocolVersion, Client: h.Version}).Error()})
+		return
+	}
+	if err := writeFrame(c, hello{Magic: protocolMagic, Version: ProtocolVersion, PID: s.pid}); err != nil {
+		return
+	}
+	w := &respWriter{c: c}
+	b, err = readFrame(c, maxRequestFrame)
+	if err != nil {
+		if !errors.Is(err, io.EOF) {
+			log.Warn("bad request frame", "err", err)
+			_ = w.write(Response{Kind: respResult, Err: toWireError(err)})
+		}
+		return
+	}
+	req, err := DecodeRequest(b)
+	if err != nil {
+		log.Warn("bad request", "err", err)
+		_ = w.write(Response{Kind: respResult, Err: toWireError(err)})
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		// The client sends nothing more: a read returns when it closes
+		// (a stream it is done with, or a client that went away).
+		var one [1]byte
+		_, _ = c.Read(one[:])
+		cancel(errClientGone)
+	}()
+	go func() {
+		t := time.NewTicker(HeartbeatInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				if w.write(Response{Kind: respHeartbeat}) != nil {
+					return
+				}
+			case <-rctx.Done():
+				return
+			}
+		}
+	}()
+	log.Trace("request", "op", req.Op.String(), "task_id", req.ID)
+	resp := s.dispatch(rctx, req, w)
+	resp.Kind = respResult
+	if err := w.write(resp); err != nil && context.Cause(rctx) != errClientGone {
+		log.Debug("answer not delivered", "op", req.Op.String(), "err", err)
+	}
+}
+
+var errClientGone = errors.New("agent: the client closed its connection")
+
+// dispatch runs a request against the service.
+func (s *Server) dispatch(ctx context.Context, req Request, w *respWriter) Response {
+	var r Response
+	var err error
+	switch req.Op {
+	case OpStart:
+		task, e := s.svc.StartTask(ctx, req.ID, *req.Spec)
+		r.Task, err = &task, e
+	case OpStop:
+		task, e := s.svc.StopTask(ctx, req.ID, syscall.Signal(req.Signal), req.Grace)
+		r.Task, err = &task, e
+	case OpSignal:
+		err = s.svc.SignalTask(ctx, req.ID, syscall.Signal(req.Signal), req.Main)
+	case OpInspect:
+		info, e := s.svc.InspectTask(ctx, req.ID)
+		r.Info, err = &info, e
+	case OpEvents:
+		r.Events, err = s.svc.TaskEvents(ctx, req.ID)
+	case OpList:
+		sel := store.LiveTasks
+		if req.All {
+			sel = store.AllTasks
+		}
+		scan, e := s.svc.LoadTasks(ctx, sel)
+		r.Scan, err = toWireScan(scan), e
+	case OpFollow:
+		task, e := s.svc.FollowTask(ctx, req.ID, func(st fsm.Task) {
+			_ = w.write(Response{Kind: respProgress, Task: &st})
+		})
+		r.Task, err = &task, e
+	case OpWait:
+		task, e := s.svc.WaitTask(ctx, req.ID)
+		r.Task, err = &task, e
+	case OpReconcile:
+		rep, e := s.svc.Reconcile(ctx, req.IDs...)
+		r.Report, err = toWireReport(rep), e
+	case OpRecover:
+		rep, e := s.svc.Recover(ctx)
+		r.Report, err = toWireReport(rep), e
+	case OpStats:
+		st, e := s.svc.TaskStats(ctx, req.ID)
+		r.Stats, err = &st, e
+	case OpEnable:
+		e, er := s.svc.Enable(ctx, req.File, *req.Spec)
+		r.Entry, err = &e, er
+	case OpDisable:
+		e, er := s.svc.Disable(ctx, req.Name)
+		r.Entry, err = &e, er
+	case OpStartDesired:
+		e, er := s.svc.StartDesired(ctx, req.Name)
+		r.Entry, err = &e, er
+	case OpStatus:
+		st, e := s.svc.Status(ctx)
+		r.Status, err = &st, e
+	case OpWatch:
+		err = s.svc.WatchStatus(ctx, func(st Status) bool {
+			return w.write(Response{Kind: respProgress, Status: &st}) != nil
+		})
+		if context.Cause(ctx) == errClientGone {
+			err = nil
+		}
+	case OpCheck:
+		rep, e := s.svc.Check(ctx)
+		r.Check, err = toWireCheck(rep), e
+	case OpGC:
+		_, err = s.svc.GC(ctx, req.OlderThan)
+	case OpSalvage:
+		err = s.svc.Salvage(ctx)
+	default:
+		err = fmt.Errorf("%w: %s", ErrBadRequest, req.Op)
+	}
+	r.Err = toWireError(err)
+	return r
+}

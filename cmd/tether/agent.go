@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/tether-fsm/tether/agent"
+	"github.com/tether-fsm/tether/driver"
+	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/agentcmd"
+	"github.com/tether-fsm/tether/internal/clikit"
+	"github.com/tether-fsm/tether/taskfile"
+)
+
+// The agent's commands: tether agent serves a state directory; enable and
+// disable register desired tasks with it (or, with no agent, in the store,
+// for the next agent to start).
+
+// cmdAgent runs the agent in the foreground until SIGTERM or SIGINT
+// (SIGHUP reads the config dir again); --once converges and exits. Its
+// setup is internal/agentcmd's, which tether-fleet's fleet mode of the
+// agent shares.
+func (c *cli) cmdAgent(args []string) int {
+	if c.logLevel == "warn" { // the global default: an agent says what it does
+		c.logLevel = "info"
+	}
+	fs := c.flags("agent")
+	var af agentcmd.Flags
+	af.Register(fs.FlagSet)
+	// An agent crash point is the agent's to arm: the CLI's own setup
+	// would refuse the name (it knows the driver's points only).
+	cp := os.Getenv(driver.EnvCrashPoint)
+	if agent.IsCrashPoint(cp) {
+		os.Unsetenv(driver.EnvCrashPoint)
+	}
+	code, ok := c.parse(fs, args)
+	if cp != "" {
+		os.Setenv(driver.EnvCrashPoint, cp)
+	}
+	if !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		c.errorf("agent takes no arguments (got %s)", strings.Join(fs.Args(), " "))
+		return exitUsage
+	}
+	hooks, dhooks, err := agent.HooksFromEnv()
+	if err != nil {
+		c.errorf("%v; unset the variable or pick a listed point", err)
+		return exitUsage
+	}
+	cmd, err := executorCommand()
+	if err != nil {
+		return c.fail(err)
+	}
+	a, err := agent.Open(agent.Config{
+		StateDir: c.stateDir, ConfigDir: af.ConfigDir, Parse: agentcmd.ParseTasks(c.log),
+		Logger: c.log.Named("agent"), ExecutorCommand: cmd, AllowedCaps: c.allowedCaps, ChrootEnv: c.chroot,
+		AllowSeccomp: c.allowSeccomp, AllowMissing: c.allowMissing, AllowRead: c.allowRead,
+		StoreOptions: c.storeOptions(), Hooks: hooks, DriverHooks: dhooks,
+	})
+	if err != nil {
+		var re *agent.RunningError
+		if errors.As(err, &re) {
+			c.errorf("%v", err)
+			fmt.Fprintf(c.stderr, "  one agent serves a state directory; stop it first, or use another --state-dir\n")
+			return exitError
+		}
+		return c.fail(err)
+	}
+	defer func() {
+		if err := a.Close(); err != nil {
+			c.errorf("warning: closing: %v", err)
+		}
+	}()
+	if err := agentcmd.Serve(context.Background(), a, af.Once, c.log); err != nil {
+		return c.fail(err)
+	}
+	return exitOK
+}
+
+// readEnableFile reads the task tether enable registers: the file's task
+// named task (or its only one), with the spec and name `tether start FILE
+// --task NAME` gives it. Its diagnostics and notices go to stderr.
+func (c *cli) readEnableFile(file, task string) (fsm.Spec, bool) {
+	src, err := os.ReadFile(file)
+	if err != nil {
+		c.errorf("%v", err)
+		return fsm.Spec{}, false
+	}
+	tf, diags := taskfile.Parse(file, src, taskfile.Options{})
+	for _, d := range diags {
+		fmt.Fprintln(c.stderr, taskfile.FormatDiag(d))
+	}
+	if diags.HasErrors() {
+		c.errorf("%s is not a valid task file; fix the errors above", file)
+		return fsm.Spec{}, false
+	}
+	for _, n := range tf.Notices {
+		fmt.Fprintf(c.stderr, "%s: %s\n", file, n)
+	}
+	t, err := tf.Find(task)
+	if err == nil {
+		err = t.CheckRunnable()
+	}
+	var spec fsm.Spec
+	if err == nil {
+		spec, err = t.StaticSpec()
+	}
+	if err != nil {
+		c.errorf("%v", err)
+		return fsm.Spec{}, false
+	}
+	spec.Name = tf.Name(t)
+	return spec, true
+}
+
+// service returns the agent serving the state directory, or, when none
+// does, the daemonless service over a session (closed by done).
+func (c *cli) service(ctx context.Context) (svc agent.Service, done func(), err error) {
+	cl, err := agent.Dial(ctx, c.stateDir, agent.DialOptions{})
+	if err == nil {
+		return cl, func() { _ = cl.Close() }, nil
+	}
+	if !errors.Is(err, agent.ErrNoAgent) {
+		return nil, nil, err
+	}
+	s, err := c.open()
+	if err != nil {
+		return nil, nil, err
+	}
+	return &agent.Local{D: s.d, Store: s.st}, func() { c.closeSession(s) }, nil
+}
+
+// cmdEnable registers a task file's task as a desired task.
+func (c *cli) cmdEnable(args []string) int {
+	fs := c.flags("enable")
+	task := fs.String("task", "", "the task to enable from a task file holding several")
+	if code, ok := c.parse(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() != 1 {
+		c.errorf("enable takes one task file: tether enable FILE.hcl")
+		return exitUsage
+	}
+	file := fs.Arg(0)
+	spec, ok := c.readEnableFile(file, *task)
+	if !ok {
+		return exitError
+	}
+	ctx := context.Background()
+	svc, done, err := c.service(ctx)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer done()
+	e, err := svc.Enable(ctx, file, spec)
+	if err != nil {
+		return c.fail(err)
+	}
+	if _, local := svc.(*agent.Local); local {
+		fmt.Fprintf(c.stdout, "enabled %s\n", clikit.Printable(e.Name))
+		c.errorf("no agent serves %s: %s starts when one does (tether agent)", c.stateDir, clikit.Printable(e.Name))
+		return exitOK
+	}
+	e = c.awaitEntry(ctx, svc, e.Name, func(e agent.Entry, ok bool) bool { return ok && !e.Pending })
+	fmt.Fprintf(c.stdout, "enabled %s\n", clikit.Printable(e.Name))
+	c.describeEntry(e)
+	return exitOK
+}
+
+// cmdDisable unregisters a desired task; its task is stopped.
+func (c *cli) cmdDisable(args []string) int {
+	fs := c.flags("disable")
+	if code, ok := c.parse(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() != 1 {
+		c.errorf("disable takes one desired task's name: tether disable NAME")
+		return exitUsage
+	}
+	ctx := context.Background()
+	svc, done, err := c.service(ctx)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer done()
+	e, err := svc.Disable(ctx, fs.Arg(0))
+	if err != nil {
+		return c.fail(err)
+	}
+	if _, local := svc.(*agent.Local); !local {
+		c.awaitEntry(ctx, svc, e.Name, func(_ agent.Entry, ok bool) bool { return !ok })
+	}
+	fmt.Fprintf(c.stdout, "disabled %s\n", clikit.Printable(e.Name))
+	if e.Task != "" {
+		c.errorf("%s: task %s stopped", clikit.Printable(e.Name), e.Task)
+	}
+	return exitOK
+}
+
+// awaitEntry watches the agent's status until done says the entry is
+// where the command wants it, and returns it.
+func (c *cli) awaitEntry(ctx context.Context, svc agent.Service, name string, done func(agent.Entry, bool) bool) agent.Entry {
+	var last agent.Entry
+	err := svc.WatchStatus(ctx, func(s agent.Status) bool {
+		e, ok := s.Entry(name)
+		if ok {
+			last = e
+		}
+		return done(e, ok)
+	})
+	if err != nil {
+		c.errorf("warning: following %s: %v", clikit.Printable(name), err)
+	}
+	return last
+}
+
+// describeEntry says on stderr where a desired task is.
+func (c *cli) describeEntry(e agent.Entry) {
+	switch {
+	case e.Problem != "":
+		c.errorf("%s: %s", clikit.Printable(e.Name), clikit.Printable(e.Problem))
+	case e.Settled:
+		c.errorf("%s: task %s %s, not restarted: %s", clikit.Printable(e.Name), e.Task, e.State, clikit.Printable(e.Reason))
+	case e.Task != "":
+		c.errorf("%s: task %s %s", clikit.Printable(e.Name), e.Task, e.State)
+	}
+}

@@ -1,0 +1,808 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tether-fsm/tether/agent"
+	"github.com/tether-fsm/tether/driver"
+	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/testproc"
+	"github.com/tether-fsm/tether/store"
+)
+
+// The agent end to end: the tether binary as `tether agent`, its executors
+// and the test binary's helper tasks, real processes all; the test talks to
+// the agent through agent.Dial, as the CLI does.
+
+// lockedBuffer is a buffer written by a process's output copier and read
+// by the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// agentRun is a `tether agent` process.
+type agentRun struct {
+	e      *env
+	cmd    *exec.Cmd
+	logs   *lockedBuffer
+	exited chan struct{}
+	err    error // its Wait's, once exited is closed
+}
+
+// startAgent starts `tether agent` with args and extra environment. With
+// wait, it returns once the agent has said READY=1 on its NOTIFY_SOCKET
+// (as systemd's Type=notify waits for).
+func (e *env) startAgent(extra []string, wait bool, args ...string) *agentRun {
+	e.t.Helper()
+	ndir, err := os.MkdirTemp("", "tn")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { os.RemoveAll(ndir) })
+	nsock := filepath.Join(ndir, "notify")
+	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: nsock, Net: "unixgram"})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer notify.Close()
+	a := &agentRun{e: e, logs: &lockedBuffer{}, exited: make(chan struct{})}
+	a.cmd = e.command(context.Background(), append(extra, "NOTIFY_SOCKET="+nsock), append([]string{"agent"}, args...)...)
+	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
+	if err := a.cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	go func() { a.err = a.cmd.Wait(); close(a.exited) }()
+	e.t.Cleanup(a.kill)
+	if !wait {
+		return a
+	}
+	_ = notify.SetReadDeadline(time.Now().Add(time.Minute))
+	buf := make([]byte, 512)
+	n, err := notify.Read(buf)
+	if err != nil || !strings.Contains(string(buf[:n]), "READY=1") ||
+		!strings.Contains(string(buf[:n]), "MAINPID="+strconv.Itoa(a.cmd.Process.Pid)) {
+		e.t.Fatalf("agent's notification: %q, %v\nlogs:\n%s", buf[:n], err, a.logs)
+	}
+	return a
+}
+
+func (a *agentRun) pid() int { return a.cmd.Process.Pid }
+
+// kill SIGKILLs the agent (its tasks keep running) and waits for it.
+func (a *agentRun) kill() {
+	_ = a.cmd.Process.Signal(syscall.SIGCONT)
+	_ = a.cmd.Process.Kill()
+	<-a.exited
+}
+
+// term stops the agent as systemd would (SIGTERM) and checks it exits 0.
+func (a *agentRun) term() {
+	a.e.t.Helper()
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		a.e.t.Fatal(err)
+	}
+	<-a.exited
+	if a.err != nil {
+		a.e.t.Fatalf("agent on SIGTERM: %v\n%s", a.err, a.logs)
+	}
+}
+
+// crashed waits for the agent to die of SIGKILL (a crash point).
+func (a *agentRun) crashed() {
+	a.e.t.Helper()
+	select {
+	case <-a.exited:
+	case <-time.After(2 * time.Minute):
+		a.e.t.Fatalf("the agent did not reach its crash point\n%s", a.logs)
+	}
+	var ee *exec.ExitError
+	if !errors.As(a.err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		a.e.t.Fatalf("the agent ended with %v, not at its crash point\n%s", a.err, a.logs)
+	}
+}
+
+// client dials the agent of the test's state directory.
+func (e *env) client() *agent.Client {
+	e.t.Helper()
+	c, err := agent.Dial(context.Background(), e.dir, agent.DialOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// await watches the agent's status until done; it fails the test after a
+// minute (the agent has nothing to wait for that long in these tests).
+func await(t *testing.T, c *agent.Client, what string, done func(agent.Status) bool) agent.Status {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var last agent.Status
+	if err := c.WatchStatus(ctx, func(s agent.Status) bool { last = s; return done(s) }); err != nil {
+		t.Fatalf("waiting for %s: %v; last status:\n%+v", what, err, last)
+	}
+	return last
+}
+
+func awaitEntry(t *testing.T, c *agent.Client, name, what string, done func(agent.Entry) bool) agent.Entry {
+	t.Helper()
+	s := await(t, c, name+" "+what, func(s agent.Status) bool { e, ok := s.Entry(name); return ok && done(e) })
+	e, _ := s.Entry(name)
+	return e
+}
+
+func running(e agent.Entry) bool { return e.State == fsm.StateRunning && !e.Pending }
+
+// serviceFile is a task file of a service that sleeps until killed
+// (helper "sleep", its name in its arguments), restarted at once by its
+// policy (attempts; 0: never).
+func (e *env) serviceFile(dir, name string, attempts int, extra string) string {
+	self, err := os.Executable()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return writeFile(e.t, dir, name+".hcl", fmt.Sprintf(`task %q {
+  driver = "raw_exec"
+  config {
+    command = %q
+    args    = [%q, "sleep", %q, %q]
+  }
+  %s
+  restart {
+    attempts = %d
+    interval = "1h"
+    delay    = "0s"
+    mode     = "fail"
+  }
+}
+`, name, self, helperArg, name, e.dir, extra, attempts))
+}
+
+// configDir makes the test's config dir (0755, owned by the test's user).
+func (e *env) configDir() string {
+	e.t.Helper()
+	dir := filepath.Join(e.t.TempDir(), "conf")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	return dir
+}
+
+// serviceProcs are the live helper tasks of the named service.
+func (e *env) serviceProcs(name string) []testproc.Proc {
+	var out []testproc.Proc
+	for _, p := range testproc.Marked(e.dir) {
+		if len(p.Args) > 3 && p.Args[1] == helperArg && p.Args[2] == "sleep" && p.Args[3] == name {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// stopEverything stops, daemonless, every live task of the state
+// directory once its agents are gone (tasks outlive agents by design).
+func (e *env) stopEverything() {
+	e.t.Helper()
+	for _, ts := range e.status() {
+		if r := e.tether("stop", "--timeout", "1s", ts.ID); r.code != 0 {
+			e.t.Errorf("stop %s: %s", ts.ID, r)
+		}
+	}
+}
+
+// newAgentEnv is newEnv whose cleanup kills its agents and then stops
+// their tasks, before the leak check.
+func newAgentEnv(t *testing.T) *env {
+	e := newEnv(t)
+	t.Cleanup(e.stopEverything) // runs after the agents' kills (registered later), before the leak check
+	return e
+}
+
+func TestAgent_ServiceComesBackAfterItsExecutorAndTaskAreKilled(t *testing.T) {
+	e := newAgentEnv(t)
+	dir := e.configDir()
+	e.serviceFile(dir, "svc", 3, "")
+	e.startAgent(nil, true, "--config-dir", dir)
+	c := e.client()
+	first := awaitEntry(t, c, "svc", "running", running)
+	info, err := c.InspectTask(context.Background(), first.Task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if procs := e.serviceProcs("svc"); len(procs) != 1 || procs[0].PID != info.TaskPID {
+		t.Fatalf("svc's processes: %v; want its task %d alone", procs, info.TaskPID)
+	}
+	_ = syscall.Kill(info.Executor.PID, syscall.SIGKILL)
+	_ = syscall.Kill(info.TaskPID, syscall.SIGKILL)
+	second := awaitEntry(t, c, "svc", "back", func(en agent.Entry) bool { return en.Task != first.Task && running(en) })
+	if old, err := c.InspectTask(context.Background(), first.Task); err != nil || old.State != fsm.StateLost {
+		t.Fatalf("the killed task: %s, %v; want lost", old.State, err)
+	}
+	if second.Restarts != 1 || !strings.Contains(second.Reason, "restart 1 of 3") {
+		t.Fatalf("svc after the kill: %+v; want restart 1 of 3", second)
+	}
+	if procs := e.serviceProcs("svc"); len(procs) != 1 {
+		t.Fatalf("svc's processes after its restart: %v; want one", procs)
+	}
+}
+
+// A power cut: agent, executor and task all SIGKILLed at once. A new agent
+// records the old task lost, then brings the service back, once.
+func TestAgent_PowerCutNewAgentBringsItBackOldTaskLost(t *testing.T) {
+	e := newAgentEnv(t)
+	dir := e.configDir()
+	e.serviceFile(dir, "svc", 3, "")
+	a := e.startAgent(nil, true, "--config-dir", dir)
+	c := e.client()
+	first := awaitEntry(t, c, "svc", "running", running)
+	info, err := c.InspectTask(context.Background(), first.Task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	for _, pid := range []int{a.pid(), info.Executor.PID, info.TaskPID} {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-a.exited
+	testproc.CheckGone(t, first.Task, 10*time.Second) // its executor (marked by its task directory) is gone
+	b := e.startAgent(nil, true, "--config-dir", dir)
+	c = e.client()
+	second := awaitEntry(t, c, "svc", "back", func(en agent.Entry) bool { return en.Task != first.Task && running(en) })
+	old, err := c.InspectTask(context.Background(), first.Task)
+	if err != nil || old.State != fsm.StateLost {
+		t.Fatalf("the task the power cut took: %s, %v; want lost", old.State, err)
+	}
+	evs, _ := c.TaskEvents(context.Background(), second.Task)
+	if len(evs) == 0 || evs[0].Time < old.UpdatedAt {
+		t.Fatalf("the new task was created before the old one was recorded lost")
+	}
+	if procs := e.serviceProcs("svc"); len(procs) != 1 {
+		t.Fatalf("svc's processes: %v; want exactly one", procs)
+	}
+	if !strings.Contains(b.logs.String(), "removed the socket a killed agent left") {
+		t.Errorf("the new agent's log does not say it removed the old socket:\n%s", b.logs)
+	}
+}
+
+func TestAgent_FileChangedReplacesRemovedStops(t *testing.T) {
+	e := newAgentEnv(t)
+	dir := e.configDir()
+	e.serviceFile(dir, "svc", 3, "")
+	e.startAgent(nil, true, "--config-dir", dir)
+	c := e.client()
+	first := awaitEntry(t, c, "svc", "running", running)
+	e.serviceFile(dir, "svc", 3, `env { VERSION = "2" }`)
+	second := awaitEntry(t, c, "svc", "replaced", func(en agent.Entry) bool { return en.Task != first.Task && running(en) })
+	for id, want := range map[string]fsm.State{first.Task: fsm.StateStopped, second.Task: fsm.StateRunning} {
+		info, err := c.InspectTask(context.Background(), id)
+		if err != nil || info.State != want {
+			t.Fatalf("task %s: %s, %v; want %s", id, info.State, err, want)
+		}
+	}
+	if err := os.Remove(filepath.Join(dir, "svc.hcl")); err != nil {
+		t.Fatal(err)
+	}
+	await(t, c, "svc gone", func(s agent.Status) bool { _, ok := s.Entry("svc"); return !ok && s.Converged })
+	if info, err := c.InspectTask(context.Background(), second.Task); err != nil || info.State != fsm.StateStopped {
+		t.Fatalf("after its file went: %s, %v; want stopped", info.State, err)
+	}
+	if procs := e.serviceProcs("svc"); len(procs) != 0 {
+		t.Fatalf("svc's processes after its file went: %v", procs)
+	}
+}
+
+// A task file that is a symbolic link within the config dir, to a file in
+// a subdirectory that inotify on the config dir does not see: SIGHUP reads
+// it again.
+func TestAgent_SIGHUPReadsTheConfigDirAgain(t *testing.T) {
+	e := newAgentEnv(t)
+	dir := e.configDir()
+	sub := filepath.Join(dir, "real")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	real := e.serviceFile(sub, "svc", 3, "")
+	if err := os.Symlink("real/svc.hcl", filepath.Join(dir, "svc.hcl")); err != nil {
+		t.Fatal(err)
+	}
+	a := e.startAgent(nil, true, "--config-dir", dir)
+	c := e.client()
+	first := awaitEntry(t, c, "svc", "running", running)
+	e.serviceFile(sub, "svc", 3, `env { VERSION = "2" }`)
+	if err := a.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	second := awaitEntry(t, c, "svc", "replaced", func(en agent.Entry) bool { return en.Task != first.Task && running(en) })
+	if info, err := c.InspectTask(context.Background(), second.Task); err != nil || info.Spec.Env["VERSION"] != "2" {
+		t.Fatalf("after SIGHUP: %+v, %v; want the changed spec of %s", info.Spec, err, real)
+	}
+}
+
+// tether enable and disable, with an agent and without one.
+func TestAgent_EnableAndDisable(t *testing.T) {
+	e := newAgentEnv(t)
+	files := e.configDir()
+	file := e.serviceFile(files, "svc", 3, "")
+
+	// Daemonless: recorded, started by the next agent.
+	r := e.must("enable", file)
+	if r.stdout != "enabled svc\n" || !strings.Contains(r.stderr, "no agent serves") {
+		t.Fatalf("enable without an agent: %s", r)
+	}
+	if procs := e.serviceProcs("svc"); len(procs) != 0 {
+		t.Fatalf("enable without an agent started %v", procs)
+	}
+	e.startAgent(nil, true)
+	c := e.client()
+	first := awaitEntry(t, c, "svc", "running", running)
+	if first.Source != store.SourceEnabled || first.File != file {
+		t.Fatalf("entry: %+v", first)
+	}
+	// Through the agent: a second task file, enabled from another working directory.
+	other := e.serviceFile(files, "other", 3, "")
+	cmd := e.command(context.Background(), nil, "enable", filepath.Base(other))
+	cmd.Dir = files
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "enabled other\n") || !strings.Contains(string(out), "running") {
+		t.Fatalf("enable through the agent: %v\n%s", err, out)
+	}
+	if en, _ := await(t, c, "other", func(agent.Status) bool { return true }).Entry("other"); en.File != other || !running(en) {
+		t.Fatalf("other: %+v; want running from %s", en, other)
+	}
+	r = e.must("disable", "svc")
+	if r.stdout != "disabled svc\n" {
+		t.Fatalf("disable: %s", r)
+	}
+	if info, err := c.InspectTask(context.Background(), first.Task); err != nil || info.State != fsm.StateStopped {
+		t.Fatalf("after disable: %s, %v; want stopped", info.State, err)
+	}
+	if _, ok := await(t, c, "", func(agent.Status) bool { return true }).Entry("svc"); ok {
+		t.Fatalf("svc still desired after disable")
+	}
+	r = e.tether("disable", "svc")
+	if r.code != exitError || !strings.Contains(r.stderr, "no desired task has that name") {
+		t.Fatalf("disable of an unknown name: %s", r)
+	}
+}
+
+func TestAgent_SecondAgentRefusedNamingTheFirst(t *testing.T) {
+	e := newAgentEnv(t)
+	a := e.startAgent(nil, true)
+	r := e.tether("agent")
+	if r.code != exitError || !strings.Contains(r.stderr, fmt.Sprintf("another agent (pid %d) serves %s", a.pid(), e.dir)) {
+		t.Fatalf("a second agent: %s", r)
+	}
+}
+
+// A stopped (SIGSTOP) agent is reported by the CLI within the client's
+// deadline, naming its pid, not waited on.
+func TestAgent_WedgedAgentReportedByTheCLI(t *testing.T) {
+	e := newAgentEnv(t)
+	files := e.configDir()
+	file := e.serviceFile(files, "svc", 3, "")
+	a := e.startAgent(nil, true)
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	r := e.tether("enable", file)
+	if r.code != exitError || !strings.Contains(r.stderr, fmt.Sprintf("the agent (pid %d)", a.pid())) || !strings.Contains(r.stderr, "did not answer within") {
+		t.Fatalf("enable with a stopped agent: %s", r)
+	}
+}
+
+// SIGTERM stops the agent and nothing else; --once adopts what runs.
+func TestAgent_TermStopsNothingOnceAdopts(t *testing.T) {
+	e := newAgentEnv(t)
+	dir := e.configDir()
+	e.serviceFile(dir, "svc", 3, "")
+	r := e.must("agent", "--once", "--config-dir", dir)
+	if procs := e.serviceProcs("svc"); len(procs) != 1 {
+		t.Fatalf("after agent --once: %v; want svc running\n%s", procs, r)
+	}
+	a := e.startAgent(nil, true, "--config-dir", dir)
+	c := e.client()
+	first := awaitEntry(t, c, "svc", "running", running)
+	c.Close()
+	a.term()
+	if _, err := os.Lstat(agent.SocketPath(e.dir)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("socket after SIGTERM: %v; want it removed", err)
+	}
+	if procs := e.serviceProcs("svc"); len(procs) != 1 {
+		t.Fatalf("after the agent's SIGTERM: %v; want svc still running", procs)
+	}
+	e.must("agent", "--once", "--config-dir", dir)
+	e.startAgent(nil, true, "--config-dir", dir)
+	c = e.client()
+	if again := awaitEntry(t, c, "svc", "running", running); again.Task != first.Task {
+		t.Fatalf("svc after two agents: task %s, was %s; want it adopted, not restarted", again.Task, first.Task)
+	}
+}
+
+func TestAgent_PolicyGivesUpStaysFailed(t *testing.T) {
+	e := newAgentEnv(t)
+	dir := e.configDir()
+	e.serviceFile(dir, "svc", 0, "")
+	e.startAgent(nil, true, "--config-dir", dir)
+	c := e.client()
+	first := awaitEntry(t, c, "svc", "running", running)
+	info, err := c.InspectTask(context.Background(), first.Task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = syscall.Kill(info.Executor.PID, syscall.SIGKILL)
+	_ = syscall.Kill(info.TaskPID, syscall.SIGKILL)
+	en := awaitEntry(t, c, "svc", "settled", func(en agent.Entry) bool { return en.Settled })
+	if en.Task != first.Task || en.State != fsm.StateLost || !strings.Contains(en.Reason, "allows no restarts") {
+		t.Fatalf("svc: %+v; want settled on its lost task with the policy's reason", en)
+	}
+}
+
+// The crash-point test: a real agent SIGKILLed at each of its durable
+// steps (and at the driver's, hit in its process), then a new agent: every
+// desired task runs exactly once, every other task is terminal, the store
+// is clean.
+func TestAgent_CrashPoints(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the crash-point test starts about 80 agents")
+	}
+	type step func(e *env, dir string, c *agent.Client)
+	type crashCase struct {
+		point string
+		// prep runs a clean agent to convergence, then stops it (SIGTERM)
+		// and does what the case needs behind its back.
+		prep func(e *env, dir string)
+		// during asks the crash-armed agent for something (nil: the agent
+		// crashes on its own).
+		during step
+		// want says, per name, "running" (one process) or "gone" (none).
+		want map[string]string
+	}
+	twoServices := func(e *env, dir string) {
+		e.serviceFile(dir, "a", 3, "")
+		e.serviceFile(dir, "b", 3, "")
+	}
+	converged := func(e *env, dir string) *agentRun {
+		a := e.startAgent(nil, true, "--config-dir", dir)
+		c := e.client()
+		await(e.t, c, "convergence", func(s agent.Status) bool { return s.Converged && len(s.Entries) > 0 })
+		c.Close()
+		return a
+	}
+	killTask := func(e *env, name string) {
+		procs := e.serviceProcs(name)
+		if len(procs) != 1 {
+			e.t.Fatalf("%s: %v", name, procs)
+		}
+		ppid := parentOf(procs[0].PID)
+		_ = syscall.Kill(ppid, syscall.SIGKILL)
+		_ = syscall.Kill(procs[0].PID, syscall.SIGKILL)
+	}
+	prepBoot := twoServices
+	prepLost := func(e *env, dir string) {
+		twoServices(e, dir)
+		converged(e, dir).term()
+		killTask(e, "a")
+	}
+	prepReplace := func(e *env, dir string) {
+		twoServices(e, dir)
+		converged(e, dir).term()
+		e.serviceFile(dir, "a", 3, `env { VERSION = "2" }`)
+	}
+	prepRemove := func(e *env, dir string) {
+		twoServices(e, dir)
+		converged(e, dir).term()
+		if err := os.Remove(filepath.Join(dir, "b.hcl")); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	prepSettle := func(e *env, dir string) {
+		e.serviceFile(dir, "a", 3, "")
+		e.serviceFile(dir, "b", 0, "")
+		converged(e, dir).term()
+		killTask(e, "b")
+	}
+	enable := func(e *env, dir string, c *agent.Client) {
+		spec := fsm.Spec{Name: "c", Driver: "raw_exec", Command: os.Args[0], Args: []string{helperArg, "sleep", "c", e.dir}}
+		_, _ = c.Enable(context.Background(), filepath.Join(dir, "c.hcl"), spec)
+	}
+	prepEnabled := func(e *env, dir string) {
+		twoServices(e, dir)
+		a := e.startAgent(nil, true, "--config-dir", dir)
+		c := e.client()
+		enable(e, dir, c)
+		await(e.t, c, "convergence", func(s agent.Status) bool { en, ok := s.Entry("c"); return s.Converged && ok && running(en) })
+		c.Close()
+		a.term()
+	}
+	disable := func(_ *env, _ string, c *agent.Client) { _, _ = c.Disable(context.Background(), "c") }
+	prepHeld := func(e *env, dir string) {
+		twoServices(e, dir)
+		a := converged(e, dir)
+		c := e.client()
+		st, _ := c.Status(context.Background())
+		en, _ := st.Entry("a")
+		if _, err := c.StopTask(context.Background(), en.Task, 0, time.Second); err != nil {
+			e.t.Fatal(err)
+		}
+		await(e.t, c, "a held", func(s agent.Status) bool { en, _ := s.Entry("a"); return en.Settled && s.Converged })
+		c.Close()
+		a.term()
+	}
+	startAgain := func(_ *env, _ string, c *agent.Client) { _, _ = c.StartDesired(context.Background(), "a") }
+	both := map[string]string{"a": "running", "b": "running"}
+
+	var cases []crashCase
+	for _, p := range []string{
+		"agent-before-commit:intent", "agent-after-commit:intent",
+		"agent-before-effect:start", "agent-after-effect:start", "agent-after-effect:start:2",
+		"after-append:task-created", "after-append:executor-up", "before-effect:launch-task", "after-append:launched",
+	} {
+		cases = append(cases, crashCase{point: p, prep: prepBoot, want: both})
+	}
+	for _, p := range []string{
+		"after-append:executor-reaped", "agent-before-commit:intent", "agent-after-commit:intent",
+		"agent-before-effect:start", "agent-after-effect:start", "after-append:task-created", "after-append:launched",
+	} {
+		cases = append(cases, crashCase{point: p, prep: prepLost, want: both})
+	}
+	for _, p := range []string{
+		"agent-before-effect:stop", "after-append:stop-requested", "agent-after-effect:stop",
+		"agent-after-commit:intent", "agent-before-effect:start", "after-append:task-created",
+	} {
+		cases = append(cases, crashCase{point: p, prep: prepReplace, want: both})
+	}
+	for _, p := range []string{"agent-before-effect:stop", "agent-after-effect:stop", "agent-before-commit:delete", "agent-after-commit:delete"} {
+		cases = append(cases, crashCase{point: p, prep: prepRemove, want: map[string]string{"a": "running", "b": "gone"}})
+	}
+	for _, p := range []string{"agent-before-commit:settle", "agent-after-commit:settle"} {
+		cases = append(cases, crashCase{point: p, prep: prepSettle, want: map[string]string{"a": "running", "b": "gone"}})
+	}
+	for _, p := range []string{"agent-before-commit:enable", "agent-after-commit:enable"} {
+		cases = append(cases, crashCase{point: p, prep: twoServices, during: enable,
+			want: map[string]string{"a": "running", "b": "running", "c": map[bool]string{true: "gone", false: "running"}[p == "agent-before-commit:enable"]}})
+	}
+	for _, p := range []string{"agent-before-commit:disable", "agent-after-commit:disable", "agent-before-effect:stop", "agent-after-effect:stop", "agent-after-commit:delete"} {
+		cases = append(cases, crashCase{point: p, prep: prepEnabled, during: disable,
+			want: map[string]string{"a": "running", "b": "running", "c": map[bool]string{true: "running", false: "gone"}[p == "agent-before-commit:disable"]}})
+	}
+	for _, p := range []string{"agent-before-commit:start", "agent-after-commit:start", "agent-before-effect:start", "after-append:task-created"} {
+		cases = append(cases, crashCase{point: p, prep: prepHeld, during: startAgain,
+			want: map[string]string{"a": map[bool]string{true: "gone", false: "running"}[p == "agent-before-commit:start"], "b": "running"}})
+	}
+	for i, cc := range cases {
+		t.Run(fmt.Sprintf("%02d-%s", i, strings.ReplaceAll(cc.point, ":", "_")), func(t *testing.T) {
+			e := newAgentEnv(t)
+			dir := e.configDir()
+			cc.prep(e, dir)
+			crashing := e.startAgent([]string{driver.EnvCrashPoint + "=" + cc.point}, cc.during != nil, "--config-dir", dir)
+			if cc.during != nil {
+				c := e.client()
+				go cc.during(e, dir, c)
+			}
+			crashing.crashed()
+
+			after := e.startAgent(nil, true, "--config-dir", dir)
+			c := e.client()
+			s := await(t, c, "convergence after the crash", func(s agent.Status) bool { return s.Converged })
+			scan, err := c.LoadTasks(context.Background(), store.AllTasks)
+			if err != nil || len(scan.Unreadable) > 0 {
+				t.Fatalf("tasks: %+v, %v", scan, err)
+			}
+			current := map[string]bool{}
+			for name, want := range cc.want {
+				procs := e.serviceProcs(name)
+				en, desired := s.Entry(name)
+				switch want {
+				case "running":
+					if !desired || en.State != fsm.StateRunning || len(procs) != 1 {
+						t.Errorf("%s: entry %+v (desired %v), processes %v; want it running exactly once", name, en, desired, procs)
+					}
+					current[en.Task] = true
+				case "gone":
+					if len(procs) != 0 || desired && !en.Settled {
+						t.Errorf("%s: entry %+v (desired %v), processes %v; want nothing of it running", name, en, desired, procs)
+					}
+				}
+			}
+			for _, task := range scan.Tasks {
+				if !task.State.Terminal() && !current[task.ID] {
+					t.Errorf("task %s (%s) is %s: neither terminal nor a desired task's current one", task.ID, task.Spec.Name, task.State)
+				}
+			}
+			if rep, err := c.Check(context.Background()); err != nil || !rep.OK() {
+				t.Errorf("store check: %s, %v", rep, err)
+			}
+			c.Close()
+			after.term()
+			if t.Failed() {
+				t.Logf("crashing agent:\n%s\nagent after:\n%s", crashing.logs, after.logs)
+			}
+		})
+	}
+}
+
+// parentOf is a process's parent pid.
+func parentOf(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+// An agent of a user (nobody), not root: it serves its own state
+// directory; root's client is served (root is), a task file of a third
+// user is refused (neither root nor the agent's user), and its task runs
+// as that user.
+func TestAgent_NonRootAgent(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run the agent as another user (uid 65534)")
+	}
+	base, err := os.MkdirTemp("", "tether-nobody-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(base, "tether")
+	b, err := os.ReadFile(tetherBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	state, conf := filepath.Join(base, "state"), filepath.Join(base, "conf")
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{state, 0o700}, {conf, 0o755}} {
+		if err := os.Mkdir(d.path, d.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d.path, d.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(d.path, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { testproc.CheckGone(t, state, 10*time.Second) })
+	svc := writeFile(t, conf, "svc.hcl", fmt.Sprintf(`task "svc" {
+  driver = "raw_exec"
+  config {
+    command = "/bin/sleep"
+    args    = ["1000"]
+  }
+  env { MARK = %q }
+}
+`, state))
+	other := writeFile(t, conf, "other.hcl", strings.ReplaceAll(string(mustRead(t, svc)), `"svc"`, `"other"`))
+	for file, uid := range map[string]int{svc: 65534, other: 65533} {
+		if err := os.Chown(file, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Its notification socket, which the agent's user may send to.
+	nsock := filepath.Join(base, "notify")
+	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: nsock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notify.Close()
+	if err := os.Chmod(nsock, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan string, 1)
+	go func() {
+		buf := make([]byte, 512)
+		n, _ := notify.Read(buf) // ends when notify is closed
+		ready <- string(buf[:n])
+	}()
+	cmd := exec.Command(bin, "--state-dir", state, "agent", "--config-dir", conf)
+	cmd.Dir = base
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + base, "NOTIFY_SOCKET=" + nsock}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	logs := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var waitErr error
+	exited := make(chan struct{})
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	select {
+	case msg := <-ready:
+		if !strings.Contains(msg, "READY=1") {
+			t.Fatalf("the agent's notification: %q\n%s", msg, logs)
+		}
+	case <-exited:
+		t.Fatalf("the agent exited before it was ready: %v\n%s", waitErr, logs)
+	}
+	c, err := agent.Dial(context.Background(), state, agent.DialOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.PID() != cmd.Process.Pid {
+		t.Fatalf("agent pid %d, client says %d", cmd.Process.Pid, c.PID())
+	}
+	s := await(t, c, "svc running", func(s agent.Status) bool {
+		en, ok := s.Entry("svc")
+		return ok && running(en) && len(s.Problems) == 1
+	})
+	if !strings.Contains(s.Problems[0], "other.hcl") || !strings.Contains(s.Problems[0], "owned by uid 65533, neither root nor the agent's user (uid 65534)") {
+		t.Fatalf("problems: %v; want other.hcl refused for its owner", s.Problems)
+	}
+	en, _ := s.Entry("svc")
+	info, err := c.InspectTask(context.Background(), en.Task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", info.TaskPID))
+	if err != nil || !strings.Contains(string(st), "\nUid:\t65534\t") {
+		t.Fatalf("svc's task runs as: %s, %v; want uid 65534", st, err)
+	}
+	if fi, err := os.Stat(agent.SocketPath(state)); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 65534 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket: %v, %v; want nobody's, 0600", fi, err)
+	}
+	if _, err := c.StopTask(context.Background(), en.Task, 0, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	if waitErr != nil {
+		t.Fatalf("the agent on SIGTERM: %v\n%s", waitErr, logs)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
