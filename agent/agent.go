@@ -47,9 +47,10 @@ type Config struct {
 	// asked; no request carries or widens them.
 	AllowedCaps []string
 	ChrootEnv   []string
-	// AllowSeccomp, AllowMissing and AllowRead are the rest of the
-	// operator's policy for exec tasks and job files (see driver.Config),
-	// applied in the same way.
+	// AllowSeccomp, AllowMissing and AllowRead are the operator's other
+	// allow lists (driver.Config's): what an exec task's seccomp may name,
+	// the sandbox parts it may run without, the host directories a job
+	// file's template may read. nil: none.
 	AllowSeccomp []string
 	AllowMissing []string
 	AllowRead    []string
@@ -68,6 +69,13 @@ type Config struct {
 	Now    func() time.Time
 	NewID  func(name string) string
 	BootID string
+	// Feed declares desired tasks besides the config dir (tether-fleet's
+	// agent: the node's desired state from etcd; see Feed); nil for none.
+	Feed *Feed
+	// Appended, when set, is told the task of every append the agent's
+	// driver makes to the store, whatever its outcome (a mirror's
+	// wake-up: it must not block).
+	Appended func(task string)
 }
 
 // Agent serves one state directory: it holds its store and its driver,
@@ -157,7 +165,7 @@ func Open(cfg Config) (a *Agent, err error) {
 	world := &executor.Real{StateDir: cfg.StateDir, Command: cfg.ExecutorCommand, Logger: cfg.Logger.Named("driver"),
 		Policy: policy, Env: env.of}
 	d, err := driver.Open(driver.Config{
-		StateDir: cfg.StateDir, Store: st, Logger: cfg.Logger.Named("driver"), World: world,
+		StateDir: cfg.StateDir, Store: driverLog(st, cfg), Logger: cfg.Logger.Named("driver"), World: world,
 		Hooks: cfg.DriverHooks,
 	})
 	if err != nil {
@@ -168,6 +176,9 @@ func Open(cfg Config) (a *Agent, err error) {
 	a.Local = &Local{D: d, Store: st, StateDir: cfg.StateDir, ExecutorCommand: cfg.ExecutorCommand,
 		Logger: cfg.Logger, Now: cfg.Now, NewID: cfg.NewID, Hooks: cfg.DriverHooks, ReleasePorts: cfg.ReleasePorts}
 	a.conv = newConverger(a)
+	if cfg.Feed != nil {
+		cfg.Feed.onSet(a.Rescan)
+	}
 	return a, nil
 }
 

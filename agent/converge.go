@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -289,6 +290,12 @@ func (c *converger) view(ctx context.Context, now int64) (View, error) {
 		if c.dirErr != nil {
 			v.DirErr = c.dirErr.Error()
 		}
+	}
+	if f := c.a.cfg.Feed; f != nil {
+		decl, probs, unknown := f.get()
+		v.FeedDir, v.FeedErr = f.Dir(), unknown
+		v.Files = append(slices.Clip(v.Files), decl...)
+		v.Problems = append(slices.Clip(v.Problems), probs...)
 	}
 	recs, err := c.a.st.Desired(ctx)
 	if err != nil {
@@ -585,6 +592,9 @@ func statusOf(v View, plan Plan) Status {
 	}
 	if v.DirErr != "" {
 		st.Problems = append([]string{v.DirErr}, st.Problems...)
+	}
+	if v.FeedErr != "" {
+		st.Problems = append(st.Problems, v.FeedErr)
 	}
 	return st
 }

@@ -98,6 +98,11 @@ type View struct {
 	Files    []Declared
 	Problems []FileProblem
 	DirErr   string
+	// FeedDir is the name the Feed's tasks are declared under ("" for no
+	// feed; its tasks are among Files and Problems); FeedErr says why its
+	// state is not known (its records are then left as they are).
+	FeedDir string
+	FeedErr string
 	// Records are the desired records, Tasks the state of the tasks they
 	// name (by id).
 	Records []store.Desired
@@ -220,7 +225,10 @@ func Decide(v View) Plan {
 		case r.Source == store.SourceDir && v.DirErr != "" && underDir(r.File, v.ConfigDir):
 			p.Notes[name] = v.DirErr + "; its task is left as it is"
 			d.watchLive(r)
-		case r.Source == store.SourceDir && !underDir(r.File, v.ConfigDir):
+		case r.Source == store.SourceDir && v.FeedErr != "" && underDir(r.File, v.FeedDir):
+			p.Notes[name] = v.FeedErr + "; its task is left as it is"
+			d.watchLive(r)
+		case r.Source == store.SourceDir && !underDir(r.File, v.ConfigDir) && !underDir(r.File, v.FeedDir):
 			where := "the agent has no --config-dir"
 			if v.ConfigDir != "" {
 				where = "it is not in " + v.ConfigDir

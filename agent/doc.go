@@ -66,6 +66,20 @@
 // task is started. Named crash points (CrashPoints, armed by
 // TETHER_CRASHPOINT) sit before and after each durable step.
 //
+// # A feed: the fleet's desired state
+//
+// Config.Feed declares desired tasks besides the config dir: tether-fleet's
+// agent (tether agent --node NAME --cluster URLS) sets the node's desired
+// state from etcd there, and the one convergence loop converges it as it
+// converges the config dir (a task set starts, changed is replaced, no
+// longer set stops), under the same allow lists. Its records are config
+// dir records whose file is under the feed's name (such as
+// "etcd:/tether/desired/n1/web"), so neither source ever takes the other's
+// records; until the feed is first set, its records are left as they are.
+// Config.Appended is told every append of the agent's driver, and
+// Agent.Versions and LoadFrom read the store the agent holds: a mirror of
+// the local log (the fleet's) needs nothing else.
+//
 // # Usage
 //
 //	a, err := agent.Open(agent.Config{StateDir: dir, ConfigDir: "/etc/tether",

@@ -212,3 +212,21 @@ func (h *heldStore) ChangeDesired(ctx context.Context, changes ...store.DesiredC
 	defer done()
 	return st.ChangeDesired(ctx, changes...)
 }
+
+func (h *heldStore) Versions(ctx context.Context) ([]store.TaskVersion, error) {
+	st, done, err := h.use()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return st.Versions(ctx)
+}
+
+func (h *heldStore) LoadFrom(ctx context.Context, task string, from uint64, limit int) ([]fsm.Event, error) {
+	st, done, err := h.use()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return st.LoadFrom(ctx, task, from, limit)
+}

@@ -147,7 +147,7 @@ func TestDeps_EmbedderPackagesDoNotLinkEtcd(t *testing.T) {
 	matches := func(dep string) bool {
 		return slices.ContainsFunc(fleetOnly, func(p string) bool { return strings.HasPrefix(dep, p) })
 	}
-	for _, pkg := range []string{"fsm", "store", "driver", "executor", "executor/server", "executor/shim", "cmd/tether", "cmd/tether-executor"} {
+	for _, pkg := range []string{"fsm", "store", "driver", "executor", "executor/server", "executor/shim", "agent", "internal/agentcmd", "cmd/tether", "cmd/tether-executor"} {
 		if bad := slices.DeleteFunc(deps(pkg), func(d string) bool { return !matches(d) }); len(bad) > 0 {
 			t.Errorf("%s depends on %d packages of the fleet's client (%s, ...): it must stay out of the embedder's packages and the plain tether binary",
 				pkg, len(bad), strings.Join(bad[:min(3, len(bad))], ", "))

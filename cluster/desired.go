@@ -265,6 +265,12 @@ func saveDesiredCopy(dir string, set DesiredSet) error {
 	return writeFileAtomic(dir, desiredCopy, b)
 }
 
+// LoadDesiredCopy reads the local copy of node's desired state that a
+// Node keeps in dir (NodeConfig.Dir), validated as etcd's sets are
+// (FromCopy set): what `tether agent --node … --once` converges, without
+// etcd. A missing copy is os.ErrNotExist.
+func LoadDesiredCopy(dir, node string) (DesiredSet, error) { return loadDesiredCopy(dir, node) }
+
 // loadDesiredCopy reads the local copy, validating it as etcd's sets are
 // validated: a copy someone edited gets no more trust than etcd.
 func loadDesiredCopy(dir, node string) (DesiredSet, error) {

@@ -41,18 +41,22 @@
 //
 // # The agent's duties
 //
-// An agent (tether agent --node NAME --cluster URLS) wires a node in:
+// An agent (tether agent --node NAME --cluster URLS; cmd/tether-fleet's
+// agent.go does this with package agent) wires a node in:
 //
-//  1. Open the store once and hold it (its flock makes this agent the
-//     only one of its state directory), and wrap it:
-//     src := cluster.NewStoreSource(st). Hand src to the driver as its
-//     store.Log: every Append and Remove is then noted for the mirror.
+//  1. Hold the state directory's store open, once (its flock makes this
+//     agent the only one of its state directory), and give the node a
+//     Source that reads it and a Changes noted at every append:
+//     cluster.NewStoreSource(st) wraps a *store.Store as both (hand it to
+//     the driver as its store.Log); package agent's Agent reads its own
+//     store (Agent.Versions, LoadFrom) and tells every append of its
+//     driver to agent.Config.Appended (changes.Note).
 //  2. cli, err := cluster.Dial(cluster.Config{Endpoints: urls, TLS: tls});
 //     it refuses plaintext to an endpoint off the loopback, and does not
 //     wait for etcd.
 //  3. n, err := cluster.NewNode(cli, cluster.NodeConfig{Name: node,
 //     LeaseTTL: ttl, Dir: filepath.Join(stateDir, "cluster"), Source:
-//     src, Changes: src.Changes(), Logger: log}).
+//     src, Changes: changes, Logger: log}).
 //  4. err = n.Register(ctx) with a deadline: exit on ErrNodeHeld (another
 //     agent holds the node; the error names it); go on after
 //     ErrUnavailable (etcd down: tasks run, Run registers later).
@@ -61,10 +65,13 @@
 //     the status publisher and the desired state's watcher.
 //  6. Converge every set from n.Desired() as the --config-dir files are
 //     converged: a name added starts a task, removed stops it, a new
-//     ModRevision replaces it; each Spec is a task file, parsed and
-//     checked against the node's allow lists, which it can never widen.
-//     The first set may come from the local copy (FromCopy), before etcd
-//     answers.
+//     ModRevision replaces it; each Spec is a task file, read by
+//     ParseDesired (the key's name its task's) and checked against the
+//     node's allow lists, which it can never widen. The tether-fleet agent
+//     sets each set as an agent.Feed, which the agent's one convergence
+//     loop converges with its config dir. The first set may come from the
+//     local copy (FromCopy), before etcd answers; LoadDesiredCopy reads
+//     it without a node (--once).
 //  7. Report n.Stats(ctx) (lease, mirror lag in events and seconds) with
 //     the agent's metrics; the node publishes them under node/NODE.
 //

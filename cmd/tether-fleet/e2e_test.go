@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-fsm/tether/cluster"
+	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/etcdtest"
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // End to end on a real etcd cluster: Debian's etcd-server (3.4), three
@@ -90,5 +94,99 @@ func TestE2E_FullOutageCommandsSayEtcdIsUnavailableThenSeeTheCatchUp(t *testing.
 	ev := must(t, "cluster", "--endpoints", eps, "events", during)
 	if !strings.Contains(ev.stdout, "task-created") || !strings.Contains(ev.stdout, "executor-reaped") {
 		t.Errorf("events of the task run during the outage:\n%s", ev.stdout)
+	}
+}
+
+// The node's real agent on a real 3-member cluster: it converges through a
+// leader kill; with every member down it serves its state directory
+// (a stop made on the node meanwhile is recorded locally), and once the
+// members are back its mirror catches up, event for event.
+func TestE2E_RealAgentAcrossALeaderKillAndAFullOutage(t *testing.T) {
+	c := etcdtest.Start(t, 3)
+	eps := strings.Join(c.Endpoints(), ",")
+	cli := dial(t, c.Endpoints()...)
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testproc.CheckNoLeak(t, dir) })
+	marker := fmt.Sprintf("fleetagent-e2e-%d", time.Now().UnixNano())
+	t.Cleanup(func() { testproc.CheckNoLeak(t, marker) })
+	file := sleeperFile(t, marker)
+	ag := startAgent(t, eps, "n1", dir, nil)
+	ag.waitRegistered(cli, "n1")
+	must(t, "cluster", "--endpoints", eps, "start", "--node", "n1", file)
+	first := mirrored(t, cli, "n1", "web", fsm.StateRunning, ag.log)
+
+	leader := c.Leader(cli)
+	c.Kill(leader)
+	var live []string
+	for i, e := range c.Endpoints() {
+		if i != leader {
+			live = append(live, e)
+		}
+	}
+	// A write in flight when the leader dies fails (etcd: "request timed
+	// out, possibly due to previous leader failure"); the command is for
+	// the new leader.
+	c.WaitReady(live...)
+	must(t, "cluster", "--endpoints", eps, "stop", "--node", "n1", "web")
+	mirrored(t, cli, "n1", "web", fsm.StateStopped, ag.log)
+	must(t, "cluster", "--endpoints", eps, "start", "--node", "n1", file)
+	second := mirroredWhere(t, cli, "n1", ag.log, "web started again", func(r *cluster.TaskRef) bool {
+		return r.Name == "web" && r.State == fsm.StateRunning && r.ID != first
+	})
+	c.Restart(leader)
+	c.WaitReady(c.Endpoints()...)
+
+	// Every member down: the node goes on without etcd.
+	for i := range c.Len() {
+		c.Kill(i)
+	}
+	ag.stop()
+	must(t, "--state-dir", dir, "stop", second) // the plain CLI, on the node
+	ag = startAgent(t, eps, "n1", dir, nil)
+	ag.waitServing()
+	if !strings.Contains(ag.log.String(), "etcd did not answer") {
+		t.Errorf("the agent started with every member down does not say etcd did not answer:\n%s", ag.log)
+	}
+	for i := range c.Len() {
+		c.Restart(i)
+	}
+	c.WaitReady(c.Endpoints()...)
+	if stopped := mirroredWhere(t, cli, "n1", ag.log, "the stop made during the outage", func(r *cluster.TaskRef) bool {
+		return r.ID == second && r.State == fsm.StateStopped
+	}); stopped != second {
+		t.Fatalf("mirrored %s", stopped)
+	}
+	testproc.CheckGone(t, marker, time.Minute)
+	ag.stop()
+
+	local := localLog(t, dir)
+	want := map[string]uint64{}
+	for task, evs := range local {
+		want[task] = uint64(len(evs))
+	}
+	ag = startAgent(t, eps, "n1", dir, nil)
+	waitHeads(t, cli, "n1", want, ag.log)
+	ag.stop()
+	f, err := cluster.NewFleet(cli, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for task, evs := range local {
+		got, _, err := f.Events(ctxT(t), "n1", task)
+		if err != nil || len(got) != len(evs) {
+			t.Errorf("%s: %d events mirrored (%v), %d in the local log", task, len(got), err, len(evs))
+			continue
+		}
+		for j := range evs {
+			if got[j].Seq != evs[j].Seq || got[j].Type != evs[j].Type || got[j].Time != evs[j].Time {
+				t.Errorf("%s event %d: mirrored %d %s, local %d %s", task, j, got[j].Seq, got[j].Type, evs[j].Seq, evs[j].Type)
+			}
+		}
+	}
+	if len(local) != 2 {
+		t.Errorf("the node's store holds %d tasks, want 2 (%s, %s): %v", len(local), first, second, want)
 	}
 }

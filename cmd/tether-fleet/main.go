@@ -1,6 +1,9 @@
 // Command tether-fleet is tether past one machine: `tether cluster …`, the
-// fleet's commands on etcd, and (with `tether agent --node … --cluster …`)
-// the agent's fleet mode. See docs/fleet.md.
+// fleet's commands on etcd, and `tether agent --node NAME --cluster URLS
+// …`, the agent of a state directory (package agent, set up as `tether
+// agent` is, by internal/agentcmd) hosting its node: its store mirrored
+// to etcd, its liveness leased, its desired state from etcd converged
+// with its --config-dir. See docs/fleet.md.
 //
 // It is a binary of its own because it links the etcd client (gRPC,
 // protobuf, zap): 13 MB and some 120 package initialisers, which would
@@ -14,6 +17,7 @@
 //
 // Usage:
 //
+//	tether agent --node n1 --cluster http://127.0.0.1:2379 [--config-dir DIR]
 //	tether cluster --endpoints http://127.0.0.1:2379 status
 //	tether cluster --endpoints URLS start --node n1 web.hcl
 //	tether cluster --endpoints URLS events web -f
@@ -84,6 +88,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{name: "cluster", args: "COMMAND [flags]", summary: "the fleet's commands on etcd: status, nodes, events, start, stop", run: (*fleet).cmdCluster},
+		agentCommand(),
 		{name: "version", summary: "print tether-fleet's version (also --version)", run: (*fleet).cmdVersion},
 	}
 }
@@ -109,6 +114,7 @@ func (f *fleet) usage(w io.Writer) {
 that the plain tether binary leaves out; tether hands them over:
 
 Usage: tether cluster COMMAND [flags] [args]
+       tether agent --node NAME --cluster URLS [flags]   (this node's agent; 'tether agent --node NAME -h')
 
 Commands:
 `)
@@ -143,7 +149,7 @@ func (f *fleet) main(args []string) int {
 				msg += "; did you mean " + s + "?"
 			}
 			f.errorf("%s", msg)
-			fmt.Fprintln(f.stderr, "  it serves `tether cluster …`: 'tether cluster -h' lists its commands")
+			fmt.Fprintln(f.stderr, "  it serves `tether cluster …` and `tether agent --node …`: 'tether cluster -h' lists the cluster's commands")
 			return exitUsage
 		}
 		f.usage(f.stderr)

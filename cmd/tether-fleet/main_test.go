@@ -27,12 +27,14 @@ import (
 )
 
 // The tests build both binaries into one directory, as `make build` does,
-// and run the plain tether as a user would: `tether cluster …` is handed
-// to the tether-fleet beside it. Until the agent hosts a node, a test's
-// node is this process: a real store and driver (real executors, the
-// built tether's `executor` mode, and real tasks) wrapped for the mirror
-// by cluster.NewStoreSource, and a cluster.Node mirroring it to a real
-// etcd, as docs/fleet.md's agent duties say.
+// and run the plain tether as a user would: `tether cluster …` and
+// `tether agent --node … --cluster …` are handed to the tether-fleet
+// beside it. The node's agent runs as built in agent_e2e_test.go and the
+// README's tour (startAgent); the tests of the commands drive a node's
+// tasks directly, so their node is this process: a real store and driver
+// (real executors, the built tether's `executor` mode, and real tasks)
+// wrapped for the mirror by cluster.NewStoreSource, and a cluster.Node
+// mirroring it to a real etcd, as the agent does.
 
 // binDir holds tether and tether-fleet; tetherBin is the plain one.
 var binDir, tetherBin string

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -15,12 +14,14 @@ import (
 
 	"github.com/tether-fsm/tether/cluster"
 	"github.com/tether-fsm/tether/internal/etcdtest"
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // The README's fleet commands are a promise: TestREADME_FleetTourRunsAsWritten
 // reads them from README.md's "Running a fleet" (the block after the
 // agent's), runs each with sh, in order, with tether and tether-fleet on
-// $PATH and $TETHER_CLUSTER_ENDPOINTS naming a real etcd, and holds each to
+// $PATH, $TETHER_CLUSTER_ENDPOINTS naming a real etcd and the node n1's
+// agent running (the built `tether agent --node n1`), and holds each to
 // what its comment says. A line without an expectation, or an
 // expectation without its line, fails the test.
 
@@ -90,21 +91,26 @@ func TestREADME_FleetTourExpectationsMatchItsLines(t *testing.T) {
 	}
 }
 
-// fleetTour is the tour's world: an etcd, the node n1, and n1's agent.
+// fleetTour is the tour's world: an etcd, and the node n1's agent, run
+// as the README's first block runs it (on the loopback, so without TLS).
 type fleetTour struct {
-	t   *testing.T
-	ep  string
-	cli *clientv3.Client
-	n1  *testNode
+	t     *testing.T
+	ep    string
+	cli   *clientv3.Client
+	agent *runningAgent
 }
 
 func TestREADME_FleetTourRunsAsWritten(t *testing.T) {
 	ep := etcdtest.Embedded(t)
 	tour := &fleetTour{t: t, ep: ep, cli: dial(t, ep)}
-	tour.n1 = startNode(t, tour.cli, "n1")
-	tour.n1.waitStatus(tour.cli)
-	stopAgent := tour.n1.converge(t)
-	defer stopAgent()
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testproc.CheckNoLeak(t, dir) })
+	tour.agent = startAgent(t, ep, "n1", dir, nil)
+	tour.agent.waitRegistered(tour.cli, "n1")
+	waitNodeStatus(t, tour.cli, "n1")
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
@@ -130,6 +136,28 @@ func TestREADME_FleetTourRunsAsWritten(t *testing.T) {
 			want.after(t, tour)
 		}
 	}
+	tour.agent.stop()
+}
+
+// waitNodeStatus waits, on an etcd watch, until node has published its
+// status.
+func waitNodeStatus(t testing.TB, cli *clientv3.Client, node string) {
+	t.Helper()
+	key := cluster.DefaultPrefix + "node/" + node
+	ctx := ctxT(t)
+	resp, err := cli.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) > 0 {
+		return
+	}
+	for wr := range cli.Watch(ctx, key, clientv3.WithRev(resp.Header.Revision+1)) {
+		if len(wr.Events) > 0 {
+			return
+		}
+	}
+	t.Fatalf("%s wrote no status", node)
 }
 
 // run runs one line with sh, in dir.
@@ -209,53 +237,8 @@ func waitClock(state string) func(*testing.T, *fleetTour) {
 			select {
 			case <-tour.cli.Watch(ctx, cluster.DefaultPrefix+"head/", clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)):
 			case <-ctx.Done():
-				t.Fatalf("clock never %s: %v", state, rows)
+				t.Fatalf("clock never %s: %v; the agent's log:\n%s", state, rows, tour.agent.log)
 			}
 		}
 	}
-}
-
-// converge stands in for the node's agent, until the agent hosts the
-// node: it converges the node's desired state as docs/fleet.md's agent
-// duties say (a name added starts a task, one removed stops it), each
-// spec read by cluster.ParseDesired. It returns a function that stops it.
-func (tn *testNode) converge(t *testing.T) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	running := map[string]string{} // desired name -> task id
-	wg.Go(func() {
-		for {
-			var set cluster.DesiredSet
-			select {
-			case set = <-tn.n.Desired():
-			case <-ctx.Done():
-				return
-			}
-			for name, d := range set.Tasks {
-				if _, ok := running[name]; ok {
-					continue
-				}
-				p, err := cluster.ParseDesired("etcd:"+name, name, d.Spec)
-				if err != nil {
-					t.Errorf("the node refused %s: %v", name, err)
-					continue
-				}
-				id := name + "-tour"
-				if _, err := tn.d.StartTask(ctx, id, p.Spec); err != nil {
-					t.Errorf("start %s: %v", id, err)
-					continue
-				}
-				running[name] = id
-			}
-			for name, id := range running {
-				if _, ok := set.Tasks[name]; !ok {
-					if _, err := tn.d.StopTask(ctx, id, syscall.SIGTERM, 5*time.Second); err != nil {
-						t.Errorf("stop %s: %v", id, err)
-					}
-					delete(running, name)
-				}
-			}
-		}
-	})
-	return func() { cancel(); wg.Wait() }
 }

@@ -5,16 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
-
-	"github.com/hashicorp/hcl/v2"
 
 	"github.com/tether-fsm/tether/agent"
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/agentcmd"
 	"github.com/tether-fsm/tether/internal/clikit"
 	"github.com/tether-fsm/tether/taskfile"
 )
@@ -24,14 +21,16 @@ import (
 // for the next agent to start).
 
 // cmdAgent runs the agent in the foreground until SIGTERM or SIGINT
-// (SIGHUP reads the config dir again); --once converges and exits.
+// (SIGHUP reads the config dir again); --once converges and exits. Its
+// setup is internal/agentcmd's, which tether-fleet's fleet mode of the
+// agent shares.
 func (c *cli) cmdAgent(args []string) int {
 	if c.logLevel == "warn" { // the global default: an agent says what it does
 		c.logLevel = "info"
 	}
 	fs := c.flags("agent")
-	configDir := fs.String("config-dir", "", "`directory` of task files (*.hcl) to keep running; owned by root or you, writable by no one else")
-	once := fs.Bool("once", false, "recover and converge once, then exit (for cron's @reboot)")
+	var af agentcmd.Flags
+	af.Register(fs.FlagSet)
 	// An agent crash point is the agent's to arm: the CLI's own setup
 	// would refuse the name (it knows the driver's points only).
 	cp := os.Getenv(driver.EnvCrashPoint)
@@ -59,7 +58,7 @@ func (c *cli) cmdAgent(args []string) int {
 		return c.fail(err)
 	}
 	a, err := agent.Open(agent.Config{
-		StateDir: c.stateDir, ConfigDir: *configDir, Parse: c.parseTasks,
+		StateDir: c.stateDir, ConfigDir: af.ConfigDir, Parse: agentcmd.ParseTasks(c.log),
 		Logger: c.log.Named("agent"), ExecutorCommand: cmd, AllowedCaps: c.allowedCaps, ChrootEnv: c.chroot,
 		AllowSeccomp: c.allowSeccomp, AllowMissing: c.allowMissing, AllowRead: c.allowRead,
 		ReleasePorts: c.releasePorts, StoreOptions: c.storeOptions(), Hooks: hooks, DriverHooks: dhooks,
@@ -78,75 +77,46 @@ func (c *cli) cmdAgent(args []string) int {
 			c.errorf("warning: closing: %v", err)
 		}
 	}()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer signal.Stop(sigs)
-	go func() {
-		for s := range sigs {
-			if s == syscall.SIGHUP {
-				a.Rescan()
-				continue
-			}
-			cancel()
-			return
-		}
-	}()
-	if *once {
-		err = a.Once(ctx)
-	} else {
-		go func() {
-			select {
-			case <-a.Serving():
-				if err := agent.NotifyReady(); err != nil {
-					c.log.Warn("telling the service manager the agent is ready", "err", err)
-				}
-			case <-ctx.Done():
-			}
-		}()
-		err = a.Run(ctx)
-		_ = agent.NotifyStopping()
-	}
-	if err != nil {
+	if err := agentcmd.Serve(context.Background(), a, af.Once, c.log); err != nil {
 		return c.fail(err)
 	}
 	return exitOK
 }
 
-// parseTasks is the agent's task file parser: every task of the file
-// tether can run, each with the spec and the name `tether start FILE
-// --task NAME` gives it; its warnings and notices logged.
-func (c *cli) parseTasks(file string, src []byte) ([]fsm.Spec, error) {
+// readEnableFile reads the task tether enable registers: the file's task
+// named task (or its only one), with the spec and name `tether start FILE
+// --task NAME` gives it. Its diagnostics and notices go to stderr.
+func (c *cli) readEnableFile(file, task string) (fsm.Spec, bool) {
+	src, err := os.ReadFile(file)
+	if err != nil {
+		c.errorf("%v", err)
+		return fsm.Spec{}, false
+	}
 	tf, diags := taskfile.Parse(file, src, taskfile.Options{})
-	var errs []string
 	for _, d := range diags {
-		if d.Severity == hcl.DiagError {
-			errs = append(errs, taskfile.FormatDiag(d))
-		} else {
-			c.log.Warn(taskfile.FormatDiag(d))
-		}
+		fmt.Fprintln(c.stderr, taskfile.FormatDiag(d))
 	}
 	if diags.HasErrors() {
-		return nil, errors.New(strings.Join(errs, "; "))
+		c.errorf("%s is not a valid task file; fix the errors above", file)
+		return fsm.Spec{}, false
 	}
 	for _, n := range tf.Notices {
-		c.log.Info(file + ": " + n.String())
+		fmt.Fprintf(c.stderr, "%s: %s\n", file, n)
 	}
-	var specs []fsm.Spec
-	for _, t := range tf.Tasks {
-		if err := t.CheckRunnable(); err != nil {
-			c.log.Warn("task not run by the agent", "file", file, "err", err)
-			continue
-		}
-		spec, err := t.StaticSpec()
-		if err != nil {
-			return nil, err
-		}
-		spec.Name = tf.Name(t)
-		specs = append(specs, spec)
+	t, err := tf.Find(task)
+	if err == nil {
+		err = t.CheckRunnable()
 	}
-	return specs, nil
+	var spec fsm.Spec
+	if err == nil {
+		spec, err = t.StaticSpec()
+	}
+	if err != nil {
+		c.errorf("%v", err)
+		return fsm.Spec{}, false
+	}
+	spec.Name = tf.Name(t)
+	return spec, true
 }
 
 // cmdEnable registers a task file's task as a desired task.
@@ -161,7 +131,7 @@ func (c *cli) cmdEnable(args []string) int {
 		return exitUsage
 	}
 	file := fs.Arg(0)
-	spec, ok := c.readTaskFile(file, *task)
+	spec, ok := c.readEnableFile(file, *task)
 	if !ok {
 		return exitError
 	}
@@ -321,38 +291,4 @@ func (c *cli) awaitDesired(ctx context.Context, s *session, e agent.Entry, min t
 		return c.fail(err)
 	}
 	return c.started(ctx, s, info.Task, min, sigs)
-}
-
-// readTaskFile reads the task of a task file that enable registers (task
-// picks one of several), its spec as the agent starts it: the file's
-// static spec, with no allocation (a desired task runs alone).
-func (c *cli) readTaskFile(file, task string) (fsm.Spec, bool) {
-	src, err := os.ReadFile(file)
-	if err != nil {
-		c.errorf("%v", err)
-		return fsm.Spec{}, false
-	}
-	tf, diags := taskfile.Parse(file, src, taskfile.Options{})
-	for _, d := range diags {
-		fmt.Fprintln(c.stderr, taskfile.FormatDiag(d))
-	}
-	if diags.HasErrors() {
-		c.errorf("%s is not a valid task file; fix the errors above", file)
-		return fsm.Spec{}, false
-	}
-	for _, n := range tf.Notices {
-		fmt.Fprintf(c.stderr, "%s: %s\n", file, n)
-	}
-	t, err := tf.Find(task)
-	if err != nil {
-		c.errorf("%v", err)
-		return fsm.Spec{}, false
-	}
-	spec, err := t.StaticSpec()
-	if err != nil {
-		c.errorf("%v", err)
-		return fsm.Spec{}, false
-	}
-	spec.Name = tf.Name(t)
-	return spec, true
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/agentcmd"
 )
 
 func TestStartExitCode_DockerConvention(t *testing.T) {
@@ -68,7 +69,7 @@ func TestStateDir_Precedence(t *testing.T) {
 	} {
 		t.Setenv("TETHER_STATE_DIR", tc.env)
 		t.Setenv("XDG_STATE_HOME", tc.xdg)
-		got, err := stateDir(tc.flag)
+		got, err := agentcmd.StateDir(tc.flag)
 		if err != nil || got != filepath.Clean(tc.want) {
 			t.Errorf("stateDir(%q) with env %q, xdg %q = %q, %v; want %q", tc.flag, tc.env, tc.xdg, got, err, tc.want)
 		}

@@ -35,24 +35,11 @@ func (c *cli) flags(name string) *flagSet {
 // and the chroot environment are listed only for the commands that start
 // tasks (they are accepted by all, as they always were).
 func (c *cli) globalFlags(fs *flagSet, startsTasks bool) {
-	fs.Func("state-dir", "state `directory` (env TETHER_STATE_DIR; default $XDG_STATE_HOME/tether or ~/.local/state/tether); an existing one must be private and yours", func(v string) error {
-		c.stateDir, c.stateDirSet = v, true
-		return nil
-	})
+	c.g.Register(fs.FlagSet, startsTasks)
 	fs.StringVar(&c.logLevel, "log-level", c.logLevel, "log `level`: trace, debug, info, warn, error or off; debug also logs the whole chain of an error")
 	fs.DurationVar(&c.lockTimeout, "lock-timeout", c.lockTimeout, "how long to wait while another tether holds the store without letting go (commands queued behind each other wait their turn)")
-	fs.StringVar(&c.allowCaps, "allow-caps", c.allowCaps, "capability allow `list` for exec tasks, comma-separated (env TETHER_ALLOW_CAPS; default Nomad's exec list, without net_raw)")
-	fs.StringVar(&c.chrootEnv, "chroot-env", c.chrootEnv, "what an exec task's root is made of: `entries` SRC or SRC:DST, comma-separated, each bound read-only (env TETHER_CHROOT_ENV; default Nomad's chroot_env)")
-	fs.StringVar(&c.allowSeccompFlag, "allow-seccomp", c.allowSeccompFlag, "what an exec task's seccomp may name besides \"default\": `list` of unconfined and profile paths, comma-separated (env TETHER_ALLOW_SECCOMP; default none); unconfined also runs exec tasks unfiltered on a host without seccomp")
-	fs.StringVar(&c.allowMissingFlag, "allow-missing", c.allowMissingFlag, "sandbox `parts` exec tasks may run without where the host lacks them: cgroupns, keyring, comma-separated (env TETHER_ALLOW_MISSING; default none: such a host refuses exec tasks)")
-	fs.StringVar(&c.allowReadDirs, "allow-read", c.allowReadDirs, "host `directories`, comma-separated, a job file's template (source, file) or local artifact may read besides the task's own and its group's (env TETHER_ALLOW_READ; default none)")
 	fs.BoolVar(&c.noAgent, "no-agent", c.noAgent, "work daemonless even if an agent serves the state directory (refused while one holds its store)")
-	fs.MarkGlobal("state-dir", "log-level", "lock-timeout", "allow-caps", "chroot-env", "allow-seccomp", "allow-missing", "allow-read", "no-agent")
-	if !startsTasks {
-		for _, name := range []string{"allow-caps", "chroot-env", "allow-seccomp", "allow-missing", "allow-read"} {
-			_ = fs.MarkHidden(name)
-		}
-	}
+	fs.MarkGlobal("log-level", "lock-timeout", "no-agent")
 }
 
 // parse parses a command's arguments: flags anywhere, up to a "--" or a

@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -30,7 +29,7 @@ import (
 
 	"github.com/tether-fsm/tether/agent"
 	"github.com/tether-fsm/tether/driver"
-	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/internal/agentcmd"
 	"github.com/tether-fsm/tether/internal/clikit"
 	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/store"
@@ -77,26 +76,25 @@ func main() {
 type cli struct {
 	stdout, stderr io.Writer
 
+	// g are the global flags the agent's commands share with
+	// tether-fleet's (internal/agentcmd), as given; setup resolves them
+	// into stateDir and the allow lists.
+	g           agentcmd.Globals
 	stateDir    string
-	stateDirSet bool // --state-dir was given (an empty one is an error, not the default)
 	logLevel    string
 	lockTimeout time.Duration
-	allowCaps   string
 	allowedCaps []string
-	chrootEnv   string
 	chroot      []string
 	// noAgent makes the command work daemonless (--no-agent), refusing
 	// while an agent holds the store.
 	noAgent bool
 	// command is the command being run, once its flags are parsed.
 	command command
-	// The seccomp allow list and the sandbox parts exec tasks may run
-	// without (--allow-seccomp, --allow-missing), as given and as lists.
-	allowSeccompFlag, allowMissingFlag string
-	allowSeccomp, allowMissing         []string
-	// allowReadDirs is --allow-read as given; allowRead the directories.
-	allowReadDirs string
-	allowRead     []string
+	// The seccomp allow list, the sandbox parts exec tasks may run
+	// without, and the directories a job file's template may read
+	// (--allow-seccomp, --allow-missing, --allow-read).
+	allowSeccomp, allowMissing []string
+	allowRead                  []string
 
 	log   hclog.Logger
 	hooks driver.Hooks
@@ -136,7 +134,8 @@ func commands() []command {
 		{name: "check", args: "[flags]", summary: "verify the store: checksums, legal paths, index", run: (*cli).cmdCheck},
 		{name: "gc", args: "[flags]", summary: "remove terminal tasks and their directories, compact the store", run: (*cli).cmdGC},
 		{name: "debug", args: "crashpoints|faultpoints|host", summary: "list the crash or fault injection points, or what the host can contain", run: (*cli).cmdDebug},
-		{name: "agent", args: "[flags]", summary: "serve the state directory in the foreground and keep its desired tasks running", run: (*cli).cmdAgent},
+		{name: "agent", args: "[flags]", summary: "serve the state directory in the foreground and keep its desired tasks running", run: (*cli).cmdAgent, startsTasks: true,
+			more: "With --node NAME --cluster URLS the agent is also the node NAME of a fleet on etcd (served by tether-fleet; 'tether agent --node NAME -h' lists its flags, docs/fleet.md says what it does)."},
 		{name: "enable", args: "[flags] FILE.hcl", summary: "register a task file's task with the agent: started, and kept running", run: (*cli).cmdEnable},
 		{name: "disable", args: "[flags] NAME", summary: "unregister a desired task; its task is stopped", run: (*cli).cmdDisable},
 		{name: "version", args: "", summary: "print tether's version (also --version)", run: (*cli).cmdVersion},
@@ -334,114 +333,18 @@ func (c *cli) setup() error {
 	if c.lockTimeout <= 0 {
 		return fmt.Errorf("--lock-timeout %s: must be positive", c.lockTimeout)
 	}
-	if c.stateDirSet && strings.TrimSpace(c.stateDir) == "" {
-		return errors.New("--state-dir is empty: give a directory, or leave the flag out for the default")
-	}
-	caps := c.allowCaps
-	if caps == "" {
-		caps = os.Getenv("TETHER_ALLOW_CAPS")
-	}
-	c.allowedCaps = nil
-	if caps != "" {
-		for _, n := range strings.Split(caps, ",") {
-			if n = strings.TrimSpace(n); n != "" {
-				c.allowedCaps = append(c.allowedCaps, n)
-			}
-		}
-		if err := executor.ValidateCaps(nil, nil, c.allowedCaps); err != nil {
-			return fmt.Errorf("--allow-caps: %w", err)
-		}
-	}
-	chroot := c.chrootEnv
-	if chroot == "" {
-		chroot = os.Getenv("TETHER_CHROOT_ENV")
-	}
-	c.chroot = nil
-	if chroot != "" {
-		for _, e := range strings.Split(chroot, ",") {
-			if e = strings.TrimSpace(e); e != "" {
-				c.chroot = append(c.chroot, e)
-			}
-		}
-		if err := executor.ValidatePolicy(executor.Policy{Chroot: c.chroot}); err != nil {
-			return fmt.Errorf("--chroot-env: %w; give existing host paths as SRC or SRC:DST", err)
-		}
-	}
-	c.allowSeccomp = splitList(c.allowSeccompFlag, "TETHER_ALLOW_SECCOMP")
-	if err := executor.ValidatePolicy(executor.Policy{AllowSeccomp: c.allowSeccomp}); err != nil {
-		return fmt.Errorf("--allow-seccomp: %w", err)
-	}
-	c.allowMissing = splitList(c.allowMissingFlag, "TETHER_ALLOW_MISSING")
-	if err := executor.ValidatePolicy(executor.Policy{AllowMissing: c.allowMissing}); err != nil {
-		return fmt.Errorf("--allow-missing: %w", err)
-	}
-	allow := c.allowReadDirs
-	if allow == "" {
-		allow = os.Getenv("TETHER_ALLOW_READ")
-	}
-	c.allowRead = nil
-	for _, d := range strings.Split(allow, ",") {
-		if d = strings.TrimSpace(d); d == "" {
-			continue
-		}
-		if !filepath.IsAbs(d) || filepath.Clean(d) == "/" {
-			return fmt.Errorf("--allow-read %q: give absolute directories other than /", d)
-		}
-		c.allowRead = append(c.allowRead, filepath.Clean(d))
-	}
-	dir, err := stateDir(c.stateDir)
+	set, err := c.g.Resolve()
 	if err != nil {
 		return err
 	}
-	c.stateDir = dir
+	c.stateDir, c.allowedCaps, c.chroot = set.StateDir, set.AllowedCaps, set.Chroot
+	c.allowSeccomp, c.allowMissing, c.allowRead = set.AllowSeccomp, set.AllowMissing, set.AllowRead
 	hooks, err := driver.HooksFromEnv()
 	if err != nil {
 		return fmt.Errorf("%w; unset the variable or pick a listed point", err)
 	}
 	c.hooks = hooks
 	return nil
-}
-
-// splitList splits a comma-separated flag value, or when it is empty the
-// environment variable env's, into its non-empty entries.
-func splitList(flagValue, env string) []string {
-	v := flagValue
-	if v == "" {
-		v = os.Getenv(env)
-	}
-	var out []string
-	for _, e := range strings.Split(v, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-// stateDir picks the state directory: the flag, then TETHER_STATE_DIR,
-// then $XDG_STATE_HOME/tether, then ~/.local/state/tether.
-func stateDir(flagValue string) (string, error) {
-	dir := flagValue
-	if dir == "" {
-		dir = os.Getenv("TETHER_STATE_DIR")
-	}
-	if dir == "" {
-		if x := os.Getenv("XDG_STATE_HOME"); x != "" && filepath.IsAbs(x) {
-			dir = filepath.Join(x, "tether")
-		}
-	}
-	if dir == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", fmt.Errorf("no state directory: %w; pass --state-dir or set TETHER_STATE_DIR", err)
-		}
-		dir = filepath.Join(home, ".local", "state", "tether")
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return "", fmt.Errorf("state directory %s: %w", dir, err)
-	}
-	return abs, nil
 }
 
 // errorf prints an error for a person: without the package prefixes of

@@ -1,0 +1,269 @@
+// Package agentcmd is the agent command's setup, shared by the two
+// binaries that run an agent: `tether agent` (cmd/tether) and its fleet
+// mode, `tether agent --node NAME --cluster URLS`, which tether hands to
+// tether-fleet (cmd/tether-fleet). Both take the same flags, read the same
+// state directory, apply the same allow lists, parse task files with the
+// same parser and serve until the same signals: this package is that one
+// copy. It links no etcd client (tether's start path stays free of it).
+//
+// Usage, in a command:
+//
+//	var g agentcmd.Globals
+//	var af agentcmd.Flags
+//	g.Register(fs, true)
+//	af.Register(fs)
+//	// parse fs …
+//	set, err := g.Resolve()
+//	a, err := agent.Open(agent.Config{StateDir: set.StateDir, ConfigDir: af.ConfigDir,
+//		Parse: agentcmd.ParseTasks(log), AllowedCaps: set.AllowedCaps, ChrootEnv: set.Chroot, …})
+//	err = agentcmd.Serve(ctx, a, af.Once, log)
+package agentcmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/tether-fsm/tether/agent"
+	"github.com/tether-fsm/tether/executor"
+	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/clikit"
+	"github.com/tether-fsm/tether/taskfile"
+)
+
+// Globals are the global flags that say where the state is and what tasks
+// may do, as given: --state-dir and the operator's allow lists.
+type Globals struct {
+	StateDir    string
+	StateDirSet bool // --state-dir was given (an empty one is an error, not the default)
+	AllowCaps   string
+	ChrootEnv   string
+	// AllowSeccomp, AllowMissing and AllowRead are --allow-seccomp,
+	// --allow-missing and --allow-read as given.
+	AllowSeccomp, AllowMissing, AllowRead string
+}
+
+// GlobalNames are the flags Register registers, in order.
+var GlobalNames = []string{"state-dir", "allow-caps", "chroot-env", "allow-seccomp", "allow-missing", "allow-read"}
+
+// policyNames are the allow lists among GlobalNames.
+var policyNames = GlobalNames[1:]
+
+// Register registers the flags on fs, marked global. The allow lists are
+// listed in help only for the commands that start tasks (startsTasks);
+// every command accepts them.
+func (g *Globals) Register(fs *clikit.FlagSet, startsTasks bool) {
+	fs.Func("state-dir", "state `directory` (env TETHER_STATE_DIR; default $XDG_STATE_HOME/tether or ~/.local/state/tether); an existing one must be private and yours", func(v string) error {
+		g.StateDir, g.StateDirSet = v, true
+		return nil
+	})
+	fs.StringVar(&g.AllowCaps, "allow-caps", g.AllowCaps, "capability allow `list` for exec tasks, comma-separated (env TETHER_ALLOW_CAPS; default Nomad's exec list, without net_raw)")
+	fs.StringVar(&g.ChrootEnv, "chroot-env", g.ChrootEnv, "what an exec task's root is made of: `entries` SRC or SRC:DST, comma-separated, each bound read-only (env TETHER_CHROOT_ENV; default Nomad's chroot_env)")
+	fs.StringVar(&g.AllowSeccomp, "allow-seccomp", g.AllowSeccomp, "what an exec task's seccomp may name besides \"default\": `list` of unconfined and profile paths, comma-separated (env TETHER_ALLOW_SECCOMP; default none); unconfined also runs exec tasks unfiltered on a host without seccomp")
+	fs.StringVar(&g.AllowMissing, "allow-missing", g.AllowMissing, "sandbox `parts` exec tasks may run without where the host lacks them: cgroupns, keyring, comma-separated (env TETHER_ALLOW_MISSING; default none: such a host refuses exec tasks)")
+	fs.StringVar(&g.AllowRead, "allow-read", g.AllowRead, "host `directories`, comma-separated, a job file's template (source, file) or local artifact may read besides the task's own and its group's (env TETHER_ALLOW_READ; default none)")
+	fs.MarkGlobal(GlobalNames...)
+	if !startsTasks {
+		for _, name := range policyNames {
+			_ = fs.MarkHidden(name)
+		}
+	}
+}
+
+// Settings are the Globals resolved: the state directory, absolute, and
+// the allow lists, each checked.
+type Settings struct {
+	StateDir string
+	// AllowedCaps is the capability allow list (nil: the default), Chroot
+	// the chroot environment's entries (nil: the default).
+	AllowedCaps []string
+	Chroot      []string
+	// AllowSeccomp, AllowMissing and AllowRead are the other lists (nil:
+	// none).
+	AllowSeccomp []string
+	AllowMissing []string
+	AllowRead    []string
+}
+
+// Resolve reads each flag, or where it is empty its environment variable,
+// checks it and returns the settings. An error names the flag and what to
+// give.
+func (g *Globals) Resolve() (Settings, error) {
+	var s Settings
+	if g.StateDirSet && strings.TrimSpace(g.StateDir) == "" {
+		return s, errors.New("--state-dir is empty: give a directory, or leave the flag out for the default")
+	}
+	s.AllowedCaps = splitList(g.AllowCaps, "TETHER_ALLOW_CAPS")
+	if len(s.AllowedCaps) > 0 {
+		if err := executor.ValidateCaps(nil, nil, s.AllowedCaps); err != nil {
+			return s, fmt.Errorf("--allow-caps: %w", err)
+		}
+	}
+	s.Chroot = splitList(g.ChrootEnv, "TETHER_CHROOT_ENV")
+	if len(s.Chroot) > 0 {
+		if err := executor.ValidatePolicy(executor.Policy{Chroot: s.Chroot}); err != nil {
+			return s, fmt.Errorf("--chroot-env: %w; give existing host paths as SRC or SRC:DST", err)
+		}
+	}
+	s.AllowSeccomp = splitList(g.AllowSeccomp, "TETHER_ALLOW_SECCOMP")
+	if err := executor.ValidatePolicy(executor.Policy{AllowSeccomp: s.AllowSeccomp}); err != nil {
+		return s, fmt.Errorf("--allow-seccomp: %w", err)
+	}
+	s.AllowMissing = splitList(g.AllowMissing, "TETHER_ALLOW_MISSING")
+	if err := executor.ValidatePolicy(executor.Policy{AllowMissing: s.AllowMissing}); err != nil {
+		return s, fmt.Errorf("--allow-missing: %w", err)
+	}
+	for _, d := range splitList(g.AllowRead, "TETHER_ALLOW_READ") {
+		if !filepath.IsAbs(d) || filepath.Clean(d) == "/" {
+			return s, fmt.Errorf("--allow-read %q: give absolute directories other than /", d)
+		}
+		s.AllowRead = append(s.AllowRead, filepath.Clean(d))
+	}
+	dir, err := StateDir(g.StateDir)
+	if err != nil {
+		return s, err
+	}
+	s.StateDir = dir
+	return s, nil
+}
+
+// splitList splits a comma-separated flag value, or when it is empty the
+// environment variable env's, into its non-empty entries.
+func splitList(flagValue, env string) []string {
+	v := flagValue
+	if v == "" {
+		v = os.Getenv(env)
+	}
+	var out []string
+	for _, e := range strings.Split(v, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// StateDir picks the state directory: the flag, then TETHER_STATE_DIR,
+// then $XDG_STATE_HOME/tether, then ~/.local/state/tether.
+func StateDir(flagValue string) (string, error) {
+	dir := flagValue
+	if dir == "" {
+		dir = os.Getenv("TETHER_STATE_DIR")
+	}
+	if dir == "" {
+		if x := os.Getenv("XDG_STATE_HOME"); x != "" && filepath.IsAbs(x) {
+			dir = filepath.Join(x, "tether")
+		}
+	}
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("no state directory: %w; pass --state-dir or set TETHER_STATE_DIR", err)
+		}
+		dir = filepath.Join(home, ".local", "state", "tether")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("state directory %s: %w", dir, err)
+	}
+	return abs, nil
+}
+
+// Flags are the agent command's own flags.
+type Flags struct {
+	ConfigDir string
+	Once      bool
+}
+
+// Register registers them on fs.
+func (f *Flags) Register(fs *clikit.FlagSet) {
+	fs.StringVar(&f.ConfigDir, "config-dir", f.ConfigDir, "`directory` of task files (*.hcl) to keep running; owned by root or you, writable by no one else")
+	fs.BoolVar(&f.Once, "once", f.Once, "recover and converge once, then exit (for cron's @reboot)")
+}
+
+// ParseTasks is the agent's task file parser: every task of the file
+// tether can run, each with the spec and the name `tether start FILE
+// --task NAME` gives it; its warnings and notices logged to log.
+func ParseTasks(log hclog.Logger) agent.ParseFunc {
+	return func(file string, src []byte) ([]fsm.Spec, error) {
+		tf, diags := taskfile.Parse(file, src, taskfile.Options{})
+		var errs []string
+		for _, d := range diags {
+			if d.Severity == hcl.DiagError {
+				errs = append(errs, taskfile.FormatDiag(d))
+			} else {
+				log.Warn(taskfile.FormatDiag(d))
+			}
+		}
+		if diags.HasErrors() {
+			return nil, errors.New(strings.Join(errs, "; "))
+		}
+		for _, n := range tf.Notices {
+			log.Info(file + ": " + n.String())
+		}
+		var specs []fsm.Spec
+		for _, t := range tf.Tasks {
+			if err := t.CheckRunnable(); err != nil {
+				log.Warn("task not run by the agent", "file", file, "err", err)
+				continue
+			}
+			spec, err := t.StaticSpec()
+			if err != nil {
+				return nil, err
+			}
+			spec.Name = tf.Name(t)
+			specs = append(specs, spec)
+		}
+		return specs, nil
+	}
+}
+
+// Serve runs a in the foreground until SIGTERM or SIGINT (SIGHUP reads
+// the config dir again), telling the service manager when it serves and
+// when it stops; once converges and returns instead (Agent.Once). It
+// returns when ctx ends too, and stops no task.
+func Serve(ctx context.Context, a *agent.Agent, once bool, log hclog.Logger) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	go func() {
+		for {
+			select {
+			case s := <-sigs:
+				if s == syscall.SIGHUP {
+					a.Rescan()
+					continue
+				}
+				cancel()
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	if once {
+		return a.Once(ctx)
+	}
+	go func() {
+		select {
+		case <-a.Serving():
+			if err := agent.NotifyReady(); err != nil {
+				log.Warn("telling the service manager the agent is ready", "err", err)
+			}
+		case <-ctx.Done():
+		}
+	}()
+	err := a.Run(ctx)
+	_ = agent.NotifyStopping()
+	return err
+}
