@@ -21,7 +21,7 @@ import (
 func enabledRecord(name string) Desired {
 	spec := *fullEvents()[0].Spec
 	spec.Name = name
-	spec.Resources.Cores = 0 // a record's spec is a valid one: cpu or cores, not both
+	spec.Resources.Cores = 0 // every field of the record (cores beside cpu) is more than a valid spec holds
 	return Desired{Name: name, Source: SourceEnabled, File: "/etc/tether/" + name + ".hcl", Spec: &spec}
 }
 
