@@ -154,7 +154,33 @@ func (l *Local) Reconcile(ctx context.Context, ids ...string) (driver.Report, er
 	return l.D.Reconcile(ctx, ids...)
 }
 
-func (l *Local) Recover(ctx context.Context) (driver.Report, error) { return l.D.Recover(ctx) }
+// Recover is the driver's, and then waits (bounded by the kill's effect
+// timeout) for each task it found being reaped by this process's driver:
+// in a long-lived driver (an agent's), the supervision that saw an
+// executor die is recording its end, and the report says the end, as a
+// daemonless recovery, which reaps such a task itself, does.
+func (l *Local) Recover(ctx context.Context) (driver.Report, error) {
+	rep, err := l.D.Recover(ctx)
+	for i, r := range rep.Tasks {
+		if r.Err != nil || r.To != fsm.StateReaping {
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, reapWait)
+		final, werr := l.D.WaitTask(wctx, r.ID)
+		cancel()
+		if final.State.Terminal() {
+			rep.Tasks[i].To = final.State
+			rep.Tasks[i].Action = "its end recorded by the supervision in progress: " + final.State.String()
+		} else if werr != nil && ctx.Err() != nil {
+			return rep, ctx.Err()
+		}
+	}
+	return rep, err
+}
+
+// reapWait bounds Recover's wait for a task being reaped (the driver's
+// default effect timeout).
+const reapWait = 30 * time.Second
 
 func (l *Local) TaskStats(ctx context.Context, id string) (cgroup.Stats, error) {
 	return l.D.TaskStats(ctx, id)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -225,6 +226,16 @@ func (a *agentRun) stop() {
 	<-a.exited
 	if a.err != nil {
 		t.Errorf("agent on SIGTERM: %v", a.err)
+	}
+	// A detached tether drive-group is the agent's client while the agent
+	// drives its group: its request ends with the agent (or with the
+	// group, just before), and it exits then. Daemonless, a stop of the
+	// group waits for that process; through an agent the group's lock
+	// names the agent, so the leak check waits for it here.
+	for _, p := range testproc.Marked(a.e.dir) {
+		if slices.Contains(p.Args, "drive-group") {
+			waitExit(t, p.PID)
+		}
 	}
 	if t.Failed() {
 		t.Logf("the agent's logs:\n%s", a.logs)
