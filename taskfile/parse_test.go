@@ -299,6 +299,15 @@ task "x" {
     args = ["a", null]
   }
 }`, "must not hold null"},
+		{"negative count", `job "j" {
+  group "g" {
+    count = -1
+    task "x" {
+      driver = "exec"
+      config { command = "/bin/true" }
+    }
+  }
+}`, "t.hcl:3:13: error: Bad count: count is -1; it must not be negative."},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := parseErr(t, tc.src)

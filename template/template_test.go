@@ -305,3 +305,72 @@ func TestTemplate_Check(t *testing.T) {
 		t.Errorf("ParseChangeMode: %v", err)
 	}
 }
+
+// TestRender_OutputLimit: an output of exactly MaxBytes is written; one a
+// byte longer is refused, in one piece or in several, and nothing is
+// written for it.
+func TestRender_OutputLimit(t *testing.T) {
+	r, _ := newTask(t, false)
+	r.MaxBytes = 16
+	ctx := context.Background()
+	if _, err := r.Render(ctx, Template{Data: strings.Repeat("x", 16), Destination: "local/exact"}); err != nil {
+		t.Fatalf("an output of exactly MaxBytes: %v", err)
+	}
+	if got := read(t, filepath.Join(r.Layout.TaskDir, "local", "exact")); len(got) != 16 {
+		t.Errorf("local/exact holds %d bytes, want 16", len(got))
+	}
+	for name, data := range map[string]string{
+		"one piece": strings.Repeat("x", 17),
+		"several":   strings.Repeat("x", 10) + `{{ "yyyyyyy" }}`,
+	} {
+		_, err := r.Render(ctx, Template{Data: data, Destination: "local/over"})
+		if !errors.Is(err, ErrBadTemplate) || !strings.Contains(err.Error(), "larger than 16 bytes") {
+			t.Errorf("%s: an output of 17 bytes with MaxBytes 16: %v; want ErrBadTemplate saying larger than 16 bytes", name, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(r.Layout.TaskDir, "local", "over")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("an output over the limit was written: %v", err)
+	}
+}
+
+// TestRender_DefaultPermsAndRerenderRestores: a template without perms is
+// written 0644 (Nomad's default); a re-render with the same text rewrites
+// a file whose mode (or, for root, owner) was changed since, and leaves
+// one as it was written unchanged.
+func TestRender_DefaultPermsAndRerenderRestores(t *testing.T) {
+	r, _ := newTask(t, false)
+	ctx := context.Background()
+	tm := Template{Data: "v=1\n", Destination: "local/app.conf"}
+	res, err := r.Render(ctx, tm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(res.Path); err != nil || fi.Mode().Perm() != DefaultPerms || DefaultPerms != 0o644 {
+		t.Fatalf("a template without perms is %v (%v), want 0644", fi.Mode().Perm(), err)
+	}
+	if res, err := r.Render(ctx, tm); err != nil || res.Changed {
+		t.Errorf("a re-render of the same text: changed %v, %v; want unchanged", res.Changed, err)
+	}
+	if err := os.Chmod(res.Path, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := r.Render(ctx, tm); err != nil || !res.Changed {
+		t.Errorf("a re-render after a chmod: changed %v, %v; want rewritten", res.Changed, err)
+	}
+	if fi, _ := os.Stat(res.Path); fi.Mode().Perm() != 0o644 {
+		t.Errorf("after the re-render the mode is %v, want 0644", fi.Mode().Perm())
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the owner half needs root: chown to another user")
+	}
+	if err := os.Chown(res.Path, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := r.Render(ctx, tm); err != nil || !res.Changed {
+		t.Errorf("a re-render after a chown: changed %v, %v; want rewritten", res.Changed, err)
+	}
+	fi, _ := os.Stat(res.Path)
+	if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != os.Geteuid() {
+		t.Errorf("after the re-render the file belongs to uid %d, want %d", st.Uid, os.Geteuid())
+	}
+}
