@@ -348,3 +348,48 @@ func atTickStart() {
 		}
 	}
 }
+
+// TestReadStat_CommThatLooksLikeFields: a process whose name holds ")",
+// spaces and digits (the task picks its own name) is read by its real
+// fields: its parent, its group, a start time that Check proves and Kill
+// acts on. A parse from the first ")" would read the name's digits as
+// the fields that identify the process.
+func TestReadStat_CommThatLooksLikeFields(t *testing.T) {
+	for _, comm := range []string{"a) R 1 2 3", "x (y) 0 0"} {
+		b := []byte("4242 (" + comm + ") S 77 4242 4242 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 987654 0 0 0 0 0 0")
+		s, err := proc.ParseStat(b)
+		if err != nil || s.State != 'S' || s.PPID != 77 || s.PGID != 4242 || s.SID != 4242 || s.StartTime != 987654 {
+			t.Errorf("ParseStat of a process named %q = %+v, %v; want state S, ppid 77, pgid and sid 4242, start time 987654", comm, s, err)
+		}
+	}
+	m := newMarker(t)
+	named := t.TempDir() + "/a) R 1 2 3"
+	bin, err := os.ReadFile(testBinary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(named, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(named, "hang", m)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	s, err := proc.ReadStat(pid)
+	if err != nil || s.PPID != os.Getpid() || s.PGID != pid {
+		t.Fatalf("ReadStat of pid %d named %q = %+v, %v; want ppid %d, pgid %d", pid, "a) R 1 2 3", s, err, os.Getpid(), pid)
+	}
+	id := identityOf(t, pid)
+	if err := proc.Check(id); err != nil {
+		t.Fatalf("Check of its own identity: %v", err)
+	}
+	if err := proc.Kill(testCtx(t), id); err != nil {
+		t.Fatalf("Kill: %v", err)
+	}
+	if childAlive(t, cmd) {
+		t.Errorf("pid %d is alive after Kill", pid)
+	}
+}
