@@ -254,7 +254,7 @@ func TestExec_SandboxAttacks(t *testing.T) {
 			spec := m.execSpec(t, "attack", string(tg))
 			spec.User, spec.CapAdd, spec.AllowedCaps = tc.user, tc.caps, tc.allow
 			spec.Chroot = append(spec.Chroot, "/sys/fs/cgroup")
-			spec.Resources = fsm.Resources{MemoryMB: 64, PIDs: 50, CPU: 100, Cores: 1}
+			spec.Resources = fsm.Resources{MemoryMB: 64, PIDs: 50, Cores: 1} // cores, not cpu too: fsm refuses both (Nomad's rule)
 			if _, err := c.Launch(ctx, spec); err != nil {
 				t.Fatal(err)
 			}

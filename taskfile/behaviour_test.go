@@ -748,3 +748,77 @@ task "plain" {
 		t.Errorf("seccomp on raw_exec: %s", msg)
 	}
 }
+
+// TestInstantiate_TaskPortsAreTheTasksOwn: a group's ports reach each of
+// its tasks, a port of a task's own network block reaches that task only:
+// a sibling never gets NOMAD_PORT_ of a port that is not its own.
+func TestInstantiate_TaskPortsAreTheTasksOwn(t *testing.T) {
+	f := parseJob(t, `job "j" {
+  group "d" {
+    network {
+      port "g" {}
+    }
+    task "t" {
+      driver = "raw_exec"
+      resources {
+        network {
+          port "tp" {}
+        }
+      }
+      config { command = "a" }
+    }
+    task "u" {
+      driver = "raw_exec"
+      resources {
+        network {
+          port "up" {}
+        }
+      }
+      config { command = "a" }
+    }
+  }
+}`, Options{})
+	ports := []Port{{Label: "g", Value: 20000, IP: "127.0.0.1"}, {Label: "tp", Value: 20001, IP: "127.0.0.1", Task: "t"}, {Label: "up", Value: 20002, IP: "127.0.0.1", Task: "u"}}
+	for task, want := range map[string]struct{ own, other string }{"t": {"tp", "up"}, "u": {"up", "tp"}} {
+		in, err := instantiate(t, f, "d."+task, Alloc{Ports: ports})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.Spec.Env["NOMAD_PORT_g"] != "20000" || in.Spec.Env["NOMAD_PORT_"+want.own] == "" {
+			t.Errorf("task %s: NOMAD_PORT_g = %q, NOMAD_PORT_%s = %q; want the group's port and its own", task, in.Spec.Env["NOMAD_PORT_g"], want.own, in.Spec.Env["NOMAD_PORT_"+want.own])
+		}
+		for k, v := range in.Spec.Env {
+			if strings.HasSuffix(k, "_"+want.other) {
+				t.Errorf("task %s has %s = %q, a port of task %s", task, k, v, strings.TrimSuffix(want.other, "p"))
+			}
+		}
+		if len(in.Ports) != 2 {
+			t.Errorf("task %s holds ports %+v, want the group's and its own", task, in.Ports)
+		}
+	}
+}
+
+// TestAllocator_RangeBounds: a dynamic range of one port (min = max) gives
+// that port, and a second owner none (named); a range with max below min
+// is refused as empty.
+func TestAllocator_RangeBounds(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	a := &Allocator{Dir: t.TempDir(), IP: "127.0.0.1", Min: p, Max: p}
+	ctx := context.Background()
+	ps, err := a.Allocate(ctx, "one", []PortRequest{{Label: "http"}})
+	if err != nil || len(ps) != 1 || ps[0].Value != p {
+		t.Fatalf("a range of the one port %d: %+v, %v; want that port", p, ps, err)
+	}
+	if _, err := a.Allocate(ctx, "two", []PortRequest{{Label: "http"}}); !errors.Is(err, ErrPorts) || !strings.Contains(err.Error(), "no free dynamic port") {
+		t.Errorf("a second owner of a one-port range: %v; want ErrPorts saying no free dynamic port", err)
+	}
+	b := &Allocator{Dir: t.TempDir(), IP: "127.0.0.1", Min: p, Max: p - 1}
+	if _, err := b.Allocate(ctx, "one", []PortRequest{{Label: "http"}}); !errors.Is(err, ErrPorts) || !strings.Contains(err.Error(), "is empty") {
+		t.Errorf("a range with max below min: %v; want ErrPorts saying it is empty", err)
+	}
+}
