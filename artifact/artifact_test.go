@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/tether-fsm/tether/taskdir"
@@ -418,5 +419,40 @@ func TestFetch_ArchiveLinkStaysInItsDestination(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(s.layout.TaskDir, "local", "in", "l")); err != nil || string(b) != "f" {
 		t.Errorf("local/in/l = %q, %v", b, err)
+	}
+}
+
+// TestFetch_ChownOnlyWhenAsked: an artifact's files stay the executor's
+// (root's) unless the artifact sets chown, and then are the task user's,
+// archives' entries and directories included.
+func TestFetch_ChownOnlyWhenAsked(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: giving files to another user takes chown")
+	}
+	s := newSandbox(t)
+	tgz := tarball(t, true, entry{name: "app/", typ: tar.TypeDir}, entry{name: "app/run.sh", body: "echo hi\n"})
+	srv := serve(t, map[string][]byte{"/app.tar.gz": tgz, "/f": []byte("data")})
+	f := &Fetcher{Layout: s.layout, TempDir: t.TempDir(), Owner: taskdir.Owner{UID: 65534, GID: 65534}}
+	ctx := context.Background()
+	for _, a := range []Artifact{
+		{Source: srv.URL + "/f", Destination: "local/kept"},
+		{Source: srv.URL + "/app.tar.gz", Destination: "local/kept"},
+		{Source: srv.URL + "/f", Destination: "local/given", Chown: true},
+		{Source: srv.URL + "/app.tar.gz", Destination: "local/given", Chown: true},
+	} {
+		if err := f.Fetch(ctx, a); err != nil {
+			t.Fatalf("%+v: %v", a, err)
+		}
+	}
+	for dir, uid := range map[string]int{"kept": os.Geteuid(), "given": 65534} {
+		for _, p := range []string{"f", "app", "app/run.sh"} {
+			fi, err := os.Lstat(filepath.Join(s.layout.TaskDir, "local", dir, p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != uid || int(st.Gid) != uid {
+				t.Errorf("local/%s/%s belongs to %d:%d, want %d:%d", dir, p, st.Uid, st.Gid, uid, uid)
+			}
+		}
 	}
 }

@@ -154,3 +154,19 @@ func TestLayout_Prepare_RefusesWhatIsNotPrivate(t *testing.T) {
 		}
 	})
 }
+
+// TestValidateTaskDirName_RefusesTheAllocationsNames: a task of a group
+// may not be named like the allocation's own entries (its shared alloc/
+// directory, its lock and its log), nor like an invalid id.
+func TestValidateTaskDirName_RefusesTheAllocationsNames(t *testing.T) {
+	for _, name := range []string{statedir.SharedDir, statedir.GroupLockFile, statedir.GroupLogFile, "..", "a/b"} {
+		if err := statedir.ValidateTaskDirName(name); !errors.Is(err, statedir.ErrInvalidTaskID) {
+			t.Errorf("ValidateTaskDirName(%q) = %v, want ErrInvalidTaskID", name, err)
+		}
+	}
+	for _, name := range []string{"web", "allocator", "alloc2"} {
+		if err := statedir.ValidateTaskDirName(name); err != nil {
+			t.Errorf("ValidateTaskDirName(%q) = %v", name, err)
+		}
+	}
+}

@@ -289,3 +289,25 @@ func TestRoot_OpenAsRefusesAnotherUsersLinkedFile(t *testing.T) {
 		t.Errorf("ReadFileAs(single) for uid %d = %q, %v", other, b, err)
 	}
 }
+
+// TestRoot_WriteModeIsTheOneAsked: a file is written with exactly the
+// mode asked for, whatever the process's umask took away at its creation
+// (a 0666 template, a 0777 binary of an archive).
+func TestRoot_WriteModeIsTheOneAsked(t *testing.T) {
+	old := unix.Umask(0o027)
+	t.Cleanup(func() { unix.Umask(old) })
+	base := t.TempDir()
+	r, err := OpenRoot(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for name, perm := range map[string]os.FileMode{"shared": 0o666, "tool": 0o777, "private": 0o600} {
+		if err := r.WriteFile(name, []byte(name), perm, Keep); err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Stat(filepath.Join(base, name)); err != nil || fi.Mode().Perm() != perm {
+			t.Errorf("%s written %v under umask 027: %v, %v", name, perm, fi.Mode().Perm(), err)
+		}
+	}
+}

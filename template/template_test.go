@@ -111,6 +111,11 @@ func TestRender_ServerFunctionsNamed(t *testing.T) {
 		`{{ if false }}{{ nomadVar "x" }}{{ end }}`:     `"nomadVar" needs Nomad's variables API`,
 		`{{ nomadVarList }}`:                            `"nomadVarList" needs`,
 		`{{ range nomadService "x" }}{{ end }}`:         `"nomadService" needs Nomad's service discovery`,
+		// Refused where they would never run too: an else branch, a
+		// template defined and never called.
+		`{{ if true }}a{{ else }}{{ key "app/port" }}{{ end }}`:       `"key" needs Consul's KV store`,
+		`{{ with "v" }}{{ . }}{{ else }}{{ secret "kv/x" }}{{ end }}`: `"secret" needs Vault`,
+		`{{ define "never" }}{{ service "db" }}{{ end }}ok`:           `"service" needs Consul's catalog`,
 	} {
 		_, err := r.Render(context.Background(), Template{Data: fn, Destination: "local/x"})
 		if !errors.Is(err, ErrServerFunction) || !strings.Contains(err.Error(), needs) {
