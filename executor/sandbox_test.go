@@ -970,3 +970,21 @@ func runExecutorWithout(args []string) int {
 	fmt.Fprintln(os.Stderr, "executor-without: exec:", err)
 	return 2
 }
+
+// TestExec_NoNewPrivsWithoutAFilter: an exec task run unconfined (seccomp
+// = "unconfined", which the operator allowed) still runs with
+// no_new_privs, as root and as nobody: installing the filter is not what
+// sets it, and a setuid binary in its root must not raise it.
+func TestExec_NoNewPrivsWithoutAFilter(t *testing.T) {
+	needIsolation(t)
+	m := newMarker(t)
+	for _, user := range []string{"", "root"} {
+		c := spawn(t, m, "")
+		spec := m.execSpec(t, "inspect", "/proc/self/status")
+		spec.User, spec.Seccomp, spec.AllowSeccomp = user, fsm.SeccompUnconfined, []string{fsm.SeccompUnconfined}
+		r := inspectExec(t, c, spec)
+		if r.NoNewPrivs != "1" || r.Seccomp != "0" {
+			t.Errorf("user %q, unconfined: NoNewPrivs %q Seccomp %q; want 1 and 0 (no filter)", user, r.NoNewPrivs, r.Seccomp)
+		}
+	}
+}
