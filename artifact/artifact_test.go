@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
@@ -454,5 +455,33 @@ func TestFetch_ChownOnlyWhenAsked(t *testing.T) {
 				t.Errorf("local/%s/%s belongs to %d:%d, want %d:%d", dir, p, st.Uid, st.Gid, uid, uid)
 			}
 		}
+	}
+}
+
+// TestFetch_CopiedTreeLimits: a local directory of exactly max_files
+// entries is copied; one of an entry more is refused, naming the limit.
+func TestFetch_CopiedTreeLimits(t *testing.T) {
+	s := newSandbox(t)
+	for _, dir := range []string{"three", "four"} {
+		n := 3
+		if dir == "four" {
+			n = 4
+		}
+		for i := range n {
+			if err := os.MkdirAll(filepath.Join(s.layout.AllocDir, dir), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(s.layout.AllocDir, dir, fmt.Sprint(i)), []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	f := &Fetcher{Layout: s.layout, TempDir: t.TempDir(), Limits: Limits{MaxFiles: 3, MaxBytes: 1 << 20}}
+	ctx := context.Background()
+	if err := f.Fetch(ctx, Artifact{Source: filepath.Join(s.layout.AllocDir, "three"), Destination: "local/three"}); err != nil {
+		t.Fatalf("a directory of max_files entries: %v", err)
+	}
+	if err := f.Fetch(ctx, Artifact{Source: filepath.Join(s.layout.AllocDir, "four"), Destination: "local/four"}); !errors.Is(err, ErrArchive) || !strings.Contains(err.Error(), "more than 3 files") {
+		t.Errorf("a directory of max_files+1 entries: %v; want ErrArchive saying more than 3 files", err)
 	}
 }

@@ -89,6 +89,9 @@ func TestRender_DelimitersEnvFileAndSource(t *testing.T) {
 	if err != nil || env["X"] != "1" || env["Y"] != "a\nb" || env["Z"] != "q r" {
 		t.Errorf("env %v %v", env, err)
 	}
+	if _, err := ParseEnvFile([]byte("A=1\nB=\"x\\x00y\"\n")); !errors.Is(err, ErrEnvFile) || !strings.Contains(err.Error(), "line 2") || !strings.Contains(err.Error(), "NUL") {
+		t.Errorf("a value with a NUL byte: %v; want ErrEnvFile naming line 2 and the NUL", err)
+	}
 	if _, err := ParseEnvFile([]byte("not a pair\n")); !errors.Is(err, ErrEnvFile) || !strings.Contains(err.Error(), "line 1") {
 		t.Errorf("bad env file: %v", err)
 	}
