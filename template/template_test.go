@@ -382,3 +382,47 @@ func TestRender_DefaultPermsAndRerenderRestores(t *testing.T) {
 		t.Errorf("after the re-render the file belongs to uid %d, want %d", st.Uid, os.Geteuid())
 	}
 }
+
+// TestWatcher_RenderFailureReported: a source replaced by one that does
+// not render is reported as a change with its error (the caller logs it),
+// and the output rendered before stays as it was.
+func TestWatcher_RenderFailureReported(t *testing.T) {
+	r, _ := newTask(t, false)
+	src := filepath.Join(r.Layout.TaskDir, "local", "app.tpl")
+	if err := os.WriteFile(src, []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ts := []Template{{Source: "local/app.tpl", Destination: "local/app.conf", ChangeMode: ChangeRestart}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	results, _, err := r.RenderAll(ctx, ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWatcher(r, ts, results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	tmp := src + ".new"
+	if err := os.WriteFile(tmp, []byte(`{{ key "db/url" }}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, src); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-w.Changes():
+		if c.Index != 0 || !errors.Is(c.Err, ErrServerFunction) {
+			t.Errorf("change %+v, want template 0 with ErrServerFunction", c)
+		}
+	case <-time.After(10 * time.Second): // a guard against a hang, not a timing: an inotify event takes microseconds
+		t.Fatal("a source that no longer renders was not reported")
+	}
+	if got := read(t, filepath.Join(r.Layout.TaskDir, "local", "app.conf")); got != "v1" {
+		t.Errorf("the output is %q after a failed render, want the previous v1", got)
+	}
+	cancel()
+	<-done
+}
