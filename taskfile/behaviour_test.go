@@ -232,6 +232,11 @@ job "j" {
 	if got := strings.Join(f.Tasks[0].Spec.Args, "|"); got != "HI file|7|true|x|y" {
 		t.Errorf("args %q: want -var over the var file over NOMAD_VAR_", got)
 	}
+	// The environment alone gives a value, over a default.
+	f = parseJob(t, src, Options{Env: map[string]string{"NOMAD_VAR_name": "env", "NOMAD_VAR_on": "false", "NOMAD_VAR_n": "3"}})
+	if got := strings.Join(f.Tasks[0].Spec.Args, "|"); got != "HI env|3|false" {
+		t.Errorf("args %q: want the NOMAD_VAR_ values, over n's default", got)
+	}
 	for _, tc := range []struct {
 		opts Options
 		says string
