@@ -103,11 +103,9 @@ func (r *Root) dir(rel string, create bool, perm os.FileMode, owner Owner) (int,
 		if create {
 			switch err := unix.Mkdirat(fd, name, uint32(perm.Perm())); {
 			case err == nil:
-				if owner != Keep {
-					if err := unix.Fchownat(fd, name, owner.UID, owner.GID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-						unix.Close(fd)
-						return -1, r.errf("chown", c, err)
-					}
+				if err := r.made(fd, name, perm, owner); err != nil {
+					unix.Close(fd)
+					return -1, r.errf("set the mode and owner of", c, err)
 				}
 			case errors.Is(err, unix.EEXIST):
 			default:
@@ -129,6 +127,26 @@ func (r *Root) dir(rel string, create bool, perm os.FileMode, owner Owner) (int,
 		fd = next
 	}
 	return fd, nil
+}
+
+// made gives the directory name, just made in dirfd, the mode perm (the
+// umask took bits away: the executor's is 077, and a 0700 directory is one
+// a task run as another user cannot enter) and owner: through a
+// descriptor opened beneath dirfd without following a link, so that a
+// link put in its place meanwhile is an error, never followed.
+func (r *Root) made(dirfd int, name string, perm os.FileMode, owner Owner) error {
+	fd, err := r.openat2(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := unix.Fchmod(fd, uint32(perm.Perm())); err != nil {
+		return err
+	}
+	if owner != Keep {
+		return unix.Fchown(fd, owner.UID, owner.GID)
+	}
+	return nil
 }
 
 // MkdirAll makes the directory rel and its missing parents, with perm and

@@ -290,11 +290,13 @@ func TestRoot_OpenAsRefusesAnotherUsersLinkedFile(t *testing.T) {
 	}
 }
 
-// TestRoot_WriteModeIsTheOneAsked: a file is written with exactly the
-// mode asked for, whatever the process's umask took away at its creation
-// (a 0666 template, a 0777 binary of an archive).
+// TestRoot_WriteModeIsTheOneAsked: a file, and a directory made for it or
+// by MkdirAll, has exactly the mode asked for, whatever the process's
+// umask took away at its creation (the executor's is 077: a 0755
+// directory of an artifact left 0700 is one its task, run as nobody,
+// cannot enter; a 0666 template, a 0777 binary of an archive).
 func TestRoot_WriteModeIsTheOneAsked(t *testing.T) {
-	old := unix.Umask(0o027)
+	old := unix.Umask(0o077)
 	t.Cleanup(func() { unix.Umask(old) })
 	base := t.TempDir()
 	r, err := OpenRoot(base)
@@ -307,7 +309,18 @@ func TestRoot_WriteModeIsTheOneAsked(t *testing.T) {
 			t.Fatal(err)
 		}
 		if fi, err := os.Stat(filepath.Join(base, name)); err != nil || fi.Mode().Perm() != perm {
-			t.Errorf("%s written %v under umask 027: %v, %v", name, perm, fi.Mode().Perm(), err)
+			t.Errorf("%s written %v under umask 077: %v, %v", name, perm, fi.Mode().Perm(), err)
+		}
+	}
+	if err := r.MkdirAll("made/by/mkdirall", 0o755, Keep); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WriteFile("parents/of/a/file", []byte("x"), 0o644, Keep); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"made", "made/by", "made/by/mkdirall", "parents", "parents/of", "parents/of/a"} {
+		if fi, err := os.Stat(filepath.Join(base, d)); err != nil || fi.Mode().Perm() != 0o755 {
+			t.Errorf("directory %s made under umask 077: %v, %v; want 0755", d, fi.Mode().Perm(), err)
 		}
 	}
 }
