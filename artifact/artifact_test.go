@@ -9,12 +9,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/tether-fsm/tether/taskdir"
@@ -322,4 +324,164 @@ func FuzzUnpack(f *testing.F) {
 			return nil
 		})
 	})
+}
+
+// TestFetch_Limits: an archive of exactly MaxFiles entries and a download
+// of exactly MaxBytes are taken; one entry or one byte more is refused,
+// naming the limit, and a download over the limit is never placed cut.
+func TestFetch_Limits(t *testing.T) {
+	s := newSandbox(t)
+	three := tarball(t, false, entry{name: "a", body: "1"}, entry{name: "b", body: "2"}, entry{name: "c", body: "3"})
+	four := tarball(t, false, entry{name: "a", body: "1"}, entry{name: "b", body: "2"}, entry{name: "c", body: "3"}, entry{name: "d", body: "4"})
+	exact, over := bytes.Repeat([]byte("x"), 100), bytes.Repeat([]byte("x"), 101)
+	srv := serve(t, map[string][]byte{"/three.tar": three, "/four.tar": four, "/exact": exact, "/over": over})
+	f := &Fetcher{Layout: s.layout, TempDir: t.TempDir(), Limits: Limits{MaxFiles: 3, MaxBytes: 1 << 20}}
+	ctx := context.Background()
+	if err := f.Fetch(ctx, Artifact{Source: srv.URL + "/three.tar", Destination: "local/three"}); err != nil {
+		t.Fatalf("an archive of MaxFiles entries: %v", err)
+	}
+	if err := f.Fetch(ctx, Artifact{Source: srv.URL + "/four.tar", Destination: "local/four"}); !errors.Is(err, ErrArchive) || !strings.Contains(err.Error(), "more than 3 entries") {
+		t.Errorf("an archive of MaxFiles+1 entries: %v; want ErrArchive saying more than 3 entries", err)
+	}
+	if _, err := os.Stat(filepath.Join(s.layout.TaskDir, "local", "four", "d")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the entry over the limit was unpacked: %v", err)
+	}
+	f.Limits = Limits{MaxFiles: 3, MaxBytes: 100}
+	if err := f.Fetch(ctx, Artifact{Source: srv.URL + "/exact"}); err != nil {
+		t.Fatalf("a download of MaxBytes: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(s.layout.TaskDir, "local", "exact")); len(b) != 100 {
+		t.Errorf("local/exact holds %d bytes, want 100", len(b))
+	}
+	if err := f.Fetch(ctx, Artifact{Source: srv.URL + "/over"}); !errors.Is(err, ErrSource) || !strings.Contains(err.Error(), "larger than 100 bytes") {
+		t.Errorf("a download of MaxBytes+1: %v; want ErrSource saying larger than 100 bytes", err)
+	}
+	if _, err := os.Stat(filepath.Join(s.layout.TaskDir, "local", "over")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a download over the limit was placed: %v", err)
+	}
+}
+
+// TestFetch_LocalChecksum: a local source is checked against its checksum
+// as a download is: a match is placed, a mismatch refused with ErrChecksum
+// and nothing placed.
+func TestFetch_LocalChecksum(t *testing.T) {
+	s := newSandbox(t)
+	src := filepath.Join(s.layout.AllocDir, "bin.sh")
+	if err := os.WriteFile(src, []byte("echo ok\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := &Fetcher{Layout: s.layout, TempDir: t.TempDir()}
+	ctx := context.Background()
+	if err := f.Fetch(ctx, Artifact{Source: "file://" + src, Destination: "local/good", Options: map[string]string{"checksum": sum([]byte("echo ok\n"))}}); err != nil {
+		t.Fatalf("a local source with its checksum: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(s.layout.TaskDir, "local", "good", "bin.sh")); string(b) != "echo ok\n" {
+		t.Errorf("local/good/bin.sh = %q", b)
+	}
+	for _, a := range []Artifact{
+		{Source: "file://" + src, Destination: "local/bad", Options: map[string]string{"checksum": sum([]byte("echo evil\n"))}},
+		{Source: src + "?checksum=" + sum([]byte("echo evil\n")), Destination: "local/bad"},
+	} {
+		if err := f.Fetch(ctx, a); !errors.Is(err, ErrChecksum) || !strings.Contains(err.Error(), "sha256 is") {
+			t.Errorf("%s with a checksum it does not match: %v; want ErrChecksum", a.Source, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(s.layout.TaskDir, "local", "bad")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a local source with a wrong checksum was placed: %v", err)
+	}
+}
+
+// TestFetch_ArchiveLinkStaysInItsDestination: an archive's symbolic link
+// must resolve inside the destination it is unpacked into, not merely
+// inside the task directory: a link from local/app to the task's secrets
+// or to a sibling of the destination is refused.
+func TestFetch_ArchiveLinkStaysInItsDestination(t *testing.T) {
+	s := newSandbox(t)
+	toSecrets := tarball(t, false, entry{name: "token", link: "../../secrets/token", typ: tar.TypeSymlink})
+	toSibling := tarball(t, false, entry{name: "d/", typ: tar.TypeDir}, entry{name: "d/up", link: "../../other", typ: tar.TypeSymlink})
+	zipSecrets := zipball(t, entry{name: "token", link: "../../secrets/token"})
+	inside := tarball(t, false, entry{name: "d/", typ: tar.TypeDir}, entry{name: "d/f", body: "f"}, entry{name: "l", link: "d/f", typ: tar.TypeSymlink})
+	srv := serve(t, map[string][]byte{"/secrets.tar": toSecrets, "/sibling.tar": toSibling, "/secrets.zip": zipSecrets, "/inside.tar": inside})
+	f := &Fetcher{Layout: s.layout, TempDir: t.TempDir()}
+	ctx := context.Background()
+	for _, p := range []string{"/secrets.tar", "/sibling.tar", "/secrets.zip"} {
+		a := Artifact{Source: srv.URL + p, Destination: "local/app"}
+		if err := f.Fetch(ctx, a); !errors.Is(err, ErrOutside) || !strings.Contains(err.Error(), "points outside local/app") {
+			t.Errorf("%s: %v; want ErrOutside saying the link points outside local/app", p, err)
+		}
+	}
+	for _, p := range []string{"token", "d/up"} {
+		if _, err := os.Lstat(filepath.Join(s.layout.TaskDir, "local", "app", p)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("local/app/%s was made: %v", p, err)
+		}
+	}
+	if err := f.Fetch(ctx, Artifact{Source: srv.URL + "/inside.tar", Destination: "local/in"}); err != nil {
+		t.Fatalf("a link inside its destination: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(s.layout.TaskDir, "local", "in", "l")); err != nil || string(b) != "f" {
+		t.Errorf("local/in/l = %q, %v", b, err)
+	}
+}
+
+// TestFetch_ChownOnlyWhenAsked: an artifact's files stay the executor's
+// (root's) unless the artifact sets chown, and then are the task user's,
+// archives' entries and directories included.
+func TestFetch_ChownOnlyWhenAsked(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: giving files to another user takes chown")
+	}
+	s := newSandbox(t)
+	tgz := tarball(t, true, entry{name: "app/", typ: tar.TypeDir}, entry{name: "app/run.sh", body: "echo hi\n"})
+	srv := serve(t, map[string][]byte{"/app.tar.gz": tgz, "/f": []byte("data")})
+	f := &Fetcher{Layout: s.layout, TempDir: t.TempDir(), Owner: taskdir.Owner{UID: 65534, GID: 65534}}
+	ctx := context.Background()
+	for _, a := range []Artifact{
+		{Source: srv.URL + "/f", Destination: "local/kept"},
+		{Source: srv.URL + "/app.tar.gz", Destination: "local/kept"},
+		{Source: srv.URL + "/f", Destination: "local/given", Chown: true},
+		{Source: srv.URL + "/app.tar.gz", Destination: "local/given", Chown: true},
+	} {
+		if err := f.Fetch(ctx, a); err != nil {
+			t.Fatalf("%+v: %v", a, err)
+		}
+	}
+	for dir, uid := range map[string]int{"kept": os.Geteuid(), "given": 65534} {
+		for _, p := range []string{"f", "app", "app/run.sh"} {
+			fi, err := os.Lstat(filepath.Join(s.layout.TaskDir, "local", dir, p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != uid || int(st.Gid) != uid {
+				t.Errorf("local/%s/%s belongs to %d:%d, want %d:%d", dir, p, st.Uid, st.Gid, uid, uid)
+			}
+		}
+	}
+}
+
+// TestFetch_CopiedTreeLimits: a local directory of exactly max_files
+// entries is copied; one of an entry more is refused, naming the limit.
+func TestFetch_CopiedTreeLimits(t *testing.T) {
+	s := newSandbox(t)
+	for _, dir := range []string{"three", "four"} {
+		n := 3
+		if dir == "four" {
+			n = 4
+		}
+		for i := range n {
+			if err := os.MkdirAll(filepath.Join(s.layout.AllocDir, dir), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(s.layout.AllocDir, dir, fmt.Sprint(i)), []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	f := &Fetcher{Layout: s.layout, TempDir: t.TempDir(), Limits: Limits{MaxFiles: 3, MaxBytes: 1 << 20}}
+	ctx := context.Background()
+	if err := f.Fetch(ctx, Artifact{Source: filepath.Join(s.layout.AllocDir, "three"), Destination: "local/three"}); err != nil {
+		t.Fatalf("a directory of max_files entries: %v", err)
+	}
+	if err := f.Fetch(ctx, Artifact{Source: filepath.Join(s.layout.AllocDir, "four"), Destination: "local/four"}); !errors.Is(err, ErrArchive) || !strings.Contains(err.Error(), "more than 3 files") {
+		t.Errorf("a directory of max_files+1 entries: %v; want ErrArchive saying more than 3 files", err)
+	}
 }

@@ -598,3 +598,30 @@ func BenchmarkExec_True(b *testing.B) {
 		})
 	}
 }
+
+// TestExec_StdinEndsWithTheCallersInput: a command that reads its stdin to
+// the end (cat) gets the caller's whole input and then its end, exits, and
+// its output reaches the caller whole: the relay closes the command's
+// stdin once the caller's input ends.
+func TestExec_StdinEndsWithTheCallersInput(t *testing.T) {
+	needCgroups(t)
+	m := newMarker(t)
+	c := spawn(t, m, "")
+	launchSleeper(t, c, m.taskSpec(t, "sleep"))
+	in := bytes.Repeat([]byte("0123456789abcdef"), 64<<10/16*3) // 192 KiB: more than a pipe holds
+	ctx, cancel := context.WithTimeout(testCtx(t), 20*time.Second)
+	defer cancel()
+	var out lockedBuffer
+	p, err := c.Exec(ctx, wire.ExecSpec{Argv: []string{"cat"}, Stdin: bytes.NewReader(in), Stdout: &out, Stderr: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	x, err := p.Wait(ctx)
+	if err != nil || x.Code != 0 {
+		t.Fatalf("Wait of cat = %+v, %v: its stdin never ended?", x, err)
+	}
+	if got := out.String(); got != string(in) {
+		t.Errorf("cat printed %d bytes, want the %d of its input", len(got), len(in))
+	}
+}

@@ -178,6 +178,7 @@ func TestLaunch_PreparesArtifactsThenTemplates(t *testing.T) {
 	l := shellTask(m, wire.ModeRawExec, "local/app/app/run.sh")
 	l.Alloc = a
 	l.Env["NOMAD_ALLOC_DIR"] = a.Dir
+	l.Env["SECRET"] = "the-job-files" // an env = true template's variable wins over the env block (Nomad's order)
 	l.Artifacts = []fsm.Artifact{{Source: srv.url + "/app.tar.gz", Destination: "local/app", Options: map[string]string{"checksum": "sha256:" + srv.sum}}}
 	l.Templates = []fsm.Template{
 		{Data: `value={{ file "local/app/conf/value" }} alloc={{ env "NOMAD_ALLOC_DIR" }}
@@ -374,5 +375,62 @@ func TestLaunch_WithoutPreparerRefused(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(l.Alloc.TaskDir, "local", "x")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("something was prepared: %v", err)
+	}
+}
+
+// TestLaunch_PreparedForTheTasksUser: a task run as a user has its
+// templates rendered as that user's files, and a template's source in its
+// directory read for that user: a hard link it planted to a root-only file
+// is refused (ErrTemplate naming the links), never rendered.
+func TestLaunch_PreparedForTheTasksUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a task run as another user (nobody)")
+	}
+	m := newMarker(t)
+	ctx := testCtx(t)
+	// Its alloc is below a private (0700) directory, as in a state
+	// directory: the task starts in its task directory all the same.
+	l := shellTask(m, wire.ModeRawExec, "id -u > local/whoami")
+	l.User = "nobody"
+	l.Alloc = allocOf(t, "web")
+	l.Templates = []fsm.Template{{Data: "x\n", Destination: "local/out"}}
+	c := spawn(t, m, "")
+	if _, err := c.Launch(ctx, l); err != nil {
+		t.Fatalf("Launch: %v", err)
+	}
+	if st, err := c.Wait(ctx); err != nil || st.Code != 0 {
+		t.Fatalf("Wait = %+v, %v", st, err)
+	}
+	fi, err := os.Stat(filepath.Join(l.Alloc.TaskDir, "local", "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != 65534 {
+		t.Errorf("the template of a task run as nobody belongs to uid %d, want 65534", st.Uid)
+	}
+	if got := readFileString(t, filepath.Join(l.Alloc.TaskDir, "local", "whoami")); got != "65534\n" {
+		t.Errorf("the task wrote %q in local/, want 65534", got)
+	}
+
+	l = shellTask(m, wire.ModeRawExec, "true")
+	l.User = "nobody"
+	l.Alloc = allocOf(t, "web")
+	secret := filepath.Join(t.TempDir(), "shadow")
+	if err := os.WriteFile(secret, []byte("root's secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(l.Alloc.TaskDir, "local"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(secret, filepath.Join(l.Alloc.TaskDir, "local", "linked")); err != nil {
+		t.Skipf("hard links across these directories: %v", err)
+	}
+	l.Templates = []fsm.Template{{Source: "local/linked", Destination: "local/leak"}}
+	c = spawn(t, m, "")
+	if _, err := c.Launch(ctx, l); !errors.Is(err, wire.ErrTemplate) || !strings.Contains(err.Error(), "hard links") {
+		t.Fatalf("Launch with a template whose source is a planted hard link: %v, want ErrTemplate naming the hard links", err)
+	}
+	if _, err := os.Stat(filepath.Join(l.Alloc.TaskDir, "local", "leak")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the linked secret was rendered: %v", err)
 	}
 }

@@ -254,7 +254,7 @@ func TestExec_SandboxAttacks(t *testing.T) {
 			spec := m.execSpec(t, "attack", string(tg))
 			spec.User, spec.CapAdd, spec.AllowedCaps = tc.user, tc.caps, tc.allow
 			spec.Chroot = append(spec.Chroot, "/sys/fs/cgroup")
-			spec.Resources = fsm.Resources{MemoryMB: 64, PIDs: 50, Cores: 1} // cpu or cores, as Nomad allows
+			spec.Resources = fsm.Resources{MemoryMB: 64, PIDs: 50, Cores: 1} // cores, not cpu too: fsm refuses both (Nomad's rule)
 			if _, err := c.Launch(ctx, spec); err != nil {
 				t.Fatal(err)
 			}
@@ -969,4 +969,22 @@ func runExecutorWithout(args []string) int {
 	err = syscall.Exec(os.Args[0], append([]string{os.Args[0], "executor", markerArg}, rest...), os.Environ())
 	fmt.Fprintln(os.Stderr, "executor-without: exec:", err)
 	return 2
+}
+
+// TestExec_NoNewPrivsWithoutAFilter: an exec task run unconfined (seccomp
+// = "unconfined", which the operator allowed) still runs with
+// no_new_privs, as root and as nobody: installing the filter is not what
+// sets it, and a setuid binary in its root must not raise it.
+func TestExec_NoNewPrivsWithoutAFilter(t *testing.T) {
+	needIsolation(t)
+	m := newMarker(t)
+	for _, user := range []string{"", "root"} {
+		c := spawn(t, m, "")
+		spec := m.execSpec(t, "inspect", "/proc/self/status")
+		spec.User, spec.Seccomp, spec.AllowSeccomp = user, fsm.SeccompUnconfined, []string{fsm.SeccompUnconfined}
+		r := inspectExec(t, c, spec)
+		if r.NoNewPrivs != "1" || r.Seccomp != "0" {
+			t.Errorf("user %q, unconfined: NoNewPrivs %q Seccomp %q; want 1 and 0 (no filter)", user, r.NoNewPrivs, r.Seccomp)
+		}
+	}
 }

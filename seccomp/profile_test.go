@@ -129,8 +129,17 @@ func TestLoad_File(t *testing.T) {
 	if err := os.WriteFile(big, make([]byte, maxProfileSize+1), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Load(big); !errors.Is(err, ErrProfileSyntax) {
-		t.Fatalf("Load big: %v", err)
+	if _, err := Load(big); !errors.Is(err, ErrProfileSyntax) || !strings.Contains(err.Error(), "larger than 1048576 bytes") {
+		t.Fatalf("Load of a file a byte over the limit: %v, want ErrProfileSyntax saying it is larger than 1048576 bytes", err)
+	}
+	// A valid profile of exactly the limit (padded with spaces) loads.
+	body := `{"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ALLOW"}]}`
+	exact := filepath.Join(dir, "exact.json")
+	if err := os.WriteFile(exact, []byte(body+strings.Repeat(" ", maxProfileSize-len(body))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(exact); err != nil {
+		t.Fatalf("Load of a profile of exactly %d bytes: %v", maxProfileSize, err)
 	}
 }
 

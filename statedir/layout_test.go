@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tether-fsm/tether/statedir"
@@ -80,6 +81,92 @@ func TestLayout_NameLock_OneEntryOfNamesPerName(t *testing.T) {
 		seen[p] = name
 		if again := l.NameLock(name); again != p {
 			t.Errorf("NameLock(%q) is %s, then %s", name, p, again)
+		}
+	}
+}
+
+// TestValidateTaskID_LengthBound: 63 characters is the longest id (a DNS
+// label's), 64 is refused.
+func TestValidateTaskID_LengthBound(t *testing.T) {
+	if err := statedir.ValidateTaskID(strings.Repeat("a", 63)); err != nil {
+		t.Errorf("an id of 63 characters: %v", err)
+	}
+	if err := statedir.ValidateTaskID(strings.Repeat("a", 64)); !errors.Is(err, statedir.ErrInvalidTaskID) {
+		t.Errorf("an id of 64 characters: %v, want ErrInvalidTaskID", err)
+	}
+}
+
+// TestLayout_Prepare_RefusesWhatIsNotPrivate: a state directory the group
+// can reach (0750, 0770), one another user owns, one whose tasks/ or
+// allocs/ is a link or readable by others, is refused with ErrStateDir
+// naming it, and left as it was.
+func TestLayout_Prepare_RefusesWhatIsNotPrivate(t *testing.T) {
+	for _, mode := range []os.FileMode{0o750, 0o770, 0o701} {
+		dir := t.TempDir()
+		if err := os.Chmod(dir, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := (statedir.Layout{Dir: dir}).Prepare(); !errors.Is(err, statedir.ErrStateDir) || !strings.Contains(err.Error(), dir) {
+			t.Errorf("Prepare of a %v directory = %v, want ErrStateDir naming it", mode, err)
+		}
+		if fi, _ := os.Stat(dir); fi.Mode().Perm() != mode {
+			t.Errorf("Prepare changed a refused %v directory to %v", mode, fi.Mode().Perm())
+		}
+	}
+	for _, sub := range []string{statedir.TasksDir, statedir.AllocsDir} {
+		dir := t.TempDir()
+		if err := os.Chmod(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		shared := t.TempDir()
+		if err := os.Symlink(shared, filepath.Join(dir, sub)); err != nil {
+			t.Fatal(err)
+		}
+		if err := (statedir.Layout{Dir: dir}).Prepare(); !errors.Is(err, statedir.ErrStateDir) || !strings.Contains(err.Error(), sub) {
+			t.Errorf("Prepare with %s a link = %v, want ErrStateDir naming it", sub, err)
+		}
+		if err := os.Remove(filepath.Join(dir, sub)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(filepath.Join(dir, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Join(dir, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := (statedir.Layout{Dir: dir}).Prepare(); !errors.Is(err, statedir.ErrStateDir) || !strings.Contains(err.Error(), sub) {
+			t.Errorf("Prepare with a 0755 %s = %v, want ErrStateDir naming it", sub, err)
+		}
+	}
+	t.Run("owned by another user", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root: making a directory another user owns takes chown")
+		}
+		dir := t.TempDir()
+		if err := os.Chmod(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		if err := (statedir.Layout{Dir: dir}).Prepare(); !errors.Is(err, statedir.ErrStateDir) || !strings.Contains(err.Error(), "owned by uid 65534") {
+			t.Errorf("Prepare of a directory uid 65534 owns = %v, want ErrStateDir naming the owner", err)
+		}
+	})
+}
+
+// TestValidateTaskDirName_RefusesTheAllocationsNames: a task of a group
+// may not be named like the allocation's own entries (its shared alloc/
+// directory, its lock and its log), nor like an invalid id.
+func TestValidateTaskDirName_RefusesTheAllocationsNames(t *testing.T) {
+	for _, name := range []string{statedir.SharedDir, statedir.GroupLockFile, statedir.GroupLogFile, "..", "a/b"} {
+		if err := statedir.ValidateTaskDirName(name); !errors.Is(err, statedir.ErrInvalidTaskID) {
+			t.Errorf("ValidateTaskDirName(%q) = %v, want ErrInvalidTaskID", name, err)
+		}
+	}
+	for _, name := range []string{"web", "allocator", "alloc2"} {
+		if err := statedir.ValidateTaskDirName(name); err != nil {
+			t.Errorf("ValidateTaskDirName(%q) = %v", name, err)
 		}
 	}
 }

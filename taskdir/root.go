@@ -100,11 +100,13 @@ func (r *Root) dir(rel string, create bool, perm os.FileMode, owner Owner) (int,
 		return fd, nil
 	}
 	for _, name := range strings.Split(c, "/") {
-		made := false
 		if create {
 			switch err := unix.Mkdirat(fd, name, uint32(perm.Perm())); {
 			case err == nil:
-				made = true
+				if err := r.made(fd, name, perm, owner); err != nil {
+					unix.Close(fd)
+					return -1, r.errf("set the mode and owner of", c, err)
+				}
 			case errors.Is(err, unix.EEXIST):
 			default:
 				unix.Close(fd)
@@ -123,33 +125,26 @@ func (r *Root) dir(rel string, create bool, perm os.FileMode, owner Owner) (int,
 			return -1, r.errf("open directory", c, err)
 		}
 		fd = next
-		if made {
-			// The mode as asked (the process's umask took bits away: an
-			// executor's is 077, and a directory of root's 0700 would
-			// shut the task's user out of what was made for it), and the
-			// owner, through the directory opened, never by its name.
-			if err := r.settle(fd, perm, owner); err != nil {
-				unix.Close(fd)
-				return -1, r.errf("chmod", c, err)
-			}
-		}
 	}
 	return fd, nil
 }
 
-// settle sets the mode and owner of the directory fd (an O_PATH
-// descriptor, which fchmod refuses: through a readable one of it).
-func (r *Root) settle(fd int, perm os.FileMode, owner Owner) error {
-	rfd, err := r.openat2(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+// made gives the directory name, just made in dirfd, the mode perm (the
+// umask took bits away: the executor's is 077, and a 0700 directory is one
+// a task run as another user cannot enter) and owner: through a
+// descriptor opened beneath dirfd without following a link, so that a
+// link put in its place meanwhile is an error, never followed.
+func (r *Root) made(dirfd int, name string, perm os.FileMode, owner Owner) error {
+	fd, err := r.openat2(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(rfd)
-	if err := unix.Fchmod(rfd, uint32(perm.Perm())); err != nil {
+	defer unix.Close(fd)
+	if err := unix.Fchmod(fd, uint32(perm.Perm())); err != nil {
 		return err
 	}
 	if owner != Keep {
-		return unix.Fchown(rfd, owner.UID, owner.GID)
+		return unix.Fchown(fd, owner.UID, owner.GID)
 	}
 	return nil
 }

@@ -1,11 +1,15 @@
 package taskdir
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestLayout_Resolve(t *testing.T) {
@@ -169,6 +173,157 @@ func TestRoot_EnsureDirAndOpenDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
+}
+
+// TestRoot_OpenRegularFilesOnly: Open and ReadFile take a regular file
+// only; a fifo (which would block its reader for ever), a directory and a
+// device planted at the path are ErrNotRegular, found without blocking.
+func TestRoot_OpenRegularFilesOnly(t *testing.T) {
+	base := t.TempDir()
+	r, err := OpenRoot(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := unix.Mkfifo(filepath.Join(base, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(base, "dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	planted := []string{"fifo", "dir"}
+	if os.Geteuid() == 0 {
+		if err := unix.Mknod(filepath.Join(base, "null"), unix.S_IFCHR|0o644, int(unix.Mkdev(1, 3))); err != nil {
+			t.Fatal(err)
+		}
+		planted = append(planted, "null")
+	}
+	for _, name := range planted {
+		if f, err := r.Open(name); !errors.Is(err, ErrNotRegular) {
+			if f != nil {
+				f.Close()
+			}
+			t.Errorf("Open(%s) = %v, want ErrNotRegular", name, err)
+		}
+		if b, err := r.ReadFile(name, 0); !errors.Is(err, ErrNotRegular) {
+			t.Errorf("ReadFile(%s) = %q, %v; want ErrNotRegular", name, b, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(base, "plain"), []byte("ok"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := r.ReadFile("plain", 0); err != nil || string(b) != "ok" {
+		t.Errorf("ReadFile(plain) = %q, %v", b, err)
+	}
+}
+
+// TestRoot_WriteFromLimit: WriteFrom writes a source of exactly limit
+// bytes whole, and refuses one of a byte more, leaving neither the file
+// nor its temporary file behind (never a file cut at the limit).
+func TestRoot_WriteFromLimit(t *testing.T) {
+	base := t.TempDir()
+	r, err := OpenRoot(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	const limit = 4096
+	full := bytes.Repeat([]byte("x"), limit)
+	if n, err := r.WriteFrom("d/exact", bytes.NewReader(full), limit, 0o644, Keep); err != nil || n != limit {
+		t.Fatalf("WriteFrom of %d bytes, limit %d = %d, %v", limit, limit, n, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(base, "d", "exact")); err != nil || len(b) != limit {
+		t.Errorf("d/exact holds %d bytes (%v), want %d", len(b), err, limit)
+	}
+	over := append(bytes.Clone(full), 'y')
+	if _, err := r.WriteFrom("d/over", bytes.NewReader(over), limit, 0o644, Keep); err == nil || !strings.Contains(err.Error(), "more than 4096 bytes") {
+		t.Errorf("WriteFrom of %d bytes, limit %d = %v; want an error saying more than %d bytes", len(over), limit, err, limit)
+	}
+	ents, err := os.ReadDir(filepath.Join(base, "d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 1 || ents[0].Name() != "exact" {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Errorf("d holds %v after a refused write, want [exact]", names)
+	}
+}
+
+// TestRoot_OpenAsRefusesAnotherUsersLinkedFile: a reader acting for a user
+// is refused a file of another owner with a second hard link (a task's
+// link to a file it could not read), and given its own such file and a
+// singly linked one.
+func TestRoot_OpenAsRefusesAnotherUsersLinkedFile(t *testing.T) {
+	base := t.TempDir()
+	r, err := OpenRoot(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	owner := os.Geteuid()
+	other := owner + 1
+	if err := os.WriteFile(filepath.Join(base, "single"), []byte("s"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(base, "secret"), []byte("k"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(filepath.Join(base, "secret"), filepath.Join(base, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := r.ReadFileAs("link", 0, other); !errors.Is(err, ErrOutside) || b != nil {
+		t.Errorf("ReadFileAs(link, uid %d) of uid %d's file with 2 links = %q, %v; want ErrOutside", other, owner, b, err)
+	}
+	if f, err := r.OpenAs("secret", other); !errors.Is(err, ErrOutside) {
+		if f != nil {
+			f.Close()
+		}
+		t.Errorf("OpenAs(secret, uid %d) = %v, want ErrOutside", other, err)
+	}
+	if b, err := r.ReadFileAs("link", 0, owner); err != nil || string(b) != "k" {
+		t.Errorf("ReadFileAs(link) for its owner = %q, %v", b, err)
+	}
+	if b, err := r.ReadFileAs("single", 0, other); err != nil || string(b) != "s" {
+		t.Errorf("ReadFileAs(single) for uid %d = %q, %v", other, b, err)
+	}
+}
+
+// TestRoot_WriteModeIsTheOneAsked: a file, and a directory made for it or
+// by MkdirAll, has exactly the mode asked for, whatever the process's
+// umask took away at its creation (the executor's is 077: a 0755
+// directory of an artifact left 0700 is one its task, run as nobody,
+// cannot enter; a 0666 template, a 0777 binary of an archive).
+func TestRoot_WriteModeIsTheOneAsked(t *testing.T) {
+	old := unix.Umask(0o077)
+	t.Cleanup(func() { unix.Umask(old) })
+	base := t.TempDir()
+	r, err := OpenRoot(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for name, perm := range map[string]os.FileMode{"shared": 0o666, "tool": 0o777, "private": 0o600} {
+		if err := r.WriteFile(name, []byte(name), perm, Keep); err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Stat(filepath.Join(base, name)); err != nil || fi.Mode().Perm() != perm {
+			t.Errorf("%s written %v under umask 077: %v, %v", name, perm, fi.Mode().Perm(), err)
+		}
+	}
+	if err := r.MkdirAll("made/by/mkdirall", 0o755, Keep); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WriteFile("parents/of/a/file", []byte("x"), 0o644, Keep); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"made", "made/by", "made/by/mkdirall", "parents", "parents/of", "parents/of/a"} {
+		if fi, err := os.Stat(filepath.Join(base, d)); err != nil || fi.Mode().Perm() != 0o755 {
+			t.Errorf("directory %s made under umask 077: %v, %v; want 0755", d, fi.Mode().Perm(), err)
+		}
+	}
 }
 
 // The directories MkdirAll and WriteFile make have the mode asked for,

@@ -232,6 +232,11 @@ job "j" {
 	if got := strings.Join(f.Tasks[0].Spec.Args, "|"); got != "HI file|7|true|x|y" {
 		t.Errorf("args %q: want -var over the var file over NOMAD_VAR_", got)
 	}
+	// The environment alone gives a value, over a default.
+	f = parseJob(t, src, Options{Env: map[string]string{"NOMAD_VAR_name": "env", "NOMAD_VAR_on": "false", "NOMAD_VAR_n": "3"}})
+	if got := strings.Join(f.Tasks[0].Spec.Args, "|"); got != "HI env|3|false" {
+		t.Errorf("args %q: want the NOMAD_VAR_ values, over n's default", got)
+	}
 	for _, tc := range []struct {
 		opts Options
 		says string
@@ -492,6 +497,15 @@ func TestConstraint_Operators(t *testing.T) {
 		{Constraint{Attribute: "${attr.cpu.numcores}", Operator: ">=", Value: "4"}, true},
 		{Constraint{Attribute: "${attr.cpu.numcores}", Operator: "<", Value: "10"}, true},
 		{Constraint{Attribute: "${attr.cpu.numcores}", Operator: ">", Value: "10"}, false},
+		// At the bound (numcores is 8): each operator's side of equality.
+		{Constraint{Attribute: "${attr.cpu.numcores}", Operator: "<=", Value: "8"}, true},
+		{Constraint{Attribute: "${attr.cpu.numcores}", Operator: "<=", Value: "7"}, false},
+		{Constraint{Attribute: "${attr.cpu.numcores}", Operator: ">=", Value: "8"}, true},
+		{Constraint{Attribute: "${attr.cpu.numcores}", Operator: ">=", Value: "9"}, false},
+		{Constraint{Attribute: "${attr.cpu.numcores}", Operator: "<", Value: "8"}, false},
+		{Constraint{Attribute: "${attr.cpu.numcores}", Operator: ">", Value: "8"}, false},
+		{Constraint{Attribute: "${attr.kernel.name}", Operator: "<=", Value: "linux"}, true},
+		{Constraint{Attribute: "${attr.kernel.name}", Operator: ">=", Value: "linux"}, true},
 		{Constraint{Attribute: "${attr.kernel.version}", Operator: "version", Value: ">= 5.4, < 7"}, true},
 		{Constraint{Attribute: "${attr.kernel.version}", Operator: "version", Value: "< 5"}, false},
 		{Constraint{Attribute: "${attr.kernel.version}", Operator: "semver", Value: "~> 6.1"}, true},
@@ -737,5 +751,79 @@ task "plain" {
 }`)
 	if !strings.Contains(msg, "raw_exec") {
 		t.Errorf("seccomp on raw_exec: %s", msg)
+	}
+}
+
+// TestInstantiate_TaskPortsAreTheTasksOwn: a group's ports reach each of
+// its tasks, a port of a task's own network block reaches that task only:
+// a sibling never gets NOMAD_PORT_ of a port that is not its own.
+func TestInstantiate_TaskPortsAreTheTasksOwn(t *testing.T) {
+	f := parseJob(t, `job "j" {
+  group "d" {
+    network {
+      port "g" {}
+    }
+    task "t" {
+      driver = "raw_exec"
+      resources {
+        network {
+          port "tp" {}
+        }
+      }
+      config { command = "a" }
+    }
+    task "u" {
+      driver = "raw_exec"
+      resources {
+        network {
+          port "up" {}
+        }
+      }
+      config { command = "a" }
+    }
+  }
+}`, Options{})
+	ports := []Port{{Label: "g", Value: 20000, IP: "127.0.0.1"}, {Label: "tp", Value: 20001, IP: "127.0.0.1", Task: "t"}, {Label: "up", Value: 20002, IP: "127.0.0.1", Task: "u"}}
+	for task, want := range map[string]struct{ own, other string }{"t": {"tp", "up"}, "u": {"up", "tp"}} {
+		in, err := instantiate(t, f, "d."+task, Alloc{Ports: ports})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.Spec.Env["NOMAD_PORT_g"] != "20000" || in.Spec.Env["NOMAD_PORT_"+want.own] == "" {
+			t.Errorf("task %s: NOMAD_PORT_g = %q, NOMAD_PORT_%s = %q; want the group's port and its own", task, in.Spec.Env["NOMAD_PORT_g"], want.own, in.Spec.Env["NOMAD_PORT_"+want.own])
+		}
+		for k, v := range in.Spec.Env {
+			if strings.HasSuffix(k, "_"+want.other) {
+				t.Errorf("task %s has %s = %q, a port of task %s", task, k, v, strings.TrimSuffix(want.other, "p"))
+			}
+		}
+		if len(in.Ports) != 2 {
+			t.Errorf("task %s holds ports %+v, want the group's and its own", task, in.Ports)
+		}
+	}
+}
+
+// TestAllocator_RangeBounds: a dynamic range of one port (min = max) gives
+// that port, and a second owner none (named); a range with max below min
+// is refused as empty.
+func TestAllocator_RangeBounds(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	a := &Allocator{Dir: t.TempDir(), IP: "127.0.0.1", Min: p, Max: p}
+	ctx := context.Background()
+	ps, err := a.Allocate(ctx, "one", []PortRequest{{Label: "http"}})
+	if err != nil || len(ps) != 1 || ps[0].Value != p {
+		t.Fatalf("a range of the one port %d: %+v, %v; want that port", p, ps, err)
+	}
+	if _, err := a.Allocate(ctx, "two", []PortRequest{{Label: "http"}}); !errors.Is(err, ErrPorts) || !strings.Contains(err.Error(), "no free dynamic port") {
+		t.Errorf("a second owner of a one-port range: %v; want ErrPorts saying no free dynamic port", err)
+	}
+	b := &Allocator{Dir: t.TempDir(), IP: "127.0.0.1", Min: p, Max: p - 1}
+	if _, err := b.Allocate(ctx, "one", []PortRequest{{Label: "http"}}); !errors.Is(err, ErrPorts) || !strings.Contains(err.Error(), "is empty") {
+		t.Errorf("a range with max below min: %v; want ErrPorts saying it is empty", err)
 	}
 }

@@ -299,6 +299,15 @@ task "x" {
     args = ["a", null]
   }
 }`, "must not hold null"},
+		{"negative count", `job "j" {
+  group "g" {
+    count = -1
+    task "x" {
+      driver = "exec"
+      config { command = "/bin/true" }
+    }
+  }
+}`, "t.hcl:3:13: error: Bad count: count is -1; it must not be negative."},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := parseErr(t, tc.src)
@@ -524,5 +533,67 @@ func TestParse_LifecycleTasksRunToCompletion(t *testing.T) {
 	}
 	if r := f.Tasks[3].Spec.Restart; r.Attempts != 5 {
 		t.Errorf("clean's own restart block was lost: %+v", r)
+	}
+}
+
+// TestParse_TaskRestartMergedOverTheGroups: a task's restart block is
+// merged over its group's (Nomad's restart docs, their example): what the
+// task's block leaves out is the group's, not the job type's default; a
+// task without a block takes the group's whole.
+func TestParse_TaskRestartMergedOverTheGroups(t *testing.T) {
+	tf, _ := parseOK(t, `job "j" {
+  group "g" {
+    restart {
+      interval = "10m"
+      attempts = 2
+      delay    = "5s"
+      mode     = "delay"
+    }
+    task "own" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+      restart {
+        attempts = 5
+      }
+    }
+    task "inherits" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+  }
+}
+`)
+	group := fsm.RestartPolicy{Attempts: 2, Interval: 10 * time.Minute, Delay: 5 * time.Second, Mode: fsm.RestartDelay, OnSuccess: true}
+	own := group
+	own.Attempts = 5
+	for name, want := range map[string]fsm.RestartPolicy{"own": own, "inherits": group} {
+		task, err := tf.Find(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := task.Spec.Restart; got == nil || *got != want {
+			t.Errorf("task %s: restart %+v, want %+v", name, got, want)
+		}
+	}
+	// Merged, the policy is held to Nomad's rules: 5 attempts of the
+	// group's 5s delay fit its 10m, 200 of them do not.
+	msg := parseErr(t, `job "j" {
+  group "g" {
+    restart {
+      interval = "10m"
+      delay    = "5s"
+    }
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+      restart {
+        attempts = 200
+      }
+    }
+  }
+}
+`)
+	if !strings.Contains(msg, "can't restart the task 200 times in an interval of 10m0s with a delay of 5s") {
+		t.Errorf("200 attempts over the group's 10m and 5s: %s", msg)
 	}
 }

@@ -74,9 +74,12 @@ func (p *parser) task(b *hclsyntax.Block, g *Group, job *Job) *Task {
 		g.Tasks = append(g.Tasks, t)
 		return t
 	}
+	// A task's restart block is merged over its group's (Nomad's rule):
+	// what it leaves out is the group's, which the job type's default
+	// filled in. A task file has no group block: the service default.
 	restartDef := restartDefault(job)
-	if job == nil {
-		restartDef = fsm.DefaultServiceRestart
+	if job != nil && g.Restart != nil {
+		restartDef = *g.Restart
 	}
 	var config *hclsyntax.Block
 	hasCommand := false

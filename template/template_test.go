@@ -89,6 +89,9 @@ func TestRender_DelimitersEnvFileAndSource(t *testing.T) {
 	if err != nil || env["X"] != "1" || env["Y"] != "a\nb" || env["Z"] != "q r" {
 		t.Errorf("env %v %v", env, err)
 	}
+	if _, err := ParseEnvFile([]byte("A=1\nB=\"x\\x00y\"\n")); !errors.Is(err, ErrEnvFile) || !strings.Contains(err.Error(), "line 2") || !strings.Contains(err.Error(), "NUL") {
+		t.Errorf("a value with a NUL byte: %v; want ErrEnvFile naming line 2 and the NUL", err)
+	}
 	if _, err := ParseEnvFile([]byte("not a pair\n")); !errors.Is(err, ErrEnvFile) || !strings.Contains(err.Error(), "line 1") {
 		t.Errorf("bad env file: %v", err)
 	}
@@ -111,6 +114,11 @@ func TestRender_ServerFunctionsNamed(t *testing.T) {
 		`{{ if false }}{{ nomadVar "x" }}{{ end }}`:     `"nomadVar" needs Nomad's variables API`,
 		`{{ nomadVarList }}`:                            `"nomadVarList" needs`,
 		`{{ range nomadService "x" }}{{ end }}`:         `"nomadService" needs Nomad's service discovery`,
+		// Refused where they would never run too: an else branch, a
+		// template defined and never called.
+		`{{ if true }}a{{ else }}{{ key "app/port" }}{{ end }}`:       `"key" needs Consul's KV store`,
+		`{{ with "v" }}{{ . }}{{ else }}{{ secret "kv/x" }}{{ end }}`: `"secret" needs Vault`,
+		`{{ define "never" }}{{ service "db" }}{{ end }}ok`:           `"service" needs Consul's catalog`,
 	} {
 		_, err := r.Render(context.Background(), Template{Data: fn, Destination: "local/x"})
 		if !errors.Is(err, ErrServerFunction) || !strings.Contains(err.Error(), needs) {
@@ -304,4 +312,117 @@ func TestTemplate_Check(t *testing.T) {
 	if _, err := ParseChangeMode("sometimes"); !errors.Is(err, ErrBadTemplate) {
 		t.Errorf("ParseChangeMode: %v", err)
 	}
+}
+
+// TestRender_OutputLimit: an output of exactly MaxBytes is written; one a
+// byte longer is refused, in one piece or in several, and nothing is
+// written for it.
+func TestRender_OutputLimit(t *testing.T) {
+	r, _ := newTask(t, false)
+	r.MaxBytes = 16
+	ctx := context.Background()
+	if _, err := r.Render(ctx, Template{Data: strings.Repeat("x", 16), Destination: "local/exact"}); err != nil {
+		t.Fatalf("an output of exactly MaxBytes: %v", err)
+	}
+	if got := read(t, filepath.Join(r.Layout.TaskDir, "local", "exact")); len(got) != 16 {
+		t.Errorf("local/exact holds %d bytes, want 16", len(got))
+	}
+	for name, data := range map[string]string{
+		"one piece": strings.Repeat("x", 17),
+		"several":   strings.Repeat("x", 10) + `{{ "yyyyyyy" }}`,
+	} {
+		_, err := r.Render(ctx, Template{Data: data, Destination: "local/over"})
+		if !errors.Is(err, ErrBadTemplate) || !strings.Contains(err.Error(), "larger than 16 bytes") {
+			t.Errorf("%s: an output of 17 bytes with MaxBytes 16: %v; want ErrBadTemplate saying larger than 16 bytes", name, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(r.Layout.TaskDir, "local", "over")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("an output over the limit was written: %v", err)
+	}
+}
+
+// TestRender_DefaultPermsAndRerenderRestores: a template without perms is
+// written 0644 (Nomad's default); a re-render with the same text rewrites
+// a file whose mode (or, for root, owner) was changed since, and leaves
+// one as it was written unchanged.
+func TestRender_DefaultPermsAndRerenderRestores(t *testing.T) {
+	r, _ := newTask(t, false)
+	ctx := context.Background()
+	tm := Template{Data: "v=1\n", Destination: "local/app.conf"}
+	res, err := r.Render(ctx, tm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(res.Path); err != nil || fi.Mode().Perm() != DefaultPerms || DefaultPerms != 0o644 {
+		t.Fatalf("a template without perms is %v (%v), want 0644", fi.Mode().Perm(), err)
+	}
+	if res, err := r.Render(ctx, tm); err != nil || res.Changed {
+		t.Errorf("a re-render of the same text: changed %v, %v; want unchanged", res.Changed, err)
+	}
+	if err := os.Chmod(res.Path, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := r.Render(ctx, tm); err != nil || !res.Changed {
+		t.Errorf("a re-render after a chmod: changed %v, %v; want rewritten", res.Changed, err)
+	}
+	if fi, _ := os.Stat(res.Path); fi.Mode().Perm() != 0o644 {
+		t.Errorf("after the re-render the mode is %v, want 0644", fi.Mode().Perm())
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the owner half needs root: chown to another user")
+	}
+	if err := os.Chown(res.Path, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := r.Render(ctx, tm); err != nil || !res.Changed {
+		t.Errorf("a re-render after a chown: changed %v, %v; want rewritten", res.Changed, err)
+	}
+	fi, _ := os.Stat(res.Path)
+	if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != os.Geteuid() {
+		t.Errorf("after the re-render the file belongs to uid %d, want %d", st.Uid, os.Geteuid())
+	}
+}
+
+// TestWatcher_RenderFailureReported: a source replaced by one that does
+// not render is reported as a change with its error (the caller logs it),
+// and the output rendered before stays as it was.
+func TestWatcher_RenderFailureReported(t *testing.T) {
+	r, _ := newTask(t, false)
+	src := filepath.Join(r.Layout.TaskDir, "local", "app.tpl")
+	if err := os.WriteFile(src, []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ts := []Template{{Source: "local/app.tpl", Destination: "local/app.conf", ChangeMode: ChangeRestart}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	results, _, err := r.RenderAll(ctx, ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWatcher(r, ts, results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	tmp := src + ".new"
+	if err := os.WriteFile(tmp, []byte(`{{ key "db/url" }}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, src); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-w.Changes():
+		if c.Index != 0 || !errors.Is(c.Err, ErrServerFunction) {
+			t.Errorf("change %+v, want template 0 with ErrServerFunction", c)
+		}
+	case <-time.After(10 * time.Second): // a guard against a hang, not a timing: an inotify event takes microseconds
+		t.Fatal("a source that no longer renders was not reported")
+	}
+	if got := read(t, filepath.Join(r.Layout.TaskDir, "local", "app.conf")); got != "v1" {
+		t.Errorf("the output is %q after a failed render, want the previous v1", got)
+	}
+	cancel()
+	<-done
 }

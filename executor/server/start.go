@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -113,15 +112,7 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 		l.warnings = append(l.warnings, sandboxWarnings(sb, s.features())...)
 	} else {
 		dir := dirs.WorkDir(ls.Spec)
-		// The shim changes as root to a working directory beneath a
-		// directory of root's the task cannot write in (so no link of
-		// the task's is on the way): its private directory, or in
-		// Nomad's layout its allocation's, whose task directory is
-		// where the task starts.
 		cfg.Dir, cfg.TaskDir = dir, dirs.Task
-		if dirs.Nomad {
-			cfg.TaskDir = filepath.Dir(dirs.Task)
-		}
 		if tu.Set() {
 			// The shim changes to the directory (beneath the task
 			// directory, no link followed, when it is there) and looks

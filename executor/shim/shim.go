@@ -293,7 +293,7 @@ func (c *Config) enter() *stepError {
 }
 
 // chdirBeneath changes, as root, to a working directory below the task's
-// directory (TaskDir), opened beneath it with openat2 without following a
+// directory (TaskDir), or to that directory itself, opened beneath it with openat2 without following a
 // symbolic link on the way or at its end; it reports whether it did (for
 // any other working directory it does nothing: chdir does it after the
 // user switch).
@@ -302,6 +302,12 @@ func (c *Config) chdirBeneath() (bool, *stepError) {
 		return false, nil
 	}
 	rel, ok := strings.CutPrefix(c.Dir, filepath.Clean(c.TaskDir)+"/")
+	if !ok && filepath.Clean(c.Dir) == filepath.Clean(c.TaskDir) {
+		// The task directory itself (a job file's raw_exec task starts
+		// there): a user cannot reach it by its path, below the private
+		// state directory.
+		rel, ok = ".", true
+	}
 	if !ok {
 		return false, nil
 	}

@@ -68,6 +68,10 @@ func TestDescribeExit_CodeSignalAndOOM(t *testing.T) {
 		{Code: -1, Signal: 9}:            "killed by SIGKILL",
 		{Code: -1, Signal: 9, OOM: true}: "killed by SIGKILL, OOM killed",
 		{Code: -1, Signal: 77}:           "killed by 77",
+		// The OOM killer took another process of the task: the task's
+		// own exit is said, the OOM kill beside it.
+		{Code: 1, OOM: true}:              "exit code 1; another process of the task was OOM killed",
+		{Code: -1, Signal: 15, OOM: true}: "killed by SIGTERM; another process of the task was OOM killed",
 	} {
 		if got := DescribeExit(x); got != want {
 			t.Errorf("DescribeExit(%+v) = %q, want %q", x, got, want)

@@ -348,3 +348,138 @@ func atTickStart() {
 		}
 	}
 }
+
+// TestReadStat_CommThatLooksLikeFields: a process whose name holds ")",
+// spaces and digits (the task picks its own name) is read by its real
+// fields: its parent, its group, a start time that Check proves and Kill
+// acts on. A parse from the first ")" would read the name's digits as
+// the fields that identify the process.
+func TestReadStat_CommThatLooksLikeFields(t *testing.T) {
+	for _, comm := range []string{"a) R 1 2 3", "x (y) 0 0"} {
+		b := []byte("4242 (" + comm + ") S 77 4242 4242 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 987654 0 0 0 0 0 0")
+		s, err := proc.ParseStat(b)
+		if err != nil || s.State != 'S' || s.PPID != 77 || s.PGID != 4242 || s.SID != 4242 || s.StartTime != 987654 {
+			t.Errorf("ParseStat of a process named %q = %+v, %v; want state S, ppid 77, pgid and sid 4242, start time 987654", comm, s, err)
+		}
+	}
+	m := newMarker(t)
+	named := t.TempDir() + "/a) R 1 2 3"
+	bin, err := os.ReadFile(testBinary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(named, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(named, "hang", m)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	s, err := proc.ReadStat(pid)
+	if err != nil || s.PPID != os.Getpid() || s.PGID != pid {
+		t.Fatalf("ReadStat of pid %d named %q = %+v, %v; want ppid %d, pgid %d", pid, "a) R 1 2 3", s, err, os.Getpid(), pid)
+	}
+	id := identityOf(t, pid)
+	if err := proc.Check(id); err != nil {
+		t.Fatalf("Check of its own identity: %v", err)
+	}
+	if err := proc.Kill(testCtx(t), id); err != nil {
+		t.Fatalf("Kill: %v", err)
+	}
+	if childAlive(t, cmd) {
+		t.Errorf("pid %d is alive after Kill", pid)
+	}
+}
+
+// TestCheck_NonceAndZombie: an identity with a nonce is ours only while
+// the process at its pid and start time carries "-nonce=" and the nonce
+// on its command line (a pid reused within one clock tick has the pid and
+// start time, never the nonce): Check says ErrNotOurs and Kill signals
+// nothing. A process that exited and is not reaped is gone, not ours.
+func TestCheck_NonceAndZombie(t *testing.T) {
+	m := newMarker(t)
+	cmd := exec.Command(testBinary(t), "hang", m, proc.NonceArg("n0nce"))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	id := identityOf(t, cmd.Process.Pid)
+	id.Nonce = "n0nce"
+	if err := proc.Check(id); err != nil {
+		t.Fatalf("Check with the process's own nonce: %v", err)
+	}
+	other := id
+	other.Nonce = "another"
+	if err := proc.Check(other); !errors.Is(err, proc.ErrNotOurs) {
+		t.Errorf("Check with a nonce the process lacks = %v, want ErrNotOurs", err)
+	}
+	if alive, err := proc.Alive(other); alive || err != nil {
+		t.Errorf("Alive with a nonce the process lacks = %v, %v; want false", alive, err)
+	}
+	if err := proc.Kill(testCtx(t), other); !errors.Is(err, proc.ErrNotOurs) {
+		t.Errorf("Kill with a nonce the process lacks = %v, want ErrNotOurs", err)
+	}
+	if !childAlive(t, cmd) {
+		t.Fatal("Kill with the wrong nonce killed the process")
+	}
+
+	// Dead and not reaped: a zombie until cmd.Wait.
+	p, err := proc.Open(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Wait(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	for _, nonce := range []string{"", "n0nce"} { // a zombie's command line is empty: the nonce alone would say so
+		zid := id
+		zid.Nonce = nonce
+		if err := proc.Check(zid); !errors.Is(err, proc.ErrGone) {
+			t.Errorf("Check of a zombie (nonce %q) = %v, want ErrGone", nonce, err)
+		}
+		if alive, err := proc.Alive(zid); alive || err != nil {
+			t.Errorf("Alive of a zombie (nonce %q) = %v, %v; want false", nonce, alive, err)
+		}
+	}
+}
+
+// TestKillGroup_LeaderRecycledSignalsNothing: a group whose recorded
+// leader started before the process now at its pid (the pid was reused)
+// is a stranger's: KillGroup and KillSession refuse with ErrNotOurs and
+// signal nothing.
+func TestKillGroup_LeaderRecycledSignalsNothing(t *testing.T) {
+	m := newMarker(t)
+	cmd := exec.Command(testBinary(t), "hang", m)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	start, err := proc.StartTime(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := fsm.Proc{PID: cmd.Process.Pid, StartTime: start - 1}
+	if err := proc.KillGroup(testCtx(t), recorded); !errors.Is(err, proc.ErrNotOurs) {
+		t.Errorf("KillGroup of a recycled leader = %v, want ErrNotOurs", err)
+	}
+	if err := proc.KillSession(testCtx(t), recorded); !errors.Is(err, proc.ErrNotOurs) {
+		t.Errorf("KillSession of a recycled leader = %v, want ErrNotOurs", err)
+	}
+	if !childAlive(t, cmd) {
+		t.Fatal("the stranger's group was killed")
+	}
+	if err := proc.KillGroup(testCtx(t), fsm.Proc{PID: cmd.Process.Pid, StartTime: start}); err != nil {
+		t.Fatalf("KillGroup of the real leader: %v", err)
+	}
+	if childAlive(t, cmd) {
+		t.Error("KillGroup of the real leader left it alive")
+	}
+}

@@ -100,12 +100,16 @@ func KillTree(ctx context.Context, roots ...Root) error {
 	deadline := time.Now().Add(stopWait)
 	for ctx.Err() == nil {
 		grew, running := false, false
-		pids := make([]int, 0, len(seen))
-		for pid := range seen {
-			pids = append(pids, pid)
+		// The states first, then the children lists: a process seen
+		// stopped was stopped before its list was read, so no child of it
+		// can be missing from the list (the scan of /proc, where the
+		// kernel keeps no lists, is made once a round, after every state).
+		type alive struct {
+			pid   int
+			start uint64
 		}
-		for _, pid := range pids {
-			start := seen[pid]
+		var live []alive
+		for pid, start := range seen {
 			s, err := ReadStat(pid)
 			if err != nil || s.Dead() || s.StartTime != start {
 				continue
@@ -117,7 +121,11 @@ func KillTree(ctx context.Context, roots ...Root) error {
 			if s.State != 'T' && s.State != 't' && s.State != 'D' {
 				running = true
 			}
-			kids, err := childrenOf(pid)
+			live = append(live, alive{pid, start})
+		}
+		var scan map[int][]int // this round's children lists, from one scan of /proc
+		for _, p := range live {
+			kids, err := childrenOf(p.pid, &scan)
 			if err != nil {
 				if first == nil {
 					first = err
@@ -128,7 +136,7 @@ func KillTree(ctx context.Context, roots ...Root) error {
 				if _, ok := seen[kid]; ok {
 					continue
 				}
-				pin(kid, func() error { return childOf(kid, pid, start) })
+				pin(kid, func() error { return childOf(kid, p.pid, p.start) })
 				if _, ok := seen[kid]; ok {
 					grew = true
 				}
@@ -181,17 +189,20 @@ func childOf(kid, parent int, parentStart uint64) error {
 }
 
 // childrenOf lists the children of pid: from the kernel's children lists
-// where it keeps them (CONFIG_PROC_CHILDREN), else by a scan of /proc for
-// its pid as parent.
-func childrenOf(pid int) ([]int, error) {
+// where it keeps them (CONFIG_PROC_CHILDREN), else from a scan of /proc
+// for its pid as parent, made once for every pid of a round (*scan, nil
+// until then): a scan reads every process's stat, and a round asks for
+// each process found so far.
+func childrenOf(pid int, scan *map[int][]int) ([]int, error) {
 	if kids, err := Children(pid); err == nil {
 		return kids, nil
 	}
-	var kids []int
-	err := Each(func(p int, s Stat) {
-		if s.PPID == pid {
-			kids = append(kids, p)
+	if *scan == nil {
+		byParent := map[int][]int{}
+		if err := Each(func(p int, s Stat) { byParent[s.PPID] = append(byParent[s.PPID], p) }); err != nil {
+			return nil, err
 		}
-	})
-	return kids, err
+		*scan = byParent
+	}
+	return (*scan)[pid], nil
 }

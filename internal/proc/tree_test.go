@@ -4,12 +4,14 @@ package proc_test
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
@@ -18,7 +20,7 @@ import (
 // tree starts a chain of depth processes below a root (each in a session
 // of its own, so that neither a session nor a group kill finds them) and
 // returns the root and the deepest pid.
-func tree(t *testing.T, m string, depth int) (*exec.Cmd, int) {
+func tree(t testing.TB, m string, depth int) (*exec.Cmd, int) {
 	t.Helper()
 	cmd := exec.Command(testBinary(t), "tree", strconv.Itoa(depth), m)
 	out, err := cmd.StdoutPipe()
@@ -40,7 +42,7 @@ func tree(t *testing.T, m string, depth int) (*exec.Cmd, int) {
 	return cmd, leaf
 }
 
-func identityOf(t *testing.T, pid int) fsm.Identity {
+func identityOf(t testing.TB, pid int) fsm.Identity {
 	t.Helper()
 	start, err := proc.StartTime(pid)
 	if err != nil {
@@ -128,5 +130,25 @@ func TestPidFD_Reap(t *testing.T) {
 	}
 	if x, ok, err := q.Reap(); !ok || err != nil || x.Code != 3 || x.Signal != 0 {
 		t.Fatalf("Reap of a child that exited 3: %+v %v %v", x, ok, err)
+	}
+}
+
+// BenchmarkKillTree_Chain3 kills a root and a chain of three descendants,
+// each in a session of its own: the whole of a KillTree (pins, stops, the
+// descent's rounds, the kills and waits), per tree.
+func BenchmarkKillTree_Chain3(b *testing.B) {
+	m := "tetherprocbench" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	ctx := context.Background()
+	for b.Loop() {
+		b.StopTimer()
+		root, _ := tree(b, m, 3)
+		id := identityOf(b, root.Process.Pid)
+		b.StartTimer()
+		if err := proc.KillTree(ctx, proc.IdentityRoot(id)); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		_ = root.Wait()
+		b.StartTimer()
 	}
 }
