@@ -125,9 +125,20 @@ type Conn interface {
 	Close() error
 }
 
+// ReadyConn is a Conn whose executor can say when a notify task is ready
+// (the sd_notify protocol's READY=1): the real executor's. A Conn that is
+// not one has no readiness to wait for.
+type ReadyConn interface {
+	Conn
+	// WaitReady returns once the task's current run is ready
+	// (Status.Ready), or has ended first (Status.Exited).
+	WaitReady(ctx context.Context) (Status, error)
+}
+
 var (
-	_ World = (*Real)(nil)
-	_ Conn  = realConn{}
+	_ World     = (*Real)(nil)
+	_ Conn      = realConn{}
+	_ ReadyConn = realConn{}
 )
 
 // Real is the World of real executor processes, one per task, each in its
