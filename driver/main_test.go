@@ -42,6 +42,8 @@ func TestMain(m *testing.M) {
 // argument.
 func runTask(args []string) int {
 	switch args[0] {
+	case "notify": // notify CTL OUT MARKER
+		return testproc.NotifyTask(args[1 : len(args)-1])
 	case "exit":
 		n, _ := strconv.Atoi(args[1])
 		return n

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,9 +28,10 @@ import (
 // Any other answer is "ok", or "err ..." when the step failed. It is the
 // task, so the time ping spends is its own: the test waits on its answer.
 // With args[0] == "send", it is the child of a child line: it sends
-// args[1] and exits.
+// args[1] and exits. CTL and OUT must be consecutive in the process's
+// arguments (what follows them, a test's marker, is kept for the child).
 func NotifyTask(args []string) int {
-	if len(args) == 2 && args[0] == "send" {
+	if len(args) >= 2 && args[0] == "send" {
 		if err := notifySend(args[1]); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
@@ -71,7 +73,7 @@ func NotifyTask(args []string) int {
 		case "send":
 			answer(notifySend(rest), "ok")
 		case "child":
-			cmd := exec.Command(os.Args[0], append(os.Args[1:len(os.Args)-len(args)], "send", rest)...)
+			cmd := exec.Command(os.Args[0], childArgs(args, rest)...)
 			cmd.Stderr = os.Stderr
 			answer(cmd.Run(), "ok")
 		case "ping":
@@ -99,6 +101,18 @@ func NotifyTask(args []string) int {
 		}
 	}
 	return 4
+}
+
+// childArgs is this process's arguments with CTL OUT (args) replaced by
+// "send" and text: the same helper mode, as a child that sends text.
+func childArgs(args []string, text string) []string {
+	all := os.Args[1:]
+	for i := 0; i+1 < len(all); i++ {
+		if all[i] == args[0] && all[i+1] == args[1] {
+			return slices.Concat(all[:i], []string{"send", text}, all[i+2:])
+		}
+	}
+	return []string{"send", text}
 }
 
 // notifySend sends one datagram to NOTIFY_SOCKET, "\n" in text a newline.
