@@ -56,7 +56,7 @@ type request struct {
 	// link is the task a start replaces (its task-created's Replaces), or
 	// the one a stop makes way for (its stop-requested's ReplacedBy).
 	link  string
-	pid   int // ready: the task process of the run that said it is ready
+	pid   int        // ready: the task process of the run that said it is ready
 	reply chan reply // buffered: the owner never blocks on a caller
 	// cancel is closed when the caller has given up (its context ended):
 	// a watch then no longer keeps the owner at work.

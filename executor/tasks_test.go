@@ -3,11 +3,11 @@
 package executor
 
 import (
-	"github.com/tether-fsm/tether/internal/testproc"
 	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tether-fsm/tether/internal/testproc"
 	"net"
 	"os"
 	"os/exec"
