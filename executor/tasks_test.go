@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/tether-fsm/tether/internal/testproc"
 	"net"
 	"os"
 	"os/exec"
@@ -18,6 +17,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // runMoreTask holds the task modes of the containment, isolation and
