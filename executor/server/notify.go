@@ -4,6 +4,8 @@ package server
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -29,7 +31,10 @@ import (
 // send to it. NOTIFY_SOCKET names it: the host path for a raw_exec task,
 // /secrets/notify in an exec task's root, where the secrets directory is
 // bound (a path, not an abstract socket: those do not cross a network
-// namespace of the task's own). With a watchdog, WATCHDOG_USEC is set,
+// namespace of the task's own). A raw_exec task whose host path is too
+// long for a sockaddr_un (a deep state directory, a long task name) gets
+// an abstract socket of a random name instead ("@tether-notify-..."),
+// which has no mode: the sender check below is then its only guard. With a watchdog, WATCHDOG_USEC is set,
 // and WATCHDOG_PID, by the init shim, to the task's own pid as it sees it.
 //
 // The socket has SO_PASSCRED: every datagram comes with its sender's pid
@@ -63,8 +68,8 @@ type notifyMsg struct {
 // the run loop, which alone judges and acts on it.
 type notifier struct {
 	conn *net.UnixConn
-	dfd  int    // the secrets directory (O_PATH), where the socket is unlinked at the end
-	path string // host path
+	dfd  int    // the secrets directory (O_PATH), where the socket is unlinked at the end; -1: abstract
+	path string // host path ("": abstract)
 	env  string // NOTIFY_SOCKET: the path as the task sees it
 	msgs chan notifyMsg
 }
@@ -88,31 +93,47 @@ func (s *server) openNotify(dirs spec.Dirs, tu spec.User, exec bool) error {
 	secrets := filepath.Join(dirs.Task, statedir.SecretsDir)
 	host := filepath.Join(secrets, notifyName)
 	env := host
-	if exec {
-		env = "/" + statedir.SecretsDir + "/" + notifyName
-	} else if len(host) >= len(unix.RawSockaddrUnix{}.Path) {
-		return fmt.Errorf("%w: the notify socket %s is longer than a unix socket path may be (%d bytes): use a shorter state directory",
-			wire.ErrLaunch, host, len(unix.RawSockaddrUnix{}.Path)-1)
-	}
-	// The directory as it is now (prepared by this executor, before any
-	// run of the task): the socket is made through a descriptor of it,
-	// never through a link a task planted.
-	dfd, err := unix.Open(secrets, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("%w: open %s for the notify socket: %w", wire.ErrLaunch, secrets, err)
-	}
-	_ = unix.Unlinkat(dfd, notifyName, 0) // a socket an earlier executor left
-	short := "/proc/self/fd/" + strconv.Itoa(dfd) + "/" + notifyName
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: short, Net: "unixgram"})
-	if err != nil {
-		unix.Close(dfd)
-		return fmt.Errorf("%w: bind the notify socket %s: %w", wire.ErrLaunch, host, err)
-	}
+	var conn *net.UnixConn
+	var err error
+	dfd := -1
 	fail := func(err error) error {
-		conn.Close()
-		_ = unix.Unlinkat(dfd, notifyName, 0)
-		unix.Close(dfd)
+		if conn != nil {
+			conn.Close()
+		}
+		if dfd >= 0 {
+			_ = unix.Unlinkat(dfd, notifyName, 0)
+			unix.Close(dfd)
+		}
 		return err
+	}
+	if !exec && len(host) >= len(unix.RawSockaddrUnix{}.Path) {
+		// A raw_exec task shares the host's network namespace: a path
+		// it could not connect to (longer than a sockaddr_un holds)
+		// becomes an abstract socket of a random name, which the
+		// sender check alone guards.
+		var b [12]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return fmt.Errorf("%w: notify socket name: %w", wire.ErrLaunch, err)
+		}
+		host, env = "", "@tether-notify-"+hex.EncodeToString(b[:])
+		if conn, err = net.ListenUnixgram("unixgram", &net.UnixAddr{Name: env, Net: "unixgram"}); err != nil {
+			return fmt.Errorf("%w: bind the notify socket %s: %w", wire.ErrLaunch, env, err)
+		}
+	} else {
+		if exec {
+			env = "/" + statedir.SecretsDir + "/" + notifyName
+		}
+		// The directory as it is now (prepared by this executor, before
+		// any run of the task): the socket is made through a descriptor
+		// of it, never through a link a task planted.
+		if dfd, err = unix.Open(secrets, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err != nil {
+			return fmt.Errorf("%w: open %s for the notify socket: %w", wire.ErrLaunch, secrets, err)
+		}
+		_ = unix.Unlinkat(dfd, notifyName, 0) // a socket an earlier executor left
+		short := "/proc/self/fd/" + strconv.Itoa(dfd) + "/" + notifyName
+		if conn, err = net.ListenUnixgram("unixgram", &net.UnixAddr{Name: short, Net: "unixgram"}); err != nil {
+			return fail(fmt.Errorf("%w: bind the notify socket %s: %w", wire.ErrLaunch, host, err))
+		}
 	}
 	raw, err := conn.SyscallConn()
 	if err != nil {
@@ -126,7 +147,7 @@ func (s *server) openNotify(dirs spec.Dirs, tu spec.User, exec bool) error {
 	}
 	// Mode 0700 (the executor's umask) and the task's owner: only the
 	// task's user can connect (root can anyway).
-	if tu.Set() {
+	if dfd >= 0 && tu.Set() {
 		if err := unix.Fchownat(dfd, notifyName, tu.UID, tu.GID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return fail(fmt.Errorf("%w: chown the notify socket: %w", wire.ErrLaunch, err))
 		}
@@ -341,7 +362,9 @@ func (s *server) closeNotify() {
 		return
 	}
 	s.notify.conn.Close()
-	_ = unix.Unlinkat(s.notify.dfd, notifyName, 0)
-	unix.Close(s.notify.dfd)
+	if s.notify.dfd >= 0 {
+		_ = unix.Unlinkat(s.notify.dfd, notifyName, 0)
+		unix.Close(s.notify.dfd)
+	}
 	s.notify = nil
 }

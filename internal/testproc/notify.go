@@ -15,7 +15,8 @@ import (
 // NotifyTask is a helper task that speaks the sd_notify protocol as its
 // test tells it, line by line, on the fifo args[0] (opened read-write, so
 // it never sees EOF), and answers each line with one line on the fifo
-// args[1]:
+// args[1] (with args[2] == "announce", its first line is "up PID",
+// written once it reads args[0]: each run of a restarted task says so):
 //
 //	env             answers "NOTIFY_SOCKET WATCHDOG_USEC WATCHDOG_PID PID"
 //	                (each "-" when unset; PID is its own as it sees it)
@@ -57,6 +58,9 @@ func NotifyTask(args []string) int {
 			text = "err " + err.Error()
 		}
 		fmt.Fprintln(out, text)
+	}
+	if len(args) > 2 && args[2] == "announce" {
+		answer(nil, fmt.Sprintf("up %d", os.Getpid()))
 	}
 	sc := bufio.NewScanner(ctl)
 	for sc.Scan() {
