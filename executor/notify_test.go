@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/testproc"
@@ -242,4 +244,32 @@ func TestWatchdog_PingsKeepTheTask(t *testing.T) {
 			t.Fatalf("after 3 intervals of pings: %+v %v, want running, ready, never restarted", st, err)
 		}
 	})
+}
+
+// The notify socket of a task run as another user is that user's, mode
+// 0700: only the task's user (and root) may send to it. (A task of
+// another user that is not the task's is dropped by the sender check as
+// well: TestNotify_StrangerIgnoredChildAccepted.)
+func TestNotify_SocketIsTheTaskUsers(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("running a task as another user needs root")
+	}
+	m := newMarker(t)
+	dir := filepath.Join(t.TempDir(), "task")
+	c := spawn(t, m, dir)
+	spec := wire.Launch{Spec: fsm.Spec{Driver: wire.ModeRawExec, Command: "sleep", Args: []string{"1000"}, User: "65534", Dir: "/",
+		Readiness: fsm.ReadinessNotify, Env: map[string]string{"TETHER_TEST_MARKER": string(m), "PATH": "/usr/bin:/bin"}}}
+	if _, err := c.Launch(testCtx(t), spec); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(dir, "secrets", "notify"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK || st.Uid != 65534 || st.Mode&0o077 != 0 {
+		t.Fatalf("notify socket: mode %o uid %d, want a socket of uid 65534 with no group or other access", st.Mode, st.Uid)
+	}
+	if _, err := c.Stop(testCtx(t), unix.SIGKILL, time.Second); err != nil {
+		t.Fatal(err)
+	}
 }
