@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 )
 
@@ -43,11 +42,7 @@ func (d *Driver) WaitReady(ctx context.Context, id string) (ReadyReport, error) 
 	if st.Spec == nil || !st.Spec.Readiness.Notify() {
 		return ReadyReport{Task: st}, &TaskError{Task: id, State: st.State, Err: ErrNotNotify}
 	}
-	rc, ok := h.(executor.ReadyConn)
-	if !ok {
-		return ReadyReport{Task: st}, &TaskError{Task: id, State: st.State, Err: fmt.Errorf("%w: its executor cannot say when it is ready", ErrNotNotify)}
-	}
-	xs, err := rc.WaitReady(ctx)
+	xs, err := h.WaitReady(ctx)
 	if err != nil {
 		return ReadyReport{Task: st}, runningErr(id, st, err)
 	}

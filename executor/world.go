@@ -100,6 +100,11 @@ type Conn interface {
 	// for each restart, in order) or the task is over for good
 	// (Status.Over).
 	Watch(ctx context.Context, since int) (Status, []fsm.Event, error)
+	// WaitReady returns once the current run of a notify task (its spec's
+	// Readiness) said it is ready (Status.Ready, with its STATUS= text in
+	// Status.NotifyStatus), or ended first (Status.Exited). A world
+	// without notify sockets answers ErrUnsupported.
+	WaitReady(ctx context.Context) (Status, error)
 	// Signal sends sig to the task's process group, or with main to its
 	// main process alone.
 	Signal(ctx context.Context, sig syscall.Signal, main bool) error
@@ -125,20 +130,9 @@ type Conn interface {
 	Close() error
 }
 
-// ReadyConn is a Conn whose executor can say when a notify task is ready
-// (the sd_notify protocol's READY=1): the real executor's. A Conn that is
-// not one has no readiness to wait for.
-type ReadyConn interface {
-	Conn
-	// WaitReady returns once the task's current run is ready
-	// (Status.Ready), or has ended first (Status.Exited).
-	WaitReady(ctx context.Context) (Status, error)
-}
-
 var (
-	_ World     = (*Real)(nil)
-	_ Conn      = realConn{}
-	_ ReadyConn = realConn{}
+	_ World = (*Real)(nil)
+	_ Conn  = realConn{}
 )
 
 // Real is the World of real executor processes, one per task, each in its

@@ -1133,6 +1133,12 @@ func (h *conn) Dismiss(ctx context.Context) error {
 	return nil
 }
 
+// WaitReady implements executor.Conn: the model world gives its tasks no
+// notify socket.
+func (h *conn) WaitReady(ctx context.Context) (executor.Status, error) {
+	return executor.Status{}, fmt.Errorf("%w: the model world has no notify sockets", executor.ErrUnsupported)
+}
+
 // Watch implements executor.Conn: it returns once the restart journal
 // holds entries past since, or the task is over (its last run exited and
 // no restart follows).
