@@ -17,7 +17,9 @@ import (
 // Readiness. start (and restart) of a task whose readiness is "notify"
 // returns once the task says it is ready (READY=1 on NOTIFY_SOCKET), the
 // ready event recorded, instead of waiting out --min-uptime: the task's
-// own word is the proof that it is up. --ready-timeout bounds the wait; a
+// own word is the proof that it is up (a job file's start waits for the
+// READY=1 of each notify main task after --min-uptime). --ready-timeout
+// bounds the wait; a
 // task that ends first fails the start as one that ended within
 // --min-uptime does (its end, its last output, its exit code). run records
 // the ready event of each run of a notify task it follows, and says
@@ -34,6 +36,17 @@ func notifyTask(t fsm.Task) bool { return t.Spec != nil && t.Spec.Readiness.Noti
 // most timeout), then prints the task's id on stdout and its STATUS= text,
 // if any, on stderr. Ctrl-C meanwhile stops the task.
 func (c *cli) awaitReady(ctx context.Context, s *session, t fsm.Task, timeout time.Duration, sigs <-chan os.Signal) int {
+	code, ok := c.readyOrFail(ctx, s, t, timeout, sigs)
+	if ok {
+		fmt.Fprintln(c.stdout, t.ID)
+	}
+	return code
+}
+
+// readyOrFail waits for a notify task's READY=1 (at most timeout) and says
+// its STATUS= text on stderr; ok is false when the start failed, said, and
+// code is start's exit code then.
+func (c *cli) readyOrFail(ctx context.Context, s *session, t fsm.Task, timeout time.Duration, sigs <-chan os.Signal) (code int, ok bool) {
 	type result struct {
 		r   driver.ReadyReport
 		err error
@@ -54,36 +67,35 @@ func (c *cli) awaitReady(ctx context.Context, s *session, t fsm.Task, timeout ti
 		fmt.Fprintf(c.stderr, "tether: %s: got %v before the task was ready, stopping it\n", t.ID, sig)
 		c.stopOnSignals(ctx, s, t.ID, sigs)
 		_, _ = s.d.StopTask(ctx, t.ID, 0, 0)
-		return 128 + int(sig.(syscall.Signal))
+		return 128 + int(sig.(syscall.Signal)), false
 	}
 	switch {
 	case r.err == nil:
-		fmt.Fprintln(c.stdout, t.ID)
 		if r.r.Status != "" {
 			fmt.Fprintf(c.stderr, "tether: %s: ready: %s\n", t.ID, clikit.Printable(r.r.Status))
 		}
-		return exitOK
+		return exitOK, true
 	case errors.Is(r.err, errReadyTimeout):
 		c.errorf("task %s did not say it is ready (READY=1 on NOTIFY_SOCKET) within --ready-timeout %s", t.ID, clikit.DurationText(timeout))
 		if r.r.Status != "" {
 			fmt.Fprintf(c.stderr, "  its last status: %s\n", clikit.Printable(r.r.Status))
 		}
 		fmt.Fprintf(c.stderr, "  it is still running: 'tether stop %s' stops it, 'tether logs %s' has its output\n", t.ID, t.ID)
-		return exitError
+		return exitError, false
 	case errors.Is(r.err, driver.ErrNeverReady), errors.Is(r.err, driver.ErrNotRunning):
 		// It ended first: its end is recorded once its executor is done
 		// with it (a restart may follow, under its policy).
 		final, err := s.d.WaitTask(ctx, t.ID)
 		if err == nil && final.State.Terminal() {
-			return c.endedBeforeReady(final)
+			return c.endedBeforeReady(final), false
 		}
 		c.errorf("task %s ended before it was ready: %v", t.ID, r.err)
 		fmt.Fprintf(c.stderr, "  'tether events %s' has its history, 'tether logs %s' its output\n", t.ID, t.ID)
-		return exitError
+		return exitError, false
 	}
 	c.errorf("task %s started, but waiting for it to be ready failed: %v", t.ID, r.err)
 	fmt.Fprintf(c.stderr, "  'tether status %s' shows how it is\n", t.ID)
-	return exitError
+	return exitError, false
 }
 
 // errReadyTimeout is the cause of a ready wait's deadline.

@@ -250,3 +250,36 @@ func TestStart_NotifyWatchdogMissRestarts(t *testing.T) {
 		t.Fatalf("events lack the watchdog's restart of pid %d:\n%s", pid, ev)
 	}
 }
+
+// A job file's start waits for the READY=1 of its notify main task too.
+func TestStart_JobWaitsForItsNotifyTask(t *testing.T) {
+	e := newEnv(t)
+	n := newNotifyHelper(t, e, "api", "")
+	src, err := os.ReadFile(n.file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := writeFile(t, t.TempDir(), "web.nomad", "job \"web\" {\n  group \"g\" {\n"+string(src)+"  }\n}\n")
+	done := e.tetherAsync("start", "--min-uptime", "0", job)
+	n.read(t) // up
+	if got := n.say(t, "send STATUS=loading"); got != "ok" {
+		t.Fatal(got)
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("the job's start returned before its notify task sent READY=1: %s", r)
+	default:
+	}
+	if got := n.say(t, `send READY=1\nSTATUS=serving`); got != "ok" {
+		t.Fatal(got)
+	}
+	r := <-done
+	if r.code != 0 || !strings.Contains(r.stderr, "ready: serving") {
+		t.Fatalf("start of the job: %s", r)
+	}
+	id := strings.TrimSpace(r.stdout)
+	if st := e.readyStatus(id); st.Ready == nil || !*st.Ready {
+		t.Fatalf("status: %+v", st)
+	}
+	e.must("stop", id) // a service job's task: its policy would restart an exit
+}
