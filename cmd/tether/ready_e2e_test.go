@@ -283,3 +283,34 @@ func TestStart_JobWaitsForItsNotifyTask(t *testing.T) {
 	}
 	e.must("stop", id) // a service job's task: its policy would restart an exit
 }
+
+// run records the ready event of the run it follows (and says nothing
+// more of it): status shows it ready while run is attached.
+func TestRun_RecordsReady(t *testing.T) {
+	e := newEnv(t)
+	n := newNotifyHelper(t, e, "attached", "")
+	done := e.tetherAsync("run", n.file)
+	n.read(t) // up
+	if got := n.say(t, `send READY=1\nSTATUS=serving`); got != "ok" {
+		t.Fatal(got)
+	}
+	// run's driver records the event after the executor's answer: wait
+	// for the log to have it (each status a read of the store), bounded.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st := e.status("attached")
+		if len(st) == 1 {
+			if rs := e.readyStatus(st[0].ID); rs.Ready != nil && *rs.Ready {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run never recorded the task ready: %+v", st)
+		}
+	}
+	fmt.Fprintln(n.ctl, "exit 0")
+	r := <-done
+	if r.code != 0 || strings.Contains(r.stderr, "ready") {
+		t.Fatalf("run: want exit 0 and nothing said of readiness\n%s", r)
+	}
+}
