@@ -39,7 +39,12 @@ func (n notifyTask) say(t *testing.T, line string) string {
 // and restart policy rp.
 func launchNotify(t *testing.T, m marker, driver string, wd time.Duration, rp *fsm.RestartPolicy) notifyTask {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "task")
+	return launchNotifyIn(t, m, filepath.Join(t.TempDir(), "task"), driver, wd, rp)
+}
+
+// launchNotifyIn is launchNotify with the task directory dir.
+func launchNotifyIn(t *testing.T, m marker, dir, driver string, wd time.Duration, rp *fsm.RestartPolicy) notifyTask {
+	t.Helper()
 	var spec wire.Launch
 	var ctl, out *os.File
 	if driver == wire.ModeExec {
@@ -271,5 +276,36 @@ func TestNotify_SocketIsTheTaskUsers(t *testing.T) {
 	}
 	if _, err := c.Stop(testCtx(t), unix.SIGKILL, time.Second); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A raw_exec task whose socket path would not fit a sockaddr_un gets an
+// abstract socket, which anyone on the host can reach: the sender check
+// alone keeps a stranger's READY=1 out.
+func TestNotify_AbstractFallbackStrangerIgnored(t *testing.T) {
+	m := newMarker(t)
+	deep := filepath.Join(t.TempDir(), strings.Repeat("d", 100))
+	if err := os.Mkdir(deep, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	n := launchNotifyIn(t, m, filepath.Join(deep, "task"), wire.ModeRawExec, 0, nil)
+	env := strings.Fields(n.say(t, "env"))
+	if len(env) != 4 || !strings.HasPrefix(env[0], "@tether-notify-") {
+		t.Fatalf("NOTIFY_SOCKET of a task in a deep directory: %q, want an abstract @tether-notify-... name", env)
+	}
+	if err := testproc.Notify(env[0], "READY=1\nSTATUS=stranger"); err != nil {
+		t.Fatalf("sending as a stranger: %v", err)
+	}
+	if got := n.say(t, "send STATUS=after the stranger"); got != "ok" {
+		t.Fatal(got)
+	}
+	if st := waitStatus(t, n.c, "after the stranger"); st.Ready {
+		t.Fatalf("a stranger's READY=1 made the task ready: %+v", st)
+	}
+	if got := n.say(t, "send READY=1"); got != "ok" {
+		t.Fatal(got)
+	}
+	if st, err := n.c.WaitReady(testCtx(t)); err != nil || !st.Ready {
+		t.Fatalf("WaitReady: %+v %v", st, err)
 	}
 }
