@@ -57,11 +57,18 @@ const notifyName = "notify"
 // maxNotify bounds a notify datagram (systemd reads at most a pipe's page).
 const maxNotify = 4096
 
-// notifyMsg is one datagram, with its sender's credentials.
+// maxNotifyFDs bounds the descriptors a datagram may carry (a BARRIER=1's
+// one; systemd's file descriptor store is not kept: they are closed).
+const maxNotifyFDs = 16
+
+// notifyMsg is one datagram, with its sender's credentials and the
+// descriptors it carried (closed once it has been handled: a BARRIER=1's
+// sender learns so that what it sent before has been).
 type notifyMsg struct {
 	pid  int
 	uid  uint32
 	data []byte
+	fds  []int
 }
 
 // notifier is the task's notify socket. Its reader hands every datagram to
@@ -162,7 +169,7 @@ func (s *server) openNotify(dirs spec.Dirs, tu spec.User, exec bool) error {
 // loop; it ends when the socket is closed.
 func (n *notifier) read(quit <-chan struct{}) {
 	buf := make([]byte, maxNotify)
-	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred))
+	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred)+unix.CmsgSpace(4*maxNotifyFDs))
 	for {
 		nb, noob, _, _, err := n.conn.ReadMsgUnix(buf, oob)
 		if err != nil {
@@ -176,12 +183,18 @@ func (n *notifier) read(quit <-chan struct{}) {
 			for _, c := range cmsgs {
 				if cred, err := unix.ParseUnixCredentials(&c); err == nil {
 					m.pid, m.uid = int(cred.Pid), cred.Uid
+				} else if fds, err := unix.ParseUnixRights(&c); err == nil {
+					for _, fd := range fds {
+						unix.CloseOnExec(fd)
+					}
+					m.fds = append(m.fds, fds...)
 				}
 			}
 		}
 		select {
 		case n.msgs <- m:
 		case <-quit:
+			closeFDs(m.fds)
 			return
 		}
 	}
@@ -242,8 +255,19 @@ func (s *server) fromTask(pid int) bool {
 	return false
 }
 
-// notified acts on one datagram of the notify socket.
+// closeFDs closes the descriptors a datagram carried.
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// notified acts on one datagram of the notify socket, then closes what it
+// carried (a BARRIER=1's descriptor: its sender waits for that close, so
+// that a short-lived sender, systemd-notify's, outlives the check of its
+// earlier datagrams).
 func (s *server) notified(m notifyMsg) {
+	defer closeFDs(m.fds)
 	if !s.fromTask(m.pid) {
 		s.log.Warn("notify message from a process that is not the task's: dropped", "sender_pid", m.pid, "sender_uid", m.uid)
 		return

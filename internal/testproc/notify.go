@@ -2,7 +2,9 @@ package testproc
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -10,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // NotifyTask is a helper task that speaks the sd_notify protocol as its
@@ -119,19 +123,43 @@ func childArgs(args []string, text string) []string {
 	return []string{"send", text}
 }
 
-// notifySend sends one datagram to NOTIFY_SOCKET, "\n" in text a newline.
+// notifySend sends one datagram to NOTIFY_SOCKET, "\n" in text a newline,
+// then waits on a barrier (BARRIER=1 with a pipe's write end, as
+// sd_notify_barrier does) until the receiver has handled it.
 func notifySend(text string) error {
 	path := os.Getenv("NOTIFY_SOCKET")
 	if path == "" {
 		return fmt.Errorf("no NOTIFY_SOCKET")
 	}
-	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
+	addr := &unix.SockaddrUnix{Name: path}
+	if strings.HasPrefix(path, "@") {
+		addr.Name = "\x00" + path[1:]
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	_, err = c.Write([]byte(strings.ReplaceAll(text, `\n`, "\n")))
-	return err
+	defer unix.Close(fd)
+	if err := unix.Sendmsg(fd, []byte(strings.ReplaceAll(text, `\n`, "\n")), nil, addr, 0); err != nil {
+		return err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	err = unix.Sendmsg(fd, []byte("BARRIER=1"), unix.UnixRights(int(w.Fd())), addr, 0)
+	w.Close()
+	if err != nil {
+		return err
+	}
+	if err := r.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil {
+		return err
+	}
+	if _, err := r.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("the barrier: %v (want the receiver to close it)", err)
+	}
+	return nil
 }
 
 // Notify sends text to the notify socket at path from the calling
