@@ -425,6 +425,19 @@ func (c *Client) WaitTask(ctx context.Context, id string) (fsm.Task, error) {
 	return taskOf(r), err
 }
 
+// WaitReady is driver.WaitReady through the agent. When ctx ends first,
+// the error is ctx's cause (a caller's deadline keeps its own error).
+func (c *Client) WaitReady(ctx context.Context, id string) (driver.ReadyReport, error) {
+	r, err := c.callTask(ctx, Request{Op: OpWaitReady, ID: id}, nil)
+	if err != nil && ctx.Err() != nil {
+		err = context.Cause(ctx)
+	}
+	if r.Ready == nil {
+		return driver.ReadyReport{}, err
+	}
+	return *r.Ready, err
+}
+
 func reportOf(r Response) driver.Report {
 	if r.Report == nil {
 		return driver.Report{}

@@ -150,6 +150,11 @@ func (l *Local) WaitTask(ctx context.Context, id string) (fsm.Task, error) {
 	return l.D.WaitTask(ctx, id)
 }
 
+// WaitReady is driver.WaitReady.
+func (l *Local) WaitReady(ctx context.Context, id string) (driver.ReadyReport, error) {
+	return l.D.WaitReady(ctx, id)
+}
+
 func (l *Local) Reconcile(ctx context.Context, ids ...string) (driver.Report, error) {
 	return l.D.Reconcile(ctx, ids...)
 }

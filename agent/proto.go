@@ -40,8 +40,9 @@ import (
 // version's own.
 
 // ProtocolVersion is the version of the agent protocol this build speaks
-// (2: the CLI's whole surface, names, exec's resolution, the upkeep).
-const ProtocolVersion = 2
+// (2: the CLI's whole surface, names, exec's resolution, the upkeep; 3:
+// a notify task's readiness, wait-ready).
+const ProtocolVersion = 3
 
 const protocolMagic = "tether-agent"
 
@@ -167,6 +168,8 @@ const (
 	OpStopGroup   // StopGroup(IDs, Signal, Grace): progress frames, then the final states
 	OpGroups      // Groups()
 	OpGroupDriven // GroupDriven(Name: the alloc)
+	// Readiness (version 3).
+	OpWaitReady // WaitReady(ID)
 
 	numOps
 )
@@ -178,7 +181,7 @@ var opNames = [numOps]string{
 	OpStartDesired: "start-desired", OpStatus: "status", OpWatch: "watch", OpCheck: "check",
 	OpGC: "gc", OpSalvage: "salvage", OpResolve: "resolve", OpStartNamed: "start-named", OpRestart: "restart",
 	OpRestartDesired: "restart-desired", OpCreateGroup: "create-group", OpRunGroup: "run-group",
-	OpStopGroup: "stop-group", OpGroups: "groups", OpGroupDriven: "group-driven",
+	OpStopGroup: "stop-group", OpGroups: "groups", OpGroupDriven: "group-driven", OpWaitReady: "wait-ready",
 }
 
 func (o Op) String() string {
@@ -256,7 +259,7 @@ func (r *Request) Validate() error {
 		return fmt.Errorf("%w: %s: "+format, append([]any{ErrBadRequest, r.Op}, args...)...)
 	}
 	switch r.Op {
-	case OpStart, OpStartNamed, OpStop, OpSignal, OpInspect, OpEvents, OpFollow, OpWait, OpStats:
+	case OpStart, OpStartNamed, OpStop, OpSignal, OpInspect, OpEvents, OpFollow, OpWait, OpStats, OpWaitReady:
 		if err := driver.ValidateTaskID(r.ID); err != nil {
 			return bad("%v", err)
 		}
@@ -404,6 +407,8 @@ type Response struct {
 	Check    *wireCheck       `json:"check,omitempty"`
 	GC       *GCReport        `json:"gc,omitempty"`
 	Salvage  *SalvageReport   `json:"salvage,omitempty"`
+	// Ready is a wait-ready's report.
+	Ready *driver.ReadyReport `json:"ready,omitempty"`
 	// Tasks are a group operation's tasks; Progress a group's step (a
 	// progress frame); Groups the groups with a live task; Driven and
 	// PID whether a process drives a group, and which.

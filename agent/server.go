@@ -231,6 +231,9 @@ func (s *Server) dispatch(ctx context.Context, req Request, w *respWriter) Respo
 	case OpWait:
 		task, e := s.svc.WaitTask(ctx, req.ID)
 		r.Task, err = &task, e
+	case OpWaitReady:
+		rep, e := s.svc.WaitReady(ctx, req.ID)
+		r.Ready, err = &rep, e
 	case OpReconcile:
 		rep, e := s.svc.Reconcile(ctx, req.IDs...)
 		r.Report, err = toWireReport(rep), e

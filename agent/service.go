@@ -35,6 +35,9 @@ type Tasks interface {
 	LoadTasks(ctx context.Context, which store.Selection) (store.Scan, error)
 	FollowTask(ctx context.Context, id string, fn func(fsm.Task)) (fsm.Task, error)
 	WaitTask(ctx context.Context, id string) (fsm.Task, error)
+	// WaitReady is driver.WaitReady: a notify task's READY=1, recorded,
+	// with its STATUS= text.
+	WaitReady(ctx context.Context, id string) (driver.ReadyReport, error)
 	Reconcile(ctx context.Context, ids ...string) (driver.Report, error)
 	Recover(ctx context.Context) (driver.Report, error)
 	TaskStats(ctx context.Context, id string) (cgroup.Stats, error)

@@ -39,6 +39,8 @@ var wireCodes = []struct {
 	{"driver.state-dir", driver.ErrStateDir},
 	{"driver.start-failed", driver.ErrStartFailed},
 	{"driver.not-running", driver.ErrNotRunning},
+	{"driver.not-notify", driver.ErrNotNotify},
+	{"driver.never-ready", driver.ErrNeverReady},
 	{"driver.unreachable", driver.ErrUnreachable},
 	{"driver.closed", driver.ErrClosed},
 	{"driver.injected", driver.ErrInjected},

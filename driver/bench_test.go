@@ -402,6 +402,9 @@ func (simExecutor) Watch(ctx context.Context, _ int) (executor.Status, []fsm.Eve
 	<-ctx.Done()
 	return executor.Status{}, nil, context.Cause(ctx)
 }
+func (simExecutor) WaitReady(context.Context) (executor.Status, error) {
+	return executor.Status{}, errSim
+}
 func (simExecutor) Signal(context.Context, syscall.Signal, bool) error { return errSim }
 func (simExecutor) Stats(context.Context) (cgroup.Stats, error)        { return cgroup.Stats{}, errSim }
 func (simExecutor) Exec(context.Context, executor.ExecSpec) (*executor.ExecProcess, error) {

@@ -122,6 +122,14 @@ func runChild(args []string) int {
 			final, err = d.WaitTask(ctx, "a")
 		}
 		fmt.Println("final", final.State, final.Restarts)
+	case "ready":
+		// A notify task that says it is ready at once: WaitReady
+		// records the ready event.
+		spec := task("ready-sleep")
+		spec.Readiness = fsm.ReadinessNotify
+		if _, err = d.StartTask(ctx, "a", spec); err == nil {
+			_, err = d.WaitReady(ctx, "a")
+		}
 	case "recover":
 		_, err = d.Recover(ctx)
 	case "salvage", "gc":
@@ -253,6 +261,7 @@ func crashCases() map[string]crashCase {
 	set(launched, both("reattached")...)
 	set(launched, crashBeforeEffect+"attach", crashAfterEffect+"attach")
 	set(crashCase{scenario: "restart"}, both("restart-intent")...)
+	set(crashCase{scenario: "ready"}, both("ready")...)
 	// A maintenance's durable steps, beside two starts: a salvage of a
 	// store with a running task, a gc of one with an ended task.
 	for _, p := range []string{store.PointSalvageCopied, PointSalvageSettled, store.PointInstallAside, store.PointInstallRenamed} {

@@ -42,6 +42,12 @@ func TestMain(m *testing.M) {
 // argument.
 func runTask(args []string) int {
 	switch args[0] {
+	case "notify": // notify CTL OUT MARKER
+		return testproc.NotifyTask(args[1 : len(args)-1])
+	case "ready-sleep": // say READY=1 at once, then sleep
+		if err := testproc.Notify(os.Getenv("NOTIFY_SOCKET"), "READY=1"); err != nil {
+			return 5
+		}
 	case "exit":
 		n, _ := strconv.Atoi(args[1])
 		return n

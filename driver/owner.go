@@ -45,6 +45,7 @@ const (
 	inInspect                           // reply with the state (after a start that claimed the id has recorded it)
 	inCreate                            // record a new task that waits for its turn (a task of a group)
 	inStartCreated                      // start a task that waits for its turn
+	inReady                             // record that the run of task process pid is ready (see ready.go)
 )
 
 type request struct {
@@ -55,6 +56,7 @@ type request struct {
 	// link is the task a start replaces (its task-created's Replaces), or
 	// the one a stop makes way for (its stop-requested's ReplacedBy).
 	link  string
+	pid   int        // ready: the task process of the run that said it is ready
 	reply chan reply // buffered: the owner never blocks on a caller
 	// cancel is closed when the caller has given up (its context ended):
 	// a watch then no longer keeps the owner at work.
@@ -284,6 +286,8 @@ func (o *owner) serve(req request) {
 		o.watch(req)
 	case inRecover:
 		o.recover(req)
+	case inReady:
+		o.ready(req)
 	case inInspect:
 		if o.st.State == fsm.StateNone {
 			req.reply <- reply{err: &TaskError{Task: o.t.id, Err: ErrUnknownTask}}

@@ -519,6 +519,27 @@ func (c *Client) Status(ctx context.Context) (wire.Status, error) {
 	return *r.Status, nil
 }
 
+// WaitReady returns once the current run of a notify task (its spec's
+// Readiness is fsm.ReadinessNotify) has sent READY=1 (Status.Ready, with
+// its last STATUS= in Status.NotifyStatus), or has ended first
+// (Status.Exited, and Status.Restarting when its restart policy may start
+// it again). An executor of a protocol before ReadyVersion cannot say:
+// ErrProtocolVersion.
+func (c *Client) WaitReady(ctx context.Context) (wire.Status, error) {
+	if c.version < wire.ReadyVersion {
+		return wire.Status{}, fmt.Errorf("%w: waiting for readiness needs protocol %d, and this executor (started by a previous tether) speaks %d",
+			wire.ErrProtocolVersion, wire.ReadyVersion, c.version)
+	}
+	r, err := c.call(ctx, wire.Request{Op: wire.OpReady})
+	if err != nil {
+		return wire.Status{}, err
+	}
+	if r.Status == nil {
+		return wire.Status{}, fmt.Errorf("%w: ready answered without a status", wire.ErrProtocol)
+	}
+	return *r.Status, nil
+}
+
 // Wait returns once the task has exited and its whole process group (and
 // every other descendant) is gone. If the executor went away meanwhile, the
 // exit status it left on disk is returned.

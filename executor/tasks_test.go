@@ -17,6 +17,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // runMoreTask holds the task modes of the containment, isolation and
@@ -29,8 +31,11 @@ import (
 //	hostile JSON        try what hostileTargets lists, print a hostileReport
 //	print BYTES         print BYTES of numbered lines to stdout, then exit 0
 //	escape-wait FIFO    start a setsid'd, double-forked sleeper (its pid to FIFO), then exit 0
+//	notify CTL OUT      speak sd_notify as told on CTL (testproc.NotifyTask)
 func runMoreTask(args []string) int {
 	switch args[0] {
+	case "notify":
+		return testproc.NotifyTask(args[1:])
 	case "alloc":
 		mb, _ := strconv.Atoi(args[1])
 		mem, err := unix.Mmap(-1, 0, mb<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)

@@ -100,6 +100,11 @@ type Conn interface {
 	// for each restart, in order) or the task is over for good
 	// (Status.Over).
 	Watch(ctx context.Context, since int) (Status, []fsm.Event, error)
+	// WaitReady returns once the current run of a notify task (its spec's
+	// Readiness) said it is ready (Status.Ready, with its STATUS= text in
+	// Status.NotifyStatus), or ended first (Status.Exited). A world
+	// without notify sockets answers ErrUnsupported.
+	WaitReady(ctx context.Context) (Status, error)
 	// Signal sends sig to the task's process group, or with main to its
 	// main process alone.
 	Signal(ctx context.Context, sig syscall.Signal, main bool) error

@@ -73,6 +73,11 @@ const (
 	// Exit, the Grace it waits first) before relaunching.
 	// launched/running -> restarting.
 	EventRestartIntent
+	// EventReady: the task said it is ready (the sd_notify protocol's
+	// READY=1 on its notify socket, a task whose spec's Readiness is
+	// ReadinessNotify). running -> running; Task.Ready is set
+	// until the next restart.
+	EventReady
 
 	numEventTypes
 )
@@ -97,6 +102,7 @@ var eventNames = [numEventTypes]string{
 	EventExecutorReaped:   "executor-reaped",
 	EventStartInterrupted: "start-interrupted",
 	EventRestartIntent:    "restart-intent",
+	EventReady:            "ready",
 }
 
 func (e EventType) String() string {
@@ -123,7 +129,7 @@ func ParseEventType(s string) (EventType, error) {
 // in the order they were declared).
 var eventOrder = []EventType{
 	EventCreated, EventConfigRejected, EventSpawnIntent, EventExecutorUp, EventSpawnFailed,
-	EventLaunchIntent, EventLaunched, EventLaunchFailed, EventRunning, EventReattached,
+	EventLaunchIntent, EventLaunched, EventLaunchFailed, EventRunning, EventReady, EventReattached,
 	EventRestartIntent, EventTaskExited, EventStopRequested, EventExecutorLost, EventFault,
 	EventStartInterrupted, EventKillFailed, EventExecutorReaped,
 }

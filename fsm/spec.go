@@ -62,7 +62,34 @@ type Spec struct {
 	Artifacts []Artifact
 	// Ports are the ports the task was given (its group's and its own).
 	Ports []Port
+
+	// Readiness is how the task says it is ready: "" (ReadinessNone) not
+	// at all (it is running once launched, as before), ReadinessNotify by
+	// the sd_notify protocol on the socket its executor gives it
+	// (NOTIFY_SOCKET).
+	Readiness Readiness
+	// Watchdog is the sd_notify watchdog interval (needs ReadinessNotify):
+	// once ready, a task that sends no WATCHDOG=1 within it is killed and
+	// restarted by its restart policy, as if it had exited. 0: none.
+	Watchdog time.Duration
 }
+
+// Readiness is how a task says it is ready.
+type Readiness string
+
+// Readiness modes; "" is ReadinessNone.
+const (
+	ReadinessNone   Readiness = "none"
+	ReadinessNotify Readiness = "notify"
+)
+
+// Notify reports whether the task says it is ready by sd_notify.
+func (r Readiness) Notify() bool { return r == ReadinessNotify }
+
+// MinWatchdog is the shortest watchdog interval a spec may ask for: a
+// shorter one would have the executor kill a healthy task for a
+// scheduling delay.
+const MinWatchdog = 100 * time.Millisecond
 
 // NetworkMode is a task's network block's mode (Nomad's group network
 // shape): tether runs "host" and "none"; bridge networking is not there.
@@ -451,6 +478,19 @@ func (s *Spec) Validate() error {
 		return bad("network mode \"bridge\": tether has no bridge networking (CNI) yet; use \"host\" (the host's network) or \"none\" (loopback alone)")
 	default:
 		return bad("network mode %q: use \"host\" or \"none\"", s.Network)
+	}
+	switch s.Readiness {
+	case "", ReadinessNone, ReadinessNotify:
+	default:
+		return bad("readiness %q: use \"notify\" (the task sends READY=1 on NOTIFY_SOCKET) or leave it unset", s.Readiness)
+	}
+	switch {
+	case s.Watchdog < 0:
+		return bad("negative watchdog %s", s.Watchdog)
+	case s.Watchdog > 0 && !s.Readiness.Notify():
+		return bad("watchdog %s needs readiness = \"notify\" (the task pings with WATCHDOG=1 on NOTIFY_SOCKET)", s.Watchdog)
+	case s.Watchdog > 0 && s.Watchdog < MinWatchdog:
+		return bad("watchdog %s is shorter than the %s minimum", s.Watchdog, MinWatchdog)
 	}
 	if err := check("seccomp", s.Seccomp); err != nil {
 		return err

@@ -38,6 +38,9 @@ type Task struct {
 	// Restarts is the number of restarts so far (the last restart-intent's
 	// attempt).
 	Restarts int
+	// Ready: the current run said it is ready (a ready event since the
+	// last launch); a restart clears it.
+	Ready bool
 }
 
 // RestartEvents is how many restart events the task's log holds (its
@@ -184,10 +187,14 @@ func (t *Table) FoldInPlace(task *Task, e *Event) error {
 		}
 	case EventLaunched:
 		task.TaskPID, task.TaskStartTime = e.TaskPID, e.TaskStartTime
+		task.Ready = false
 	case EventStopRequested:
 		task.StopSignal, task.StopGrace = e.Signal, e.Grace
 	case EventRestartIntent:
 		task.Restarts = e.Attempt
+		task.Ready = false
+	case EventReady:
+		task.Ready = true
 	}
 	if e.Exit != nil {
 		x := *e.Exit

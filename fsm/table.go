@@ -88,6 +88,7 @@ var Edges = slices.Concat(
 
 	[]Edge{
 		{StateRunning, EventReattached, StateRunning, nil, EventNone},
+		{StateRunning, EventReady, StateRunning, nil, EventNone},
 		{StateRunning, EventRestartIntent, StateRestarting, nil, EventNone},
 	},
 	errorsInto(StateRunning, EventTaskExited, EventStopRequested, EventExecutorLost, EventFault),

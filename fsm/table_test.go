@@ -100,7 +100,7 @@ spawning: executor-up>executor-up spawn-failed>reaping* stop-requested>reaping* 
 executor-up: launch-intent>launching stop-requested>reaping* executor-lost>reaping* fault>reaping* start-interrupted>reaping*
 launching: launched>launched launch-failed>reaping* stop-requested>reaping* executor-lost>reaping* fault>reaping* start-interrupted>reaping*
 launched: running>running reattached>launched restart-intent>restarting task-exited>reaping* stop-requested>reaping* executor-lost>reaping* fault>reaping*
-running: reattached>running restart-intent>restarting task-exited>reaping* stop-requested>reaping* executor-lost>reaping* fault>reaping*
+running: reattached>running ready>running restart-intent>restarting task-exited>reaping* stop-requested>reaping* executor-lost>reaping* fault>reaping*
 restarting: launched>launched reattached>restarting launch-failed>reaping* stop-requested>reaping* executor-lost>reaping* fault>reaping*
 reaping: kill-failed>reaping* executor-reaped>failed|exited|stopped|lost
 failed:

@@ -35,6 +35,8 @@ func TestEqualTask_EveryField(t *testing.T) {
 			v.SetInt(v.Int() + 1)
 		case reflect.Uint8, reflect.Uint64:
 			v.SetUint(v.Uint() + 1)
+		case reflect.Bool:
+			v.SetBool(!v.Bool())
 		case reflect.Slice: // of warnings
 			w := slices.Clone(base.Warnings)
 			w[0].Text += "x"

@@ -48,6 +48,8 @@ func TestEnumerate_EveryCrashPoint(t *testing.T) {
 	// its own crash points, the driver's restart-intent.
 	cfgs = append(cfgs, Scenario{Op: "start:restart", Tasks: 1}, Scenario{Op: "start:restart", Tasks: 1, Cgroups: true},
 		Scenario{Op: "stop:service", Tasks: 1})
+	// A notify task's start: the ready event WaitReady records.
+	cfgs = append(cfgs, Scenario{Op: "start:ready", Tasks: 1})
 	// The real bbolt store under the same enumeration (its commits, its
 	// acknowledgements, its reopen by every generation).
 	cfgs = append(cfgs, Scenario{Op: "start:run", Tasks: 1, Bolt: true}, Scenario{Op: "stop", Tasks: 2, Bolt: true},

@@ -516,6 +516,18 @@ func StartCall(id string, spec fsm.Spec) Call {
 	}}
 }
 
+// StartReadyCall is a StartTask call followed by WaitReady (a notify
+// task's start as tether start makes it: it records the ready event).
+func StartReadyCall(id string, spec fsm.Spec) Call {
+	return Call{Do: func(ctx context.Context, d *driver.Driver) error {
+		if _, err := d.StartTask(ctx, id, spec); err != nil {
+			return err
+		}
+		_, err := d.WaitReady(ctx, id)
+		return err
+	}}
+}
+
 // StopCall is a StopTask call with the task's default signal and grace.
 func StopCall(id string) Call {
 	return Call{Do: func(ctx context.Context, d *driver.Driver) error {
@@ -767,7 +779,8 @@ func (h *Harness) Tasks() []string {
 // runs with a child in its group, "setsid" with a child that left its
 // group, "daemon" with a daemonized grandchild, "restart" fails at once and
 // is restarted twice by its executor (then ends, exited), "service" runs
-// and is restarted by its executor whenever it ends (twice an hour).
+// and is restarted by its executor whenever it ends (twice an hour),
+// "ready" runs as a notify task (readiness = "notify"), ready at once.
 func SpecFor(kind string) fsm.Spec {
 	s := fsm.Spec{Driver: "raw_exec", Command: "/sim/task"}
 	switch kind {
@@ -788,6 +801,8 @@ func SpecFor(kind string) fsm.Spec {
 		s.Restart = &fsm.RestartPolicy{Attempts: 2, Interval: time.Hour, Delay: time.Second, Mode: fsm.RestartFail}
 	case "service":
 		s.Restart = &fsm.RestartPolicy{Attempts: 2, Interval: time.Hour, Delay: time.Second, Mode: fsm.RestartDelay, OnSuccess: true}
+	case "ready":
+		s.Readiness = fsm.ReadinessNotify
 	}
 	return s
 }

@@ -23,7 +23,7 @@ import (
 //	gc:KIND          the same with a gc (an ended task to remove first)
 var Ops = []string{
 	"start:run", "start:exit", "start:netraw", "start:invalid", "start:fork", "start:setsid", "start:daemon",
-	"start:restart", "start:service", "stop", "stop:setsid", "stop:daemon", "stop:service", "race:run", "race:exit",
+	"start:restart", "start:service", "start:ready", "stop", "stop:setsid", "stop:daemon", "stop:service", "race:run", "race:exit",
 	"race:restart", "recover:launched", "salvage:run", "gc:run",
 }
 
@@ -177,6 +177,16 @@ func (sc Scenario) Run(t TestingT, dir string) Result {
 			}
 		}
 		res.Op = h.Run(sc.Plan, RecoverCall())
+	case "start":
+		if kind != "ready" {
+			res.Op = h.Start(sc.Plan, ids, specs)
+			break
+		}
+		calls := make([]Call, len(ids))
+		for i := range ids {
+			calls[i] = StartReadyCall(ids[i], specs[i])
+		}
+		res.Op = h.Run(sc.Plan, calls...)
 	default:
 		res.Op = h.Start(sc.Plan, ids, specs)
 	}
@@ -231,7 +241,7 @@ func (sc Scenario) Run(t TestingT, dir string) Result {
 		switch {
 		case verb == "stop" && !info.State.Terminal():
 			t.Fatalf("scenario %q: StopTask(%s) succeeded, yet after recovery the task is %s", sc, ids[i], info.State)
-		case verb != "stop" && !deaths && slices.Contains([]string{"run", "fork", "setsid", "daemon", "service"}, kind) && info.State != fsm.StateRunning:
+		case verb != "stop" && !deaths && slices.Contains([]string{"run", "fork", "setsid", "daemon", "service", "ready"}, kind) && info.State != fsm.StateRunning:
 			t.Fatalf("scenario %q: StartTask(%s) succeeded, yet after recovery the task is %s", sc, ids[i], info.State)
 		}
 	}

@@ -1133,6 +1133,23 @@ func (h *conn) Dismiss(ctx context.Context) error {
 	return nil
 }
 
+// WaitReady implements executor.Conn: a notify task of the model world is
+// ready as soon as it is launched; a run that exited is not.
+func (h *conn) WaitReady(ctx context.Context) (executor.Status, error) {
+	w := h.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := h.usableLocked(); err != nil {
+		return executor.Status{}, err
+	}
+	if !h.p.launched {
+		return executor.Status{}, ErrNotLaunched
+	}
+	st := w.statusOfLocked(h.p)
+	st.Ready = !st.Exited
+	return st, nil
+}
+
 // Watch implements executor.Conn: it returns once the restart journal
 // holds entries past since, or the task is over (its last run exited and
 // no restart follows).

@@ -42,7 +42,8 @@ import (
 //	         env and error_on_missing_key, uid and gid when set,
 //	         change_mode, change_signal, delimiters), artifacts (a count,
 //	         then each: source, destination, mode, options, headers,
-//	         chown), ports (a count, then each: label, value, to, ip, task)
+//	         chown), ports (a count, then each: label, value, to, ip, task),
+//	         readiness (a string), watchdog (varint ns)
 //	nonce    string
 //	executor pid, start_time, boot_id, nonce, socket; v2 (fCgroup): cgroup
 //	task_pid varint; task_start uvarint
@@ -120,6 +121,8 @@ const (
 	sxTemplates
 	sxArtifacts
 	sxPorts
+	sxReadiness
+	sxWatchdog
 	sxAll = 1<<iota - 1
 )
 
@@ -392,6 +395,12 @@ func specExtOf(s *fsm.Spec) uint64 {
 	if len(s.Ports) > 0 {
 		x |= sxPorts
 	}
+	if s.Readiness != "" {
+		x |= sxReadiness
+	}
+	if s.Watchdog != 0 {
+		x |= sxWatchdog
+	}
 	return x
 }
 
@@ -464,6 +473,12 @@ func appendSpecExt(dst []byte, s *fsm.Spec) []byte {
 			dst = appendString(dst, p.IP)
 			dst = appendString(dst, p.Task)
 		}
+	}
+	if x&sxReadiness != 0 {
+		dst = appendString(dst, string(s.Readiness))
+	}
+	if x&sxWatchdog != 0 {
+		dst = binary.AppendVarint(dst, int64(s.Watchdog))
 	}
 	return dst
 }
@@ -864,6 +879,14 @@ func (d *decoder) spec(ext bool) *fsm.Spec {
 		s.Ports = make([]fsm.Port, n)
 		for i := 0; d.err == "" && i < n; i++ {
 			s.Ports[i] = fsm.Port{Label: d.str(), Value: d.int(), To: d.int(), IP: d.str(), Task: d.str()}
+		}
+	}
+	if x&sxReadiness != 0 {
+		s.Readiness = fsm.Readiness(d.nonEmpty())
+	}
+	if x&sxWatchdog != 0 {
+		if s.Watchdog = time.Duration(d.varint()); s.Watchdog == 0 {
+			d.fail("zero value for a present field")
 		}
 	}
 	return s

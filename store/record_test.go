@@ -107,6 +107,8 @@ func genSpec(t *rapid.T) *fsm.Spec {
 		s.Ports = append(s.Ports, fsm.Port{Label: rapid.String().Draw(t, "label"), Value: rapid.Int().Draw(t, "value"),
 			To: rapid.Int().Draw(t, "to"), IP: rapid.String().Draw(t, "ip"), Task: rapid.String().Draw(t, "ptask")})
 	}
+	s.Readiness = fsm.Readiness(rapid.SampledFrom([]string{"", "notify", "none"}).Draw(t, "readiness"))
+	s.Watchdog = time.Duration(rapid.Int64().Draw(t, "watchdog"))
 	return s
 }
 
@@ -545,10 +547,12 @@ func fullEvents() []fsm.Event {
 			ChangeMode: fsm.ChangeSignal, ChangeSignal: 1, LeftDelim: "[[", RightDelim: "]]", ErrMissingKey: true}},
 		Artifacts: []fsm.Artifact{{Source: "http://127.0.0.1/a.tgz", Destination: "local/a", Mode: fsm.ArtifactDir,
 			Options: map[string]string{"checksum": "sha256:00", "archive": "tgz"}, Headers: map[string]string{"X": "y"}, Chown: true}},
-		Ports: []fsm.Port{{Label: "http", Value: 20001, To: 8080, IP: "127.0.0.1", Task: "api"}},
+		Ports:     []fsm.Port{{Label: "http", Value: 20001, To: 8080, IP: "127.0.0.1", Task: "api"}},
+		Readiness: fsm.ReadinessNotify, Watchdog: 30 * time.Second,
 	}
 	return []fsm.Event{
 		{Type: fsm.EventCreated, Time: at(0), Spec: spec},
+		{Type: fsm.EventReady, Time: at(1)},
 		{Type: fsm.EventExecutorUp, Time: at(2), Executor: &fsm.Identity{PID: 9, StartTime: 1, BootID: "b", Nonce: "n", Socket: "/s", Cgroup: "/sys/fs/cgroup/tether/t-n"}},
 		{Type: fsm.EventRestartIntent, Time: at(3), Attempt: 2, Grace: time.Second, Exit: &fsm.ExitStatus{Code: -1, Signal: 9, OOM: true}},
 		{Type: fsm.EventExecutorReaped, Time: at(4), Target: fsm.StateExited, Exit: &fsm.ExitStatus{Code: 137, OOM: true}},
@@ -574,6 +578,24 @@ func TestDecodeRecord_SpecExtensionCanonical(t *testing.T) {
 	binary.LittleEndian.PutUint32(bad, checksum(bad))
 	if _, derr := decodeRecord(bad, &got); derr == nil || derr.reason != "zero value for a present field" {
 		t.Errorf("zero logs part: %+v", derr)
+	}
+}
+
+// A watchdog part present with a zero interval is not canonical (the
+// encoder leaves a zero watchdog out).
+func TestDecodeRecord_WatchdogZeroRefused(t *testing.T) {
+	testproc.Parallel(t)
+	e := fsm.Event{Type: fsm.EventCreated, Spec: &fsm.Spec{Readiness: fsm.ReadinessNotify, Watchdog: 1}}
+	rec := encodeRecord(nil, 1, &e)
+	var got fsm.Event
+	if _, derr := decodeRecord(rec, &got); derr != nil || got.Spec.Watchdog != 1 || got.Spec.Readiness != fsm.ReadinessNotify {
+		t.Fatalf("round trip: %+v, %+v", derr, got.Spec)
+	}
+	bad := bytes.Clone(rec)
+	bad[len(bad)-1] = 0 // the watchdog's varint, last in the record
+	binary.LittleEndian.PutUint32(bad, checksum(bad))
+	if _, derr := decodeRecord(bad, &got); derr == nil || derr.reason != "zero value for a present field" {
+		t.Errorf("zero watchdog: %+v", derr)
 	}
 }
 

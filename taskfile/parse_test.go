@@ -42,6 +42,8 @@ task "web" {
   user         = "nobody"
   kill_timeout = "10s"
   kill_signal  = "SIGINT"
+  readiness    = "notify"
+  watchdog     = "30s"
   config {
     command  = "/usr/bin/python3"
     args     = ["-m", "http.server"]
@@ -63,6 +65,7 @@ task "web" {
 		Env: map[string]string{"A": "1", "B": "two"}, Dir: "/srv", User: "nobody",
 		CapAdd: []string{"net_bind_service"}, CapDrop: []string{"all"},
 		KillSignal: 2, KillTimeout: 10 * time.Second,
+		Readiness: fsm.ReadinessNotify, Watchdog: 30 * time.Second,
 	}
 	if len(tf.Tasks) != 1 || !reflect.DeepEqual(tf.Tasks[0].Spec, want) {
 		t.Fatalf("got %+v\nwant %+v", tf.Tasks, want)
@@ -266,6 +269,28 @@ func TestParseTaskFile_Errors(t *testing.T) {
   kill_timeout = "soon"
   config { command = "/bin/true" }
 }`, "t.hcl:3:18: error: Bad kill_timeout"},
+		{"bad readiness", `task "x" {
+  driver = "exec"
+  readiness = "tcp"
+  config { command = "/bin/true" }
+}`, `t.hcl:3:15: error: Bad readiness: readiness is "tcp"`},
+		{"bad watchdog", `task "x" {
+  driver = "exec"
+  readiness = "notify"
+  watchdog = "often"
+  config { command = "/bin/true" }
+}`, `t.hcl:4:14: error: Bad watchdog: "often" is not a positive duration`},
+		{"short watchdog", `task "x" {
+  driver = "exec"
+  readiness = "notify"
+  watchdog = "1ms"
+  config { command = "/bin/true" }
+}`, `Bad watchdog: "1ms" is shorter than the 100ms minimum`},
+		{"watchdog without notify", `task "x" {
+  driver = "exec"
+  watchdog = "30s"
+  config { command = "/bin/true" }
+}`, `t.hcl:3:14: error: Watchdog without notify: Task "x" sets watchdog but not readiness = "notify"`},
 		{"bad signal", `task "x" {
   driver = "exec"
   kill_signal = "SIGNOPE"

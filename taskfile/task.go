@@ -33,7 +33,7 @@ func (p *parser) task(b *hclsyntax.Block, g *Group, job *Job) *Task {
 		t.Spec.Job, t.Spec.Group, t.Spec.Restart = job.Name, g.Name, g.Restart
 	}
 	where := fmt.Sprintf("task %q", name)
-	var driverRange hcl.Range
+	var driverRange, watchdogRange hcl.Range
 	for _, a := range sortedAttrs(b.Body) {
 		switch a.Name {
 		case "driver":
@@ -57,6 +57,28 @@ func (p *parser) task(b *hclsyntax.Block, g *Group, job *Job) *Task {
 				}
 				t.Spec.KillSignal = int(sig)
 			}
+		case "readiness":
+			if v, ok := p.lit(a); ok {
+				switch r := fsm.Readiness(v); r {
+				case fsm.ReadinessNone, fsm.ReadinessNotify:
+					t.Spec.Readiness = r
+				default:
+					p.errorf(a.Expr.Range(), "Bad readiness", `readiness is %q; use "notify" (the task sends READY=1 on NOTIFY_SOCKET, the sd_notify protocol) or "none".`, v)
+				}
+			}
+		case "watchdog":
+			if s, ok := p.lit(a); ok {
+				d, err := time.ParseDuration(s)
+				switch {
+				case err != nil || d <= 0:
+					p.errorf(a.Expr.Range(), "Bad watchdog", "%q is not a positive duration: use a value like \"30s\".", s)
+				case d < fsm.MinWatchdog:
+					p.errorf(a.Expr.Range(), "Bad watchdog", "%q is shorter than the %s minimum.", s, fsm.MinWatchdog)
+				default:
+					t.Spec.Watchdog = d
+				}
+				watchdogRange = a.Expr.Range()
+			}
 		case "leader":
 			t.Leader, _ = p.bool(a)
 		case "meta":
@@ -66,6 +88,9 @@ func (p *parser) task(b *hclsyntax.Block, g *Group, job *Job) *Task {
 		default:
 			p.warnf(a.NameRange, "Unsupported attribute", "tether ignores the attribute %q in %s.", a.Name, where)
 		}
+	}
+	if t.Spec.Watchdog > 0 && !t.Spec.Readiness.Notify() {
+		p.errorf(watchdogRange, "Watchdog without notify", `Task %q sets watchdog but not readiness = "notify": the task pings the watchdog with WATCHDOG=1 on NOTIFY_SOCKET, which only a notify task has.`, name)
 	}
 	runnable := t.Driver == "exec" || t.Driver == "raw_exec"
 	if job != nil && t.Driver != "" && !runnable {

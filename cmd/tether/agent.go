@@ -235,7 +235,7 @@ func (c *cli) startIfDesired(ctx context.Context, s *session, opts startOptions,
 	if err != nil {
 		return c.fail(err), true
 	}
-	return c.awaitDesired(ctx, s, e, c.minUptime(opts), sigs), true
+	return c.awaitDesired(ctx, s, e, c.minUptime(opts), opts.readyTimeout, sigs), true
 }
 
 // restartDesired is `tether restart` of a desired task's task: the agent
@@ -251,7 +251,7 @@ func (c *cli) restartDesired(ctx context.Context, s *session, name string, old d
 			fmt.Fprintf(c.stderr, "tether: %s: %s; started again as %s (desired task %s)\n", old.ID, describeEnd(t.Task), e.Task, clikit.Printable(name))
 		}
 	}
-	return c.awaitDesired(ctx, s, e, c.minUptime(opts), sigs)
+	return c.awaitDesired(ctx, s, e, c.minUptime(opts), opts.readyTimeout, sigs)
 }
 
 // desiredOf returns the desired task whose current task is id, if any.
@@ -271,7 +271,7 @@ func (c *cli) desiredOf(ctx context.Context, s *session, id string) (string, boo
 // awaitDesired waits until the task the agent recorded for a desired task
 // (e.Task) runs or has ended, then finishes as start does (its minimum
 // uptime, its id on stdout).
-func (c *cli) awaitDesired(ctx context.Context, s *session, e agent.Entry, min time.Duration, sigs <-chan os.Signal) int {
+func (c *cli) awaitDesired(ctx context.Context, s *session, e agent.Entry, min, readyTimeout time.Duration, sigs <-chan os.Signal) int {
 	target := e.Task
 	err := s.svc.WatchStatus(ctx, func(st agent.Status) bool {
 		now, ok := st.Entry(e.Name)
@@ -290,5 +290,5 @@ func (c *cli) awaitDesired(ctx context.Context, s *session, e agent.Entry, min t
 		}
 		return c.fail(err)
 	}
-	return c.started(ctx, s, info.Task, min, sigs)
+	return c.started(ctx, s, info.Task, min, readyTimeout, sigs)
 }

@@ -62,9 +62,23 @@ func TestDocs_JSONFieldsAreDocumented(t *testing.T) {
 }
 `)
 	e.must("run", ported)
+	// A notify task that never says it is ready: start gives up on it at
+	// --ready-timeout, and it runs on, not ready.
+	notify := writeFile(t, t.TempDir(), "notify.hcl", `task "notify" {
+  driver    = "raw_exec"
+  readiness = "notify"
+  config {
+    command = "/bin/sleep"
+    args    = ["1000"]
+  }
+}
+`)
+	if r := e.tether("start", "--ready-timeout", "100ms", notify); r.code != exitError {
+		t.Fatalf("start of a notify task that never says it is ready: want exit 1\n%s", r)
+	}
 	status := objects(t, e.must("status", "--all", "--json"))
-	if len(status) != 7 {
-		t.Fatalf("want 7 tasks: %v", status)
+	if len(status) != 8 {
+		t.Fatalf("want 8 tasks: %v", status)
 	}
 	docfields.Check(t, "status --json", docFields(t, "### `tether status --json"), status)
 	var events []map[string]json.RawMessage
@@ -95,4 +109,5 @@ func TestDocs_JSONFieldsAreDocumented(t *testing.T) {
 	docfields.Check(t, "events --json", eventDoc, events)
 	docfields.Check(t, "stats --json", docFields(t, "### `tether stats --json"), objects(t, e.must("stats", "--json", "svc")))
 	e.must("stop", "svc")
+	e.must("stop", "notify")
 }

@@ -66,6 +66,7 @@ func buildAndRun(m *testing.M) int {
 //	exit N          exit with code N
 //	sleep           print "helper stderr" on stderr, then "helper up" on
 //	                stdout, then block until killed
+//	notify CTL OUT [announce]  speak sd_notify as told (testproc.NotifyTask)
 //	fiforead PATH   read PATH (a FIFO) to its end, then exit 7
 //	fifowrite PATH  write a line to PATH (a FIFO), then exit 0
 //	ignore-term PATH  ignore SIGTERM: write "up" to PATH (a FIFO) once the
@@ -81,6 +82,8 @@ func helperMain(args []string) int {
 		return 2
 	}
 	switch args[0] {
+	case "notify": // notify CTL OUT [announce] MARKER: testproc.NotifyTask
+		return testproc.NotifyTask(args[1 : len(args)-1])
 	case "exit":
 		n, _ := strconv.Atoi(args[1])
 		fmt.Println("helper exiting with", n)

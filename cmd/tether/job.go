@@ -610,6 +610,16 @@ func (c *cli) startJob(ctx context.Context, s *session, run *jobRun, opts startO
 			return code
 		}
 	}
+	for _, t := range started {
+		if !isMain(t) || !notifyTask(t) {
+			continue
+		}
+		if info, err := s.svc.InspectTask(ctx, t.ID); err == nil && info.State == fsm.StateRunning {
+			if code, ok := c.readyOrFail(ctx, s, info.Task, opts.readyTimeout, sigs); !ok {
+				return code
+			}
+		}
+	}
 	for _, a := range run.allocs {
 		for _, m := range a.members {
 			if m.spec.Alloc.Hook == fsm.HookMain {

@@ -97,5 +97,5 @@ func (c *cli) cmdRestart(args []string) int {
 	if opts.verbose {
 		fmt.Fprintf(c.stderr, "tether: %s: %s; started again as %s\n", info.ID, describeEnd(r.old), newID)
 	}
-	return c.started(ctx, s, r.task, c.minUptime(opts), sigs)
+	return c.started(ctx, s, r.task, c.minUptime(opts), opts.readyTimeout, sigs)
 }

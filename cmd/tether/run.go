@@ -50,6 +50,9 @@ type startOptions struct {
 	// and restart only); minUptimeSet says it was given.
 	minUptime    time.Duration
 	minUptimeSet bool
+	// readyTimeout is how long start waits for a notify task's READY=1
+	// (start and restart only).
+	readyTimeout time.Duration
 	// batch is set for a task of a batch (or sysbatch) job, by its job
 	// file's type: its min-uptime is 0 unless given.
 	batch bool
@@ -65,6 +68,7 @@ func (o *startOptions) register(fs *flagSet, name string) {
 	}
 	if name != "run" {
 		fs.DurationVar(&o.minUptime, "min-uptime", time.Second, "how long the task must stay up for "+name+" to succeed (0: return once it runs; default 0 for a batch job's task)")
+		fs.DurationVar(&o.readyTimeout, "ready-timeout", defaultReadyTimeout, "how long a readiness = \"notify\" task has to send READY=1 for "+name+" to succeed (it replaces --min-uptime for such a task)")
 	}
 }
 
@@ -300,7 +304,7 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 		return c.startFailed(id, r.task, r.err)
 	}
 	if detach {
-		return c.started(ctx, s, r.task, c.minUptime(opts), sigs)
+		return c.started(ctx, s, r.task, c.minUptime(opts), opts.readyTimeout, sigs)
 	}
 	final, werr := c.waitTask(ctx, s, id, seen, sigs, &interrupted)
 	tail.stop()
@@ -341,11 +345,14 @@ func (c *cli) waitTask(ctx context.Context, s *session, id string, seen int, sig
 				seen = len(evs)
 			}
 		}
+		ready := newReadyRecorder(ctx)
 		t, err := s.svc.FollowTask(ctx, id, func(st fsm.Task) {
 			if st.Restarts > 0 && st.Version > uint64(seen) {
 				seen = c.sayRestarts(ctx, s, id, seen)
 			}
+			ready.follow(s, st)
 		})
+		ready.stop()
 		done <- result{t, err}
 	}()
 	select {

@@ -47,6 +47,11 @@ type taskJSON struct {
 	Alloc string     `json:"alloc,omitempty"`
 	Hook  string     `json:"hook,omitempty"`
 	Ports []fsm.Port `json:"ports,omitempty"`
+	// Readiness is a notify task's ("notify"), and Ready whether its
+	// current run said it is ready (the ready event since its last
+	// launch); both absent for a task without readiness.
+	Readiness string `json:"readiness,omitempty"`
+	Ready     *bool  `json:"ready,omitempty"`
 }
 
 func toJSON(t listed) taskJSON {
@@ -79,6 +84,10 @@ func toJSONInfo(info driver.TaskInfo) taskJSON {
 			j.Alloc, j.Hook = a.ID, a.Hook.String()
 		}
 		j.Ports = info.Spec.Ports
+		if info.Spec.Readiness.Notify() {
+			ready := info.Ready
+			j.Readiness, j.Ready = string(info.Spec.Readiness), &ready
+		}
 	}
 	if info.Executor != nil {
 		j.ExecutorPID = info.Executor.PID
@@ -200,8 +209,13 @@ func policyText(p fsm.RestartPolicy) string {
 // is not alive.
 func stateText(info driver.TaskInfo) string {
 	s := info.State.String()
-	if info.State.OwnsExecutor() && info.Executor != nil && !info.ExecutorAlive {
+	switch {
+	case info.State.OwnsExecutor() && info.Executor != nil && !info.ExecutorAlive:
 		s += " (executor gone)"
+	case info.State == fsm.StateRunning && info.Spec != nil && info.Spec.Readiness.Notify() && info.Ready:
+		s += " (ready)"
+	case info.State == fsm.StateRunning && info.Spec != nil && info.Spec.Readiness.Notify():
+		s += " (not ready)"
 	}
 	return s
 }
@@ -264,6 +278,13 @@ func (c *cli) printTask(t listed, now time.Time) {
 		row("Ports", portsText(info.Spec.Ports))
 	}
 	row("State", stateText(info))
+	if info.Spec != nil && info.Spec.Readiness.Notify() {
+		r := "notify (sd_notify: READY=1 on NOTIFY_SOCKET)"
+		if info.Spec.Watchdog > 0 {
+			r += ", watchdog " + info.Spec.Watchdog.String()
+		}
+		row("Readiness", r)
+	}
 	row("PID", pidText(info.TaskPID))
 	row("Executor", executorText(info))
 	row("Created", time.Unix(0, info.CreatedAt).Format(time.RFC3339))

@@ -44,11 +44,15 @@ func batchSpec(spec fsm.Spec) bool {
 }
 
 // started finishes a start: it waits out the minimum uptime (nothing when
-// min is 0), then prints the task's id on stdout. A task that ended sooner
+// min is 0; a notify task's READY=1 instead, within readyTimeout: see
+// awaitReady), then prints the task's id on stdout. A task that ended sooner
 // fails the start: its end and its last output are printed instead, and
 // the exit code is its own (1 if that was 0). Ctrl-C meanwhile stops the
 // task.
-func (c *cli) started(ctx context.Context, s *session, t fsm.Task, min time.Duration, sigs <-chan os.Signal) int {
+func (c *cli) started(ctx context.Context, s *session, t fsm.Task, min, readyTimeout time.Duration, sigs <-chan os.Signal) int {
+	if notifyTask(t) && t.State == fsm.StateRunning {
+		return c.awaitReady(ctx, s, t, readyTimeout, sigs) // its READY=1 stands for --min-uptime
+	}
 	if min > 0 && t.State.Terminal() {
 		return c.endedEarly(t, min)
 	}
@@ -99,8 +103,16 @@ func (c *cli) started(ctx context.Context, s *session, t fsm.Task, min time.Dura
 // last output, and returns start's exit code.
 func (c *cli) endedEarly(t fsm.Task, min time.Duration) int {
 	c.errorf("task %s ended within --min-uptime %s of its start: %s", t.ID, clikit.DurationText(min), endSummary(t, true))
+	c.printLastOutput(t.ID)
+	fmt.Fprintf(c.stderr, "  'tether logs %s' has its output, 'tether events %s' its history; --min-uptime 0 returns once it runs\n", t.ID, t.ID)
+	return endExitCode(t)
+}
+
+// printLastOutput prints the last lines of a task's stderr and stdout, for
+// a start that failed.
+func (c *cli) printLastOutput(id string) {
 	for _, stream := range []string{stderrFile, stdoutFile} {
-		lines := c.lastOutput(t.ID, stream, lastLines)
+		lines := c.lastOutput(id, stream, lastLines)
 		if len(lines) == 0 {
 			continue
 		}
@@ -109,7 +121,11 @@ func (c *cli) endedEarly(t fsm.Task, min time.Duration) int {
 			fmt.Fprintf(c.stderr, "    %s\n", clikit.Printable(l))
 		}
 	}
-	fmt.Fprintf(c.stderr, "  'tether logs %s' has its output, 'tether events %s' its history; --min-uptime 0 returns once it runs\n", t.ID, t.ID)
+}
+
+// endExitCode is a failed start's exit code for a task that ended: its
+// own (1 if that was 0), or a failure's by its cause.
+func endExitCode(t fsm.Task) int {
 	code := exitError
 	switch {
 	case t.Exit != nil && exitCode(*t.Exit) != 0:

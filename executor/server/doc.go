@@ -50,6 +50,20 @@
 //     ExitStatusFile atomically and durably (for a driver that was away),
 //     removes its socket and exits. An executor never outlives its task.
 //
+// # Readiness
+//
+// A task whose spec's Readiness is fsm.ReadinessNotify speaks the sd_notify
+// protocol to its executor (notify.go): the executor binds a unix datagram
+// socket in the task's secrets directory before the first run (the task's
+// user's, mode 0700; /secrets/notify inside an exec task's root; an
+// abstract name for a raw_exec task whose path is too long), sets
+// NOTIFY_SOCKET (and WATCHDOG_USEC; the shim sets WATCHDOG_PID), and
+// believes a datagram only from the run's main process or a process of its
+// cgroup (SO_PASSCRED). A ready request (protocol 8) is answered once the
+// run sent READY=1 (Status.Ready, Status.NotifyStatus) or ended first; a
+// ready run that misses its watchdog is killed, and its restart policy
+// decides as for any exit, the restart's reason naming the watchdog.
+//
 // # Containment
 //
 // Every task, exec and raw_exec, runs in a cgroup of its own (package

@@ -134,9 +134,15 @@ func (s *server) restartNext() bool {
 		rs.state, d = state, dd
 	}
 	if !d.Restart {
+		if s.rd.missed != "" {
+			d.Reason = s.rd.missed + "; " + d.Reason
+		}
 		rs.reason = d.Reason
 		s.log.Info("not restarting the task", "reason", d.Reason)
 		return false
+	}
+	if s.rd.missed != "" {
+		d.Reason = s.rd.missed + "; " + d.Reason
 	}
 	ev := fsm.Event{Type: fsm.EventRestartIntent, Time: now.UnixNano(), Attempt: d.Attempt, Exit: &exit, Delay: d.Delay, Reason: d.Reason}
 	crash(wire.CrashBeforeRestartIntent)
@@ -206,6 +212,7 @@ func (s *server) relaunch() {
 	// and nothing (a reap while the shim starts) may complete it again.
 	last := s.task
 	s.task = nil
+	s.resetReadiness()
 	l, err := s.startTask(s.spec)
 	now := time.Now().UnixNano()
 	if err != nil {

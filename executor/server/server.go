@@ -197,6 +197,11 @@ type server struct {
 	// Commands run inside the task (see exec.go), by pid.
 	execs map[int]*execProc
 
+	// Readiness (see notify.go): the notify socket of a notify task, and
+	// where the current run stands.
+	notify *notifier
+	rd     readiness
+
 	// Preparation (see prepare.go): the one in flight and where it
 	// reports, what the last one left (the env = true templates'
 	// variables, what the template watch needs), the watch's changes, and
@@ -390,6 +395,11 @@ func (s *server) run(lease time.Duration) int {
 			s.cutOutput()
 		case <-s.restartC():
 			s.relaunch()
+		case m := <-s.notifyC():
+			s.notified(m)
+		case <-s.watchdogC():
+			s.rd.wd = nil
+			s.watchdogMissed(fmt.Sprintf("watchdog: no WATCHDOG=1 within %s", s.spec.Watchdog))
 		case p := <-s.preparedC:
 			s.finishPreparing(p)
 		case c, ok := <-s.changes:
@@ -656,6 +666,8 @@ func (s *server) handle(sc *sconn, req wire.Request) {
 		s.execWait(sc, req.ID, req.PID)
 	case wire.OpExecSignal:
 		s.execSignal(sc, req)
+	case wire.OpReady:
+		s.readyReq(sc, req.ID)
 	default:
 		s.send(sc, wire.Response{ID: req.ID, Err: wire.FailureOf(fmt.Errorf("%w: unknown op %v", wire.ErrProtocol, req.Op))})
 	}
@@ -692,7 +704,8 @@ func (s *server) status() wire.Status {
 		return wire.Status{}
 	}
 	return wire.Status{Launched: true, PID: s.task.pid, StartTime: s.task.start, Exited: s.task.exited, Exit: s.task.exit,
-		Restarting: s.restarting(), Journal: s.journalLen(), Emptied: s.task.done && s.cgKill == cgGone}
+		Restarting: s.restarting(), Journal: s.journalLen(), Emptied: s.task.done && s.cgKill == cgGone,
+		Ready: s.rd.ready, NotifyStatus: s.rd.status}
 }
 
 // stats reads the task cgroup's figures.
@@ -872,6 +885,7 @@ func (s *server) reap() {
 			s.task.exit = exitOf(ws)
 			s.task.exit.At = time.Now().UnixNano() // SIGCHLD woke this loop: when the task died
 			s.log.Info("task exited", "task_pid", pid, "code", s.task.exit.Code, "signal", s.task.exit.Signal)
+			s.runEnded()
 		} else {
 			s.log.Debug("reaped", "child", pid)
 		}
@@ -1007,6 +1021,7 @@ func (s *server) close() int {
 		sc.c.Close()
 	}
 	unix.Close(s.dirfd)
+	s.closeNotify()
 	s.log.Info("executor exiting", "code", s.exitCode)
 	return s.exitCode
 }

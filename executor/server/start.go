@@ -65,7 +65,13 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 	}
 	env := spec.TaskEnv(ls.Spec, dirs, tu.Home)
 	maps.Copy(env, s.tmplEnv) // env = true templates' variables win, as in Nomad
-	cfg := shim.Config{UID: tu.UID, GID: tu.GID, Groups: tu.Groups}
+	if ls.Readiness.Notify() {
+		if err := s.openNotify(dirs, tu, exec); err != nil {
+			return l, err
+		}
+		s.notifyEnv(env, ls.Watchdog)
+	}
+	cfg := shim.Config{UID: tu.UID, GID: tu.GID, Groups: tu.Groups, WatchdogPID: ls.Watchdog > 0}
 	if ls.OOMScoreAdj != nil {
 		cfg.OOMScoreAdj = *ls.OOMScoreAdj
 	}
@@ -201,7 +207,7 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 	// so does a task with a user: the shim changes to the working directory
 	// before it switches user, for a task directory the user cannot
 	// traverse.
-	if !exec && !tu.Set() {
+	if !exec && !tu.Set() && !cfg.WatchdogPID { // WATCHDOG_PID is the shim's to set: its pid is the task's
 		// No parent-death signal for a raw_exec task: if the executor
 		// dies, the task lives on in its cgroup, its descendants still
 		// its own, until a recovery kills the whole tree by proven

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -108,6 +109,10 @@ type Config struct {
 	CgroupNS bool   `json:"cgroupns,omitempty"`
 	Loopback bool   `json:"loopback,omitempty"`
 	Seccomp  []byte `json:"seccomp,omitempty"`
+	// WatchdogPID sets WATCHDOG_PID to the shim's own pid (as the task
+	// sees it) before it execs the task, whose pid that becomes: the
+	// sd_notify watchdog's variable, which nothing knows before the fork.
+	WatchdogPID bool `json:"watchdog_pid,omitempty"`
 }
 
 // shimArgv builds the argv that re-executes this binary as the shim:
@@ -246,6 +251,9 @@ func Run(args []string) int {
 		if err := unix.Prctl(unix.PR_SET_PDEATHSIG, 0, 0, 0, 0); err != nil {
 			return fail(&stepError{StepExec, fmt.Errorf("pdeathsig: %w", err)})
 		}
+	}
+	if cfg.WatchdogPID {
+		_ = os.Setenv("WATCHDOG_PID", strconv.Itoa(os.Getpid()))
 	}
 	err := syscall.Exec(path, argv, os.Environ())
 	return fail(&stepError{StepExec, spec.ExecErr(path, err)})

@@ -50,8 +50,15 @@ import (
 // command's stdin, stdout and stderr pipes and answers with the client's
 // ends (three, or the terminal's master), which the client relays. To an
 // executor of version 5 or 6 a client sends pipes of its own making
-// instead, never the caller's descriptors.
-const ProtocolVersion = 7
+// instead, never the caller's descriptors. Version 8 added the ready
+// request (a notify task's run: answered once it sent READY=1, or ended)
+// and the status's Ready and NotifyStatus; a launch of a notify task needs
+// it (an executor of version 7 would give the task no notify socket).
+const ProtocolVersion = 8
+
+// ReadyVersion is the first version whose executor answers a ready
+// request.
+const ReadyVersion = 8
 
 // OldProtocolVersion is the oldest version a client still speaks: that of
 // the executors of the previous releases (5 and 6 differ only in the
@@ -80,6 +87,7 @@ const (
 	OpExec
 	OpExecWait
 	OpExecSignal
+	OpReady
 )
 
 func (o Op) String() string {
@@ -108,6 +116,8 @@ func (o Op) String() string {
 		return "exec-wait"
 	case OpExecSignal:
 		return "exec-signal"
+	case OpReady:
+		return "ready"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }

@@ -102,6 +102,10 @@ type Status struct {
 	// an executor of version 5 never says so, and its task's cgroup is
 	// killed again by the driver).
 	Emptied bool `json:"emptied,omitempty"`
+	// Ready: the current run of a notify task sent READY=1 (version 8),
+	// and NotifyStatus is the last STATUS= it sent.
+	Ready        bool   `json:"ready,omitempty"`
+	NotifyStatus string `json:"notify_status,omitempty"`
 }
 
 // Over reports whether the task is over for good: its last run exited and

@@ -1,0 +1,394 @@
+//go:build linux
+
+package server
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tether-fsm/tether/executor/internal/spec"
+	"github.com/tether-fsm/tether/executor/internal/wire"
+	"github.com/tether-fsm/tether/internal/proc"
+	"github.com/tether-fsm/tether/statedir"
+)
+
+// Readiness (the sd_notify protocol).
+//
+// A task whose spec says readiness = "notify" gets a notify socket: a unix
+// datagram socket the executor binds in the task's secrets directory
+// (private to the task's user, 0700) before the task's first run, owned by
+// the task's user with mode 0700, so that only that user (and root) can
+// send to it. NOTIFY_SOCKET names it: the host path for a raw_exec task,
+// /secrets/notify in an exec task's root, where the secrets directory is
+// bound (a path, not an abstract socket: those do not cross a network
+// namespace of the task's own). A raw_exec task whose host path is too
+// long for a sockaddr_un (a deep state directory, a long task name) gets
+// an abstract socket of a random name instead ("@tether-notify-..."),
+// which has no mode: the sender check below is then its only guard. With a watchdog, WATCHDOG_USEC is set,
+// and WATCHDOG_PID, by the init shim, to the task's own pid as it sees it.
+//
+// The socket has SO_PASSCRED: every datagram comes with its sender's pid
+// as the kernel knows it, and a datagram counts only when that pid is the
+// task's main process or a process of its cgroup (without a cgroup: a
+// descendant of the main process), checked when it arrives; anything else
+// is dropped and logged, so no other process can make a task ready or
+// feed its watchdog. The executor keeps, per run: READY=1 (the run is
+// ready: the ready waiters are answered, the watchdog armed), STATUS=
+// (the last status text), STOPPING=1 (logged), WATCHDOG=1 (the watchdog
+// re-armed), WATCHDOG=trigger (a watchdog miss now). A run that is ready
+// and sends no WATCHDOG=1 within the interval is a watchdog miss: the
+// task is killed, and its end goes through its restart policy as any exit
+// does, the restart's reason naming the watchdog. A relaunch starts not
+// ready.
+
+// notifyName is the notify socket's name in the task's secrets directory.
+const notifyName = "notify"
+
+// maxNotify bounds a notify datagram (systemd reads at most a pipe's page).
+const maxNotify = 4096
+
+// maxNotifyFDs bounds the descriptors a datagram may carry (a BARRIER=1's
+// one; systemd's file descriptor store is not kept: they are closed).
+const maxNotifyFDs = 16
+
+// notifyMsg is one datagram, with its sender's credentials and the
+// descriptors it carried (closed once it has been handled: a BARRIER=1's
+// sender learns so that what it sent before has been).
+type notifyMsg struct {
+	pid  int
+	uid  uint32
+	data []byte
+	fds  []int
+}
+
+// notifier is the task's notify socket. Its reader hands every datagram to
+// the run loop, which alone judges and acts on it.
+type notifier struct {
+	conn *net.UnixConn
+	dfd  int    // the secrets directory (O_PATH), where the socket is unlinked at the end; -1: abstract
+	path string // host path ("": abstract)
+	env  string // NOTIFY_SOCKET: the path as the task sees it
+	msgs chan notifyMsg
+}
+
+// readiness is where the current run stands.
+type readiness struct {
+	ready    bool
+	status   string // the last STATUS=
+	stopping bool
+	wd       *time.Timer // the watchdog, armed once ready; nil: none
+	missed   string      // why the run was killed by its watchdog ("": it was not)
+	waiters  []waiter    // ready requests waiting for READY=1 or the run's end
+}
+
+// openNotify makes the notify socket for a task of the launch in dirs, for
+// its user tu (once, at the first launch: a relaunch reuses it).
+func (s *server) openNotify(dirs spec.Dirs, tu spec.User, exec bool) error {
+	if s.notify != nil {
+		return nil
+	}
+	secrets := filepath.Join(dirs.Task, statedir.SecretsDir)
+	host := filepath.Join(secrets, notifyName)
+	env := host
+	var conn *net.UnixConn
+	var err error
+	dfd := -1
+	fail := func(err error) error {
+		if conn != nil {
+			conn.Close()
+		}
+		if dfd >= 0 {
+			_ = unix.Unlinkat(dfd, notifyName, 0)
+			unix.Close(dfd)
+		}
+		return err
+	}
+	if !exec && len(host) >= len(unix.RawSockaddrUnix{}.Path) {
+		// A raw_exec task shares the host's network namespace: a path
+		// it could not connect to (longer than a sockaddr_un holds)
+		// becomes an abstract socket of a random name, which the
+		// sender check alone guards.
+		var b [12]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return fmt.Errorf("%w: notify socket name: %w", wire.ErrLaunch, err)
+		}
+		host, env = "", "@tether-notify-"+hex.EncodeToString(b[:])
+		if conn, err = net.ListenUnixgram("unixgram", &net.UnixAddr{Name: env, Net: "unixgram"}); err != nil {
+			return fmt.Errorf("%w: bind the notify socket %s: %w", wire.ErrLaunch, env, err)
+		}
+	} else {
+		if exec {
+			env = "/" + statedir.SecretsDir + "/" + notifyName
+		}
+		// The directory as it is now (prepared by this executor, before
+		// any run of the task): the socket is made through a descriptor
+		// of it, never through a link a task planted.
+		if dfd, err = unix.Open(secrets, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err != nil {
+			return fmt.Errorf("%w: open %s for the notify socket: %w", wire.ErrLaunch, secrets, err)
+		}
+		_ = unix.Unlinkat(dfd, notifyName, 0) // a socket an earlier executor left
+		short := "/proc/self/fd/" + strconv.Itoa(dfd) + "/" + notifyName
+		if conn, err = net.ListenUnixgram("unixgram", &net.UnixAddr{Name: short, Net: "unixgram"}); err != nil {
+			return fail(fmt.Errorf("%w: bind the notify socket %s: %w", wire.ErrLaunch, host, err))
+		}
+	}
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return fail(fmt.Errorf("%w: notify socket: %w", wire.ErrLaunch, err))
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PASSCRED, 1)
+	}); err != nil || serr != nil {
+		return fail(fmt.Errorf("%w: notify socket: SO_PASSCRED: %w", wire.ErrLaunch, errors.Join(err, serr)))
+	}
+	// Mode 0700 (the executor's umask) and the task's owner: only the
+	// task's user can connect (root can anyway).
+	if dfd >= 0 && tu.Set() {
+		if err := unix.Fchownat(dfd, notifyName, tu.UID, tu.GID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fail(fmt.Errorf("%w: chown the notify socket: %w", wire.ErrLaunch, err))
+		}
+	}
+	n := &notifier{conn: conn, dfd: dfd, path: host, env: env, msgs: make(chan notifyMsg, 16)}
+	s.notify = n
+	go n.read(s.quit)
+	return nil
+}
+
+// read hands each datagram, with its sender's credentials, to the run
+// loop; it ends when the socket is closed.
+func (n *notifier) read(quit <-chan struct{}) {
+	buf := make([]byte, maxNotify)
+	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred)+unix.CmsgSpace(4*maxNotifyFDs))
+	for {
+		nb, noob, _, _, err := n.conn.ReadMsgUnix(buf, oob)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		m := notifyMsg{pid: -1, data: bytes.Clone(buf[:nb])}
+		if cmsgs, err := unix.ParseSocketControlMessage(oob[:noob]); err == nil {
+			for _, c := range cmsgs {
+				if cred, err := unix.ParseUnixCredentials(&c); err == nil {
+					m.pid, m.uid = int(cred.Pid), cred.Uid
+				} else if fds, err := unix.ParseUnixRights(&c); err == nil {
+					for _, fd := range fds {
+						unix.CloseOnExec(fd)
+					}
+					m.fds = append(m.fds, fds...)
+				}
+			}
+		}
+		select {
+		case n.msgs <- m:
+		case <-quit:
+			closeFDs(m.fds)
+			return
+		}
+	}
+}
+
+// notifyC is the notify socket's channel, nil when there is none.
+func (s *server) notifyC() <-chan notifyMsg {
+	if s.notify == nil {
+		return nil
+	}
+	return s.notify.msgs
+}
+
+// watchdogC is the watchdog's channel, nil when it is not armed.
+func (s *server) watchdogC() <-chan time.Time {
+	if s.rd.wd == nil {
+		return nil
+	}
+	return s.rd.wd.C
+}
+
+// notifyEnv adds the notify variables to the environment of a run of a
+// task whose watchdog is wd.
+func (s *server) notifyEnv(env map[string]string, wd time.Duration) {
+	if s.notify == nil {
+		return
+	}
+	env["NOTIFY_SOCKET"] = s.notify.env
+	if wd > 0 {
+		env["WATCHDOG_USEC"] = strconv.FormatInt(wd.Microseconds(), 10)
+	}
+}
+
+// fromTask reports whether pid is a process of the current run: its main
+// process, a member of its cgroup, or (without a cgroup) a descendant of
+// its main process.
+func (s *server) fromTask(pid int) bool {
+	if s.task == nil || s.task.exited || pid <= 0 {
+		return false
+	}
+	if pid == s.task.pid {
+		return true
+	}
+	if s.cg != nil {
+		pids, err := s.cg.Procs()
+		return err == nil && slices.Contains(pids, pid)
+	}
+	for p, hops := pid, 0; p > 1 && hops < 4096; hops++ {
+		st, err := proc.ReadStat(p)
+		if err != nil {
+			return false
+		}
+		if st.PPID == s.task.pid {
+			return true
+		}
+		p = st.PPID
+	}
+	return false
+}
+
+// closeFDs closes the descriptors a datagram carried.
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// notified acts on one datagram of the notify socket, then closes what it
+// carried (a BARRIER=1's descriptor: its sender waits for that close, so
+// that a short-lived sender, systemd-notify's, outlives the check of its
+// earlier datagrams).
+func (s *server) notified(m notifyMsg) {
+	defer closeFDs(m.fds)
+	if !s.fromTask(m.pid) {
+		s.log.Warn("notify message from a process that is not the task's: dropped", "sender_pid", m.pid, "sender_uid", m.uid)
+		return
+	}
+	ready := false
+	for line := range bytes.SplitSeq(m.data, []byte("\n")) {
+		key, val, _ := bytes.Cut(line, []byte("="))
+		switch string(key) {
+		case "READY":
+			ready = ready || string(val) == "1"
+		case "STATUS":
+			s.rd.status = string(val)
+		case "STOPPING":
+			if string(val) == "1" {
+				s.rd.stopping = true
+				s.log.Info("task stopping", "task_pid", s.task.pid)
+			}
+		case "WATCHDOG":
+			switch string(val) {
+			case "1":
+				s.armWatchdog()
+			case "trigger":
+				s.watchdogMissed("the task triggered its watchdog (WATCHDOG=trigger)")
+				return
+			}
+		}
+	}
+	// READY=1 is acted on after the rest of its datagram (its STATUS=
+	// with it is the status it is ready with).
+	if ready && !s.rd.ready {
+		s.rd.ready = true
+		s.log.Info("task ready", "task_pid", s.task.pid, "status", s.rd.status)
+		s.armWatchdog()
+		s.answerReady()
+	}
+}
+
+// armWatchdog (re)starts the watchdog of a ready run.
+func (s *server) armWatchdog() {
+	wd := s.spec.Watchdog
+	if wd <= 0 || !s.rd.ready || s.rd.missed != "" {
+		return
+	}
+	if s.rd.wd == nil {
+		s.rd.wd = time.NewTimer(wd)
+		return
+	}
+	s.rd.wd.Reset(wd)
+}
+
+// watchdogMissed kills the run: its end goes through the restart policy
+// as an exit does, with why as the restart's reason.
+func (s *server) watchdogMissed(why string) {
+	if s.rd.wd != nil {
+		s.rd.wd.Stop()
+		s.rd.wd = nil
+	}
+	if s.task == nil || s.task.exited || s.rd.missed != "" || s.ending != endNone {
+		return
+	}
+	s.rd.missed = why
+	s.log.Warn("watchdog: killing the task", "why", why, "task_pid", s.task.pid)
+	s.killAll()
+}
+
+// resetReadiness starts a new run not ready (a relaunch).
+func (s *server) resetReadiness() {
+	if s.rd.wd != nil {
+		s.rd.wd.Stop()
+	}
+	waiters := s.rd.waiters
+	s.rd = readiness{waiters: waiters}
+}
+
+// runEnded is called when the run's main process has exited: its
+// watchdog stops, and the ready waiters learn it will never be ready.
+func (s *server) runEnded() {
+	if s.rd.wd != nil {
+		s.rd.wd.Stop()
+		s.rd.wd = nil
+	}
+	s.rd.ready = false
+	s.answerReady()
+}
+
+// readyReq answers a ready request now if the run is ready or over, or
+// when it is.
+func (s *server) readyReq(sc *sconn, id uint64) {
+	switch {
+	case !s.spec.Readiness.Notify():
+		s.send(sc, wire.Response{ID: id, Err: wire.FailureOf(fmt.Errorf("%w: the task's readiness is not \"notify\"", wire.ErrBadSpec))})
+	case s.task == nil:
+		s.send(sc, wire.Response{ID: id, Err: wire.FailureOf(wire.ErrNotLaunched)})
+	default:
+		s.rd.waiters = append(s.rd.waiters, waiter{sc, id})
+		s.answerReady()
+	}
+}
+
+// answerReady answers the ready waiters once the run is ready, or has
+// ended (and a restart of it may follow: Status.Restarting).
+func (s *server) answerReady() {
+	if len(s.rd.waiters) == 0 || s.task == nil || !s.rd.ready && !s.task.exited {
+		return
+	}
+	st := s.status()
+	for _, w := range s.rd.waiters {
+		s.send(w.c, wire.Response{ID: w.id, Status: &st})
+	}
+	s.rd.waiters = nil
+}
+
+// closeNotify closes the notify socket and removes it.
+func (s *server) closeNotify() {
+	if s.notify == nil {
+		return
+	}
+	s.notify.conn.Close()
+	if s.notify.dfd >= 0 {
+		_ = unix.Unlinkat(s.notify.dfd, notifyName, 0)
+		unix.Close(s.notify.dfd)
+	}
+	s.notify = nil
+}
