@@ -3,6 +3,8 @@ package fsm
 import (
 	"fmt"
 	"math"
+	"net"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -72,7 +74,61 @@ type Spec struct {
 	// once ready, a task that sends no WATCHDOG=1 within it is killed and
 	// restarted by its restart policy, as if it had exited. 0: none.
 	Watchdog time.Duration
+	// Check is the readiness check of a task whose Readiness is
+	// ReadinessTCP, ReadinessHTTP or ReadinessExec (Nomad's service check
+	// shape), run by its executor; nil for any other.
+	Check *Check
 }
+
+// Check is a readiness check the executor runs every Interval, each try
+// bounded by Timeout: a TCP connection to Address:Port, an HTTP GET of
+// Path there (a 2xx status passes, as in Nomad), or Command with Args
+// run inside the task's sandbox (exit 0 passes). The first pass makes
+// the run ready; with Restart, failures after that restart it.
+type Check struct {
+	// Name names the check in logs and restart reasons ("" for its type).
+	Name string
+	// PortLabel is the label of the task's port the check connects to
+	// ("" for a port given by number); Address and Port are that port's
+	// allocated address and host port (tcp and http).
+	PortLabel string
+	Address   string
+	Port      int
+	// Path is the http check's request path ("/" when empty).
+	Path string
+	// Command and Args are the exec check's command.
+	Command string
+	Args    []string
+	// Interval is the time between tries; Timeout bounds each.
+	Interval time.Duration
+	Timeout  time.Duration
+	// Restart is Nomad's check_restart: once ready, Limit consecutive
+	// failures (none counted before Grace since the run's start) kill
+	// the run, which its restart policy restarts. nil: a failing check
+	// after ready is logged only.
+	Restart *CheckRestart
+}
+
+// CheckRestart is a check's check_restart block.
+type CheckRestart struct {
+	Limit int
+	Grace time.Duration
+	// IgnoreWarnings: an http check's 429 (Consul's warning) counts as
+	// a pass rather than a failure.
+	IgnoreWarnings bool
+}
+
+// DisplayName is the check's name, or its type when it has none.
+func (c *Check) DisplayName(r Readiness) string {
+	if c.Name != "" {
+		return c.Name
+	}
+	return string(r) + " check"
+}
+
+// MinCheckInterval is the shortest check interval a spec may ask for
+// (Nomad's minimum is 1s; tests and fast services want less).
+const MinCheckInterval = 10 * time.Millisecond
 
 // Readiness is how a task says it is ready.
 type Readiness string
@@ -81,10 +137,89 @@ type Readiness string
 const (
 	ReadinessNone   Readiness = "none"
 	ReadinessNotify Readiness = "notify"
+	ReadinessTCP    Readiness = "tcp"
+	ReadinessHTTP   Readiness = "http"
+	ReadinessExec   Readiness = "exec"
 )
 
 // Notify reports whether the task says it is ready by sd_notify.
 func (r Readiness) Notify() bool { return r == ReadinessNotify }
+
+// Checked reports whether the task's executor checks it is ready (a tcp,
+// http or exec check).
+func (r Readiness) Checked() bool {
+	return r == ReadinessTCP || r == ReadinessHTTP || r == ReadinessExec
+}
+
+// Waits reports whether the task becomes ready after it is launched (a
+// ready event follows), by sd_notify or by a check.
+func (r Readiness) Waits() bool { return r.Notify() || r.Checked() }
+
+// validateCheck checks the readiness check against the readiness.
+func (s *Spec) validateCheck(bad func(string, ...any) error) error {
+	c := s.Check
+	switch {
+	case c == nil && s.Readiness.Checked():
+		return bad("readiness %q needs a check (a service's check block of type %q)", s.Readiness, checkTypeOf(s.Readiness))
+	case c == nil:
+		return nil
+	case !s.Readiness.Checked():
+		return bad("a check needs readiness = \"tcp\", \"http\" or \"exec\" (readiness is %q)", s.Readiness)
+	case c.Interval < MinCheckInterval:
+		return bad("check interval %s is shorter than the %s minimum", c.Interval, MinCheckInterval)
+	case c.Timeout <= 0:
+		return bad("check timeout %s is not positive", c.Timeout)
+	case c.Restart != nil && (c.Restart.Limit < 0 || c.Restart.Grace < 0):
+		return bad("check_restart limit %d, grace %s: neither may be negative", c.Restart.Limit, c.Restart.Grace)
+	}
+	for _, v := range append([]string{c.Name, c.PortLabel, c.Address, c.Path, c.Command}, c.Args...) {
+		if strings.IndexByte(v, 0) >= 0 {
+			return bad("check %q: a NUL byte in a field", c.Name)
+		}
+	}
+	if s.Readiness == ReadinessExec {
+		if c.Command == "" {
+			return bad("an exec check needs a command")
+		}
+		if c.Port != 0 || c.Address != "" || c.Path != "" {
+			return bad("an exec check has no port, address or path")
+		}
+		return nil
+	}
+	if c.Command != "" || len(c.Args) > 0 {
+		return bad("a %s check has no command (that is an exec check's)", s.Readiness)
+	}
+	if c.Port <= 0 || c.Port > 65535 {
+		return bad("check port %d (%q) is not a port", c.Port, c.PortLabel)
+	}
+	if net.ParseIP(c.Address) == nil {
+		return bad("check address %q is not an IP address", c.Address)
+	}
+	if c.PortLabel != "" {
+		i := slices.IndexFunc(s.Ports, func(p Port) bool { return p.Label == c.PortLabel })
+		if i < 0 {
+			return bad("check port %q is not one of the task's ports", c.PortLabel)
+		}
+		if p := s.Ports[i]; p.Value != c.Port {
+			return bad("check port %q is %d, and the task's port %q is %d", c.PortLabel, c.Port, p.Label, p.Value)
+		}
+	}
+	if s.Readiness == ReadinessTCP && c.Path != "" {
+		return bad("a tcp check has no path")
+	}
+	if s.Readiness == ReadinessHTTP && c.Path != "" && !strings.HasPrefix(c.Path, "/") {
+		return bad("http check path %q does not start with /", c.Path)
+	}
+	return nil
+}
+
+// checkTypeOf is Nomad's check type for a checked readiness.
+func checkTypeOf(r Readiness) string {
+	if r == ReadinessExec {
+		return "script"
+	}
+	return string(r)
+}
 
 // MinWatchdog is the shortest watchdog interval a spec may ask for: a
 // shorter one would have the executor kill a healthy task for a
@@ -480,9 +615,12 @@ func (s *Spec) Validate() error {
 		return bad("network mode %q: use \"host\" or \"none\"", s.Network)
 	}
 	switch s.Readiness {
-	case "", ReadinessNone, ReadinessNotify:
+	case "", ReadinessNone, ReadinessNotify, ReadinessTCP, ReadinessHTTP, ReadinessExec:
 	default:
-		return bad("readiness %q: use \"notify\" (the task sends READY=1 on NOTIFY_SOCKET) or leave it unset", s.Readiness)
+		return bad("readiness %q: use \"notify\" (the task sends READY=1 on NOTIFY_SOCKET), \"tcp\", \"http\" or \"exec\" (a check block), or leave it unset", s.Readiness)
+	}
+	if err := s.validateCheck(bad); err != nil {
+		return err
 	}
 	switch {
 	case s.Watchdog < 0:

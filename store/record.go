@@ -123,6 +123,7 @@ const (
 	sxPorts
 	sxReadiness
 	sxWatchdog
+	sxCheck
 	sxAll = 1<<iota - 1
 )
 
@@ -401,6 +402,9 @@ func specExtOf(s *fsm.Spec) uint64 {
 	if s.Watchdog != 0 {
 		x |= sxWatchdog
 	}
+	if s.Check != nil {
+		x |= sxCheck
+	}
 	return x
 }
 
@@ -479,6 +483,30 @@ func appendSpecExt(dst []byte, s *fsm.Spec) []byte {
 	}
 	if x&sxWatchdog != 0 {
 		dst = binary.AppendVarint(dst, int64(s.Watchdog))
+	}
+	if x&sxCheck != 0 {
+		dst = appendCheck(dst, s.Check)
+	}
+	return dst
+}
+
+// appendCheck encodes a readiness check: its strings, port, durations,
+// then its check_restart behind a presence byte.
+func appendCheck(dst []byte, c *fsm.Check) []byte {
+	dst = appendString(dst, c.Name)
+	dst = appendString(dst, c.PortLabel)
+	dst = appendString(dst, c.Address)
+	dst = binary.AppendVarint(dst, int64(c.Port))
+	dst = appendString(dst, c.Path)
+	dst = appendString(dst, c.Command)
+	dst = appendList(dst, c.Args)
+	dst = binary.AppendVarint(dst, int64(c.Interval))
+	dst = binary.AppendVarint(dst, int64(c.Timeout))
+	dst = appendBool(dst, c.Restart != nil)
+	if c.Restart != nil {
+		dst = binary.AppendVarint(dst, int64(c.Restart.Limit))
+		dst = binary.AppendVarint(dst, int64(c.Restart.Grace))
+		dst = appendBool(dst, c.Restart.IgnoreWarnings)
 	}
 	return dst
 }
@@ -889,7 +917,20 @@ func (d *decoder) spec(ext bool) *fsm.Spec {
 			d.fail("zero value for a present field")
 		}
 	}
+	if x&sxCheck != 0 {
+		s.Check = d.check()
+	}
 	return s
+}
+
+func (d *decoder) check() *fsm.Check {
+	c := &fsm.Check{Name: d.str(), PortLabel: d.str(), Address: d.str(), Port: d.int(), Path: d.str(), Command: d.str()}
+	c.Args = d.list()
+	c.Interval, c.Timeout = time.Duration(d.varint()), time.Duration(d.varint())
+	if d.bool() {
+		c.Restart = &fsm.CheckRestart{Limit: d.int(), Grace: time.Duration(d.varint()), IgnoreWarnings: d.bool()}
+	}
+	return c
 }
 
 func (d *decoder) template() fsm.Template {

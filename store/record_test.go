@@ -109,6 +109,20 @@ func genSpec(t *rapid.T) *fsm.Spec {
 	}
 	s.Readiness = fsm.Readiness(rapid.SampledFrom([]string{"", "notify", "none"}).Draw(t, "readiness"))
 	s.Watchdog = time.Duration(rapid.Int64().Draw(t, "watchdog"))
+	if rapid.Bool().Draw(t, "check") {
+		c := &fsm.Check{Name: rapid.String().Draw(t, "cname"), PortLabel: rapid.String().Draw(t, "clabel"),
+			Address: rapid.String().Draw(t, "caddr"), Port: rapid.Int().Draw(t, "cport"), Path: rapid.String().Draw(t, "cpath"),
+			Command: rapid.String().Draw(t, "ccmd"), Interval: time.Duration(rapid.Int64().Draw(t, "cint")),
+			Timeout: time.Duration(rapid.Int64().Draw(t, "ctimeout"))}
+		if a := rapid.SliceOfN(rapid.String(), 0, 3).Draw(t, "cargs"); len(a) > 0 {
+			c.Args = a
+		}
+		if rapid.Bool().Draw(t, "crestart") {
+			c.Restart = &fsm.CheckRestart{Limit: rapid.Int().Draw(t, "limit"), Grace: time.Duration(rapid.Int64().Draw(t, "grace")),
+				IgnoreWarnings: rapid.Bool().Draw(t, "ignore")}
+		}
+		s.Check = c
+	}
 	return s
 }
 
@@ -578,6 +592,26 @@ func TestDecodeRecord_SpecExtensionCanonical(t *testing.T) {
 	binary.LittleEndian.PutUint32(bad, checksum(bad))
 	if _, derr := decodeRecord(bad, &got); derr == nil || derr.reason != "zero value for a present field" {
 		t.Errorf("zero logs part: %+v", derr)
+	}
+}
+
+// A readiness check round-trips, check_restart included, and its
+// presence byte is canonical (0 or 1).
+func TestDecodeRecord_CheckRoundTrip(t *testing.T) {
+	testproc.Parallel(t)
+	c := &fsm.Check{Name: "api", PortLabel: "http", Address: "127.0.0.1", Port: 20001, Path: "/health",
+		Interval: time.Second, Timeout: 2 * time.Second, Restart: &fsm.CheckRestart{Limit: 3, Grace: 10 * time.Second, IgnoreWarnings: true}}
+	e := fsm.Event{Type: fsm.EventCreated, Spec: &fsm.Spec{Readiness: fsm.ReadinessHTTP, Check: c}}
+	rec := encodeRecord(nil, 1, &e)
+	var got fsm.Event
+	if _, derr := decodeRecord(rec, &got); derr != nil || !reflect.DeepEqual(got.Spec.Check, c) {
+		t.Fatalf("round trip: %+v, %+v", derr, got.Spec.Check)
+	}
+	bad := bytes.Clone(rec)
+	bad[len(bad)-1] = 2 // ignore_warnings, last in the record
+	binary.LittleEndian.PutUint32(bad, checksum(bad))
+	if _, derr := decodeRecord(bad, &got); derr == nil || derr.reason != "invalid boolean" {
+		t.Errorf("boolean 2: %+v", derr)
 	}
 }
 
