@@ -240,6 +240,9 @@ func (p *parser) group(b *hclsyntax.Block, job *Job) *Group {
 	if len(g.Tasks) == 0 && !p.diags.HasErrors() {
 		p.errorf(b.TypeRange, "Empty group", "Group %q has no task.", name)
 	}
+	for _, t := range g.Tasks {
+		p.checkReadiness(t) // the group's services are all read now
+	}
 	return g
 }
 
@@ -359,9 +362,40 @@ func (p *parser) service(c *hclsyntax.Block) (Service, bool) {
 			}
 		case "meta":
 			s.Meta = p.stringMap(b, "meta")
+		case "check_restart":
+			s.CheckRestart = p.checkRestart(b)
 		}
 	}
 	return s, true
+}
+
+// checkRestart reads a check_restart block (a check's or a service's).
+func (p *parser) checkRestart(b *hclsyntax.Block) *CheckRestart {
+	p.noLabels(b)
+	cr := &CheckRestart{}
+	for _, a := range p.attrs(b.Body, "a check_restart block", "limit", "grace", "ignore_warnings") {
+		switch a.Name {
+		case "limit":
+			if v, ok := p.int(a); ok {
+				if v < 0 {
+					p.errorf(a.Expr.Range(), "Bad limit", "limit is %d; use 0 (never restart) or more.", v)
+				}
+				cr.Limit = v
+			}
+		case "grace":
+			if s, ok := p.lit(a); ok {
+				d, err := time.ParseDuration(s)
+				if err != nil || d < 0 {
+					p.errorf(a.Expr.Range(), "Bad grace", "%q is not a duration: use a value like \"10s\".", s)
+				}
+				cr.Grace = d
+			}
+		case "ignore_warnings":
+			cr.IgnoreWarnings, _ = p.bool(a)
+		}
+	}
+	p.noBlocks(b)
+	return cr
 }
 
 // check reads a service's check block.
@@ -427,18 +461,7 @@ func (p *parser) check(c *hclsyntax.Block) (Check, bool) {
 	for _, b := range c.Body.Blocks {
 		switch b.Type {
 		case "check_restart":
-			cr := &CheckRestart{}
-			for _, a := range sortedAttrs(b.Body) {
-				switch a.Name {
-				case "limit":
-					cr.Limit, _ = p.int(a)
-				case "grace":
-					cr.Grace = dur(a)
-				case "ignore_warnings":
-					cr.IgnoreWarnings, _ = p.bool(a)
-				}
-			}
-			ck.CheckRestart = cr
+			ck.CheckRestart = p.checkRestart(b)
 		case "header":
 			ck.Header = map[string][]string{}
 			for _, a := range sortedAttrs(b.Body) {

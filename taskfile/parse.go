@@ -171,6 +171,7 @@ func (p *parser) top(body *hclsyntax.Body) {
 			p.seen[name] = b.LabelRanges[0]
 			g := &Group{Name: name, Implicit: true, Count: 1, Range: b.TypeRange}
 			if t := p.task(b, g, nil); t != nil {
+				p.checkReadiness(t)
 				p.addGroup(g)
 			}
 		case "job":

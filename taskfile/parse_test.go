@@ -271,9 +271,9 @@ func TestParseTaskFile_Errors(t *testing.T) {
 }`, "t.hcl:3:18: error: Bad kill_timeout"},
 		{"bad readiness", `task "x" {
   driver = "exec"
-  readiness = "tcp"
+  readiness = "grpc"
   config { command = "/bin/true" }
-}`, `t.hcl:3:15: error: Bad readiness: readiness is "tcp"`},
+}`, `t.hcl:3:15: error: Bad readiness: readiness is "grpc"`},
 		{"bad watchdog", `task "x" {
   driver = "exec"
   readiness = "notify"

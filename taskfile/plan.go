@@ -500,6 +500,9 @@ func (f *File) Instantiate(t *Task, a Alloc, layout taskdir.Layout) (*Instance, 
 		in.Services = append(in.Services, s)
 	}
 	in.Spec.Templates, in.Spec.Artifacts, in.Spec.Ports = in.Templates, in.Artifacts, in.Ports
+	if in.Spec.Check, err = readinessSpec(t, in.Services, in.Ports); err != nil {
+		return fail(err)
+	}
 	if a.ID != "" && layout.TaskDir != "" {
 		// The group's runner fills Tasks with the ids it gives the
 		// group's tasks.
@@ -540,6 +543,13 @@ func (t *Task) StaticSpec() (fsm.Spec, error) {
 	}
 	if spec.CapDrop, err = sc.interpolateAll("cap_drop", t.Spec.CapDrop); err != nil {
 		return fail("cap_drop", err)
+	}
+	var services []Service
+	if t.Group != nil {
+		services = t.Group.Services
+	}
+	if spec.Check, err = readinessSpec(t, append(services[:len(services):len(services)], t.Services...), nil); err != nil {
+		return fail("readiness check (a port label is allocated only for a job file's task)", err)
 	}
 	return spec, nil
 }

@@ -60,10 +60,10 @@ func (p *parser) task(b *hclsyntax.Block, g *Group, job *Job) *Task {
 		case "readiness":
 			if v, ok := p.lit(a); ok {
 				switch r := fsm.Readiness(v); r {
-				case fsm.ReadinessNone, fsm.ReadinessNotify:
+				case fsm.ReadinessNone, fsm.ReadinessNotify, fsm.ReadinessTCP, fsm.ReadinessHTTP, fsm.ReadinessExec:
 					t.Spec.Readiness = r
 				default:
-					p.errorf(a.Expr.Range(), "Bad readiness", `readiness is %q; use "notify" (the task sends READY=1 on NOTIFY_SOCKET, the sd_notify protocol) or "none".`, v)
+					p.errorf(a.Expr.Range(), "Bad readiness", `readiness is %q; use "notify" (the task sends READY=1 on NOTIFY_SOCKET, the sd_notify protocol), "tcp", "http" or "exec" (its service's check of that type, "script" for exec), or "none".`, v)
 				}
 			}
 		case "watchdog":

@@ -205,7 +205,10 @@ type Service struct {
 	Task        string // a group service's task
 	Meta        map[string]string
 	Checks      []Check
-	Range       hcl.Range
+	// CheckRestart is the service's check_restart, which its checks'
+	// own are merged over.
+	CheckRestart *CheckRestart
+	Range        hcl.Range
 }
 
 // Check is a service's check block.
