@@ -43,10 +43,11 @@ var (
 	ErrStartFailed = errors.New("driver: task failed to start")
 	// ErrNotRunning: the operation needs a running task.
 	ErrNotRunning = errors.New("driver: task is not running")
-	// ErrNotNotify: WaitReady of a task whose spec's readiness is not
-	// "notify": it never says it is ready.
-	ErrNotNotify = errors.New(`driver: the task's readiness is not "notify"`)
-	// ErrNeverReady: the task's run ended before it sent READY=1.
+	// ErrNotNotify: WaitReady of a task that has no readiness ("notify",
+	// or a tcp, http or exec check): it never says it is ready.
+	ErrNotNotify = errors.New(`driver: the task has no readiness ("notify" or a check)`)
+	// ErrNeverReady: the task's run ended before it was ready (it sent
+	// READY=1, or its check passed).
 	ErrNeverReady = errors.New("driver: the task ended before it was ready")
 	// ErrUnreachable: the task's executor (its identity proven, or not yet
 	// disproven) did not answer within the probe timeout: frozen, busy, or

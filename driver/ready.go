@@ -39,7 +39,7 @@ func (d *Driver) WaitReady(ctx context.Context, id string) (ReadyReport, error) 
 		return ReadyReport{Task: st}, err
 	}
 	defer h.Close()
-	if st.Spec == nil || !st.Spec.Readiness.Notify() {
+	if st.Spec == nil || !st.Spec.Readiness.Waits() {
 		return ReadyReport{Task: st}, &TaskError{Task: id, State: st.State, Err: ErrNotNotify}
 	}
 	xs, err := h.WaitReady(ctx)

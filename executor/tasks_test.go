@@ -32,10 +32,16 @@ import (
 //	print BYTES         print BYTES of numbered lines to stdout, then exit 0
 //	escape-wait FIFO    start a setsid'd, double-forked sleeper (its pid to FIFO), then exit 0
 //	notify CTL OUT      speak sd_notify as told on CTL (testproc.NotifyTask)
+//	check CTL OUT       listen, serve, touch as told on CTL (testproc.CheckTask)
+//	probe READY SEEN    an exec check's command (testproc.CheckProbe)
 func runMoreTask(args []string) int {
 	switch args[0] {
 	case "notify":
 		return testproc.NotifyTask(args[1:])
+	case "check":
+		return testproc.CheckTask(args[1:])
+	case "probe":
+		return testproc.CheckProbe(args[1:])
 	case "alloc":
 		mb, _ := strconv.Atoi(args[1])
 		mem, err := unix.Mmap(-1, 0, mb<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)

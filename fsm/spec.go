@@ -189,6 +189,9 @@ func (s *Spec) validateCheck(bad func(string, ...any) error) error {
 	if c.Command != "" || len(c.Args) > 0 {
 		return bad("a %s check has no command (that is an exec check's)", s.Readiness)
 	}
+	if s.Network == NetworkNone {
+		return bad("a %s check cannot reach a task with network mode \"none\" (its loopback is its own): use readiness = \"exec\" with a command that checks from inside", s.Readiness)
+	}
 	if c.Port <= 0 || c.Port > 65535 {
 		return bad("check port %d (%q) is not a port", c.Port, c.PortLabel)
 	}

@@ -29,8 +29,9 @@ import (
 // DefaultTimeoutStartSec.
 const defaultReadyTimeout = 90 * time.Second
 
-// notifyTask reports whether t says it is ready by sd_notify.
-func notifyTask(t fsm.Task) bool { return t.Spec != nil && t.Spec.Readiness.Notify() }
+// notifyTask reports whether t says when it is ready: by sd_notify, or by
+// the readiness check its executor runs.
+func notifyTask(t fsm.Task) bool { return t.Spec != nil && t.Spec.Readiness.Waits() }
 
 // awaitReady finishes the start of a notify task: it waits for READY=1 (at
 // most timeout), then prints the task's id on stdout and its STATUS= text,

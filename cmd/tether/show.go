@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -84,7 +85,7 @@ func toJSONInfo(info driver.TaskInfo) taskJSON {
 			j.Alloc, j.Hook = a.ID, a.Hook.String()
 		}
 		j.Ports = info.Spec.Ports
-		if info.Spec.Readiness.Notify() {
+		if info.Spec.Readiness.Waits() {
 			ready := info.Ready
 			j.Readiness, j.Ready = string(info.Spec.Readiness), &ready
 		}
@@ -212,9 +213,9 @@ func stateText(info driver.TaskInfo) string {
 	switch {
 	case info.State.OwnsExecutor() && info.Executor != nil && !info.ExecutorAlive:
 		s += " (executor gone)"
-	case info.State == fsm.StateRunning && info.Spec != nil && info.Spec.Readiness.Notify() && info.Ready:
+	case info.State == fsm.StateRunning && info.Spec != nil && info.Spec.Readiness.Waits() && info.Ready:
 		s += " (ready)"
-	case info.State == fsm.StateRunning && info.Spec != nil && info.Spec.Readiness.Notify():
+	case info.State == fsm.StateRunning && info.Spec != nil && info.Spec.Readiness.Waits():
 		s += " (not ready)"
 	}
 	return s
@@ -284,6 +285,9 @@ func (c *cli) printTask(t listed, now time.Time) {
 			r += ", watchdog " + info.Spec.Watchdog.String()
 		}
 		row("Readiness", r)
+	}
+	if info.Spec != nil && info.Spec.Readiness.Checked() && info.Spec.Check != nil {
+		row("Readiness", checkText(info.Spec.Readiness, info.Spec.Check))
 	}
 	row("PID", pidText(info.TaskPID))
 	row("Executor", executorText(info))
@@ -440,4 +444,25 @@ func portsText(ps []fsm.Port) string {
 		out = append(out, clikit.Printable(p.String()))
 	}
 	return strings.Join(out, " ")
+}
+
+// checkText describes a readiness check for show.
+func checkText(r fsm.Readiness, c *fsm.Check) string {
+	var what string
+	switch r {
+	case fsm.ReadinessExec:
+		what = clikit.Printable(strings.Join(append([]string{c.Command}, c.Args...), " ")) + " in the task"
+	case fsm.ReadinessHTTP:
+		what = "GET http://" + net.JoinHostPort(c.Address, strconv.Itoa(c.Port)) + clikit.Printable(c.Path)
+	default:
+		what = net.JoinHostPort(c.Address, strconv.Itoa(c.Port))
+	}
+	if c.PortLabel != "" {
+		what += " (port " + clikit.Printable(c.PortLabel) + ")"
+	}
+	s := fmt.Sprintf("%s check %s every %s, timeout %s", r, what, c.Interval, c.Timeout)
+	if cr := c.Restart; cr != nil && cr.Limit > 0 {
+		s += fmt.Sprintf("; check_restart after %d failures (grace %s)", cr.Limit, cr.Grace)
+	}
+	return s
 }

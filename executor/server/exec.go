@@ -29,6 +29,7 @@ type execProc struct {
 	exited  bool
 	exit    fsm.ExitStatus
 	waiters []uint64 // exec-wait requests on c
+	check   bool     // a readiness check's try (see checks.go)
 }
 
 func (e *execProc) status() *wire.ExecStatus {
@@ -161,6 +162,11 @@ func (s *server) execReaped(e *execProc, x fsm.ExitStatus) {
 	e.exited, e.exit = true, x
 	e.exit.At = time.Now().UnixNano()
 	e.proc.Close()
+	if e.check {
+		delete(s.execs, e.pid)
+		s.checkExecReaped(e)
+		return
+	}
 	s.log.Info("exec exited", "exec_pid", e.pid, "code", e.exit.Code, "signal", e.exit.Signal)
 	if e.c == nil || len(e.waiters) > 0 {
 		for _, id := range e.waiters {

@@ -345,6 +345,7 @@ func (s *server) resetReadiness() {
 // runEnded is called when the run's main process has exited: its
 // watchdog stops, and the ready waiters learn it will never be ready.
 func (s *server) runEnded() {
+	s.stopCheck()
 	if s.rd.wd != nil {
 		s.rd.wd.Stop()
 		s.rd.wd = nil
@@ -357,8 +358,8 @@ func (s *server) runEnded() {
 // when it is.
 func (s *server) readyReq(sc *sconn, id uint64) {
 	switch {
-	case !s.spec.Readiness.Notify():
-		s.send(sc, wire.Response{ID: id, Err: wire.FailureOf(fmt.Errorf("%w: the task's readiness is not \"notify\"", wire.ErrBadSpec))})
+	case !s.spec.Readiness.Waits():
+		s.send(sc, wire.Response{ID: id, Err: wire.FailureOf(fmt.Errorf("%w: the task has no readiness (\"notify\" or a check)", wire.ErrBadSpec))})
 	case s.task == nil:
 		s.send(sc, wire.Response{ID: id, Err: wire.FailureOf(wire.ErrNotLaunched)})
 	default:

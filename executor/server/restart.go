@@ -244,6 +244,7 @@ func (s *server) relaunch() {
 		rs.entries = append(rs.entries, ev)
 	}
 	s.log.Info("task relaunched", "task_pid", l.pid, "attempt", rs.state.Attempts)
+	s.startCheck()
 	s.notifyWatchers()
 	s.reap() // it may already have exited
 }

@@ -201,6 +201,8 @@ type server struct {
 	// where the current run stands.
 	notify *notifier
 	rd     readiness
+	// ck is the readiness check of a checked task (see checks.go).
+	ck *checker
 
 	// Preparation (see prepare.go): the one in flight and where it
 	// reports, what the last one left (the env = true templates'
@@ -397,6 +399,12 @@ func (s *server) run(lease time.Duration) int {
 			s.relaunch()
 		case m := <-s.notifyC():
 			s.notified(m)
+		case <-s.checkC():
+			s.checkTry()
+		case r := <-s.checkResultC():
+			s.checkDone(r)
+		case <-s.checkKillC():
+			s.checkExecTimedOut()
 		case <-s.watchdogC():
 			s.rd.wd = nil
 			s.watchdogMissed(fmt.Sprintf("watchdog: no WATCHDOG=1 within %s", s.spec.Watchdog))
@@ -693,6 +701,7 @@ func (s *server) launch(sc *sconn, id uint64, ls wire.Launch) {
 	}
 	s.log.Info("task launched", "task_pid", l.pid, "command", ls.Command, "mode", ls.Driver, "cgroup", s.cg != nil)
 	s.watchTemplates()
+	s.startCheck()
 	s.reap() // it may already have exited
 	st := s.status()
 	st.Warnings = l.warnings
@@ -1022,6 +1031,7 @@ func (s *server) close() int {
 	}
 	unix.Close(s.dirfd)
 	s.closeNotify()
+	s.stopCheck()
 	s.log.Info("executor exiting", "code", s.exitCode)
 	return s.exitCode
 }

@@ -54,7 +54,10 @@ import (
 // request (a notify task's run: answered once it sent READY=1, or ended)
 // and the status's Ready and NotifyStatus; a launch of a notify task needs
 // it (an executor of version 7 would give the task no notify socket).
-const ProtocolVersion = 8
+// Version 9 runs the launch's readiness check (tcp, http or exec: the
+// spec's Check, which an executor of version 8 would ignore, leaving the
+// task never ready: so a launch needs version 9).
+const ProtocolVersion = 9
 
 // ReadyVersion is the first version whose executor answers a ready
 // request.
