@@ -3,13 +3,14 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -24,8 +25,8 @@ import (
 // bounded by Check.Timeout (Nomad's service check): tcp connects to the
 // check's address and port; http GETs its path there and passes on a 2xx
 // status (429 is Consul's warning: a failure, which check_restart's
-// ignore_warnings lets pass for restarts; redirects are not followed, and
-// no proxy of the executor's environment is used); exec runs the command
+// ignore_warnings lets pass for restarts; a redirect is not followed, and
+// no proxy is used: the status line of the answer alone is read); exec runs the command
 // inside the task's sandbox through the init shim's join mode, the same
 // machinery as an exec request (the task's namespaces, root, cgroup,
 // seccomp filter, capabilities and user; its output discarded), and
@@ -41,8 +42,8 @@ import (
 // Only one try is in flight at a time: a try that outlasts the interval
 // delays the next.
 
-// maxCheckBody bounds what an http check reads of the answer's body.
-const maxCheckBody = 4096
+// maxStatusLine bounds an http check answer's status line.
+const maxStatusLine = 1024
 
 // checker is the current run's readiness check.
 type checker struct {
@@ -169,29 +170,53 @@ func probe(ctx context.Context, kind fsm.Readiness, c fsm.Check) checkResult {
 		conn.Close()
 		return checkResult{ok: true}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+c.Path, nil)
-	if err != nil {
-		return checkResult{why: err.Error()}
-	}
-	cl := &http.Client{
-		Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true},
-		CheckRedirect: func(*http.Request, []*http.Request) error {
-			return http.ErrUseLastResponse
-		},
-	}
-	resp, err := cl.Do(req)
-	if err != nil {
-		return checkResult{why: err.Error()}
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxCheckBody))
-	resp.Body.Close()
+	status, err := httpGet(ctx, addr, c.Path)
 	switch {
-	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+	case err != nil:
+		return checkResult{why: err.Error()}
+	case status >= 200 && status < 300:
 		return checkResult{ok: true}
-	case resp.StatusCode == http.StatusTooManyRequests:
-		return checkResult{warn: true, why: "HTTP " + resp.Status}
+	case status == 429:
+		return checkResult{warn: true, why: "HTTP " + strconv.Itoa(status)}
 	}
-	return checkResult{why: "HTTP " + resp.Status}
+	return checkResult{why: "HTTP " + strconv.Itoa(status)}
+}
+
+// httpGet sends GET path to addr (HTTP/1.1, the connection closed after
+// it) and returns the answer's status code, read from its status line.
+// It is written here rather than with net/http, which the standalone
+// executor does not link (its package init alone costs an idle executor
+// megabytes): a check needs the status, nothing else.
+func httpGet(ctx context.Context, addr, path string) (int, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	req := "GET " + path + " HTTP/1.1\r\nHost: " + addr + "\r\nUser-Agent: tether-check\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+	if _, err := io.WriteString(conn, req); err != nil {
+		return 0, err
+	}
+	line, err := bufio.NewReaderSize(io.LimitReader(conn, maxStatusLine), maxStatusLine).ReadString('\n')
+	if err != nil {
+		return 0, fmt.Errorf("reading the answer's status line: %w", err)
+	}
+	// "HTTP/1.1 200 OK": the protocol, then the three-digit code.
+	proto, rest, ok := strings.Cut(strings.TrimRight(line, "\r\n"), " ")
+	if !ok || !strings.HasPrefix(proto, "HTTP/") || len(rest) < 3 {
+		return 0, fmt.Errorf("not an HTTP answer: %q", line)
+	}
+	code, err := strconv.Atoi(rest[:3])
+	if err != nil || code < 100 || code > 999 || len(rest) > 3 && rest[3] != ' ' {
+		return 0, fmt.Errorf("not an HTTP status line: %q", line)
+	}
+	return code, nil
 }
 
 // checkExec starts an exec try: the command inside the task's sandbox.
