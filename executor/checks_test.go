@@ -178,15 +178,18 @@ func TestCheck_ExecRunsInTheSandbox(t *testing.T) {
 }
 
 // A ready task whose check starts failing is killed after check_restart's
-// limit of consecutive failures and restarted by its policy, the restart's
-// reason naming the check; the new run starts not ready and its first
-// pass makes it ready again.
+// limit of consecutive failures (past its grace) and restarted by its
+// policy, the restart's reason naming the check; the new run starts not
+// ready and its first pass makes it ready again.
 func TestCheck_RestartAfterLimit(t *testing.T) {
 	m := newMarker(t)
 	port := freePort(t)
 	ck := httpCheck(port, "/")
 	ck.Name = "api-health"
-	ck.Restart = &fsm.CheckRestart{Limit: 3}
+	// The grace covers the new run's start: it listens only once the
+	// test tells it to, after its "up" (without it, a run slower to start
+	// than 3 intervals would be killed again before it could listen).
+	ck.Restart = &fsm.CheckRestart{Limit: 3, Grace: 3 * time.Second}
 	rp := &fsm.RestartPolicy{Attempts: 1, Interval: time.Hour, Mode: fsm.RestartFail}
 	k := launchCheck(t, m, wire.ModeRawExec, fsm.ReadinessHTTP, ck, rp)
 	if got := k.say(t, "http "+strconv.Itoa(port)); got != "ok" {
@@ -203,6 +206,9 @@ func TestCheck_RestartAfterLimit(t *testing.T) {
 	in := entries[0]
 	if !strings.Contains(in.Reason, `check_restart: check "api-health" failed 3 times in a row (HTTP 503`) || in.Exit == nil || in.Exit.Signal != 9 {
 		t.Fatalf("restart intent: %+v (exit %+v), want the check named and SIGKILL", in, in.Exit)
+	}
+	if entries[1].Type != fsm.EventLaunched {
+		t.Fatalf("the restart: %+v, want launched", entries[1])
 	}
 	// The new run: its own listener (the old one died with its task).
 	if up := readLine(t, k.out); up != fmt.Sprintf("up %d", entries[1].TaskPID) {

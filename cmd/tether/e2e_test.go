@@ -84,6 +84,8 @@ func helperMain(args []string) int {
 	switch args[0] {
 	case "notify": // notify CTL OUT [announce] MARKER: testproc.NotifyTask
 		return testproc.NotifyTask(args[1 : len(args)-1])
+	case "check": // check CTL OUT [announce] MARKER: testproc.CheckTask
+		return testproc.CheckTask(args[1 : len(args)-1])
 	case "exit":
 		n, _ := strconv.Atoi(args[1])
 		fmt.Println("helper exiting with", n)

@@ -77,7 +77,7 @@ func (c *cli) readyOrFail(ctx context.Context, s *session, t fsm.Task, timeout t
 		}
 		return exitOK, true
 	case errors.Is(r.err, errReadyTimeout):
-		c.errorf("task %s did not say it is ready (READY=1 on NOTIFY_SOCKET) within --ready-timeout %s", t.ID, clikit.DurationText(timeout))
+		c.errorf("task %s did not say it is ready (%s) within --ready-timeout %s", t.ID, readyHow(t), clikit.DurationText(timeout))
 		if r.r.Status != "" {
 			fmt.Fprintf(c.stderr, "  its last status: %s\n", clikit.Printable(r.r.Status))
 		}
@@ -99,13 +99,21 @@ func (c *cli) readyOrFail(ctx context.Context, s *session, t fsm.Task, timeout t
 	return exitError, false
 }
 
+// readyHow says how task t says it is ready.
+func readyHow(t fsm.Task) string {
+	if t.Spec == nil || !t.Spec.Readiness.Checked() || t.Spec.Check == nil {
+		return "READY=1 on NOTIFY_SOCKET"
+	}
+	return "its check passing: " + checkText(t.Spec.Readiness, t.Spec.Check)
+}
+
 // errReadyTimeout is the cause of a ready wait's deadline.
 var errReadyTimeout = errors.New("the ready timeout passed")
 
 // endedBeforeReady reports a notify task that ended before READY=1, with
 // its last output, and returns start's exit code.
 func (c *cli) endedBeforeReady(t fsm.Task) int {
-	c.errorf("task %s ended before it said it is ready (READY=1 on NOTIFY_SOCKET): %s", t.ID, endSummary(t, true))
+	c.errorf("task %s ended before it said it is ready (%s): %s", t.ID, readyHow(t), endSummary(t, true))
 	c.printLastOutput(t.ID)
 	fmt.Fprintf(c.stderr, "  'tether logs %s' has its output, 'tether events %s' its history\n", t.ID, t.ID)
 	return endExitCode(t)

@@ -22,8 +22,10 @@ import (
 // "announce", its first line is "up PID": each run of a restarted task
 // says so):
 //
-//	tcp PORT        listens on 127.0.0.1:PORT (accepting and closing)
-//	http PORT       serves HTTP on 127.0.0.1:PORT, every path answered
+//	tcp PORT        listens on 127.0.0.1:PORT, or on PORT when it is
+//	                HOST:PORT (accepting and closing); env:NAME is the
+//	                variable NAME's value
+//	http PORT       serves HTTP on PORT (as tcp's), every path answered
 //	                with the current status (200 at first)
 //	status N        makes the HTTP status N
 //	hits N          waits until the HTTP server has had N requests in all
@@ -70,7 +72,14 @@ func CheckTask(args []string) int {
 		verb, rest, _ := strings.Cut(sc.Text(), " ")
 		switch verb {
 		case "tcp", "http":
-			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", rest))
+			if v, ok := strings.CutPrefix(rest, "env:"); ok {
+				rest = os.Getenv(v)
+			}
+			addr := rest
+			if !strings.Contains(addr, ":") {
+				addr = net.JoinHostPort("127.0.0.1", rest)
+			}
+			ln, err := net.Listen("tcp", addr)
 			if err != nil {
 				answer(err, "")
 				continue
