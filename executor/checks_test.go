@@ -36,6 +36,12 @@ func (k checkTask) say(t *testing.T, line string) string {
 // and check ck, announcing each run ("up PID") when rp restarts it.
 func launchCheck(t *testing.T, m marker, driver string, r fsm.Readiness, ck fsm.Check, rp *fsm.RestartPolicy) checkTask {
 	t.Helper()
+	return launchCheckAs(t, m, driver, "", r, ck, rp)
+}
+
+// launchCheckAs is launchCheck of a task run as user ("": the executor's).
+func launchCheckAs(t *testing.T, m marker, driver, user string, r fsm.Readiness, ck fsm.Check, rp *fsm.RestartPolicy) checkTask {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "task")
 	var spec wire.Launch
 	var ctl, out *os.File
@@ -52,7 +58,7 @@ func launchCheck(t *testing.T, m marker, driver string, r fsm.Readiness, ck fsm.
 		outPath, out = fifo(t, fifos, "out")
 		spec = m.taskSpec(t, "check", ctlPath, outPath, "announce")
 	}
-	spec.Readiness, spec.Check, spec.Restart = r, &ck, rp
+	spec.Readiness, spec.Check, spec.Restart, spec.User = r, &ck, rp, user
 	if err := spec.Validate(); err != nil {
 		t.Fatalf("spec: %v", err)
 	}
@@ -142,12 +148,19 @@ func TestCheck_HTTP2xxReady500Not(t *testing.T) {
 // task's root, mount and PID namespaces and user (what it writes to
 // /local/seen, read from the host, is the task's own view), and passes
 // once /local/ready (in the task's root: no such path on the host) exists.
+// A task of another user (nobody) has its check run as that user.
 func TestCheck_ExecRunsInTheSandbox(t *testing.T) {
+	for _, user := range []string{"", "nobody"} {
+		t.Run("user="+user, func(t *testing.T) { testExecCheck(t, user) })
+	}
+}
+
+func testExecCheck(t *testing.T, user string) {
 	m := newMarker(t)
 	bin := "/testbin/" + filepath.Base(testBinary(t))
 	ck := fsm.Check{Command: bin, Args: []string{"task", m.arg(), "probe", "/local/ready", "/local/seen"},
 		Interval: 20 * time.Millisecond, Timeout: 5 * time.Second}
-	k := launchCheck(t, m, wire.ModeExec, fsm.ReadinessExec, ck, nil)
+	k := launchCheckAs(t, m, wire.ModeExec, user, fsm.ReadinessExec, ck, nil)
 	done := waitReadyAsync(testCtx(t), k.c)
 	// A try ran (it wrote /local/seen) and failed: not ready.
 	if got := k.say(t, "wait /local/seen"); got != "ok" {
@@ -174,7 +187,33 @@ func TestCheck_ExecRunsInTheSandbox(t *testing.T) {
 	if host := testproc.CheckID(); strings.Fields(own)[1] == strings.Fields(host)[1] {
 		t.Fatalf("the task's root %q is the host's (%q): the comparison proves nothing", own, host)
 	}
+	if user == "nobody" && strings.Fields(own)[0] == "0" {
+		t.Fatalf("the task of user nobody runs as uid 0: %q", own)
+	}
 	fmt.Fprintln(k.ctl, "exit 0")
+}
+
+// An exec check's command that outlives its timeout is killed, and the
+// try is a failure (here check_restart's limit of 1: the run is killed and
+// restarted, the reason naming the timeout; the second run likewise, and
+// then the policy gives up); nothing of the checks is left behind.
+func TestCheck_ExecTimeoutKillsTheCommand(t *testing.T) {
+	m := newMarker(t)
+	bin := "/testbin/" + filepath.Base(testBinary(t))
+	ck := fsm.Check{Name: "hangs", Command: bin, Args: []string{"task", m.arg(), "probe", "-block", "/local/seen"},
+		Interval: 20 * time.Millisecond, Timeout: 300 * time.Millisecond, Restart: &fsm.CheckRestart{Limit: 1}}
+	rp := &fsm.RestartPolicy{Attempts: 1, Interval: time.Hour, Mode: fsm.RestartFail}
+	k := launchCheck(t, m, wire.ModeExec, fsm.ReadinessExec, ck, rp)
+	entries := watchUntil(t, k.c, 2)
+	checkJournalShape(t, entries)
+	if in := entries[0]; !strings.Contains(in.Reason, `check_restart: check "hangs" failed 1 times in a row (timed out after 300ms)`) {
+		t.Fatalf("restart intent: %+v", in)
+	}
+	x, err := k.c.Wait(testCtx(t))
+	if err != nil || x.Signal != 9 {
+		t.Fatalf("Wait: %+v %v, want the second run killed too", x, err)
+	}
+	checkLeaks(t, m)
 }
 
 // A ready task whose check starts failing is killed after check_restart's

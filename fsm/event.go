@@ -75,8 +75,9 @@ const (
 	EventRestartIntent
 	// EventReady: the task said it is ready (the sd_notify protocol's
 	// READY=1 on its notify socket, a task whose spec's Readiness is
-	// ReadinessNotify). running -> running; Task.Ready is set
-	// until the next restart.
+	// ReadinessNotify), or its readiness check passed (ReadinessTCP,
+	// ReadinessHTTP, ReadinessExec). running -> running; Task.Ready is
+	// set until the next restart.
 	EventReady
 
 	numEventTypes

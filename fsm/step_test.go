@@ -506,3 +506,53 @@ func TestSpec_ArgumentAndEnvironmentSizes(t *testing.T) {
 func goodAlloc() *Alloc {
 	return &Alloc{ID: "a1", Dir: "/s/allocs/a1/alloc", TaskDir: "/s/allocs/a1/web", Tasks: []string{"init", "web"}}
 }
+
+// A readiness check is validated against the readiness and the task's
+// ports: each case below is refused, naming the problem, and the good
+// ones pass.
+func TestSpec_ValidateCheck(t *testing.T) {
+	tcp := func() Spec {
+		return Spec{Driver: "raw_exec", Command: "/bin/true", Readiness: ReadinessTCP,
+			Ports: []Port{{Label: "web", Value: 20001, IP: "10.0.0.5"}},
+			Check: &Check{PortLabel: "web", Address: "10.0.0.5", Port: 20001, Interval: time.Second, Timeout: time.Second}}
+	}
+	execCheck := func() Spec {
+		return Spec{Driver: "exec", Command: "/bin/true", Readiness: ReadinessExec, Network: NetworkNone,
+			Check: &Check{Command: "/bin/check", Args: []string{"-q"}, Interval: time.Second, Timeout: time.Second,
+				Restart: &CheckRestart{Limit: 3, Grace: time.Minute}}}
+	}
+	for name, s := range map[string]Spec{"tcp": tcp(), "exec in network none": execCheck()} {
+		if err := s.Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for name, tc := range map[string]struct {
+		spec func() Spec
+		mod  func(s *Spec)
+		want string
+	}{
+		"tcp without check":     {tcp, func(s *Spec) { s.Check = nil }, `readiness "tcp" needs a check`},
+		"check without checked": {tcp, func(s *Spec) { s.Readiness = ReadinessNotify }, `a check needs readiness = "tcp"`},
+		"short interval":        {tcp, func(s *Spec) { s.Check.Interval = time.Millisecond }, "shorter than the 10ms minimum"},
+		"no timeout":            {tcp, func(s *Spec) { s.Check.Timeout = 0 }, "check timeout 0s is not positive"},
+		"negative limit":        {tcp, func(s *Spec) { s.Check.Restart = &CheckRestart{Limit: -1} }, "neither may be negative"},
+		"unknown label":         {tcp, func(s *Spec) { s.Check.PortLabel = "admin" }, `check port "admin" is not one of the task's ports`},
+		"label of another port": {tcp, func(s *Spec) { s.Check.Port = 20002 }, `check port "web" is 20002, and the task's port "web" is 20001`},
+		"no port":               {tcp, func(s *Spec) { s.Check.Port, s.Check.PortLabel = 0, "" }, "is not a port"},
+		"bad address":           {tcp, func(s *Spec) { s.Check.Address = "example.com" }, "is not an IP address"},
+		"tcp with path":         {tcp, func(s *Spec) { s.Check.Path = "/x" }, "a tcp check has no path"},
+		"http relative path":    {tcp, func(s *Spec) { s.Readiness, s.Check.Path = ReadinessHTTP, "health" }, "does not start with /"},
+		"tcp with command":      {tcp, func(s *Spec) { s.Check.Command = "/bin/x" }, "has no command"},
+		"NUL":                   {tcp, func(s *Spec) { s.Check.Name = "a\x00" }, "NUL"},
+		"tcp in network none":   {tcp, func(s *Spec) { s.Driver, s.Network, s.Ports, s.Check.PortLabel = "exec", NetworkNone, nil, "" }, `network mode "none"`},
+		"exec without command":  {execCheck, func(s *Spec) { s.Check.Command = "" }, "an exec check needs a command"},
+		"exec with port":        {execCheck, func(s *Spec) { s.Check.Port = 80 }, "an exec check has no port"},
+		"unknown readiness":     {tcp, func(s *Spec) { s.Readiness = "grpc" }, `readiness "grpc"`},
+	} {
+		s := tc.spec()
+		tc.mod(&s)
+		if err := s.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error containing %q", name, err, tc.want)
+		}
+	}
+}

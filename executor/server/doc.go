@@ -64,6 +64,14 @@
 // ready run that misses its watchdog is killed, and its restart policy
 // decides as for any exit, the restart's reason naming the watchdog.
 //
+// A task whose spec's Readiness is fsm.ReadinessTCP, ReadinessHTTP or
+// ReadinessExec is checked by its executor (checks.go, protocol 9): every
+// interval of its spec's Check, a TCP connection, an HTTP GET passing on
+// 2xx, or a command run inside the task's sandbox through the shim's join
+// mode (as an exec request); its first pass answers the ready requests as
+// READY=1 does, and check_restart's limit of consecutive failures after
+// its grace kills the run, the restart's reason naming the check.
+//
 // # Containment
 //
 // Every task, exec and raw_exec, runs in a cgroup of its own (package

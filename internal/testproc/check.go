@@ -156,7 +156,7 @@ func CheckID() string {
 
 // CheckProbe is an exec check's command: it writes its CheckID to
 // args[1] (replacing what was there), then exits 0 when the file args[0]
-// exists, 1 when it does not.
+// exists, 1 when it does not; with args[0] "-block" it blocks instead.
 func CheckProbe(args []string) int {
 	if len(args) != 2 {
 		fmt.Fprintln(os.Stderr, "check probe: want READY and SEEN paths")
@@ -170,6 +170,9 @@ func CheckProbe(args []string) int {
 	if err := os.Rename(tmp, args[1]); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
+	}
+	if args[0] == "-block" {
+		select {} // a check that never answers: its timeout kills it
 	}
 	if _, err := os.Stat(args[0]); err != nil {
 		return 1
