@@ -674,6 +674,10 @@ func FuzzDecodeRecord(f *testing.F) {
 	for i, e := range append(append(runningLog(1), finishLog(9)...), fullEvents()...) {
 		f.Add(encodeRecord(nil, uint64(i+1), &e))
 	}
+	check := fsm.Event{Type: fsm.EventCreated, Spec: &fsm.Spec{Readiness: fsm.ReadinessExec, Check: &fsm.Check{Name: "c",
+		Command: "/bin/check", Args: []string{"-q"}, Interval: time.Second, Timeout: time.Second,
+		Restart: &fsm.CheckRestart{Limit: 3, Grace: time.Minute, IgnoreWarnings: true}}}}
+	f.Add(encodeRecord(nil, 1, &check))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		try := func(rec []byte) {
 			var e fsm.Event
