@@ -372,7 +372,7 @@ func (p *parser) service(c *hclsyntax.Block) (Service, bool) {
 // checkRestart reads a check_restart block (a check's or a service's).
 func (p *parser) checkRestart(b *hclsyntax.Block) *CheckRestart {
 	p.noLabels(b)
-	cr := &CheckRestart{}
+	cr := &CheckRestart{Grace: DefaultCheckGrace}
 	for _, a := range p.attrs(b.Body, "a check_restart block", "limit", "grace", "ignore_warnings") {
 		switch a.Name {
 		case "limit":
@@ -388,7 +388,7 @@ func (p *parser) checkRestart(b *hclsyntax.Block) *CheckRestart {
 				if err != nil || d < 0 {
 					p.errorf(a.Expr.Range(), "Bad grace", "%q is not a duration: use a value like \"10s\".", s)
 				}
-				cr.Grace = d
+				cr.Grace, cr.graceSet = d, true
 			}
 		case "ignore_warnings":
 			cr.IgnoreWarnings, _ = p.bool(a)

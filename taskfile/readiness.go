@@ -165,7 +165,8 @@ func netPorts(n *Network) []PortRequest {
 }
 
 // mergeCheckRestart is the check's check_restart over its service's:
-// what the check sets wins (Nomad's merge).
+// what the check sets wins (Nomad's merge); a grace neither sets is the
+// default.
 func mergeCheckRestart(svc, ck *CheckRestart) *CheckRestart {
 	switch {
 	case svc == nil:
@@ -177,7 +178,7 @@ func mergeCheckRestart(svc, ck *CheckRestart) *CheckRestart {
 	if ck.Limit != 0 {
 		m.Limit = ck.Limit
 	}
-	if ck.Grace != 0 {
+	if ck.graceSet || !svc.graceSet {
 		m.Grace = ck.Grace
 	}
 	m.IgnoreWarnings = m.IgnoreWarnings || ck.IgnoreWarnings

@@ -80,7 +80,7 @@ func TestInstantiate_ReadinessCheck(t *testing.T) {
           ignore_warnings = true
         }
       }`, fsm.Check{Command: "/bin/check", Args: []string{"-q", "t"}, Interval: 2 * time.Second, Timeout: time.Second,
-			Restart: &fsm.CheckRestart{Limit: 3, IgnoreWarnings: true}}},
+			Restart: &fsm.CheckRestart{Limit: 3, Grace: time.Second, IgnoreWarnings: true}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := parseJob(t, checkJob(tc.r, tc.svc), Options{})

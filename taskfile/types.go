@@ -225,9 +225,15 @@ type Check struct {
 	Range                                                   hcl.Range
 }
 
-// CheckRestart is a check's check_restart block.
+// CheckRestart is a check's (or a service's) check_restart block. Grace
+// is Nomad's default, 1s, when the block leaves it out.
 type CheckRestart struct {
 	Limit          int
 	Grace          time.Duration
 	IgnoreWarnings bool
+	graceSet       bool // grace was written (a check's overrides its service's only then)
 }
+
+// DefaultCheckGrace is check_restart's grace when a block leaves it out
+// (Nomad's default).
+const DefaultCheckGrace = time.Second
