@@ -53,29 +53,18 @@ type svcSide struct {
 	down func(b *testing.B, dir string, cmd *exec.Cmd)
 	// ready, when set, is when the supervisor said it was up (the agent's
 	// READY=1 on NOTIFY_SOCKET: its store open and its socket served,
-	// before it converges), zero if it has not.
+	// before it converges; s6-svscan's -d notification: its control fifo
+	// open), zero if it has not.
 	ready func(dir string) time.Time
 }
 
 // agentSide is `tether agent --config-dir DIR/conf` on DIR/state, with n
 // task files (raw_exec, the sleeper, no restart block).
 func agentSide(tether, sleeper string) svcSide {
-	var mu sync.Mutex
-	readyAt := map[string]chan time.Time{}
+	rd := &readiness{at: map[string]chan time.Time{}}
 	return svcSide{
-		name: "agent",
-		ready: func(dir string) time.Time {
-			mu.Lock()
-			ch := readyAt[dir]
-			mu.Unlock()
-			select {
-			case t := <-ch:
-				ch <- t
-				return t
-			case <-time.After(time.Minute):
-				return time.Time{}
-			}
-		},
+		name:  "agent",
+		ready: rd.wait,
 		define: func(b *testing.B, dir string, n int) *exec.Cmd {
 			state, conf := filepath.Join(dir, "state"), filepath.Join(dir, "conf")
 			for _, d := range []string{state, conf} {
@@ -98,10 +87,7 @@ func agentSide(tether, sleeper string) svcSide {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ch := make(chan time.Time, 1)
-			mu.Lock()
-			readyAt[dir] = ch
-			mu.Unlock()
+			ch := rd.arm(dir)
 			go func() {
 				defer ln.Close()
 				_ = ln.SetReadDeadline(time.Now().Add(2 * time.Minute))
@@ -122,13 +108,7 @@ func agentSide(tether, sleeper string) svcSide {
 			return cmd
 		},
 		settle: func(b *testing.B, dir string, n int) {
-			mu.Lock()
-			ch := readyAt[dir]
-			mu.Unlock()
-			select { // the socket is served from READY=1 on
-			case t := <-ch:
-				ch <- t
-			case <-time.After(time.Minute):
+			if rd.wait(dir).IsZero() { // the socket is served from READY=1 on
 				b.Fatal("the agent did not say READY=1 within a minute")
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -177,8 +157,10 @@ func agentSide(tether, sleeper string) svcSide {
 func s6Side(svscan, sleeper string) svcSide {
 	ctl := filepath.Join(filepath.Dir(svscan), "s6-svscanctl")
 	svwait := filepath.Join(filepath.Dir(svscan), "s6-svwait")
+	rd := &readiness{at: map[string]chan time.Time{}}
 	return svcSide{
-		name: "s6",
+		name:  "s6",
+		ready: rd.wait,
 		define: func(b *testing.B, dir string, n int) *exec.Cmd {
 			scan := filepath.Join(dir, "scan")
 			for i := range n {
@@ -195,15 +177,37 @@ func s6Side(svscan, sleeper string) svcSide {
 					b.Fatal(err)
 				}
 			}
-			return exec.Command(svscan, scan)
+			// -d 3: s6-svscan writes a newline to fd 3 once it listens
+			// on its control fifo (its readiness notification).
+			r, w, err := os.Pipe()
+			if err != nil {
+				b.Fatal(err)
+			}
+			ch := rd.arm(dir)
+			go func() {
+				defer r.Close()
+				buf := make([]byte, 64)
+				for {
+					n, err := r.Read(buf)
+					if err != nil {
+						return
+					}
+					if strings.Contains(string(buf[:n]), "\n") {
+						ch <- time.Now()
+						return
+					}
+				}
+			}()
+			cmd := exec.Command(svscan, "-d", "3", scan)
+			cmd.ExtraFiles = []*os.File{w}
+			return cmd
 		},
 		settle: func(b *testing.B, dir string, n int) {
 			scan := filepath.Join(dir, "scan")
+			if rd.wait(dir).IsZero() {
+				b.Fatal("s6-svscan did not notify readiness within a minute")
+			}
 			if n == 0 {
-				// s6-svscan is up once its control fifo is open: a control
-				// command then succeeds (s6-svscanctl fails, not waits,
-				// while no s6-svscan reads it).
-				runOK(b, exec.Command(ctl, "-a", scan))
 				return
 			}
 			svcs, _ := filepath.Glob(filepath.Join(scan, "s*"))
@@ -279,6 +283,37 @@ func supervisordSide(supervisord, sleeper string) svcSide {
 	}
 }
 
+// readiness is when each round's supervisor said it was ready, by its
+// directory: arm before the start, wait after.
+type readiness struct {
+	mu sync.Mutex
+	at map[string]chan time.Time
+}
+
+// arm returns the channel the round in dir sends its ready time on.
+func (r *readiness) arm(dir string) chan time.Time {
+	ch := make(chan time.Time, 1)
+	r.mu.Lock()
+	r.at[dir] = ch
+	r.mu.Unlock()
+	return ch
+}
+
+// wait returns when the supervisor in dir said it was ready (zero if it
+// did not within a minute); it can be asked again.
+func (r *readiness) wait(dir string) time.Time {
+	r.mu.Lock()
+	ch := r.at[dir]
+	r.mu.Unlock()
+	select {
+	case t := <-ch:
+		ch <- t
+		return t
+	case <-time.After(time.Minute):
+		return time.Time{}
+	}
+}
+
 // runOK runs cmd and fails the benchmark, with its output, if it fails.
 func runOK(b *testing.B, cmd *exec.Cmd) {
 	b.Helper()
@@ -348,7 +383,11 @@ func bootSvc(b *testing.B, side svcSide, dir string, n int) *svcRun {
 	r := &svcRun{cmd: cmd, log: logPath}
 	_ = rd.SetReadDeadline(time.Now().Add(time.Minute))
 	t0 := time.Now()
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	for _, f := range cmd.ExtraFiles { // the child's now
+		f.Close()
+	}
+	if err != nil {
 		b.Fatal(err)
 	}
 	sc := bufio.NewScanner(rd)
@@ -464,7 +503,7 @@ func BenchmarkServices50(b *testing.B) {
 	n := *services
 	sides := svcSides(b)
 	first := make([][]float64, len(sides))
-	var agentReady []float64
+	ready := make([][]float64, len(sides))
 	samples := rotateSettled(b, func() []func(int) float64 {
 		fs := make([]func(int) float64, len(sides))
 		for k, s := range sides {
@@ -475,7 +514,7 @@ func BenchmarkServices50(b *testing.B) {
 				first[k] = append(first[k], r.first)
 				if s.ready != nil {
 					if t := s.ready(dir); !t.IsZero() {
-						agentReady = append(agentReady, t.Sub(r.t0).Seconds())
+						ready[k] = append(ready[k], t.Sub(r.t0).Seconds())
 					}
 				}
 				teardown(b, s, dir, r)
@@ -487,12 +526,12 @@ func BenchmarkServices50(b *testing.B) {
 	}()...)
 	b.StopTimer()
 	b.ReportMetric(float64(n), "services")
-	if len(agentReady) > 0 {
-		b.ReportMetric(quantile(agentReady, 0.5)*1e3, "agent-ready-ms")
-	}
 	for k, s := range sides {
 		b.ReportMetric(quantile(samples[k], 0.5)*1e3, s.name+"-ms")
 		b.ReportMetric(quantile(first[k], 0.5)*1e3, s.name+"-first-ms")
+		if len(ready[k]) > 0 {
+			b.ReportMetric(quantile(ready[k], 0.5)*1e3, s.name+"-ready-ms")
+		}
 		if k > 0 {
 			b.ReportMetric(medianRatio(samples[0], samples[k]), "agent/"+s.name)
 		}
