@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/internal/proc"
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // lifeJob is a group with every lifecycle hook: each task appends its
@@ -130,6 +131,25 @@ func (e *jobsEnv) waitGroupUndriven(t *testing.T, alloc string) {
 		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the group's driver still holds its lock after 2 minutes")
+	}
+	// A driver that let go of the lock is on its way out: wait for it.
+	for _, p := range testproc.Marked(e.dir) {
+		if !strings.Contains(p.Cmdline, "drive-group") {
+			continue
+		}
+		fd, err := unix.PidfdOpen(p.PID, 0)
+		if err != nil {
+			continue // gone already
+		}
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, int((2 * time.Minute).Milliseconds()))
+		for err == unix.EINTR {
+			n, err = unix.Poll(fds, int((2 * time.Minute).Milliseconds()))
+		}
+		unix.Close(fd)
+		if n == 0 {
+			t.Fatalf("the group's driver %s still runs 2 minutes after it let go of the lock", p)
+		}
 	}
 }
 
