@@ -288,11 +288,10 @@ func TestCheck_RestartNotBeforeGrace(t *testing.T) {
 		t.Fatal(got)
 	}
 	st, err := k.c.Status(testCtx(t))
-	if err != nil || st.Exited || st.Journal != 0 {
-		if time.Since(before) < grace {
-			t.Fatalf("3 failing tries within the grace: %+v %v, want the run untouched", st, err)
-		}
-		t.Skipf("the host took %s for 3 tries: the grace was over before the test could look", time.Since(before))
+	// A loaded host may take past the grace for the 3 tries: then the
+	// restart may be under way, and its time below is what holds the grace.
+	if (err != nil || st.Exited || st.Journal != 0) && time.Since(before) < grace {
+		t.Fatalf("3 failing tries within the grace: %+v %v, want the run untouched", st, err)
 	}
 	entries := watchUntil(t, k.c, 2)
 	in := entries[0]

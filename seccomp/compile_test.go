@@ -366,7 +366,7 @@ func TestAssemble_MatchesReference(t *testing.T) {
 		def := rapid.SampledFrom([]uint32{retErrno | 1, retKillThread}).Draw(t, "default")
 		prog, err := assemble(systab.X86_64, rules, def)
 		if errors.Is(err, ErrTooLarge) {
-			t.Skip("too large")
+			return // past BPF's 4,096 instructions: refused by name, which is the answer
 		}
 		if err != nil {
 			t.Fatal(err)
