@@ -83,10 +83,14 @@ func (c *cli) readyOrFail(ctx context.Context, s *session, t fsm.Task, timeout t
 		}
 		fmt.Fprintf(c.stderr, "  it is still running: 'tether stop %s' stops it, 'tether logs %s' has its output\n", t.ID, t.ID)
 		return exitError, false
-	case errors.Is(r.err, driver.ErrNeverReady), errors.Is(r.err, driver.ErrNotRunning):
+	case errors.Is(r.err, driver.ErrNeverReady), errors.Is(r.err, driver.ErrNotRunning), errors.Is(r.err, driver.ErrUnreachable):
 		// It ended first: its end is recorded once its executor is done
-		// with it (a restart may follow, under its policy).
-		final, err := s.svc.WaitTask(ctx, t.ID)
+		// with it (a restart may follow, under its policy). An executor
+		// that closed the wait's connection as its task ended reads as
+		// unreachable: its end, recorded within a bound, says which.
+		ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		final, err := s.svc.WaitTask(ectx, t.ID)
 		if err == nil && final.State.Terminal() {
 			return c.endedBeforeReady(final), false
 		}
