@@ -174,26 +174,26 @@ func TestPlacement_UpdateDeploymentSettingsRefusedByNameForTheFleetOnly(t *testi
 
 func TestPlacement_BadValuesAreErrorsNamingThem(t *testing.T) {
 	for name, c := range map[string]struct{ block, want string }{
-		"affinity weight 0":        {`affinity {
+		"affinity weight 0": {`affinity {
 attribute = "${meta.a}"` + "\n" + `weight = 0
 }`, "affinity weight is 0"},
-		"affinity weight 101":      {`affinity {
+		"affinity weight 101": {`affinity {
 attribute = "${meta.a}"` + "\n" + `weight = 101
 }`, "affinity weight is 101"},
-		"affinity weight -101":     {`affinity {
+		"affinity weight -101": {`affinity {
 attribute = "${meta.a}"` + "\n" + `weight = -101
 }`, "affinity weight is -101"},
-		"affinity distinct_hosts":  {`affinity {
+		"affinity distinct_hosts": {`affinity {
 attribute = "${meta.a}"` + "\n" + `operator = "distinct_hosts"
 }`, `affinity operator "distinct_hosts"`},
-		"affinity no attribute":    {`affinity { value = "x" }`, "An affinity needs an attribute"},
-		"spread no attribute":      {`spread {
+		"affinity no attribute": {`affinity { value = "x" }`, "An affinity needs an attribute"},
+		"spread no attribute": {`spread {
 weight = 10
 }`, "A spread needs an attribute"},
-		"spread weight 101":        {`spread {
+		"spread weight 101": {`spread {
 attribute = "${meta.a}"` + "\n" + `weight = 101
 }`, "spread weight is 101"},
-		"spread weight -1":         {`spread {
+		"spread weight -1": {`spread {
 attribute = "${meta.a}"` + "\n" + `weight = -1
 }`, "spread weight is -1"},
 		"spread over 100%":         {"spread {\nattribute = \"${meta.a}\"\ntarget \"x\" {\npercent = 60\n}\ntarget \"y\" {\npercent = 41\n}\n}", "add up to 101%"},
