@@ -477,9 +477,9 @@ func (s *Scheduler) writeNodes(ctx context.Context, lead leadership, nd NodeDeci
 		b, _ := json.Marshal(l)
 		ops = append(ops, clientv3.OpPut(s.keys.lost(l.Node), string(b)))
 		if l.Back == 0 {
-			s.log.Warn("node lost: its lease lapsed; its copies are placed elsewhere (after max_client_disconnect where the group gives one)", "node", l.Node)
+			s.log.Warn("node lost: its lease lapsed; its copies are placed elsewhere (after max_client_disconnect where the group gives one)", "lost_node", l.Node)
 		} else {
-			s.log.Info("lost node back under a new lease; it takes new copies once it has held it for the holdoff", "node", l.Node)
+			s.log.Info("lost node back under a new lease; it takes new copies once it has held it for the holdoff", "lost_node", l.Node)
 		}
 	}
 	for _, n := range nd.DeleteLost {
