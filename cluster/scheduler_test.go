@@ -22,7 +22,7 @@ import (
 // no agent behind it. Its lease is never kept alive by itself: a test
 // loses the node by revoking it (its lease running out at once).
 type simNode struct {
-	t     testing.TB
+	t     tb
 	cli   *clientv3.Client
 	keys  Keys
 	name  string
@@ -83,7 +83,7 @@ func (n *simNode) verdict(id CopyID, state VerdictState, reason string, at time.
 }
 
 // placedOf reads a copy's placement (the zero Placed when none).
-func placedOf(t testing.TB, cli *clientv3.Client, id CopyID) Placed {
+func placedOf(t tb, cli *clientv3.Client, id CopyID) Placed {
 	t.Helper()
 	k := mustKeys(t)
 	resp, err := cli.Get(ctxT(t), k.alloc(id))
