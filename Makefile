@@ -60,7 +60,7 @@ test-cluster:
 # The mirror against a bare etcd Txn loop, and cluster status over 1,000
 # tasks (needs etcd-server).
 bench-cluster:
-	$(GO) test -run '^$$' -bench 'Mirror_VsBareTxn|Fleet_Status' -benchtime 10x ./cluster/
+	$(GO) test -run '^$$' -bench 'Mirror_VsBareTxn|Fleet_Status|Schedule_' -benchtime 10x ./cluster/
 
 fmt:
 	gofmt -w .

@@ -96,6 +96,10 @@ type PassStats struct {
 	Wake time.Time
 	// Err is the pass's error, if any.
 	Err error
+	// Where the pass's time went (wall clock, whatever the scheduler's
+	// clock): reading the fleet (and parsing new job versions), deciding
+	// (Reconcile and Place), writing.
+	Read, Decide, Write time.Duration
 }
 
 // Quiet reports whether the pass changed nothing.
@@ -273,17 +277,24 @@ func (s *Scheduler) wait(ctx context.Context, rev int64, wake time.Time) error {
 // work; Lead runs it in a loop.
 func (s *Scheduler) Pass(ctx context.Context, lead leadership) PassStats {
 	var st PassStats
+	t0 := time.Now()
 	w, rev, err := s.read(ctx)
+	st.Read = time.Since(t0)
 	st.Revision = rev
 	if err != nil {
 		st.Err = err
 		return st
 	}
 	p := s.cfg.Policy
+	t1 := time.Now()
 	nd, wake := ReconcileNodes(w, p)
+	st.Decide += time.Since(t1)
 	st.Wake = wake
 	if len(nd.PutLost)+len(nd.DeleteLost) > 0 {
-		if err := s.writeNodes(ctx, lead, nd); err != nil {
+		t2 := time.Now()
+		err := s.writeNodes(ctx, lead, nd)
+		st.Write += time.Since(t2)
+		if err != nil {
 			st.Err = err
 			return st
 		}
@@ -291,12 +302,16 @@ func (s *Scheduler) Pass(ctx context.Context, lead leadership) PassStats {
 	}
 	for _, name := range slices.Sorted(maps.Keys(w.Jobs)) {
 		js := w.Jobs[name]
+		t1 := time.Now()
 		d, due := ReconcileJob(w, name, p)
+		st.Decide += time.Since(t1)
 		st.Wake = earliest(st.Wake, due)
 		if d.Eval != nil {
 			st.Unplaced += len(d.Eval.Unplaced)
 		}
+		t2 := time.Now()
 		txns, err := s.writeJob(ctx, lead, js, d)
+		st.Write += time.Since(t2)
 		st.Txns += txns
 		if errors.Is(err, ErrJobChanged) {
 			st.Conflicts++
