@@ -179,7 +179,7 @@ func TestCluster_RunPlacesAJobAndStatusShowsWhereEachCopyIs(t *testing.T) {
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
-	st = placedOn(t, f, cli, "web", 3)
+	placedOn(t, f, cli, "web", 3)
 	// The job changed: a new version, whose copies replace the old
 	// max_parallel (1) at a time as the nodes say each runs.
 	var runErr error
