@@ -57,10 +57,10 @@ test-long: build
 test-cluster:
 	$(GO) test -race -count=1 -timeout 10m ./cluster/
 
-# The mirror against a bare etcd Txn loop, and cluster status over 1,000
-# tasks (needs etcd-server).
+# The mirror against a bare etcd Txn loop, cluster status over 1,000 tasks,
+# placing a 1,000-copy job and a lost node's copies (needs etcd-server).
 bench-cluster:
-	$(GO) test -run '^$$' -bench 'Mirror_VsBareTxn|Fleet_Status' -benchtime 10x ./cluster/
+	$(GO) test -run '^$$' -bench 'Mirror_VsBareTxn|Fleet_Status|Schedule_' -benchtime 10x ./cluster/
 
 fmt:
 	gofmt -w .

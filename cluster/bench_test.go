@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/etcdtest"
@@ -250,4 +252,158 @@ func withSeqs(evs []fsm.Event) []fsm.Event {
 		evs[i].Seq = uint64(i + 1)
 	}
 	return evs
+}
+
+// BenchmarkSchedule_PlaceJob measures placing a job of MaxJobCopies
+// (1,000, the bound) copies on 10 nodes, on a real 3-member etcd
+// (Debian's etcd-server, fsync on), against its floor, interleaved round
+// by round (the side that goes first alternates):
+//
+//   - schedule: `cluster run` writes the job (Fleet.Run: the file parsed,
+//     the head and spec in one guarded Txn), then one scheduler pass reads
+//     the fleet, places every copy (Place) and writes the placements in
+//     guarded transactions of DefaultCopiesPerTxn copies; the time is
+//     from Run's call to the pass's return, every copy placed;
+//   - bare: the same 2,000 keys (each copy's alloc/ and place/ key, the
+//     same values) written in unguarded Txns of the same size, one after
+//     another: what writing the placements costs etcd alone.
+//
+// Where the scheduler's time goes is reported too (read, decide, write).
+//
+//	go test -run '^$' -bench Schedule_PlaceJob -benchtime 10x ./cluster/
+func BenchmarkSchedule_PlaceJob(b *testing.B) {
+	cli := dial(b, startClusterB(b)...)
+	const nodes = 10
+	for i := range nodes {
+		addNode(b, cli, simInfo(fmt.Sprintf("n%d", i), 1_000_000, 1_000_000), 60)
+	}
+	text := jobText("big", MaxJobCopies, 10, 10, "")
+	sched := newSched(b, cli, "bench")
+	f, _ := NewFleet(cli, "")
+	k := mustKeys(b)
+	ctx := context.Background()
+	clear := func() {
+		for _, p := range []string{k.jobPrefix(), k.prefix + "jobspec/", k.allocPrefix(""), k.prefix + "place/", k.evalPrefix(), "/bench-bare/"} {
+			if _, err := cli.Delete(ctx, p, clientv3.WithPrefix()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	var schedT, bareT, readT, decideT, writeT []time.Duration
+	var txns int
+	round := func(n int) {
+		clear()
+		start := time.Now()
+		if _, err := f.Run(ctx, JobSpec{File: "big.nomad", Text: text}, time.Now()); err != nil {
+			b.Fatal(err)
+		}
+		st := sched.s.Pass(ctx, sched.lead)
+		schedT = append(schedT, time.Since(start))
+		if st.Err != nil || st.Placed != MaxJobCopies {
+			b.Fatalf("pass: %+v", st)
+		}
+		readT, decideT, writeT = append(readT, st.Read), append(decideT, st.Decide), append(writeT, st.Write)
+		txns = st.Txns
+		_ = n
+	}
+	bare := func() {
+		clear()
+		val, _ := json.Marshal(Placed{Job: "big", Group: "g", Node: "n0", Version: 1, Use: Resources{CPU: 10, MemoryMB: 10}, Reason: ReasonNew})
+		start := time.Now()
+		for from := 0; from < MaxJobCopies; from += DefaultCopiesPerTxn {
+			var ops []clientv3.Op
+			for i := from; i < min(from+DefaultCopiesPerTxn, MaxJobCopies); i++ {
+				ops = append(ops, clientv3.OpPut(fmt.Sprintf("/bench-bare/alloc/big/g/%d", i), string(val)),
+					clientv3.OpPut(fmt.Sprintf("/bench-bare/place/n%d/big/g/%d", i%nodes, i), string(val)))
+			}
+			if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		bareT = append(bareT, time.Since(start))
+	}
+	b.ResetTimer()
+	for n := range b.N {
+		if n%2 == 0 {
+			round(n)
+			bare()
+		} else {
+			bare()
+			round(n)
+		}
+	}
+	b.StopTimer()
+	var ratios []time.Duration
+	for i := range schedT {
+		ratios = append(ratios, time.Duration(float64(schedT[i])/float64(bareT[i])*1000))
+	}
+	b.ReportMetric(ms(pct(schedT, 50)), "all_placed_p50_ms")
+	b.ReportMetric(ms(pct(bareT, 50)), "bare_txns_p50_ms")
+	b.ReportMetric(float64(pct(ratios, 50))/1000, "ratio_p50")
+	b.ReportMetric(ms(pct(readT, 50)), "read_ms")
+	b.ReportMetric(ms(pct(decideT, 50)), "decide_ms")
+	b.ReportMetric(ms(pct(writeT, 50)), "write_ms")
+	b.ReportMetric(float64(txns), "txns")
+}
+
+// BenchmarkSchedule_LostNodeReplaced measures, on a real 3-member etcd,
+// how long after a node's liveness key is gone its copies are placed
+// elsewhere: the leading scheduler (its Lead loop, woken by its etcd
+// watch) against the lease itself, which takes its TTL to lapse. A
+// 100-copy job on 10 nodes; each round a node's lease is revoked (its
+// lapse, at once) and the round ends when none of the job's copies is
+// placed on it; then the node registers again. The time to running
+// elsewhere adds the node side's start of the copies (not measured here).
+//
+//	go test -run '^$' -bench Schedule_LostNodeReplaced -benchtime 10x ./cluster/
+func BenchmarkSchedule_LostNodeReplaced(b *testing.B) {
+	cli := dial(b, startClusterB(b)...)
+	const nodes = 10
+	var ns []*simNode
+	for i := range nodes {
+		ns = append(ns, addNode(b, cli, simInfo(fmt.Sprintf("n%d", i), 1_000_000, 1_000_000), 60))
+	}
+	sc, err := NewScheduler(cli, SchedulerConfig{Name: "bench", Logger: nopLog(), Policy: Policy{ReturnHoldoff: time.Nanosecond}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	session, err := concurrency.NewSession(cli, concurrency.WithTTL(60))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = sc.Lead(ctx, session) }()
+	b.Cleanup(func() { cancel(); <-done; session.Close() })
+	runJob(b, cli, jobText("svc", 100, 10, 10, ""))
+	waitPlaced(b, cli, "svc", 100)
+	k := mustKeys(b)
+	var lag []time.Duration
+	b.ResetTimer()
+	for n := range b.N {
+		victim := ns[n%nodes]
+		resp, err := cli.Get(ctx, k.placePrefix(victim.name), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			b.Fatal(err)
+		}
+		wch := cli.Watch(ctx, k.placePrefix(victim.name), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+		left := resp.Count
+		start := time.Now()
+		victim.lose()
+		for left > 0 {
+			wr := <-wch
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					left--
+				}
+			}
+		}
+		lag = append(lag, time.Since(start))
+		b.StopTimer()
+		victim.register(60)
+		b.StartTimer()
+	}
+	b.StopTimer()
+	b.ReportMetric(ms(pct(lag, 50)), "replaced_p50_ms")
+	b.ReportMetric(ms(pct(lag, 99)), "replaced_p99_ms")
 }

@@ -1,10 +1,12 @@
 // Package cluster is tether past one machine: every node's task events
-// mirrored to etcd exactly once, a lease per node for its liveness, and a
-// desired state per node that its agent converges. It never schedules:
-// placement and rescheduling belong to Nomad or Kubernetes. The
-// write-ahead log stays local (store, bbolt): a partitioned node still
-// records its kills, so no quorum is ever in the path of an effect, and
-// etcd is a mirror and a control plane, never the log.
+// mirrored to etcd exactly once, a lease per node for its liveness, a
+// desired state per node that its agent converges, and placed jobs: Nomad
+// job files whose copies a scheduler among the agents (elected through
+// etcd, with no server of its own) places on the nodes and moves when a
+// node is lost. The write-ahead log stays local (store, bbolt): a
+// partitioned node still records its kills, so no quorum is ever in the
+// path of an effect, and etcd is a mirror and a control plane, never the
+// log.
 //
 // Only the CLI imports this package; the etcd client (and gRPC) never
 // enter fsm, store, driver or executor, which an embedder imports
@@ -22,6 +24,15 @@
 //	event/NODE/TASK/SEQ    one event, as the node recorded it (JSON; SEQ 20 digits);
 //	                       environment values replaced by Redacted
 //	desired/NODE/NAME      a task file the node is told to run (HCL text)
+//	info/NODE              the node's registration (NodeInfo), written with its liveness key
+//	job/JOB                a placed job's head (JobHead): version, stopped
+//	jobspec/JOB/VERSION    the job's file and inputs at VERSION (JobSpec; 20 digits), never changed
+//	alloc/JOB/GROUP/INDEX  a copy's placement (Placed): node, version, resources, reason
+//	place/NODE/JOB/GROUP/INDEX  the same placement under its node, in the same Txn
+//	verdict/NODE/JOB/GROUP/INDEX  the node's word on a copy (Verdict), naming the placement revision
+//	eval/JOB               the scheduler's last word on the job (Eval): copies not placed, and why
+//	lost/NODE              a node the scheduler saw lose its lease (Lost), and since when it is back
+//	leader/LEASE           the scheduler's election, one key per candidate under its node's lease
 //
 // # The mirror
 //
@@ -38,6 +49,24 @@
 // mirror is not a prefix of the local log (the state directory was
 // replaced under the node's name), is pruned and mirrored again from the
 // local log, which is the truth.
+//
+// # Placement
+//
+// A placed job is a Nomad job file (`tether cluster run`, Fleet.Run): its
+// text and inputs are written as a new version with its head, in one
+// transaction guarded by the head as read. Every node's agent is a
+// candidate scheduler: Node.Run campaigns (clientv3/concurrency) on a
+// session on the node's own liveness lease, so the leader is always a live
+// node and loses its leadership when its node shows down. The leader
+// (Scheduler) reads the fleet at one revision, decides with two pure
+// functions (ReconcileNodes, ReconcileJob, which places with Place) and
+// writes each job's decision in transactions guarded by its leadership,
+// the job's head and each copy's placement as read: a deposed scheduler
+// writes nothing, and a copy is under one node at every revision (its
+// alloc/ and place/ keys move together). A node runs only the copies whose
+// current placement names it (place/NODE/), and says how each fares
+// (Node.WriteVerdict, fenced by its lease). docs/fleet.md, "Placing jobs",
+// says what is placed where and when a copy moves.
 //
 // # The agent's duties
 //
@@ -62,7 +91,11 @@
 //     ErrUnavailable (etcd down: tasks run, Run registers later).
 //  5. go n.Run(ctx): one goroutine each for the lease (kept alive, its
 //     loss logged and re-registered, never stopping a task), the mirror,
-//     the status publisher and the desired state's watcher.
+//     the status publisher, the desired state's watcher and, unless
+//     NodeConfig.NoScheduler, the scheduler's campaign. When ctx ends the
+//     node catches its mirror up once more, then returns. The node
+//     registers NodeConfig's fingerprint, Meta, Capacity and
+//     RemoteDrivers with its liveness key (info/NODE).
 //  6. Converge every set from n.Desired() as the --config-dir files are
 //     converged: a name added starts a task, removed stops it, a new
 //     ModRevision replaces it; each Spec is a task file, read by
@@ -85,4 +118,8 @@
 //	for e, err := range f.Follow(ctx, t.Node, t.ID, last) { ... }
 //	_, _ = f.Start(ctx, "n3", "web", hcl, false)
 //	_ = f.Stop(ctx, "n3", "web")
+//	res, _ := f.Run(ctx, cluster.JobSpec{File: "web.nomad", Text: text}, time.Now())
+//	st, _ := f.JobStatus(ctx, "web")     // json.Marshal(st.Rows): the status JOB --json array
+//	st, err := f.WaitJob(ctx, "web", nil) // *NotPlacedError names each copy no node can hold
+//	_ = f.StopJob(ctx, "web")
 package cluster

@@ -67,6 +67,31 @@ var (
 	ErrLocalCopy = errors.New("cluster: unusable local copy of the desired state")
 )
 
+// Errors of placed jobs and of the scheduler.
+var (
+	// ErrInvalidJob: a job file the fleet cannot place: it does not parse
+	// with its inputs, has no group tether runs, asks for what tether's
+	// scheduler does not do (named), or breaks a bound (MaxJobCopies,
+	// MaxSpecBytes).
+	ErrInvalidJob = errors.New("cluster: job cannot be placed")
+	// ErrUnknownJob: no job of that name was ever run in the fleet.
+	ErrUnknownJob = errors.New("cluster: unknown job")
+	// ErrJobChanged: the job was changed by another writer between the
+	// read and the write of a run or stop; nothing was written.
+	ErrJobChanged = errors.New("cluster: job changed concurrently")
+	// ErrNotLeader: a scheduler's write was refused because its
+	// leadership (its election key under its node's lease) is gone: a
+	// deposed scheduler writes nothing.
+	ErrNotLeader = errors.New("cluster: not the fleet's scheduler")
+	// ErrNotPlaced: copies of a job that no node can hold; the
+	// *NotPlacedError says why for each.
+	ErrNotPlaced = errors.New("cluster: copies not placed")
+	// ErrRefused: every etcd endpoint refused the connection (nothing
+	// listens there): a command fails at once rather than waiting out
+	// its timeout.
+	ErrRefused = errors.New("cluster: etcd refused the connection")
+)
+
 // Errors of the fleet's queries.
 var (
 	// ErrUnknownTask: no mirrored task has this id or name.
@@ -123,3 +148,20 @@ func (e *CorruptError) Error() string {
 }
 
 func (e *CorruptError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
+
+// NotPlacedError is ErrNotPlaced with the copies and why each is not
+// placed (as the scheduler last said, eval/JOB).
+type NotPlacedError struct {
+	Job    string
+	Copies []Unplaced
+}
+
+func (e *NotPlacedError) Error() string {
+	var parts []string
+	for _, u := range e.Copies {
+		parts = append(parts, fmt.Sprintf("%s: %s", u.Copy, u.Reason))
+	}
+	return fmt.Sprintf("cluster: job %q: %d copies not placed: %s", e.Job, len(e.Copies), strings.Join(parts, "; "))
+}
+
+func (e *NotPlacedError) Unwrap() error { return ErrNotPlaced }

@@ -27,7 +27,16 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func ctxT(t testing.TB) context.Context {
+// tb is what the helpers need of a test: a *testing.T, a benchmark, or
+// a *rapid.T.
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+}
+
+func ctxT(t tb) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
@@ -213,7 +222,7 @@ func mirrorMatches(t testing.TB, ctx context.Context, cli *clientv3.Client, keys
 
 func itoa(i int) string { return fmt.Sprint(i) }
 
-func mustKeys(t testing.TB) Keys {
+func mustKeys(t tb) Keys {
 	k, err := NewKeys("")
 	if err != nil {
 		t.Fatal(err)

@@ -58,7 +58,40 @@ type NodeConfig struct {
 	// Now is the clock for the times the node publishes (default
 	// time.Now).
 	Now func() time.Time
+
+	// What the node registers for placement (info/NODE), with its
+	// liveness key.
+	//
+	// Attrs are its ${attr.*} and NodeAttrs its ${node.*}; nil detects
+	// this host's (taskfile.DetectHost). node.unique.name is always Name
+	// (several nodes may share a host), node.datacenter Datacenter
+	// (default dc1) and node.class Class.
+	Attrs      map[string]string
+	NodeAttrs  map[string]string
+	Datacenter string
+	Class      string
+	// Meta is the node's meta, ${meta.*}: the operator's --meta
+	// KEY=VALUE.
+	Meta map[string]string
+	// Capacity caps what the node offers (--capacity cpu=MHZ,memory=MB):
+	// a zero field is the host's (cpu.totalcompute, memory.totalbytes,
+	// cpu.numcores); more than the host has is refused.
+	Capacity Resources
+	// RemoteDrivers are the drivers the node allows for a spec from etcd
+	// (--allow-remote-drivers; nil: DefaultRemoteDrivers).
+	RemoteDrivers []string
+	// NoScheduler keeps the node out of the election of the fleet's
+	// scheduler; by default every node is a candidate.
+	NoScheduler bool
+	// Scheduling tunes the node's scheduler when it leads (Name, Prefix,
+	// Logger and Hooks are the node's).
+	Scheduling SchedulerConfig
 }
+
+// DefaultRemoteDrivers are the drivers a node allows for a spec from
+// etcd unless its operator says otherwise: whoever can write to etcd is
+// trusted less than a local file.
+var DefaultRemoteDrivers = []string{"exec"}
 
 // Node is one agent's side of the fleet: it holds the node's liveness
 // lease, mirrors the local log to etcd, publishes the node's status, and
@@ -72,6 +105,9 @@ type Node struct {
 	stats stats
 	mir   *mirror
 	want  *watcher
+
+	info  NodeInfo // the registration, but for its lease and time
+	sched *Scheduler
 
 	mu       sync.Mutex
 	ours     map[clientv3.LeaseID]bool // leases this process or this state directory held
@@ -122,7 +158,18 @@ func NewNode(cli *clientv3.Client, cfg NodeConfig) (*Node, error) {
 	if err := privateDir(cfg.Dir); err != nil {
 		return nil, err
 	}
-	n := &Node{cli: cli, cfg: cfg, keys: keys, log: cfg.Logger.With("node", cfg.Name), ours: map[clientv3.LeaseID]bool{}}
+	info, err := fingerprint(cfg)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cli: cli, cfg: cfg, keys: keys, log: cfg.Logger.With("node", cfg.Name), ours: map[clientv3.LeaseID]bool{}, info: info}
+	if !cfg.NoScheduler {
+		sc := cfg.Scheduling
+		sc.Name, sc.Prefix, sc.Logger, sc.Hooks = cfg.Name, cfg.Prefix, n.log, cfg.Hooks
+		if n.sched, err = NewScheduler(cli, sc); err != nil {
+			return nil, err
+		}
+	}
 	n.fence.init()
 	if ids, err := n.readLeaseRecord(); err == nil {
 		for _, id := range ids {
@@ -170,8 +217,19 @@ func (n *Node) Run(ctx context.Context) error {
 	wg.Go(func() { n.mir.run(ctx) })
 	wg.Go(func() { n.publish(ctx) })
 	wg.Go(func() { n.want.run(ctx) })
+	if n.sched != nil {
+		wg.Go(func() { n.schedule(ctx) })
+	}
 	wg.Wait()
 	if id, _ := n.fence.get(); id != 0 {
+		// The node's last word: what the local log holds that the mirror
+		// does not (a task stopped just before the agent exits is then
+		// shown stopped while the node is down, not unknown).
+		fctx, cancel := context.WithTimeout(context.Background(), min(flushTimeout, n.cfg.LeaseTTL))
+		if err := n.mir.flush(fctx, id); err != nil {
+			n.log.Warn("the mirror's last catch-up failed; the next agent catches up", "err", err)
+		}
+		cancel()
 		// Leave the lease to run out rather than revoking it: the node
 		// shows down after the TTL unless a new agent takes over first.
 		n.log.Debug("node stopped", "lease", fmt.Sprintf("%x", int64(id)))
@@ -389,11 +447,14 @@ func (n *Node) register(ctx context.Context) (clientv3.LeaseID, error) {
 	now := n.cfg.Now()
 	holder := Holder{Node: n.cfg.Name, Host: host, PID: os.Getpid(), Dir: n.cfg.Dir, Lease: int64(grant.ID), Started: now.UnixNano()}
 	val, _ := json.Marshal(holder)
+	info := n.info
+	info.Lease, info.Registered = int64(grant.ID), now.UnixNano()
+	infoVal, _ := json.Marshal(info)
 	key := n.keys.alive(n.cfg.Name)
 	for attempt := 0; ; attempt++ {
 		resp, err := n.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(grant.ID))).
+			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(grant.ID)), clientv3.OpPut(n.keys.info(n.cfg.Name), string(infoVal))).
 			Else(clientv3.OpGet(key)).
 			Commit()
 		if err != nil {

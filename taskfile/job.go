@@ -70,7 +70,9 @@ func (p *parser) job(b *hclsyntax.Block) {
 			job.Parameterized = p.parameterized(c)
 		case "vault":
 			refusals = append(refusals, Refusal{What: `the "vault" block`, Why: "it needs a Vault token from a Nomad server; tether has none", Range: c.TypeRange})
-		case "reschedule", "update", "spread", "affinity", "migrate", "multiregion", "periodic", "consul", "ui":
+		case "update", "spread", "affinity":
+			p.placementBlock(c, &job.Placement)
+		case "reschedule", "migrate", "multiregion", "periodic", "consul", "ui":
 			p.ignore(c.Type, "block", c.TypeRange)
 		default:
 			p.warnf(c.TypeRange, "Unsupported block", "tether ignores the %q block in a job.", c.Type)
@@ -183,7 +185,9 @@ func (p *parser) group(b *hclsyntax.Block, job *Job) *Group {
 			}
 		case "meta":
 			g.Meta = p.mapAttr(a)
-		case "shutdown_delay", "stop_after_client_disconnect", "max_client_disconnect", "prevent_reschedule_on_lost":
+		case "stop_after_client_disconnect", "max_client_disconnect":
+			p.placementAttr(a, &g.Placement)
+		case "shutdown_delay", "prevent_reschedule_on_lost":
 			p.ignore(a.Name, "attribute", a.NameRange)
 		default:
 			p.warnf(a.NameRange, "Unsupported attribute", "tether ignores the attribute %q in a group.", a.Name)
@@ -231,7 +235,9 @@ func (p *parser) group(b *hclsyntax.Block, job *Job) *Group {
 			g.Refusals = append(g.Refusals, Refusal{What: `the "volume" block`, Why: "host and CSI volumes need a Nomad client's configuration; tether mounts none (bind what the task needs through its own directories)", Range: c.TypeRange})
 		case "vault":
 			g.Refusals = append(g.Refusals, Refusal{What: `the "vault" block`, Why: "it needs a Vault token from a Nomad server; tether has none", Range: c.TypeRange})
-		case "reschedule", "update", "spread", "affinity", "migrate", "scaling", "ephemeral_disk", "consul", "disconnect":
+		case "update", "spread", "affinity":
+			p.placementBlock(c, &g.Placement)
+		case "reschedule", "migrate", "scaling", "ephemeral_disk", "consul", "disconnect":
 			p.ignore(c.Type, "block", c.TypeRange)
 		default:
 			p.warnf(c.TypeRange, "Unsupported block", "tether ignores the %q block in a group.", c.Type)

@@ -171,7 +171,9 @@ func (p *parser) task(b *hclsyntax.Block, g *Group, job *Job) *Task {
 			t.Refusals = append(t.Refusals, Refusal{What: `the "volume_mount" block`, Why: "host and CSI volumes need a Nomad client's configuration; tether mounts none", Range: c.TypeRange})
 		case "csi_plugin":
 			t.Refusals = append(t.Refusals, Refusal{What: `the "csi_plugin" block`, Why: "CSI plugins need a Nomad client", Range: c.TypeRange})
-		case "affinity", "spread", "scaling", "identity", "consul":
+		case "affinity", "spread":
+			p.placementBlock(c, &t.Placement)
+		case "scaling", "identity", "consul":
 			p.ignore(c.Type, "block", c.TypeRange)
 		default:
 			p.warnf(c.TypeRange, "Unsupported block", "tether ignores the %q block in task %q.", c.Type, name)

@@ -61,6 +61,7 @@ type Job struct {
 	Datacenters []string
 	Meta        map[string]string // its meta block, not yet interpolated
 	Constraints []Constraint
+	Placement   Placement // its affinity, spread and update blocks
 	// Parameterized is set for a parameterized job; DispatchMeta then holds
 	// the dispatch's meta (Options.DispatchMeta).
 	Parameterized *Parameterized
@@ -88,6 +89,7 @@ type Group struct {
 	Services    []Service
 	Meta        map[string]string
 	Constraints []Constraint
+	Placement   Placement // its affinity, spread, update and disconnect settings
 	Restart     *fsm.RestartPolicy
 	// Refusals are what the group asks that tether refuses: any one keeps
 	// every task of the group from running.
@@ -130,6 +132,7 @@ type Task struct {
 	Network     *Network // resources { network { ... } }
 	Meta        map[string]string
 	Constraints []Constraint
+	Placement   Placement // its affinity blocks (they apply to its group)
 	// DispatchPayload is the file (below local/) a dispatch's payload is
 	// written to.
 	DispatchPayload string

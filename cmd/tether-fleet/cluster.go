@@ -30,11 +30,12 @@ const defaultTimeout = 10 * time.Second
 // clusterCommands are `tether cluster`'s.
 func clusterCommands() []command {
 	return []command{
-		{name: "status", args: "[flags]", summary: "list every node's tasks from the mirror, with their nodes' liveness (live tasks unless --all)", run: (*fleet).cmdStatus, more: statusMore},
+		{name: "status", args: "[flags] [JOB]", summary: "list every node's tasks from the mirror, with their nodes' liveness (live tasks unless --all); with a job, its copies: where each is placed and what its node says", run: (*fleet).cmdStatus, more: statusMore},
 		{name: "nodes", args: "[flags]", summary: "list the nodes: liveness, tasks, and how far each node's mirror lags its log", run: (*fleet).cmdNodes},
 		{name: "events", args: "[flags] ID|NAME", summary: "show a task's events as its node recorded them (-f: follow them as they come)", run: (*fleet).cmdEvents, more: eventsMore},
+		{name: "run", args: "[flags] FILE", summary: "run a job file on the fleet: its groups' copies placed on the nodes by the fleet's scheduler, and moved when a node is lost", run: (*fleet).cmdRun, more: runMore},
 		{name: "start", args: "--node NODE [flags] FILE", summary: "tell a node to run a task file's task: the node's agent starts it and keeps it running", run: (*fleet).cmdStart, more: startMore},
-		{name: "stop", args: "--node NODE [flags] NAME|ID", summary: "tell a node to stop a task it was told to run: the node's agent stops it", run: (*fleet).cmdStop},
+		{name: "stop", args: "[--node NODE] [flags] NAME|ID", summary: "stop a job run with 'cluster run' (its copies removed from every node); with --node, a task the node was told to run with 'cluster start'", run: (*fleet).cmdStop, more: stopMore},
 	}
 }
 
@@ -45,7 +46,34 @@ on several nodes is ambiguous: --node picks one.`
 const statusMore = `A live task of a node that is down is shown 'unknown (node down since …)':
 nobody else reconciles it (a pid means nothing on another machine, and a
 node cut off from etcd still runs its tasks). --json prints one object per
-task and one per node with none listed (docs/fleet.md lists the fields).`
+task and one per node with none listed (docs/fleet.md lists the fields).
+
+With a JOB (run with 'tether cluster run'), one row per task of each copy:
+the node it is placed on and its state as its node last said (placed:
+no word yet; unplaced, with why no node can hold it; unknown while its
+node is down, unless it ended before). --json prints those rows as
+objects (job, copy, node, task, state, reason...: docs/fleet.md).`
+
+const runMore = `The file is a Nomad job file: each group's count copies are placed by the
+fleet's scheduler (one of the agents, elected through etcd) on nodes that
+meet its constraints, allow its drivers (--allow-remote-drivers on the
+agent) and have its resources left, by bin packing, spread and affinity.
+It is checked here as the scheduler will read it, and refused before
+anything is written. -var, --var-file and NOMAD_VAR_* are stored with the
+file; --meta is a parameterized job's dispatch meta (on 'tether agent',
+--meta is the node's meta). Run again with a changed file, the copies are
+replaced max_parallel at a time (its update block); with the same file,
+nothing changes.
+
+Without --detach, run waits until every copy runs (ready, where its task
+has readiness), as its node says, and prints the copies; it fails at once,
+naming each copy's reason, when a copy cannot be placed. --detach returns
+once the job is written.`
+
+const stopMore = `Without --node, NAME is a job run with 'tether cluster run': it is
+stopped, its copies removed from their nodes (each node stops them).
+With --node, NAME|ID is a task the node was told to run with 'tether
+cluster start': only those can be stopped through the cluster.`
 
 const eventsMore = `-f prints the events so far, then each new one as the node's agent mirrors
 it, until the task ends (or Ctrl-C). --json prints a JSON array, or with -f
@@ -153,8 +181,18 @@ func (f *fleet) dial() (*cluster.Fleet, func(), int, bool) {
 		f.errorf("no etcd endpoints: give --endpoints URLS (or set %s), such as --endpoints http://127.0.0.1:2379", envEndpoints)
 		return nil, nil, exitUsage, false
 	}
-	cli, err := cluster.Dial(cluster.Config{Endpoints: list, TLS: cluster.TLS{CA: f.tlsCA, Cert: f.tlsCert, Key: f.tlsKey}})
+	cfg := cluster.Config{Endpoints: list, TLS: cluster.TLS{CA: f.tlsCA, Cert: f.tlsCert, Key: f.tlsKey}}
+	cli, err := cluster.Dial(cfg)
 	if err != nil {
+		return nil, nil, f.fail(err), false
+	}
+	// A refused connection fails the command at once: the client would
+	// retry it until --command-timeout.
+	pctx, cancel := f.command()
+	err = cluster.Probe(pctx, cfg)
+	cancel()
+	if err != nil {
+		cli.Close()
 		return nil, nil, f.fail(err), false
 	}
 	fl, err := cluster.NewFleet(cli, "")
@@ -181,8 +219,14 @@ func (f *fleet) fail(err error) int {
 
 func (f *fleet) hint(err error) string {
 	switch {
+	case errors.Is(err, cluster.ErrRefused):
+		return "start etcd there, or check --endpoints (and $" + envEndpoints + ")"
 	case errors.Is(err, cluster.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		return fmt.Sprintf("etcd did not answer within --command-timeout %s: check that it runs, and --endpoints", clikit.DurationText(f.timeout))
+	case errors.Is(err, cluster.ErrUnknownJob):
+		return "'tether cluster run FILE' runs a job; a task told to one node with 'cluster start' is stopped with --node NODE"
+	case errors.Is(err, cluster.ErrJobChanged):
+		return "another run or stop of the job came in between: nothing was written"
 	case errors.Is(err, cluster.ErrUnknownTask):
 		return "'tether cluster status --all' lists the mirrored tasks"
 	case errors.Is(err, cluster.ErrAmbiguous):
@@ -207,9 +251,16 @@ func (f *fleet) cmdStatus(args []string) int {
 	if code, ok := f.parse(fs, "status", args); !ok {
 		return code
 	}
-	if fs.NArg() != 0 {
-		f.errorf("status takes no arguments: it lists every node ('tether cluster events ID|NAME' shows one task)")
+	if fs.NArg() > 1 {
+		f.errorf("status takes at most one job name: without one it lists every node ('tether cluster events ID|NAME' shows one task)")
 		return exitUsage
+	}
+	if fs.NArg() == 1 {
+		if *all {
+			f.errorf("--all lists every node's ended tasks too; a job's status shows all its copies")
+			return exitUsage
+		}
+		return f.jobStatus(fs.Arg(0), *asJSON)
 	}
 	fl, done, code, ok := f.dial()
 	if !ok {
@@ -551,13 +602,16 @@ func readSpec(file string) ([]byte, error) {
 
 func (f *fleet) cmdStop(args []string) int {
 	fs := f.clusterFlags("stop")
-	node := fs.String("node", "", "the `node` to stop it on")
+	node := fs.String("node", "", "the `node` of a task told to it with 'cluster start' (without it, NAME is a job run with 'cluster run')")
 	if code, ok := f.parse(fs, "stop", args); !ok {
 		return code
 	}
-	if fs.NArg() != 1 || *node == "" {
-		f.errorf("stop takes --node NODE and one task name or id: tether cluster stop --node n1 web")
+	if fs.NArg() != 1 {
+		f.errorf("stop takes one job name (tether cluster stop web), or --node NODE and a task name or id (tether cluster stop --node n1 web)")
 		return exitUsage
+	}
+	if *node == "" {
+		return f.stopJob(fs.Arg(0))
 	}
 	if err := cluster.ValidateNodeName(*node); err != nil {
 		f.errorf("--node: %v", err)
@@ -574,5 +628,232 @@ func (f *fleet) cmdStop(args []string) int {
 		return f.fail(err)
 	}
 	f.errorf("%s: no longer desired on node %s; its agent stops it", clikit.Printable(fs.Arg(0)), *node)
+	return exitOK
+}
+
+func (f *fleet) cmdRun(args []string) int {
+	fs := f.clusterFlags("run")
+	vars := fs.StringArray("var", nil, "`NAME=VALUE` for a job file's variable (repeatable; as nomad job run -var)")
+	varFiles := fs.StringArray("var-file", nil, "`file` of variable values, HCL (repeatable, a later one wins; as nomad job run -var-file)")
+	meta := fs.StringArray("meta", nil, "`KEY=VALUE` dispatch meta of a parameterized job (repeatable; as nomad job dispatch -meta; on 'tether agent', --meta is the node's meta)")
+	detach := fs.Bool("detach", false, "return once the job is written, without waiting for its copies to run")
+	wait := fs.Duration("timeout", 5*time.Minute, "how long to wait for every copy to run (without --detach)")
+	if code, ok := f.parse(fs, "run", args); !ok {
+		return code
+	}
+	if fs.NArg() != 1 {
+		f.errorf("run takes one job file: tether cluster run web.nomad")
+		return exitUsage
+	}
+	if *wait <= 0 {
+		f.errorf("--timeout %s: must be positive", clikit.DurationText(*wait))
+		return exitUsage
+	}
+	file := fs.Arg(0)
+	spec, code, ok := f.jobSpec(file, *vars, *varFiles, *meta)
+	if !ok {
+		return code
+	}
+	job, err := cluster.ParseJob(spec)
+	if job != nil {
+		for _, n := range job.Notes {
+			fmt.Fprintln(f.stderr, clikit.Printable(n))
+		}
+	}
+	if err != nil {
+		f.errorf("%v", err)
+		fmt.Fprintln(f.stderr, "  nothing was written: fix the file and run it again")
+		return exitError
+	}
+	for _, s := range job.Skipped {
+		fmt.Fprintf(f.stderr, "tether: %s: not run: %s\n", job.Name, clikit.Printable(s))
+	}
+	fl, done, code, ok := f.dial()
+	if !ok {
+		return code
+	}
+	defer done()
+	ctx, cancel := f.command()
+	res, err := fl.Run(ctx, spec, time.Now())
+	cancel()
+	if err != nil {
+		return f.fail(err)
+	}
+	fmt.Fprintln(f.stdout, res.Job.Name)
+	what := fmt.Sprintf("version %d written (%d copies in %d groups); the fleet's scheduler places them", res.Version, res.Job.Copies(), len(res.Job.Groups))
+	if !res.Changed {
+		what = fmt.Sprintf("unchanged: version %d already runs this file", res.Version)
+	}
+	f.errorf("%s: %s", res.Job.Name, what)
+	if *detach {
+		return exitOK
+	}
+	wctx, wcancel := context.WithTimeout(context.Background(), *wait)
+	defer wcancel()
+	sctx, stop := signal.NotifyContext(wctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	said := ""
+	st, err := fl.WaitJob(sctx, res.Job.Name, func(st *cluster.JobStatus) {
+		if line := progress(st); line != said {
+			said = line
+			f.errorf("%s: %s", res.Job.Name, line)
+		}
+	})
+	var np *cluster.NotPlacedError
+	switch {
+	case errors.As(err, &np):
+		f.errorf("job %s: %d of its copies cannot be placed:", np.Job, len(np.Copies))
+		for _, u := range np.Copies {
+			fmt.Fprintf(f.stderr, "  %s: %s\n", u.Copy, clikit.Printable(u.Reason))
+		}
+		fmt.Fprintf(f.stderr, "  the job is written and its other copies run; 'tether cluster stop %s' removes it\n", np.Job)
+		return exitError
+	case err != nil && wctx.Err() != nil:
+		f.errorf("job %s: not every copy runs after --timeout %s (%s)", res.Job.Name, clikit.DurationText(*wait), said)
+		fmt.Fprintf(f.stderr, "  'tether cluster status %s' shows each copy; the job stays written\n", res.Job.Name)
+		return exitError
+	case err != nil && sctx.Err() != nil:
+		f.errorf("job %s: stopped waiting; the job stays written ('tether cluster status %s')", res.Job.Name, res.Job.Name)
+		return exitOK
+	case err != nil:
+		return f.fail(err)
+	}
+	if err := printJobStatus(f.stdout, st); err != nil {
+		return f.fail(err)
+	}
+	return exitOK
+}
+
+// progress says how far a job's copies are.
+func progress(st *cluster.JobStatus) string {
+	copies := map[string]string{}
+	for _, r := range st.Rows {
+		if cur, ok := copies[r.Copy]; !ok || cur == "running" || cur == "ready" {
+			copies[r.Copy] = r.State
+		}
+	}
+	placed, running := 0, 0
+	for _, s := range copies {
+		switch s {
+		case "unplaced", "pending":
+		default:
+			placed++
+		}
+		if s == "running" || s == "ready" || s == "complete" {
+			running++
+		}
+	}
+	return fmt.Sprintf("%d of %d copies placed, %d running", placed, len(copies), running)
+}
+
+// jobSpec reads a job file and its inputs as run takes them: -var,
+// --var-file, NOMAD_VAR_* of the environment, --meta.
+func (f *fleet) jobSpec(file string, vars, varFiles, meta []string) (cluster.JobSpec, int, bool) {
+	src, err := readSpec(file)
+	if err != nil {
+		return cluster.JobSpec{}, f.fail(err), false
+	}
+	spec := cluster.JobSpec{File: file, Text: string(src)}
+	for _, kv := range vars {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			f.errorf("--var %q: use NAME=VALUE", kv)
+			return cluster.JobSpec{}, exitUsage, false
+		}
+		if spec.Inputs.Vars == nil {
+			spec.Inputs.Vars = map[string]string{}
+		}
+		spec.Inputs.Vars[k] = v
+	}
+	for _, p := range varFiles {
+		b, err := readSpec(p)
+		if err != nil {
+			f.errorf("--var-file: %v", err)
+			return cluster.JobSpec{}, exitError, false
+		}
+		spec.Inputs.VarFiles = append(spec.Inputs.VarFiles, cluster.JobVarFile{Name: p, Text: string(b)})
+	}
+	env := map[string]string{}
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	spec.Inputs.Env = cluster.OnlyNomadVars(env)
+	m, err := cluster.ParseMeta(meta)
+	if err != nil {
+		f.errorf("%v", err)
+		return cluster.JobSpec{}, exitUsage, false
+	}
+	spec.Inputs.Meta = m
+	return spec, 0, true
+}
+
+// jobStatus is `tether cluster status JOB`.
+func (f *fleet) jobStatus(name string, asJSON bool) int {
+	if err := cluster.ValidateJobName("job", name); err != nil {
+		f.errorf("%v", err)
+		return exitUsage
+	}
+	fl, done, code, ok := f.dial()
+	if !ok {
+		return code
+	}
+	defer done()
+	ctx, cancel := f.command()
+	defer cancel()
+	st, err := fl.JobStatus(ctx, name)
+	if err != nil {
+		return f.fail(err)
+	}
+	if asJSON {
+		rows := st.Rows
+		if rows == nil {
+			rows = []cluster.JobRow{}
+		}
+		return f.printJSON(rows)
+	}
+	if err := printJobStatus(f.stdout, st); err != nil {
+		return f.fail(err)
+	}
+	return exitOK
+}
+
+// printJobStatus prints a job's copies as a table, and a line saying
+// the job's version and state.
+func printJobStatus(w io.Writer, st *cluster.JobStatus) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "COPY\tNODE\tTASK\tSTATE\tREASON")
+	for _, r := range st.Rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Copy, or(r.Node, "-"), or(clikit.Printable(r.Task), "-"), r.State, or(clikit.Printable(r.Reason), "-"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	state := "running"
+	if st.Head.Stopped {
+		state = "stopped"
+	}
+	_, err := fmt.Fprintf(w, "job %s, version %d, %s; %s\n", st.Head.Job, st.Head.Version, state, progress(st))
+	return err
+}
+
+// stopJob is `tether cluster stop NAME` without --node.
+func (f *fleet) stopJob(name string) int {
+	if err := cluster.ValidateJobName("job", name); err != nil {
+		f.errorf("%v", err)
+		return exitUsage
+	}
+	fl, done, code, ok := f.dial()
+	if !ok {
+		return code
+	}
+	defer done()
+	ctx, cancel := f.command()
+	defer cancel()
+	if err := fl.StopJob(ctx, name); err != nil {
+		return f.fail(err)
+	}
+	f.errorf("%s: stopped; the fleet's scheduler removes its copies and each node stops them", name)
 	return exitOK
 }

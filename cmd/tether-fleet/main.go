@@ -19,6 +19,9 @@
 //
 //	tether agent --node n1 --cluster http://127.0.0.1:2379 [--config-dir DIR]
 //	tether cluster --endpoints http://127.0.0.1:2379 status
+//	tether cluster --endpoints URLS run web.nomad
+//	tether cluster --endpoints URLS status web
+//	tether cluster --endpoints URLS stop web
 //	tether cluster --endpoints URLS start --node n1 web.hcl
 //	tether cluster --endpoints URLS events web -f
 //	tether cluster --endpoints URLS stop --node n1 web
@@ -87,7 +90,7 @@ type command struct {
 // commands are the binary's own: what tether hands it.
 func commands() []command {
 	return []command{
-		{name: "cluster", args: "COMMAND [flags]", summary: "the fleet's commands on etcd: status, nodes, events, start, stop", run: (*fleet).cmdCluster},
+		{name: "cluster", args: "COMMAND [flags]", summary: "the fleet's commands on etcd: status, nodes, events, run, start, stop", run: (*fleet).cmdCluster},
 		agentCommand(),
 		{name: "version", summary: "print tether-fleet's version (also --version)", run: (*fleet).cmdVersion},
 	}

@@ -39,7 +39,11 @@ func TestCluster_FlagsAnywhereHelpAndUsageErrors(t *testing.T) {
 		{[]string{"cluster", "--endpoints", ep, "events"}, "events takes one task id or name"},
 		{[]string{"cluster", "--endpoints", ep, "start", "web.hcl"}, "start takes --node NODE and one task file"},
 		{[]string{"cluster", "--endpoints", ep, "stop", "--node", "../n1", "web"}, "invalid node name"},
-		{[]string{"cluster", "--endpoints", ep, "status", "extra"}, "status takes no arguments"},
+		{[]string{"cluster", "--endpoints", ep, "status", "web", "extra"}, "status takes at most one job name"},
+		{[]string{"cluster", "--endpoints", ep, "status", "my job"}, `job "my job"`},
+		{[]string{"cluster", "--endpoints", ep, "run"}, "run takes one job file"},
+		{[]string{"cluster", "--endpoints", ep, "run", "--timeout", "0s", "web.nomad"}, "--timeout 0s: must be positive"},
+		{[]string{"cluster", "--endpoints", ep, "stop"}, "stop takes one job name"},
 		{[]string{"cluster"}, "Usage: tether cluster COMMAND"},
 	} {
 		r := tether(t, c.args...)
@@ -49,7 +53,7 @@ func TestCluster_FlagsAnywhereHelpAndUsageErrors(t *testing.T) {
 	}
 	for _, args := range [][]string{{"cluster", "-h"}, {"help", "cluster"}, {"cluster", "help"}} {
 		r := must(t, args...)
-		for _, want := range []string{"\n  status ", "\n  nodes ", "\n  events ", "\n  start ", "\n  stop ", "--endpoints URLS", "--cluster-tls-ca FILE"} {
+		for _, want := range []string{"\n  status ", "\n  nodes ", "\n  events ", "\n  run ", "\n  start ", "\n  stop ", "--endpoints URLS", "--cluster-tls-ca FILE"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("tether %q lacks %q:\n%s", args, want, r.stdout)
 			}
@@ -72,6 +76,12 @@ func TestCluster_FlagsAnywhereHelpAndUsageErrors(t *testing.T) {
 	for _, want := range []string{"--node NODE", "--task TASK", "--replace"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("start -h lacks %s:\n%s", want, r.stdout)
+		}
+	}
+	r = must(t, "cluster", "run", "-h")
+	for _, want := range []string{"--var NAME=VALUE", "--var-file FILE", "--meta KEY=VALUE", "on 'tether agent', --meta is the node's meta", "--detach", "--timeout"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("run -h lacks %s:\n%s", want, r.stdout)
 		}
 	}
 	v := must(t, "cluster", "--version")
