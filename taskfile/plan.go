@@ -188,7 +188,18 @@ func (f *File) PlanGroup(sel string) (*GroupPlan, error) {
 	if g.Count == 0 {
 		return nil, fmt.Errorf("%w: group %q has count = 0: nothing to run", ErrNotRunnable, g.Name)
 	}
+	if limit := f.countLimit(); g.Count > limit {
+		return nil, fmt.Errorf("%w: group %q has count = %d; tether runs at most %d copies of a group (its bound on count: --max-count, TETHER_MAX_COUNT)", ErrLimit, g.Name, g.Count, limit)
+	}
 	return gp, nil
+}
+
+// countLimit is the bound on a group's count the file was read with.
+func (f *File) countLimit() int {
+	if f.maxCount > 0 {
+		return f.maxCount
+	}
+	return DefaultMaxCount
 }
 
 // Tasks are the plan's tasks in start order.
@@ -386,7 +397,8 @@ func (f *File) Instantiate(t *Task, a Alloc, layout taskdir.Layout) (*Instance, 
 		maps.Copy(raw, t.Group.Meta)
 	}
 	maps.Copy(raw, t.Meta)
-	sc := &Scope{Env: env, Host: a.Host}
+	lim := f.limits.withDefaults()
+	sc := &Scope{Env: env, Host: a.Host, made: &madeBound{each: lim.ValueBytes, total: lim.ValueBytes}}
 	meta, err := sc.interpolateMap("meta", raw)
 	if err != nil {
 		return nil, fmt.Errorf("task %q: %w", t.Address(), err)

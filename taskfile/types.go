@@ -26,6 +26,12 @@ type File struct {
 	Tasks []*Task
 	// Notices name, one line each, what tether does not do of the file.
 	Notices []Notice
+
+	// maxCount and limits are the bounds the file was read with
+	// (Options.MaxCount, Options.Limits), which PlanGroup and Instantiate
+	// hold it to.
+	maxCount int
+	limits   Limits
 }
 
 // JobType is a Nomad job's type.
