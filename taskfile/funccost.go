@@ -1,6 +1,8 @@
 package taskfile
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"regexp"
 	"regexp/syntax"
@@ -400,30 +402,40 @@ const (
 )
 
 // compileBounded compiles a regular expression once its text and its
-// program's size are within bounds, charging the work. A pattern that
-// does not parse is left to the function to report (nil, no failure).
+// program's size are within bounds (compilePattern), charging the work. A
+// pattern that does not parse is left to the function to report (nil, no
+// failure).
 func compileBounded(m *meter, pattern string) *regexp.Regexp {
-	if len(pattern) > maxPattern {
-		m.fail(m.call, "this regular expression is %s; tether compiles at most %s (its limit on a pattern)", byteSize(float64(len(pattern))), byteSize(maxPattern))
-		return nil
-	}
-	m.charge(m.call, float64(len(pattern))*64)
-	re, err := syntax.Parse(pattern, syntax.Perl)
-	if err != nil {
-		return nil
-	}
-	if n := programSize(re); n > maxProgram {
-		m.fail(m.call, "this regular expression compiles to about %.3g instructions; tether compiles at most %d (its limit on a pattern)", n, maxProgram)
-		return nil
-	}
+	m.charge(m.call, float64(min(len(pattern), maxPattern+1))*64)
 	if m.failed != nil {
 		return nil
 	}
-	c, err := regexp.Compile(pattern)
+	re, err := compilePattern(pattern)
+	if errors.Is(err, ErrLimit) {
+		m.fail(m.call, "%s", strings.TrimPrefix(err.Error(), ErrLimit.Error()+": "))
+	}
 	if err != nil {
 		return nil
 	}
-	return c
+	return re
+}
+
+// compilePattern compiles a regular expression of a file (a function's, a
+// constraint's) once its text is at most maxPattern bytes and it compiles
+// to at most maxProgram instructions: Go's compiler makes millions of a
+// short pattern of repeats. Past either it is an ErrLimit.
+func compilePattern(pattern string) (*regexp.Regexp, error) {
+	if len(pattern) > maxPattern {
+		return nil, fmt.Errorf("%w: this regular expression is %s; tether compiles at most %s (its limit on a pattern)", ErrLimit, byteSize(float64(len(pattern))), byteSize(maxPattern))
+	}
+	re, err := syntax.Parse(pattern, syntax.Perl)
+	if err != nil {
+		return nil, err
+	}
+	if n := programSize(re); n > maxProgram {
+		return nil, fmt.Errorf("%w: this regular expression compiles to about %.3g instructions; tether compiles at most %d (its limit on a pattern)", ErrLimit, n, maxProgram)
+	}
+	return regexp.Compile(pattern)
 }
 
 // programSize estimates the instructions re compiles to: its repeats

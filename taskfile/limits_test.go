@@ -323,3 +323,22 @@ func TestInstantiate_InterpolationIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestConstraint_RegexpIsBounded: a constraint's regexp that would compile
+// to millions of instructions (hundreds of megabytes) is refused with
+// the limit named before it is compiled; a plain one matches as before.
+func TestConstraint_RegexpIsBounded(t *testing.T) {
+	host := &Host{Attrs: map[string]string{"kernel.name": "linux"}}
+	ok := Constraint{Attribute: "${attr.kernel.name}", Operator: "regexp", Value: "^lin"}
+	if err := ok.Check(host); err != nil {
+		t.Fatalf("a plain regexp: %v", err)
+	}
+	bomb := Constraint{Attribute: "${attr.kernel.name}", Operator: "regexp", Value: strings.Repeat("[a-z]{1000}", 100)}
+	if err := bomb.Check(host); !errors.Is(err, ErrConstraint) || !strings.Contains(err.Error(), "its limit on a pattern") {
+		t.Fatalf("a regexp of 100,000 repeats: %v", err)
+	}
+	long := Constraint{Attribute: "${attr.kernel.name}", Operator: "regexp", Value: strings.Repeat("a", maxPattern+1)}
+	if err := long.Check(host); !strings.Contains(fmt.Sprint(err), "its limit on a pattern") {
+		t.Fatalf("a regexp longer than the bound: %v", err)
+	}
+}
