@@ -231,7 +231,9 @@ func (p *parser) group(b *hclsyntax.Block, job *Job) *Group {
 			g.Refusals = append(g.Refusals, Refusal{What: `the "volume" block`, Why: "host and CSI volumes need a Nomad client's configuration; tether mounts none (bind what the task needs through its own directories)", Range: c.TypeRange})
 		case "vault":
 			g.Refusals = append(g.Refusals, Refusal{What: `the "vault" block`, Why: "it needs a Vault token from a Nomad server; tether has none", Range: c.TypeRange})
-		case "reschedule", "update", "spread", "affinity", "migrate", "scaling", "ephemeral_disk", "consul", "disconnect":
+		case "ephemeral_disk":
+			g.EphemeralDiskMB = p.ephemeralDisk(c)
+		case "reschedule", "update", "spread", "affinity", "migrate", "scaling", "consul", "disconnect":
 			p.ignore(c.Type, "block", c.TypeRange)
 		default:
 			p.warnf(c.TypeRange, "Unsupported block", "tether ignores the %q block in a group.", c.Type)

@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/hashicorp/hcl/v2"
 
+	"github.com/tether-fsm/tether/artifact"
 	"github.com/tether-fsm/tether/taskdir"
 )
 
@@ -340,5 +342,39 @@ func TestConstraint_RegexpIsBounded(t *testing.T) {
 	long := Constraint{Attribute: "${attr.kernel.name}", Operator: "regexp", Value: strings.Repeat("a", maxPattern+1)}
 	if err := long.Check(host); !strings.Contains(fmt.Sprint(err), "its limit on a pattern") {
 		t.Fatalf("a regexp longer than the bound: %v", err)
+	}
+}
+
+// TestInstantiate_ArtifactBoundFromEphemeralDisk: a group's ephemeral_disk
+// size bounds each of its artifacts (artifact.OptionMaxBytes, in bytes);
+// without one the option is absent (the artifact package's 300 MiB
+// holds), and one the file wrote itself is taken out either way.
+func TestInstantiate_ArtifactBoundFromEphemeralDisk(t *testing.T) {
+	src := func(disk string) string {
+		return "job \"j\" {\n  group \"g\" {\n" + disk + "    task \"t\" {\n      driver = \"raw_exec\"\n      config { command = \"/bin/true\" }\n" +
+			"      artifact {\n        source = \"https://example.com/a.tgz\"\n        options {\n          tether_max_bytes = \"999999999999\"\n          checksum = \"sha256:00\"\n        }\n      }\n    }\n  }\n}\n"
+	}
+	for _, c := range []struct {
+		disk, want string
+	}{
+		{"    ephemeral_disk {\n      size = 500\n      sticky = true\n    }\n", strconv.Itoa(500 << 20)},
+		{"", ""},
+	} {
+		f, diags := Parse("j.nomad", []byte(src(c.disk)), Options{})
+		if diags.HasErrors() {
+			t.Fatal(diags)
+		}
+		in, err := f.Instantiate(f.Tasks[0], Alloc{ID: "a", Host: &Host{}}, taskdir.Layout{TaskDir: "/t", AllocDir: "/a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := in.Spec.Artifacts[0].Options
+		if got := opts[artifact.OptionMaxBytes]; got != c.want || opts["checksum"] != "sha256:00" {
+			t.Errorf("ephemeral_disk %q: options %v, want %s = %q and the checksum kept", c.disk, opts, artifact.OptionMaxBytes, c.want)
+		}
+	}
+	bad := "job \"j\" {\n  group \"g\" {\n    ephemeral_disk { size = 0 }\n    task \"t\" {\n      driver = \"raw_exec\"\n      config { command = \"/bin/true\" }\n    }\n  }\n}\n"
+	if _, diags := Parse("j.nomad", []byte(bad), Options{}); !strings.Contains(diags.Error(), "ephemeral_disk size is 0 MB") {
+		t.Fatalf("an ephemeral_disk of size 0: %v", diags)
 	}
 }

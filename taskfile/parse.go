@@ -101,6 +101,32 @@ type parser struct {
 	m *meter
 }
 
+// ephemeralDisk reads a group's ephemeral_disk block: its size (MB), which
+// bounds what each artifact of the group may place; sticky and migrate
+// are a scheduler's (a notice).
+func (p *parser) ephemeralDisk(c *hclsyntax.Block) int {
+	p.noLabels(c)
+	p.noBlocks(c)
+	size := 0
+	for _, a := range sortedAttrs(c.Body) {
+		switch a.Name {
+		case "size":
+			if n, ok := p.int(a); ok {
+				if n <= 0 {
+					p.errorf(a.Expr.Range(), "Bad size", "ephemeral_disk size is %d MB; it must be positive.", n)
+					continue
+				}
+				size = n
+			}
+		case "sticky", "migrate":
+			p.ignore("ephemeral_disk", "block's "+a.Name, a.NameRange)
+		default:
+			p.warnf(a.NameRange, "Unsupported attribute", "tether ignores the attribute %q in an ephemeral_disk block.", a.Name)
+		}
+	}
+	return size
+}
+
 // checkCounts refuses a group whose count is past Options.MaxCount.
 func (p *parser) checkCounts() {
 	for _, g := range p.file.Groups {

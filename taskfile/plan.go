@@ -194,6 +194,26 @@ func (f *File) PlanGroup(sel string) (*GroupPlan, error) {
 	return gp, nil
 }
 
+// artifactBound sets an artifact's bound on the bytes it places
+// (artifact.OptionMaxBytes) from its group's ephemeral_disk size, and
+// takes out one the file wrote itself: without an ephemeral_disk the
+// artifact package's default holds (300 MiB).
+func artifactBound(opts map[string]string, g *Group) map[string]string {
+	_, wrote := opts[artifact.OptionMaxBytes]
+	if (g == nil || g.EphemeralDiskMB <= 0) && !wrote {
+		return opts
+	}
+	out := maps.Clone(opts)
+	if out == nil {
+		out = map[string]string{}
+	}
+	delete(out, artifact.OptionMaxBytes)
+	if g != nil && g.EphemeralDiskMB > 0 {
+		out[artifact.OptionMaxBytes] = strconv.FormatInt(int64(g.EphemeralDiskMB)<<20, 10)
+	}
+	return out
+}
+
 // countLimit is the bound on a group's count the file was read with.
 func (f *File) countLimit() int {
 	if f.maxCount > 0 {
@@ -471,6 +491,7 @@ func (f *File) Instantiate(t *Task, a Alloc, layout taskdir.Layout) (*Instance, 
 		if ar.Options, err = sc.interpolateMap("artifact options", ar.Options); err != nil {
 			return fail(err)
 		}
+		ar.Options = artifactBound(ar.Options, t.Group)
 		if ar.Headers, err = sc.interpolateMap("artifact headers", ar.Headers); err != nil {
 			return fail(err)
 		}

@@ -95,6 +95,9 @@ type Group struct {
 	Meta        map[string]string
 	Constraints []Constraint
 	Restart     *fsm.RestartPolicy
+	// EphemeralDiskMB is its ephemeral_disk's size (MB; 0: none given),
+	// which bounds what each of its artifacts may place.
+	EphemeralDiskMB int
 	// Refusals are what the group asks that tether refuses: any one keeps
 	// every task of the group from running.
 	Refusals []Refusal
