@@ -263,7 +263,7 @@ func (c *cli) salvage(ctx context.Context, s *session) int {
 	fmt.Fprintln(c.stdout, salvageTotals(rep))
 	switch {
 	case len(unaccounted) > 0:
-		c.errorf("the salvage could not account for %d tasks: %s (see above; their processes may still run)", len(unaccounted), strings.Join(unaccounted, ", "))
+		c.errorf("the salvage is not complete: it could not account for %d tasks: %s (see above; their processes may still run)", len(unaccounted), strings.Join(unaccounted, ", "))
 		return exitError
 	case !rep.Done:
 		c.errorf("the salvage is not complete: tasks on the damaged pages above may be missing from every list")
