@@ -198,14 +198,15 @@ func nonceOf(v []byte) string {
 	return ""
 }
 
-// logByNonce gathers, from pages of records no index names, the log of
-// the task whose spawn nonce is nonce: every page carrying a record with
-// that nonce (copies of one page agree on every record they share; a page
-// that disagrees is another task's and is left), then the pages that go on
-// from where those end, while exactly one page goes on legally. It returns
-// the records from seq 1 on for as long as they are contiguous, and the
-// pages taken.
-func (ps *pageScan) logByNonce(id, nonce string) ([]rawRec, []uint64) {
+// logByNonce gathers the log of task id, whose spawn nonce is nonce: the
+// records of seeds (copies of its bucket that entries of the index name),
+// every page of records carrying a record with that nonce (copies of one
+// page agree on every record they share; a page that disagrees is another
+// task's and is left), then the pages that go on from where those end,
+// while exactly one goes on legally. It returns the records from seq 1 on
+// for as long as they are contiguous, and whether records past a gap were
+// found (the log is damaged there, not merely cut short).
+func (ps *pageScan) logByNonce(id, nonce string, seeds ...[]rawRec) (log []rawRec, gap bool) {
 	bySeq := map[uint64][]byte{}
 	var taken []uint64
 	agrees := func(p recPage) bool {
@@ -222,14 +223,23 @@ func (ps *pageScan) logByNonce(id, nonce string) ([]rawRec, []uint64) {
 		}
 		taken = append(taken, p.page)
 	}
+	seeded := false
+	for _, recs := range seeds {
+		if p := (recPage{recs: recs}); agrees(p) {
+			for _, r := range recs {
+				bySeq[r.seq] = r.v
+			}
+			seeded = seeded || len(recs) > 0
+		}
+	}
 	for _, p := range ps.recs {
 		if !slices.ContainsFunc(p.recs, func(r rawRec) bool { return nonceOf(r.v) == nonce }) || !agrees(p) {
 			continue
 		}
 		add(p)
 	}
-	if len(taken) == 0 {
-		return nil, nil
+	if len(taken) == 0 && !seeded {
+		return nil, false
 	}
 	contiguous := func() []rawRec {
 		var out []rawRec
@@ -241,12 +251,20 @@ func (ps *pageScan) logByNonce(id, nonce string) ([]rawRec, []uint64) {
 			out = append(out, rawRec{seq: seq, v: v})
 		}
 	}
+	beyond := func(log []rawRec) bool {
+		for seq := range bySeq {
+			if seq > uint64(len(log)) {
+				return true
+			}
+		}
+		return false
+	}
 	for {
 		log := contiguous()
 		next := uint64(len(log)) + 1
 		t, ok := foldRecs(id, log)
 		if !ok {
-			return log, taken
+			return log, beyond(log)
 		}
 		// A page goes on from here when it holds the next record, agrees
 		// with what is taken where they overlap, and its records from
@@ -276,11 +294,11 @@ func (ps *pageScan) logByNonce(id, nonce string) ([]rawRec, []uint64) {
 		}
 		for i := range cands {
 			if !isPrefix(cands[i], cands[longest]) {
-				return log, taken // two ways on: neither is believed
+				return log, true // two ways on: neither is believed
 			}
 		}
 		if len(cands) == 0 {
-			return log, taken
+			return log, beyond(log)
 		}
 		add(recPage{page: pages[longest], recs: cands[longest]})
 		for _, p := range pages {
@@ -302,6 +320,19 @@ func isPrefix(a, b []rawRec) bool {
 		}
 	}
 	return true
+}
+
+// checkedRecs are the records of recs whose checksums and sequence
+// numbers hold.
+func checkedRecs(recs []rawRec) []rawRec {
+	var out []rawRec
+	var e fsm.Event
+	for _, r := range recs {
+		if decodeAt("", r.seq, r.v, &e) == nil {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // foldRecs folds records from seq 1: ok when they are contiguous, readable

@@ -237,7 +237,9 @@ func cutStructure(t *testing.T, path string) {
 		if p >= hwm {
 			t.Fatalf("page %d past %d", p, hwm)
 		}
-		scribble(t, path, p, 0)
+		if p >= 2 { // an inline bucket's root is 0: the metas are kept
+			scribble(t, path, p, 0)
+		}
 	}
 }
 
@@ -282,7 +284,8 @@ func spoilInPlace(t *testing.T, path, task string, seq uint64) {
 // when its records check out; a record whose checksum fails is not taken
 // (the log stops before it, and the task is lost with its nonce, never
 // copied with the damaged record); a task whose index entry the scan finds
-// but whose executor's nonce is another is not copied under that id.
+// but whose executor's directory holds another nonce is not copied under
+// that id, live or not.
 func TestSalvage_ScanTakesOnlyRecordsThatProveThemselves(t *testing.T) {
 	testproc.Parallel(t)
 	path := testPath(t)
@@ -308,7 +311,7 @@ func TestSalvage_ScanTakesOnlyRecordsThatProveThemselves(t *testing.T) {
 	defer m.Release()
 	dst := filepath.Join(filepath.Dir(path), "salvaged.db")
 	claims := []Claim{{ID: "good", Nonce: "n-good", Live: true}, {ID: "bad", Nonce: "n-bad", Live: true},
-		{ID: "other", Nonce: "n-somebody-else", Live: true}}
+		{ID: "other", Nonce: "n-somebody-else", Live: true}, {ID: "z-00", Nonce: "n-not-its-own"}}
 	rep, err := m.Salvage(context.Background(), dst, claims...)
 	if err != nil {
 		t.Fatal(err)
@@ -458,5 +461,117 @@ func TestSalvage_ScanGivesOrphanRecordsByNonce(t *testing.T) {
 	}
 	if len(rep.Lost) != 1 || rep.Lost[0].ID != "t3" || rep.Lost[0].Nonce != "n-t3" {
 		t.Errorf("lost %+v, want t3 alone, with its nonce", rep.Lost)
+	}
+}
+
+// scribbleBuckets overwrites every leaf page of the file that holds a
+// bucket (the root's, the task index's, and their old copies): only the
+// logs' own pages are left, naming no task.
+func scribbleBuckets(t *testing.T, path string) {
+	t.Helper()
+	raw, err := openRaw(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pages []uint64
+	for id := uint64(2); id < raw.meta.hwm; id++ {
+		buf, err := raw.page(id, rawLeaf)
+		if err != nil {
+			continue
+		}
+		if _, elems, err := parseNode(buf, ""); err == nil && slices.ContainsFunc(elems, func(e rawElem) bool { return e.bucket }) {
+			pages = append(pages, id)
+		}
+	}
+	raw.close()
+	for _, p := range pages {
+		scribble(t, path, p, 0)
+	}
+}
+
+// TestSalvage_ScanSkipsARecordWhoseChecksumFails: of a log's two copies
+// among the pages no structure names (an old page of its first records,
+// and the current one, in which a record is damaged; every page holding a
+// bucket is gone), the scan takes only records whose checksums hold: the
+// damaged record is left out of its page, the old copy gives it back, and
+// the log is copied whole. A scan that took the damaged record would find
+// the copies disagreeing, and the log cut short.
+func TestSalvage_ScanSkipsARecordWhoseChecksumFails(t *testing.T) {
+	testproc.Parallel(t)
+	path := testPath(t)
+	s, err := Open(path, Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := liveLog("n-t", 100) // its first 70 records are too many to sit inline in the index
+	mustAppend(t, s, "t", 0, evs[:70]...)
+	mustAppend(t, s, "t", 70, evs[70:]...)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The current copy of record 10 is on a page the task's bucket
+	// reaches now; the old one on a page it reached before.
+	var rec []byte
+	boltView(t, path, func(tx *bolt.Tx) error {
+		b, err := rawTask(tx, "t")
+		if err != nil {
+			return err
+		}
+		rec = slices.Clone(b.Get(seqKey(10)))
+		return nil
+	})
+	raw, err := openRaw(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newRawWalk(raw)
+	w.root(func(e rawElem) bool {
+		if string(e.key) == string(bucketTasks) {
+			w.bucket(e.value, "", func(e rawElem) bool {
+				if string(e.key) == "t" {
+					w.bucket(e.value, "", func(rawElem) bool { return true }, func(rawDamage) {})
+				}
+				return true
+			}, func(rawDamage) {})
+		}
+		return true
+	}, func(rawDamage) {})
+	raw.close()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := os.Getpagesize()
+	page, in := -1, -1
+	for i := bytes.Index(data, rec); i >= 0; {
+		if w.reachable[uint64(i/ps)] && page < 0 {
+			page, in = i/ps, i%ps
+		}
+		j := bytes.Index(data[i+1:], rec)
+		if j < 0 {
+			break
+		}
+		i += 1 + j
+	}
+	if page < 2 || bytes.Count(data, rec) < 2 {
+		t.Fatalf("the store's layout is not the test's: record 10 on page %d, %d copies", page, bytes.Count(data, rec))
+	}
+	data[page*ps+in+len(rec)-1] ^= 0x40
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	scribbleBuckets(t, path)
+	m, err := BeginMaintenance(context.Background(), path, Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Release()
+	dst := filepath.Join(filepath.Dir(path), "salvaged.db")
+	rep, err := m.Salvage(context.Background(), dst, Claim{ID: "t", Nonce: "n-t", Live: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, dst)["t"]; len(got) != len(evs) || !isPrefixLog(got, evs) {
+		t.Fatalf("copied %d of the %d events (lost %+v)", len(got), len(evs), rep.Lost)
 	}
 }

@@ -366,6 +366,10 @@ func (res *salvageResult) scan(ctx context.Context, raw *rawFile, reached map[ui
 	rep.Scanned = true
 	ps := scanPages(raw, reached)
 	var unproven []string
+	// seeds are the records of every copy of a live claim's bucket the
+	// index's entries name: given to its log with the pages its nonce
+	// finds.
+	seeds := map[string][][]rawRec{}
 	for _, id := range slices.Sorted(maps.Keys(ps.index)) {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -376,8 +380,10 @@ func (res *salvageResult) scan(ctx context.Context, raw *rawFile, reached map[ui
 		// Of the copies of its bucket, the longest legal log.
 		var best *taskRead
 		var bestT fsm.Task
+		var copies [][]rawRec
 		for _, v := range ps.index[id] {
 			tr := readTaskRaw(newRawWalk(raw), id, v)
+			copies = append(copies, checkedRecs(tr.recs))
 			t := tr.prefix()
 			if best == nil || t.Version > bestT.Version {
 				best, bestT = tr, t
@@ -389,29 +395,24 @@ func (res *salvageResult) scan(ctx context.Context, raw *rawFile, reached map[ui
 			continue
 		}
 		if c.Live {
-			// An old copy of the index names an old copy of the log:
-			// the records its nonce finds may go further.
-			if recs, _ := ps.logByNonce(id, c.Nonce); len(recs) > 0 {
-				if t, n := foldPrefix(id, recs); n > int(bestT.Version) && t.Nonce == c.Nonce {
-					continue // taken below, from the records
-				}
-			}
+			seeds[id] = copies // taken below, with the pages its nonce finds
+			continue
 		}
 		seen[id] = true
-		res.take(rep, best, liveIDs[id] || c.Live, true)
+		res.take(rep, best, liveIDs[id], true)
 	}
 	for _, id := range slices.Sorted(maps.Keys(claimed)) {
 		c := claimed[id]
 		if !c.Live || seen[id] {
 			continue
 		}
-		recs, _ := ps.logByNonce(id, c.Nonce)
+		recs, gap := ps.logByNonce(id, c.Nonce, seeds[id]...)
 		t, prefix := foldPrefix(id, recs)
 		if t.Nonce != c.Nonce {
 			continue // what was found does not reach its spawn
 		}
 		seen[id] = true
-		if prefix == len(recs) && !t.State.Terminal() {
+		if !gap && prefix == len(recs) && !t.State.Terminal() {
 			res.copy = append(res.copy, salvaged{task: t, recs: recs})
 			rep.Copied = append(rep.Copied, id)
 			rep.Found = append(rep.Found, id)

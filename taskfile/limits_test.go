@@ -378,3 +378,21 @@ func TestInstantiate_ArtifactBoundFromEphemeralDisk(t *testing.T) {
 		t.Fatalf("an ephemeral_disk of size 0: %v", diags)
 	}
 }
+
+// TestLimits_FunctionCostCheckedBeforeItRuns: a call that would make 20
+// MB (a width of twenty million) is refused with next to nothing
+// allocated: its cost is estimated from its arguments before it runs, not
+// measured after.
+func TestLimits_FunctionCostCheckedBeforeItRuns(t *testing.T) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	d := limitDiag(t, task(`format("%20000000d", 1)`), Options{})
+	runtime.ReadMemStats(&after)
+	if d == nil || !strings.Contains(d.Detail, "would make") {
+		t.Fatalf("a 20 MB format: %v", d)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4<<20 {
+		t.Fatalf("refusing it allocated %d KiB: the cost was checked after the call", alloc>>10)
+	}
+}
