@@ -31,6 +31,12 @@ type Limits struct {
 	// operators (and of a jsondecode'd document): HCL's parser recurses
 	// about 10 KB of stack a level.
 	Nesting int
+	// StringCost bounds, for each run of text of a string or a heredoc,
+	// its pieces times its bytes: HCL's parser joins a run's pieces (its
+	// lines, and its text around each $ and %) one at a time, copying the
+	// run so far each time (a 200 KB heredoc of 4,000 lines costs it 400
+	// MB).
+	StringCost int64
 	// ValueBytes bounds the size of any one value an expression makes:
 	// a function's result (estimated from its arguments before it runs),
 	// a string template's, a for expression's, a variable's.
@@ -51,6 +57,7 @@ var DefaultLimits = Limits{
 	SourceBytes: 1 << 20,
 	Tokens:      65536,
 	Nesting:     64,
+	StringCost:  64 << 20,
 	ValueBytes:  2 << 20,
 	Elements:    16384,
 	Work:        64 << 20,
@@ -72,6 +79,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.Nesting > 0 {
 		d.Nesting = l.Nesting
+	}
+	if l.StringCost > 0 {
+		d.StringCost = l.StringCost
 	}
 	if l.ValueBytes > 0 {
 		d.ValueBytes = l.ValueBytes
@@ -179,11 +189,45 @@ func checkSource(filename string, src []byte, lim Limits) *hcl.Diagnostic {
 		return &hcl.Diagnostic{Severity: hcl.DiagError, Summary: limitSummary, Subject: &start,
 			Detail: fmt.Sprintf("The file has more than %d HCL tokens (tether's limit on a file's tokens).", lim.Tokens)}
 	}
+	if i := stringCost(toks, lim.StringCost); i >= 0 {
+		return stringCostDiag(toks[i].Range.Ptr(), lim)
+	}
 	if i := tokenDepth(toks, lim.Nesting); i >= 0 {
 		return &hcl.Diagnostic{Severity: hcl.DiagError, Summary: limitSummary, Subject: toks[i].Range.Ptr(),
 			Detail: fmt.Sprintf("Brackets, string templates and prefix operators nest here more than %d deep (tether's limit on nesting).", lim.Nesting)}
 	}
 	return nil
+}
+
+// stringCostDiag is the refusal of a string whose pieces cost HCL's
+// parser more than the limit.
+func stringCostDiag(at *hcl.Range, lim Limits) *hcl.Diagnostic {
+	return &hcl.Diagnostic{Severity: hcl.DiagError, Summary: limitSummary, Subject: at,
+		Detail: fmt.Sprintf("This string or heredoc has too many pieces (lines, and text around each $ and %%) for its length: HCL's parser would copy more than %s joining them (tether's limit on a string's pieces times its bytes). Split it, or read it from a file (template source).",
+			byteSize(float64(lim.StringCost)))}
+}
+
+// stringCost returns the index of the token (a string's or heredoc's
+// opening) at which a run of literal pieces of a template costs more than
+// limit (its pieces times its bytes), or -1.
+func stringCost(toks hclsyntax.Tokens, limit int64) int {
+	open := -1
+	var pieces, size int64
+	for i, t := range toks {
+		switch t.Type {
+		case hclsyntax.TokenOQuote, hclsyntax.TokenOHeredoc:
+			open, pieces, size = i, 0, 0
+		case hclsyntax.TokenQuotedLit, hclsyntax.TokenStringLit:
+			pieces++
+			size += int64(len(t.Bytes))
+			if open >= 0 && pieces*size > limit {
+				return open
+			}
+		default:
+			pieces, size = 0, 0
+		}
+	}
+	return -1
 }
 
 // tokenDepth returns the index of the first token at which the nesting of

@@ -39,10 +39,11 @@ func bombs() map[string]string {
 	return map[string]string{
 		// The issue's: 24 GiB in one setproduct.
 		"setproduct": task(`format("%d", length(setproduct(range(1024), range(1024), range(1024))))`),
-		// A width of a billion is a gigabyte of padding.
-		"format-width": task(`format("%999999999d", 1)`),
+		// Go's fmt pads up to a million a verb: two thousand verbs naming
+		// one argument are two gigabytes.
+		"format-width": task(`format("` + strings.Repeat("%999999[1]d", 2000) + `", 1)`),
 		// formatlist pads every line.
-		"formatlist-width": task(`join(",", formatlist("%99999999d", range(1024)))`),
+		"formatlist-width": task(`join(",", formatlist("%999999d", range(1024)))`),
 		// A billion iterations, each cheap.
 		"nested-for": task(`length([for a in range(1024) : [for b in range(1024) : [for c in range(1024) : c]]])`),
 		// A string that doubles with each local: 8 bytes times 2^40.
@@ -78,6 +79,12 @@ func bombs() map[string]string {
 		"nested-brackets":  task(strings.Repeat("[", 100000) + "1" + strings.Repeat("]", 100000)),
 		"nested-templates": task(strings.Repeat(`"${`, 30000) + "1" + strings.Repeat(`}"`, 30000)),
 		"unary-run":        task(strings.Repeat("-", 100000) + "1"),
+		// HCL's parser joins a heredoc's lines one at a time, copying what
+		// it has joined so far each time: 200 KB of 4,000 lines is 400 MB,
+		// a megabyte of 20,000 lines ten gigabytes.
+		"heredoc-lines": withLocals("h = <<EOT\n"+strings.Repeat(strings.Repeat("x", 49)+"\n", 20000)+"EOT\n", `"x"`),
+		// The same of a string's pieces around each $.
+		"dollar-string": task(`"` + strings.Repeat("$", 60000) + `"`),
 		// HCL's lexer and parser take about 1 KB a token.
 		"tokens": task(strings.Repeat("1,", 400000) + "1"),
 		// A default of a billion digits, for a variable.
@@ -379,20 +386,39 @@ func TestInstantiate_ArtifactBoundFromEphemeralDisk(t *testing.T) {
 	}
 }
 
-// TestLimits_FunctionCostCheckedBeforeItRuns: a call that would make 20
-// MB (a width of twenty million) is refused with next to nothing
-// allocated: its cost is estimated from its arguments before it runs, not
-// measured after.
+// TestLimits_FunctionCostCheckedBeforeItRuns: a call that would make 27
+// MB (thirty verbs, each padding its argument to 900,000 bytes) is refused
+// with next to nothing allocated: its cost is estimated from its arguments
+// before it runs, not measured after.
 func TestLimits_FunctionCostCheckedBeforeItRuns(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	d := limitDiag(t, task(`format("%20000000d", 1)`), Options{})
+	d := limitDiag(t, task(`format("`+strings.Repeat("%900000[1]d", 30)+`", 1)`), Options{})
 	runtime.ReadMemStats(&after)
 	if d == nil || !strings.Contains(d.Detail, "would make") {
 		t.Fatalf("a 20 MB format: %v", d)
 	}
 	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4<<20 {
 		t.Fatalf("refusing it allocated %d KiB: the cost was checked after the call", alloc>>10)
+	}
+}
+
+// TestLimits_StringCostAtItsBound: a heredoc whose lines times its bytes
+// are within StringCost parses; one line more is refused, at the heredoc,
+// before HCL's parser joins its lines (copying what it has joined so far
+// for each: a 200 KB heredoc of 4,000 lines costs it 400 MB).
+func TestLimits_StringCostAtItsBound(t *testing.T) {
+	const line = "xxxxxxx\n" // 8 bytes: a heredoc of n lines costs n*8n
+	heredoc := func(n int) string {
+		return withLocals("h = <<EOT\n"+strings.Repeat(line, n)+"EOT\n", `"x"`)
+	}
+	opts := Options{Limits: Limits{StringCost: 100 * 800}}
+	if d := limitDiag(t, heredoc(100), opts); d != nil {
+		t.Fatalf("a heredoc at the bound: %s", FormatDiag(d))
+	}
+	d := limitDiag(t, heredoc(101), opts)
+	if d == nil || !strings.Contains(d.Detail, "pieces") || d.Subject.Start.Line != 2 {
+		t.Fatalf("a heredoc a line past the bound: %v", d)
 	}
 }
