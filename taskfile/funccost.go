@@ -195,7 +195,7 @@ var estimators = map[string]estimator{
 	},
 	"sort": func(m *meter, args []cty.Value) cost {
 		n := float64(length(args[0]))
-		return cost{size: m.size(args[0]), elems: n, work: n * math.Log2(n+2) * 16}
+		return cost{size: m.size(args[0]), elems: n, work: n * math.Log2(n+2) * 64}
 	},
 	"setunion":        setCost(false),
 	"setintersection": setCost(true),
@@ -206,9 +206,10 @@ var estimators = map[string]estimator{
 			m.fail(m.call, "this document nests %d deep; tether decodes at most %d levels (its limit on nesting)", d, m.lim.Nesting)
 			return cost{}
 		}
-		// Every value but the first follows a '[', ',' or ':'.
+		// Every value but the first follows a '[', ',' or ':'; cty
+		// infers a type for each before it decodes it.
 		vals := float64(strings.Count(s, "[") + strings.Count(s, ",") + strings.Count(s, ":") + 1)
-		return cost{size: 24 + float64(len(s)) + vals*96, elems: vals, work: float64(len(s)) * 4}
+		return cost{size: 24 + float64(len(s)) + vals*96, elems: vals, work: float64(len(s))*4 + vals*1024}
 	},
 	"csvdecode": func(m *meter, args []cty.Value) cost {
 		s := str(args[0])
@@ -241,10 +242,10 @@ func caseCost(m *meter, args []cty.Value) cost {
 	return cost{size: 16 + 1.5*float64(len(str(args[0])))}
 }
 
-// setCost is the cost of a set operation: every element hashed and
-// compared (a set of values whose hashes collide compares each with each);
-// a union is as large as its sets together, an intersection or a
-// difference at most its largest.
+// setCost is the cost of a set operation: every element hashed (cty
+// renders each to hash it), sorted and compared (a set of values whose
+// hashes collide compares each with each); a union is as large as its
+// sets together, an intersection or a difference at most its largest.
 func setCost(part bool) estimator {
 	return func(m *meter, args []cty.Value) cost {
 		var c cost
@@ -258,7 +259,7 @@ func setCost(part bool) estimator {
 			}
 			n += float64(length(a))
 		}
-		c.elems, c.work = n, n*n/8
+		c.elems, c.work = n, n*4096+n*n/8
 		return c
 	}
 }
@@ -458,6 +459,16 @@ func programSize(re *syntax.Regexp) float64 {
 	return n + 2
 }
 
+// regexScan is the work of matching pattern against s: Go's engine steps
+// through the pattern's program for each byte, a few units a step.
+func regexScan(s, pattern string) float64 {
+	steps := float64(len(pattern))
+	if re, err := syntax.Parse(pattern, syntax.Perl); err == nil {
+		steps = programSize(re)
+	}
+	return float64(len(s)+1) * math.Max(steps, 1) * 4
+}
+
 // regexCost is regex's or regexall's: the pattern compiled within bounds,
 // the matches counted (a bounded number of them) to size the result.
 func regexCost(all bool) estimator {
@@ -468,7 +479,7 @@ func regexCost(all bool) estimator {
 			return cost{}
 		}
 		groups := float64(re.NumSubexp() + 1)
-		scan := float64(len(s)) * math.Max(float64(len(pattern)), 1) / 4
+		scan := regexScan(s, pattern)
 		var c cost
 		m.charge(m.call, scan) // before the matches are counted
 		if m.failed != nil {
@@ -503,7 +514,7 @@ func regexReplaceCost(m *meter, args []cty.Value) cost {
 	if re == nil {
 		return cost{}
 	}
-	scan := float64(len(s)) * math.Max(float64(len(pattern)), 1) / 4
+	scan := regexScan(s, pattern)
 	m.charge(m.call, scan) // before the matches are counted
 	if m.failed != nil {
 		return cost{}

@@ -453,6 +453,9 @@ func (s *sizer) walk(v cty.Value) {
 			return
 		}
 		if ty.IsSetType() {
+			// Iterating a set sorts it, and its elements are hashed
+			// wherever it is converted.
+			s.convert += float64(n) * 256
 			for it := v.ElementIterator(); it.Next() && !s.over(); {
 				_, e := it.Element()
 				s.walk(e)
