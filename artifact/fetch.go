@@ -63,15 +63,28 @@ const DefaultDestination = "local/"
 // (fsm.Artifact: the spec records it).
 type Artifact = fsm.Artifact
 
-// Limits bound what one artifact may place (Nomad's client defaults:
-// 100 GB and 4096 files unpacked).
+// Limits bound what one artifact may place.
 type Limits struct {
 	MaxBytes int64 // bytes downloaded, and bytes unpacked
 	MaxFiles int   // entries unpacked
 }
 
-// DefaultLimits are Nomad's decompression limits.
-var DefaultLimits = Limits{MaxBytes: 100 << 30, MaxFiles: 4096}
+// DefaultLimits are an artifact's bounds when nothing says otherwise: 300
+// MiB (Nomad's default ephemeral_disk, the room a task is given) and
+// Nomad's 4096 entries unpacked.
+var DefaultLimits = Limits{MaxBytes: 300 << 20, MaxFiles: 4096}
+
+// MaxBytesCeiling bounds what an artifact may ask for with OptionMaxBytes:
+// Nomad's client default for what an artifact may unpack (100 GB).
+const MaxBytesCeiling = 100 << 30
+
+// OptionMaxBytes is the option that carries an artifact's own bound on the
+// bytes it may place (downloaded and unpacked), in bytes: taskfile sets it
+// from the task's group's ephemeral_disk size (and removes any the file
+// wrote itself), so that the bound travels with the artifact to whatever
+// fetches it. It replaces Fetcher.Limits.MaxBytes for that artifact, up to
+// MaxBytesCeiling.
+const OptionMaxBytes = "tether_max_bytes"
 
 // Fetcher fetches a task's artifacts.
 type Fetcher struct {
@@ -101,7 +114,9 @@ var defaultClient = &http.Client{
 	},
 }
 
-func (f *Fetcher) limits() Limits {
+// limits are the bounds of artifact a: the Fetcher's (zero fields:
+// DefaultLimits), its bytes replaced by a's OptionMaxBytes when it has one.
+func (f *Fetcher) limits(a Artifact) (Limits, error) {
 	l := f.Limits
 	if l.MaxBytes <= 0 {
 		l.MaxBytes = DefaultLimits.MaxBytes
@@ -109,7 +124,14 @@ func (f *Fetcher) limits() Limits {
 	if l.MaxFiles <= 0 {
 		l.MaxFiles = DefaultLimits.MaxFiles
 	}
-	return l
+	if v, ok := a.Options[OptionMaxBytes]; ok {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			return l, fmt.Errorf("%w: option %s = %q: it must be a number of bytes", ErrSource, OptionMaxBytes, v)
+		}
+		l.MaxBytes = min(n, MaxBytesCeiling)
+	}
+	return l, nil
 }
 
 // source is a parsed artifact source.
@@ -232,12 +254,16 @@ func (f *Fetcher) fetch(ctx context.Context, a Artifact) error {
 	if a.Chown {
 		owner = f.Owner
 	}
-	p := placer{root: root, dest: dt.Rel, limits: f.limits(), owner: owner}
+	lim, err := f.limits(a)
+	if err != nil {
+		return err
+	}
+	p := placer{root: root, dest: dt.Rel, limits: lim, owner: owner}
 
 	if src.local != "" {
 		return f.fetchLocal(ctx, src, a.Mode, format, check, &p)
 	}
-	spool, err := f.download(ctx, src.url, a.Headers, check)
+	spool, err := f.download(ctx, src.url, a.Headers, check, lim.MaxBytes)
 	if err != nil {
 		return err
 	}
@@ -247,7 +273,7 @@ func (f *Fetcher) fetch(ctx context.Context, a Artifact) error {
 
 // download spools an http(s) source to an unlinked temporary file and
 // verifies its checksum.
-func (f *Fetcher) download(ctx context.Context, u *url.URL, headers map[string]string, check *checksum) (*os.File, error) {
+func (f *Fetcher) download(ctx context.Context, u *url.URL, headers map[string]string, check *checksum, lim int64) (*os.File, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSource, err)
@@ -272,7 +298,6 @@ func (f *Fetcher) download(ctx context.Context, u *url.URL, headers map[string]s
 		return nil, err
 	}
 	_ = os.Remove(spool.Name())
-	lim := f.limits().MaxBytes
 	var w io.Writer = spool
 	if check != nil {
 		w = io.MultiWriter(spool, check.h)
@@ -340,7 +365,7 @@ func (f *Fetcher) fetchLocal(ctx context.Context, src source, mode Mode, format 
 	if check != nil {
 		w = io.MultiWriter(spool, check.h)
 	}
-	lim := f.limits().MaxBytes
+	lim := p.limits.MaxBytes
 	n, err := io.Copy(w, io.LimitReader(in, lim+1))
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrSource, err)

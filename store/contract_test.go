@@ -45,6 +45,17 @@ import (
 //	  reported lost (a partial result
 //	  reported as such), the source
 //	  never written, no overwrite        TestSalvage_PartialResultReportedAsSuch, TestDamage_EveryShapeNamed, TestSalvage_ReadsOnlyAndOverwritesNothing
+//	Salvage past a gone structure: every
+//	  live claim copied (a prefix of its
+//	  own log, its nonce) or lost with
+//	  its nonce, at every page boundary  TestSalvage_TruncatedAtEveryPageAccountsForEveryLiveClaim, TestSalvage_EmptyFileLosesEveryLiveClaim
+//	the scan believes only what proves
+//	  itself: checksums, the claim's
+//	  nonce, the longest legal copy      TestSalvage_ScanTakesOnlyRecordsThatProveThemselves, TestSalvage_ScanSkipsARecordWhoseChecksumFails, TestSalvage_ScanGivesOrphanRecordsByNonce
+//	RecordLost: each loss recorded as
+//	  ended lost, the new store sound    TestSalvage_TruncatedAtEveryPageAccountsForEveryLiveClaim
+//	an empty store file is refused,
+//	  never opened as a new store        TestSalvage_EmptyFileLosesEveryLiveClaim
 
 // holdWith starts helper mode ("hold-lock", "hold-lock-ro") holding the
 // store at path open, and returns its pid and a function that makes it

@@ -55,6 +55,18 @@
 // processes of a damaged store's live tasks can be killed or adopted
 // rather than leaked.
 //
+// Where the structure itself is gone (a file cut short, a damaged root or
+// task index), a salvage scans every page of the file for what it can
+// still read on its own (pagescan.go): leaf pages of the task index, leaf
+// pages of records (each checked by its checksum and key), desired
+// records. Records name no task: they are given to one only through the
+// spawn nonce its executor's directory holds (a Claim, from the caller),
+// the longest legal log among the copies found. A live claim of which
+// nothing can be rebuilt is reported lost with its nonce, so that its
+// executor is killed by its proven identity; RecordLost then records such
+// tasks in the new store as ended lost. An empty store file is never
+// opened as a new store: it is a store cut to nothing.
+//
 // # Locking
 //
 // One process at a time writes a store; readers (Options.ReadOnly) share
@@ -128,9 +140,10 @@
 //
 //	m, err := store.BeginMaintenance(ctx, path, opts) // waits for the lock, as Open does
 //	defer m.Release()                                  // the waiters open what is in place
-//	srep, err := m.Salvage(ctx, newPath)               // the whole store as it stands
+//	srep, err := m.Salvage(ctx, newPath, claims...)    // the whole store as it stands
 //	// srep.Lost: kill or adopt each live one's processes (Prefix.Executor,
-//	// Nonce; driver.SalvageStore does all of it), then:
+//	// Nonce; driver.SalvageStore does all of it), record the killed:
+//	err = m.RecordLost(newPath, losses, time.Now())
 //	err = m.Install(newPath, asidePath)                // only a salvage of this maintenance
 //
 // Meanwhile every other process waits for the lock (and gives up with

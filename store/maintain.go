@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -187,8 +188,9 @@ type Maintenance struct {
 	opts Options
 	lk   *fileLock
 	// salvaged are the files Salvage wrote under this maintenance: the
-	// only ones Install puts in place.
-	salvaged map[string]bool
+	// only ones Install puts in place; with, for each, the readable
+	// legal prefix of every lost task's log (for RecordLost).
+	salvaged map[string]map[string][]rawRec
 	done     bool
 }
 
@@ -245,7 +247,13 @@ func (m *Maintenance) check() error {
 // Salvage is the package's Salvage of the store under maintenance into
 // dst. Since no other process uses the store meanwhile, what it copies is
 // the whole store as it stands: Install puts it in place.
-func (m *Maintenance) Salvage(ctx context.Context, dst string) (SalvageReport, error) {
+//
+// claims are the tasks known outside the store (their executors'
+// directories): where the store's structure is damaged, the tasks its
+// walk cannot reach are looked for by a scan of the file's pages and taken
+// only as their claims prove them, and a live claim found nowhere is
+// reported lost with its nonce (see Claim).
+func (m *Maintenance) Salvage(ctx context.Context, dst string, claims ...Claim) (SalvageReport, error) {
 	if err := m.check(); err != nil {
 		return SalvageReport{Src: m.path, Dst: dst}, err
 	}
@@ -253,15 +261,122 @@ func (m *Maintenance) Salvage(ctx context.Context, dst string) (SalvageReport, e
 	if err != nil {
 		return rep, err
 	}
-	if err := salvageLocked(ctx, src, ddst, m.opts, &rep); err != nil {
+	prefixes, err := salvageLocked(ctx, src, ddst, m.opts, &rep, claims)
+	if err != nil {
 		return rep, err
 	}
 	if m.salvaged == nil {
-		m.salvaged = map[string]bool{}
+		m.salvaged = map[string]map[string][]rawRec{}
 	}
-	m.salvaged[ddst] = true
+	m.salvaged[ddst] = prefixes
 	m.opts.crash(PointSalvageCopied)
 	return rep, nil
+}
+
+// Loss is a lost task whose processes are accounted for (killed by their
+// proven identity, or proven gone), to be recorded in the salvaged store:
+// Executor is the identity it was killed by, if known, and Reason says
+// what happened.
+type Loss struct {
+	ID       string
+	Nonce    string
+	Executor *fsm.Identity
+	Reason   string
+}
+
+// RecordLost writes into the store Salvage wrote at dst, under this
+// maintenance, each of losses as a task that ended lost: what could be
+// read of its log (its legal prefix), then the events that take it from
+// there to lost (its spawn, with the nonce, and its executor, when the
+// prefix does not have them; executor-lost with the reason; and
+// executor-reaped), so that `tether status --all` and `tether events` say
+// what became of it. A task the new store already holds, or whose prefix
+// ended already, is left as it is. Every write is synced before
+// RecordLost returns, and Install is what puts them in place: a crash
+// before leaves the damaged store, and the salvage is run again.
+func (m *Maintenance) RecordLost(dst string, losses []Loss, now time.Time) error {
+	if err := m.check(); err != nil {
+		return err
+	}
+	ddst, err := preparePath(dst, true)
+	if err != nil {
+		return fmt.Errorf("store: record lost tasks: %w", err)
+	}
+	prefixes, ok := m.salvaged[ddst]
+	if !ok {
+		return fmt.Errorf("store: record lost tasks in %s: it was not salvaged under this maintenance", ddst)
+	}
+	if len(losses) == 0 {
+		return nil
+	}
+	out, err := Open(ddst, m.opts)
+	if err != nil {
+		return err
+	}
+	var recs []salvaged
+	for _, l := range losses {
+		if _, err := out.LoadTask(context.Background(), l.ID); !errors.Is(err, ErrUnknownTask) {
+			if err != nil {
+				_ = out.Close()
+				return err
+			}
+			continue // copied after all
+		}
+		s, ok := lostLog(l, prefixes[l.ID], now.UnixNano())
+		if ok {
+			recs = append(recs, s)
+		}
+	}
+	werr := out.importTasks(recs)
+	if cerr := out.Close(); cerr != nil && werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return fmt.Errorf("store: record lost tasks in %s: %w", ddst, werr)
+	}
+	return nil
+}
+
+// lostLog is the log that records l lost: prefix, then the events from its
+// state to lost. ok is false when the prefix ended already.
+func lostLog(l Loss, prefix []rawRec, now int64) (salvaged, bool) {
+	t, n := foldPrefix(l.ID, prefix)
+	recs := slices.Clone(prefix[:n])
+	if t.State.Terminal() {
+		return salvaged{}, false
+	}
+	reason := "salvage: " + l.Reason
+	var evs []fsm.Event
+	if t.State == fsm.StateNone {
+		evs = append(evs, fsm.Event{Type: fsm.EventCreated, Spec: &fsm.Spec{},
+			Reason: "salvage: none of its records could be read; the task is known by its executor's directory"})
+	}
+	if t.State == fsm.StateNone || t.State == fsm.StateCreated {
+		if l.Nonce == "" {
+			evs = append(evs, fsm.Event{Type: fsm.EventStopRequested, Reason: reason})
+		} else {
+			evs = append(evs, fsm.Event{Type: fsm.EventSpawnIntent, Nonce: l.Nonce})
+			if l.Executor != nil && l.Executor.PID > 0 {
+				x := *l.Executor
+				evs = append(evs, fsm.Event{Type: fsm.EventExecutorUp, Executor: &x})
+			}
+		}
+	}
+	if len(evs) == 0 || evs[len(evs)-1].Type != fsm.EventStopRequested {
+		if t.State != fsm.StateReaping {
+			evs = append(evs, fsm.Event{Type: fsm.EventExecutorLost, Reason: reason})
+		}
+		evs = append(evs, fsm.Event{Type: fsm.EventExecutorReaped, Target: fsm.StateLost, Reason: reason})
+	}
+	for i := range evs {
+		e := &evs[i]
+		e.Time = now
+		if err := fsm.Lifecycle.FoldInPlace(&t, e); err != nil {
+			return salvaged{}, false // not a legal way to lost from here: leave it
+		}
+		recs = append(recs, rawRec{seq: t.Version, v: encodeRecord(nil, t.Version, e)})
+	}
+	return salvaged{task: t, recs: recs}, true
 }
 
 // Install puts the store Salvage wrote at newPath, under this maintenance,
@@ -279,7 +394,7 @@ func (m *Maintenance) Install(newPath, aside string) error {
 	if err != nil {
 		return fmt.Errorf("store: install: %w", err)
 	}
-	if !m.salvaged[newPath] {
+	if _, ok := m.salvaged[newPath]; !ok {
 		return fmt.Errorf("store: install %s over %s: it was not salvaged under this maintenance, so it may lack what was appended since it was made", newPath, m.path)
 	}
 	if aside, err = filepath.Abs(aside); err != nil {

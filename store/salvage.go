@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -34,6 +35,12 @@ type SalvageReport struct {
 	Damage []error
 	// Desired are the desired records copied, by name.
 	Desired []string
+	// Scanned is set when the walk of the store's structure could not
+	// reach every task (its root, or its task index, is damaged or gone),
+	// so that the file's pages were scanned for the rest. Found are the
+	// tasks copied from what the scan found (among Copied).
+	Scanned bool
+	Found   []string
 }
 
 // LostTask is a task Salvage could not copy, and what could be read of
@@ -83,7 +90,8 @@ func Salvage(ctx context.Context, src, dst string, opts Options) (SalvageReport,
 		return rep, err
 	}
 	defer lk.release()
-	return rep, salvageLocked(ctx, src, ddst, opts, &rep)
+	_, err = salvageLocked(ctx, src, ddst, opts, &rep, nil)
+	return rep, err
 }
 
 // salvagePaths checks Salvage's paths: src a store file, dst another file
@@ -109,34 +117,43 @@ func salvagePaths(src, dst string) (string, string, SalvageReport, error) {
 	return src, ddst, rep, nil
 }
 
-// salvageLocked is Salvage once the caller holds src's lock.
-func salvageLocked(ctx context.Context, src, ddst string, opts Options, rep *SalvageReport) error {
+// salvageLocked is Salvage once the caller holds src's lock. It returns
+// the readable legal prefix of each lost task's log, for RecordLost.
+func salvageLocked(ctx context.Context, src, ddst string, opts Options, rep *SalvageReport, claims []Claim) (map[string][]rawRec, error) {
 	raw, err := openRaw(src)
 	if err != nil {
-		return fmt.Errorf("%w: salvage %s: %w", ErrCorrupt, src, err)
+		var re *rawError
+		if !errors.As(err, &re) {
+			return nil, fmt.Errorf("%w: salvage %s: %w", ErrCorrupt, src, err)
+		}
+		// Neither meta page can be read: the pages are scanned.
+		rep.Damage = append(rep.Damage, fmt.Errorf("%w: %s: %w", ErrCorrupt, src, err))
+		if raw, err = guessRaw(src); err != nil {
+			return nil, fmt.Errorf("%w: salvage %s: %w", ErrCorrupt, src, err)
+		}
 	}
 	defer raw.close()
 
-	found, desired, err := salvageRead(ctx, raw, rep)
+	res, err := salvageRead(ctx, raw, rep, claims)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	out, err := Open(ddst, opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	werr := out.importTasks(found)
-	if werr == nil && len(desired) > 0 {
-		werr = out.importDesired(desired)
+	werr := out.importTasks(res.copy)
+	if werr == nil && len(res.desired) > 0 {
+		werr = out.importDesired(res.desired)
 	}
 	if cerr := out.Close(); cerr != nil && werr == nil {
 		werr = cerr
 	}
 	if werr != nil {
-		return fmt.Errorf("store: salvage into %s: %w", ddst, werr)
+		return nil, fmt.Errorf("store: salvage into %s: %w", ddst, werr)
 	}
-	opts.Logger.Info("store salvaged", "src", src, "dst", ddst, "copied", len(rep.Copied), "lost", len(rep.Lost))
-	return nil
+	opts.Logger.Info("store salvaged", "src", src, "dst", ddst, "copied", len(rep.Copied), "found", len(rep.Found), "lost", len(rep.Lost), "scanned", rep.Scanned)
+	return res.prefixes, nil
 }
 
 // salvaged is a task to copy: its verified records and its fold.
@@ -145,11 +162,22 @@ type salvaged struct {
 	recs []rawRec
 }
 
+// salvageResult is what salvageRead sorted out to write.
+type salvageResult struct {
+	copy     []salvaged
+	desired  []Desired
+	prefixes map[string][]rawRec // each lost task's legal prefix, by id
+}
+
 // salvageRead walks src and sorts its tasks into those to copy (returned)
-// and the lost (in rep).
-func salvageRead(ctx context.Context, raw *rawFile, rep *SalvageReport) ([]salvaged, []Desired, error) {
+// and the lost (in rep). Where the walk cannot reach every task (the task
+// index, or the root above it, is damaged or gone), it scans the file's
+// pages for the rest (pagescan.go), taking only what claims prove.
+func salvageRead(ctx context.Context, raw *rawFile, rep *SalvageReport, claims []Claim) (*salvageResult, error) {
+	res := &salvageResult{prefixes: map[string][]rawRec{}}
 	w := newRawWalk(raw)
 	var meta, tasks, live, desiredBucket []byte
+	incomplete := false
 	w.root(func(e rawElem) bool {
 		if e.bucket {
 			switch string(e.key) {
@@ -165,6 +193,7 @@ func salvageRead(ctx context.Context, raw *rawFile, rep *SalvageReport) ([]salva
 		}
 		return true
 	}, func(d rawDamage) {
+		incomplete = true
 		rep.Damage = append(rep.Damage, fmt.Errorf("%w: the top-level buckets: %w", ErrCorrupt, d.err))
 	})
 	if meta != nil {
@@ -177,12 +206,15 @@ func salvageRead(ctx context.Context, raw *rawFile, rep *SalvageReport) ([]salva
 		}, func(rawDamage) {})
 		if len(schema) == 4 {
 			if v := binary.BigEndian.Uint32(schema); v != schemaNoDesired && v != schemaDesired {
-				return nil, nil, &SchemaError{Path: raw.path, Found: v, Known: schemaVersion}
+				return nil, &SchemaError{Path: raw.path, Found: v, Known: schemaVersion}
 			}
 		}
 	}
-	if tasks == nil {
-		return nil, nil, fmt.Errorf("%w: salvage %s: the task index could not be found", ErrCorrupt, raw.path)
+	claimed := map[string]Claim{}
+	for _, c := range claims {
+		if c.ID != "" && c.Nonce != "" {
+			claimed[c.ID] = c
+		}
 	}
 	liveIDs := map[string]bool{}
 	if live != nil {
@@ -196,64 +228,76 @@ func salvageRead(ctx context.Context, raw *rawFile, rep *SalvageReport) ([]salva
 		rep.Damage = append(rep.Damage, fmt.Errorf("%w: the live index could not be found", ErrCorrupt))
 	}
 
-	var out []salvaged
 	seen := map[string]bool{}
-	var err error
-	w.bucket(tasks, "the task index", func(e rawElem) bool {
-		if err = ctx.Err(); err != nil {
-			return false
-		}
-		id := string(e.key)
-		seen[id] = true
-		if !e.bucket {
-			rep.Lost = append(rep.Lost, LostTask{ID: id, Live: liveIDs[id], Err: &CorruptError{Task: id, Reason: "task key is not a bucket"}})
+	// hidden are the live tasks the live index names on a damaged page of
+	// the task index: lost, unless the scan finds them.
+	hidden := map[string]string{}
+	if tasks == nil {
+		incomplete = true
+		rep.Damage = append(rep.Damage, fmt.Errorf("%w: the task index could not be found", ErrCorrupt))
+	} else {
+		var err error
+		w.bucket(tasks, "the task index", func(e rawElem) bool {
+			if err = ctx.Err(); err != nil {
+				return false
+			}
+			id := string(e.key)
+			seen[id] = true
+			if !e.bucket {
+				rep.Lost = append(rep.Lost, LostTask{ID: id, Live: liveIDs[id], Err: &CorruptError{Task: id, Reason: "task key is not a bucket"}})
+				return true
+			}
+			res.take(rep, readTaskRaw(w, id, e.value), liveIDs[id], false)
 			return true
-		}
-		tr := readTaskRaw(w, id, e.value)
-		var first error
-		t, sound, _ := tr.fold(func(_ uint64, err error) {
-			if first == nil {
-				first = err
+		}, func(d rawDamage) {
+			incomplete = true
+			rep.Damage = append(rep.Damage, fmt.Errorf("%w: the task index: %w", ErrCorrupt, d.err))
+			for id := range liveIDs {
+				if (d.from == nil || id >= string(d.from)) && (d.to == nil || id < string(d.to)) && !seen[id] {
+					hidden[id] = fmt.Sprintf("live, but its log is on page %d of the task index, which is damaged", d.page)
+				}
 			}
 		})
-		if sound && tr.headErr == nil {
-			if why := tr.head.disagrees(&t); why != "" || tr.head.version != t.Version {
-				sound, first = false, &CorruptError{Task: id, Reason: cmp.Or(why, fmt.Sprintf("log ends at seq %d, head says %d", t.Version, tr.head.version))}
-			}
+		if err != nil {
+			return nil, err
 		}
-		if first == nil && len(tr.damage) > 0 {
-			first = tr.damage[0].err
+	}
+	if incomplete {
+		if err := res.scan(ctx, raw, w.reachable, rep, claimed, liveIDs, seen, desiredBucket == nil); err != nil {
+			return nil, err
 		}
-		if sound {
-			out = append(out, salvaged{task: t, recs: tr.recs})
-			rep.Copied = append(rep.Copied, id)
-			if tr.headErr != nil {
-				rep.HeadsRebuilt = append(rep.HeadsRebuilt, id)
-			}
-			return true
+	}
+	for id, why := range hidden {
+		if !seen[id] {
+			seen[id] = true
+			rep.Lost = append(rep.Lost, LostTask{ID: id, Live: true, Err: &CorruptError{Task: id, Reason: why}})
 		}
-		rep.Lost = append(rep.Lost, lostTask(tr, liveIDs[id], first))
-		return true
-	}, func(d rawDamage) {
-		rep.Damage = append(rep.Damage, fmt.Errorf("%w: the task index: %w", ErrCorrupt, d.err))
-		for id := range liveIDs {
-			if (d.from == nil || id >= string(d.from)) && (d.to == nil || id < string(d.to)) && !seen[id] {
-				seen[id] = true
-				rep.Lost = append(rep.Lost, LostTask{ID: id, Live: true, Err: &CorruptError{Task: id,
-					Reason: fmt.Sprintf("live, but its log is on page %d of the task index, which is damaged", d.page)}})
-			}
-		}
-	})
-	if err != nil {
-		return nil, nil, err
 	}
 	for id := range liveIDs {
 		if !seen[id] {
+			seen[id] = true
 			rep.Lost = append(rep.Lost, LostTask{ID: id, Live: true, Err: &CorruptError{Task: id, Reason: "in the live index but not in the store"}})
 		}
 	}
+	for id, c := range claimed {
+		if c.Live && !seen[id] {
+			seen[id] = true
+			rep.Lost = append(rep.Lost, LostTask{ID: id, Live: true, Nonce: c.Nonce, Err: &CorruptError{Task: id,
+				Reason: "its executor is alive, and none of its records could be found in the damaged file"}})
+		}
+	}
+	// A lost task whose log says nothing of its executor is found by the
+	// nonce its executor's directory holds.
+	for i := range rep.Lost {
+		l := &rep.Lost[i]
+		if c, ok := claimed[l.ID]; ok && l.Nonce == "" && l.Prefix.Executor == nil {
+			l.Nonce, l.Live = c.Nonce, l.Live || c.Live
+		}
+	}
 	slices.SortFunc(rep.Lost, func(a, b LostTask) int { return strings.Compare(a.ID, b.ID) })
-	var desired []Desired
+	slices.Sort(rep.Copied)
+	slices.Sort(rep.Found)
+	slices.Sort(rep.HeadsRebuilt)
 	if desiredBucket != nil {
 		w.bucket(desiredBucket, "the desired bucket", func(e rawElem) bool {
 			name := string(e.key)
@@ -266,7 +310,7 @@ func salvageRead(ctx context.Context, raw *rawFile, rep *SalvageReport) ([]salva
 			case d.Name != name:
 				rep.Damage = append(rep.Damage, &DesiredError{Name: name, Reason: fmt.Sprintf("record names %q", d.Name)})
 			default:
-				desired = append(desired, d)
+				res.desired = append(res.desired, d)
 				rep.Desired = append(rep.Desired, name)
 			}
 			return true
@@ -274,7 +318,135 @@ func salvageRead(ctx context.Context, raw *rawFile, rep *SalvageReport) ([]salva
 			rep.Damage = append(rep.Damage, fmt.Errorf("%w: the desired bucket: %w", ErrCorrupt, d.err))
 		})
 	}
-	return out, desired, nil
+	return res, nil
+}
+
+// take sorts one task read from the store: copied whole when its log is
+// sound, lost otherwise (with its readable legal prefix kept for
+// RecordLost). found marks a task the scan of pages found.
+func (res *salvageResult) take(rep *SalvageReport, tr *taskRead, live, found bool) {
+	id := tr.id
+	var first error
+	t, sound, _ := tr.fold(func(_ uint64, err error) {
+		if first == nil {
+			first = err
+		}
+	})
+	if sound && tr.headErr == nil {
+		if why := tr.head.disagrees(&t); why != "" || tr.head.version != t.Version {
+			sound, first = false, &CorruptError{Task: id, Reason: cmp.Or(why, fmt.Sprintf("log ends at seq %d, head says %d", t.Version, tr.head.version))}
+		}
+	}
+	if first == nil && len(tr.damage) > 0 {
+		first = tr.damage[0].err
+	}
+	if sound {
+		res.copy = append(res.copy, salvaged{task: t, recs: tr.recs})
+		rep.Copied = append(rep.Copied, id)
+		if found {
+			rep.Found = append(rep.Found, id)
+		}
+		if tr.headErr != nil {
+			rep.HeadsRebuilt = append(rep.HeadsRebuilt, id)
+		}
+		return
+	}
+	lt := lostTask(tr, live, first)
+	res.prefixes[id] = tr.recs[:lt.Prefix.Version]
+	rep.Lost = append(rep.Lost, lt)
+}
+
+// scan is the salvage's scan of the pages the walk did not reach: the
+// index entries it finds are taken where a claim proves them, the logs no
+// index names are given to the live claims whose nonce they carry, and
+// (when the desired bucket was not found) the desired records found are
+// kept.
+func (res *salvageResult) scan(ctx context.Context, raw *rawFile, reached map[uint64]bool, rep *SalvageReport,
+	claimed map[string]Claim, liveIDs, seen map[string]bool, wantDesired bool) error {
+	rep.Scanned = true
+	ps := scanPages(raw, reached)
+	var unproven []string
+	// seeds are the records of every copy of a live claim's bucket the
+	// index's entries name: given to its log with the pages its nonce
+	// finds.
+	seeds := map[string][][]rawRec{}
+	for _, id := range slices.Sorted(maps.Keys(ps.index)) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if seen[id] {
+			continue
+		}
+		// Of the copies of its bucket, the longest legal log.
+		var best *taskRead
+		var bestT fsm.Task
+		var copies [][]rawRec
+		for _, v := range ps.index[id] {
+			tr := readTaskRaw(newRawWalk(raw), id, v)
+			copies = append(copies, checkedRecs(tr.recs))
+			t := tr.prefix()
+			if best == nil || t.Version > bestT.Version {
+				best, bestT = tr, t
+			}
+		}
+		c, ok := claimed[id]
+		if !ok || bestT.Nonce == "" || bestT.Nonce != c.Nonce {
+			unproven = append(unproven, id)
+			continue
+		}
+		if c.Live {
+			seeds[id] = copies // taken below, with the pages its nonce finds
+			continue
+		}
+		seen[id] = true
+		res.take(rep, best, liveIDs[id], true)
+	}
+	for _, id := range slices.Sorted(maps.Keys(claimed)) {
+		c := claimed[id]
+		if !c.Live || seen[id] {
+			continue
+		}
+		recs, gap := ps.logByNonce(id, c.Nonce, seeds[id]...)
+		t, prefix := foldPrefix(id, recs)
+		if t.Nonce != c.Nonce {
+			continue // what was found does not reach its spawn
+		}
+		seen[id] = true
+		if !gap && prefix == len(recs) && !t.State.Terminal() {
+			res.copy = append(res.copy, salvaged{task: t, recs: recs})
+			rep.Copied = append(rep.Copied, id)
+			rep.Found = append(rep.Found, id)
+			rep.HeadsRebuilt = append(rep.HeadsRebuilt, id)
+			continue
+		}
+		res.prefixes[id] = recs[:prefix]
+		rep.Lost = append(rep.Lost, LostTask{ID: id, Live: true, State: t.State, Nonce: c.Nonce, Prefix: t,
+			Err: &CorruptError{Task: id, Reason: fmt.Sprintf("only seq 1 to %d of its log could be found by a scan of the damaged file's pages", prefix)}})
+	}
+	if len(unproven) > 0 {
+		rep.Damage = append(rep.Damage, fmt.Errorf("%w: the scan of the file's pages found logs it could not prove whose (no executor directory holds their spawn nonce), not copied: %s",
+			ErrCorrupt, strings.Join(unproven, ", ")))
+	}
+	if wantDesired {
+		for _, name := range slices.Sorted(maps.Keys(ps.desired)) {
+			res.desired = append(res.desired, ps.desired[name])
+			rep.Desired = append(rep.Desired, name)
+		}
+	}
+	return nil
+}
+
+// foldPrefix folds recs from seq 1 for as long as they are contiguous,
+// readable and legal, and says how many it folded.
+func foldPrefix(id string, recs []rawRec) (fsm.Task, int) {
+	t := fsm.Task{ID: id}
+	var e fsm.Event
+	for i, r := range recs {
+		if r.seq != uint64(i+1) || decodeAt(id, r.seq, r.v, &e) != nil || fsm.Lifecycle.FoldInPlace(&t, &e) != nil {
+			return t, i
+		}
+	}
+	return t, len(recs)
 }
 
 // importDesired writes salvaged desired records into this (new) store, as

@@ -151,7 +151,7 @@ func rawTaskIDs(path string) (ids []string, incomplete error, err error) {
 		}
 	})
 	if len(holes) > 0 {
-		incomplete = fmt.Errorf("%w: %s: the task index could not be read on %s: the live tasks there are listed as unreadable, the others are missing; run `tether check` on it",
+		incomplete = fmt.Errorf("%w: %s: the task index could not be read on %s: the live tasks there are listed as unreadable, the others are missing; run `tether check` on it, and `tether check --salvage` to get past it",
 			ErrCorrupt, path, strings.Join(holes, ", "))
 	}
 	return ids, incomplete, nil
@@ -252,7 +252,7 @@ func taskSafe(path, task string, fn func() error) (err error) {
 	defer debug.SetPanicOnFault(old)
 	defer func() {
 		if r := recover(); r != nil {
-			err = &CorruptError{Task: task, Reason: fmt.Sprintf("%s: the pages holding it are damaged (bbolt panicked: %v): run `tether check` on it", path, r)}
+			err = &CorruptError{Task: task, Reason: fmt.Sprintf("%s: the pages holding it are damaged (bbolt panicked: %v): run `tether check` on it, and `tether check --salvage` to get past it", path, r)}
 		}
 	}()
 	return fn()

@@ -274,7 +274,10 @@ func openLocked(path string, opts Options, boltTimeout time.Duration) (*Store, e
 // lock, so bbolt's own flock on the file succeeds at once unless a process
 // that does not use the lock file holds it; it is given lockTimeout.
 func openBolt(path string, opts Options, lockTimeout time.Duration) (db *bolt.DB, file *os.File, err error) {
-	if st, statErr := os.Stat(path); statErr == nil && st.Size() > 0 && st.Size() < 2*int64(os.Getpagesize()) {
+	// A store file is never empty: createStore makes it whole before it
+	// has its name. An empty one is a store cut to nothing, and opening it
+	// as a new store would leave its running tasks unknown.
+	if st, statErr := os.Stat(path); statErr == nil && st.Size() < 2*int64(os.Getpagesize()) {
 		return nil, nil, notStore(path, fmt.Errorf("file is only %d bytes", st.Size()))
 	}
 	// bbolt may panic (or fault on a page past the end of a file cut short)
@@ -362,8 +365,9 @@ func checkFreelist(path string) error {
 }
 
 func notStore(path string, cause error) error {
-	return fmt.Errorf("%w: %s (%w): if it is not a tether store, move it aside; if it is a damaged one, run `tether check` on it "+
-		"and salvage it rather than moving it aside (the tasks it lists may still be running)",
+	return fmt.Errorf("%w: %s (%w): if it is a damaged tether store, run `tether check --salvage` (it keeps the damaged file, "+
+		"copies what it can read into a new store, and accounts for every task still running) rather than moving it aside, "+
+		"which would leave its running tasks where no command reaches them; if it is not a tether store, move it aside",
 		ErrNotStore, path, cause)
 }
 
@@ -571,7 +575,7 @@ type panicError struct {
 func (e panicError) Unwrap() error { return e.error }
 
 func panicked(path string, r any, wedged bool) error {
-	return panicError{fmt.Errorf("%w: %s: bbolt panicked (%v): the file is damaged; stop, and run `tether check` on it",
+	return panicError{fmt.Errorf("%w: %s: bbolt panicked (%v): the file is damaged; stop, and run `tether check` on it (then `tether check --salvage`)",
 		ErrCorrupt, path, r), wedged}
 }
 

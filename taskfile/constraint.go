@@ -2,7 +2,6 @@ package taskfile
 
 import (
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -132,7 +131,7 @@ func (c Constraint) Check(host *Host) error {
 	case "<", "<=", ">", ">=":
 		ok = compare(l, r, c.Operator)
 	case "regexp":
-		re, err := regexp.Compile(r)
+		re, err := compilePattern(r)
 		if err != nil {
 			return fail(fmt.Sprintf("bad regexp: %v", err))
 		}

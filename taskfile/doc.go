@@ -24,6 +24,21 @@
 //     (Scope.Interpolate). A reference nothing resolves is an
 //     ErrUnknownReference naming it.
 //
+// # Limits
+//
+// Reading a file is bounded (Limits, Options.MaxCount; docs/jobfiles.md
+// lists them), whatever its source, so that no file can exhaust the memory
+// or the time of the process that reads it: its size, its tokens, the
+// nesting of its brackets and the cost of its strings' pieces are checked
+// before HCL parses it; every expression is evaluated through a meter
+// that bounds each value's size, each collection's length and the work of
+// the whole file; every function that can make more than it is given is
+// costed from its arguments before it runs. A file past a limit is
+// refused with a diagnostic naming where and which limit (IsLimit).
+// CheckSyntax is the same front door for text a caller keeps without
+// evaluating it. Instantiate's run-time interpolation is bounded too
+// (ErrLimit).
+//
 // # Usage
 //
 //	f, diags := taskfile.Parse("web.nomad", src, taskfile.Options{Vars: vars})

@@ -22,4 +22,9 @@ var (
 	// ErrPorts is returned when a port cannot be allocated: a static port
 	// in use or held by another task, or no free dynamic port.
 	ErrPorts = errors.New("taskfile: cannot allocate port")
+	// ErrLimit is returned when making a task ready would pass one of the
+	// Limits the file was read with (a run-time interpolation making more
+	// than one value may hold), or its group's count passes
+	// Options.MaxCount.
+	ErrLimit = errors.New("taskfile: limit exceeded")
 )

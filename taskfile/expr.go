@@ -38,8 +38,23 @@ func Escape(s string) string { return strings.ReplaceAll(s, "${", "$${") }
 // written.
 func Unescape(s string) string { return strings.ReplaceAll(s, "$${", "${") }
 
-// functions are HCL's functions as Nomad offers them in a job file.
-func functions() map[string]function.Function {
+// functions are HCL's functions as Nomad offers them in a job file, each
+// (but try and can, which evaluate their arguments themselves, through
+// the meter) with its cost checked by m before it runs.
+func functions(m *meter) map[string]function.Function {
+	out := map[string]function.Function{}
+	for name, f := range hclFunctions() {
+		if name == "try" || name == "can" {
+			out[name] = f
+			continue
+		}
+		out[name] = m.bounded(f, estimators[name])
+	}
+	return out
+}
+
+// hclFunctions is the function table itself.
+func hclFunctions() map[string]function.Function {
 	strFn := func(f func(string) (string, error)) function.Function {
 		return function.New(&function.Spec{
 			Params: []function.Parameter{{Name: "str", Type: cty.String}},
@@ -101,13 +116,34 @@ func runtimeRoot(e hcl.Expression) (hcl.Traversal, bool) {
 
 // eval evaluates e for a parsed value: var.* and local.* now, run-time
 // references kept as "${ref}" text, every string escaped for the run-time
-// step.
+// step. What HCL computes is evaluated through the meter; the value as a
+// whole is measured against the limits too.
 func (p *parser) eval(e hclsyntax.Expression) (cty.Value, hcl.Diagnostics) {
+	if _, rt := runtimeRoot(e); !rt {
+		return p.evalParts(e) // measured by the meter
+	}
+	v, d := p.evalParts(e)
+	if d.HasErrors() || p.m.failed != nil {
+		return v, p.m.report(d)
+	}
+	rng := e.Range()
+	p.m.total += p.m.measure(&rng, "this makes", v)
+	if p.m.failed == nil && p.m.total > p.m.lim.TotalBytes {
+		p.m.fail(&rng, "the file's evaluated values come to more than %s here (tether's limit on a whole file)", byteSize(float64(p.m.lim.TotalBytes)))
+	}
+	if p.m.failed != nil {
+		return cty.DynamicVal, p.m.report(d)
+	}
+	return v, d
+}
+
+// evalParts is eval's work, part by part.
+func (p *parser) evalParts(e hclsyntax.Expression) (cty.Value, hcl.Diagnostics) {
 	if d := p.checkVars(e); d.HasErrors() {
 		return cty.NilVal, d
 	}
 	if _, ok := runtimeRoot(e); !ok {
-		v, d := e.Value(p.ctx)
+		v, d := p.m.eval(e, p.ctx)
 		if d.HasErrors() {
 			return cty.NilVal, d
 		}
@@ -116,9 +152,21 @@ func (p *parser) eval(e hclsyntax.Expression) (cty.Value, hcl.Diagnostics) {
 	switch e := e.(type) {
 	case *hclsyntax.TemplateExpr:
 		var b strings.Builder
+		grow := func(n int) bool {
+			if int64(b.Len())+int64(n) > p.m.lim.ValueBytes {
+				p.m.fail(e.SrcRange.Ptr(), "this string template would make a value of more than %s; a value may be at most %s (tether's limit on one value)",
+					byteSize(float64(b.Len()+n)), byteSize(float64(p.m.lim.ValueBytes)))
+				return false
+			}
+			return true
+		}
 		for _, part := range e.Parts {
 			if lit, ok := part.(*hclsyntax.LiteralValueExpr); ok && lit.Val.Type() == cty.String && !lit.Val.IsNull() {
-				b.WriteString(Escape(lit.Val.AsString()))
+				esc := Escape(lit.Val.AsString())
+				if !grow(len(esc)) {
+					return cty.NilVal, p.m.report(nil)
+				}
+				b.WriteString(esc)
 				continue
 			}
 			if _, rt := runtimeRoot(part); rt {
@@ -126,25 +174,32 @@ func (p *parser) eval(e hclsyntax.Expression) (cty.Value, hcl.Diagnostics) {
 				if d.HasErrors() {
 					return cty.NilVal, d
 				}
+				if !grow(len(ref) + 3) {
+					return cty.NilVal, p.m.report(nil)
+				}
 				b.WriteString("${" + ref + "}")
 				continue
 			}
-			v, d := part.Value(p.ctx)
-			if d.HasErrors() {
-				return cty.NilVal, d
+			v, d := p.m.eval(part, p.ctx)
+			if d.HasErrors() || !v.IsWhollyKnown() && p.m.failed != nil {
+				return cty.NilVal, p.m.report(d)
 			}
 			s, err := convert.Convert(v, cty.String)
 			if err != nil || s.IsNull() || !s.IsKnown() {
 				return cty.NilVal, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Invalid template value",
 					Detail: fmt.Sprintf("This value cannot be part of a string: %v.", err), Subject: part.Range().Ptr()}}
 			}
-			b.WriteString(Escape(s.AsString()))
+			esc := Escape(s.AsString())
+			if !grow(len(esc)) {
+				return cty.NilVal, p.m.report(nil)
+			}
+			b.WriteString(esc)
 		}
 		return cty.StringVal(b.String()), nil
 	case *hclsyntax.TemplateWrapExpr:
-		return p.eval(e.Wrapped)
+		return p.evalParts(e.Wrapped)
 	case *hclsyntax.ParenthesesExpr:
-		return p.eval(e.Expression)
+		return p.evalParts(e.Expression)
 	case *hclsyntax.ScopeTraversalExpr, *hclsyntax.IndexExpr, *hclsyntax.RelativeTraversalExpr:
 		ref, d := p.runtimeRef(e)
 		if d.HasErrors() {
@@ -154,7 +209,7 @@ func (p *parser) eval(e hclsyntax.Expression) (cty.Value, hcl.Diagnostics) {
 	case *hclsyntax.TupleConsExpr:
 		vals := make([]cty.Value, 0, len(e.Exprs))
 		for _, x := range e.Exprs {
-			v, d := p.eval(x)
+			v, d := p.evalParts(x)
 			if d.HasErrors() {
 				return cty.NilVal, d
 			}
@@ -167,7 +222,7 @@ func (p *parser) eval(e hclsyntax.Expression) (cty.Value, hcl.Diagnostics) {
 			if _, rt := runtimeRoot(item.KeyExpr); rt {
 				return cty.NilVal, p.runtimeMisuse(item.KeyExpr)
 			}
-			k, d := item.KeyExpr.Value(p.ctx)
+			k, d := p.m.eval(item.KeyExpr, p.ctx)
 			if d.HasErrors() {
 				return cty.NilVal, d
 			}
@@ -175,7 +230,7 @@ func (p *parser) eval(e hclsyntax.Expression) (cty.Value, hcl.Diagnostics) {
 			if err != nil || ks.IsNull() {
 				return cty.NilVal, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Invalid key", Detail: "An object key must be a string.", Subject: item.KeyExpr.Range().Ptr()}}
 			}
-			v, d := p.eval(item.ValueExpr)
+			v, d := p.evalParts(item.ValueExpr)
 			if d.HasErrors() {
 				return cty.NilVal, d
 			}
@@ -220,7 +275,7 @@ func (p *parser) runtimeRef(e hclsyntax.Expression) (string, hcl.Diagnostics) {
 		if _, rt := runtimeRoot(e.Key); rt {
 			return "", p.runtimeMisuse(e.Key)
 		}
-		k, d := e.Key.Value(p.ctx)
+		k, d := p.m.eval(e.Key, p.ctx)
 		if d.HasErrors() {
 			return "", d
 		}

@@ -2,6 +2,7 @@ package taskfile
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -24,9 +25,40 @@ type Scope struct {
 	// NoEnv refuses ${NAME}, env and meta references (a constraint sees
 	// only the node).
 	NoEnv bool
+
+	// made bounds what the scope's interpolations make (nil: each string
+	// at most DefaultLimits.ValueBytes).
+	made *madeBound
 }
 
-// Interpolate resolves every reference in s.
+// madeBound is what a Scope's interpolations may make: each string at most
+// each bytes, all of them together at most total.
+type madeBound struct {
+	each, total, used int64
+}
+
+// grow checks that a string of n bytes, growing by more, stays within the
+// bounds.
+func (sc *Scope) grow(n, more int) error {
+	each, total, used := DefaultLimits.ValueBytes, int64(math.MaxInt64), int64(0)
+	if sc.made != nil {
+		each, total, used = sc.made.each, sc.made.total, sc.made.used
+	}
+	switch {
+	case int64(n)+int64(more) > each:
+		return fmt.Errorf("%w: interpolating would make a string of more than %s; a value may be at most %s (tether's limit on one value)", ErrLimit, byteSize(float64(n+more)), byteSize(float64(each)))
+	case used+int64(more) > total:
+		return fmt.Errorf("%w: interpolating would make more than %s for one task (tether's limit on one value)", ErrLimit, byteSize(float64(total)))
+	}
+	if sc.made != nil {
+		sc.made.used += int64(more)
+	}
+	return nil
+}
+
+// Interpolate resolves every reference in s. What it makes is bounded
+// (ErrLimit): a string of references to a long value is refused before it
+// is spelled out.
 func (sc *Scope) Interpolate(s string) (string, error) {
 	if !strings.Contains(s, "${") {
 		return s, nil
@@ -47,9 +79,15 @@ func (sc *Scope) Interpolate(s string) (string, error) {
 			if err != nil {
 				return "", err
 			}
+			if err := sc.grow(b.Len(), len(v)); err != nil {
+				return "", fmt.Errorf("${%s}: %w", ref, err)
+			}
 			b.WriteString(v)
 			i = end + 1
 		default:
+			if err := sc.grow(b.Len(), 1); err != nil {
+				return "", err
+			}
 			b.WriteByte(s[i])
 			i++
 		}

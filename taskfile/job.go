@@ -237,7 +237,9 @@ func (p *parser) group(b *hclsyntax.Block, job *Job) *Group {
 			g.Refusals = append(g.Refusals, Refusal{What: `the "vault" block`, Why: "it needs a Vault token from a Nomad server; tether has none", Range: c.TypeRange})
 		case "update", "spread", "affinity":
 			p.placementBlock(c, &g.Placement)
-		case "reschedule", "migrate", "scaling", "ephemeral_disk", "consul", "disconnect":
+		case "ephemeral_disk":
+			g.EphemeralDiskMB = p.ephemeralDisk(c)
+		case "reschedule", "migrate", "scaling", "consul", "disconnect":
 			p.ignore(c.Type, "block", c.TypeRange)
 		default:
 			p.warnf(c.TypeRange, "Unsupported block", "tether ignores the %q block in a group.", c.Type)

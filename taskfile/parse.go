@@ -18,8 +18,14 @@ import (
 // usable only if none is an error. Parsing evaluates var.* and local.*
 // and HCL's functions; run-time references stay in the strings for
 // Instantiate. Parse touches nothing outside src and opts.
+//
+// Reading a file is bounded (opts.Limits, and opts.MaxCount copies of a
+// group): a file past a limit is refused with a diagnostic naming where
+// and which limit (IsLimit), before the memory or the time it would take
+// is spent.
 func Parse(filename string, src []byte, opts Options) (*File, hcl.Diagnostics) {
-	file, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
+	lim := opts.Limits.withDefaults()
+	file, diags := parseBounded(filename, src, lim)
 	if diags.HasErrors() {
 		return nil, diags
 	}
@@ -27,16 +33,20 @@ func Parse(filename string, src []byte, opts Options) (*File, hcl.Diagnostics) {
 	if !ok { // hclsyntax always returns its own body
 		return nil, append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Unexpected file body"})
 	}
+	m := newMeter(lim)
+	m.srcs[filename] = src
 	p := &parser{
-		file: &File{Filename: filename},
-		ctx:  &hcl.EvalContext{Variables: map[string]cty.Value{}, Functions: functions()},
+		file: &File{Filename: filename, maxCount: opts.maxCount(), limits: lim},
+		ctx:  &hcl.EvalContext{Variables: map[string]cty.Value{}, Functions: functions(m)},
 		opts: opts,
+		m:    m,
 	}
 	p.ctx.Variables["var"] = cty.EmptyObjectVal
 	p.ctx.Variables["local"] = cty.EmptyObjectVal
 	p.variables(body, opts)
 	p.top(body)
-	diags = append(diags, p.diags...)
+	p.checkCounts()
+	diags = m.report(append(diags, p.diags...))
 	if diags.HasErrors() {
 		return nil, diags
 	}
@@ -59,7 +69,7 @@ func Parse(filename string, src []byte, opts Options) (*File, hcl.Diagnostics) {
 // .hcl or .nomad name, so that a caller can tell one that is meant as a
 // task file (and show Parse's errors for it) from any other file.
 func Sniff(filename string, src []byte) bool {
-	file, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
+	file, diags := parseBounded(filename, src, DefaultLimits)
 	if diags.HasErrors() {
 		return false
 	}
@@ -87,6 +97,43 @@ type parser struct {
 	declared map[string]bool
 	// seen are a task file's top-level task names.
 	seen map[string]hcl.Range
+	// m bounds the evaluation (Options.Limits).
+	m *meter
+}
+
+// ephemeralDisk reads a group's ephemeral_disk block: its size (MB), which
+// bounds what each artifact of the group may place; sticky and migrate
+// are a scheduler's (a notice).
+func (p *parser) ephemeralDisk(c *hclsyntax.Block) int {
+	p.noLabels(c)
+	p.noBlocks(c)
+	size := 0
+	for _, a := range sortedAttrs(c.Body) {
+		switch a.Name {
+		case "size":
+			if n, ok := p.int(a); ok {
+				if n <= 0 {
+					p.errorf(a.Expr.Range(), "Bad size", "ephemeral_disk size is %d MB; it must be positive.", n)
+					continue
+				}
+				size = n
+			}
+		case "sticky", "migrate":
+			p.ignore("ephemeral_disk", "block's "+a.Name, a.NameRange)
+		default:
+			p.warnf(a.NameRange, "Unsupported attribute", "tether ignores the attribute %q in an ephemeral_disk block.", a.Name)
+		}
+	}
+	return size
+}
+
+// checkCounts refuses a group whose count is past Options.MaxCount.
+func (p *parser) checkCounts() {
+	for _, g := range p.file.Groups {
+		if g.Count > p.file.maxCount {
+			p.errorf(g.Range, limitSummary, "group %q has count = %d; tether runs at most %d copies of a group (its bound on count: --max-count, TETHER_MAX_COUNT).", g.Name, g.Count, p.file.maxCount)
+		}
+	}
 }
 
 func (p *parser) errorf(rng hcl.Range, summary, format string, args ...any) {

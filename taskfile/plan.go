@@ -188,7 +188,38 @@ func (f *File) PlanGroup(sel string) (*GroupPlan, error) {
 	if g.Count == 0 {
 		return nil, fmt.Errorf("%w: group %q has count = 0: nothing to run", ErrNotRunnable, g.Name)
 	}
+	if limit := f.countLimit(); g.Count > limit {
+		return nil, fmt.Errorf("%w: group %q has count = %d; tether runs at most %d copies of a group (its bound on count: --max-count, TETHER_MAX_COUNT)", ErrLimit, g.Name, g.Count, limit)
+	}
 	return gp, nil
+}
+
+// artifactBound sets an artifact's bound on the bytes it places
+// (artifact.OptionMaxBytes) from its group's ephemeral_disk size, and
+// takes out one the file wrote itself: without an ephemeral_disk the
+// artifact package's default holds (300 MiB).
+func artifactBound(opts map[string]string, g *Group) map[string]string {
+	_, wrote := opts[artifact.OptionMaxBytes]
+	if (g == nil || g.EphemeralDiskMB <= 0) && !wrote {
+		return opts
+	}
+	out := maps.Clone(opts)
+	if out == nil {
+		out = map[string]string{}
+	}
+	delete(out, artifact.OptionMaxBytes)
+	if g != nil && g.EphemeralDiskMB > 0 {
+		out[artifact.OptionMaxBytes] = strconv.FormatInt(int64(g.EphemeralDiskMB)<<20, 10)
+	}
+	return out
+}
+
+// countLimit is the bound on a group's count the file was read with.
+func (f *File) countLimit() int {
+	if f.maxCount > 0 {
+		return f.maxCount
+	}
+	return DefaultMaxCount
 }
 
 // Tasks are the plan's tasks in start order.
@@ -386,7 +417,8 @@ func (f *File) Instantiate(t *Task, a Alloc, layout taskdir.Layout) (*Instance, 
 		maps.Copy(raw, t.Group.Meta)
 	}
 	maps.Copy(raw, t.Meta)
-	sc := &Scope{Env: env, Host: a.Host}
+	lim := f.limits.withDefaults()
+	sc := &Scope{Env: env, Host: a.Host, made: &madeBound{each: lim.ValueBytes, total: lim.ValueBytes}}
 	meta, err := sc.interpolateMap("meta", raw)
 	if err != nil {
 		return nil, fmt.Errorf("task %q: %w", t.Address(), err)
@@ -459,6 +491,7 @@ func (f *File) Instantiate(t *Task, a Alloc, layout taskdir.Layout) (*Instance, 
 		if ar.Options, err = sc.interpolateMap("artifact options", ar.Options); err != nil {
 			return fail(err)
 		}
+		ar.Options = artifactBound(ar.Options, t.Group)
 		if ar.Headers, err = sc.interpolateMap("artifact headers", ar.Headers); err != nil {
 			return fail(err)
 		}

@@ -26,6 +26,12 @@ type File struct {
 	Tasks []*Task
 	// Notices name, one line each, what tether does not do of the file.
 	Notices []Notice
+
+	// maxCount and limits are the bounds the file was read with
+	// (Options.MaxCount, Options.Limits), which PlanGroup and Instantiate
+	// hold it to.
+	maxCount int
+	limits   Limits
 }
 
 // JobType is a Nomad job's type.
@@ -91,6 +97,9 @@ type Group struct {
 	Constraints []Constraint
 	Placement   Placement // its affinity, spread, update and disconnect settings
 	Restart     *fsm.RestartPolicy
+	// EphemeralDiskMB is its ephemeral_disk's size (MB; 0: none given),
+	// which bounds what each of its artifacts may place.
+	EphemeralDiskMB int
 	// Refusals are what the group asks that tether refuses: any one keeps
 	// every task of the group from running.
 	Refusals []Refusal

@@ -34,6 +34,13 @@ type Options struct {
 	// meta_required key and nothing outside meta_required and
 	// meta_optional.
 	DispatchMeta map[string]string
+	// Limits bound what reading the file may cost (zero fields:
+	// DefaultLimits).
+	Limits Limits
+	// MaxCount bounds a group's count (0: DefaultMaxCount, 1,000): a file
+	// asking for more copies is refused while it is parsed, and PlanGroup
+	// refuses it too.
+	MaxCount int
 }
 
 // varDecl is a variable block.
@@ -80,7 +87,7 @@ func (p *parser) variables(body *hclsyntax.Body, opts Options) {
 						d.typ = t
 					}
 				case "default":
-					v, diags := a.Expr.Value(nil)
+					v, diags := p.m.eval(a.Expr, nil)
 					p.diags = append(p.diags, diags...)
 					if !diags.HasErrors() {
 						d.def = &v
@@ -106,9 +113,9 @@ func (p *parser) variables(body *hclsyntax.Body, opts Options) {
 		case "variables":
 			p.noLabels(b)
 			for _, a := range sortedAttrs(b.Body) {
-				v, diags := a.Expr.Value(nil)
+				v, diags := p.m.eval(a.Expr, nil)
 				p.diags = append(p.diags, diags...)
-				if !diags.HasErrors() {
+				if !diags.HasErrors() && v.IsWhollyKnown() {
 					declare(&varDecl{name: a.Name, typ: cty.DynamicPseudoType, def: &v, rng: a.NameRange})
 				}
 			}
@@ -128,7 +135,7 @@ func (p *parser) variables(body *hclsyntax.Body, opts Options) {
 			}
 			return
 		}
-		v, err := varValue(raw, d.typ, from)
+		v, err := varValue(p.m, raw, d.typ, from)
 		if err != nil {
 			p.errorf(d.rng, "Bad variable value", "Variable %q must be a %s; %s gave %q (%v).", name, d.typ.FriendlyName(), from, raw, err)
 			failed[name] = true
@@ -149,7 +156,8 @@ func (p *parser) variables(body *hclsyntax.Body, opts Options) {
 		}
 	}
 	for _, vf := range opts.VarFiles {
-		f, diags := hclsyntax.ParseConfig(vf.Src, vf.Name, hcl.InitialPos)
+		p.m.srcs[vf.Name] = vf.Src
+		f, diags := parseBounded(vf.Name, vf.Src, p.m.lim)
 		p.diags = append(p.diags, diags...)
 		if diags.HasErrors() {
 			continue
@@ -159,9 +167,9 @@ func (p *parser) variables(body *hclsyntax.Body, opts Options) {
 			p.errorf(b.TypeRange, "Bad var file", "A var file holds only NAME = value lines, not a %q block.", b.Type)
 		}
 		for _, a := range sortedAttrs(fb) {
-			v, diags := a.Expr.Value(nil)
+			v, diags := p.m.eval(a.Expr, nil)
 			p.diags = append(p.diags, diags...)
-			if !diags.HasErrors() {
+			if !diags.HasErrors() && v.IsWhollyKnown() {
 				setValue(a.Name, v, a.NameRange)
 			}
 		}
@@ -274,7 +282,7 @@ func (p *parser) validate(d *varDecl, vb *hclsyntax.Block) {
 		p.errorf(vb.TypeRange, "Bad validation block", "A validation block needs a condition.")
 		return
 	}
-	v, diags := cond.Expr.Value(p.ctx)
+	v, diags := p.m.eval(cond.Expr, p.ctx)
 	p.diags = append(p.diags, diags...)
 	if diags.HasErrors() {
 		return
@@ -289,7 +297,7 @@ func (p *parser) validate(d *varDecl, vb *hclsyntax.Block) {
 	}
 	text := "the value is not valid"
 	if msg != nil {
-		if m, diags := msg.Expr.Value(p.ctx); !diags.HasErrors() && m.Type() == cty.String && !m.IsNull() {
+		if m, diags := p.m.eval(msg.Expr, p.ctx); !diags.HasErrors() && m.Type() == cty.String && !m.IsNull() {
 			text = m.AsString()
 		}
 	}
@@ -313,23 +321,39 @@ func listOr(l []string, none string) string {
 }
 
 // varValue reads a -var or NOMAD_VAR_ text as a value of typ: a string
-// as is; a number or bool from its text; a collection as an HCL value.
-func varValue(raw string, typ cty.Type, from string) (cty.Value, error) {
+// as is; a number or bool from its text; a collection as an HCL value
+// (evaluated through m). Its text is bounded as a file's is, and its value
+// as any other.
+func varValue(m *meter, raw string, typ cty.Type, from string) (cty.Value, error) {
+	if len(raw) > m.lim.SourceBytes {
+		return cty.NilVal, fmt.Errorf("%s is %s; tether reads at most %s (its limit on a file's size)", from, byteSize(float64(len(raw))), byteSize(float64(m.lim.SourceBytes)))
+	}
 	if typ == cty.String || typ == cty.DynamicPseudoType {
 		return cty.StringVal(raw), nil
 	}
 	if typ.IsPrimitiveType() {
-		return convert.Convert(cty.StringVal(strings.TrimSpace(raw)), typ)
+		v, err := convert.Convert(cty.StringVal(strings.TrimSpace(raw)), typ)
+		if err == nil && typ == cty.Number {
+			m.measure(nil, "this makes", v)
+			if m.failed != nil {
+				return cty.NilVal, fmt.Errorf("%s", m.failed.Detail)
+			}
+		}
+		return v, err
 	}
-	expr, diags := hclsyntax.ParseExpression([]byte(raw), from, hcl.InitialPos)
+	m.srcs[from] = []byte(raw)
+	expr, diags := parseExprBounded(from, []byte(raw), m.lim)
 	if diags.HasErrors() {
 		return cty.NilVal, fmt.Errorf("not an HCL value: %s", diags[0].Summary)
 	}
 	if len(expr.Variables()) > 0 {
 		return cty.NilVal, fmt.Errorf("a value cannot name variables")
 	}
-	v, diags := expr.Value(nil)
-	if diags.HasErrors() {
+	v, diags := m.eval(expr, nil)
+	if diags.HasErrors() || !v.IsWhollyKnown() {
+		if m.failed != nil {
+			return cty.NilVal, fmt.Errorf("%s: %s", m.failed.Summary, m.failed.Detail)
+		}
 		return cty.NilVal, fmt.Errorf("%s", diags[0].Summary)
 	}
 	return convert.Convert(v, typ)

@@ -166,7 +166,7 @@ func (c *cli) cmdGraph(args []string) int {
 
 func (c *cli) cmdCheck(args []string) int {
 	fs := c.flags("check")
-	salvage := fs.Bool("salvage", false, "copy every readable task into a new store, kill the processes of the live tasks that cannot be read, and put the new store in place (the damaged file is kept beside it)")
+	salvage := fs.Bool("salvage", false, "copy every readable task into a new store (scanning its pages where its structure is gone), kill by proven identity the executors of the live tasks that cannot be carried over and record them lost, and put the new store in place (the old file is kept beside it)")
 	if code, ok := c.parse(fs, args); !ok {
 		return code
 	}
@@ -209,9 +209,25 @@ func (c *cli) cmdCheck(args []string) int {
 // the running tasks under control (agent.Local.Salvage: driver.SalvageStore
 // under the store's lock from its read to its install, so that nothing
 // another command appended meanwhile is left behind in the damaged file).
-// It exits 1 when anything it reports was not fully done.
+// Every live executor is carried into the new store or killed by its
+// proven identity and recorded lost; the tasks it could not account for
+// are named, and it exits 1 then, or when anything it reports was not
+// fully done. A sound store is said to be sound, not damaged.
 func (c *cli) salvage(ctx context.Context, s *session) int {
 	rep, err := s.svc.Salvage(ctx)
+	sound := err == nil && len(rep.Damage) == 0 && len(rep.Lost) == 0 && rep.HeadsRebuilt == 0
+	if sound && rep.Installed {
+		fmt.Fprintf(c.stdout, "the store was sound (nothing damaged, nothing lost): its %d tasks were copied into a new store; the salvaged store is in place, and the old file is kept as %s\n", rep.Copied, rep.Aside)
+		for _, w := range rep.Warnings {
+			c.errorf("%s", w)
+		}
+		fmt.Fprintln(c.stdout, salvageTotals(rep))
+		if !rep.Done {
+			c.errorf("the salvage is not complete: see above")
+			return exitError
+		}
+		return exitOK
+	}
 	if rep.Copied > 0 || err == nil {
 		fmt.Fprintf(c.stdout, "copied %d tasks into a new store", rep.Copied)
 		if rep.HeadsRebuilt > 0 {
@@ -220,10 +236,18 @@ func (c *cli) salvage(ctx context.Context, s *session) int {
 		fmt.Fprintln(c.stdout)
 	}
 	for _, d := range rep.Damage {
-		fmt.Fprintf(c.stdout, "damage not attributable to one task (tasks it held may be missing from every list): %s\n", clikit.Printable(d))
+		fmt.Fprintf(c.stdout, "damage not attributable to one task: %s\n", clikit.Printable(d))
 	}
+	var unaccounted []string
 	for _, l := range rep.Lost {
-		fmt.Fprintf(c.stdout, "lost task %s (%s): %s\n  why: %s\n", clikit.Printable(l.ID), l.State, l.What, clikit.Printable(l.Why))
+		what := l.What
+		if l.Settled && !l.State.Terminal() && rep.Installed {
+			what += "; recorded lost in the new store"
+		}
+		fmt.Fprintf(c.stdout, "lost task %s (%s): %s\n  why: %s\n", clikit.Printable(l.ID), l.State, clikit.Printable(what), clikit.Printable(l.Why))
+		if !l.Settled {
+			unaccounted = append(unaccounted, clikit.Printable(l.ID))
+		}
 	}
 	if err != nil {
 		c.errorf("salvage: %v", err)
@@ -236,11 +260,37 @@ func (c *cli) salvage(ctx context.Context, s *session) int {
 	for _, w := range rep.Warnings {
 		c.errorf("%s", w)
 	}
-	if !rep.Done {
-		c.errorf("the salvage is not complete: see above")
+	fmt.Fprintln(c.stdout, salvageTotals(rep))
+	switch {
+	case len(unaccounted) > 0:
+		c.errorf("the salvage is not complete: it could not account for %d tasks: %s (see above; their processes may still run)", len(unaccounted), strings.Join(unaccounted, ", "))
+		return exitError
+	case !rep.Done:
+		c.errorf("the salvage is not complete: tasks on the damaged pages above may be missing from every list")
 		return exitError
 	}
 	return exitOK
+}
+
+// salvageTotals counts what the salvage's lines show: the tasks copied,
+// and the lost ones by what became of them.
+func salvageTotals(rep agent.SalvageReport) string {
+	var recorded, ended, open int
+	for _, l := range rep.Lost {
+		switch {
+		case !l.Settled:
+			open++
+		case l.State.Terminal():
+			ended++
+		default:
+			recorded++
+		}
+	}
+	s := fmt.Sprintf("salvage: %d copied, %d lost", rep.Copied, len(rep.Lost))
+	if len(rep.Lost) > 0 {
+		s += fmt.Sprintf(" (%d killed or gone and recorded lost, %d had ended, %d not accounted for)", recorded, ended, open)
+	}
+	return s
 }
 
 func (c *cli) cmdGC(args []string) int {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -117,4 +118,43 @@ func TestCheck_DamagedTaskHeadExits1NamingTheTask(t *testing.T) {
 		})
 	})
 	checkNames(t, e, hurt, fine, 0, "head")
+}
+
+// TestDamagedStore_EveryCommandNamesSalvageAndRecordsNothing: with the
+// store cut short under a live task, every command that needs the store
+// fails, naming `tether check --salvage`; a start records nothing and
+// spawns nothing (no task directory, no executor); then check --salvage
+// accounts for the live task and the commands work again.
+func TestDamagedStore_EveryCommandNamesSalvageAndRecordsNothing(t *testing.T) {
+	e := newDaemonlessEnv(t, "the store cut short under no agent (an agent holds the file open)")
+	live := strings.TrimSpace(e.must(e.runArgs("start", []string{"--name", "live"}, "sleep")...).stdout)
+	db := filepath.Join(e.dir, "tether.db")
+	if err := os.Truncate(db, 8192); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadDir(filepath.Join(e.dir, "tasks"))
+	for _, args := range [][]string{
+		{"status"}, {"status", "--all"}, {"events", live}, {"stop", live}, {"wait", live},
+		{"start", "--", "/bin/sleep", "100"}, {"run", "--", "/bin/true"}, {"recover"}, {"gc"},
+	} {
+		r := e.tether(args...)
+		if r.code == exitOK {
+			t.Errorf("tether %s on a store cut short exited 0:\n%s", strings.Join(args, " "), r)
+		}
+		if !strings.Contains(r.stderr, "tether check --salvage") {
+			t.Errorf("tether %s does not name `tether check --salvage`:\n%s", strings.Join(args, " "), r)
+		}
+	}
+	if after, _ := os.ReadDir(filepath.Join(e.dir, "tasks")); len(after) != len(before) {
+		t.Errorf("commands on the damaged store made task directories: %d before, %d after", len(before), len(after))
+	}
+	r := e.tether("check", "--salvage")
+	if r.code != exitOK || !strings.Contains(r.stdout, "lost task "+live) && !strings.Contains(r.stdout, "copied 1 tasks") {
+		t.Fatalf("salvage: %s", r)
+	}
+	if s := e.status("--all", live); len(s) != 1 {
+		t.Fatalf("status of %s after the salvage: %+v", live, s)
+	} else if s[0].State != "lost" {
+		e.must("stop", live)
+	}
 }

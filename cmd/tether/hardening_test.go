@@ -250,15 +250,15 @@ func TestStateDir_SharedIsRefusedNeverChmodded(t *testing.T) {
 // printed raw; run's own failures exit 125.
 func TestBadInput_RefusedBeforeSpawnClearly(t *testing.T) {
 	e := newEnv(t)
-	// A 10 MB argument (from a task file: execve refuses one that long on
-	// a command line).
-	huge := writeFile(t, t.TempDir(), "huge.hcl", fmt.Sprintf("task \"huge\" {\n  driver = \"raw_exec\"\n  config {\n    command = \"/bin/echo\"\n    args = [%q]\n  }\n}\n", strings.Repeat("x", 10<<20)))
+	// A 900 KB argument (from a task file, within the parse limits on a
+	// file's size: execve refuses one that long on a command line).
+	huge := writeFile(t, t.TempDir(), "huge.hcl", fmt.Sprintf("task \"huge\" {\n  driver = \"raw_exec\"\n  config {\n    command = \"/bin/echo\"\n    args = [%q]\n  }\n}\n", strings.Repeat("x", 900<<10)))
 	began := time.Now()
 	r := e.tether("run", huge)
 	if r.code != exitStartFail || !strings.Contains(r.stderr, "argument 1 is") || !strings.Contains(r.stderr, "at most") {
-		t.Errorf("a 10 MB argument: exit %d, stderr %.500s", r.code, r.stderr)
+		t.Errorf("a 900 KB argument: exit %d, stderr %.500s", r.code, r.stderr)
 	}
-	t.Logf("a 10 MB argument refused in %s", time.Since(began).Round(time.Millisecond))
+	t.Logf("a 900 KB argument refused in %s", time.Since(began).Round(time.Millisecond))
 	nul := writeFile(t, t.TempDir(), "nul.hcl", "task \"nul\" {\n  driver = \"raw_exec\"\n  config { command = \"/bin/true\" }\n  env { K = \"a\\u0000b\" }\n}\n")
 	if r := e.tether("run", nul); r.code != exitStartFail || !strings.Contains(r.stderr, "NUL") {
 		t.Errorf("NUL in env: %s", r)

@@ -345,10 +345,11 @@ func TestRecover_TwoAtOnceTheSecondWaitsAndSaysWhy(t *testing.T) {
 }
 
 // TestSalvage_ExitsOneWhenNotAllDone: a live task whose log is damaged
-// from its spawn intent on, and whose head is damaged too, cannot be
-// proven to own any process: the salvage puts the readable store in
-// place and says the task's processes were NOT killed, and exits 1 (a
-// salvage that reported something not done exited 0).
+// from its spawn intent on, whose head is damaged too, and whose
+// executor's directory is gone (moved aside), cannot be proven to own any
+// process: the salvage puts the readable store in place and says the
+// task's processes were NOT killed, and exits 1 (a salvage that reported
+// something not done exited 0).
 func TestSalvage_ExitsOneWhenNotAllDone(t *testing.T) {
 	e := newDaemonlessEnv(t, "a maintenance held at a crash point or beside concurrent daemonless commands on the store's file lock (an agent holds the store: its maintenance pauses its own requests)")
 	hurt := strings.TrimSpace(e.must(e.runArgs("start", []string{"--name", "hurt"}, "sleep")...).stdout)
@@ -367,6 +368,10 @@ func TestSalvage_ExitsOneWhenNotAllDone(t *testing.T) {
 		v[len(v)/2] ^= 0xff
 		return b.Put(key, v)
 	})
+	// Its directory holds the executor's identity, which would prove it.
+	if err := os.Rename(filepath.Join(e.dir, "tasks", hurt), filepath.Join(t.TempDir(), hurt)); err != nil {
+		t.Fatal(err)
+	}
 	r := e.tether("check", "--salvage")
 	if r.code != exitError || !strings.Contains(r.stdout, "NOT killed") || !strings.Contains(r.stdout, "the salvaged store is in place") ||
 		!strings.Contains(r.stderr, "not complete") {
