@@ -120,15 +120,15 @@ func commands() []command {
 	return []command{
 		{name: "run", args: "[flags] FILE.hcl\n[flags] -- CMD [ARGS...]", summary: "start a task, stream its output, wait, exit with its code", run: (*cli).cmdRun, line: taskLine, startsTasks: true, more: runMore},
 		{name: "start", args: "[flags] FILE.hcl\n[flags] -- CMD [ARGS...]", summary: "start a task in the background and print its id once it is up", run: (*cli).cmdStart, line: taskLine, startsTasks: true, more: startMore},
-		{name: "restart", args: "[flags] ID|NAME", summary: "stop a task with its kill signal and grace, then start its spec again as a new task", run: (*cli).cmdRestart, startsTasks: true},
+		{name: "restart", args: "[flags] NAME...", summary: "stop tasks with their kill signal and grace, then start their specs again as new tasks", run: (*cli).cmdRestart, startsTasks: true, more: namesMore},
 		{name: "status", alias: "ps", args: "[flags] [ID|NAME]", summary: "list tasks (live ones unless --all), or show one", run: (*cli).cmdStatus, more: statusMore},
-		{name: "events", args: "[flags] ID|NAME", summary: "show a task's event history", run: (*cli).cmdEvents},
-		{name: "logs", args: "[flags] ID|NAME", summary: "print a task's output", run: (*cli).cmdLogs},
+		{name: "events", args: "[flags] NAME...", summary: "show tasks' event histories", run: (*cli).cmdEvents, more: namesMore},
+		{name: "logs", args: "[flags] NAME...", summary: "print tasks' output, both streams merged in time order; -f follows it across restarts", run: (*cli).cmdLogs, more: logsMore + "\n\n" + namesMore},
 		{name: "stats", args: "[flags] ID|NAME", summary: "show a running task's memory, CPU and process counts from its cgroup", run: (*cli).cmdStats},
-		{name: "signal", args: "[flags] ID|NAME SIGNAL", summary: "send a signal to a running task's process group (--main: to its main process only)", run: (*cli).cmdSignal},
+		{name: "signal", args: "[flags] NAME... SIGNAL", summary: "send a signal to running tasks' process groups (--main: to their main processes only)", run: (*cli).cmdSignal, more: namesMore},
 		{name: "exec", args: "[flags] ID|NAME [--] CMD [ARGS...]", summary: "run a command inside a running task (its cgroup, namespaces, user; -t for a terminal) and exit with its code", run: (*cli).cmdExec, line: execLine},
-		{name: "stop", args: "[flags] ID|NAME", summary: "stop a task: signal, grace, then SIGKILL", run: (*cli).cmdStop},
-		{name: "wait", args: "[flags] ID|NAME", summary: "wait for a task and exit with its code", run: (*cli).cmdWait},
+		{name: "stop", args: "[flags] NAME...", summary: "stop tasks: signal, grace, then SIGKILL (a group's or a job's as groups)", run: (*cli).cmdStop, more: stopMore + "\n\n" + namesMore},
+		{name: "wait", args: "[flags] NAME...", summary: "wait for tasks and exit with their code (the largest)", run: (*cli).cmdWait, more: namesMore},
 		{name: "recover", args: "[flags]", summary: "replay the store and reconcile it with the process table", run: (*cli).cmdRecover},
 		{name: "graph", args: "[flags]", summary: "print the lifecycle graph (kill-executor edges marked)", run: (*cli).cmdGraph},
 		{name: "check", args: "[flags]", summary: "verify the store: checksums, legal paths, index", run: (*cli).cmdCheck},
@@ -147,6 +147,19 @@ func commands() []command {
 const nameRules = `A task is named by its id or by its name. A name stands for the task of
 that name that is live (ambiguous only when several are), else the most
 recent one that ended.`
+
+// namesMore is the help of the commands that take several names
+// (driver.PickTarget's rules).
+const namesMore = nameRules + ` A word that is no task's id or name may be
+JOB.GROUP, a group of a job file (its live tasks, else each name's latest),
+or a job's name (every group of it). Each is reported on its own line; the
+exit code is the worst of theirs.`
+
+// stopMore is tether stop's help text after its flags.
+const stopMore = `The stops run at once. A task of a group that is not over stops its
+group, as Nomad stops an allocation: the leader first, the sidecars last,
+then its poststop tasks run. A Ctrl-C (or SIGTERM) during the grace
+escalates: SIGKILL now, for all of them.`
 
 const runMore = `A first argument that is not a task file (.hcl, .nomad, or a file that
 parses as one) starts the command line: tether run /bin/echo hi. A

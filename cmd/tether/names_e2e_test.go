@@ -48,7 +48,7 @@ func TestNames_OneLivePlusEndedResolvesToTheLiveOne(t *testing.T) {
 	if st := e.status("web"); len(st) != 1 || st[0].ID != live {
 		t.Fatalf("status web: %+v, want the live %s (not the ended %s)", st, live, old)
 	}
-	if r := e.must("logs", "web"); r.stdout != "helper up\n" {
+	if r := e.must("logs", "--stdout", "web"); r.stdout != "helper up\n" {
 		t.Errorf("logs web: %s", r)
 	}
 	if r := e.must("stop", "web"); !strings.HasPrefix(r.stdout, live+" stopped") {
