@@ -167,6 +167,11 @@ non-executable file that is not a task file is refused; use
 'tether run -- FILE' to run it anyway.
 With a task of the same name live, run and start refuse; --replace stops
 that task (with its kill signal and grace), then starts this one.
+Ctrl-C (or SIGINT, SIGTERM) stops the task with its kill signal and grace;
+another once that stop has begun (it is recorded) kills it at once. A
+signal delivered to tether and to its process group at the same moment
+(timeout(1) signals both; a terminal's Ctrl-C, a control group's kill)
+is one request, counted once: the task's grace is honoured.
 Exit codes: the task's own (128+signal when killed), 127 command not
 found, 126 not executable, 125 tether could not start it.`
 

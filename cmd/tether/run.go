@@ -392,13 +392,32 @@ func (c *cli) sayRestarts(ctx context.Context, s *session, id string, seen int) 
 }
 
 // stopOnSignals stops the task in the background with its kill signal and
-// timeout, and kills it at once on a further signal.
+// grace, and kills it at once on a second request: a signal that arrives
+// once the first one's stop has begun (its stop-requested is recorded).
+// One that arrives before is the first request delivered twice, counted
+// once: timeout(1) signals the process it runs and then its process
+// group, a terminal's Ctrl-C goes to the foreground group, a control
+// group's kill to every process of it, and each delivery comes within
+// moments of the other, long before the stop is recorded (a commit, and a
+// round trip to the task's executor). A person's second Ctrl-C, or a
+// second timeout, comes later and escalates (see signalGate).
 func (c *cli) stopOnSignals(ctx context.Context, s *session, id string, sigs <-chan os.Signal) {
+	gate := newSignalGate(ctx, s, id)
 	go func() { _, _ = s.svc.StopTask(ctx, id, 0, 0) }()
 	go func() {
-		if sig, ok := <-sigs; ok {
+		defer gate.close()
+		for {
+			sig, ok := <-sigs
+			if !ok {
+				return
+			}
+			if !gate.began() {
+				c.log.Debug("the same request delivered again before the stop began: counted once", "task_id", id, "signal", sig)
+				continue
+			}
 			fmt.Fprintf(c.stderr, "tether: %s: got %v again, killing the task now\n", id, sig)
 			_, _ = s.svc.StopTask(ctx, id, syscall.SIGKILL, time.Nanosecond)
+			return
 		}
 	}()
 }
