@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/testproc"
 )
 
@@ -327,5 +329,65 @@ func TestRun_SignalsBeforeTheStopBeganCountOnce(t *testing.T) {
 	}
 	if testproc.Alive(pid) || strings.Count(stderr.String(), "killing the task now") != 1 {
 		t.Fatalf("the request after the stop began did not escalate, once (pid %d alive: %v)\n%s", pid, testproc.Alive(pid), stderr.String())
+	}
+}
+
+// The gate of a second request: while the task runs it is shut (a signal
+// then is the first request again); once a stop is recorded it opens. The
+// gate follows the task in this process (a daemonless session on the
+// test's state directory), the stop is this session's.
+func TestSignalGate_OpensOnceTheStopIsRecorded(t *testing.T) {
+	e := newDaemonlessEnv(t, "the gate follows the task from this process's own driver")
+	id := strings.TrimSpace(e.must(e.runArgs("start", []string{"--name", "gated"}, "sleep")...).stdout)
+	c := &cli{stdout: io.Discard, stderr: io.Discard, logLevel: "warn", lockTimeout: 10 * time.Second}
+	c.g.StateDir, c.g.StateDirSet = e.dir, true
+	if err := c.setup(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.closeSession(s)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	g := newSignalGate(ctx, s, id)
+	defer g.close()
+	select {
+	case <-g.following:
+	case <-ctx.Done():
+		t.Fatal("the gate never saw the task")
+	}
+	if g.began() {
+		t.Fatal("the gate is open while the task runs and nothing stops it")
+	}
+	stopped := make(chan error, 1)
+	go func() { _, err := s.svc.StopTask(ctx, id, 0, 0); stopped <- err }()
+	select {
+	case <-g.done:
+	case <-ctx.Done():
+		t.Fatal("the gate did not open once the stop began")
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if evs := eventNames(e.events(id)); !strings.Contains(evs, "stop-requested") {
+		t.Fatalf("the gate opened without a stop recorded: %s", evs)
+	}
+	// stopBegan, row by row: running, restarting (no stop), the stop
+	// recorded while reaping, ended.
+	for _, c := range []struct {
+		t    fsm.Task
+		want bool
+	}{
+		{fsm.Task{State: fsm.StateRunning}, false},
+		{fsm.Task{State: fsm.StateRestarting}, false},
+		{fsm.Task{State: fsm.StateRunning, StopSignal: 15}, true},
+		{fsm.Task{State: fsm.StateReaping, StopSignal: 15}, true},
+		{fsm.Task{State: fsm.StateExited}, true},
+	} {
+		if got := stopBegan(c.t); got != c.want {
+			t.Errorf("stopBegan(%v, signal %d) = %v, want %v", c.t.State, c.t.StopSignal, got, c.want)
+		}
 	}
 }
