@@ -32,6 +32,7 @@ import (
 	"github.com/tether-fsm/tether/internal/agentcmd"
 	"github.com/tether-fsm/tether/internal/clikit"
 	"github.com/tether-fsm/tether/internal/proc"
+	"github.com/tether-fsm/tether/statedir"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -98,6 +99,11 @@ type cli struct {
 
 	log   hclog.Logger
 	hooks driver.Hooks
+
+	// introspect makes a command stop at its parse, keeping its flag set
+	// in flagsOf (commandFlags).
+	introspect bool
+	flagsOf    *flagSet
 }
 
 type command struct {
@@ -114,6 +120,8 @@ type command struct {
 	// environment among the command's global flags.
 	startsTasks bool
 	more        string // help text after the flags
+	// hidden leaves it out of help and completion (a tool of the build).
+	hidden bool
 }
 
 func commands() []command {
@@ -140,6 +148,8 @@ func commands() []command {
 		{name: "disable", args: "[flags] NAME", summary: "unregister a desired task; its task is stopped", run: (*cli).cmdDisable},
 		{name: "version", args: "", summary: "print tether's version (also --version)", run: (*cli).cmdVersion},
 		{name: "cluster", args: "COMMAND [flags]", summary: "the fleet's commands on etcd: status, nodes, events, start, stop (served by tether-fleet)", run: (*cli).cmdCluster},
+		{name: "completion", args: "bash|zsh|fish", summary: "print the shell's completion script: commands, flags, and task names from the store or the agent", run: (*cli).cmdCompletion, more: completionMore},
+		{name: "man", args: "DIR", summary: "write the manual pages (tether.1, tether-COMMAND.1) into DIR", run: (*cli).cmdMan, hidden: true},
 	}
 }
 
@@ -197,6 +207,9 @@ Usage: tether COMMAND [flags] [args]
 Commands:
 `)
 	for _, cmd := range commands() {
+		if cmd.hidden {
+			continue
+		}
 		name := cmd.name
 		if cmd.alias != "" {
 			name += ", " + cmd.alias
@@ -303,7 +316,8 @@ func (c *cli) cmdHelp(args []string) int {
 		c.errorf("%s", msg)
 		return exitUsage
 	}
-	c.commandHelp(c.stdout, c.flags(cmd.name))
+	// What `tether CMD -h` prints: the flag set the command parses with.
+	c.commandHelp(c.stdout, commandFlags(cmd.name))
 	return exitOK
 }
 
@@ -324,6 +338,9 @@ func (c *cli) cmdVersion(args []string) int {
 func suggestCommand(typed string) string {
 	var names []string
 	for _, cmd := range commands() {
+		if cmd.hidden {
+			continue
+		}
 		names = append(names, cmd.name)
 		if cmd.alias != "" {
 			names = append(names, cmd.alias)
@@ -356,6 +373,9 @@ func (c *cli) setup() error {
 		return err
 	}
 	c.stateDir, c.allowedCaps, c.chroot = set.StateDir, set.AllowedCaps, set.Chroot
+	if !c.g.StateDirSet {
+		c.notePassedOver()
+	}
 	c.allowSeccomp, c.allowMissing, c.allowRead = set.AllowSeccomp, set.AllowMissing, set.AllowRead
 	hooks, err := driver.HooksFromEnv()
 	if err != nil {
@@ -363,6 +383,21 @@ func (c *cli) setup() error {
 	}
 	c.hooks = hooks
 	return nil
+}
+
+// notePassedOver says, when root's default state directory is the system
+// agent's (/var/lib/tether) and the per-user one root used before holds a
+// store, that the tasks there are reached with --state-dir: an upgrade
+// must not leave them behind unsaid. TETHER_STATE_DIR (either directory)
+// silences it.
+func (c *cli) notePassedOver() {
+	dir, perUser, err := statedir.Default(statedir.HostEnv())
+	if err != nil || dir != c.stateDir || !statedir.PassedOver(perUser) {
+		return
+	}
+	fmt.Fprintf(c.stderr, "tether: note: using %s (the system agent's state directory); %s holds the store root used before,\n"+
+		"  whose tasks live on there: tether --state-dir %s status lists them (set TETHER_STATE_DIR to either to silence this)\n",
+		dir, perUser, perUser)
 }
 
 // errorf prints an error for a person: without the package prefixes of
