@@ -153,7 +153,7 @@ func writeParagraphs(b *strings.Builder, text string) {
 }
 
 // roffText escapes text for roff: a backslash is \e, a dash \-, and a line
-// that would start with a control character ('.' or '\”) starts with \&
+// that would start with a control character (a dot, an apostrophe) starts with \&
 // instead. Other characters pass as they are (UTF-8, for groff's -Tutf8).
 func roffText(s string) string {
 	s = strings.ReplaceAll(s, `\`, `\e`)
