@@ -108,6 +108,10 @@ func TestLines_TimesFollowRotationAndReopen(t *testing.T) {
 				ck.set(time.UnixMilli(base + int64(i)))
 				mustWrite(t, w, []byte(line))
 			}
+			// A rotation deletes the times of the file it deletes.
+			if got := timesFiles(t, dir); len(got) != maxFiles {
+				t.Errorf("times files after the rotations %v, want one for each of the %d files kept", got, maxFiles)
+			}
 			w.Close()
 			// Times of a file long gone (a crash between the two deletes)
 			// are deleted when the writer opens again.
@@ -131,21 +135,28 @@ func TestLines_TimesFollowRotationAndReopen(t *testing.T) {
 			}
 			// The times of the deleted files are gone, the kept ones' are
 			// there, private.
-			var times []string
-			entries, _ := os.ReadDir(dir)
-			for _, e := range entries {
-				if strings.HasSuffix(e.Name(), ".time") {
-					times = append(times, e.Name())
-					if fi, err := e.Info(); err != nil || fi.Mode().Perm() != 0o600 {
-						t.Errorf("%s: mode %v, %v", e.Name(), fi.Mode(), err)
-					}
-				}
-			}
+			times := timesFiles(t, dir)
 			if len(times) != maxFiles {
 				t.Errorf("times files %v, want one for each of the %d files kept", times, maxFiles)
 			}
 		})
 	}
+}
+
+// timesFiles lists the times files in dir, each checked private.
+func timesFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var times []string
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".time") {
+			times = append(times, e.Name())
+			if fi, err := e.Info(); err != nil || fi.Mode().Perm() != 0o600 {
+				t.Errorf("%s: mode %v, %v", e.Name(), fi.Mode(), err)
+			}
+		}
+	}
+	return times
 }
 
 // A line cut by a rotation (begun in one file, ended in the next) keeps
