@@ -339,6 +339,7 @@ func TestRun_SignalsBeforeTheStopBeganCountOnce(t *testing.T) {
 func TestSignalGate_OpensOnceTheStopIsRecorded(t *testing.T) {
 	e := newDaemonlessEnv(t, "the gate follows the task from this process's own driver")
 	id := strings.TrimSpace(e.must(e.runArgs("start", []string{"--name", "gated"}, "sleep")...).stdout)
+	t.Cleanup(func() { e.tether("stop", id) }) // a failure below leaves nothing running
 	c := &cli{stdout: io.Discard, stderr: io.Discard, logLevel: "warn", lockTimeout: 10 * time.Second}
 	c.g.StateDir, c.g.StateDirSet = e.dir, true
 	if err := c.setup(); err != nil {
