@@ -43,10 +43,6 @@ import (
 // timesHeader starts every sidecar: the format and its version.
 const timesHeader = "tether-times-v1\n"
 
-// stampEvery is the resolution of the times kept: a line start is stamped
-// when the time has moved to another millisecond since the last stamp.
-const stampEvery = time.Millisecond
-
 // maxRecord bounds an encoded record: two 64-bit varints.
 const maxRecord = 2 * binary.MaxVarintLen64
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -80,12 +81,11 @@ func (c *cli) cmdStop(args []string) int {
 	kill := make(chan struct{})
 	go func() {
 		if _, ok := <-sigs; ok {
-			fmt.Fprintf(c.stderr, "tether: interrupted, killing the tasks now\n")
 			close(kill)
 		}
 	}()
 	type result struct {
-		stdout, stderr bytes.Buffer
+		stdout, stderr stopOutput
 		code           int
 	}
 	done := make([]chan *result, len(units))
@@ -101,11 +101,30 @@ func (c *cli) cmdStop(args []string) int {
 	}
 	for i := range units {
 		r := <-done[i]
-		_, _ = c.stdout.Write(r.stdout.Bytes())
-		_, _ = c.stderr.Write(r.stderr.Bytes())
+		_, _ = c.stdout.Write(r.stdout.bytes())
+		_, _ = c.stderr.Write(r.stderr.bytes())
 		code = worst(code, r.code)
 	}
 	return code
+}
+
+// stopOutput is a stop's output, written by the stop and by its
+// escalation.
+type stopOutput struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *stopOutput) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *stopOutput) bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Clone(b.buf.Bytes())
 }
 
 // stopUnit is what one stop stops: a task, or a group (all its tasks).
@@ -128,25 +147,16 @@ func (c *cli) stopOne(ctx context.Context, s *session, u stopUnit, sig syscall.S
 	finished := make(chan struct{})
 	defer close(finished)
 	if u.group != nil {
-		ids := u.group.Tasks
-		driverGone := c.watchGroupDriver(s, u.group.ID)
+		// stopGroup takes its escalation as a signal.
+		interrupt := make(chan os.Signal, 1)
 		go func() {
 			select {
 			case <-kill:
-				_, _ = s.svc.StopGroup(ctx, ids, syscall.SIGKILL, time.Nanosecond, nil)
+				interrupt <- os.Interrupt
 			case <-finished:
 			}
 		}()
-		final, err := s.svc.StopGroup(ctx, ids, sig, grace, nil)
-		if err != nil {
-			return c.fail(err)
-		}
-		driverGone()
-		c.releasePorts(u.group.ID)
-		for _, t := range final {
-			fmt.Fprintf(c.stdout, "%s %s\n", t.ID, describeEnd(t))
-		}
-		return exitOK
+		return c.stopGroup(ctx, s, u.task, sig, grace, interrupt)
 	}
 	info := u.task
 	if info.State.Terminal() {
@@ -156,6 +166,7 @@ func (c *cli) stopOne(ctx context.Context, s *session, u stopUnit, sig syscall.S
 	go func() {
 		select {
 		case <-kill:
+			fmt.Fprintf(c.stderr, "tether: %s: interrupted, killing the task now\n", info.ID)
 			_, _ = s.svc.StopTask(ctx, info.ID, syscall.SIGKILL, time.Nanosecond)
 		case <-finished:
 		}
