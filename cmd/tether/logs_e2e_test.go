@@ -4,12 +4,16 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tether-fsm/tether/agent"
 )
 
 // Issue 34: tether logs prints both streams, merged in the order their
@@ -100,4 +104,56 @@ func TestLogs_SeveralTasksEachLinePrefixed(t *testing.T) {
 		t.Errorf("logs of one task: its lines without a prefix\n%s", r)
 	}
 	e.must("stop", "app")
+}
+
+// -f follows a desired service's name through the agent: its executor and
+// task killed, the agent starts a new task for it (not linked to the lost
+// one: its desired entry names it), and logs -f says so and goes on with
+// it; once the service's file is removed (the entry gone, its task
+// stopped) logs -f ends by itself.
+func TestLogs_FollowsADesiredServiceAcrossTheAgentsRestart(t *testing.T) {
+	e := newAgentEnv(t)
+	dir := e.configDir()
+	e.serviceFile(dir, "svc", 3, "")
+	e.startAgent(nil, true, "--config-dir", dir)
+	c := e.client()
+	first := awaitEntry(t, c, "svc", "running", running)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	follow := e.command(ctx, nil, "logs", "-f", "--stdout", "svc")
+	out, err := follow.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr lockedBuffer
+	follow.Stderr = &stderr
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || lines.Text() != "helper up" {
+		t.Fatalf("logs -f svc: first line %q, %v", lines.Text(), lines.Err())
+	}
+	info, err := c.InspectTask(context.Background(), first.Task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = syscall.Kill(info.Executor.PID, syscall.SIGKILL)
+	_ = syscall.Kill(info.TaskPID, syscall.SIGKILL)
+	second := awaitEntry(t, c, "svc", "back", func(en agent.Entry) bool { return en.Task != first.Task && running(en) })
+	if !lines.Scan() || lines.Text() != "helper up" {
+		t.Fatalf("logs -f svc after the restart: %q, %v\nstderr:\n%s", lines.Text(), lines.Err(), stderr.String())
+	}
+	if err := os.Remove(filepath.Join(dir, "svc.hcl")); err != nil {
+		t.Fatal(err)
+	}
+	for lines.Scan() {
+		t.Errorf("logs -f printed more: %q", lines.Text())
+	}
+	if err := follow.Wait(); err != nil {
+		t.Fatalf("logs -f once the service is gone: %v\nstderr:\n%s", err, stderr.String())
+	}
+	if want := "following " + second.Task; !strings.Contains(stderr.String(), want) {
+		t.Fatalf("logs -f did not say %q:\n%s", want, stderr.String())
+	}
 }
