@@ -319,12 +319,16 @@ func TestRun_SignalsBeforeTheStopBeganCountOnce(t *testing.T) {
 	if err := run.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
+	rest := make(chan struct{})
 	go func() {
+		defer close(rest)
 		for line := range lines {
 			stderr.WriteString(line + "\n")
 		}
 	}()
-	if code := exitOf(t, run, "tether run after a second request"); code != 128+int(syscall.SIGINT) && code != 128+int(syscall.SIGTERM) {
+	code := exitOf(t, run, "tether run after a second request")
+	<-rest // the pipe ends with the process
+	if code != 128+int(syscall.SIGINT) && code != 128+int(syscall.SIGTERM) {
 		t.Fatalf("run: exit %d\n%s", code, stderr.String())
 	}
 	if testproc.Alive(pid) || strings.Count(stderr.String(), "killing the task now") != 1 {
