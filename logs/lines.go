@@ -93,9 +93,12 @@ func (k *lineSink) at(idx, off uint64) {
 	k.off = off
 }
 
-// reset forgets a line begun (the cursor moved).
+// reset forgets a line begun and the times read (the cursor moved, maybe
+// back: the times reader lets go of records behind it).
 func (k *lineSink) reset() {
 	k.line, k.started = k.line[:0], false
+	k.times.close()
+	k.times = nil
 }
 
 func (k *lineSink) Write(p []byte) (int, error) {

@@ -188,13 +188,21 @@ type stamp struct {
 	ms  int64
 }
 
-// timesReader reads the sidecar of one file as it grows.
+// timesChunk is how much of a sidecar a reader decodes at a time: what
+// it holds is bounded by it and not by the sidecar's size (which the
+// task, owning its files, could make as large as its disk allows).
+const timesChunk = 64 << 10
+
+// timesReader reads the sidecar of one file as it grows, a chunk at a
+// time, keeping only the records from the one that covers the line read
+// last: a reader goes through a file's lines in order.
 type timesReader struct {
 	s      stream
 	idx    uint64
 	f      *os.File // nil: none found yet
 	pos    int64    // how much of it was decoded
 	looked bool     // read since the last fresh()
+	more   bool     // the last read filled its chunk: more may follow
 	d      timesDecoder
 	stamps []stamp
 }
@@ -205,9 +213,9 @@ type timesReader struct {
 // output holds the output's records.)
 func (r *timesReader) fresh() { r.looked = false }
 
-// read decodes what was appended to the sidecar since the last read.
+// read decodes the next chunk of what was appended to the sidecar.
 func (r *timesReader) read() {
-	r.looked = true
+	r.looked, r.more = true, false
 	if r.f == nil {
 		f, _, err := openForRead(r.s.times(r.idx))
 		if err != nil {
@@ -220,29 +228,35 @@ func (r *timesReader) read() {
 		}
 		r.f, r.pos = f, int64(len(timesHeader))
 	}
-	b := make([]byte, 4096)
-	var pending []byte
-	for {
-		n, err := r.f.ReadAt(b, r.pos+int64(len(pending)))
-		pending = append(pending, b[:n]...)
-		if n == 0 || err != nil {
-			break
-		}
-	}
-	used := r.d.decode(pending, func(off uint64, ms int64) {
+	b := make([]byte, timesChunk)
+	n, _ := r.f.ReadAt(b, r.pos)
+	used := r.d.decode(b[:n], func(off uint64, ms int64) {
 		r.stamps = append(r.stamps, stamp{off, ms})
 	})
 	r.pos += int64(used)
+	r.more = n == len(b)
 }
 
 // at returns the time of a line starting at off: the last record at or
-// before it (the sidecar read again when off is past its last record and
-// more output was read since); ok is false when no record covers it.
+// before it (the sidecar read further when off is past its last record
+// and more output was read since, or more of it is left); ok is false
+// when no record covers it. Lines are looked up in order: the records
+// before the one found are let go of.
 func (r *timesReader) at(off uint64) (int64, bool) {
-	if !r.looked && (len(r.stamps) == 0 || r.stamps[len(r.stamps)-1].off < off) {
+	for (len(r.stamps) == 0 || r.stamps[len(r.stamps)-1].off < off) && (!r.looked || r.more) {
 		r.read()
+		r.keepFrom(off)
 	}
-	// The records are in offset order: the last one at or before off.
+	r.keepFrom(off)
+	if len(r.stamps) == 0 || r.stamps[0].off > off {
+		return 0, false
+	}
+	return r.stamps[0].ms, true
+}
+
+// keepFrom lets go of the records before the last one at or before off
+// (the records are in offset order).
+func (r *timesReader) keepFrom(off uint64) {
 	lo, hi := 0, len(r.stamps)
 	for lo < hi {
 		m := (lo + hi) / 2
@@ -252,10 +266,9 @@ func (r *timesReader) at(off uint64) (int64, bool) {
 			hi = m
 		}
 	}
-	if lo == 0 {
-		return 0, false
+	if lo > 1 {
+		r.stamps = append(r.stamps[:0], r.stamps[lo-1:]...)
 	}
-	return r.stamps[lo-1].ms, true
 }
 
 func (r *timesReader) close() {

@@ -304,6 +304,34 @@ func TestFollowLines_AsWritten(t *testing.T) {
 	}
 }
 
+// A stream with more records than a reader decodes at a time (timesChunk):
+// every line still has its own time.
+func TestLines_ManyRecordsReadInChunks(t *testing.T) {
+	dir := t.TempDir()
+	w, ck := timedWriter(t, dir, DefaultConfig())
+	base := ck.t.UnixMilli()
+	const n = 40000 // at least 2 bytes a record: past 64 KiB
+	var b strings.Builder
+	for i := range n {
+		ck.set(time.UnixMilli(base + int64(i)))
+		b.Reset()
+		fmt.Fprintf(&b, "%d\n", i)
+		mustWrite(t, w, []byte(b.String()))
+	}
+	if fi, err := os.Stat(filepath.Join(dir, ".stdout.log.1.time")); err != nil || fi.Size() <= timesChunk {
+		t.Fatalf("the times: %v, %v; want more than a chunk", fi, err)
+	}
+	got := linesAt(t, dir)
+	if len(got) != n {
+		t.Fatalf("%d lines, want %d", len(got), n)
+	}
+	for i, l := range got {
+		if l.ms != base+int64(i) {
+			t.Fatalf("line %d has time %d, want %d", i, l.ms, base+int64(i))
+		}
+	}
+}
+
 // stampedSize is the size of the times of a stream written as writes of
 // line each, at ms milliseconds apart.
 func stampedSize(t *testing.T, writes int, line string, ms int64) (data, times int64) {
