@@ -12,11 +12,22 @@ RAPID_CHECKS ?= 5000
 # What `tether version` says: the commit, from git (empty outside a clone:
 # the binary then says what the Go build information holds).
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
+# Where make install puts things: DESTDIR (a staging root, empty for the
+# host) then PREFIX. The unit goes where systemd reads an administrator's
+# units; /etc/tether is the agent's --config-dir.
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+BINDIR     ?= $(PREFIX)/bin
+MANDIR     ?= $(PREFIX)/share/man
+UNITDIR    ?= /etc/systemd/system
+SYSCONFDIR ?= /etc
+# The manual pages, written by the binary from its own tables (make man).
+MAN_OUT    ?= $(dir $(BIN))man
 
-.PHONY: help build test test-e2e-agent test-long test-cluster bench-cluster fmt lint vet proptest bench bench-quick demo mutants clean
+.PHONY: help build man install test test-e2e-agent test-long test-cluster bench-cluster fmt lint vet proptest bench bench-quick demo mutants clean
 
 help:
-	@echo "build | test | test-e2e-agent | test-long | test-cluster | bench-cluster | fmt | lint | proptest | bench | bench-quick | demo | mutants | clean"
+	@echo "build | man | install | test | test-e2e-agent | test-long | test-cluster | bench-cluster | fmt | lint | proptest | bench | bench-quick | demo | mutants | clean"
 
 # Static binaries (no cgo: os/user and net in pure Go): the CLI, its
 # executor and its init shim are tether, started three times a task, and
@@ -27,6 +38,39 @@ help:
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/tether
 	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(VERSION)" -o $(FLEET_BIN) ./cmd/tether-fleet
+
+# The manual pages, tether(1) and tether-COMMAND(1), written by the built
+# binary from the tables its parser uses (the command table, each
+# command's flags, its help text): roff, no pandoc or go-md2man. Needs a
+# build (make build), not a Go toolchain.
+man:
+	@test -x $(BIN) || { echo "$(BIN) is missing: run make build first"; exit 1; }
+	rm -rf $(MAN_OUT)
+	$(BIN) man $(MAN_OUT)
+
+# install puts the built binaries (make build first: install needs no Go
+# toolchain, so that `sudo make install` works), the manual pages, the
+# systemd unit (its ExecStart naming BINDIR) and the agent's config
+# directory (/etc/tether: the agent insists it be owned by root or its
+# user and writable by no one else; an existing one is left as it is)
+# under DESTDIR and PREFIX. It enables nothing: systemctl daemon-reload
+# and systemctl enable --now tether-agent do (README.md, "Starting the
+# agent at boot"). A store that root kept in its home before the system
+# state directory (/var/lib/tether) is said, not moved.
+install: man
+	@test -x $(FLEET_BIN) || { echo "$(FLEET_BIN) is missing: run make build first"; exit 1; }
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(UNITDIR)
+	install -m 0755 $(BIN) $(FLEET_BIN) $(DESTDIR)$(BINDIR)/
+	install -m 0644 $(MAN_OUT)/*.1 $(DESTDIR)$(MANDIR)/man1/
+	sed 's|/usr/local/bin/tether|$(BINDIR)/tether|g' examples/tether-agent.service > $(DESTDIR)$(UNITDIR)/tether-agent.service.new
+	chmod 0644 $(DESTDIR)$(UNITDIR)/tether-agent.service.new
+	mv $(DESTDIR)$(UNITDIR)/tether-agent.service.new $(DESTDIR)$(UNITDIR)/tether-agent.service
+	test -d $(DESTDIR)$(SYSCONFDIR)/tether || install -d -m 0755 $(DESTDIR)$(SYSCONFDIR)/tether
+	@old=$$(getent passwd root | cut -d: -f6)/.local/state/tether; \
+	if [ -z "$(DESTDIR)" ] && [ -e "$$old/tether.db" ]; then \
+		echo "note: $$old holds the store root used before; tether-agent.service serves /var/lib/tether."; \
+		echo "  Its tasks live on there: tether --state-dir $$old status lists them; stop them (or re-enable their files) before removing it."; \
+	fi
 
 # The race detector randomizes goroutine scheduling, so the property
 # harness's determinism test runs once more without it.

@@ -55,7 +55,9 @@
 // StartNamed refuses a second live task of a name (ErrNameTaken) or
 // replaces the first; RestartTask stops a task and starts its spec again.
 // A per-name lock file orders these across processes, and the log links a
-// replaced task and its replacement (names.go).
+// replaced task and its replacement (names.go); WaitNameFree waits out a
+// restart or replacement holding it. PickTarget extends the rules to the
+// words a command takes several of: a task, else JOB.GROUP, else a job.
 //
 // # Usage
 //

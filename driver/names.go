@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -42,12 +43,22 @@ type NameError struct {
 	// Tasks are the live tasks of the name (ErrAmbiguous, ErrNameTaken).
 	Tasks []fsm.Task
 	Err   error
+	// Targets: the name was looked up as a task, a group and a job
+	// (PickTarget), not as a task alone.
+	Targets bool
+	// Why says what is ambiguous when Tasks does not (a JOB.GROUP that
+	// splits two ways).
+	Why string
 }
 
 func (e *NameError) Error() string {
 	switch {
+	case errors.Is(e.Err, ErrUnknownTask) && e.Targets:
+		return fmt.Sprintf("%v: no task, group (JOB.GROUP) or job has the id or name %q", e.Err, e.Name)
 	case errors.Is(e.Err, ErrUnknownTask):
 		return fmt.Sprintf("%v: no task has the id or name %q", e.Err, e.Name)
+	case e.Why != "":
+		return fmt.Sprintf("%v: %q %s", e.Err, e.Name, e.Why)
 	case len(e.Tasks) == 0:
 		return fmt.Sprintf("task name %q: %v", e.Name, e.Err)
 	}
@@ -104,6 +115,165 @@ func sortByCreation(ts []fsm.Task) {
 	slices.SortFunc(ts, func(a, b fsm.Task) int {
 		return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), cmp.Compare(a.ID, b.ID))
 	})
+}
+
+// Targets. A command that acts on tasks (stop, restart, signal, logs,
+// events, wait) takes words that each stand for one task or several, by
+// these rules, in order:
+//
+//  5. a word that stands for a task by rules 1 to 4 stands for it;
+//  6. else JOB.GROUP stands for the tasks of group GROUP of job JOB (the
+//     job file's names: Spec.Job, Spec.Group);
+//  7. else JOB stands for the tasks of every group of job JOB.
+//
+// A group or a job stands for the tasks of its live allocations (an
+// allocation with a task not ended: all its tasks, a prestart task that
+// has completed among them), and with none live, for the most recent
+// task of each of its task names (rule 4, name by name). Within an
+// allocation a name stands for its live task, else its most recent one
+// (a task restarted in its allocation leaves its ended predecessor).
+
+// TargetKind is what a word stands for: a task, a group or a job.
+type TargetKind uint8
+
+// The kinds of target, in the order the rules try them.
+const (
+	TargetTask TargetKind = iota + 1
+	TargetGroup
+	TargetJob
+)
+
+func (k TargetKind) String() string {
+	switch k {
+	case TargetTask:
+		return "task"
+	case TargetGroup:
+		return "group"
+	case TargetJob:
+		return "job"
+	}
+	return "target(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Target is what a word stands for.
+type Target struct {
+	Kind TargetKind
+	// Job and Group name a group (both) or a job (Job alone).
+	Job, Group string
+	// Tasks are the tasks it stands for, oldest first: one for a task.
+	Tasks []fsm.Task
+}
+
+// PickTarget applies rules 1 to 7 to tasks (every task of the store, ended
+// ones included): the task with the id arg, else the task named arg, else
+// the group JOB.GROUP, else the job arg. An ambiguous task name is an
+// error (ErrAmbiguous) as for PickNamed, and so is a JOB.GROUP that names
+// two groups (job "a" group "b.c", and job "a.b" group "c"); a word that
+// stands for nothing is ErrUnknownTask, in a *NameError whose message
+// says that no task, group or job has it.
+func PickTarget(tasks []fsm.Task, arg string) (Target, error) {
+	if arg == "" {
+		return Target{}, &NameError{Name: arg, Err: ErrUnknownTask, Targets: true}
+	}
+	for _, t := range tasks {
+		if t.ID == arg {
+			return Target{Kind: TargetTask, Tasks: []fsm.Task{t}}, nil
+		}
+	}
+	t, err := PickNamed(tasks, arg)
+	if err == nil {
+		return Target{Kind: TargetTask, Tasks: []fsm.Task{t}}, nil
+	}
+	if !errors.Is(err, ErrUnknownTask) {
+		return Target{}, err
+	}
+	var groups []Target
+	for i := 0; i < len(arg); i++ {
+		if arg[i] != '.' {
+			continue
+		}
+		job, group := arg[:i], arg[i+1:]
+		var of []fsm.Task
+		for _, t := range tasks {
+			if t.Spec != nil && t.Spec.Job == job && t.Spec.Group == group && job != "" {
+				of = append(of, t)
+			}
+		}
+		if len(of) > 0 {
+			groups = append(groups, Target{Kind: TargetGroup, Job: job, Group: group, Tasks: of})
+		}
+	}
+	switch len(groups) {
+	case 1:
+		g := groups[0]
+		g.Tasks, err = members(g.Tasks)
+		return g, err
+	case 0:
+	default:
+		why := "splits into several JOB.GROUP:"
+		for _, g := range groups {
+			why += fmt.Sprintf(" job %q group %q", g.Job, g.Group)
+		}
+		return Target{}, &NameError{Name: arg, Err: ErrAmbiguous, Why: why + "; give a task's name or id"}
+	}
+	var of []fsm.Task
+	for _, t := range tasks {
+		if t.Spec != nil && t.Spec.Job == arg {
+			of = append(of, t)
+		}
+	}
+	if len(of) == 0 {
+		return Target{}, &NameError{Name: arg, Err: ErrUnknownTask, Targets: true}
+	}
+	ts, err := members(of)
+	return Target{Kind: TargetJob, Job: arg, Tasks: ts}, err
+}
+
+// members picks the tasks a group's or a job's tasks stand for (rules 6
+// and 7): those of its live allocations, else the most recent of each
+// name; oldest first.
+func members(tasks []fsm.Task) ([]fsm.Task, error) {
+	allocOf := func(t fsm.Task) string {
+		if t.Spec != nil && t.Spec.Alloc != nil {
+			return t.Spec.Alloc.ID
+		}
+		return t.ID // a task of no allocation is one of its own
+	}
+	live := map[string]bool{}
+	for _, t := range tasks {
+		if !t.State.Terminal() {
+			live[allocOf(t)] = true
+		}
+	}
+	// The tasks to pick among, by the name rules: each live allocation's
+	// apart, or all of them when none is live.
+	pools := map[string][]fsm.Task{}
+	for _, t := range tasks {
+		switch a := allocOf(t); {
+		case len(live) == 0:
+			pools[""] = append(pools[""], t)
+		case live[a]:
+			pools[a] = append(pools[a], t)
+		}
+	}
+	var out []fsm.Task
+	for _, pool := range pools {
+		seen := map[string]bool{}
+		for _, t := range pool {
+			name := t.Spec.Name
+			if seen[name] {
+				continue
+			}
+			seen[name] = true
+			picked, err := PickNamed(pool, name)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, picked)
+		}
+	}
+	sortByCreation(out)
+	return out, nil
 }
 
 // Resolve returns the task that arg stands for: the task with that id,
@@ -349,7 +519,29 @@ func (d *Driver) promisedSuccessor(ctx context.Context, id string) (string, erro
 // interrupted, so it runs in a goroutine that lets go of the lock at once
 // if it gets it after the caller gave up.
 func (d *Driver) lockName(ctx context.Context, name string) (func(), error) {
-	l := statedir.Layout{Dir: d.cfg.StateDir}
+	return lockName(ctx, d.cfg.StateDir, name)
+}
+
+// WaitNameFree waits until no start, restart or replacement of the task
+// name (in any process: the agent's, a CLI's) holds the name's lock, or
+// until ctx ends. Those hold it from before they stop the task they
+// replace until the new task is recorded, so a reader that saw a task of
+// the name end and then gets past WaitNameFree finds the task that
+// replaced it in the store, if one did (tether logs -f follows a name
+// across a restart so).
+func WaitNameFree(ctx context.Context, stateDir, name string) error {
+	unlock, err := lockName(ctx, stateDir, name)
+	if err != nil {
+		return err
+	}
+	unlock()
+	return nil
+}
+
+// lockName takes the lock of name in the state directory stateDir (see
+// Driver.lockName).
+func lockName(ctx context.Context, stateDir, name string) (func(), error) {
+	l := statedir.Layout{Dir: stateDir}
 	if err := os.Mkdir(l.Names(), 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("driver: name locks: %w", err)
 	}

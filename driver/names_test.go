@@ -1,9 +1,12 @@
 package driver
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -226,5 +229,136 @@ func TestRestartTask_StopsThenStartsTheSameSpec(t *testing.T) {
 	}
 	if _, err := d.StopTask(ctx, "web-3", 0, 0); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// inGroup is a task of job job, group group, allocation alloc.
+func inGroup(id, name, job, group, alloc string, state fsm.State, created int64) fsm.Task {
+	return fsm.Task{ID: id, State: state, CreatedAt: created,
+		Spec: &fsm.Spec{Name: name, Job: job, Group: group, Alloc: &fsm.Alloc{ID: alloc}}}
+}
+
+func ids(ts []fsm.Task) []string {
+	var out []string
+	for _, t := range ts {
+		out = append(out, t.ID)
+	}
+	return out
+}
+
+// Rules 5 to 7, in order: a task (by id, then by name), then JOB.GROUP,
+// then a job; each row also names a word that a later rule would take
+// differently, so that an order changed is caught.
+func TestPickTarget_TaskThenGroupThenJob(t *testing.T) {
+	tasks := []fsm.Task{
+		// Job "app": group "api" (a prestart task that completed, and the
+		// server), and group "web" whose task is named "app" too.
+		inGroup("init-1", "init", "app", "api", "a1", fsm.StateExited, 1),
+		inGroup("server-1", "server", "app", "api", "a1", fsm.StateRunning, 2),
+		inGroup("app-1", "app", "app", "web", "a2", fsm.StateRunning, 3),
+		// A lone task named like the job's group "app.api".
+		named("lone-1", "app.api", fsm.StateRunning, 4),
+		// Job "db": ended allocations only, its task restarted in its
+		// allocation once, then started again in a new one.
+		inGroup("pg-1", "pg", "db", "main", "d1", fsm.StateStopped, 5),
+		inGroup("pg-2", "pg", "db", "main", "d1", fsm.StateStopped, 6),
+		inGroup("pg-3", "pg", "db", "main", "d2", fsm.StateExited, 7),
+		// Job "svc": group "web" with count 2 live, one copy's task
+		// restarted in its allocation (the ended one is left out).
+		inGroup("w0-1", "web[0]", "svc", "web", "s1", fsm.StateStopped, 8),
+		inGroup("w0-2", "web[0]", "svc", "web", "s1", fsm.StateRunning, 9),
+		inGroup("w1-1", "web[1]", "svc", "web", "s2", fsm.StateRunning, 10),
+		inGroup("old-1", "web", "svc", "web", "s0", fsm.StateExited, 0),
+	}
+	for _, c := range []struct {
+		arg   string
+		kind  TargetKind
+		job   string
+		group string
+		want  []string
+	}{
+		{"server-1", TargetTask, "", "", []string{"server-1"}}, // an id
+		{"app", TargetTask, "", "", []string{"app-1"}},         // a task's name before the job "app"
+		{"app.api", TargetTask, "", "", []string{"lone-1"}},    // a task's name before the group
+		{"app.web", TargetGroup, "app", "web", []string{"app-1"}},
+		{"db", TargetJob, "db", "", []string{"pg-3"}},                    // none live: each name's latest
+		{"db.main", TargetGroup, "db", "main", []string{"pg-3"}},         // the same, for the group
+		{"svc", TargetJob, "svc", "", []string{"w0-2", "w1-1"}},          // live allocations only
+		{"svc.web", TargetGroup, "svc", "web", []string{"w0-2", "w1-1"}}, // the same, for the group
+		{"pg", TargetTask, "", "", []string{"pg-3"}},                     // a name: its latest task
+		{"web[0]", TargetTask, "", "", []string{"w0-2"}},                 // a copy's name
+		{"server", TargetTask, "", "", []string{"server-1"}},             // a task of a group, by name
+	} {
+		got, err := PickTarget(tasks, c.arg)
+		if err != nil || got.Kind != c.kind || got.Job != c.job || got.Group != c.group || !slices.Equal(ids(got.Tasks), c.want) {
+			t.Errorf("PickTarget(%q) = %v %q.%q %v, %v; want %v %q.%q %v", c.arg, got.Kind, got.Job, got.Group, ids(got.Tasks), err, c.kind, c.job, c.group, c.want)
+		}
+	}
+	// A live group: every task of its live allocation, the completed
+	// prestart task among them. Without the lone "app.api" task, the word
+	// is the group's.
+	got, err := PickTarget(slices.DeleteFunc(slices.Clone(tasks), func(t fsm.Task) bool { return t.ID == "lone-1" }), "app.api")
+	if err != nil || got.Kind != TargetGroup || !slices.Equal(ids(got.Tasks), []string{"init-1", "server-1"}) {
+		t.Errorf("app.api without the lone task: %v %v, %v; want the group's init-1 and server-1", got.Kind, ids(got.Tasks), err)
+	}
+	// The job "app" once its task named "app" is gone: the job, every
+	// task of its live allocations.
+	got, err = PickTarget(slices.DeleteFunc(slices.Clone(tasks), func(t fsm.Task) bool { return t.ID == "app-1" }), "app")
+	if err != nil || got.Kind != TargetJob || !slices.Equal(ids(got.Tasks), []string{"init-1", "server-1"}) {
+		t.Errorf("app without its task named app: %v %v, %v; want the job's init-1 and server-1", got.Kind, ids(got.Tasks), err)
+	}
+	for _, arg := range []string{"nothing", "", "app.", ".api", "app.nothing", "db.main.x"} {
+		_, err := PickTarget(tasks, arg)
+		var ne *NameError
+		if !errors.Is(err, ErrUnknownTask) || !errors.As(err, &ne) || !strings.Contains(err.Error(), "no task, group (JOB.GROUP) or job") {
+			t.Errorf("PickTarget(%q): %v, want ErrUnknownTask naming tasks, groups and jobs", arg, err)
+		}
+	}
+}
+
+// A JOB.GROUP that splits two ways is ambiguous; a name of two live
+// tasks is ambiguous as for PickNamed, inside a group too.
+func TestPickTarget_AmbiguousSplitsAndNames(t *testing.T) {
+	tasks := []fsm.Task{
+		inGroup("x-1", "x", "a", "b.c", "1", fsm.StateRunning, 1),
+		inGroup("y-1", "y", "a.b", "c", "2", fsm.StateRunning, 2),
+		named("z-1", "z", fsm.StateRunning, 3),
+		named("z-2", "z", fsm.StateRunning, 4),
+	}
+	if _, err := PickTarget(tasks, "a.b.c"); !errors.Is(err, ErrAmbiguous) || !strings.Contains(err.Error(), `job "a" group "b.c"`) || !strings.Contains(err.Error(), `job "a.b" group "c"`) {
+		t.Errorf("a.b.c: %v, want an ambiguity naming both splits", err)
+	}
+	if _, err := PickTarget(tasks, "z"); !errors.Is(err, ErrAmbiguous) {
+		t.Errorf("z: %v, want ErrAmbiguous", err)
+	}
+	if got, err := PickTarget(tasks, "a.b"); err != nil || got.Kind != TargetJob || !slices.Equal(ids(got.Tasks), []string{"y-1"}) {
+		t.Errorf("a.b: %v %v, %v; want the job a.b", got.Kind, ids(got.Tasks), err)
+	}
+}
+
+// WaitNameFree waits for the name's lock: while a start or restart of the
+// name holds it, a wait ends only with its context; once it is let go
+// of, the wait returns at once.
+func TestWaitNameFree_WaitsForTheNamesLock(t *testing.T) {
+	dir := stateDir(t)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := lockName(ctxT(t), dir, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctxT(t))
+	cancel()
+	if err := WaitNameFree(ctx, dir, "web"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("WaitNameFree while the lock is held: %v, want it to wait until its context ends", err)
+	}
+	// Another name's lock is another file.
+	if err := WaitNameFree(ctxT(t), dir, "db"); err != nil {
+		t.Fatalf("WaitNameFree of another name: %v", err)
+	}
+	unlock()
+	if err := WaitNameFree(ctxT(t), dir, "web"); err != nil {
+		t.Fatalf("WaitNameFree once the lock is let go of: %v", err)
 	}
 }

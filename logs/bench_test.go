@@ -4,7 +4,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -119,3 +121,94 @@ func benchDir(b *testing.B) string {
 // copies through user space.
 type onlyReader struct{ io.Reader }
 type onlyWriter struct{ io.Writer }
+
+// BenchmarkTimes measures what keeping times (times.go) costs a task's
+// output, each shape untimed and timed in one run, the timed row reported
+// as a multiple of its untimed one (x-untimed):
+//
+//	pipe-64KiB     1 MiB per op through a pipe and Copy, 64 KiB a read
+//	               (a task writing in bulk): a record a millisecond
+//	lines-80B      80-byte lines, one Write each, straight to the Writer
+//	               (a chatty task whose every line is read alone), with
+//	               the real clock: a record a millisecond at most
+//	lines-80B-1ms  the same with a clock that moves a millisecond at
+//	               each Write: a record every line, the worst case (its
+//	               cost per line is what a line read alone, a millisecond
+//	               after the one before, pays)
+//
+// Files on a tmpfs when the benchmark runs as root (benchDir), 10 files of
+// 10 MB.
+func BenchmarkTimes(b *testing.B) {
+	chunk, _ := linesOf(0, 64<<10)
+	chunk = chunk[:64<<10]
+	line := []byte(strings.Repeat("l", 79) + "\n")
+	perOp := map[string]float64{}
+	open := func(b *testing.B, untimed bool) *Writer {
+		w, err := Open(benchDir(b), "stdout.log", DefaultConfig(), Options{Untimed: untimed})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { w.Close() })
+		return w
+	}
+	report := func(b *testing.B, shape string, untimed bool) {
+		ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+		if untimed {
+			perOp[shape] = ns
+		} else if base := perOp[shape]; base > 0 {
+			b.ReportMetric(ns/base, "x-untimed")
+		}
+	}
+	for _, untimed := range []bool{true, false} {
+		name := map[bool]string{true: "untimed", false: "timed"}[untimed]
+		b.Run("pipe-64KiB/"+name, func(b *testing.B) {
+			w := open(b, untimed)
+			r, pw, err := os.Pipe()
+			if err != nil {
+				b.Fatal(err)
+			}
+			go func() {
+				defer pw.Close()
+				for range b.N * (MB / len(chunk)) {
+					if _, err := pw.Write(chunk); err != nil {
+						return
+					}
+				}
+			}()
+			b.SetBytes(MB)
+			b.ResetTimer()
+			n, err := Copy(w, r)
+			b.StopTimer()
+			r.Close()
+			if err != nil || n != int64(b.N)*MB {
+				b.Fatalf("copied %d bytes (%v)", n, err)
+			}
+			report(b, "pipe", untimed)
+		})
+	}
+	for _, stepped := range []bool{false, true} {
+		shape := "lines-80B"
+		if stepped {
+			shape += "-1ms"
+		}
+		for _, untimed := range []bool{true, false} {
+			name := map[bool]string{true: "untimed", false: "timed"}[untimed]
+			b.Run(shape+"/"+name, func(b *testing.B) {
+				w := open(b, untimed)
+				if stepped {
+					t := time.Now()
+					w.now = func() time.Time { t = t.Add(time.Millisecond); return t }
+				}
+				b.SetBytes(int64(len(line)))
+				b.ResetTimer()
+				for range b.N {
+					if _, err := w.Write(line); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				report(b, shape, untimed)
+			})
+		}
+	}
+}

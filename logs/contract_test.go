@@ -46,6 +46,14 @@ import (
 //	Close writes a pending note; writes
 //	  after Close are ErrClosed           TestWriter_FullDiskKeepsWhatItWrote, TestWriter_Disabled
 //	refuses what is not its own file      TestWriter_RefusesWhatIsNotItsFile
+//	each line the time its first byte
+//	  was read, to the millisecond, across
+//	  rotations and reopens; times go
+//	  with their files                    TestLines_EachLineHasTheTimeItsFirstByteWasRead, TestLines_TimesFollowRotationAndReopen, TestLines_LineCutByRotationKeepsItsFirstTime
+//	a torn record cut, output without
+//	  times has none; times stay small    TestLines_TornTimesCutOnReopen, TestLines_UntimedOutputHasNoTime, TestLines_TimesStaySmall
+//	lines held until ended, followed as
+//	  written                             TestLines_HoldsALineUntilItEnds, TestFollowLines_AsWritten
 //	config and names validated            TestConfig_Validate
 
 // TestWriter_KeepsExactlyMaxFiles: after each rotation the stream has

@@ -26,6 +26,10 @@ type Cursor struct {
 
 	scanned int64 // bytes read backwards by SeekLines
 
+	// lines cuts what is read into lines with their times (ReadLines);
+	// nil until then.
+	lines *lineSink
+
 	// hook, in tests, runs at named points where a rotation may come:
 	// "check", between reading a file to its end and checking whether it
 	// is still the live file; "oldest", between opening the live file and
@@ -46,6 +50,7 @@ func NewCursor(dir, name string) (*Cursor, error) {
 // Close closes the file the cursor holds.
 func (c *Cursor) Close() error {
 	c.setFile(nil, 0, 0)
+	c.lines.close()
 	return nil
 }
 
@@ -85,6 +90,13 @@ func (c *Cursor) Copy(w io.Writer) (int64, error) {
 
 // drain copies the rest of the cursor's file to w.
 func (c *Cursor) drain(w io.Writer) (int64, error) {
+	if k, ok := w.(*lineSink); ok {
+		off, err := c.f.Seek(0, io.SeekCurrent)
+		if err != nil {
+			return 0, fmt.Errorf("logs: %w", err)
+		}
+		k.at(c.idx, uint64(off))
+	}
 	n, err := io.Copy(w, c.f)
 	if err != nil {
 		return n, fmt.Errorf("logs: copying %s: %w", c.name(), err)
@@ -261,6 +273,9 @@ func (c *Cursor) openLast() (*os.File, fs.FileInfo, uint64, error) {
 // Copy returns only what is written from now on.
 func (c *Cursor) SeekEnd() error {
 	c.setFile(nil, 0, 0)
+	if c.lines != nil {
+		c.lines.reset()
+	}
 	f, fi, idx, err := c.openLast()
 	if isNotExist(err) {
 		return nil // nothing written yet: all of it will be new
@@ -288,6 +303,9 @@ func (c *Cursor) SeekLines(n int) error {
 		return c.SeekEnd()
 	}
 	c.setFile(nil, 0, 0)
+	if c.lines != nil {
+		c.lines.reset()
+	}
 	f, fi, idx, err := c.openLast()
 	if isNotExist(err) {
 		return nil

@@ -206,7 +206,12 @@ func TestFollow_WithoutInotify(t *testing.T) {
 	seen := newProgress(data)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- follow(ctx, c, seen, false) }()
+	go func() {
+		done <- follow(ctx, c, func() error {
+			_, err := c.Copy(seen)
+			return err
+		}, false)
+	}()
 	// Write in two halves, the second only once the first was followed, so
 	// that the polling follower crosses the rotations as it goes.
 	half := len(data) / 2

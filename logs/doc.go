@@ -13,6 +13,8 @@
 //	                     file keeps its number until it is deleted
 //	.stdout.log.live     a symlink naming the live file's number and inode
 //	.stdout.log.new      the next live file, during a rotation
+//	.stdout.log.N.time   when the lines of file N (rotated, or live: its
+//	                     number is the one it will have) were read
 //
 // At most max_files files are kept, the live file included: a rotation
 // deletes the oldest beyond that. A rotation links the live file to its
@@ -46,6 +48,18 @@
 // is written where the output went missing. The writer never deletes
 // retained output to make room.
 //
+// # Times
+//
+// The writer records when each line was read from the task's pipe: the
+// time its first byte reached Write (the copier's read), to the
+// millisecond, in the sidecar of the file it went to (times.go has the
+// format). A record is written only where a line starts in another
+// millisecond than the last record's, ahead of the output it stamps, so
+// that a reader that sees a line sees its time: a task writing in bulk
+// pays nothing measurable, one whose every line is read alone a
+// millisecond apart one small write per line (BenchmarkTimes). A sidecar
+// goes with its file when rotation deletes it.
+//
 // # Reading
 //
 // A Cursor reads a stream's files in order, holding the file it reads
@@ -72,6 +86,14 @@
 //	defer c.Close()
 //	err = c.SeekLines(10)                       // tail -n 10
 //	err = logs.Follow(ctx, c, os.Stdout)        // until ctx is done
+//
+// Line by line, each with the time it was read (tether logs --timestamps,
+// and the merge of several streams in time order):
+//
+//	err = logs.FollowLines(ctx, c, func(l logs.Line) error {
+//		fmt.Printf("%s %s", l.Time.Format(time.RFC3339Nano), l.Text)
+//		return nil
+//	})
 //
 // A disabled Config (logs { disabled = true }) makes a Writer that
 // discards everything; an executor may as well give the task /dev/null.

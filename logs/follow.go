@@ -22,10 +22,15 @@ const pollEvery = 250 * time.Millisecond
 // than the retained files; the cursor is past the gap, and calling Follow
 // again goes on from there.
 func Follow(ctx context.Context, c *Cursor, w io.Writer) error {
-	return follow(ctx, c, w, true)
+	return follow(ctx, c, func() error {
+		_, err := c.Copy(w)
+		return err
+	}, true)
 }
 
-func follow(ctx context.Context, c *Cursor, w io.Writer, inotify bool) error {
+// follow calls read (which reads the cursor to the stream's end) whenever
+// the stream may have grown, until ctx is done; then once more.
+func follow(ctx context.Context, c *Cursor, read func() error, inotify bool) error {
 	var wake <-chan struct{}
 	if inotify {
 		wk, stop, err := watchDir(c.s.dir)
@@ -44,13 +49,12 @@ func follow(ctx context.Context, c *Cursor, w io.Writer, inotify bool) error {
 	for {
 		// The watch is in place before each look, so a change after the
 		// look wakes the next one.
-		if _, err := c.Copy(w); err != nil {
+		if err := read(); err != nil {
 			return err
 		}
 		select {
 		case <-ctx.Done():
-			_, err := c.Copy(w)
-			return err
+			return read()
 		case _, ok := <-wake:
 			if !ok { // the watch failed: look every pollEvery from now on
 				wake, tick = nil, ticker.C

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
@@ -23,6 +26,9 @@ type Options struct {
 	// Logger receives warnings about dropped output and failed rotations;
 	// nil discards them.
 	Logger hclog.Logger
+	// Untimed keeps no times: no sidecar records when each line was read
+	// (see times.go). For a benchmark's comparison; every task keeps them.
+	Untimed bool
 }
 
 // Stats counts what a Writer did with its input.
@@ -55,6 +61,9 @@ type Writer struct {
 	pending  uint64   // bytes dropped since the last note
 	dropErr  error    // why the drops since the last note began
 	closed   bool
+	untimed  bool     // keep no times (Options.Untimed)
+	times    *stamper // the live file's times; nil when none are kept
+	now      func() time.Time
 
 	written, dropped, rotations, index atomic.Uint64
 }
@@ -73,7 +82,7 @@ func Open(dir, name string, cfg Config, opts Options) (*Writer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	w := &Writer{s: s, cfg: cfg, max: maxFileSize(cfg), log: opts.Logger, lineEnd: true}
+	w := &Writer{s: s, cfg: cfg, max: maxFileSize(cfg), log: opts.Logger, lineEnd: true, untimed: opts.Untimed, now: time.Now}
 	if w.log == nil {
 		w.log = hclog.NewNullLogger()
 	}
@@ -174,17 +183,67 @@ func (w *Writer) reopen() error {
 	}
 	// Delete what is beyond max_files now (the limit may have shrunk).
 	limit := int64(idx) - int64(w.cfg.MaxFiles)
+	timed := map[uint64]bool{idx: true} // the files whose times are kept
 	for _, i := range rot {
 		if int64(i) > limit {
-			w.oldest = i
-			break
+			if w.oldest == 0 {
+				w.oldest = i
+			}
+			timed[i] = true
+			continue
 		}
-		if err := os.Remove(w.s.rotated(i)); err != nil && !isNotExist(err) {
-			w.log.Warn("cannot delete "+w.s.rotatedName(i), "err", err)
+		w.remove(i)
+	}
+	if !w.untimed {
+		w.removeStrayTimes(timed)
+		st, err := openStamper(w.s, idx, created, w.own)
+		if err != nil {
+			w.log.Warn("cannot keep the times of "+w.s.name+"; its lines have none", "err", err)
 		}
+		w.times = st
 	}
 	ok = true
 	return nil
+}
+
+// remove deletes rotated file i and its times.
+func (w *Writer) remove(i uint64) {
+	if err := os.Remove(w.s.rotated(i)); err != nil && !isNotExist(err) {
+		w.log.Warn("cannot delete "+w.s.rotatedName(i), "err", err)
+	}
+	if err := os.Remove(w.s.times(i)); err != nil && !isNotExist(err) {
+		w.log.Warn("cannot delete "+w.s.timesName(i), "err", err)
+	}
+}
+
+// removeStrayTimes deletes the times of files that are gone (a crash
+// between a file's deletion and its times').
+func (w *Writer) removeStrayTimes(kept map[uint64]bool) {
+	d, err := os.Open(w.s.dir)
+	if err != nil {
+		return
+	}
+	names, err := d.Readdirnames(-1)
+	_ = d.Close()
+	if err != nil {
+		return
+	}
+	prefix := "." + w.s.name + "."
+	for _, n := range names {
+		digits, ok := strings.CutPrefix(n, prefix)
+		if !ok {
+			continue
+		}
+		digits, ok = strings.CutSuffix(digits, ".time")
+		if !ok {
+			continue
+		}
+		if i, err := strconv.ParseUint(digits, 10, 64); err == nil && !kept[i] {
+			if err := os.Remove(w.s.dir + "/" + n); err != nil && !isNotExist(err) {
+				w.log.Warn("cannot delete "+n, "err", err)
+			}
+		}
+	}
 }
 
 // endsLine reports whether the stream's last byte on disk ends a line.
@@ -269,11 +328,12 @@ func (w *Writer) Write(p []byte) (int, error) {
 	if w.cfg.Disabled || len(p) == 0 {
 		return len(p), nil
 	}
-	if w.pending > 0 && !w.writeNote() {
+	now := w.now() // when the copier read p: its lines' time
+	if w.pending > 0 && !w.writeNote(now) {
 		w.drop(uint64(len(p)), nil)
 		return len(p), nil
 	}
-	n, err := w.emit(p)
+	n, err := w.emit(p, now)
 	w.written.Add(uint64(n))
 	if err != nil {
 		w.drop(uint64(len(p)-n), err)
@@ -281,8 +341,9 @@ func (w *Writer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// emit writes p, rotating at the bound, and stops at the first failure.
-func (w *Writer) emit(p []byte) (int, error) {
+// emit writes p, read at now, rotating at the bound, and stops at the
+// first failure.
+func (w *Writer) emit(p []byte, now time.Time) (int, error) {
 	total := 0
 	for len(p) > 0 {
 		room := max(w.max-w.size, 0)
@@ -303,6 +364,7 @@ func (w *Writer) emit(p []byte) (int, error) {
 			}
 		}
 		if cut > 0 {
+			w.stampLines(p[:cut], now)
 			n, err := w.f.Write(p[:cut])
 			w.size += int64(n)
 			if n > 0 {
@@ -322,6 +384,23 @@ func (w *Writer) emit(p []byte) (int, error) {
 		}
 	}
 	return total, nil
+}
+
+// stampLines records when the first line that starts in p (the next bytes
+// of the live file) was read, ahead of writing p (see times.go).
+func (w *Writer) stampLines(p []byte, now time.Time) {
+	if w.times == nil {
+		return
+	}
+	start := -1
+	if w.lineEnd {
+		start = 0
+	} else if i := bytes.IndexByte(p, '\n'); i >= 0 && i+1 < len(p) {
+		start = i + 1
+	}
+	if start >= 0 {
+		w.times.stamp(uint64(w.size)+uint64(start), now)
+	}
 }
 
 // rotate makes the live file rotated file w.idx and a fresh file live.
@@ -347,14 +426,27 @@ func (w *Writer) rotate() error {
 		_ = os.Remove(w.s.next())
 		return wrap("creating the next file", err)
 	}
+	// The fresh file's times are in place before it is live.
+	var nt *stamper
+	if !w.untimed {
+		if nt, err = openStamper(w.s, w.idx+1, true, w.own); err != nil {
+			w.log.Warn("cannot keep the times of "+w.s.name+"; its lines have none", "err", err)
+		}
+	}
+	dropNext := func() {
+		_ = nf.Close()
+		_ = os.Remove(w.s.next())
+		if nt != nil {
+			nt.close()
+			_ = os.Remove(w.s.times(w.idx + 1))
+		}
+	}
 	keep := w.cfg.MaxFiles > 1
 	// Delete beyond max_files first, so that the stream never has more.
 	if keep && w.idx+1 > uint64(w.cfg.MaxFiles) {
 		limit := w.idx + 1 - uint64(w.cfg.MaxFiles)
 		for ; w.oldest != 0 && w.oldest <= limit && w.oldest < w.idx; w.oldest++ {
-			if err := os.Remove(w.s.rotated(w.oldest)); err != nil && !isNotExist(err) {
-				w.log.Warn("cannot delete "+w.s.rotatedName(w.oldest), "err", err)
-			}
+			w.remove(w.oldest)
 		}
 	}
 	switch {
@@ -375,8 +467,7 @@ func (w *Writer) rotate() error {
 		}
 	}
 	if err != nil {
-		_ = nf.Close()
-		_ = os.Remove(w.s.next())
+		dropNext()
 		return wrap("renaming", err)
 	}
 	if keep && w.oldest == 0 {
@@ -385,6 +476,11 @@ func (w *Writer) rotate() error {
 	if err := w.f.Close(); err != nil {
 		w.log.Debug("closing the rotated "+w.s.rotatedName(w.idx), "err", err)
 	}
+	w.times.close()
+	if !keep {
+		_ = os.Remove(w.s.times(w.idx)) // its file is gone
+	}
+	w.times = nt
 	w.f, w.ino, w.size = nf, inoOf(nfi), 0
 	w.idx++
 	w.index.Store(w.idx)
@@ -440,12 +536,12 @@ func (w *Writer) drop(n uint64, why error) {
 
 // writeNote writes the note about dropped output, if there is room for
 // it, and reports whether it did.
-func (w *Writer) writeNote() bool {
+func (w *Writer) writeNote(now time.Time) bool {
 	note := w.note()
 	if !w.roomFor(len(note)) {
 		return false
 	}
-	n, err := w.emit(note)
+	n, err := w.emit(note, now)
 	if err != nil {
 		w.log.Debug("writing the note about dropped output failed", "err", err, "written", n)
 		return false
@@ -515,8 +611,9 @@ func (w *Writer) Close() error {
 		return nil
 	}
 	if w.pending > 0 {
-		w.writeNote()
+		w.writeNote(w.now())
 	}
+	w.times.close()
 	if err := w.f.Close(); err != nil {
 		return fmt.Errorf("logs: closing %s: %w", w.s.live(), err)
 	}

@@ -5,12 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"text/tabwriter"
-	"time"
 
 	"github.com/tether-fsm/tether/agent"
 	"github.com/tether-fsm/tether/cgroup"
@@ -19,60 +16,6 @@ import (
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/clikit"
 )
-
-func (c *cli) cmdStop(args []string) int {
-	fs := c.flags("stop")
-	sigName := fs.String("signal", "", "`signal` to send first (default: the task's kill_signal, else SIGTERM)")
-	timeout := fs.Duration("timeout", 0, "grace before SIGKILL (default: the task's kill_timeout, else 5s)")
-	if code, ok := c.parse(fs, args); !ok {
-		return code
-	}
-	if fs.NArg() != 1 {
-		c.errorf("stop takes one task id or name")
-		return exitUsage
-	}
-	var sig syscall.Signal
-	if *sigName != "" {
-		var err error
-		if sig, err = parseSignal(*sigName); err != nil {
-			c.errorf("--signal: %v", err)
-			return exitUsage
-		}
-	}
-	if *timeout < 0 {
-		c.errorf("--timeout must not be negative")
-		return exitUsage
-	}
-	ctx := context.Background()
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	s, info, code, ok := c.openTask(ctx, fs.Arg(0))
-	if !ok {
-		return code
-	}
-	defer c.closeSession(s)
-	if a := info.Spec.Alloc; a != nil && !c.groupOver(ctx, s, info) {
-		return c.stopGroup(ctx, s, info, sig, *timeout, sigs)
-	}
-	if info.State.Terminal() {
-		fmt.Fprintf(c.stderr, "tether: %s is already %s\n", info.ID, describeEnd(info.Task))
-		return exitOK
-	}
-	// Ctrl-C during the grace escalates: SIGKILL now.
-	go func() {
-		if _, ok := <-sigs; ok {
-			fmt.Fprintf(c.stderr, "tether: %s: interrupted, killing the task now\n", info.ID)
-			_, _ = s.svc.StopTask(ctx, info.ID, syscall.SIGKILL, time.Nanosecond)
-		}
-	}()
-	final, err := s.svc.StopTask(ctx, info.ID, sig, *timeout)
-	if err != nil {
-		return c.fail(err)
-	}
-	fmt.Fprintf(c.stdout, "%s %s\n", info.ID, describeEnd(final))
-	return exitOK
-}
 
 func (c *cli) cmdRecover(args []string) int {
 	fs := c.flags("recover")

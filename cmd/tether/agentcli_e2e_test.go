@@ -41,7 +41,8 @@ func cliScript(t *testing.T, e *env) string {
 	step("wait", "three") // ended: its code (a start racing its own exit would say it either way)
 	step("stop", "web")
 	step("wait", "web")
-	step("logs", "web")
+	step("logs", "--stdout", "web") // each stream alone: merged, two lines read within
+	step("logs", "--stderr", "web") // a millisecond of each other may come either way
 	step("logs", "three")
 	step("status", "--all", "--json")
 	for _, s := range e.status("--all") {

@@ -216,7 +216,7 @@ func TestStart_StatusLogsStop(t *testing.T) {
 	// logs -f follows until the task ends.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	follow := e.command(ctx, nil, "logs", "-f", "svc")
+	follow := e.command(ctx, nil, "logs", "-f", "--stdout", "svc")
 	out, err := follow.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -240,7 +240,7 @@ func TestStart_StatusLogsStop(t *testing.T) {
 	if err := follow.Wait(); err != nil {
 		t.Fatalf("logs -f: %v", err)
 	}
-	if r := e.must("logs", id); r.stdout != "helper up\n" {
+	if r := e.must("logs", "--stdout", id); r.stdout != "helper up\n" {
 		t.Fatalf("logs: %s", r)
 	}
 	if r := e.must("logs", "--stderr", id); r.stdout != "helper stderr\n" {

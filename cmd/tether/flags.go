@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -46,6 +47,12 @@ func (c *cli) globalFlags(fs *flagSet, startsTasks bool) {
 // command line. It returns an exit code when the command should end at
 // once (help, or a bad flag).
 func (c *cli) parse(fs *flagSet, args []string) (int, bool) {
+	if c.introspect {
+		// Asked for the command's flags (help, completion, man pages):
+		// the very set the command parses with, and nothing run.
+		c.flagsOf = fs
+		return exitOK, false
+	}
 	if err := fs.ParseAnywhere(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			c.commandHelp(c.stdout, fs)
@@ -60,6 +67,21 @@ func (c *cli) parse(fs *flagSet, args []string) (int, bool) {
 		return exitUsage, false
 	}
 	return 0, true
+}
+
+// commandFlags returns the flag set the command name parses its
+// arguments with (its own flags and the global ones), as its run
+// function builds it: the command runs as far as its parse and no
+// further. nil for a command that parses nothing itself (cluster, which
+// tether-fleet serves).
+func commandFlags(name string) *flagSet {
+	cmd, ok := lookup(name)
+	if !ok || cmd.name == "cluster" {
+		return nil
+	}
+	c := &cli{stdout: io.Discard, stderr: io.Discard, logLevel: "warn", lockTimeout: 10 * time.Second, introspect: true}
+	cmd.run(c, nil)
+	return c.flagsOf
 }
 
 // commandHelp prints a command's usage, its own flags and the global ones.

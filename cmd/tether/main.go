@@ -32,6 +32,7 @@ import (
 	"github.com/tether-fsm/tether/internal/agentcmd"
 	"github.com/tether-fsm/tether/internal/clikit"
 	"github.com/tether-fsm/tether/internal/proc"
+	"github.com/tether-fsm/tether/statedir"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -98,6 +99,11 @@ type cli struct {
 
 	log   hclog.Logger
 	hooks driver.Hooks
+
+	// introspect makes a command stop at its parse, keeping its flag set
+	// in flagsOf (commandFlags).
+	introspect bool
+	flagsOf    *flagSet
 }
 
 type command struct {
@@ -114,21 +120,23 @@ type command struct {
 	// environment among the command's global flags.
 	startsTasks bool
 	more        string // help text after the flags
+	// hidden leaves it out of help and completion (a tool of the build).
+	hidden bool
 }
 
 func commands() []command {
 	return []command{
 		{name: "run", args: "[flags] FILE.hcl\n[flags] -- CMD [ARGS...]", summary: "start a task, stream its output, wait, exit with its code", run: (*cli).cmdRun, line: taskLine, startsTasks: true, more: runMore},
 		{name: "start", args: "[flags] FILE.hcl\n[flags] -- CMD [ARGS...]", summary: "start a task in the background and print its id once it is up", run: (*cli).cmdStart, line: taskLine, startsTasks: true, more: startMore},
-		{name: "restart", args: "[flags] ID|NAME", summary: "stop a task with its kill signal and grace, then start its spec again as a new task", run: (*cli).cmdRestart, startsTasks: true},
+		{name: "restart", args: "[flags] NAME...", summary: "stop tasks with their kill signal and grace, then start their specs again as new tasks", run: (*cli).cmdRestart, startsTasks: true, more: namesMore},
 		{name: "status", alias: "ps", args: "[flags] [ID|NAME]", summary: "list tasks (live ones unless --all), or show one", run: (*cli).cmdStatus, more: statusMore},
-		{name: "events", args: "[flags] ID|NAME", summary: "show a task's event history", run: (*cli).cmdEvents},
-		{name: "logs", args: "[flags] ID|NAME", summary: "print a task's output", run: (*cli).cmdLogs},
+		{name: "events", args: "[flags] NAME...", summary: "show tasks' event histories", run: (*cli).cmdEvents, more: namesMore},
+		{name: "logs", args: "[flags] NAME...", summary: "print tasks' output, both streams merged in time order; -f follows it across restarts", run: (*cli).cmdLogs, more: logsMore + "\n\n" + namesMore},
 		{name: "stats", args: "[flags] ID|NAME", summary: "show a running task's memory, CPU and process counts from its cgroup", run: (*cli).cmdStats},
-		{name: "signal", args: "[flags] ID|NAME SIGNAL", summary: "send a signal to a running task's process group (--main: to its main process only)", run: (*cli).cmdSignal},
+		{name: "signal", args: "[flags] NAME... SIGNAL", summary: "send a signal to running tasks' process groups (--main: to their main processes only)", run: (*cli).cmdSignal, more: namesMore},
 		{name: "exec", args: "[flags] ID|NAME [--] CMD [ARGS...]", summary: "run a command inside a running task (its cgroup, namespaces, user; -t for a terminal) and exit with its code", run: (*cli).cmdExec, line: execLine},
-		{name: "stop", args: "[flags] ID|NAME", summary: "stop a task: signal, grace, then SIGKILL", run: (*cli).cmdStop},
-		{name: "wait", args: "[flags] ID|NAME", summary: "wait for a task and exit with its code", run: (*cli).cmdWait},
+		{name: "stop", args: "[flags] NAME...", summary: "stop tasks: signal, grace, then SIGKILL (a group's or a job's as groups)", run: (*cli).cmdStop, more: stopMore + "\n\n" + namesMore},
+		{name: "wait", args: "[flags] NAME...", summary: "wait for tasks and exit with their code (the largest)", run: (*cli).cmdWait, more: namesMore},
 		{name: "recover", args: "[flags]", summary: "replay the store and reconcile it with the process table", run: (*cli).cmdRecover},
 		{name: "graph", args: "[flags]", summary: "print the lifecycle graph (kill-executor edges marked)", run: (*cli).cmdGraph},
 		{name: "check", args: "[flags]", summary: "verify the store: checksums, legal paths, index", run: (*cli).cmdCheck},
@@ -140,6 +148,8 @@ func commands() []command {
 		{name: "disable", args: "[flags] NAME", summary: "unregister a desired task; its task is stopped", run: (*cli).cmdDisable},
 		{name: "version", args: "", summary: "print tether's version (also --version)", run: (*cli).cmdVersion},
 		{name: "cluster", args: "COMMAND [flags]", summary: "the fleet's commands on etcd: status, nodes, events, start, stop (served by tether-fleet)", run: (*cli).cmdCluster},
+		{name: "completion", args: "bash|zsh|fish", summary: "print the shell's completion script: commands, flags, and task names from the store or the agent", run: (*cli).cmdCompletion, more: completionMore},
+		{name: "man", args: "DIR", summary: "write the manual pages (tether.1, tether-COMMAND.1) into DIR", run: (*cli).cmdMan, hidden: true},
 	}
 }
 
@@ -148,12 +158,30 @@ const nameRules = `A task is named by its id or by its name. A name stands for t
 that name that is live (ambiguous only when several are), else the most
 recent one that ended.`
 
+// namesMore is the help of the commands that take several names
+// (driver.PickTarget's rules).
+const namesMore = nameRules + ` A word that is no task's id or name may be
+JOB.GROUP, a group of a job file (its live tasks, else each name's latest),
+or a job's name (every group of it). Each is reported on its own line; the
+exit code is the worst of theirs.`
+
+// stopMore is tether stop's help text after its flags.
+const stopMore = `The stops run at once. A task of a group that is not over stops its
+group, as Nomad stops an allocation: the leader first, the sidecars last,
+then its poststop tasks run. A Ctrl-C (or SIGTERM) during the grace
+escalates: SIGKILL now, for all of them.`
+
 const runMore = `A first argument that is not a task file (.hcl, .nomad, or a file that
 parses as one) starts the command line: tether run /bin/echo hi. A
 non-executable file that is not a task file is refused; use
 'tether run -- FILE' to run it anyway.
 With a task of the same name live, run and start refuse; --replace stops
 that task (with its kill signal and grace), then starts this one.
+Ctrl-C (or SIGINT, SIGTERM) stops the task with its kill signal and grace;
+another once that stop has begun (it is recorded) kills it at once. A
+signal delivered to tether and to its process group at the same moment
+(timeout(1) signals both; a terminal's Ctrl-C, a control group's kill)
+is one request, counted once: the task's grace is honoured.
 Exit codes: the task's own (128+signal when killed), 127 command not
 found, 126 not executable, 125 tether could not start it.`
 
@@ -179,6 +207,9 @@ Usage: tether COMMAND [flags] [args]
 Commands:
 `)
 	for _, cmd := range commands() {
+		if cmd.hidden {
+			continue
+		}
 		name := cmd.name
 		if cmd.alias != "" {
 			name += ", " + cmd.alias
@@ -285,7 +316,8 @@ func (c *cli) cmdHelp(args []string) int {
 		c.errorf("%s", msg)
 		return exitUsage
 	}
-	c.commandHelp(c.stdout, c.flags(cmd.name))
+	// What `tether CMD -h` prints: the flag set the command parses with.
+	c.commandHelp(c.stdout, commandFlags(cmd.name))
 	return exitOK
 }
 
@@ -306,6 +338,9 @@ func (c *cli) cmdVersion(args []string) int {
 func suggestCommand(typed string) string {
 	var names []string
 	for _, cmd := range commands() {
+		if cmd.hidden {
+			continue
+		}
 		names = append(names, cmd.name)
 		if cmd.alias != "" {
 			names = append(names, cmd.alias)
@@ -338,6 +373,9 @@ func (c *cli) setup() error {
 		return err
 	}
 	c.stateDir, c.allowedCaps, c.chroot = set.StateDir, set.AllowedCaps, set.Chroot
+	if !c.g.StateDirSet {
+		c.notePassedOver()
+	}
 	c.allowSeccomp, c.allowMissing, c.allowRead = set.AllowSeccomp, set.AllowMissing, set.AllowRead
 	hooks, err := driver.HooksFromEnv()
 	if err != nil {
@@ -345,6 +383,21 @@ func (c *cli) setup() error {
 	}
 	c.hooks = hooks
 	return nil
+}
+
+// notePassedOver says, when root's default state directory is the system
+// agent's (/var/lib/tether) and the per-user one root used before holds a
+// store, that the tasks there are reached with --state-dir: an upgrade
+// must not leave them behind unsaid. TETHER_STATE_DIR (either directory)
+// silences it.
+func (c *cli) notePassedOver() {
+	dir, perUser, err := statedir.Default(statedir.HostEnv())
+	if err != nil || dir != c.stateDir || !statedir.PassedOver(perUser) {
+		return
+	}
+	fmt.Fprintf(c.stderr, "tether: note: using %s (the system agent's state directory); %s holds the store root used before,\n"+
+		"  whose tasks live on there: tether --state-dir %s status lists them (set TETHER_STATE_DIR to either to silence this)\n",
+		dir, perUser, perUser)
 }
 
 // errorf prints an error for a person: without the package prefixes of

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os/exec"
 	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -48,7 +49,7 @@ func TestNames_OneLivePlusEndedResolvesToTheLiveOne(t *testing.T) {
 	if st := e.status("web"); len(st) != 1 || st[0].ID != live {
 		t.Fatalf("status web: %+v, want the live %s (not the ended %s)", st, live, old)
 	}
-	if r := e.must("logs", "web"); r.stdout != "helper up\n" {
+	if r := e.must("logs", "--stdout", "web"); r.stdout != "helper up\n" {
 		t.Errorf("logs web: %s", r)
 	}
 	if r := e.must("stop", "web"); !strings.HasPrefix(r.stdout, live+" stopped") {
@@ -220,4 +221,164 @@ func findEvent(evs []eventRow, name string) *eventRow {
 		}
 	}
 	return nil
+}
+
+// Issue 34: several names per command. `tether stop a b c` stops the
+// three at once, each said on its own line in the order given; a name
+// that stands for nothing is said and makes the exit code 1, whatever
+// its place among the others; a second stop says each has ended.
+func TestNames_StopSeveralEachOnItsLineTheWorstCode(t *testing.T) {
+	e := newEnv(t)
+	ids := map[string]string{}
+	for _, n := range []string{"a", "b", "c"} {
+		ids[n] = strings.TrimSpace(e.must(e.runArgs("start", []string{"--name", n}, "sleep")...).stdout)
+	}
+	r := e.tether("stop", "a", "nosuch", "b", "c")
+	if r.code != exitError || !strings.Contains(r.stderr, `"nosuch"`) {
+		t.Fatalf("stop a nosuch b c: want exit 1 naming nosuch\n%s", r)
+	}
+	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("stop of three: want three lines\n%s", r)
+	}
+	for i, n := range []string{"a", "b", "c"} {
+		if !strings.HasPrefix(lines[i], ids[n]+" stopped") {
+			t.Errorf("line %d: %q, want %s stopped (the order given)", i, lines[i], ids[n])
+		}
+	}
+	for _, st := range e.status("--all") {
+		if st.State != "stopped" {
+			t.Errorf("task %s is %s after the stop, want stopped", st.ID, st.State)
+		}
+	}
+	// The worst code, wherever the failure is: first, last, or none.
+	for _, args := range [][]string{{"nosuch", "a", "b"}, {"a", "b", "nosuch"}} {
+		if r := e.tether(append([]string{"stop"}, args...)...); r.code != exitError {
+			t.Errorf("stop %v: exit %d, want 1\n%s", args, r.code, r)
+		}
+	}
+	if r := e.must("stop", "a", "b", "c"); strings.Count(r.stderr, "is already stopped") != 3 {
+		t.Errorf("stop of three stopped tasks: want each said ended\n%s", r)
+	}
+}
+
+// wait of several exits with the largest of their codes, whatever their
+// order; each end is said on stderr.
+func TestNames_WaitSeveralExitsWithTheLargestCode(t *testing.T) {
+	e := newEnv(t)
+	e.tether(e.runArgs("run", []string{"--name", "three"}, "exit", "3")...)
+	e.tether(e.runArgs("run", []string{"--name", "five"}, "exit", "5")...)
+	e.tether(e.runArgs("run", []string{"--name", "zero"}, "exit", "0")...)
+	for _, args := range [][]string{{"three", "five", "zero"}, {"five", "three"}, {"zero", "three"}} {
+		want := 3
+		if slices.Contains(args, "five") {
+			want = 5
+		}
+		if r := e.tether(append([]string{"wait"}, args...)...); r.code != want {
+			t.Errorf("wait %v: exit %d, want %d\n%s", args, r.code, want, r)
+		}
+	}
+	if r := e.tether("wait", "zero", "nosuch"); r.code != exitError {
+		t.Errorf("wait zero nosuch: exit %d, want 1\n%s", r.code, r)
+	}
+}
+
+// twoGroupJob writes a job file "app" with groups "web" and "db", each a
+// long-running helper task.
+func twoGroupJob(t *testing.T, e *env) string {
+	t.Helper()
+	args := e.helper("sleep")
+	quoted := make([]string, len(args)-1)
+	for i, a := range args[1:] {
+		quoted[i] = fmt.Sprintf("%q", a)
+	}
+	task := func(name string) string {
+		return fmt.Sprintf(`    task %q {
+      driver = "raw_exec"
+      config {
+        command = %q
+        args    = [%s]
+      }
+    }
+`, name, args[0], strings.Join(quoted, ", "))
+	}
+	return writeFile(t, t.TempDir(), "app.nomad", "job \"app\" {\n  group \"web\" {\n"+task("server")+"  }\n  group \"db\" {\n"+task("pg")+"  }\n}\n")
+}
+
+// A word is a task's name, then JOB.GROUP, then a job: a job's name
+// stops its groups (as groups), a group's stops it alone, and a lone task
+// named like the job is the task's.
+func TestNames_JobAndGroupNamesStopTheirGroups(t *testing.T) {
+	e := newEnv(t)
+	job := twoGroupJob(t, e)
+	e.must("start", "--min-uptime", "0", job)
+	state := func() map[string]string {
+		m := map[string]string{}
+		for _, s := range e.status("--all") {
+			m[s.Name] = s.State
+		}
+		return m
+	}
+	// A lone task named "app" takes the word from the job.
+	lone := strings.TrimSpace(e.must(e.runArgs("start", []string{"--name", "app"}, "sleep")...).stdout)
+	if r := e.must("stop", "app"); !strings.HasPrefix(r.stdout, lone+" stopped") || strings.Count(r.stdout, "\n") != 1 {
+		t.Fatalf("stop app with a task named app: want that task alone\n%s", r)
+	}
+	if st := state(); st["server"] != "running" || st["pg"] != "running" {
+		t.Fatalf("the job's tasks after stop of the task named like it: %v", st)
+	}
+	// The group: its task alone.
+	if r := e.must("stop", "app.db"); !strings.Contains(r.stdout, "pg-") || strings.Contains(r.stdout, "server-") {
+		t.Fatalf("stop app.db: want pg's end alone\n%s", r)
+	}
+	if st := state(); st["server"] != "running" || st["pg"] != "stopped" {
+		t.Fatalf("after stop app.db: %v", st)
+	}
+	// With the task named app gone (ended, it is still the name's: the
+	// name rule comes first), its id out of the way: the job by a name
+	// no task has.
+	e.must("gc")
+	if r := e.must("stop", "app"); !strings.Contains(r.stdout, "server-") {
+		t.Fatalf("stop app (the job): want the web group's task stopped\n%s", r)
+	}
+	if st := state(); st["server"] != "stopped" {
+		t.Fatalf("after stop of the job: %v", st)
+	}
+	if r := e.tether("stop", "app.nosuch"); r.code != exitError || !strings.Contains(r.stderr, "no task, group (JOB.GROUP) or job") {
+		t.Fatalf("stop of an unknown group: %s", r)
+	}
+}
+
+// signal takes several names, the signal last; events of several prints
+// each task's table under its name, and --json every event with its task.
+func TestNames_SignalAndEventsOfSeveral(t *testing.T) {
+	e := newEnv(t)
+	a := strings.TrimSpace(e.must(e.runArgs("start", []string{"--name", "a"}, "sleep")...).stdout)
+	b := strings.TrimSpace(e.must(e.runArgs("start", []string{"--name", "b"}, "sleep")...).stdout)
+	r := e.must("signal", "a", "b", "SIGCONT")
+	if !strings.Contains(r.stderr, a+": sent SIGCONT") || !strings.Contains(r.stderr, b+": sent SIGCONT") {
+		t.Fatalf("signal a b SIGCONT: %s", r)
+	}
+	if r := e.tether("signal", "a", "b"); r.code != exitUsage || !strings.Contains(r.stderr, "last argument") {
+		t.Fatalf("signal a b (no signal): want a usage error saying the signal goes last\n%s", r)
+	}
+	r = e.must("events", "a", "b")
+	if !strings.Contains(r.stdout, "==> "+a+" (a) <==") || !strings.Contains(r.stdout, "==> "+b+" (b) <==") || strings.Count(r.stdout, "TIME ") != 2 {
+		t.Fatalf("events a b: %s", r)
+	}
+	var evs []struct {
+		Task  string `json:"task"`
+		Event string `json:"event"`
+	}
+	if err := json.Unmarshal([]byte(e.must("events", "--json", "a", "b").stdout), &evs); err != nil {
+		t.Fatal(err)
+	}
+	tasks := map[string]int{}
+	for _, ev := range evs {
+		tasks[ev.Task]++
+	}
+	if len(tasks) != 2 || tasks[a] == 0 || tasks[b] == 0 {
+		t.Fatalf("events --json a b: events by task %v", tasks)
+	}
+	e.must("stop", "a", "b")
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -227,4 +228,64 @@ func TestTerminal_ExecTTYIsAShellInTheTask(t *testing.T) {
 		t.Errorf("the shell did not run in the task's cgroup (want 42 and a count of its cgroups naming %s):\n%s", id, screen)
 	}
 	e.must("stop", id)
+}
+
+// Issue 34: `tether logs web clock -f --timestamps` on a terminal shows
+// both tasks' lines, each prefixed by its task's name and its time, in
+// time order, and follows web across `tether restart web` (saying so)
+// until both have ended.
+func TestTerminal_LogsOfTwoFollowAcrossARestart(t *testing.T) {
+	e := newEnv(t)
+	// web prints to stdout and stderr both, clock to stdout: each line
+	// names its process, so that the new web's lines are told apart.
+	e.must("start", "--min-uptime", "0", "--name", "web", "--", "/bin/sh", "-c",
+		`i=0; while :; do i=$((i+1)); echo "out $$ $i"; echo "err $$ $i" >&2; sleep 0.05; done`, "sh", e.dir)
+	e.must("start", "--min-uptime", "0", "--name", "clock", "--", "/bin/sh", "-c",
+		`i=0; while :; do i=$((i+1)); echo "tick $$ $i"; sleep 0.07; done`, "sh", e.dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tm := e.onTerm(ctx, "logs", "web", "clock", "-f", "--timestamps")
+	first := e.status("web")[0]
+	tm.waitFor(fmt.Sprintf(" err %d 3\r\n", first.PID))
+	tm.waitFor(" tick ")
+	second := strings.TrimSpace(e.must("restart", "web").stdout)
+	tm.waitFor("following " + second)
+	pid := e.status("web")[0].PID
+	tm.waitFor(fmt.Sprintf(" out %d 3\r\n", pid))
+	e.must("stop", "web", "clock")
+	if code := tm.wait(); code != 0 {
+		t.Fatalf("logs -f after its tasks were stopped: exit %d\n%s", code, tm.text())
+	}
+	line := regexp.MustCompile(`^(web|clock): (\S+) (out|err|tick) (\d+) \d+$`)
+	var last time.Time
+	seen := map[string]bool{}
+	for _, l := range strings.Split(tm.text(), "\r\n") {
+		if l == "" || strings.HasPrefix(l, "tether: ") {
+			continue
+		}
+		m := line.FindStringSubmatch(l)
+		if m == nil {
+			t.Fatalf("a line that is no task's prefixed and timed line: %q\n%s", l, tm.text())
+		}
+		at, err := time.Parse("2006-01-02T15:04:05.000Z07:00", m[2])
+		if err != nil {
+			t.Fatalf("line %q: its time: %v", l, err)
+		}
+		if at.Before(last) {
+			t.Fatalf("line %q is older than the line before it (%s): not in time order\n%s", l, last.Format(time.RFC3339Nano), tm.text())
+		}
+		last = at
+		seen[m[1]+" "+m[3]+" "+m[4]] = true
+	}
+	for _, want := range []string{
+		fmt.Sprintf("web out %d", first.PID), fmt.Sprintf("web err %d", first.PID),
+		fmt.Sprintf("web out %d", pid), fmt.Sprintf("web err %d", pid), "clock tick " + fmt.Sprint(e.status("--all", "clock")[0].PID),
+	} {
+		if !seen[want] {
+			t.Errorf("no %q line on the screen:\n%s", want, tm.text())
+		}
+	}
+	if n := strings.Count(tm.text(), "tether: "); n != 1 {
+		t.Errorf("want exactly one line from tether (the move to %s), got %d:\n%s", second, n, tm.text())
+	}
 }

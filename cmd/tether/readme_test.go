@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/internal/testproc"
+	"github.com/tether-fsm/tether/statedir"
 )
 
 // The README's CLI tour is a promise to a new user: every line runs as
@@ -359,4 +361,135 @@ func loopbackUp() error {
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// bootLines are the README's boot section, line by line, as written.
+var bootLines = []string{
+	"make build",
+	"sudo make install",
+	"sudo systemctl daemon-reload",
+	"sudo systemctl enable --now tether-agent",
+}
+
+// readmeBlock returns the command lines of the first ```sh block after
+// the heading, without their comments.
+func readmeBlock(t *testing.T, heading string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(b), heading+"\n")
+	if !ok {
+		t.Fatalf("README.md has no %q section", heading)
+	}
+	_, block, ok := strings.Cut(after, "```sh\n")
+	if !ok {
+		t.Fatalf("README.md's %q has no ```sh block", heading)
+	}
+	block, _, _ = strings.Cut(block, "```")
+	var lines []string
+	for _, l := range strings.Split(block, "\n") {
+		if l = strings.TrimSpace(stripComment(l)); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// Issue 34: the README's boot section runs as written, into a staging
+// root (DESTDIR) instead of the host's: make build, then make install
+// lays out both binaries, the manual pages, /etc/tether with the owner
+// and mode the agent insists on, and the unit systemctl enables by the
+// name the README gives, whose state directory is the one the root CLI
+// defaults to; the unit passes systemd-analyze verify where systemd is
+// installed.
+func TestREADME_BootSectionRunsAsWritten(t *testing.T) {
+	lines := readmeBlock(t, "### Starting the agent at boot")
+	if !slices.Equal(lines, bootLines) {
+		t.Fatalf("README.md's boot section:\n%s\nwant the lines this test runs:\n%s", strings.Join(lines, "\n"), strings.Join(bootLines, "\n"))
+	}
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skipf("no make: %v", err)
+	}
+	root, build := t.TempDir(), t.TempDir()
+	bin := filepath.Join(build, "tether")
+	for _, line := range lines {
+		words := strings.Fields(strings.TrimPrefix(line, "sudo "))
+		switch words[0] {
+		case "make":
+			// As written, with the build in a directory of the test's and
+			// the install into the staging root.
+			args := append(words[1:], "BIN="+bin, "DESTDIR="+root)
+			cmd := exec.Command("make", args...)
+			cmd.Dir = repoRoot
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%s: %v\n%s", line, err, out)
+			}
+		case "systemctl":
+			// Not run on the host: what they name must be what was
+			// installed.
+			if words[len(words)-1] != "daemon-reload" && words[len(words)-1] != "tether-agent" {
+				t.Fatalf("%s: names no unit that make install installs", line)
+			}
+		default:
+			t.Fatalf("a line the test does not know how to run: %s", line)
+		}
+	}
+	for _, b := range []string{"tether", "tether-fleet"} {
+		fi, err := os.Stat(filepath.Join(root, "usr/local/bin", b))
+		if err != nil || fi.Mode().Perm() != 0o755 {
+			t.Errorf("installed %s: %v, %v", b, fi, err)
+		}
+	}
+	for _, cmd := range commands() {
+		if cmd.hidden {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(root, "usr/local/share/man/man1", "tether-"+cmd.name+".1")); err != nil {
+			t.Errorf("no manual page for %s: %v", cmd.name, err)
+		}
+	}
+	// /etc/tether: a directory of the installing user's (root when run as
+	// root), writable by no one else: what the agent's --config-dir check
+	// takes.
+	etc := filepath.Join(root, "etc/tether")
+	var st unix.Stat_t
+	if err := unix.Lstat(etc, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Mode&0o022 != 0 || int(st.Uid) != os.Geteuid() {
+		t.Errorf("/etc/tether: mode %o, uid %d, %v; want a directory of uid %d, writable by its owner alone", st.Mode, st.Uid, err, os.Geteuid())
+	}
+	unitPath := filepath.Join(root, "etc/systemd/system/tether-agent.service")
+	unit, err := os.ReadFile(unitPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"\nType=notify\n", "\nKillMode=process\n", "\nStateDirectory=tether\n",
+		"\nExecStart=/usr/local/bin/tether --state-dir " + statedir.SystemDir + " agent --config-dir /etc/tether\n",
+	} {
+		if !strings.Contains(string(unit), want) {
+			t.Errorf("the installed unit lacks %q:\n%s", strings.TrimSpace(want), unit)
+		}
+	}
+	// systemd's StateDirectory=tether is /var/lib/tether: the directory
+	// the root CLI defaults to (statedir.Default) once it exists.
+	if statedir.SystemDir != "/var/lib/tether" {
+		t.Errorf("statedir.SystemDir = %s, want StateDirectory=tether's /var/lib/tether", statedir.SystemDir)
+	}
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skipf("no systemd-analyze (systemd): the unit was installed, not verified")
+	}
+	// Verified as it would run from the staging root: its binary there,
+	// its manual page there.
+	staged := filepath.Join(t.TempDir(), "tether-agent.service")
+	if err := os.WriteFile(staged, []byte(strings.ReplaceAll(string(unit), "/usr/local/bin/tether", filepath.Join(root, "usr/local/bin/tether"))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	verify := exec.Command(analyze, "verify", staged)
+	verify.Env = append(os.Environ(), "MANPATH="+filepath.Join(root, "usr/local/share/man"))
+	if out, err := verify.CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Fatalf("systemd-analyze verify tether-agent.service: %v\n%s", err, out)
+	}
 }

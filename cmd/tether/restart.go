@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/tether-fsm/tether/driver"
@@ -17,12 +18,15 @@ import (
 // (as start does, --min-uptime included):
 //
 //	tether restart web
+//	tether restart web db       # one after the other, each id on a line
+//	tether restart app.web      # each task of a group (a group of one task each)
 //
 // A task that has ended is started again without a stop. The stop and the
 // start are two durable steps: a tether that dies between them (a crash,
 // a SIGKILL) leaves the old task stopped and no new one, and running the
 // restart again starts it (see driver.RestartTask). Ctrl-C during the
-// stop leaves the stop to finish and starts nothing.
+// stop leaves the stop to finish and starts nothing (nor any task after
+// it). The exit code is the worst of the restarts'.
 func (c *cli) cmdRestart(args []string) int {
 	var opts startOptions
 	fs := c.flags("restart")
@@ -31,19 +35,55 @@ func (c *cli) cmdRestart(args []string) int {
 		return code
 	}
 	opts.minUptimeSet = fs.Changed("min-uptime")
-	if fs.NArg() != 1 {
-		c.errorf("restart takes one task id or name")
+	if fs.NArg() == 0 {
+		c.errorf("restart takes task ids or names (a group's JOB.GROUP, a job's name): tether restart NAME...")
 		return exitUsage
 	}
 	ctx := context.Background()
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	s, info, _, ok := c.openTask(ctx, fs.Arg(0))
-	if !ok {
+	s, err := c.open()
+	if err != nil {
+		c.fail(err)
 		return exitStartFail // as for a start that could not happen
 	}
 	defer c.closeSession(s)
+	// A signal seen by any step (the stop, the start's wait) ends the
+	// restarts: what follows is not started.
+	var signalled atomic.Bool
+	fwd := make(chan os.Signal, 2)
+	go func() {
+		for sig := range sigs {
+			signalled.Store(true)
+			fwd <- sig
+		}
+	}()
+	code := exitOK
+	seen := map[string]bool{}
+	for _, t := range c.resolveTargets(ctx, s, fs.Args()) {
+		if t.err != nil {
+			c.fail(t.err)
+			code = worst(code, exitStartFail)
+			continue
+		}
+		for _, info := range t.tasks {
+			if seen[info.ID] {
+				continue
+			}
+			seen[info.ID] = true
+			rc := c.restartOne(ctx, s, info, opts, fwd)
+			code = worst(code, rc)
+			if signalled.Load() {
+				return code // nothing more is started
+			}
+		}
+	}
+	return code
+}
+
+// restartOne restarts one task (cmdRestart).
+func (c *cli) restartOne(ctx context.Context, s *session, info driver.TaskInfo, opts startOptions, sigs <-chan os.Signal) int {
 	if info.Spec == nil {
 		c.errorf("task %s has no spec in its log to start again", info.ID)
 		return exitStartFail

@@ -392,13 +392,32 @@ func (c *cli) sayRestarts(ctx context.Context, s *session, id string, seen int) 
 }
 
 // stopOnSignals stops the task in the background with its kill signal and
-// timeout, and kills it at once on a further signal.
+// grace, and kills it at once on a second request: a signal that arrives
+// once the first one's stop has begun (its stop-requested is recorded).
+// One that arrives before is the first request delivered twice, counted
+// once: timeout(1) signals the process it runs and then its process
+// group, a terminal's Ctrl-C goes to the foreground group, a control
+// group's kill to every process of it, and each delivery comes within
+// moments of the other, long before the stop is recorded (a commit, and a
+// round trip to the task's executor). A person's second Ctrl-C, or a
+// second timeout, comes later and escalates (see signalGate).
 func (c *cli) stopOnSignals(ctx context.Context, s *session, id string, sigs <-chan os.Signal) {
+	gate := newSignalGate(ctx, s, id)
 	go func() { _, _ = s.svc.StopTask(ctx, id, 0, 0) }()
 	go func() {
-		if sig, ok := <-sigs; ok {
+		defer gate.close()
+		for {
+			sig, ok := <-sigs
+			if !ok {
+				return
+			}
+			if !gate.began() {
+				c.log.Debug("the same request delivered again before the stop began: counted once", "task_id", id, "signal", sig)
+				continue
+			}
 			fmt.Fprintf(c.stderr, "tether: %s: got %v again, killing the task now\n", id, sig)
 			_, _ = s.svc.StopTask(ctx, id, syscall.SIGKILL, time.Nanosecond)
+			return
 		}
 	}()
 }
@@ -558,29 +577,51 @@ func describeEnd(t fsm.Task) string {
 	return s
 }
 
+// cmdWait waits for tasks to end (supervising each meanwhile: its end is
+// recorded by this process if by no other) and exits with the task's
+// code, or with several the largest of their codes:
+//
+//	tether wait web
+//	tether wait job1 job2 app.batch
+//
+// Each task's end is said on stderr as it comes, in the order of the
+// arguments. Ctrl-C stops waiting, not the tasks (they were not started
+// here).
 func (c *cli) cmdWait(args []string) int {
 	fs := c.flags("wait")
 	if code, ok := c.parse(fs, args); !ok {
 		return code
 	}
-	if fs.NArg() != 1 {
-		c.errorf("wait takes one task id or name")
+	if fs.NArg() == 0 {
+		c.errorf("wait takes task ids or names (a group's JOB.GROUP, a job's name): tether wait NAME...")
 		return exitUsage
 	}
 	ctx := context.Background()
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	s, info, code, ok := c.openTask(ctx, fs.Arg(0))
-	if !ok {
-		return code
+	s, err := c.open()
+	if err != nil {
+		return c.fail(err)
 	}
 	defer c.closeSession(s)
-	if info.State.Terminal() {
-		return c.endCode(info.Task, nil, nil)
+	code := exitOK
+	var infos []driver.TaskInfo
+	seen := map[string]bool{}
+	for _, t := range c.resolveTargets(ctx, s, fs.Args()) {
+		if t.err != nil {
+			code = worst(code, c.fail(t.err))
+			continue
+		}
+		for _, info := range t.tasks {
+			if !seen[info.ID] {
+				seen[info.ID] = true
+				infos = append(infos, info)
+			}
+		}
 	}
-	// wait supervises the task until its end; Ctrl-C stops waiting, not
-	// the task (it was not started here).
+	// wait supervises the tasks until their end; Ctrl-C stops waiting, not
+	// the tasks (they were not started here).
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -588,10 +629,37 @@ func (c *cli) cmdWait(args []string) int {
 			cancel()
 		}
 	}()
-	final, err := s.svc.WaitTask(wctx, info.ID)
-	if wctx.Err() != nil {
-		fmt.Fprintf(c.stderr, "tether: stopped waiting; task %s is still %s\n", info.ID, final.State)
-		return 128 + int(syscall.SIGINT)
+	type result struct {
+		task fsm.Task
+		err  error
 	}
-	return c.endCode(final, err, nil)
+	done := make([]chan result, len(infos))
+	for i, info := range infos {
+		done[i] = make(chan result, 1)
+		go func() {
+			if info.State.Terminal() {
+				done[i] <- result{task: info.Task}
+				return
+			}
+			final, err := s.svc.WaitTask(wctx, info.ID)
+			done[i] <- result{final, err}
+		}()
+	}
+	for i, info := range infos {
+		r := <-done[i]
+		if r.task.ID == "" {
+			r.task.ID = info.ID
+		}
+		if wctx.Err() != nil && !r.task.State.Terminal() {
+			state := r.task.State
+			if state == fsm.StateNone {
+				state = info.State
+			}
+			fmt.Fprintf(c.stderr, "tether: stopped waiting; task %s is still %s\n", info.ID, state)
+			code = worst(code, 128+int(syscall.SIGINT))
+			continue
+		}
+		code = worst(code, c.endCode(r.task, r.err, nil))
+	}
+	return code
 }

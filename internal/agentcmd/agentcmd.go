@@ -36,6 +36,7 @@ import (
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/clikit"
+	"github.com/tether-fsm/tether/statedir"
 	"github.com/tether-fsm/tether/taskfile"
 )
 
@@ -61,7 +62,7 @@ var policyNames = GlobalNames[1:]
 // listed in help only for the commands that start tasks (startsTasks);
 // every command accepts them.
 func (g *Globals) Register(fs *clikit.FlagSet, startsTasks bool) {
-	fs.Func("state-dir", "state `directory` (env TETHER_STATE_DIR; default $XDG_STATE_HOME/tether or ~/.local/state/tether); an existing one must be private and yours", func(v string) error {
+	fs.Func("state-dir", "state `directory` (env TETHER_STATE_DIR; default /var/lib/tether for root where it exists, else $XDG_STATE_HOME/tether or ~/.local/state/tether); an existing one must be private and yours", func(v string) error {
 		g.StateDir, g.StateDirSet = v, true
 		return nil
 	})
@@ -151,24 +152,16 @@ func splitList(flagValue, env string) []string {
 	return out
 }
 
-// StateDir picks the state directory: the flag, then TETHER_STATE_DIR,
-// then $XDG_STATE_HOME/tether, then ~/.local/state/tether.
+// StateDir picks the state directory: the flag, else statedir.Default
+// (TETHER_STATE_DIR; for root, /var/lib/tether when it exists; then
+// $XDG_STATE_HOME/tether, then ~/.local/state/tether).
 func StateDir(flagValue string) (string, error) {
 	dir := flagValue
 	if dir == "" {
-		dir = os.Getenv("TETHER_STATE_DIR")
-	}
-	if dir == "" {
-		if x := os.Getenv("XDG_STATE_HOME"); x != "" && filepath.IsAbs(x) {
-			dir = filepath.Join(x, "tether")
+		var err error
+		if dir, _, err = statedir.Default(statedir.HostEnv()); err != nil {
+			return "", err
 		}
-	}
-	if dir == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", fmt.Errorf("no state directory: %w; pass --state-dir or set TETHER_STATE_DIR", err)
-		}
-		dir = filepath.Join(home, ".local", "state", "tether")
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {

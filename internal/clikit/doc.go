@@ -19,7 +19,9 @@
 //   - events: EventTable prints the lines of `tether events` (and of
 //     `tether cluster events`, which follows them line by line), EventJSON
 //     their --json objects;
-//   - Sibling finds one binary beside the other.
+//   - Sibling finds one binary beside the other;
+//   - ManPage writes a manual page (roff) from a command's help: its
+//     summary, usage lines, help text and flags.
 //
 // Usage, for one command:
 //
