@@ -32,6 +32,18 @@ const (
 // CrashPoints lists the executor's crash points.
 func CrashPoints() []string { return wire.CrashPoints() }
 
+// The executor's crash points on its readiness path (TETHER_CRASHPOINT):
+// before and after it journals a run's ready entry.
+const (
+	CrashBeforeReadyEntry = wire.CrashBeforeReadyEntry
+	CrashAfterReadyEntry  = wire.CrashAfterReadyEntry
+)
+
+// ReadyCrashPoints lists the executor's crash points on its readiness
+// path, reached only by a task that becomes ready (apart from
+// CrashPoints, which a restarting task reaches).
+func ReadyCrashPoints() []string { return wire.ReadyCrashPoints() }
+
 // Launch is what an executor is asked to launch: the task's fsm.Spec as the
 // log records it, and the driver's Policy (their fields are promoted).
 type Launch = wire.Launch

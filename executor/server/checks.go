@@ -304,9 +304,7 @@ func (s *server) checkDone(r checkResult) {
 	if r.ok {
 		ck.fails = 0
 		if !s.rd.ready {
-			s.rd.ready = true
-			s.log.Info("task ready: its check passed", "check", name, "task_pid", s.task.pid)
-			s.answerReady()
+			s.becameReady("task ready: its check passed", "check", name)
 		}
 		return
 	}

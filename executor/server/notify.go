@@ -83,12 +83,14 @@ type notifier struct {
 
 // readiness is where the current run stands.
 type readiness struct {
-	ready    bool
-	status   string // the last STATUS=
-	stopping bool
-	wd       *time.Timer // the watchdog, armed once ready; nil: none
-	missed   string      // why the run was killed by its watchdog ("": it was not)
-	waiters  []waiter    // ready requests waiting for READY=1 or the run's end
+	ready bool
+	// journalled: the run's readiness is in the journal (journalReady).
+	journalled bool
+	status     string // the last STATUS=
+	stopping   bool
+	wd         *time.Timer // the watchdog, armed once ready; nil: none
+	missed     string      // why the run was killed by its watchdog ("": it was not)
+	waiters    []waiter    // ready requests waiting for READY=1 or the run's end
 }
 
 // openNotify makes the notify socket for a task of the launch in dirs, for
@@ -298,11 +300,20 @@ func (s *server) notified(m notifyMsg) {
 	// READY=1 is acted on after the rest of its datagram (its STATUS=
 	// with it is the status it is ready with).
 	if ready && !s.rd.ready {
-		s.rd.ready = true
-		s.log.Info("task ready", "task_pid", s.task.pid, "status", s.rd.status)
-		s.armWatchdog()
-		s.answerReady()
+		s.becameReady("task ready", "status", s.rd.status)
 	}
+}
+
+// becameReady makes the current run ready (READY=1, or its check's first
+// pass): its readiness is journalled first (fsynced: journalReady), then
+// its watchdog armed, its ready waiters answered and the watches told.
+func (s *server) becameReady(msg string, kv ...any) {
+	s.rd.ready = true
+	s.rd.journalled = s.journalReady(time.Now())
+	s.log.Info(msg, append([]any{"task_pid", s.task.pid, "journalled", s.rd.journalled}, kv...)...)
+	s.armWatchdog()
+	s.answerReady()
+	s.notifyWatchers()
 }
 
 // armWatchdog (re)starts the watchdog of a ready run.

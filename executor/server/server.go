@@ -188,10 +188,12 @@ type server struct {
 	outs     []*output
 	outTimer *time.Timer
 
-	// Restarts (see restart.go): the spec to relaunch, the restart state
-	// and journal, and the watches waiting for the journal to grow.
+	// Restarts (see restart.go): the spec to relaunch, the restart state,
+	// the journal (restarts and readiness: journal.go), and the watches
+	// waiting for the journal to grow.
 	spec     wire.Launch
 	rs       *restarts
+	jn       *journal
 	watchers []watcher
 
 	// Commands run inside the task (see exec.go), by pid.
@@ -714,7 +716,7 @@ func (s *server) status() wire.Status {
 	}
 	return wire.Status{Launched: true, PID: s.task.pid, StartTime: s.task.start, Exited: s.task.exited, Exit: s.task.exit,
 		Restarting: s.restarting(), Journal: s.journalLen(), Emptied: s.task.done && s.cgKill == cgGone,
-		Ready: s.rd.ready, NotifyStatus: s.rd.status}
+		Ready: s.rd.ready, NotifyStatus: s.rd.status, ReadyJournalled: s.rd.ready && s.rd.journalled}
 }
 
 // stats reads the task cgroup's figures.
@@ -994,8 +996,8 @@ func (s *server) finish(code int) {
 	s.lease = leaseDone
 	s.stopWatching()
 	s.notifyWatchers()
-	if s.rs != nil {
-		_ = s.rs.journal.close()
+	if s.jn != nil {
+		_ = s.jn.close()
 	}
 }
 
