@@ -1,18 +1,23 @@
 package driver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/statedir"
+	"github.com/tether-fsm/tether/store"
 )
 
 // notifyFifos makes the control and answer fifos of a notify helper task,
@@ -209,5 +214,179 @@ func TestWaitReady_WatchdogMissRestartIsRecorded(t *testing.T) {
 	}
 	if evs[i-1].Type != fsm.EventReady {
 		t.Fatalf("events %v: want ready before the restart", evs)
+	}
+}
+
+// readyEvents are the ready events of task id's log.
+func readyEvents(t *testing.T, d *Driver, id string) []fsm.Event {
+	t.Helper()
+	evs, err := d.TaskEvents(ctxT(t), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []fsm.Event
+	for _, e := range evs {
+		if e.Type == fsm.EventReady {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// journalReadies are the ready entries of task id's executor's journal on
+// disk.
+func journalReadies(t *testing.T, d *Driver, id string) []fsm.Event {
+	t.Helper()
+	j, ok, err := executor.SideFiles(d.TaskDir(id)).Journal()
+	if err != nil || !ok {
+		t.Fatalf("journal of %s: ok %v, %v", id, ok, err)
+	}
+	var out []fsm.Event
+	for _, e := range j.Entries {
+		if e.Type == fsm.EventReady {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// sameReadies checks that the log's ready events are the journal's entries,
+// one for one: the run, its place and the time it was ready.
+func sameReadies(t *testing.T, log, journal []fsm.Event) {
+	t.Helper()
+	if len(log) != len(journal) {
+		t.Fatalf("%d ready events in the log, %d in the journal:\nlog %v\njournal %v", len(log), len(journal), log, journal)
+	}
+	for i, e := range log {
+		j := journal[i]
+		if e.Time != j.Time || e.TaskProc() != j.TaskProc() || e.Attempt != j.Attempt || !e.Journalled() {
+			t.Errorf("ready %d: the log has %v at %d (place %d), the journal %v at %d (place %d)", i, e.TaskProc(), e.Time, e.Attempt, j.TaskProc(), j.Time, j.Attempt)
+		}
+	}
+}
+
+// Readiness is a fact of a run, journalled by its executor: with no
+// driver watching and nobody waiting, the next Recover records each run's
+// ready, restarts included, with the time the run was ready, once
+// (Recover again, and two drivers folding at once, add nothing).
+func TestReady_RecordedFromTheJournalWithNobodyWaiting(t *testing.T) {
+	dir := stateDir(t)
+	ctx := ctxT(t)
+	d1 := newDriver(t, dir, Hooks{})
+	ctlPath, outPath, ctl, out := notifyFifos(t)
+	spec := taskSpec(t, dir, "notify", ctlPath, outPath)
+	spec.Readiness = fsm.ReadinessNotify
+	spec.Restart = &fsm.RestartPolicy{Attempts: 1, Interval: time.Hour, Mode: fsm.RestartFail, OnSuccess: true}
+	st, err := d1.StartTask(ctx, "svc", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d1.Close(); err != nil { // nobody supervises it now
+		t.Fatal(err)
+	}
+	if got := sayTo(t, ctl, out, "send READY=1"); got != "ok" { // handled (and journalled) once answered
+		t.Fatal(got)
+	}
+	d2 := newDriver(t, dir, Hooks{})
+	info, err := d2.InspectTask(ctx, "svc")
+	if err != nil || info.Ready || info.Unfolded != 1 {
+		t.Fatalf("before a fold: ready %v, unfolded %d, %v; want not ready, 1 unfolded", info.Ready, info.Unfolded, err)
+	}
+	if _, err := d2.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := d2.InspectTask(ctx, "svc"); err != nil || !info.Ready || info.Unfolded != 0 {
+		t.Fatalf("after Recover: ready %v, unfolded %d, %v; want ready, nothing unfolded", info.Ready, info.Unfolded, err)
+	}
+	sameReadies(t, readyEvents(t, d2, "svc"), journalReadies(t, d2, "svc"))
+	if r := readyEvents(t, d2, "svc"); r[0].TaskPID != st.TaskPID {
+		t.Fatalf("the ready names pid %d, the first run is %d", r[0].TaskPID, st.TaskPID)
+	}
+	if err := d2.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The run ends; its policy restarts it; the new run is ready (the
+	// line waits in the fifo for it). Two drivers fold at once.
+	fmt.Fprintln(ctl, "exit 1")
+	if got := sayTo(t, ctl, out, "send READY=1"); got != "ok" {
+		t.Fatal(got)
+	}
+	shared := func() *Driver {
+		sh, err := store.OpenShared(statedir.Layout{Dir: dir}.Store(), store.Options{LockTimeout: 20 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sh.Close() })
+		d, err := Open(Config{StateDir: dir, Store: sh, ExecutorCommand: []string{self(t), modeExecutor}, KillTimeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	da, db := shared(), shared()
+	var wg sync.WaitGroup
+	for _, d := range []*Driver{da, db} {
+		wg.Go(func() {
+			if _, err := d.Reconcile(ctx, "svc"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	for _, d := range []*Driver{da, db} {
+		if err := d.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d3 := newDriver(t, dir, Hooks{})
+	defer d3.Close()
+	if _, err := d3.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	log := readyEvents(t, d3, "svc")
+	sameReadies(t, log, journalReadies(t, d3, "svc"))
+	now, err := d3.InspectTask(ctx, "svc")
+	if err != nil || len(log) != 2 || !now.Ready || now.Restarts != 1 || log[1].TaskPID != now.TaskPID || log[0].TaskPID == now.TaskPID {
+		t.Fatalf("after the restart: %d readies %v, task ready %v restarts %d pid %d, %v; want 2, one per run, the last the current one",
+			len(log), log, now.Ready, now.Restarts, now.TaskPID, err)
+	}
+	if _, err := d3.StopTask(ctx, "svc", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The process that supervises a task records its runs' readiness as they
+// happen, without anyone waiting: the log has the ready while the run
+// lives, with the time it became ready.
+func TestReady_TheSupervisorRecordsIt(t *testing.T) {
+	dir := stateDir(t)
+	ctx := ctxT(t)
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	ctlPath, outPath, ctl, out := notifyFifos(t)
+	spec := taskSpec(t, dir, "notify", ctlPath, outPath)
+	spec.Readiness = fsm.ReadinessNotify
+	if _, err := d.StartTask(ctx, "svc", spec); err != nil {
+		t.Fatal(err)
+	}
+	progress := make(chan fsm.Task, 16)
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		_, _ = d.FollowTask(fctx, "svc", func(st fsm.Task) { progress <- st })
+	}()
+	if got := sayTo(t, ctl, out, "send READY=1"); got != "ok" {
+		t.Fatal(got)
+	}
+	for st := range progress {
+		if st.Ready {
+			break
+		}
+	}
+	sameReadies(t, readyEvents(t, d, "svc"), journalReadies(t, d, "svc"))
+	fmt.Fprintln(ctl, "exit 0")
+	if final, err := d.WaitTask(ctx, "svc"); err != nil || final.State != fsm.StateExited || len(readyEvents(t, d, "svc")) != 1 {
+		t.Fatalf("final %s %v, readies %v", final.State, err, readyEvents(t, d, "svc"))
 	}
 }
