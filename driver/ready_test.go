@@ -390,3 +390,88 @@ func TestReady_TheSupervisorRecordsIt(t *testing.T) {
 		t.Fatalf("final %s %v, readies %v", final.State, err, readyEvents(t, d, "svc"))
 	}
 }
+
+// A driver killed between a run's ready and its record (the append of the
+// ready, before it and after it) loses nothing and records nothing twice:
+// the next Recover has exactly the journal's ready, with the time the run
+// was ready, and a second Recover appends nothing.
+func TestReady_DriverCrashBetweenTheReadyAndItsRecord(t *testing.T) {
+	for _, point := range []string{crashBeforeAppend + "ready", crashAfterAppend + "ready"} {
+		t.Run(point, func(t *testing.T) {
+			dir := stateDir(t)
+			if r := runCrashChild(t, dir, "ready", point, ""); !r.killed {
+				t.Fatalf("crash point %s not reached:\n%s", point, r.out)
+			}
+			ctx := ctxT(t)
+			d := newDriver(t, dir, Hooks{})
+			defer d.Close()
+			if _, err := d.Recover(ctx); err != nil {
+				t.Fatal(err)
+			}
+			log := readyEvents(t, d, "a")
+			sameReadies(t, log, journalReadies(t, d, "a"))
+			if len(log) != 1 {
+				t.Fatalf("%d readies after the crash at %s, want 1", len(log), point)
+			}
+			before := eventTypes(t, d, "a")
+			if _, err := d.Recover(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if after := eventTypes(t, d, "a"); !slices.Equal(before, after) {
+				t.Fatalf("a second Recover changed the log: %v -> %v", before, after)
+			}
+			if _, err := d.StopTask(ctx, "a", 0, 0); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// An executor killed just before it journals a run's ready, or just after
+// (before anyone is told): the driver finds it gone, and the log has the
+// run's ready exactly when the journal on disk does (it is a fact only
+// once journalled), then the task lost, with nothing of it left alive.
+func TestReady_ExecutorCrashAroundTheReadyEntry(t *testing.T) {
+	for _, point := range executor.ReadyCrashPoints() {
+		t.Run(point, func(t *testing.T) {
+			t.Setenv(EnvCrashPoint, point) // the executor's environment: it kills itself there
+			dir := stateDir(t)
+			ctx := ctxT(t)
+			d := newDriver(t, dir, Hooks{})
+			defer d.Close()
+			spec := taskSpec(t, dir, "ready-sleep")
+			spec.Readiness = fsm.ReadinessNotify
+			if _, err := d.StartTask(ctx, "a", spec); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := d.WaitReady(ctx, "a"); err == nil {
+				t.Fatal("WaitReady succeeded although the executor died at", point)
+			}
+			final, err := d.WaitTask(ctx, "a")
+			if err != nil || final.State != fsm.StateLost {
+				t.Fatalf("final %s %v, want lost", final.State, err)
+			}
+			log := readyEvents(t, d, "a")
+			want := 0
+			if point == executor.CrashAfterReadyEntry {
+				want = 1
+			}
+			sameReadies(t, log, journalReadies(t, d, "a"))
+			if len(log) != want {
+				t.Fatalf("%d readies, want %d", len(log), want)
+			}
+			before := eventTypes(t, d, "a")
+			if err := d.Close(); err != nil {
+				t.Fatal(err)
+			}
+			d2 := newDriver(t, dir, Hooks{})
+			defer d2.Close()
+			if _, err := d2.Recover(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if after := eventTypes(t, d2, "a"); !slices.Equal(before, after) {
+				t.Fatalf("Recover changed the log of a lost task: %v -> %v", before, after)
+			}
+		})
+	}
+}
