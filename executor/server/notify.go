@@ -200,8 +200,13 @@ func (s *server) openNotify(dirs spec.Dirs, tu spec.User, exec bool) error {
 	}); err != nil || serr != nil {
 		return fail(fmt.Errorf("%w: notify socket: SO_PASSCRED: %w", wire.ErrLaunch, errors.Join(err, serr)))
 	}
-	// Mode 0700 (the executor's umask) and the task's owner: only the
-	// task's user can connect (root can anyway).
+	// Mode 0700 (explicit: not the umask's) and the task's owner: only
+	// the task's user can connect (root can anyway).
+	if dfd >= 0 {
+		if err := unix.Fchmodat(dfd, notifyName, 0o700, 0); err != nil {
+			return fail(fmt.Errorf("%w: chmod the notify socket: %w", wire.ErrLaunch, err))
+		}
+	}
 	if dfd >= 0 && tu.Set() {
 		if err := unix.Fchownat(dfd, notifyName, tu.UID, tu.GID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return fail(fmt.Errorf("%w: chown the notify socket: %w", wire.ErrLaunch, err))

@@ -257,7 +257,16 @@ func newServer(log hclog.Logger, dir, nonce string, prefix []string) (*server, e
 	if !wire.ValidNonce(nonce) {
 		return nil, fmt.Errorf("%w: bad -nonce", wire.ErrBadConfig)
 	}
-	syscall.Umask(0o077)
+	// Tasks start with umask 022, as under runc (Nomad sets none): a task
+	// inherits the executor's (the executor forks raw_exec tasks itself,
+	// and starts the init shim, which execs the rest). So the executor's
+	// umask is 022, and every file and directory it makes for itself is
+	// private by an explicit mode, never by the umask: its records and
+	// journal 0600 (wire.WriteFile, createJournal), the reserve 0600, its
+	// socket 0600 (chmodded below; in the task directory, 0700), the notify
+	// socket 0700, the output logs 0600 (package logs), the task's
+	// directories by their modes (taskdirs.go, through descriptors).
+	syscall.Umask(0o022)
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return nil, fmt.Errorf("executor: set child subreaper: %w", err)
 	}
@@ -320,6 +329,13 @@ func newServer(log hclog.Logger, dir, nonce string, prefix []string) (*server, e
 		return nil, fmt.Errorf("executor: listen: %w", err)
 	}
 	s.ln = ln
+	// The socket is the executor's alone (peers are checked too): 0600,
+	// whatever the umask made it.
+	if err := unix.Fchmodat(dfd, filepath.Base(s.id.Socket), 0o600, 0); err != nil {
+		ln.Close()
+		unix.Close(dfd)
+		return nil, fmt.Errorf("executor: chmod the socket: %w", err)
+	}
 	if err := wire.WriteFileAtomic(dir, statedir.IdentityFile, s.id); err != nil {
 		ln.Close()
 		unix.Close(dfd)
