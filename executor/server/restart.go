@@ -84,6 +84,9 @@ func (s *server) startRestarts(ls wire.Launch) error {
 	s.jn = j
 	if policy != nil {
 		s.rs = &restarts{policy: *policy, state: fsm.RestartState{WindowStart: time.Now().UnixNano()}}
+		if s.prepState != nil {
+			s.rs.state = *s.prepState // the failed fetches count in the interval
+		}
 	}
 	return nil
 }

@@ -218,6 +218,11 @@ type server struct {
 	changes   <-chan Change
 	watchStop context.CancelFunc
 	forced    string
+	// prepState is the restart policy's state after the preparation's
+	// failed tries (the runs' policy goes on from it), prepWarnings what
+	// the launch reply says of them.
+	prepState    *fsm.RestartState
+	prepWarnings []fsm.Warning
 }
 
 type taskState struct {
@@ -717,6 +722,7 @@ func (s *server) launch(sc *sconn, id uint64, ls wire.Launch) {
 		s.log.Error("no restarts: the restart journal cannot be written", "err", err)
 		l.warnings = append(l.warnings, fsm.Warning{Kind: fsm.WarnNoRestarts, Text: "the task will not be restarted: its restart journal cannot be written: " + err.Error()})
 	}
+	l.warnings = append(l.warnings, s.prepWarnings...)
 	s.log.Info("task launched", "task_pid", l.pid, "command", ls.Command, "mode", ls.Driver, "cgroup", s.cg != nil)
 	s.watchTemplates()
 	s.startCheck()
