@@ -4,9 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -14,11 +14,14 @@ import (
 	"github.com/tether-fsm/tether/internal/clikit"
 )
 
-// start (and restart) return once the task is up: running, and still up
-// --min-uptime later (supervisord's startsecs), so that a task that dies
-// at once (a bad flag, a port in use) fails the start instead of passing
-// it. A task that its restart policy is restarting at that moment counts
-// as up: its policy is doing what was asked of it.
+// start (and restart) return once the task is up: one of its runs has
+// stayed up --min-uptime (supervisord's startsecs), so that a task that
+// dies at once (a bad flag, a port in use) fails the start instead of
+// passing it. A run that ends sooner and that the task's restart policy
+// restarts does not pass it: the start waits for a later run to stay up,
+// and fails once the policy gives up first (supervisord's startretries),
+// or has used its attempts in its interval and waits for the next one
+// (mode "delay"), with the runs' exits and the last output.
 
 // lastLines is how many lines of each output stream a failed start shows.
 const lastLines = 5
@@ -43,60 +46,219 @@ func batchSpec(spec fsm.Spec) bool {
 	return spec.Job != "" && spec.Restart != nil && !spec.Restart.OnSuccess
 }
 
-// started finishes a start: it waits out the minimum uptime (nothing when
-// min is 0; a notify task's READY=1 instead, within readyTimeout: see
-// awaitReady), then prints the task's id on stdout. A task that ended sooner
-// fails the start: its end and its last output are printed instead, and
-// the exit code is its own (1 if that was 0). Ctrl-C meanwhile stops the
-// task.
+// started finishes a start: it waits until a run of the task has stayed up
+// the minimum uptime (nothing when min is 0; a notify task's READY=1
+// instead, within readyTimeout: see awaitReady), then prints the task's id
+// on stdout. A task whose runs all ended sooner, until its restart policy
+// gave up, fails the start: its runs' ends and its last output are printed
+// instead, and the exit code is its last run's own (1 if that was 0).
+// Ctrl-C meanwhile stops the task.
 func (c *cli) started(ctx context.Context, s *session, t fsm.Task, min, readyTimeout time.Duration, sigs <-chan os.Signal) int {
-	if notifyTask(t) && t.State == fsm.StateRunning {
+	if notifyTask(t) && (t.State == fsm.StateRunning || t.State == fsm.StateRestarting) {
 		return c.awaitReady(ctx, s, t, readyTimeout, sigs) // its READY=1 stands for --min-uptime
 	}
-	if min > 0 && t.State.Terminal() {
-		return c.endedEarly(t, min)
-	}
 	if min > 0 {
-		type result struct {
-			task fsm.Task
-			err  error
-		}
-		wctx, cancel := context.WithTimeout(ctx, min)
-		defer cancel()
-		done := make(chan result, 1)
-		go func() {
-			final, err := s.svc.WaitTask(wctx, t.ID)
-			done <- result{final, err}
-		}()
-		select {
-		case r := <-done:
-			switch {
-			case r.err == nil && r.task.State.Terminal():
-				t = r.task
-			case errors.Is(r.err, context.DeadlineExceeded):
-				// Up all along (or restarting under its policy now).
-			case r.err != nil:
-				c.errorf("task %s started, but watching it failed: %v", t.ID, r.err)
-				fmt.Fprintf(c.stderr, "  'tether status %s' shows how it is\n", t.ID)
-				return exitError
-			}
-		case sig := <-sigs:
-			cancel()
-			<-done
-			fmt.Fprintf(c.stderr, "tether: %s: got %v before the task was up, stopping it\n", t.ID, sig)
+		up := c.stayUp(ctx, s, t, min, sigs)
+		switch {
+		case up.sig != nil:
+			fmt.Fprintf(c.stderr, "tether: %s: got %v before the task was up, stopping it\n", t.ID, up.sig)
 			c.stopOnSignals(ctx, s, t.ID, sigs)
 			_, _ = s.svc.StopTask(ctx, t.ID, 0, 0)
-			return 128 + int(sig.(syscall.Signal))
+			return 128 + int(up.sig.(syscall.Signal))
+		case up.err != nil:
+			c.errorf("task %s started, but watching it failed: %v", t.ID, up.err)
+			fmt.Fprintf(c.stderr, "  'tether status %s' shows how it is\n", t.ID)
+			return exitError
+		case !up.up:
+			return c.neverUp(ctx, s, up.task, min, up.spent)
 		}
-		if t.State.Terminal() {
-			return c.endedEarly(t, min)
-		}
+		t = up.task
 	}
 	fmt.Fprintln(c.stdout, t.ID)
 	if t.State.Terminal() {
 		fmt.Fprintf(c.stderr, "tether: %s: already %s\n", t.ID, describeEnd(t))
 	}
 	return exitOK
+}
+
+// upOutcome is what stayUp saw.
+type upOutcome struct {
+	task fsm.Task
+	up   bool // a run stayed up min
+	// spent: the run ended and the restart policy has used its attempts
+	// in its interval (mode "delay" waits for the next one): the task is
+	// left restarting.
+	spent bool
+	sig   os.Signal // the start was interrupted
+	err   error
+}
+
+// stayUp follows task t until one of its runs has been running min (the
+// same task process, from when this saw it running), or the task has
+// ended, or its restart policy waits out its interval (upOutcome.spent).
+// A run that ends sooner, restarted by the policy, starts the wait again.
+func (c *cli) stayUp(ctx context.Context, s *session, t fsm.Task, min time.Duration, sigs <-chan os.Signal) upOutcome {
+	if t.State.Terminal() {
+		return upOutcome{task: t}
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	changes := make(chan fsm.Task, 1)
+	type followed struct {
+		task fsm.Task
+		err  error
+	}
+	done := make(chan followed, 1)
+	go func() {
+		final, err := s.svc.FollowTask(fctx, t.ID, func(st fsm.Task) {
+			select { // the latest replaces one not yet read
+			case <-changes:
+			default:
+			}
+			changes <- st
+		})
+		done <- followed{final, err}
+	}()
+	cur, run := t, 0
+	var timer *time.Timer
+	var timerC <-chan time.Time
+	stop := func() {
+		if timer != nil {
+			timer.Stop()
+		}
+		timer, timerC, run = nil, nil, 0
+	}
+	defer stop()
+	seen := func(st fsm.Task) *upOutcome {
+		cur = st
+		switch {
+		case st.State.Terminal():
+			return &upOutcome{task: st}
+		case st.State == fsm.StateRunning && st.TaskPID != run:
+			stop()
+			run = st.TaskPID
+			timer = time.NewTimer(min)
+			timerC = timer.C
+		case st.State == fsm.StateRestarting && run != 0:
+			stop()
+			if c.restartSpent(ctx, s, st) {
+				return &upOutcome{task: st, spent: true}
+			}
+		}
+		return nil
+	}
+	if o := seen(t); o != nil {
+		return *o
+	}
+	for {
+		select {
+		case st := <-changes:
+			if o := seen(st); o != nil {
+				return *o
+			}
+		case <-timerC:
+			return upOutcome{task: cur, up: true}
+		case f := <-done:
+			if f.err == nil && f.task.State.Terminal() {
+				return upOutcome{task: f.task}
+			}
+			if ctx.Err() != nil {
+				return upOutcome{task: cur, err: context.Cause(ctx)}
+			}
+			return upOutcome{task: cur, err: f.err}
+		case sig := <-sigs:
+			cancel()
+			<-done
+			return upOutcome{task: cur, sig: sig}
+		}
+	}
+}
+
+// restartSpent reports whether the restart task st is in is mode
+// "delay"'s wait for the policy's next interval (its attempts in this one
+// used): a delay longer than the policy's own.
+func (c *cli) restartSpent(ctx context.Context, s *session, st fsm.Task) bool {
+	if st.Spec == nil || st.Spec.Restart == nil || st.Spec.Restart.Mode != fsm.RestartDelay {
+		return false
+	}
+	evs, err := s.svc.TaskEvents(ctx, st.ID)
+	if err != nil {
+		return false
+	}
+	for i := len(evs) - 1; i >= 0; i-- {
+		if evs[i].Type == fsm.EventRestartIntent {
+			return evs[i].Delay > st.Spec.Restart.Delay
+		}
+	}
+	return false
+}
+
+// runEnd is how one run of a task ended, and how long it ran.
+type runEnd struct {
+	exit fsm.ExitStatus
+	ran  time.Duration // 0: not known
+}
+
+// runsOf are the ends of the runs a task's events record, in order: each
+// restart's (its restart-intent carries the exit of the run it follows),
+// then the last run's (task-exited).
+func runsOf(evs []fsm.Event) []runEnd {
+	var out []runEnd
+	var began int64
+	for _, e := range evs {
+		switch {
+		case e.Type == fsm.EventLaunched:
+			began = e.Time
+		case (e.Type == fsm.EventRestartIntent || e.Type == fsm.EventTaskExited) && e.Exit != nil:
+			r := runEnd{exit: *e.Exit}
+			end := e.Exit.At
+			if end == 0 {
+				end = e.Time
+			}
+			if began > 0 && end > began {
+				r.ran = time.Duration(end - began)
+			}
+			out = append(out, r)
+			began = 0
+		}
+	}
+	return out
+}
+
+// neverUp reports a task none of whose runs stayed up min, until its
+// restart policy gave up (or waits out its interval: spent), with its
+// runs' ends and its last output, and returns start's exit code: its last
+// run's own (1 if that was 0). A task that ran once is an endedEarly.
+func (c *cli) neverUp(ctx context.Context, s *session, t fsm.Task, min time.Duration, spent bool) int {
+	evs, _ := s.svc.TaskEvents(ctx, t.ID)
+	runs := runsOf(evs)
+	if len(runs) <= 1 && !spent {
+		return c.endedEarly(t, min)
+	}
+	ends := make([]string, len(runs))
+	for i, r := range runs {
+		ends[i] = clikit.DescribeExit(r.exit)
+		if r.ran > 0 {
+			ends[i] += " after " + clikit.DurationText(r.ran.Round(time.Millisecond))
+		}
+	}
+	c.errorf("task %s did not stay up --min-uptime %s in any of its %d runs: %s", t.ID, clikit.DurationText(min), len(runs), strings.Join(ends, "; "))
+	code := exitError
+	if len(runs) > 0 {
+		if x := exitCode(runs[len(runs)-1].exit); x != 0 {
+			code = x
+		}
+	}
+	if spent {
+		fmt.Fprintf(c.stderr, "  its restart policy has used its attempts in its interval, and waits for the next to start it again: %s\n", clikit.Printable(t.Reason))
+		fmt.Fprintf(c.stderr, "  it is left restarting: 'tether stop %s' stops it\n", t.ID)
+	} else {
+		fmt.Fprintf(c.stderr, "  its restart policy gave up: %s\n", endSummary(t, true))
+		code = endExitCode(t)
+	}
+	c.printLastOutput(t.ID)
+	fmt.Fprintf(c.stderr, "  'tether logs %s' has its output, 'tether events %s' its history; --min-uptime 0 returns once it runs\n", t.ID, t.ID)
+	return code
 }
 
 // endedEarly reports a task that ended before its minimum uptime, with its
