@@ -147,6 +147,17 @@ func TestWaitReady_EndBeforeReadyAndNotNotify(t *testing.T) {
 	if !errors.Is(r.err, ErrNeverReady) || !strings.Contains(r.err.Error(), "exit code 7") {
 		t.Fatalf("WaitReady of a task that exited 7 first: %v", r.err)
 	}
+	// Whichever comes first, the wait or the end, the answer is the same:
+	// a wait that comes once the end is recorded (its executor gone) is
+	// ErrNeverReady naming the exit too, not an unreachable executor. (The
+	// wait above may have reached the executor before the exit, or after
+	// it, with the executor closing: issue 36's flake was the latter.)
+	if final, err := d.WaitTask(ctx, "early"); err != nil || final.State != fsm.StateExited {
+		t.Fatalf("the end: %s %v", final.State, err)
+	}
+	if _, err := d.WaitReady(ctx, "early"); !errors.Is(err, ErrNeverReady) || !strings.Contains(err.Error(), "exit code 7") {
+		t.Fatalf("WaitReady of a task that exited 7, once its end was recorded: %v", err)
+	}
 	plain := taskSpec(t, dir, "sleep")
 	if _, err := d.StartTask(ctx, "plain", plain); err != nil {
 		t.Fatal(err)
@@ -155,9 +166,6 @@ func TestWaitReady_EndBeforeReadyAndNotNotify(t *testing.T) {
 		t.Fatalf("WaitReady of a task without readiness: %v, want ErrNotNotify", err)
 	}
 	if _, err := d.StopTask(ctx, "plain", 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.WaitTask(ctx, "early"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -54,8 +54,14 @@ func batchSpec(spec fsm.Spec) bool {
 // instead, and the exit code is its last run's own (1 if that was 0).
 // Ctrl-C meanwhile stops the task.
 func (c *cli) started(ctx context.Context, s *session, t fsm.Task, min, readyTimeout time.Duration, sigs <-chan os.Signal) int {
-	if notifyTask(t) && (t.State == fsm.StateRunning || t.State == fsm.StateRestarting) {
-		return c.awaitReady(ctx, s, t, readyTimeout, sigs) // its READY=1 stands for --min-uptime
+	if notifyTask(t) {
+		// Its READY=1 stands for --min-uptime; one that ended before its
+		// start could wait for it (it ended before it was ready) is said
+		// the same way, whichever came first.
+		if t.State.Terminal() {
+			return c.endedBeforeReady(ctx, s, t, false)
+		}
+		return c.awaitReady(ctx, s, t, readyTimeout, sigs)
 	}
 	if min > 0 {
 		up := c.stayUp(ctx, s, t, min, sigs)
