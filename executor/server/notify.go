@@ -393,34 +393,62 @@ func (s *server) notified(m notifyMsg) {
 		}
 		return
 	}
-	ready := false
-	for line := range bytes.SplitSeq(m.data, []byte("\n")) {
-		key, val, _ := bytes.Cut(line, []byte("="))
-		switch string(key) {
-		case "READY":
-			ready = ready || string(val) == "1"
-		case "STATUS":
-			s.rd.status = string(val)
-		case "STOPPING":
-			if string(val) == "1" {
-				s.rd.stopping = true
-				s.log.Info("task stopping", "task_pid", s.task.pid)
-			}
-		case "WATCHDOG":
-			switch string(val) {
-			case "1":
-				s.armWatchdog()
-			case "trigger":
-				s.watchdogMissed("the task triggered its watchdog (WATCHDOG=trigger)")
-				return
-			}
-		}
+	n := parseNotice(m.data)
+	if n.status != nil {
+		s.rd.status = *n.status
+	}
+	if n.stopping && !s.rd.stopping {
+		s.rd.stopping = true
+		s.log.Info("task stopping", "task_pid", s.task.pid)
+	}
+	if n.trigger {
+		s.watchdogMissed("the task triggered its watchdog (WATCHDOG=trigger)")
+		return
+	}
+	if n.ping {
+		s.armWatchdog()
 	}
 	// READY=1 is acted on after the rest of its datagram (its STATUS=
 	// with it is the status it is ready with).
-	if ready && !s.rd.ready {
+	if n.ready && !s.rd.ready {
 		s.becameReady("task ready", "status", s.rd.status)
 	}
+}
+
+// notice is what one datagram says that the executor acts on.
+type notice struct {
+	ready    bool    // READY=1
+	status   *string // the last STATUS= (nil: none)
+	stopping bool    // STOPPING=1
+	ping     bool    // WATCHDOG=1
+	trigger  bool    // WATCHDOG=trigger: a watchdog miss now
+}
+
+// parseNotice reads a datagram's newline-separated KEY=VALUE lines (the
+// sd_notify protocol): only the exact values count (READY=1, not READY=0
+// or READY=10), and of several STATUS= lines the last. It is pure.
+func parseNotice(data []byte) notice {
+	var n notice
+	for line := range bytes.SplitSeq(data, []byte("\n")) {
+		key, val, _ := bytes.Cut(line, []byte("="))
+		switch string(key) {
+		case "READY":
+			n.ready = n.ready || string(val) == "1"
+		case "STATUS":
+			v := string(val)
+			n.status = &v
+		case "STOPPING":
+			n.stopping = n.stopping || string(val) == "1"
+		case "WATCHDOG":
+			switch string(val) {
+			case "1":
+				n.ping = true
+			case "trigger":
+				n.trigger = true
+			}
+		}
+	}
+	return n
 }
 
 // becameReady makes the current run ready (READY=1, or its check's first

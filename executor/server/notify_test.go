@@ -184,3 +184,38 @@ func TestFromTask_KeepsAtMostMaxSenders(t *testing.T) {
 		t.Fatal("the last sender's verdict was not kept")
 	}
 }
+
+// TestParseNotice_WhichLinesCount: of a datagram's lines only the exact
+// values count: READY=1 (not READY=0, READY=10, or a key that only ends
+// in READY), the last STATUS= (an empty one too), STOPPING=1, WATCHDOG=1
+// and WATCHDOG=trigger; anything else is nothing.
+func TestParseNotice_WhichLinesCount(t *testing.T) {
+	str := func(s string) *string { return &s }
+	for _, tc := range []struct {
+		data string
+		want notice
+	}{
+		{"READY=1", notice{ready: true}},
+		{"READY=0", notice{}},
+		{"READY=10", notice{}},
+		{"READY=", notice{}},
+		{"READY", notice{}},
+		{"XREADY=1", notice{}},
+		{"READY=1\nREADY=0", notice{ready: true}},
+		{"STATUS=warming up\nREADY=1\n", notice{ready: true, status: str("warming up")}},
+		{"STATUS=a\nSTATUS=b", notice{status: str("b")}},
+		{"STATUS=", notice{status: str("")}},
+		{"STOPPING=1", notice{stopping: true}},
+		{"STOPPING=0", notice{}},
+		{"WATCHDOG=1", notice{ping: true}},
+		{"WATCHDOG=trigger", notice{trigger: true}},
+		{"WATCHDOG=0", notice{}},
+		{"MAINPID=42\nERRNO=2\nBARRIER=1", notice{}},
+	} {
+		got := parseNotice([]byte(tc.data))
+		if got.ready != tc.want.ready || got.stopping != tc.want.stopping || got.ping != tc.want.ping || got.trigger != tc.want.trigger ||
+			(got.status == nil) != (tc.want.status == nil) || got.status != nil && *got.status != *tc.want.status {
+			t.Errorf("%q: %+v, want %+v", tc.data, got, tc.want)
+		}
+	}
+}
