@@ -53,20 +53,6 @@ func readinessOfCheck(typ string) fsm.Readiness {
 	return fsm.ReadinessNone
 }
 
-// services are the services whose checks may be t's: the group's that
-// name it or no task, and its own.
-func (t *Task) services() []Service {
-	var out []Service
-	if t.Group != nil {
-		for _, s := range t.Group.Services {
-			if s.Task == "" || s.Task == t.Name {
-				out = append(out, s)
-			}
-		}
-	}
-	return append(out, t.Services...)
-}
-
 // mainOfGroup reports whether t is its group's one task without a
 // lifecycle hook (a group's service that names no task is its).
 func (t *Task) mainOfGroup() bool {
