@@ -48,6 +48,12 @@ func sayTo(t *testing.T, ctl, out *os.File, line string) string {
 	if _, err := fmt.Fprintln(ctl, line); err != nil {
 		t.Fatal(err)
 	}
+	return readAnswer(t, out)
+}
+
+// readAnswer reads one line a notify task wrote.
+func readAnswer(t *testing.T, out *os.File) string {
+	t.Helper()
 	if err := out.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -282,12 +288,15 @@ func TestReady_RecordedFromTheJournalWithNobodyWaiting(t *testing.T) {
 	ctx := ctxT(t)
 	d1 := newDriver(t, dir, Hooks{})
 	ctlPath, outPath, ctl, out := notifyFifos(t)
-	spec := taskSpec(t, dir, "notify", ctlPath, outPath)
+	spec := taskSpec(t, dir, "notify", ctlPath, outPath, "announce") // each run says "up PID" first
 	spec.Readiness = fsm.ReadinessNotify
 	spec.Restart = &fsm.RestartPolicy{Attempts: 1, Interval: time.Hour, Mode: fsm.RestartFail, OnSuccess: true}
 	st, err := d1.StartTask(ctx, "svc", spec)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if up := readAnswer(t, out); up != fmt.Sprint("up ", st.TaskPID) {
+		t.Fatalf("the first run said %q", up)
 	}
 	if err := d1.Close(); err != nil { // nobody supervises it now
 		t.Fatal(err)
@@ -314,9 +323,13 @@ func TestReady_RecordedFromTheJournalWithNobodyWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The run ends; its policy restarts it; the new run is ready (the
-	// line waits in the fifo for it). Two drivers fold at once.
+	// The run ends; its policy restarts it; the new run (once it says it
+	// is up: a line sent sooner could be read by the run that exits) is
+	// ready. Two drivers fold at once.
 	fmt.Fprintln(ctl, "exit 1")
+	if up := readAnswer(t, out); !strings.HasPrefix(up, "up ") || up == fmt.Sprint("up ", st.TaskPID) {
+		t.Fatalf("the restarted run said %q", up)
+	}
 	if got := sayTo(t, ctl, out, "send READY=1"); got != "ok" {
 		t.Fatal(got)
 	}
@@ -440,18 +453,25 @@ func TestReady_DriverCrashBetweenTheReadyAndItsRecord(t *testing.T) {
 // run's ready exactly when the journal on disk does (it is a fact only
 // once journalled), then the task lost, with nothing of it left alive.
 func TestReady_ExecutorCrashAroundTheReadyEntry(t *testing.T) {
-	for _, point := range executor.ReadyCrashPoints() {
+	for _, point := range []string{executor.CrashBeforeReadyEntry, executor.CrashAfterReadyEntry} {
 		t.Run(point, func(t *testing.T) {
 			t.Setenv(EnvCrashPoint, point) // the executor's environment: it kills itself there
 			dir := stateDir(t)
 			ctx := ctxT(t)
 			d := newDriver(t, dir, Hooks{})
 			defer d.Close()
-			spec := taskSpec(t, dir, "ready-sleep")
+			ctlPath, outPath, ctl, out := notifyFifos(t)
+			spec := taskSpec(t, dir, "notify", ctlPath, outPath)
 			spec.Readiness = fsm.ReadinessNotify
 			if _, err := d.StartTask(ctx, "a", spec); err != nil {
 				t.Fatal(err)
 			}
+			// READY=1 once the start is recorded: the executor dies as it
+			// handles it. (Its answer is not waited for: the barrier the
+			// task waits on after it ends only when the kernel collects
+			// the dead socket's queue.)
+			fmt.Fprintln(ctl, "send READY=1")
+			_ = out
 			if _, err := d.WaitReady(ctx, "a"); err == nil {
 				t.Fatal("WaitReady succeeded although the executor died at", point)
 			}

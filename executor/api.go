@@ -22,27 +22,21 @@ const (
 	ModeHost    = wire.ModeHost
 )
 
-// The executor's crash points (TETHER_CRASHPOINT), on its restart path.
+// The executor's crash points (TETHER_CRASHPOINT), on its restart path
+// (CrashPoints lists them) and on its readiness path: before and after it
+// journals a run's ready entry (reached only by a task that becomes ready,
+// so not among CrashPoints, whose every point a restarting task reaches).
 const (
 	CrashBeforeRestartIntent = wire.CrashBeforeRestartIntent
 	CrashAfterRestartIntent  = wire.CrashAfterRestartIntent
 	CrashAfterRelaunch       = wire.CrashAfterRelaunch
+	CrashBeforeReadyEntry    = wire.CrashBeforeReadyEntry
+	CrashAfterReadyEntry     = wire.CrashAfterReadyEntry
 )
 
 // CrashPoints lists the executor's crash points.
 func CrashPoints() []string { return wire.CrashPoints() }
 
-// The executor's crash points on its readiness path (TETHER_CRASHPOINT):
-// before and after it journals a run's ready entry.
-const (
-	CrashBeforeReadyEntry = wire.CrashBeforeReadyEntry
-	CrashAfterReadyEntry  = wire.CrashAfterReadyEntry
-)
-
-// ReadyCrashPoints lists the executor's crash points on its readiness
-// path, reached only by a task that becomes ready (apart from
-// CrashPoints, which a restarting task reaches).
-func ReadyCrashPoints() []string { return wire.ReadyCrashPoints() }
 
 // Launch is what an executor is asked to launch: the task's fsm.Spec as the
 // log records it, and the driver's Policy (their fields are promoted).

@@ -19,7 +19,7 @@ var (
 	// crashPoints are the points a plan names: every crash point, and the
 	// executor's on its readiness path (a step that starts a notify task
 	// reaches them).
-	crashPoints = append(CrashPoints(), executor.ReadyCrashPoints()...)
+	crashPoints = append(CrashPoints(), executor.CrashBeforeReadyEntry, executor.CrashAfterReadyEntry)
 	faultDraws  = drawnFaultPoints()
 )
 

@@ -608,10 +608,14 @@ func (w *World) relaunch(e *Proc) {
 	w.exitNowLocked(c, rs.spec)
 }
 
+// readyPoints are the executor's crash points on its readiness path:
+// before its ready entry, and after.
+var readyPoints = []string{executor.CrashBeforeReadyEntry, executor.CrashAfterReadyEntry}
+
 // readyLocked makes the live current run of executor e's task ready, when
 // its spec's readiness waits (a notify task of the model world says
 // READY=1 as soon as it runs): journalled first, between the executor's
-// two crash points of its readiness path (executor.ReadyCrashPoints), as
+// two crash points of its readiness path (readyPoints), as
 // executor/server does, unless the world's executors are of a protocol
 // before 10 (SetOldExecutors), which journal none. It reports false when
 // the executor died at one of those points.
@@ -621,11 +625,11 @@ func (w *World) readyLocked(e *Proc, spec fsm.Spec) bool {
 		return e.Alive
 	}
 	if !w.oldExecutors {
-		if w.execCrashLocked(e, executor.CrashBeforeReadyEntry) {
+		if w.execCrashLocked(e, readyPoints[0]) { // before the entry
 			return false
 		}
 		w.journalLocked(e, fsm.Event{Type: fsm.EventReady, Time: time.Now().UnixNano(), Attempt: len(e.journal) + 1, TaskPID: c.PID, TaskStartTime: c.Start})
-		if w.execCrashLocked(e, executor.CrashAfterReadyEntry) {
+		if w.execCrashLocked(e, readyPoints[1]) { // after it
 			return false
 		}
 	}
