@@ -105,9 +105,9 @@ func (c *cli) readyOrFail(ctx context.Context, s *session, t fsm.Task, timeout t
 			case nr.run:
 				continue
 			case nr.task.State.Terminal():
-				return c.endedBeforeReady(ctx, s, nr.task, false), false
-			case nr.spent:
-				return c.endedBeforeReady(ctx, s, nr.task, true), false
+				return c.endedBeforeReady(ctx, s, nr.task, 0), false
+			case nr.later:
+				return c.endedBeforeReady(ctx, s, nr.task, nr.next), false
 			case errors.Is(nr.err, errReadyTimeout):
 				return c.readyTimedOut(t, timeout, r.r.Status), false
 			}
@@ -135,8 +135,9 @@ func (c *cli) readyTimedOut(t fsm.Task, timeout time.Duration, status string) in
 // nextRun is what awaitNextRun saw.
 type nextRun struct {
 	task  fsm.Task
-	run   bool // a new run is running
-	spent bool // the policy waits out its interval (see restartSpent)
+	run   bool          // a new run is running
+	later bool          // the policy starts the next run only past ctx's deadline (see restartLater)
+	next  time.Duration // in how long
 	err   error
 }
 
@@ -156,15 +157,19 @@ func (c *cli) awaitNextRun(ctx context.Context, s *session, id string, after int
 		case st.State == fsm.StateRunning && st.TaskPID != after && st.TaskPID != 0:
 			out.run = true
 			stop(errNextRun)
-		case st.State == fsm.StateRestarting && c.restartSpent(ctx, s, st):
-			out.spent = true
-			stop(errNextRun)
+		case st.State == fsm.StateRestarting:
+			if dl, ok := ctx.Deadline(); ok {
+				if next, later := c.restartLater(ctx, s, st, dl); later {
+					out.later, out.next = true, next
+					stop(errNextRun)
+				}
+			}
 		}
 	})
 	switch {
 	case err == nil:
 		return nextRun{task: final}
-	case out.run || out.spent:
+	case out.run || out.later:
 		return out
 	case ctx.Err() != nil:
 		out.err = context.Cause(ctx)
@@ -186,12 +191,13 @@ func readyHow(t fsm.Task) string {
 var errReadyTimeout = errors.New("the ready timeout passed")
 
 // endedBeforeReady reports a notify task none of whose runs said it is
-// ready before it ended, until its restart policy gave up (or, spent,
-// waits out its interval), with its runs' ends and its last output, and
-// returns start's exit code.
-func (c *cli) endedBeforeReady(ctx context.Context, s *session, t fsm.Task, spent bool) int {
+// ready before it ended, until its restart policy gave up (or, with next,
+// starts its next run only in next, past --ready-timeout), with its runs'
+// ends and its last output, and returns start's exit code.
+func (c *cli) endedBeforeReady(ctx context.Context, s *session, t fsm.Task, next time.Duration) int {
 	evs, _ := s.svc.TaskEvents(ctx, t.ID)
 	runs := runsOf(evs)
+	spent := next > 0
 	if len(runs) <= 1 && !spent {
 		c.errorf("task %s ended before it said it is ready (%s): %s", t.ID, readyHow(t), endSummary(t, true))
 	} else {
@@ -201,7 +207,7 @@ func (c *cli) endedBeforeReady(ctx context.Context, s *session, t fsm.Task, spen
 		}
 		c.errorf("task %s ended before it said it is ready (%s) in each of its %d runs: %s", t.ID, readyHow(t), len(runs), strings.Join(ends, "; "))
 		if spent {
-			fmt.Fprintf(c.stderr, "  its restart policy has used its attempts in its interval, and waits for the next to start it again: %s\n", clikit.Printable(t.Reason))
+			fmt.Fprintf(c.stderr, "  its restart policy starts its next run in %s, past --ready-timeout (%s)\n", clikit.DurationText(next), clikit.Printable(t.Reason))
 			fmt.Fprintf(c.stderr, "  it is left restarting: 'tether stop %s' stops it\n", t.ID)
 		} else {
 			fmt.Fprintf(c.stderr, "  its restart policy gave up: %s\n", endSummary(t, true))

@@ -134,8 +134,9 @@ func TestStart_UpOnceARunStaysUp(t *testing.T) {
 }
 
 // A policy of mode "delay" that has used its attempts in its interval
-// waits for the next one: the start fails then, saying so, and leaves the
-// task restarting.
+// waits for the next one, past the start's bound (--ready-timeout): the
+// start fails then, saying so, and leaves the task restarting. (So does a
+// restart delayed past it: a start is a command someone waits on.)
 func TestStart_CrashLoopUntilTheIntervalWaitFails(t *testing.T) {
 	e := newEnv(t)
 	file := restartFile(t, e, "delayed", "exit 4", `    attempts = 1
@@ -143,7 +144,8 @@ func TestStart_CrashLoopUntilTheIntervalWaitFails(t *testing.T) {
     delay    = "50ms"
     mode     = "delay"`)
 	r := e.tether("start", file)
-	if r.code != 4 || r.stdout != "" || !strings.Contains(r.stderr, "in any of its 2 runs") || !strings.Contains(r.stderr, "waits for the next to start it again") {
+	if r.code != 4 || r.stdout != "" || !strings.Contains(r.stderr, "in any of its 2 runs") || !strings.Contains(r.stderr, "its restart policy starts its next run in ") ||
+		!strings.Contains(r.stderr, "past --ready-timeout 1m30s") || !strings.Contains(r.stderr, "left restarting") {
 		t.Fatalf("start of a task whose delay policy waits out its interval: want exit 4 naming the wait\n%s", r)
 	}
 	st := e.status("delayed")

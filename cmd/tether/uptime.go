@@ -20,8 +20,11 @@ import (
 // passing it. A run that ends sooner and that the task's restart policy
 // restarts does not pass it: the start waits for a later run to stay up,
 // and fails once the policy gives up first (supervisord's startretries),
-// or has used its attempts in its interval and waits for the next one
-// (mode "delay"), with the runs' exits and the last output.
+// with the runs' exits and the last output. The wait is bounded by
+// --ready-timeout (a start is a command someone waits on): a restart the
+// policy delays past it (a long delay, or mode "delay" waiting out its
+// interval) fails the start at once, and so does the bound itself, the
+// task left to its policy.
 
 // lastLines is how many lines of each output stream a failed start shows.
 const lastLines = 5
@@ -59,12 +62,14 @@ func (c *cli) started(ctx context.Context, s *session, t fsm.Task, min, readyTim
 		// start could wait for it (it ended before it was ready) is said
 		// the same way, whichever came first.
 		if t.State.Terminal() {
-			return c.endedBeforeReady(ctx, s, t, false)
+			return c.endedBeforeReady(ctx, s, t, 0)
 		}
 		return c.awaitReady(ctx, s, t, readyTimeout, sigs)
 	}
 	if min > 0 {
-		up := c.stayUp(ctx, s, t, min, sigs)
+		// The bound: --ready-timeout for the crash loop, and min more for
+		// a run that starts just before it to prove itself.
+		up := c.stayUp(ctx, s, t, min, time.Now().Add(readyTimeout+min), sigs)
 		switch {
 		case up.sig != nil:
 			fmt.Fprintf(c.stderr, "tether: %s: got %v before the task was up, stopping it\n", t.ID, up.sig)
@@ -76,7 +81,7 @@ func (c *cli) started(ctx context.Context, s *session, t fsm.Task, min, readyTim
 			fmt.Fprintf(c.stderr, "  'tether status %s' shows how it is\n", t.ID)
 			return exitError
 		case !up.up:
-			return c.neverUp(ctx, s, up.task, min, up.spent)
+			return c.neverUp(ctx, s, up.task, min, readyTimeout, up)
 		}
 		t = up.task
 	}
@@ -91,19 +96,22 @@ func (c *cli) started(ctx context.Context, s *session, t fsm.Task, min, readyTim
 type upOutcome struct {
 	task fsm.Task
 	up   bool // a run stayed up min
-	// spent: the run ended and the restart policy has used its attempts
-	// in its interval (mode "delay" waits for the next one): the task is
-	// left restarting.
-	spent bool
-	sig   os.Signal // the start was interrupted
-	err   error
+	// later: the run ended and the restart policy starts the next only
+	// after the start's bound (next: in how long); timedOut: the bound
+	// passed. The task is left to its policy either way.
+	later    bool
+	next     time.Duration
+	timedOut bool
+	sig      os.Signal // the start was interrupted
+	err      error
 }
 
 // stayUp follows task t until one of its runs has been running min (the
 // same task process, from when this saw it running), or the task has
-// ended, or its restart policy waits out its interval (upOutcome.spent).
-// A run that ends sooner, restarted by the policy, starts the wait again.
-func (c *cli) stayUp(ctx context.Context, s *session, t fsm.Task, min time.Duration, sigs <-chan os.Signal) upOutcome {
+// ended, or deadline comes, or its restart policy starts its next run only
+// after deadline (upOutcome.later). A run that ends sooner, restarted by
+// the policy, starts the wait again.
+func (c *cli) stayUp(ctx context.Context, s *session, t fsm.Task, min time.Duration, deadline time.Time, sigs <-chan os.Signal) upOutcome {
 	if t.State.Terminal() {
 		return upOutcome{task: t}
 	}
@@ -126,6 +134,8 @@ func (c *cli) stayUp(ctx context.Context, s *session, t fsm.Task, min time.Durat
 		done <- followed{final, err}
 	}()
 	cur, run := t, 0
+	bound := time.NewTimer(time.Until(deadline))
+	defer bound.Stop()
 	var timer *time.Timer
 	var timerC <-chan time.Time
 	stop := func() {
@@ -147,8 +157,8 @@ func (c *cli) stayUp(ctx context.Context, s *session, t fsm.Task, min time.Durat
 			timerC = timer.C
 		case st.State == fsm.StateRestarting && run != 0:
 			stop()
-			if c.restartSpent(ctx, s, st) {
-				return &upOutcome{task: st, spent: true}
+			if next, later := c.restartLater(ctx, s, st, deadline); later {
+				return &upOutcome{task: st, later: true, next: next}
 			}
 		}
 		return nil
@@ -164,6 +174,8 @@ func (c *cli) stayUp(ctx context.Context, s *session, t fsm.Task, min time.Durat
 			}
 		case <-timerC:
 			return upOutcome{task: cur, up: true}
+		case <-bound.C:
+			return upOutcome{task: cur, timedOut: true}
 		case f := <-done:
 			if f.err == nil && f.task.State.Terminal() {
 				return upOutcome{task: f.task}
@@ -180,23 +192,21 @@ func (c *cli) stayUp(ctx context.Context, s *session, t fsm.Task, min time.Durat
 	}
 }
 
-// restartSpent reports whether the restart task st is in is mode
-// "delay"'s wait for the policy's next interval (its attempts in this one
-// used): a delay longer than the policy's own.
-func (c *cli) restartSpent(ctx context.Context, s *session, st fsm.Task) bool {
-	if st.Spec == nil || st.Spec.Restart == nil || st.Spec.Restart.Mode != fsm.RestartDelay {
-		return false
-	}
+// restartLater reports whether the restart task st is in starts its next
+// run only after deadline (a long delay, or mode "delay" waiting out its
+// interval), and in how long.
+func (c *cli) restartLater(ctx context.Context, s *session, st fsm.Task, deadline time.Time) (time.Duration, bool) {
 	evs, err := s.svc.TaskEvents(ctx, st.ID)
 	if err != nil {
-		return false
+		return 0, false
 	}
 	for i := len(evs) - 1; i >= 0; i-- {
-		if evs[i].Type == fsm.EventRestartIntent {
-			return evs[i].Delay > st.Spec.Restart.Delay
+		if e := evs[i]; e.Type == fsm.EventRestartIntent {
+			at := time.Unix(0, e.Time).Add(e.Delay)
+			return time.Until(at).Round(time.Second), at.After(deadline)
 		}
 	}
-	return false
+	return 0, false
 }
 
 // runEnd is how one run of a task ended, and how long it ran.
@@ -232,13 +242,14 @@ func runsOf(evs []fsm.Event) []runEnd {
 }
 
 // neverUp reports a task none of whose runs stayed up min, until its
-// restart policy gave up (or waits out its interval: spent), with its
-// runs' ends and its last output, and returns start's exit code: its last
-// run's own (1 if that was 0). A task that ran once is an endedEarly.
-func (c *cli) neverUp(ctx context.Context, s *session, t fsm.Task, min time.Duration, spent bool) int {
+// restart policy gave up (or its next run comes after the start's bound,
+// or the bound passed: up), with its runs' ends and its last output, and
+// returns start's exit code: its last run's own (1 if that was 0). A task
+// that ran once and ended is an endedEarly.
+func (c *cli) neverUp(ctx context.Context, s *session, t fsm.Task, min, bound time.Duration, up upOutcome) int {
 	evs, _ := s.svc.TaskEvents(ctx, t.ID)
 	runs := runsOf(evs)
-	if len(runs) <= 1 && !spent {
+	if len(runs) <= 1 && t.State.Terminal() {
 		return c.endedEarly(t, min)
 	}
 	ends := make([]string, len(runs))
@@ -255,10 +266,13 @@ func (c *cli) neverUp(ctx context.Context, s *session, t fsm.Task, min time.Dura
 			code = x
 		}
 	}
-	if spent {
-		fmt.Fprintf(c.stderr, "  its restart policy has used its attempts in its interval, and waits for the next to start it again: %s\n", clikit.Printable(t.Reason))
+	switch {
+	case up.later:
+		fmt.Fprintf(c.stderr, "  its restart policy starts its next run in %s, past --ready-timeout %s (%s)\n", clikit.DurationText(up.next), clikit.DurationText(bound), clikit.Printable(t.Reason))
 		fmt.Fprintf(c.stderr, "  it is left restarting: 'tether stop %s' stops it\n", t.ID)
-	} else {
+	case up.timedOut:
+		fmt.Fprintf(c.stderr, "  and --ready-timeout %s passed: it is left %s under its restart policy: 'tether stop %s' stops it\n", clikit.DurationText(bound), t.State, t.ID)
+	default:
 		fmt.Fprintf(c.stderr, "  its restart policy gave up: %s\n", endSummary(t, true))
 		code = endExitCode(t)
 	}
