@@ -37,7 +37,6 @@ const (
 // CrashPoints lists the executor's crash points.
 func CrashPoints() []string { return wire.CrashPoints() }
 
-
 // Launch is what an executor is asked to launch: the task's fsm.Spec as the
 // log records it, and the driver's Policy (their fields are promoted).
 type Launch = wire.Launch
