@@ -16,15 +16,10 @@ const (
 	CrashAfterReadyEntry  = "executor:after-journal:ready"
 )
 
-// ReadyCrashPoints lists the executor's crash points on its readiness
-// path. They are reached only by a task that becomes ready, so they are
-// listed apart from CrashPoints (whose every point the driver's crash
-// test reaches with a restarting task).
-func ReadyCrashPoints() []string {
-	return []string{CrashBeforeReadyEntry, CrashAfterReadyEntry}
-}
-
-// CrashPoints lists the executor's crash points.
+// CrashPoints lists the executor's crash points on its restart path (those
+// of its readiness path are reached only by a task that becomes ready:
+// the driver's crash test reaches every point listed here with a
+// restarting task).
 func CrashPoints() []string {
 	return []string{CrashBeforeRestartIntent, CrashAfterRestartIntent, CrashAfterRelaunch}
 }
