@@ -604,9 +604,9 @@ type TaskInfo struct {
 	// ExecutorAlive is whether the recorded executor is alive now, checked
 	// against the process table by identity.
 	ExecutorAlive bool
-	// Unfolded is how many entries of the executor's restart journal (the
-	// restarts it performed while no driver watched) the log does not hold
-	// yet: Reconcile folds them.
+	// Unfolded is how many entries of the executor's journal (the
+	// restarts it performed, and its runs' readiness, while no driver
+	// watched) the log does not hold yet: Reconcile folds them.
 	Unfolded int
 }
 
@@ -653,7 +653,7 @@ func (d *Driver) InspectTask(ctx context.Context, id string) (TaskInfo, error) {
 			return info, &TaskError{Task: id, State: info.State, Err: err}
 		}
 		info.ExecutorAlive = alive
-		if info.Spec != nil && info.Spec.Restart != nil {
+		if journals(info.Spec) {
 			// Read, not believed: a journal that does not match the
 			// identity counts as nothing here (Reconcile says why).
 			if entries, err := d.world.Journal(ctx, id, *info.Executor); err == nil {

@@ -1,18 +1,23 @@
 package driver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/statedir"
+	"github.com/tether-fsm/tether/store"
 )
 
 // notifyFifos makes the control and answer fifos of a notify helper task,
@@ -43,6 +48,12 @@ func sayTo(t *testing.T, ctl, out *os.File, line string) string {
 	if _, err := fmt.Fprintln(ctl, line); err != nil {
 		t.Fatal(err)
 	}
+	return readAnswer(t, out)
+}
+
+// readAnswer reads one line a notify task wrote.
+func readAnswer(t *testing.T, out *os.File) string {
+	t.Helper()
 	if err := out.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -142,6 +153,17 @@ func TestWaitReady_EndBeforeReadyAndNotNotify(t *testing.T) {
 	if !errors.Is(r.err, ErrNeverReady) || !strings.Contains(r.err.Error(), "exit code 7") {
 		t.Fatalf("WaitReady of a task that exited 7 first: %v", r.err)
 	}
+	// Whichever comes first, the wait or the end, the answer is the same:
+	// a wait that comes once the end is recorded (its executor gone) is
+	// ErrNeverReady naming the exit too, not an unreachable executor. (The
+	// wait above may have reached the executor before the exit, or after
+	// it, with the executor closing: issue 36's flake was the latter.)
+	if final, err := d.WaitTask(ctx, "early"); err != nil || final.State != fsm.StateExited {
+		t.Fatalf("the end: %s %v", final.State, err)
+	}
+	if _, err := d.WaitReady(ctx, "early"); !errors.Is(err, ErrNeverReady) || !strings.Contains(err.Error(), "exit code 7") {
+		t.Fatalf("WaitReady of a task that exited 7, once its end was recorded: %v", err)
+	}
 	plain := taskSpec(t, dir, "sleep")
 	if _, err := d.StartTask(ctx, "plain", plain); err != nil {
 		t.Fatal(err)
@@ -150,9 +172,6 @@ func TestWaitReady_EndBeforeReadyAndNotNotify(t *testing.T) {
 		t.Fatalf("WaitReady of a task without readiness: %v, want ErrNotNotify", err)
 	}
 	if _, err := d.StopTask(ctx, "plain", 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.WaitTask(ctx, "early"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -209,5 +228,278 @@ func TestWaitReady_WatchdogMissRestartIsRecorded(t *testing.T) {
 	}
 	if evs[i-1].Type != fsm.EventReady {
 		t.Fatalf("events %v: want ready before the restart", evs)
+	}
+}
+
+// readyEvents are the ready events of task id's log.
+func readyEvents(t *testing.T, d *Driver, id string) []fsm.Event {
+	t.Helper()
+	evs, err := d.TaskEvents(ctxT(t), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []fsm.Event
+	for _, e := range evs {
+		if e.Type == fsm.EventReady {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// journalReadies are the ready entries of task id's executor's journal on
+// disk.
+func journalReadies(t *testing.T, d *Driver, id string) []fsm.Event {
+	t.Helper()
+	j, ok, err := executor.SideFiles(d.TaskDir(id)).Journal()
+	if err != nil || !ok {
+		t.Fatalf("journal of %s: ok %v, %v", id, ok, err)
+	}
+	var out []fsm.Event
+	for _, e := range j.Entries {
+		if e.Type == fsm.EventReady {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// sameReadies checks that the log's ready events are the journal's entries,
+// one for one: the run, its place and the time it was ready.
+func sameReadies(t *testing.T, log, journal []fsm.Event) {
+	t.Helper()
+	if len(log) != len(journal) {
+		t.Fatalf("%d ready events in the log, %d in the journal:\nlog %v\njournal %v", len(log), len(journal), log, journal)
+	}
+	for i, e := range log {
+		j := journal[i]
+		if e.Time != j.Time || e.TaskProc() != j.TaskProc() || e.Attempt != j.Attempt || !e.Journalled() {
+			t.Errorf("ready %d: the log has %v at %d (place %d), the journal %v at %d (place %d)", i, e.TaskProc(), e.Time, e.Attempt, j.TaskProc(), j.Time, j.Attempt)
+		}
+	}
+}
+
+// Readiness is a fact of a run, journalled by its executor: with no
+// driver watching and nobody waiting, the next Recover records each run's
+// ready, restarts included, with the time the run was ready, once
+// (Recover again, and two drivers folding at once, add nothing).
+func TestReady_RecordedFromTheJournalWithNobodyWaiting(t *testing.T) {
+	dir := stateDir(t)
+	ctx := ctxT(t)
+	d1 := newDriver(t, dir, Hooks{})
+	ctlPath, outPath, ctl, out := notifyFifos(t)
+	spec := taskSpec(t, dir, "notify", ctlPath, outPath, "announce") // each run says "up PID" first
+	spec.Readiness = fsm.ReadinessNotify
+	spec.Restart = &fsm.RestartPolicy{Attempts: 1, Interval: time.Hour, Mode: fsm.RestartFail, OnSuccess: true}
+	st, err := d1.StartTask(ctx, "svc", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if up := readAnswer(t, out); up != fmt.Sprint("up ", st.TaskPID) {
+		t.Fatalf("the first run said %q", up)
+	}
+	if err := d1.Close(); err != nil { // nobody supervises it now
+		t.Fatal(err)
+	}
+	if got := sayTo(t, ctl, out, "send READY=1"); got != "ok" { // handled (and journalled) once answered
+		t.Fatal(got)
+	}
+	d2 := newDriver(t, dir, Hooks{})
+	info, err := d2.InspectTask(ctx, "svc")
+	if err != nil || info.Ready || info.Unfolded != 1 {
+		t.Fatalf("before a fold: ready %v, unfolded %d, %v; want not ready, 1 unfolded", info.Ready, info.Unfolded, err)
+	}
+	if _, err := d2.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := d2.InspectTask(ctx, "svc"); err != nil || !info.Ready || info.Unfolded != 0 {
+		t.Fatalf("after Recover: ready %v, unfolded %d, %v; want ready, nothing unfolded", info.Ready, info.Unfolded, err)
+	}
+	sameReadies(t, readyEvents(t, d2, "svc"), journalReadies(t, d2, "svc"))
+	if r := readyEvents(t, d2, "svc"); r[0].TaskPID != st.TaskPID {
+		t.Fatalf("the ready names pid %d, the first run is %d", r[0].TaskPID, st.TaskPID)
+	}
+	if err := d2.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The run ends; its policy restarts it; the new run (once it says it
+	// is up: a line sent sooner could be read by the run that exits) is
+	// ready. Two drivers fold at once.
+	fmt.Fprintln(ctl, "exit 1")
+	if up := readAnswer(t, out); !strings.HasPrefix(up, "up ") || up == fmt.Sprint("up ", st.TaskPID) {
+		t.Fatalf("the restarted run said %q", up)
+	}
+	if got := sayTo(t, ctl, out, "send READY=1"); got != "ok" {
+		t.Fatal(got)
+	}
+	shared := func() *Driver {
+		sh, err := store.OpenShared(statedir.Layout{Dir: dir}.Store(), store.Options{LockTimeout: 20 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sh.Close() })
+		d, err := Open(Config{StateDir: dir, Store: sh, ExecutorCommand: []string{self(t), modeExecutor}, KillTimeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	da, db := shared(), shared()
+	var wg sync.WaitGroup
+	for _, d := range []*Driver{da, db} {
+		wg.Go(func() {
+			if _, err := d.Reconcile(ctx, "svc"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	for _, d := range []*Driver{da, db} {
+		if err := d.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d3 := newDriver(t, dir, Hooks{})
+	defer d3.Close()
+	if _, err := d3.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	log := readyEvents(t, d3, "svc")
+	sameReadies(t, log, journalReadies(t, d3, "svc"))
+	now, err := d3.InspectTask(ctx, "svc")
+	if err != nil || len(log) != 2 || !now.Ready || now.Restarts != 1 || log[1].TaskPID != now.TaskPID || log[0].TaskPID == now.TaskPID {
+		t.Fatalf("after the restart: %d readies %v, task ready %v restarts %d pid %d, %v; want 2, one per run, the last the current one",
+			len(log), log, now.Ready, now.Restarts, now.TaskPID, err)
+	}
+	if _, err := d3.StopTask(ctx, "svc", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The process that supervises a task records its runs' readiness as they
+// happen, without anyone waiting: the log has the ready while the run
+// lives, with the time it became ready.
+func TestReady_TheSupervisorRecordsIt(t *testing.T) {
+	dir := stateDir(t)
+	ctx := ctxT(t)
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	ctlPath, outPath, ctl, out := notifyFifos(t)
+	spec := taskSpec(t, dir, "notify", ctlPath, outPath)
+	spec.Readiness = fsm.ReadinessNotify
+	if _, err := d.StartTask(ctx, "svc", spec); err != nil {
+		t.Fatal(err)
+	}
+	progress := make(chan fsm.Task, 16)
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		_, _ = d.FollowTask(fctx, "svc", func(st fsm.Task) { progress <- st })
+	}()
+	if got := sayTo(t, ctl, out, "send READY=1"); got != "ok" {
+		t.Fatal(got)
+	}
+	for st := range progress {
+		if st.Ready {
+			break
+		}
+	}
+	sameReadies(t, readyEvents(t, d, "svc"), journalReadies(t, d, "svc"))
+	fmt.Fprintln(ctl, "exit 0")
+	if final, err := d.WaitTask(ctx, "svc"); err != nil || final.State != fsm.StateExited || len(readyEvents(t, d, "svc")) != 1 {
+		t.Fatalf("final %s %v, readies %v", final.State, err, readyEvents(t, d, "svc"))
+	}
+}
+
+// A driver killed between a run's ready and its record (the append of the
+// ready, before it and after it) loses nothing and records nothing twice:
+// the next Recover has exactly the journal's ready, with the time the run
+// was ready, and a second Recover appends nothing.
+func TestReady_DriverCrashBetweenTheReadyAndItsRecord(t *testing.T) {
+	for _, point := range []string{crashBeforeAppend + "ready", crashAfterAppend + "ready"} {
+		t.Run(point, func(t *testing.T) {
+			dir := stateDir(t)
+			if r := runCrashChild(t, dir, "ready", point, ""); !r.killed {
+				t.Fatalf("crash point %s not reached:\n%s", point, r.out)
+			}
+			ctx := ctxT(t)
+			d := newDriver(t, dir, Hooks{})
+			defer d.Close()
+			if _, err := d.Recover(ctx); err != nil {
+				t.Fatal(err)
+			}
+			log := readyEvents(t, d, "a")
+			sameReadies(t, log, journalReadies(t, d, "a"))
+			if len(log) != 1 {
+				t.Fatalf("%d readies after the crash at %s, want 1", len(log), point)
+			}
+			before := eventTypes(t, d, "a")
+			if _, err := d.Recover(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if after := eventTypes(t, d, "a"); !slices.Equal(before, after) {
+				t.Fatalf("a second Recover changed the log: %v -> %v", before, after)
+			}
+			if _, err := d.StopTask(ctx, "a", 0, 0); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// An executor killed just before it journals a run's ready, or just after
+// (before anyone is told): the driver finds it gone, and the log has the
+// run's ready exactly when the journal on disk does (it is a fact only
+// once journalled), then the task lost, with nothing of it left alive.
+func TestReady_ExecutorCrashAroundTheReadyEntry(t *testing.T) {
+	for _, point := range []string{executor.CrashBeforeReadyEntry, executor.CrashAfterReadyEntry} {
+		t.Run(point, func(t *testing.T) {
+			t.Setenv(EnvCrashPoint, point) // the executor's environment: it kills itself there
+			dir := stateDir(t)
+			ctx := ctxT(t)
+			d := newDriver(t, dir, Hooks{})
+			defer d.Close()
+			ctlPath, outPath, ctl, out := notifyFifos(t)
+			spec := taskSpec(t, dir, "notify", ctlPath, outPath)
+			spec.Readiness = fsm.ReadinessNotify
+			if _, err := d.StartTask(ctx, "a", spec); err != nil {
+				t.Fatal(err)
+			}
+			// READY=1 once the start is recorded: the executor dies as it
+			// handles it. (Its answer is not waited for: the barrier the
+			// task waits on after it ends only when the kernel collects
+			// the dead socket's queue.)
+			fmt.Fprintln(ctl, "send READY=1")
+			_ = out
+			if _, err := d.WaitReady(ctx, "a"); err == nil {
+				t.Fatal("WaitReady succeeded although the executor died at", point)
+			}
+			final, err := d.WaitTask(ctx, "a")
+			if err != nil || final.State != fsm.StateLost {
+				t.Fatalf("final %s %v, want lost", final.State, err)
+			}
+			log := readyEvents(t, d, "a")
+			want := 0
+			if point == executor.CrashAfterReadyEntry {
+				want = 1
+			}
+			sameReadies(t, log, journalReadies(t, d, "a"))
+			if len(log) != want {
+				t.Fatalf("%d readies, want %d", len(log), want)
+			}
+			before := eventTypes(t, d, "a")
+			if err := d.Close(); err != nil {
+				t.Fatal(err)
+			}
+			d2 := newDriver(t, dir, Hooks{})
+			defer d2.Close()
+			if _, err := d2.Recover(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if after := eventTypes(t, d2, "a"); !slices.Equal(before, after) {
+				t.Fatalf("Recover changed the log of a lost task: %v -> %v", before, after)
+			}
+		})
 	}
 }

@@ -8,19 +8,23 @@ import (
 	"github.com/tether-fsm/tether/fsm"
 )
 
-// Restarts.
+// Restarts and readiness.
 //
 // The executor restarts its task by the task's restart policy, whether a
 // driver watches or not, and journals each restart ahead: the intent (a
-// restart-intent event), then the outcome (launched or launch-failed). The
-// driver folds the entries its log lacks, in order: from a watch of the
-// live executor (Conn.Watch, in the supervisor), or from the journal the
-// executor left on disk (World.Journal) when it is gone. How many entries
-// the log holds follows from the task's state (fsm.Task.RestartEvents), so
-// folding is idempotent: a report is cut to the entries past it.
+// restart-intent event), then the outcome (launched or launch-failed).
+// From protocol 10 it journals each run's readiness too (a ready event
+// naming the run, with the time it became ready), before it tells anyone.
+// The driver folds the entries its log lacks, in order: from a watch of
+// the live executor (Conn.Watch, in the supervisor; WaitReady), or from
+// the journal the executor left on disk (World.Journal) when it is gone.
+// How many entries the log holds follows from the task's state
+// (fsm.Task.RestartEvents), so folding is idempotent: a report is cut to
+// the entries past it. A ready is thereby recorded for every run that was
+// ready, restarts included, by whoever supervises the task, once.
 
-// report is what the supervisor, or a look at reality, found: restart
-// journal entries (from index from on), and the task's end if it is over.
+// report is what the supervisor, or a look at reality, found: journal
+// entries (from index from on), and the task's end if it is over.
 type report struct {
 	from    int
 	entries []fsm.Event
@@ -34,21 +38,62 @@ type report struct {
 	final *executor.Status
 }
 
+// journals reports whether the executor of a task of spec keeps a journal
+// the driver folds: for its restarts (a restart policy, or a template
+// whose change restarts the task) or its runs' readiness.
+func journals(spec *fsm.Spec) bool {
+	if spec == nil {
+		return false
+	}
+	if spec.Restart != nil || spec.Readiness.Waits() {
+		return true
+	}
+	for _, t := range spec.Templates {
+		if t.ChangeMode == fsm.ChangeRestart {
+			return true
+		}
+	}
+	return false
+}
+
 // inputs are the events that record what the report found that st's log
-// lacks.
+// lacks: the journal's entries past the log, each relaunch followed by
+// its running (the executor supervises a relaunched task from its first
+// instruction, as it does a launched one: attach is done), and a ready of
+// a run the log has as launched preceded by its running (a run that said
+// it is ready is alive and supervised). An entry that does not apply to
+// the log as folded so far ends the entries there (the log has moved past
+// them: a stop recorded meanwhile); its failure is the record's, never
+// hidden, for any entry but a ready, which a log that left the run has no
+// use for. Then the end, if any.
 func (d *Driver) inputs(st fsm.Task, r report) []fsm.Event {
 	folded := st.RestartEvents()
+	cur := st
 	var out []fsm.Event
+	add := func(e fsm.Event) bool {
+		next, err := fsm.Fold(cur, e)
+		if err != nil {
+			return false
+		}
+		cur = next
+		out = append(out, e)
+		return true
+	}
 	for i, e := range r.entries {
 		if r.from+i < folded {
 			continue
 		}
-		out = append(out, e)
+		if e.Type == fsm.EventReady && cur.State == fsm.StateLaunched {
+			add(fsm.Event{Type: fsm.EventRunning, Time: e.Time})
+		}
+		if !add(e) {
+			if e.Type != fsm.EventReady {
+				out = append(out, e) // recorded, it fails and says why
+			}
+			break
+		}
 		if e.Type == fsm.EventLaunched {
-			// The executor supervises a relaunched task from its first
-			// instruction, as it does a launched one: attach is done.
-			run := fsm.Event{Type: fsm.EventRunning, Time: e.Time}
-			out = append(out, run)
+			add(fsm.Event{Type: fsm.EventRunning, Time: e.Time})
 		}
 	}
 	return append(out, r.end...)
@@ -66,7 +111,8 @@ func foldReport(st fsm.Task, r report, d *Driver) fsm.Task {
 }
 
 // superviseLoop follows a running task until its end through Watch,
-// reporting each restart as the executor journals it.
+// reporting each restart and each run's readiness as the executor
+// journals it.
 func (d *Driver) superviseLoop(ctx context.Context, h executor.Conn, st fsm.Task, c chan<- report) {
 	send := func(r report) bool {
 		select {
@@ -105,7 +151,7 @@ func (d *Driver) superviseLoop(ctx context.Context, h executor.Conn, st fsm.Task
 }
 
 // journalReport is what the executor's journal on disk holds past what
-// st's log has, when the world keeps one.
+// st's log has, when the world keeps one (restarts and readiness).
 func (d *Driver) journalReport(ctx context.Context, st fsm.Task) (report, error) {
 	if st.Executor == nil {
 		return report{}, nil
@@ -121,8 +167,8 @@ func (d *Driver) journalReport(ctx context.Context, st fsm.Task) (report, error)
 	return report{from: folded, entries: entries[folded:]}, nil
 }
 
-// catchUp asks a live executor for the restart journal entries st's log
-// lacks (its status says how many it has).
+// catchUp asks a live executor for the journal entries st's log lacks
+// (its status says how many it has).
 func (d *Driver) catchUp(ctx context.Context, st fsm.Task, h executor.Conn, s executor.Status) report {
 	folded := st.RestartEvents()
 	if s.Journal <= folded {

@@ -22,11 +22,16 @@ const (
 	ModeHost    = wire.ModeHost
 )
 
-// The executor's crash points (TETHER_CRASHPOINT), on its restart path.
+// The executor's crash points (TETHER_CRASHPOINT), on its restart path
+// (CrashPoints lists them) and on its readiness path: before and after it
+// journals a run's ready entry (reached only by a task that becomes ready,
+// so not among CrashPoints, whose every point a restarting task reaches).
 const (
 	CrashBeforeRestartIntent = wire.CrashBeforeRestartIntent
 	CrashAfterRestartIntent  = wire.CrashAfterRestartIntent
 	CrashAfterRelaunch       = wire.CrashAfterRelaunch
+	CrashBeforeReadyEntry    = wire.CrashBeforeReadyEntry
+	CrashAfterReadyEntry     = wire.CrashAfterReadyEntry
 )
 
 // CrashPoints lists the executor's crash points.

@@ -103,7 +103,8 @@ func notReady(t *testing.T, k checkTask, done <-chan readyResult) {
 }
 
 // A tcp check makes the run ready once the task listens on the port: not
-// while nothing does.
+// while nothing does. Its first pass is journalled before it is told, as a
+// READY=1 is: the ready answer finds the run's ready entry on disk.
 func TestCheck_TCPReadyOnceListening(t *testing.T) {
 	m := newMarker(t)
 	port := freePort(t)
@@ -113,8 +114,13 @@ func TestCheck_TCPReadyOnceListening(t *testing.T) {
 	if got := k.say(t, "tcp "+strconv.Itoa(port)); got != "ok" {
 		t.Fatal(got)
 	}
-	if r := <-done; r.err != nil || !r.st.Ready || r.st.Exited {
-		t.Fatalf("WaitReady: %+v %v, want ready", r.st, r.err)
+	r := <-done
+	if r.err != nil || !r.st.Ready || r.st.Exited || !r.st.ReadyJournalled || r.st.Journal != 1 {
+		t.Fatalf("WaitReady: %+v %v, want ready, journalled", r.st, r.err)
+	}
+	j, ok, err := SideFiles(filepath.Dir(k.c.Identity().Socket)).Journal()
+	if err != nil || !ok || len(j.Entries) != 1 || j.Entries[0].Type != fsm.EventReady || j.Entries[0].TaskPID != r.st.PID {
+		t.Fatalf("journal: %+v %v %v, want the run's ready entry", j, ok, err)
 	}
 	fmt.Fprintln(k.ctl, "exit 0")
 }

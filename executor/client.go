@@ -523,14 +523,22 @@ func (c *Client) Status(ctx context.Context) (wire.Status, error) {
 // Readiness is fsm.ReadinessNotify) has sent READY=1 (Status.Ready, with
 // its last STATUS= in Status.NotifyStatus), or has ended first
 // (Status.Exited, and Status.Restarting when its restart policy may start
-// it again). An executor of a protocol before ReadyVersion cannot say:
-// ErrProtocolVersion.
+// it again); an executor gone meanwhile (its task over) is answered by the
+// exit status it left on disk. An executor of a protocol before
+// ReadyVersion cannot say: ErrProtocolVersion.
 func (c *Client) WaitReady(ctx context.Context) (wire.Status, error) {
 	if c.version < wire.ReadyVersion {
 		return wire.Status{}, fmt.Errorf("%w: waiting for readiness needs protocol %d, and this executor (started by a previous tether) speaks %d",
 			wire.ErrProtocolVersion, wire.ReadyVersion, c.version)
 	}
 	r, err := c.call(ctx, wire.Request{Op: wire.OpReady})
+	if errors.Is(err, wire.ErrClosed) {
+		// The executor went away (it exits once its task is over, and a
+		// request that comes a moment late finds it closing): the run
+		// ended, and the exit status it left on disk says how. An ended
+		// run is not ready, as the executor itself would answer.
+		return c.finalStatus(ctx, r, err)
+	}
 	if err != nil {
 		return wire.Status{}, err
 	}

@@ -312,7 +312,7 @@ func runTask(args []string) int {
 	case "caps":
 		b, _ := os.ReadFile("/proc/self/status")
 		for l := range strings.SplitSeq(string(b), "\n") {
-			if strings.HasPrefix(l, "Cap") || strings.HasPrefix(l, "Uid") {
+			if strings.HasPrefix(l, "Cap") || strings.HasPrefix(l, "Uid") || strings.HasPrefix(l, "Umask") {
 				fmt.Println(l)
 			}
 		}

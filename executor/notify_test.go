@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -245,8 +246,8 @@ func TestWatchdog_PingsKeepTheTask(t *testing.T) {
 			t.Fatal(got)
 		}
 		st, err := n.c.Status(testCtx(t))
-		if err != nil || !st.Ready || st.Exited || st.Journal != 0 {
-			t.Fatalf("after 3 intervals of pings: %+v %v, want running, ready, never restarted", st, err)
+		if err != nil || !st.Ready || st.Exited || st.Journal != 1 || !st.ReadyJournalled {
+			t.Fatalf("after 3 intervals of pings: %+v %v, want running, ready (journalled: 1 entry), never restarted", st, err)
 		}
 	})
 }
@@ -308,4 +309,55 @@ func TestNotify_AbstractFallbackStrangerIgnored(t *testing.T) {
 	if st, err := n.c.WaitReady(testCtx(t)); err != nil || !st.Ready {
 		t.Fatalf("WaitReady: %+v %v", st, err)
 	}
+}
+
+// Each run's readiness is journalled (protocol 10) before anyone is told:
+// once a ready request is answered, the journal on disk holds the run's
+// ready entry, at its place, naming the run, and the status says so
+// (Status.ReadyJournalled, counted in Status.Journal); a watch returns it
+// among the restarts. A relaunched run's readiness is its own entry.
+func TestNotify_EachRunsReadinessJournalledBeforeItIsTold(t *testing.T) {
+	m := newMarker(t)
+	rp := &fsm.RestartPolicy{Attempts: 1, Interval: time.Hour, Mode: fsm.RestartFail}
+	n := launchNotify(t, m, wire.ModeRawExec, 0, rp)
+	onDisk := func() []fsm.Event {
+		t.Helper()
+		j, ok, err := SideFiles(n.dir).Journal()
+		if err != nil || !ok || j.Version != wire.JournalVersion {
+			t.Fatalf("journal: %+v %v %v", j, ok, err)
+		}
+		return j.Entries
+	}
+	if st, err := n.c.Status(testCtx(t)); err != nil || st.Journal != 0 || st.ReadyJournalled || len(onDisk()) != 0 {
+		t.Fatalf("before READY=1: %+v %v", st, err)
+	}
+	done := waitReadyAsync(testCtx(t), n.c)
+	if got := n.say(t, "send READY=1"); got != "ok" {
+		t.Fatal(got)
+	}
+	r := <-done
+	first := onDisk() // read once the answer came: it was on disk before
+	if r.err != nil || !r.st.Ready || !r.st.ReadyJournalled || r.st.Journal != 1 || len(first) != 1 ||
+		first[0].Type != fsm.EventReady || first[0].Attempt != 1 || first[0].TaskPID != r.st.PID || first[0].TaskStartTime != r.st.StartTime {
+		t.Fatalf("ready answered: %+v %v; journal %v; want the run's ready entry 1 on disk", r.st, r.err, first)
+	}
+	_, watched, err := n.c.Watch(testCtx(t), 0)
+	if err != nil || len(watched) != 1 || !reflect.DeepEqual(watched[0], first[0]) {
+		t.Fatalf("watch from 0: %v %v, want the ready entry", watched, err)
+	}
+	fmt.Fprintln(n.ctl, "exit 1") // restarted by its policy
+	restarts := watchUntil(t, n.c, 2)
+	if got := n.say(t, "send READY=1"); got != "ok" {
+		t.Fatal(got)
+	}
+	st, err := n.c.WaitReady(testCtx(t))
+	all := onDisk()
+	if err != nil || !st.ReadyJournalled || st.PID != restarts[1].TaskPID || st.Journal != 4 || len(all) != 4 {
+		t.Fatalf("the relaunched run ready: %+v %v; journal %v", st, err, all)
+	}
+	checkJournalShape(t, all)
+	if last := all[3]; last.Type != fsm.EventReady || last.TaskPID != st.PID || last.Time < restarts[1].Time {
+		t.Fatalf("the second run's ready entry: %+v, want after its launch (%d) naming pid %d", last, restarts[1].Time, st.PID)
+	}
+	fmt.Fprintln(n.ctl, "exit 0")
 }

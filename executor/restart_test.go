@@ -14,37 +14,74 @@ import (
 	"github.com/tether-fsm/tether/fsm"
 )
 
-// watchUntil watches the executor until its journal holds n entries, and
-// returns them.
+// watchUntil watches the executor until its journal holds n restart
+// entries (its runs' ready entries are not counted), checks the whole
+// journal's shape (checkJournalShape), and returns the restart entries.
 func watchUntil(t *testing.T, c *Client, n int) []fsm.Event {
 	t.Helper()
 	var all []fsm.Event
-	for len(all) < n {
+	for len(restartEntries(all)) < n {
 		st, evs, err := c.Watch(testCtx(t), len(all))
 		if err != nil {
 			t.Fatalf("Watch(%d): %v", len(all), err)
 		}
 		all = append(all, evs...)
 		if len(evs) == 0 && st.Exited && !st.Restarting {
-			t.Fatalf("the task ended with %d journal entries, want %d: %v", len(all), n, all)
+			t.Fatalf("the task ended with %d journal entries, want %d restart entries: %v", len(all), n, all)
 		}
 	}
-	return all
+	checkJournalShape(t, all)
+	return restartEntries(all)
 }
 
+// restartEntries are a journal's restart entries (its ready entries left
+// out).
+func restartEntries(entries []fsm.Event) []fsm.Event {
+	var out []fsm.Event
+	for _, e := range entries {
+		if e.Type != fsm.EventReady {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// checkJournalShape checks a journal's entries: each restart an intent
+// (numbered from 1) then its outcome (launched, or launch-failed), and at
+// most one ready entry per run, at its place (its number in the journal)
+// and naming its run (the last relaunch's task process, or for the first
+// run any).
 func checkJournalShape(t *testing.T, entries []fsm.Event) {
 	t.Helper()
+	restarts, run, ready := 0, 0, false
 	for i, e := range entries {
+		if e.Type == fsm.EventReady {
+			switch {
+			case ready:
+				t.Fatalf("journal entry %d: a second ready of one run: %v", i+1, entries)
+			case e.Attempt != i+1 || e.TaskPID <= 0 || run != 0 && e.TaskPID != run:
+				t.Fatalf("journal entry %d: ready at place %d naming pid %d, the run is %d: %v", i+1, e.Attempt, e.TaskPID, run, entries)
+			}
+			ready = true
+			continue
+		}
 		want := fsm.EventRestartIntent
-		if i%2 == 1 {
+		if restarts%2 == 1 {
 			want = fsm.EventLaunched
 		}
-		if e.Type != want && !(i%2 == 1 && e.Type == fsm.EventLaunchFailed) {
+		if e.Type != want && !(restarts%2 == 1 && e.Type == fsm.EventLaunchFailed) {
 			t.Fatalf("journal entry %d is %s, want %s: %v", i+1, e.Type, want, entries)
 		}
-		if e.Type == fsm.EventRestartIntent && e.Attempt != i/2+1 {
-			t.Fatalf("journal entry %d has attempt %d, want %d", i+1, e.Attempt, i/2+1)
+		if e.Type == fsm.EventRestartIntent && e.Attempt != restarts/2+1 {
+			t.Fatalf("journal entry %d has attempt %d, want %d", i+1, e.Attempt, restarts/2+1)
 		}
+		if e.Type == fsm.EventRestartIntent && ready && i > 0 && entries[i-1].Type == fsm.EventReady && entries[i-1].Time > e.Time {
+			t.Fatalf("journal entry %d: a restart before the ready it follows", i+1)
+		}
+		if e.Type == fsm.EventLaunched {
+			run, ready = e.TaskPID, false
+		}
+		restarts++
 	}
 }
 

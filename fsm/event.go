@@ -77,7 +77,9 @@ const (
 	// READY=1 on its notify socket, a task whose spec's Readiness is
 	// ReadinessNotify), or its readiness check passed (ReadinessTCP,
 	// ReadinessHTTP, ReadinessExec). running -> running; Task.Ready is
-	// set until the next restart.
+	// set until the next restart. Its Time is when the run became ready,
+	// as its executor saw it; one its executor journalled names the run
+	// (TaskPID, TaskStartTime: see Journalled).
 	EventReady
 
 	numEventTypes
@@ -230,7 +232,7 @@ type Event struct {
 	Spec     *Spec     // task-created
 	Nonce    string    // spawn-intent
 	Executor *Identity // executor-up, reattached
-	TaskPID  int       // launched
+	TaskPID  int       // launched; a journalled ready (the run that was ready)
 	// TaskStartTime is the task's start time (clock ticks since boot,
 	// from /proc/PID/stat) so that the task group can be killed by proven
 	// identity even if its executor is gone.
@@ -246,7 +248,7 @@ type Event struct {
 	Cause    Cause
 	Warnings []Warning // launched: what the launch did other than asked
 	Target   State     // executor-reaped: the terminal state reached
-	Attempt  int       // restart-intent: the restart's number, from 1
+	Attempt  int       // restart-intent: the restart's number, from 1; a journalled ready: its entry's number in the journal, from 1
 	// Replaces (task-created) is the id of the task this one replaces (a
 	// restart, or a start that replaced a live task of its name), and
 	// ReplacedBy (stop-requested) the id of the task that replaces this
@@ -256,8 +258,18 @@ type Event struct {
 	ReplacedBy string
 }
 
-// TaskProc is the task process a launched event records.
+// TaskProc is the task process a launched event records (and the run a
+// journalled ready event is of).
 func (e Event) TaskProc() Proc { return Proc{PID: e.TaskPID, StartTime: e.TaskStartTime} }
+
+// Journalled reports whether e is a ready event its executor journalled (an
+// entry of the executor's journal, as every restart is): it carries its
+// place in the journal (Attempt: the entry's number, from 1) and names
+// the run that was ready (TaskPID, TaskStartTime). An executor before
+// protocol 10 journals no readiness; the ready event a driver records for
+// it has neither, and is not one of the journal's entries
+// (Task.RestartEvents does not count it).
+func (e Event) Journalled() bool { return e.Type == EventReady && e.Attempt != 0 }
 
 // Validate checks that the event carries what its type requires.
 func (e *Event) Validate() error {
@@ -288,6 +300,10 @@ func (e *Event) Validate() error {
 	case EventLaunched:
 		if e.TaskPID <= 0 {
 			return bad("a task pid")
+		}
+	case EventReady:
+		if e.Attempt < 0 || e.Attempt > 0 && e.TaskPID <= 0 || e.Attempt == 0 && e.TaskPID != 0 {
+			return bad("its place in the journal (attempt) and the run's task pid together, or neither")
 		}
 	case EventTaskExited:
 		if e.Exit == nil {

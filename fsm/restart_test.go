@@ -165,12 +165,78 @@ func runFrom(t *testing.T, task Task, inputs ...Event) (Task, []Event, [][]Effec
 // (each restart an intent and an outcome; restarting: the intent only).
 func TestTask_RestartEvents_FollowsTheState(t *testing.T) {
 	for _, c := range []struct {
-		restarts int
-		state    State
-		want     int
-	}{{0, StateRunning, 0}, {1, StateRestarting, 1}, {1, StateRunning, 2}, {3, StateReaping, 6}, {2, StateRestarting, 3}} {
-		if got := (Task{Restarts: c.restarts, State: c.state}).RestartEvents(); got != c.want {
-			t.Errorf("%d restarts, %s: %d, want %d", c.restarts, c.state, got, c.want)
+		restarts, readies int
+		state             State
+		want              int
+	}{
+		{0, 0, StateRunning, 0}, {1, 0, StateRestarting, 1}, {1, 0, StateRunning, 2}, {3, 0, StateReaping, 6}, {2, 0, StateRestarting, 3},
+		// Each journalled ready is one entry more.
+		{0, 1, StateRunning, 1}, {1, 1, StateRestarting, 2}, {1, 2, StateRunning, 4}, {2, 3, StateRestarting, 6},
+	} {
+		if got := (Task{Restarts: c.restarts, Readies: c.readies, State: c.state}).RestartEvents(); got != c.want {
+			t.Errorf("%d restarts, %d readies, %s: %d, want %d", c.restarts, c.readies, c.state, got, c.want)
 		}
 	}
+}
+
+// TestFold_JournalledReadyCountsAsAnEntry: a ready event that names its run
+// (its executor journalled it) is one of the journal's entries the log
+// holds; one that names none (recorded for an executor before protocol
+// 10, which journals no readiness) is not. Either sets Ready, which a
+// restart clears and the count survives.
+func TestFold_JournalledReadyCountsAsAnEntry(t *testing.T) {
+	task := runningTask(t)
+	bare := Event{Type: EventReady, Time: 5}
+	if bare.Journalled() {
+		t.Fatal("a ready naming no place in the journal counts as journalled")
+	}
+	got, err := Fold(task, bare)
+	if err != nil || !got.Ready || got.Readies != 0 || got.RestartEvents() != task.RestartEvents() {
+		t.Fatalf("bare ready: %+v %v; want ready, not counted", got, err)
+	}
+	j := Event{Type: EventReady, Time: 6, Attempt: 1, TaskPID: task.TaskPID, TaskStartTime: task.TaskStartTime}
+	got, err = Fold(task, j)
+	if err != nil || !got.Ready || got.Readies != 1 || got.RestartEvents() != task.RestartEvents()+1 {
+		t.Fatalf("journalled ready: %+v %v; want ready, counted", got, err)
+	}
+	// Folded again (a second process read the journal too): no
+	// transition, dropped as an input that no longer applies.
+	if _, err := Fold(got, j); !errors.Is(err, ErrIllegalTransition) {
+		t.Fatalf("the same journal entry folded twice: %v, want ErrIllegalTransition", err)
+	}
+	// Ahead of its place (an entry before it missing): no transition either.
+	ahead := j
+	ahead.Attempt = 2
+	if _, err := Fold(task, ahead); !errors.Is(err, ErrIllegalTransition) {
+		t.Fatalf("journal entry 2 folded onto a log that holds none: %v, want ErrIllegalTransition", err)
+	}
+	x := ExitStatus{Code: 1}
+	got, err = Fold(got, Event{Type: EventRestartIntent, Time: 7, Attempt: 1, Exit: &x})
+	if err != nil || got.Ready || got.Readies != 1 || got.RestartEvents() != 2 {
+		t.Fatalf("restart after a journalled ready: %+v %v; want not ready, 2 entries (the ready and the intent)", got, err)
+	}
+	for _, bad := range []Event{
+		{Type: EventReady, Attempt: -1, TaskPID: 3},
+		{Type: EventReady, Attempt: 1},
+		{Type: EventReady, TaskPID: 3},
+	} {
+		if _, err := Fold(task, bad); !errors.Is(err, ErrInvalidEvent) {
+			t.Errorf("ready attempt %d task pid %d: %v, want ErrInvalidEvent", bad.Attempt, bad.TaskPID, err)
+		}
+	}
+}
+
+// runningTask is a task folded to running.
+func runningTask(t *testing.T) Task {
+	t.Helper()
+	spec := Spec{Driver: "raw_exec", Command: "/bin/true"}
+	id := Identity{PID: 10, StartTime: 1, BootID: "b", Nonce: "n"}
+	task, err := FoldAll(Task{ID: "a"},
+		Event{Type: EventCreated, Spec: &spec}, Event{Type: EventSpawnIntent, Nonce: "n"},
+		Event{Type: EventExecutorUp, Executor: &id}, Event{Type: EventLaunchIntent},
+		Event{Type: EventLaunched, TaskPID: 11, TaskStartTime: 2}, Event{Type: EventRunning})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return task
 }

@@ -41,14 +41,22 @@ type Task struct {
 	// Ready: the current run said it is ready (a ready event since the
 	// last launch); a restart clears it.
 	Ready bool
+	// Readies is how many journalled ready events the log holds (ready
+	// events that name their run: see Event.Journalled), over the task's
+	// life.
+	Readies int
 }
 
-// RestartEvents is how many restart events the task's log holds (its
-// executor journals the same, each restart an intent and an outcome; a
-// task in restarting has the intent of its last without the outcome): how
-// far into that journal the log is.
+// RestartEvents is how many of its executor's journal entries the task's
+// log holds: how far into that journal the log is. The executor journals
+// each restart as an intent and an outcome (a task in restarting has the
+// intent of its last without the outcome), and, from protocol 10, each
+// run's readiness as one ready entry; a ready event recorded for an older
+// executor (which journals none) names no run and is not counted. So the
+// count follows from the task's state alone, and folding a journal is
+// idempotent: the entries past it are the ones the log lacks.
 func (t Task) RestartEvents() int {
-	n := 2 * t.Restarts
+	n := 2*t.Restarts + t.Readies
 	if t.State == StateRestarting {
 		n--
 	}
@@ -167,6 +175,16 @@ func (t *Table) FoldInPlace(task *Task, e *Event) error {
 			return fmt.Errorf("%w: task %q: restart attempt %d follows attempt %d",
 				ErrInvalidEvent, task.ID, e.Attempt, task.Restarts)
 		}
+	case EventReady:
+		// A journalled ready folds only at its place in the journal: the
+		// log holds the entries before it and not it. Elsewhere it is no
+		// transition of this log (one folded already, recorded again by a
+		// second process that read the journal too), so a driver drops
+		// it as an input that no longer applies.
+		if e.Journalled() && e.Attempt != task.RestartEvents()+1 {
+			return fmt.Errorf("%w: it is journal entry %d, and the log holds %d entries",
+				&TransitionError{Task: task.ID, From: task.State, Event: e.Type}, e.Attempt, task.RestartEvents())
+		}
 	case EventExecutorReaped:
 		if task.Target != StateNone && e.Target != task.Target {
 			return &TransitionError{Task: task.ID, From: task.State, Event: e.Type, To: e.Target}
@@ -195,6 +213,9 @@ func (t *Table) FoldInPlace(task *Task, e *Event) error {
 		task.Ready = false
 	case EventReady:
 		task.Ready = true
+		if e.Journalled() {
+			task.Readies++
+		}
 	}
 	if e.Exit != nil {
 		x := *e.Exit

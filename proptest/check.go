@@ -375,7 +375,7 @@ func equalTask(a, b fsm.Task) bool {
 		equalPtr(a.Executor, b.Executor) && a.TaskPID == b.TaskPID && a.TaskStartTime == b.TaskStartTime &&
 		equalPtr(a.Exit, b.Exit) && a.Target == b.Target && a.Reason == b.Reason && a.Cause == b.Cause &&
 		slices.Equal(a.Warnings, b.Warnings) &&
-		a.StopSignal == b.StopSignal && a.StopGrace == b.StopGrace && a.Restarts == b.Restarts && a.Ready == b.Ready
+		a.StopSignal == b.StopSignal && a.StopGrace == b.StopGrace && a.Restarts == b.Restarts && a.Ready == b.Ready && a.Readies == b.Readies
 }
 
 func equalPtr[T comparable](a, b *T) bool { return a == b || a != nil && b != nil && *a == *b }

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -62,6 +63,9 @@ type Options struct {
 	Cgroups bool
 	// NoLease turns the executors' lease off (World.SetLease).
 	NoLease bool
+	// OldExecutors makes the executors journal no readiness, as those of
+	// a tether before protocol 10 (World.SetOldExecutors).
+	OldExecutors bool
 }
 
 // Harness runs a driver over a simulated World and an event log (the real
@@ -155,6 +159,7 @@ func Open(t TestingT, o Options) *Harness {
 	h.World.sched = h.sched
 	h.World.SetLease(!o.NoLease)
 	h.World.SetCgroups(o.Cgroups)
+	h.World.SetOldExecutors(o.OldExecutors)
 	h.World.BeforeEffect = h.writeAhead
 	h.World.Fault = h.worldFault
 	h.World.ExecutorCrash = func(point string) bool {
@@ -517,7 +522,9 @@ func StartCall(id string, spec fsm.Spec) Call {
 }
 
 // StartReadyCall is a StartTask call followed by WaitReady (a notify
-// task's start as tether start makes it: it records the ready event).
+// task's start as tether start makes it: it returns once the ready event
+// is recorded, from the executor's journal by the task's supervisor, or
+// by WaitReady itself for an executor that journals none).
 func StartReadyCall(id string, spec fsm.Spec) Call {
 	return Call{Do: func(ctx context.Context, d *driver.Driver) error {
 		if _, err := d.StartTask(ctx, id, spec); err != nil {
@@ -803,6 +810,83 @@ func SpecFor(kind string) fsm.Spec {
 		s.Restart = &fsm.RestartPolicy{Attempts: 2, Interval: time.Hour, Delay: time.Second, Mode: fsm.RestartDelay, OnSuccess: true}
 	case "ready":
 		s.Readiness = fsm.ReadinessNotify
+	case "ready service":
+		s.Readiness = fsm.ReadinessNotify
+		s.Restart = &fsm.RestartPolicy{Attempts: 2, Interval: time.Hour, Delay: time.Second, Mode: fsm.RestartDelay, OnSuccess: true}
 	}
 	return s
+}
+
+// CheckReadies holds readiness as a fact of a run, recorded by whoever
+// supervises the task, once: in every task's log
+//
+//   - each run (from one launched to the next) is recorded ready at most
+//     once;
+//   - each journalled ready event is the entry of its executor's journal
+//     at its place (the same run, the same time): nothing invented,
+//     nothing recorded twice;
+//   - a log that follows its runs is never past its executor's journal;
+//
+// and, with recovered (after a clean Recover), nothing is lost: a task
+// whose log follows its runs (running, restarting) and whose executor
+// lives holds every entry of its executor's journal.
+func (h *Harness) CheckReadies(t TestingT, recovered bool) {
+	t.Helper()
+	var v []string
+	for _, id := range h.Tasks() {
+		var evs []fsm.Event
+		if err := h.withLog(func(l store.Log) error {
+			var err error
+			evs, err = l.Load(context.Background(), id)
+			return err
+		}); err != nil {
+			t.Fatalf("check readies: load %s: %v", id, err)
+		}
+		st, err := fsm.FoldAll(fsm.Task{ID: id}, evs...)
+		if err != nil {
+			v = append(v, fmt.Sprintf("task %s: its log does not fold: %v", id, err))
+			continue
+		}
+		journal, nonce := h.World.JournalOf(id)
+		ours := nonce != "" && nonce == st.Nonce
+		readies := 0
+		for _, e := range evs {
+			if e.Type == fsm.EventLaunched {
+				readies = 0
+			}
+			if e.Type != fsm.EventReady {
+				continue
+			}
+			if readies++; readies > 1 {
+				v = append(v, fmt.Sprintf("task %s: a run recorded ready twice (seq %d)", id, e.Seq))
+			}
+			if !e.Journalled() {
+				continue
+			}
+			if !ours || e.Attempt > len(journal) {
+				v = append(v, fmt.Sprintf("task %s: ready seq %d is journal entry %d, which its executor's journal (of %d entries) lacks", id, e.Seq, e.Attempt, len(journal)))
+				continue
+			}
+			if j := journal[e.Attempt-1]; j.Type != fsm.EventReady || j.Time != e.Time || j.TaskProc() != e.TaskProc() {
+				v = append(v, fmt.Sprintf("task %s: ready seq %d (%s at %d) is not journal entry %d (%s %s at %d)", id, e.Seq, e.TaskProc(), e.Time, e.Attempt, j.Type, j.TaskProc(), j.Time))
+			}
+		}
+		if !ours {
+			continue
+		}
+		follows := st.State == fsm.StateLaunched || st.State == fsm.StateRunning || st.State == fsm.StateRestarting
+		if follows && st.RestartEvents() > len(journal) { // (a log that left the runs counts a last intent's outcome it never folded)
+			v = append(v, fmt.Sprintf("task %s: its log holds %d journal entries, its executor journalled %d: log %v, journal %v", id, st.RestartEvents(), len(journal), evs, journal))
+		}
+		live := false
+		for _, p := range h.World.Live() {
+			live = live || p.Kind == KindExecutor && p.Task == id && p.Nonce == nonce
+		}
+		if recovered && live && follows && st.State != fsm.StateLaunched && st.RestartEvents() != len(journal) {
+			v = append(v, fmt.Sprintf("task %s (%s): after Recover its log holds %d of its live executor's %d journal entries: %v", id, st.State, st.RestartEvents(), len(journal), journal[st.RestartEvents():]))
+		}
+	}
+	if len(v) > 0 {
+		t.Fatalf("readiness:\n  %s", strings.Join(v, "\n  "))
+	}
 }

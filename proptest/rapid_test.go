@@ -4,17 +4,22 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"pgregory.net/rapid"
 
+	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 )
 
 var (
-	crashPoints = CrashPoints()
+	// crashPoints are the points a plan names: every crash point, and the
+	// executor's on its readiness path (a step that starts a notify task
+	// reaches them).
+	crashPoints = append(CrashPoints(), executor.CrashBeforeReadyEntry, executor.CrashAfterReadyEntry)
 	faultDraws  = drawnFaultPoints()
 )
 
@@ -90,7 +95,7 @@ type machine struct {
 const maxTasks = 5
 
 // startKinds are the task kinds a start draws from.
-var startKinds = []string{"run", "run", "exit", "netraw", "invalid", "fork", "setsid", "daemon", "restart", "service"}
+var startKinds = []string{"run", "run", "exit", "netraw", "invalid", "fork", "setsid", "daemon", "restart", "service", "ready", "ready service"}
 
 func (m *machine) tasks(t *rapid.T) string {
 	ids := m.h.Tasks()
@@ -128,6 +133,15 @@ func (m *machine) newID() string {
 	return id
 }
 
+// startCallFor is the start of a task of kind as tether start makes it: a
+// notify task's waits for its readiness (StartReadyCall).
+func startCallFor(id, kind string) Call {
+	if strings.HasPrefix(kind, "ready") {
+		return StartReadyCall(id, SpecFor(kind))
+	}
+	return StartCall(id, SpecFor(kind))
+}
+
 // expectStart holds what a clean start of kind must do.
 func (m *machine) expectStart(t *rapid.T, id, kind string, err error) {
 	st := m.stateOf(t, id)
@@ -135,6 +149,13 @@ func (m *machine) expectStart(t *rapid.T, id, kind string, err error) {
 	case "run", "fork", "setsid", "daemon", "service":
 		if err != nil || st != fsm.StateRunning {
 			t.Fatalf("clean start of %s (%s): %v, state %s; want running", id, kind, err, st)
+		}
+	case "ready", "ready service":
+		// A notify task's start returns once its run is recorded ready.
+		if info := m.info(t, id); err != nil || info.State != fsm.StateRunning || !info.Ready {
+			evs, _ := m.h.Driver().TaskEvents(t.Context(), id)
+			j, _ := m.h.World.JournalOf(id)
+			t.Fatalf("clean start of %s (%s): %v, state %s ready %v; want running and ready\nlog %v\njournal %v", id, kind, err, info.State, info.Ready, evs, j)
 		}
 	case "restart":
 		// It failed at once; its executor restarted it twice (the
@@ -163,7 +184,7 @@ func (m *machine) kinds() map[string]func(*rapid.T) {
 			}
 			id := m.newID()
 			kind := rapid.SampledFrom(startKinds).Draw(t, "kind")
-			s := m.h.Start(drawPlan(t, m.h), []string{id}, []fsm.Spec{SpecFor(kind)})
+			s := m.h.Run(drawPlan(t, m.h), startCallFor(id, kind))
 			t.Logf("start %s (%s): %+v fired=%v", id, kind, s.Outcomes[0], s.Fired)
 			if s.Clean() {
 				m.expectStart(t, id, kind, s.Outcomes[0].Err)
@@ -174,7 +195,7 @@ func (m *machine) kinds() map[string]func(*rapid.T) {
 				t.Skip("enough tasks")
 			}
 			id := m.newID()
-			kind := rapid.SampledFrom([]string{"run", "setsid"}).Draw(t, "kind")
+			kind := rapid.SampledFrom([]string{"run", "setsid", "ready"}).Draw(t, "kind")
 			if err := m.h.Adopt(id, SpecFor(kind)); err != nil {
 				t.Fatalf("adopt %s: %v", id, err)
 			}
@@ -298,7 +319,7 @@ func (m *machine) maintainBeside(t *rapid.T) {
 	startID, startKind := "", ""
 	if m.next < maxTasks && rapid.Bool().Draw(t, "start beside?") {
 		startID, startKind = m.newID(), rapid.SampledFrom(startKinds).Draw(t, "kind")
-		calls = append(calls, StartCall(startID, SpecFor(startKind)))
+		calls = append(calls, startCallFor(startID, startKind))
 		what = append(what, "start "+startID+" ("+startKind+")")
 	}
 	stopID := ""
@@ -340,7 +361,7 @@ func (m *machine) recoverBeside(t *rapid.T) {
 	startID, kind := "", ""
 	if m.next < maxTasks && rapid.Bool().Draw(t, "start beside?") {
 		startID, kind = m.newID(), rapid.SampledFrom(startKinds).Draw(t, "kind")
-		calls = append(calls, StartCall(startID, SpecFor(kind)))
+		calls = append(calls, startCallFor(startID, kind))
 		what = append(what, "start "+startID+" ("+kind+")")
 	}
 	stopID := ""
@@ -384,6 +405,7 @@ func (m *machine) recoverBeside(t *rapid.T) {
 		}
 	}
 	m.h.CheckRecovered(t)
+	m.h.CheckReadies(t, true)
 }
 
 // applicable lists the actions that apply now, most basic first (rapid
@@ -434,6 +456,7 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 		"": func(t *rapid.T) {
 			*m.steps++
 			m.h.Check(t)
+			m.h.CheckReadies(t, false)
 		},
 	}
 }
@@ -449,6 +472,7 @@ func (m *machine) recover(t *rapid.T) {
 			t.Fatalf("clean Recover failed: %v", err)
 		}
 		m.h.CheckRecovered(t)
+		m.h.CheckReadies(t, true)
 	}
 }
 
@@ -511,6 +535,7 @@ func runProperty(t *testing.T, bolt bool) propertyRun {
 			o := Options{Dir: sub, Bolt: bolt}
 			o.NoLease = !rapid.Bool().Draw(rt, "lease")
 			o.Cgroups = rapid.Bool().Draw(rt, "cgroups")
+			o.OldExecutors = rapid.IntRange(0, 3).Draw(rt, "executors of protocol 9?") == 3
 			m := &machine{h: Open(rt, o), steps: &r.steps}
 			defer func() {
 				if err := m.h.Close(); err != nil {

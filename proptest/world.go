@@ -92,9 +92,13 @@ type Proc struct {
 	conns    int
 	launched bool
 	child    *Proc         // the task's leader (of its current run)
-	rs       *restarts     // the task's restart policy and journal; nil: none
+	rs       *restarts     // the task's restart policy; nil: none
 	stopping bool          // a stop or shutdown is under way: no restart
 	changed  chan struct{} // closed (and replaced) when the journal grows or the task is over
+	// journal is the executor's journal (its restarts and its runs'
+	// readiness), as it wrote it; ready: the current run is ready.
+	journal []fsm.Event
+	ready   bool
 	// task tree (task and descendants)
 	exec     *Proc // the executor that launched the tree
 	recorded bool  // leader: its exit status was written by a live executor
@@ -145,7 +149,6 @@ type restarts struct {
 	state   fsm.RestartState
 	spec    fsm.Spec
 	pending bool // a restart is journalled and its delay runs
-	entries []fsm.Event
 }
 
 // WorldFault is what an injected fault does to one world operation.
@@ -213,9 +216,12 @@ type World struct {
 
 	failSpawns int
 	noLease    bool
-	cgroups    bool
-	boots      int
-	trusted    []Refusal // identity checks a stranger passed
+	// oldExecutors: the executors speak a protocol before 10, and journal
+	// no readiness (SetOldExecutors).
+	oldExecutors bool
+	cgroups      bool
+	boots        int
+	trusted      []Refusal // identity checks a stranger passed
 
 	// BeforeEffect, when set, is called (without the world's lock) as an
 	// effect reaches the world: "spawn" with the spawn nonce, "launch".
@@ -245,6 +251,27 @@ func (w *World) SetLease(on bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.noLease = !on
+}
+
+// SetOldExecutors makes the executors those of a tether before protocol
+// 10: a run's readiness is not journalled (Status.ReadyJournalled is
+// false), and whoever waits for it records it.
+func (w *World) SetOldExecutors(old bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.oldExecutors = old
+}
+
+// JournalOf is the journal task's executor left on disk (its restarts and
+// its runs' readiness), and the nonce of the executor that wrote it.
+func (w *World) JournalOf(task string) ([]fsm.Event, string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d := w.disk[task]
+	if d == nil {
+		return nil, ""
+	}
+	return slices.Clone(d.journal), d.journalNonce
 }
 
 // SetCgroups gives the host cgroups (or takes them away, for executors
@@ -542,7 +569,7 @@ func (w *World) restartLocked(e *Proc, x fsm.ExitStatus) bool {
 }
 
 func (w *World) journalLocked(e *Proc, ev fsm.Event) {
-	e.rs.entries = append(e.rs.entries, ev)
+	e.journal = append(e.journal, ev)
 	d := w.diskLocked(e.Task)
 	if d.journalNonce != e.Nonce {
 		d.journal, d.journalNonce, d.journalBoot = nil, e.Nonce, w.bootID
@@ -565,6 +592,7 @@ func (w *World) relaunch(e *Proc) {
 	}
 	rs.pending = false
 	c := w.startRunLocked(e, rs.spec)
+	e.ready = false
 	if w.execCrashLocked(e, executor.CrashAfterRelaunch) {
 		// The new run lives on, unrecorded: only its cgroup holds it
 		// (as in executor/restart.go, which records a relaunch only after
@@ -574,7 +602,39 @@ func (w *World) relaunch(e *Proc) {
 	}
 	w.recordLaunchLocked(e)
 	w.journalLocked(e, fsm.Event{Type: fsm.EventLaunched, Time: time.Now().UnixNano(), TaskPID: c.PID, TaskStartTime: c.Start})
+	if !w.readyLocked(e, rs.spec) {
+		return // the executor died at a crash point of its readiness
+	}
 	w.exitNowLocked(c, rs.spec)
+}
+
+// readyPoints are the executor's crash points on its readiness path:
+// before its ready entry, and after.
+var readyPoints = []string{executor.CrashBeforeReadyEntry, executor.CrashAfterReadyEntry}
+
+// readyLocked makes the live current run of executor e's task ready, when
+// its spec's readiness waits (a notify task of the model world says
+// READY=1 as soon as it runs): journalled first, between the executor's
+// two crash points of its readiness path (readyPoints), as
+// executor/server does, unless the world's executors are of a protocol
+// before 10 (SetOldExecutors), which journal none. It reports false when
+// the executor died at one of those points.
+func (w *World) readyLocked(e *Proc, spec fsm.Spec) bool {
+	c := e.child
+	if !spec.Readiness.Waits() || c == nil || !c.Alive || !e.Alive || e.ready {
+		return e.Alive
+	}
+	if !w.oldExecutors {
+		if w.execCrashLocked(e, readyPoints[0]) { // before the entry
+			return false
+		}
+		w.journalLocked(e, fsm.Event{Type: fsm.EventReady, Time: time.Now().UnixNano(), Attempt: len(e.journal) + 1, TaskPID: c.PID, TaskStartTime: c.Start})
+		if w.execCrashLocked(e, readyPoints[1]) { // after it
+			return false
+		}
+	}
+	e.ready = true
+	return true
 }
 
 // cancelRestartLocked drops a pending restart (a stop or shutdown during
@@ -909,7 +969,9 @@ func (h *conn) Launch(ctx context.Context, spec fsm.Spec) (executor.Status, erro
 		return executor.Status{}, ErrCapRefused
 	}
 	w.launchLocked(p, spec)
-	return w.statusOfLocked(p), nil
+	st := w.statusOfLocked(p)
+	w.readyLocked(p, spec) // its READY=1 comes after the launch's answer
+	return st, nil
 }
 
 // launchLocked starts executor p's task (and the descendants its spec
@@ -970,7 +1032,11 @@ func (w *World) statusOfLocked(p *Proc) executor.Status {
 		s.Exited, s.Exit = true, p.child.Exit
 	}
 	if p.rs != nil {
-		s.Restarting, s.Journal = p.rs.pending, len(p.rs.entries)
+		s.Restarting = p.rs.pending
+	}
+	s.Journal = len(p.journal)
+	if p.ready && p.child.Alive {
+		s.Ready, s.ReadyJournalled = true, !w.oldExecutors
 	}
 	// Emptied, as the real executor says it: the task is over and its
 	// cgroup holds nothing (no cgroup: never).
@@ -1134,8 +1200,10 @@ func (h *conn) Dismiss(ctx context.Context) error {
 }
 
 // WaitReady implements executor.Conn: a notify task of the model world is
-// ready as soon as it is launched; a run that exited is not.
+// ready as soon as it is launched (its readiness journalled: readyLocked);
+// a run that exited is not.
 func (h *conn) WaitReady(ctx context.Context) (executor.Status, error) {
+	h.g.enter("wait-ready", h.p.Task)
 	w := h.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -1145,9 +1213,7 @@ func (h *conn) WaitReady(ctx context.Context) (executor.Status, error) {
 	if !h.p.launched {
 		return executor.Status{}, ErrNotLaunched
 	}
-	st := w.statusOfLocked(h.p)
-	st.Ready = !st.Exited
-	return st, nil
+	return w.statusOfLocked(h.p), nil
 }
 
 // Watch implements executor.Conn: it returns once the restart journal
@@ -1169,8 +1235,8 @@ func (h *conn) Watch(ctx context.Context, since int) (executor.Status, []fsm.Eve
 		}
 		st := w.statusOfLocked(p)
 		var entries []fsm.Event
-		if p.rs != nil && since >= 0 && since < len(p.rs.entries) {
-			entries = slices.Clone(p.rs.entries[since:])
+		if since >= 0 && since < len(p.journal) {
+			entries = slices.Clone(p.journal[since:])
 		}
 		over := st.Over() && p.child.recorded
 		changed := p.changed
@@ -1369,6 +1435,7 @@ func (w *World) Relaunched(task, nonce string, spec fsm.Spec) (fsm.Identity, int
 	defer w.mu.Unlock()
 	p := w.newExecutorLocked(task, nonce)
 	w.launchLocked(p, spec)
+	w.readyLocked(p, spec)
 	return w.identity(p), p.child.PID, p.child.Start
 }
 

@@ -16,6 +16,10 @@ const (
 	NoticeIgnored NoticeKind = iota
 	// NoticeNotRun: tasks of the file tether does not run (their driver).
 	NoticeNotRun
+	// NoticeCheck: what tether does with one check of a service: runs
+	// it (the task's readiness, with its check_restart), or ignores it
+	// and why (see readiness.go).
+	NoticeCheck
 )
 
 // Notice is one line naming what tether does not do of a file, once per
@@ -33,6 +37,9 @@ type Notice struct {
 func (n Notice) String() string {
 	if n.Kind == NoticeNotRun {
 		return fmt.Sprintf("does not run %s (driver %q: tether runs exec and raw_exec)", n.What, n.Name)
+	}
+	if n.Kind == NoticeCheck {
+		return fmt.Sprintf("%s %s: %s", n.What, n.Name, n.Reason)
 	}
 	return fmt.Sprintf("ignores the %q %s (%s)", n.Name, n.What, n.Reason)
 }
@@ -61,7 +68,7 @@ var ignoredStanzas = map[string]string{
 	"shutdown_delay": "it delays a service deregistration tether does not do",
 	"kind":           "Consul Connect's",
 	"csi_plugin":     "CSI plugins need a Nomad client",
-	"service":        "registration needs Consul or a Nomad server; its checks are kept for readiness",
+	"service":        "registration needs Consul or a Nomad server; what tether does with each of its checks is said apart",
 	"dns":            "tether leaves the host's resolver in place",
 	"hostname":       "only a bridge network has a hostname of its own",
 	"splay":          "a template re-render delay", "wait": "a template re-render delay", "vault_grace": reasonServer,

@@ -11,11 +11,25 @@ import (
 //
 // A task whose readiness is "tcp", "http" or "exec" is checked by its
 // executor with the one check of that type among its services (the
-// group's services that name it or no task, and its own): Nomad's check
-// type "tcp", "http" or "script". The check's port (or its service's) is a
-// port label of the task's network blocks, resolved at instantiation to
-// the allocated host port and address, or a number; check_restart is the
-// check's, over its service's (Nomad's merge).
+// group's services that name it or no task, and its own), whatever their
+// provider: Nomad's check type "tcp", "http" or "script". A task that
+// sets no readiness (readiness = "none" is one that says it has none) runs
+// the check of its service of provider "nomad" as
+// Nomad's client would (Nomad runs those checks itself, with their
+// check_restart): the first such check of a type tether runs (http, tcp,
+// script) becomes its readiness, with its check_restart, and no
+// tether-only attribute is needed; a group's service that names no task
+// is the group's one main task's (one without a lifecycle hook). A check
+// of provider "consul" is Consul's to run: ignored unless the task's
+// readiness names its type. The file's notices say, check by check, which
+// runs and which is ignored and why (noticeChecks). The check's port (or
+// its service's) is a port label of the task's network blocks, resolved
+// at instantiation to the allocated host port and address, or a number;
+// check_restart is the check's, over its service's (Nomad's merge).
+
+// providerNomad is the provider of a service whose checks Nomad itself
+// runs.
+const providerNomad = "nomad"
 
 // checkType is the Nomad check type of a checked readiness.
 func checkType(r fsm.Readiness) string {
@@ -25,34 +39,105 @@ func checkType(r fsm.Readiness) string {
 	return string(r)
 }
 
-// readinessCheck finds the check t's readiness runs, and its service;
-// err says why there is none: no check of the readiness's type, several,
-// or one that lacks what it needs (an interval and timeout, a port label
-// of the task's, a command).
-func (t *Task) readinessCheck() (svc Service, ck Check, err error) {
-	r := t.Spec.Readiness
-	want := checkType(r)
-	var services []Service
+// readinessOfCheck is the readiness that runs a check of Nomad type typ,
+// or ReadinessNone for a type tether does not run.
+func readinessOfCheck(typ string) fsm.Readiness {
+	switch typ {
+	case "http":
+		return fsm.ReadinessHTTP
+	case "tcp":
+		return fsm.ReadinessTCP
+	case "script":
+		return fsm.ReadinessExec
+	}
+	return fsm.ReadinessNone
+}
+
+// mainOfGroup reports whether t is its group's one task without a
+// lifecycle hook (a group's service that names no task is its).
+func (t *Task) mainOfGroup() bool {
+	if t.Group == nil {
+		return true
+	}
+	n := 0
+	for _, o := range t.Group.Tasks {
+		if o.Lifecycle.Hook == HookMain {
+			n++
+		}
+	}
+	return n == 1 && t.Lifecycle.Hook == HookMain
+}
+
+// nomadChecked reports whether s is a service of provider "nomad" whose
+// checks tether runs for t when t sets no readiness: t's own, a group's
+// that names it, or a group's that names no task when t is the group's
+// main task.
+func (t *Task) nomadChecked(s Service, own bool) bool {
+	return s.Provider == providerNomad && (own || s.Task == t.Name || s.Task == "" && t.mainOfGroup())
+}
+
+// impliedCheck is the first check tether runs, of a service of provider
+// "nomad" of t's (see nomadChecked), of a type it runs.
+func (t *Task) impliedCheck() (Check, bool) {
+	var group []Service
 	if t.Group != nil {
-		for _, s := range t.Group.Services {
-			if s.Task == "" || s.Task == t.Name {
-				services = append(services, s)
+		group = t.Group.Services
+	}
+	for i, list := range [][]Service{group, t.Services} {
+		for _, s := range list {
+			if !t.nomadChecked(s, i == 1) || s.Task != "" && s.Task != t.Name {
+				continue
+			}
+			for _, c := range s.Checks {
+				if readinessOfCheck(c.Type) != fsm.ReadinessNone {
+					return c, true
+				}
 			}
 		}
 	}
-	services = append(services, t.Services...)
+	return Check{}, false
+}
+
+// readinessCheck finds the check t's readiness runs, and its service;
+// err says why there is none: no check of the readiness's type, several
+// (for a readiness the task sets: a readiness implied by a service of
+// provider "nomad" runs its first), or one that lacks what it needs (an
+// interval and timeout, a port label of the task's, a command).
+func (t *Task) readinessCheck() (svc Service, ck Check, err error) {
+	svc, ck, err = t.findReadinessCheck()
+	if err != nil && t.readinessImplied {
+		err = fmt.Errorf("the check of its service of provider %q, which tether runs as its readiness: %w", providerNomad, err)
+	}
+	return svc, ck, err
+}
+
+func (t *Task) findReadinessCheck() (svc Service, ck Check, err error) {
+	r := t.Spec.Readiness
+	want := checkType(r)
+	var group []Service
+	if t.Group != nil {
+		group = t.Group.Services
+	}
 	n := 0
 	var other []string
-	for _, s := range services {
-		for _, c := range s.Checks {
-			if c.Type != want {
-				other = append(other, strconv.Quote(c.Type))
+	for i, list := range [][]Service{group, t.Services} {
+		for _, s := range list {
+			switch {
+			case i == 0 && s.Task != "" && s.Task != t.Name:
+				continue // another task's
+			case t.readinessImplied && !t.nomadChecked(s, i == 1):
 				continue
 			}
-			if n == 0 {
-				svc, ck = s, c
+			for _, c := range s.Checks {
+				if c.Type != want {
+					other = append(other, strconv.Quote(c.Type))
+					continue
+				}
+				if n == 0 {
+					svc, ck = s, c
+				}
+				n++
 			}
-			n++
 		}
 	}
 	switch {
@@ -60,7 +145,7 @@ func (t *Task) readinessCheck() (svc Service, ck Check, err error) {
 		return svc, ck, fmt.Errorf(`readiness = %q runs a check of type %q, and the task's checks are of type %v: set readiness to the check's type ("script" is readiness = "exec"), or add a check of type %q`, r, want, other, want)
 	case n == 0:
 		return svc, ck, fmt.Errorf(`readiness = %q needs a check: add a service block with a check { type = %q, interval, timeout%s } to the task (or to its group)`, r, want, map[bool]string{true: ", command", false: ", port"}[r == fsm.ReadinessExec])
-	case n > 1:
+	case n > 1 && !t.readinessImplied:
 		return svc, ck, fmt.Errorf(`readiness = %q runs one check, and the task has %d of type %q: keep one`, r, n, want)
 	}
 	if ck.Interval <= 0 || ck.Timeout <= 0 {
@@ -93,15 +178,77 @@ func (t *Task) readinessCheck() (svc Service, ck Check, err error) {
 	return svc, ck, nil
 }
 
-// checkReadiness reports the problems of t's readiness check as
-// diagnostics at the task, at parse time (its ports are not allocated
-// yet: only labels are checked).
+// checkReadiness settles t's readiness once its group's services are all
+// read: a task that sets none runs the check of its service of provider
+// "nomad" (impliedCheck); the file's notices say what is done with each
+// check; the problems of the readiness check are diagnostics at the task,
+// at parse time (its ports are not allocated yet: only labels are
+// checked).
 func (p *parser) checkReadiness(t *Task) {
+	if t.Spec.Readiness == "" && t.Runnable() { // unset ("none" says: no readiness)
+		if c, ok := t.impliedCheck(); ok {
+			t.Spec.Readiness, t.readinessImplied = readinessOfCheck(c.Type), true
+		}
+	}
+	if t.Runnable() {
+		p.noticeChecks(t)
+	}
 	if !t.Spec.Readiness.Checked() {
 		return
 	}
 	if _, _, err := t.readinessCheck(); err != nil {
 		p.errorf(t.Range, "Bad readiness check", "Task %q: %v.", t.Name, err)
+	}
+}
+
+// noticeChecks says, for each check of t's services, whether tether runs
+// it (as t's readiness, with its check_restart) or ignores it, and why.
+func (p *parser) noticeChecks(t *Task) {
+	var runs *Check
+	if t.Spec.Readiness.Checked() {
+		if _, ck, err := t.findReadinessCheck(); err == nil {
+			runs = &ck
+		}
+	}
+	var group []Service
+	if t.Group != nil {
+		group = t.Group.Services
+	}
+	who := fmt.Sprintf("task %q:", t.Address())
+	for i, list := range [][]Service{group, t.Services} {
+		for _, s := range list {
+			if i == 0 && s.Task != "" && s.Task != t.Name || i == 0 && s.Task == "" && !t.mainOfGroup() && runs == nil {
+				continue // another task's (a group's service naming none is its main task's)
+			}
+			for _, c := range s.Checks {
+				name := c.Name
+				if name == "" {
+					name = c.Type
+				}
+				what := fmt.Sprintf("check %q (%s) of service %q (provider %q)", name, c.Type, s.Name, s.Provider)
+				var why string
+				switch {
+				case runs != nil && c.Range == runs.Range && c.Name == runs.Name && c.Type == runs.Type:
+					why = fmt.Sprintf("runs it as the task's readiness (readiness = %q), with its check_restart", t.Spec.Readiness)
+					if t.readinessImplied {
+						why = fmt.Sprintf("runs it as the task's readiness, as Nomad runs a check of provider %q (start waits for it to pass), with its check_restart", providerNomad)
+					}
+				case readinessOfCheck(c.Type) == fsm.ReadinessNone:
+					why = "ignores it: tether runs http, tcp and script checks"
+				case t.Spec.Readiness.Notify():
+					why = `ignores it: the task's readiness is "notify" (READY=1)`
+				case t.Spec.Readiness == fsm.ReadinessNone:
+					why = `ignores it: the task's readiness is "none"`
+				case runs != nil:
+					why = fmt.Sprintf("ignores it: tether runs one check per task, and runs %q", runs.Name)
+				case s.Provider != providerNomad:
+					why = fmt.Sprintf(`ignores it: a check of provider %q is Consul's to run, and tether registers nothing there (readiness = %q on the task runs it)`, s.Provider, readinessOfCheck(c.Type))
+				default:
+					why = "ignores it: the task's readiness check is not runnable (see the error)"
+				}
+				p.notices.add(NoticeCheck, what, who, why, c.Range)
+			}
+		}
 	}
 }
 
@@ -116,6 +263,10 @@ func readinessSpec(t *Task, services []Service, ports []fsm.Port) (*fsm.Check, e
 	tt.Group, tt.Services = nil, nil // the services are the instance's: the group's for t, and t's
 	for _, s := range services {
 		if s.Task == "" || s.Task == t.Name {
+			if s.Task == "" && t.readinessImplied && s.Provider == providerNomad && !t.mainOfGroup() {
+				continue // the group's main task's
+			}
+			s.Task = t.Name // (t stands alone here: its own)
 			tt.Services = append(tt.Services, s)
 		}
 	}

@@ -9,8 +9,8 @@ import (
 	"github.com/tether-fsm/tether/fsm"
 )
 
-// checkJob is a job whose task "t" has readiness r and a service whose
-// body is svc (the group's network has ports "http" and "admin").
+// checkJob is a job whose task "t" has readiness r (none set for "") and a
+// service whose body is svc (the group's network has ports "http" and "admin").
 func checkJob(r, svc string) string {
 	return `job "j" {
   group "g" {
@@ -25,7 +25,7 @@ func checkJob(r, svc string) string {
     }
     task "t" {
       driver    = "raw_exec"
-      readiness = "` + r + `"
+      ` + map[bool]string{true: "", false: `readiness = "` + r + `"`}[r == ""] + `
       config { command = "/bin/true" }
     }
   }
@@ -174,5 +174,163 @@ func TestParse_ReadinessCheckTaskFile(t *testing.T) {
 }`)
 	if !strings.Contains(got, `the tcp check's port "web" is not a port label`) {
 		t.Errorf("error: %s", got)
+	}
+}
+
+// checkNotices are the file's notices about checks, as printed.
+func checkNotices(f *File) []string {
+	var out []string
+	for _, n := range f.Notices {
+		if n.Kind == NoticeCheck {
+			out = append(out, n.String())
+		}
+	}
+	return out
+}
+
+// TestParse_NomadProviderChecksRun: a check of a service of provider
+// "nomad" runs, with its check_restart, on a task that sets no readiness
+// (Nomad runs those checks itself); a Consul one does not, unless the
+// task's readiness names its type, whatever the provider; and the notices
+// say, check by check, which runs and which is ignored, and why.
+func TestParse_NomadProviderChecksRun(t *testing.T) {
+	http := func(name, port string) string {
+		return `check {
+        name     = "` + name + `"
+        type     = "http"
+        port     = "` + port + `"
+        path     = "/` + name + `"
+        interval = "1s"
+        timeout  = "1s"
+        check_restart {
+          limit = 3
+          grace = "5s"
+        }
+      }`
+	}
+	tcp := `check {
+        name     = "conn"
+        type     = "tcp"
+        interval = "2s"
+        timeout  = "1s"
+      }`
+	for name, tc := range map[string]struct {
+		r, svc  string
+		want    *fsm.Check
+		ready   fsm.Readiness
+		notices []string
+	}{
+		"nomad provider, no readiness: its check runs": {"", `provider = "nomad"
+` + http("health", "http"), &fsm.Check{Name: "health", PortLabel: "http", Address: "10.0.0.5", Port: 20001, Path: "/health", Interval: time.Second, Timeout: time.Second,
+			Restart: &fsm.CheckRestart{Limit: 3, Grace: 5 * time.Second}}, fsm.ReadinessHTTP, []string{
+			`task "g.t": check "health" (http) of service "api" (provider "nomad"): runs it as the task's readiness, as Nomad runs a check of provider "nomad" (start waits for it to pass), with its check_restart`}},
+		"nomad provider, two checks: the first runs": {"", `provider = "nomad"
+` + tcp + "\n" + http("health", "http"), &fsm.Check{Name: "conn", PortLabel: "http", Address: "10.0.0.5", Port: 20001, Interval: 2 * time.Second, Timeout: time.Second},
+			fsm.ReadinessTCP, []string{
+				`task "g.t": check "conn" (tcp) of service "api" (provider "nomad"): runs it as the task's readiness, as Nomad runs a check of provider "nomad" (start waits for it to pass), with its check_restart`,
+				`task "g.t": check "health" (http) of service "api" (provider "nomad"): ignores it: tether runs one check per task, and runs "conn"`}},
+		"consul provider, no readiness: ignored": {"", http("health", "http"), nil, "", []string{
+			`task "g.t": check "health" (http) of service "api" (provider "consul"): ignores it: a check of provider "consul" is Consul's to run, and tether registers nothing there (readiness = "http" on the task runs it)`}},
+		"consul provider, readiness http: it runs": {"http", http("health", "admin"), &fsm.Check{Name: "health", PortLabel: "admin", Address: "10.0.0.5", Port: 20002, Path: "/health", Interval: time.Second, Timeout: time.Second,
+			Restart: &fsm.CheckRestart{Limit: 3, Grace: 5 * time.Second}}, fsm.ReadinessHTTP, []string{
+			`task "g.t": check "health" (http) of service "api" (provider "consul"): runs it as the task's readiness (readiness = "http"), with its check_restart`}},
+		"nomad provider, readiness tcp picks the tcp check": {"tcp", `provider = "nomad"
+` + http("health", "http") + "\n" + tcp, &fsm.Check{Name: "conn", PortLabel: "http", Address: "10.0.0.5", Port: 20001, Interval: 2 * time.Second, Timeout: time.Second},
+			fsm.ReadinessTCP, []string{
+				`task "g.t": check "health" (http) of service "api" (provider "nomad"): ignores it: tether runs one check per task, and runs "conn"`,
+				`task "g.t": check "conn" (tcp) of service "api" (provider "nomad"): runs it as the task's readiness (readiness = "tcp"), with its check_restart`}},
+		"nomad provider, readiness notify: ignored": {"notify", `provider = "nomad"
+` + http("health", "http"), nil, fsm.ReadinessNotify, []string{
+			`task "g.t": check "health" (http) of service "api" (provider "nomad"): ignores it: the task's readiness is "notify" (READY=1)`}},
+		"nomad provider, a type tether does not run": {"", `provider = "nomad"
+      check {
+        type     = "grpc"
+        interval = "1s"
+        timeout  = "1s"
+      }`, nil, "", []string{
+			`task "g.t": check "grpc" (grpc) of service "api" (provider "nomad"): ignores it: tether runs http, tcp and script checks`}},
+		"nomad provider, readiness none: ignored": {"none", `provider = "nomad"
+` + http("health", "http"), nil, fsm.ReadinessNone, []string{
+			`task "g.t": check "health" (http) of service "api" (provider "nomad"): ignores it: the task's readiness is "none"`}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := parseJob(t, checkJob(tc.r, tc.svc), Options{})
+			if got := checkNotices(f); !reflect.DeepEqual(got, tc.notices) {
+				t.Errorf("notices:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.notices, "\n"))
+			}
+			in, err := instantiate(t, f, "g.t", Alloc{ID: "a1", Ports: checkPorts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if in.Spec.Readiness != tc.ready || !reflect.DeepEqual(in.Spec.Check, tc.want) {
+				t.Fatalf("readiness %q check %+v; want %q %+v", in.Spec.Readiness, in.Spec.Check, tc.ready, tc.want)
+			}
+			spec := in.Spec
+			spec.Alloc = nil
+			if err := spec.Validate(); err != nil {
+				t.Errorf("Validate: %v", err)
+			}
+		})
+	}
+}
+
+// TestParse_NomadGroupServiceIsTheMainTasks: a group's service of provider
+// "nomad" that names no task is the group's main task's: its check runs
+// for the task without a lifecycle hook, not for a prestart or sidecar
+// task beside it; one that names a task is that task's.
+func TestParse_NomadGroupServiceIsTheMainTasks(t *testing.T) {
+	job := func(task string) string {
+		return `job "j" {
+  group "g" {
+    network {
+      port "http" {}
+    }
+    service {
+      name     = "api"
+      port     = "http"
+      provider = "nomad"
+      ` + task + `
+      check {
+        type     = "tcp"
+        interval = "1s"
+        timeout  = "1s"
+      }
+    }
+    task "init" {
+      driver = "raw_exec"
+      lifecycle {
+        hook = "prestart"
+      }
+      config { command = "/bin/true" }
+    }
+    task "side" {
+      driver = "raw_exec"
+      lifecycle {
+        hook    = "poststart"
+        sidecar = true
+      }
+      config { command = "/bin/true" }
+    }
+    task "web" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+  }
+}`
+	}
+	for _, tc := range []struct {
+		task  string
+		ready string // the task that runs the check
+	}{{"", "g.web"}, {`task = "side"`, "g.side"}} {
+		f := parseJob(t, job(tc.task), Options{})
+		for _, addr := range []string{"g.init", "g.side", "g.web"} {
+			in, err := instantiate(t, f, addr, Alloc{ID: "a1", Ports: checkPorts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if runs := in.Spec.Readiness == fsm.ReadinessTCP && in.Spec.Check != nil; runs != (addr == tc.ready) {
+				t.Errorf("service %q: task %s runs the check: %v (readiness %q), want %v", tc.task, addr, runs, in.Spec.Readiness, addr == tc.ready)
+			}
+		}
 	}
 }

@@ -147,6 +147,10 @@ type Task struct {
 	DispatchPayload string
 	Refusals        []Refusal
 	Range           hcl.Range
+	// readinessImplied: the task sets no readiness, and Spec.Readiness is
+	// that of the check of a service of provider "nomad" that tether runs
+	// for it (see readiness.go).
+	readinessImplied bool
 }
 
 // Address is the task's GROUP.TASK (or its name in a task file).

@@ -17,7 +17,9 @@ import (
 
 // newCheckHelper writes the task file of a raw_exec check helper task
 // (testproc.CheckTask) named name with readiness r, its port "web" and a
-// service whose check block is check.
+// service whose check block is check. With r "", the task sets no
+// readiness and its service is of provider "nomad" (whose checks run as
+// Nomad runs them).
 func newCheckHelper(t *testing.T, e *env, name, r, check string) notifyHelper {
 	t.Helper()
 	dir := t.TempDir()
@@ -39,14 +41,19 @@ func newCheckHelper(t *testing.T, e *env, name, r, check string) notifyHelper {
 	if err != nil {
 		t.Fatal(err)
 	}
+	readiness, provider := fmt.Sprintf("readiness = %q", r), ""
+	if r == "" {
+		readiness, provider = "", `provider = "nomad"`
+	}
 	file := writeFile(t, dir, name+".hcl", fmt.Sprintf(`task %q {
   driver    = "raw_exec"
-  readiness = %q
+  %s
   network {
     port "web" {}
   }
   service {
     port = "web"
+    %s
     %s
   }
   config {
@@ -54,7 +61,7 @@ func newCheckHelper(t *testing.T, e *env, name, r, check string) notifyHelper {
     args    = [%q, "check", %q, %q, "announce", %q]
   }
 }
-`, name, r, check, self, helperArg, paths[0], paths[1], e.dir))
+`, name, readiness, provider, check, self, helperArg, paths[0], paths[1], e.dir))
 	return notifyHelper{file: file, ctl: files[0], out: files[1]}
 }
 
@@ -128,4 +135,70 @@ func TestStart_HTTPCheckNeverPassingTimesOut(t *testing.T) {
 		t.Fatalf("status: %+v", st)
 	}
 	e.must("stop", st[0].ID)
+}
+
+// Issue 31: the http check of a service of provider "nomad" runs without
+// any tether-only attribute, as Nomad runs it: start holds until it
+// passes; its check_restart restarts a run whose check fails (the
+// restart journalled and recorded with the check's reason), and the new
+// run's readiness is recorded when its check passes, with nobody waiting.
+func TestStart_NomadProviderCheckRunsWithCheckRestart(t *testing.T) {
+	e := newEnv(t)
+	n := newCheckHelper(t, e, "svc", "", `check {
+      name     = "alive"
+      type     = "http"
+      path     = "/health"
+      interval = "50ms"
+      timeout  = "1s"
+      check_restart {
+        limit = 2
+        grace = "100ms"
+      }
+    }
+  }
+  restart {
+    attempts = 1
+    interval = "1h"
+    delay    = "50ms"
+    mode     = "fail"`)
+	done := e.tetherAsync("start", n.file)
+	if up := n.read(t); !strings.HasPrefix(up, "up ") {
+		t.Fatalf("first line %q", up)
+	}
+	if got := n.say(t, "http env:NOMAD_ADDR_web"); got != "ok" {
+		t.Fatal(got)
+	}
+	r := <-done
+	id := strings.TrimSpace(r.stdout)
+	if r.code != 0 || !strings.HasPrefix(id, "svc-") {
+		t.Fatalf("start of a task with a nomad-provider check: want its id\n%s", r)
+	}
+	if st := e.readyStatus(id); st.Readiness != "http" || st.Ready == nil || !*st.Ready {
+		t.Fatalf("status: %+v, want ready by its http check", st)
+	}
+	// Its check fails twice past its grace: check_restart kills the run,
+	// and its policy restarts it.
+	if got := n.say(t, "status 503"); got != "ok" {
+		t.Fatal(got)
+	}
+	if up := n.read(t); !strings.HasPrefix(up, "up ") {
+		t.Fatalf("the restarted run said %q", up)
+	}
+	if got := n.say(t, "http env:NOMAD_ADDR_web"); got != "ok" {
+		t.Fatal(got)
+	}
+	// Two passes: the first made the run ready (journalled before the
+	// check's next try), the second followed it.
+	if got := n.say(t, "hits 2"); got != "hits 2" {
+		t.Fatal(got)
+	}
+	st := e.readyStatus(id)
+	if st.State != "running" || st.Restarts != 1 || st.Ready == nil || !*st.Ready {
+		t.Fatalf("after the check's restart: %+v, want running, 1 restart, ready again", st)
+	}
+	ev := e.must("events", id).stdout
+	if !strings.Contains(ev, `check_restart: check "alive" failed 2 times in a row (HTTP 503)`) || strings.Count(ev, "ready") < 2 {
+		t.Fatalf("events lack the check's restart with its reason, or a ready of each run:\n%s", ev)
+	}
+	e.must("stop", id)
 }

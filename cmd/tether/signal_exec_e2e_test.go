@@ -170,7 +170,7 @@ func TestSignal_Refusals(t *testing.T) {
     delay    = "1h"
     mode     = "fail"
   }`, "4")
-	id := strings.TrimSpace(e.must("start", file).stdout)
+	id := strings.TrimSpace(e.must("start", "--min-uptime", "0", file).stdout) // (it never stays up: issue 31)
 	waitJournal(t, filepath.Join(e.dir, "tasks", id), 1)
 	if res := e.tether("signal", id, "USR1"); res.code != exitError || !strings.Contains(res.stderr, "restarting") {
 		t.Errorf("signal of a restarting task: %s, want exit 1 saying restarting", res)

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -72,4 +74,114 @@ func TestRun_UnrecordedTaskIsNotSentToEvents(t *testing.T) {
 			}
 		})
 	}
+}
+
+// restartFile writes a task file running script under /bin/sh with the
+// restart block policy.
+func restartFile(t *testing.T, e *env, name, script, policy string) string {
+	t.Helper()
+	return writeFile(t, t.TempDir(), name+".hcl", `task "`+name+`" {
+  driver = "raw_exec"
+  config {
+    command = "/bin/sh"
+    args    = ["-c", `+strconv.Quote(script)+`, "sh", "`+e.dir+`"]
+  }
+  restart {
+`+policy+`
+  }
+}
+`)
+}
+
+// Issue 31: start succeeds only once a run has stayed up --min-uptime; a
+// task that crash-loops within it while restarts remain fails the start
+// once its restart policy gives up (supervisord's startretries), with
+// each run's exit and the last output, and the last run's exit code.
+func TestStart_CrashLoopWithinMinUptimeFails(t *testing.T) {
+	e := newEnv(t)
+	file := restartFile(t, e, "crashloop", "echo starting; echo 'bad config' >&2; exit 3", `    attempts = 2
+    interval = "1h"
+    delay    = "50ms"
+    mode     = "fail"`)
+	r := e.tether("start", file)
+	if r.code != 3 || r.stdout != "" {
+		t.Fatalf("start of a task that crash-loops: want exit 3 and no id\n%s", r)
+	}
+	for _, want := range []string{"did not stay up --min-uptime 1s in any of its 3 runs: exit code 3", "; exit code 3 after", // (the first run's time is known when it ran longer than its record took)
+		"its restart policy gave up: exited with code 3, after 2 restarts", "its last stderr:\n    bad config"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r)
+		}
+	}
+}
+
+// A task whose first run ends within --min-uptime and whose next, under
+// its restart policy, stays up, is up: start prints its id once that run
+// has stayed up.
+func TestStart_UpOnceARunStaysUp(t *testing.T) {
+	e := newEnv(t)
+	mark := filepath.Join(t.TempDir(), "ran-once")
+	file := restartFile(t, e, "second", "[ -e "+mark+" ] || { touch "+mark+"; exit 1; }; exec sleep 1000", `    attempts = 2
+    interval = "1h"
+    delay    = "50ms"
+    mode     = "fail"`)
+	r := e.must("start", "--min-uptime", "300ms", file)
+	id := strings.TrimSpace(r.stdout)
+	if st := e.readyStatus(id); st.State != "running" || st.Restarts != 1 {
+		t.Fatalf("after start: %+v, want running after 1 restart", st)
+	}
+	e.must("stop", id)
+}
+
+// A policy of mode "delay" that has used its attempts in its interval
+// waits for the next one, past the start's bound (--ready-timeout): the
+// start fails then, saying so, and leaves the task restarting. (So does a
+// restart delayed past it: a start is a command someone waits on.)
+func TestStart_CrashLoopUntilTheIntervalWaitFails(t *testing.T) {
+	e := newEnv(t)
+	file := restartFile(t, e, "delayed", "exit 4", `    attempts = 1
+    interval = "1h"
+    delay    = "50ms"
+    mode     = "delay"`)
+	r := e.tether("start", file)
+	if r.code != 4 || r.stdout != "" || !strings.Contains(r.stderr, "in any of its 2 runs") || !strings.Contains(r.stderr, "its restart policy starts its next run in ") ||
+		!strings.Contains(r.stderr, "past --ready-timeout 1m30s") || !strings.Contains(r.stderr, "left restarting") {
+		t.Fatalf("start of a task whose delay policy waits out its interval: want exit 4 naming the wait\n%s", r)
+	}
+	st := e.status("delayed")
+	if len(st) != 1 || st[0].State != "restarting" {
+		t.Fatalf("status: %+v, want restarting", st)
+	}
+	e.must("stop", st[0].ID)
+}
+
+// A notify task's start waits for readiness across restarts: a run that
+// ends before READY=1 and that its policy restarts leaves the wait to the
+// next run, which says it is ready.
+func TestStart_NotifyReadyOnALaterRun(t *testing.T) {
+	e := newEnv(t)
+	n := newNotifyHelper(t, e, "later", `  restart {
+    attempts = 2
+    interval = "1h"
+    delay    = "50ms"
+    mode     = "fail"
+  }`)
+	done := e.tetherAsync("start", n.file)
+	first := n.read(t)
+	fmt.Fprintln(n.ctl, "exit 3") // the first run ends before it is ready
+	if second := n.read(t); second == first || !strings.HasPrefix(second, "up ") {
+		t.Fatalf("the restarted run said %q (the first %q)", second, first)
+	}
+	if got := n.say(t, `send READY=1`); got != "ok" {
+		t.Fatal(got)
+	}
+	r := <-done
+	id := strings.TrimSpace(r.stdout)
+	if r.code != 0 || id == "" {
+		t.Fatalf("start: %s", r)
+	}
+	if st := e.readyStatus(id); st.Ready == nil || !*st.Ready || st.Restarts != 1 {
+		t.Fatalf("status: %+v, want ready after 1 restart", st)
+	}
+	e.must("stop", id)
 }

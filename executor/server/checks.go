@@ -302,28 +302,39 @@ func (s *server) checkDone(r checkResult) {
 	ck.next = time.NewTimer(ck.c.Interval)
 	name := ck.c.DisplayName(ck.kind)
 	if r.ok {
-		ck.fails = 0
+		ck.count(r, time.Since(ck.start))
 		if !s.rd.ready {
-			s.rd.ready = true
-			s.log.Info("task ready: its check passed", "check", name, "task_pid", s.task.pid)
-			s.answerReady()
+			s.becameReady("task ready: its check passed", "check", name)
 		}
 		return
 	}
 	s.log.Debug("check failed", "check", name, "why", r.why, "ready", s.rd.ready)
-	cr := ck.c.Restart
-	if cr == nil || cr.Limit <= 0 || time.Since(ck.start) < cr.Grace {
-		return
+	if ck.count(r, time.Since(ck.start)) {
+		s.unhealthy(fmt.Sprintf("check_restart: check %q failed %d times in a row (%s)", name, ck.fails, r.why))
 	}
-	if r.warn && cr.IgnoreWarnings {
+}
+
+// count takes a try's result, elapsed after the run's launch, into
+// check_restart's count of consecutive failures, and reports whether it
+// reached the limit (the run is to be restarted). It is pure but for the
+// count: a pass resets it; a failure within the grace, or with no
+// check_restart (or a limit of 0), counts nothing; a warning (an HTTP
+// 429) with ignore_warnings is a pass for restarts (it resets the count);
+// any other failure counts one.
+func (ck *checker) count(r checkResult, elapsed time.Duration) bool {
+	cr := ck.c.Restart
+	switch {
+	case r.ok:
 		ck.fails = 0
-		return
+		return false
+	case cr == nil || cr.Limit <= 0 || elapsed < cr.Grace:
+		return false
+	case r.warn && cr.IgnoreWarnings:
+		ck.fails = 0
+		return false
 	}
 	ck.fails++
-	if ck.fails < cr.Limit {
-		return
-	}
-	s.unhealthy(fmt.Sprintf("check_restart: check %q failed %d times in a row (%s)", name, ck.fails, r.why))
+	return ck.fails >= cr.Limit
 }
 
 // unhealthy kills the run for why (its check's failures): its end goes

@@ -122,3 +122,47 @@ func TestProbe_HTTPClasses(t *testing.T) {
 		}
 	}
 }
+
+// TestChecker_CountsConsecutiveFailuresPastTheGrace: check_restart's
+// limit is of consecutive failures: a pass resets the count; a failure
+// within the grace counts nothing (at the grace it counts); the run is
+// restarted at the limit-th, not before; a warning (HTTP 429) counts as a
+// failure unless ignore_warnings, which makes it a pass; no check_restart,
+// or a limit of 0, never restarts.
+func TestChecker_CountsConsecutiveFailuresPastTheGrace(t *testing.T) {
+	pass, fail, warn := checkResult{ok: true}, checkResult{why: "HTTP 503"}, checkResult{warn: true, why: "HTTP 429"}
+	const grace = 10 * time.Second
+	type try struct {
+		r  checkResult
+		at time.Duration
+	}
+	after := grace + time.Second
+	for _, tc := range []struct {
+		name  string
+		cr    *fsm.CheckRestart
+		tries []try
+		want  int // the try (from 1) that restarts the run; 0: none
+	}{
+		{"the limit-th consecutive failure", &fsm.CheckRestart{Limit: 3, Grace: grace}, []try{{fail, after}, {fail, after}, {fail, after}, {fail, after}}, 3},
+		{"one short of the limit", &fsm.CheckRestart{Limit: 3, Grace: grace}, []try{{fail, after}, {fail, after}}, 0},
+		{"a pass between resets", &fsm.CheckRestart{Limit: 2, Grace: grace}, []try{{fail, after}, {pass, after}, {fail, after}, {pass, after}, {fail, after}, {fail, after}}, 6},
+		{"failures within the grace count nothing", &fsm.CheckRestart{Limit: 2, Grace: grace}, []try{{fail, grace - time.Millisecond}, {fail, grace - time.Millisecond}, {fail, grace}, {fail, grace}}, 4},
+		{"a warning is a failure", &fsm.CheckRestart{Limit: 2, Grace: grace}, []try{{warn, after}, {warn, after}}, 2},
+		{"ignore_warnings: a warning is a pass", &fsm.CheckRestart{Limit: 2, Grace: grace, IgnoreWarnings: true}, []try{{fail, after}, {warn, after}, {fail, after}, {warn, after}, {fail, after}, {fail, after}}, 6},
+		{"limit 0 never restarts", &fsm.CheckRestart{Limit: 0, Grace: grace}, []try{{fail, after}, {fail, after}, {fail, after}}, 0},
+		{"no check_restart never restarts", nil, []try{{fail, after}, {fail, after}, {fail, after}}, 0},
+		{"limit 1", &fsm.CheckRestart{Limit: 1}, []try{{pass, 0}, {fail, 0}}, 2},
+	} {
+		ck := &checker{c: &fsm.Check{Restart: tc.cr}}
+		got := 0
+		for i, tr := range tc.tries {
+			if ck.count(tr.r, tr.at) {
+				got = i + 1
+				break
+			}
+		}
+		if got != tc.want {
+			t.Errorf("%s: restarted at try %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}

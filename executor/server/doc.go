@@ -59,10 +59,17 @@
 // abstract name for a raw_exec task whose path is too long), sets
 // NOTIFY_SOCKET (and WATCHDOG_USEC; the shim sets WATCHDOG_PID), and
 // believes a datagram only from the run's main process or a process of its
-// cgroup (SO_PASSCRED). A ready request (protocol 8) is answered once the
-// run sent READY=1 (Status.Ready, Status.NotifyStatus) or ended first; a
-// ready run that misses its watchdog is killed, and its restart policy
-// decides as for any exit, the restart's reason naming the watchdog.
+// cgroup (SO_PASSCRED; a sender judged once, its verdict kept while its
+// pidfd lives). It reads at most notifyRate datagrams a second, leaving the
+// rest queued, so a flood blocks its sender and costs the task, not the
+// executor. A ready request (protocol 8) is answered once the run sent
+// READY=1 (Status.Ready, Status.NotifyStatus) or ended first; a ready run
+// that misses its watchdog is killed, and its restart policy decides as for
+// any exit, the restart's reason naming the watchdog. Each run's readiness
+// (READY=1, or a check's first pass) is journalled (protocol 10: a ready
+// entry naming the run, fsynced) before any waiter or watch is told
+// (Status.ReadyJournalled), so that whoever supervises the task records it,
+// with the time it happened, whether or not anyone waited.
 //
 // A task whose spec's Readiness is fsm.ReadinessTCP, ReadinessHTTP or
 // ReadinessExec is checked by its executor (checks.go, protocol 9): every

@@ -185,3 +185,63 @@ func TestJournal_OldExecutorsEntriesReadTyped(t *testing.T) {
 		t.Fatalf("an old restart-intent read with delay %s grace %s, want the delay 3s", e.Delay, e.Grace)
 	}
 }
+
+// A version-2 journal holds its runs' ready entries among the restarts,
+// each at its place (its number in the journal) and naming its run; a
+// version-1 journal (an executor before protocol 10: no version in its
+// header) reads as before, and a ready entry in it, or a ready out of its
+// place or naming no run, is damage.
+func TestJournal_ReadyEntriesByVersion(t *testing.T) {
+	ready := func(place, pid int) fsm.Event {
+		return fsm.Event{Type: fsm.EventReady, Time: int64(place), Attempt: place, TaskPID: pid, TaskStartTime: 7}
+	}
+	restarts := journalEntries(1)
+	write := func(t *testing.T, header wire.JournalHeader, entries ...fsm.Event) string {
+		t.Helper()
+		dir := t.TempDir()
+		var b []byte
+		for _, v := range append([]any{header}, anys(entries)...) {
+			f, err := wire.JournalFrame(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b = append(b, f...)
+		}
+		if err := os.WriteFile(filepath.Join(dir, statedir.JournalFile), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	v2 := wire.JournalHeader{Nonce: "n", Version: wire.JournalVersion}
+	good := []fsm.Event{ready(1, 50), restarts[0], restarts[1], ready(4, 101)}
+	j, ok, err := wire.ReadJournal(write(t, v2, good...))
+	if err != nil || !ok || j.Version != 2 || !reflect.DeepEqual(j.Entries, good) {
+		t.Fatalf("version 2: %+v %v %v", j, ok, err)
+	}
+	old, ok, err := wire.ReadJournal(write(t, wire.JournalHeader{Nonce: "n"}, restarts...))
+	if err != nil || !ok || old.Version != 1 || !reflect.DeepEqual(old.Entries, restarts) {
+		t.Fatalf("version 1: %+v %v %v", old, ok, err)
+	}
+	for name, c := range map[string]struct {
+		h  wire.JournalHeader
+		es []fsm.Event
+	}{
+		"a ready in a version-1 journal": {wire.JournalHeader{Nonce: "n"}, []fsm.Event{ready(1, 50)}},
+		"a ready out of its place":       {v2, []fsm.Event{restarts[0], ready(1, 50)}},
+		"a ready naming no place":        {v2, []fsm.Event{{Type: fsm.EventReady, TaskPID: 50}}},
+		"a ready naming no run":          {v2, []fsm.Event{{Type: fsm.EventReady, Attempt: 1}}},
+		"an event that is no entry":      {v2, []fsm.Event{{Type: fsm.EventRunning}}},
+	} {
+		if _, _, err := wire.ReadJournal(write(t, c.h, c.es...)); !errors.Is(err, wire.ErrProtocol) {
+			t.Errorf("%s: %v, want ErrProtocol", name, err)
+		}
+	}
+}
+
+func anys(es []fsm.Event) []any {
+	out := make([]any, len(es))
+	for i, e := range es {
+		out[i] = e
+	}
+	return out
+}

@@ -4,9 +4,11 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -25,6 +27,18 @@ import (
 // with nothing of the task started. Preparation runs in a goroutine of its
 // own, so that the executor's loop still answers meanwhile: a shutdown or
 // the loss of its lease cancels it (a download may take minutes).
+//
+// A failed artifact fetch is a recoverable failure, as Nomad's artifact
+// hook makes it: with a restart policy, the executor asks the policy (as
+// for a run that failed: it counts in the policy's interval, and waits its
+// delay) and tries the preparation again, until it succeeds or the policy
+// gives up (then the launch fails, saying how many tries there were). An
+// artifact a sidecar of the group serves, not up yet at the first try, is
+// fetched at a later one. The tries are no runs: the log numbers no
+// restart for them (its restarts are the runs'); the launch's warnings
+// say that earlier tries failed, and the policy's interval and count go on
+// into the task's runs. Without a restart policy a failure fails the
+// launch at once; a template that cannot be rendered does too.
 //
 // A relaunch (a restart) prepares nothing again: the files stay, as
 // Nomad's do across restarts. While the task runs, the Preparer re-renders
@@ -70,10 +84,15 @@ type preparation struct {
 	waiters []waiter
 }
 
-// prepared is a preparation's outcome, as the loop receives it.
+// prepared is a preparation's outcome, as the loop receives it: with the
+// restart policy's state after the failed tries (failed of them, the last
+// failure's error), for the task's runs to go on from.
 type prepared struct {
-	p   Prepared
-	err error
+	p      Prepared
+	err    error
+	state  fsm.RestartState
+	failed int
+	last   error
 }
 
 // needsPreparation reports whether a launch has artifacts or templates.
@@ -91,8 +110,28 @@ func (s *server) startPreparing(sc *sconn, id uint64, ls wire.Launch) {
 		if err == nil {
 			err = prepareTaskDirs(dirs, tu, ls.Driver == wire.ModeExec)
 		}
-		if err == nil {
-			out.p, err = preparer.Prepare(ctx, log, ls, dirs)
+		out.state = fsm.RestartState{WindowStart: time.Now().UnixNano()}
+		for err == nil {
+			if out.p, err = preparer.Prepare(ctx, log, ls, dirs); err == nil || !errors.Is(err, wire.ErrArtifact) || ls.Restart == nil || ctx.Err() != nil {
+				break
+			}
+			// A failed fetch: the policy decides, as for a failed run.
+			next, d := ls.Restart.Next(out.state, fsm.ExitStatus{Code: 1}, time.Now().UnixNano())
+			next.Attempts = out.state.Attempts // a try is no run: the log numbers none
+			out.state, out.failed, out.last = next, out.failed+1, err
+			if !d.Restart {
+				err = fmt.Errorf("%w (try %d; the restart policy tries no more: %s)", err, out.failed, d.Reason)
+				break
+			}
+			log.Warn("fetching an artifact failed; trying again under the restart policy", "err", err, "try", out.failed, "delay", d.Delay, "reason", d.Reason)
+			t := time.NewTimer(d.Delay)
+			select {
+			case <-t.C:
+				err = nil
+			case <-ctx.Done():
+				t.Stop()
+				err = fmt.Errorf("%w: preparation cancelled between tries: %w", wire.ErrLaunch, ctx.Err())
+			}
 		}
 		out.err = err
 		if cerr := ctx.Err(); cerr != nil && out.err == nil {
@@ -134,6 +173,11 @@ func (s *server) finishPreparing(p prepared) {
 	}
 	s.prep = p.p
 	s.tmplEnv = p.p.Env()
+	s.prepState = &p.state
+	if p.failed > 0 {
+		s.prepWarnings = []fsm.Warning{{Kind: fsm.WarnOther, Text: fmt.Sprintf(
+			"the artifacts were fetched at try %d, after %d that failed (tried again under the restart policy); the last: %v", p.failed+1, p.failed, p.last)}}
+	}
 	first := pr.waiters[0]
 	s.launch(first.c, first.id, pr.launch)
 	for _, w := range pr.waiters[1:] {

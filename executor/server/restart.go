@@ -42,19 +42,23 @@ func crash(point string) {
 	}
 }
 
-// restarts is the executor's restart state for its task.
+// restarts is the executor's restart state for its task (its journal is
+// the server's: s.jn).
 type restarts struct {
-	policy  fsm.RestartPolicy
-	state   fsm.RestartState
-	journal *journal
-	entries []fsm.Event // the journal's entries, in order
-	timer   *time.Timer // the delay before a relaunch; nil: none pending
-	reason  string      // why the last run was not restarted
+	policy fsm.RestartPolicy
+	state  fsm.RestartState
+	timer  *time.Timer // the delay before a relaunch; nil: none pending
+	reason string      // why the last run was not restarted
 }
 
-// startRestarts sets up restarts for a task first launched now with spec:
-// by its restart policy, and by a template whose change restarts it
-// (which needs the journal too, with or without a policy).
+// startRestarts sets up the journal and restarts for a task first
+// launched now with spec: restarts by its restart policy, and by a
+// template whose change restarts it (which needs the journal too, with or
+// without a policy); the journal also for a task whose readiness is
+// awaited (each run's ready entry). The error is the journal's, for a
+// task that has restarts (they are then off); a task without restarts
+// whose journal cannot be made only has its readiness recorded by whoever
+// waits for it.
 func (s *server) startRestarts(ls wire.Launch) error {
 	s.spec = ls
 	policy := ls.Restart
@@ -66,14 +70,24 @@ func (s *server) startRestarts(ls wire.Launch) error {
 			}
 		}
 	}
-	if policy == nil {
+	if policy == nil && !ls.Readiness.Waits() {
 		return nil
 	}
 	j, err := createJournal(s.taskDir, s.id)
-	if err != nil {
+	switch {
+	case err != nil && policy == nil:
+		s.log.Warn("no journal: the runs' readiness is not journalled", "err", err)
+		return nil
+	case err != nil:
 		return err
 	}
-	s.rs = &restarts{policy: *policy, state: fsm.RestartState{WindowStart: time.Now().UnixNano()}, journal: j}
+	s.jn = j
+	if policy != nil {
+		s.rs = &restarts{policy: *policy, state: fsm.RestartState{WindowStart: time.Now().UnixNano()}}
+		if s.prepState != nil {
+			s.rs.state = *s.prepState // the failed fetches count in the interval
+		}
+	}
 	return nil
 }
 
@@ -146,13 +160,12 @@ func (s *server) restartNext() bool {
 	}
 	ev := fsm.Event{Type: fsm.EventRestartIntent, Time: now.UnixNano(), Attempt: d.Attempt, Exit: &exit, Delay: d.Delay, Reason: d.Reason}
 	crash(wire.CrashBeforeRestartIntent)
-	if err := rs.journal.append(ev); err != nil {
+	if err := s.jn.append(ev); err != nil {
 		s.log.Error("could not journal the restart; not restarting", "err", err)
 		rs.reason = "the restart could not be journalled: " + err.Error()
 		return false
 	}
 	crash(wire.CrashAfterRestartIntent)
-	rs.entries = append(rs.entries, ev)
 	rs.timer = time.NewTimer(d.Delay)
 	s.log.Info("restarting the task", "attempt", d.Attempt, "delay", d.Delay, "reason", d.Reason)
 	s.notifyWatchers()
@@ -219,10 +232,8 @@ func (s *server) relaunch() {
 		s.task = last
 		s.log.Warn("relaunch failed", "err", err)
 		ev := fsm.Event{Type: fsm.EventLaunchFailed, Time: now, Reason: err.Error()}
-		if jerr := rs.journal.append(ev); jerr != nil {
+		if jerr := s.jn.append(ev); jerr != nil {
 			s.log.Error("could not journal the failed relaunch", "err", jerr)
-		} else {
-			rs.entries = append(rs.entries, ev)
 		}
 		s.notifyWatchers()
 		s.writeExit()
@@ -236,12 +247,10 @@ func (s *server) relaunch() {
 		s.log.Warn("writing the launch record failed", "err", err)
 	}
 	ev := fsm.Event{Type: fsm.EventLaunched, Time: now, TaskPID: l.pid, TaskStartTime: l.start}
-	if err := rs.journal.append(ev); err != nil {
+	if err := s.jn.append(ev); err != nil {
 		// The task runs, in its cgroup: a driver that cannot learn its
 		// pid still kills it with the cgroup.
 		s.log.Error("could not journal the relaunch", "err", err)
-	} else {
-		rs.entries = append(rs.entries, ev)
 	}
 	s.log.Info("task relaunched", "task_pid", l.pid, "attempt", rs.state.Attempts)
 	s.startCheck()
@@ -267,18 +276,11 @@ func (s *server) watch(sc *sconn, id uint64, since int) {
 	s.watchers = append(s.watchers, watcher{sc, id, since})
 }
 
-func (s *server) journalLen() int {
-	if s.rs == nil {
-		return 0
-	}
-	return len(s.rs.entries)
-}
-
 func (s *server) answerWatch(w watcher) {
 	st := s.status()
 	var entries []fsm.Event
-	if s.rs != nil && w.since >= 0 && w.since < len(s.rs.entries) {
-		entries = s.rs.entries[w.since:]
+	if s.jn != nil && w.since >= 0 && w.since < len(s.jn.entries) {
+		entries = s.jn.entries[w.since:]
 	}
 	s.send(w.c, wire.Response{ID: w.id, Status: &st, Journal: entries})
 }

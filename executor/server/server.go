@@ -188,10 +188,12 @@ type server struct {
 	outs     []*output
 	outTimer *time.Timer
 
-	// Restarts (see restart.go): the spec to relaunch, the restart state
-	// and journal, and the watches waiting for the journal to grow.
+	// Restarts (see restart.go): the spec to relaunch, the restart state,
+	// the journal (restarts and readiness: journal.go), and the watches
+	// waiting for the journal to grow.
 	spec     wire.Launch
 	rs       *restarts
+	jn       *journal
 	watchers []watcher
 
 	// Commands run inside the task (see exec.go), by pid.
@@ -216,6 +218,11 @@ type server struct {
 	changes   <-chan Change
 	watchStop context.CancelFunc
 	forced    string
+	// prepState is the restart policy's state after the preparation's
+	// failed tries (the runs' policy goes on from it), prepWarnings what
+	// the launch reply says of them.
+	prepState    *fsm.RestartState
+	prepWarnings []fsm.Warning
 }
 
 type taskState struct {
@@ -255,7 +262,16 @@ func newServer(log hclog.Logger, dir, nonce string, prefix []string) (*server, e
 	if !wire.ValidNonce(nonce) {
 		return nil, fmt.Errorf("%w: bad -nonce", wire.ErrBadConfig)
 	}
-	syscall.Umask(0o077)
+	// Tasks start with umask 022, as under runc (Nomad sets none): a task
+	// inherits the executor's (the executor forks raw_exec tasks itself,
+	// and starts the init shim, which execs the rest). So the executor's
+	// umask is 022, and every file and directory it makes for itself is
+	// private by an explicit mode, never by the umask: its records and
+	// journal 0600 (wire.WriteFile, createJournal), the reserve 0600, its
+	// socket 0600 (chmodded below; in the task directory, 0700), the notify
+	// socket 0700, the output logs 0600 (package logs), the task's
+	// directories by their modes (taskdirs.go, through descriptors).
+	syscall.Umask(0o022)
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return nil, fmt.Errorf("executor: set child subreaper: %w", err)
 	}
@@ -318,6 +334,13 @@ func newServer(log hclog.Logger, dir, nonce string, prefix []string) (*server, e
 		return nil, fmt.Errorf("executor: listen: %w", err)
 	}
 	s.ln = ln
+	// The socket is the executor's alone (peers are checked too): 0600,
+	// whatever the umask made it.
+	if err := unix.Fchmodat(dfd, filepath.Base(s.id.Socket), 0o600, 0); err != nil {
+		ln.Close()
+		unix.Close(dfd)
+		return nil, fmt.Errorf("executor: chmod the socket: %w", err)
+	}
 	if err := wire.WriteFileAtomic(dir, statedir.IdentityFile, s.id); err != nil {
 		ln.Close()
 		unix.Close(dfd)
@@ -699,6 +722,7 @@ func (s *server) launch(sc *sconn, id uint64, ls wire.Launch) {
 		s.log.Error("no restarts: the restart journal cannot be written", "err", err)
 		l.warnings = append(l.warnings, fsm.Warning{Kind: fsm.WarnNoRestarts, Text: "the task will not be restarted: its restart journal cannot be written: " + err.Error()})
 	}
+	l.warnings = append(l.warnings, s.prepWarnings...)
 	s.log.Info("task launched", "task_pid", l.pid, "command", ls.Command, "mode", ls.Driver, "cgroup", s.cg != nil)
 	s.watchTemplates()
 	s.startCheck()
@@ -714,7 +738,7 @@ func (s *server) status() wire.Status {
 	}
 	return wire.Status{Launched: true, PID: s.task.pid, StartTime: s.task.start, Exited: s.task.exited, Exit: s.task.exit,
 		Restarting: s.restarting(), Journal: s.journalLen(), Emptied: s.task.done && s.cgKill == cgGone,
-		Ready: s.rd.ready, NotifyStatus: s.rd.status}
+		Ready: s.rd.ready, NotifyStatus: s.rd.status, ReadyJournalled: s.rd.ready && s.rd.journalled}
 }
 
 // stats reads the task cgroup's figures.
@@ -994,8 +1018,8 @@ func (s *server) finish(code int) {
 	s.lease = leaseDone
 	s.stopWatching()
 	s.notifyWatchers()
-	if s.rs != nil {
-		_ = s.rs.journal.close()
+	if s.jn != nil {
+		_ = s.jn.close()
 	}
 }
 

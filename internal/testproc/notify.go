@@ -28,6 +28,9 @@ import (
 //	child TEXT      has a child process of its own send TEXT, then reaps it
 //	ping N          sends WATCHDOG=1 N times, a quarter of WATCHDOG_USEC
 //	                apart, then answers "pinged N"
+//	flood D TEXT    sends TEXT (no barrier) as fast as the socket takes it
+//	                for the duration D (a time.Duration), then answers
+//	                "flooded N" (the datagrams sent)
 //	exit N          exits N (no answer)
 //
 // Any other answer is "ok", or "err ..." when the step failed. It is the
@@ -101,6 +104,15 @@ func NotifyTask(args []string) int {
 			}
 			tick.Stop()
 			answer(err, "pinged "+rest)
+		case "flood":
+			d, text, _ := strings.Cut(rest, " ")
+			dur, err := time.ParseDuration(d)
+			if err != nil {
+				answer(err, "")
+				continue
+			}
+			n, err := notifyFlood(dur, text)
+			answer(err, fmt.Sprintf("flooded %d", n))
 		case "exit":
 			n, _ := strconv.Atoi(rest)
 			return n
@@ -160,6 +172,43 @@ func notifySend(text string) error {
 		return fmt.Errorf("the barrier: %v (want the receiver to close it)", err)
 	}
 	return nil
+}
+
+// notifyFlood sends text to NOTIFY_SOCKET in a loop for dur, each send
+// blocking while the receiver's queue is full, and returns how many it
+// sent.
+func notifyFlood(dur time.Duration, text string) (int, error) {
+	path := os.Getenv("NOTIFY_SOCKET")
+	if path == "" {
+		return 0, fmt.Errorf("no NOTIFY_SOCKET")
+	}
+	addr := &unix.SockaddrUnix{Name: path}
+	if strings.HasPrefix(path, "@") {
+		addr.Name = "\x00" + path[1:]
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	// A send blocks at most this long, so that the loop sees its end.
+	tv := unix.NsecToTimeval((50 * time.Millisecond).Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv); err != nil {
+		return 0, err
+	}
+	msg := []byte(strings.ReplaceAll(text, `\n`, "\n"))
+	n := 0
+	for end := time.Now().Add(dur); time.Now().Before(end); {
+		err := unix.Sendmsg(fd, msg, nil, addr, 0)
+		switch {
+		case err == nil:
+			n++
+		case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR):
+		default:
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // Notify sends text to the notify socket at path from the calling

@@ -34,6 +34,18 @@ import (
 // entries the log holds follows from the task's state alone
 // (fsm.Task.RestartEvents), and folding is idempotent.
 //
+// From JournalVersion 2 (protocol 10), the journal records each run's
+// readiness too: a ready event naming the run (its task process) with the
+// time it became ready, fsynced before anything is told of it (a ready
+// request's answer, a watch). It is a fact of the run like its exit, so
+// whoever supervises the task records it from here, with the time it
+// happened, whether or not a client waited for it; a ready event folded
+// from the journal names its run (fsm.Event.Journalled), and the log's
+// count of them is part of how far into the journal it is. A journal of
+// an older executor (version 1: no version in its header) holds restart
+// entries alone, and reads as before; its task's readiness is recorded by
+// the driver that waits for it, as a ready event naming no run.
+//
 // The file is a header (the spawn nonce and boot id of the executor that
 // writes it, so that the driver matches it against the log before
 // believing it), then one frame per entry: a 4-byte big-endian length, a
@@ -62,17 +74,28 @@ func JournalFrame(v any) ([]byte, error) {
 	return append(buf, b...), nil
 }
 
-// journalHeader is the first frame of a journal.
+// JournalVersion is the version of the journal this executor writes: 2
+// journals each run's readiness (ready entries) besides its restarts.
+const JournalVersion = 2
+
+// JournalHeader is the first frame of a journal.
 type JournalHeader struct {
 	Nonce  string `json:"nonce"`
 	BootID string `json:"boot_id"`
+	// Version is the journal's version (JournalVersion); 0 in a journal
+	// of an executor before protocol 10, which is version 1.
+	Version int `json:"version,omitempty"`
 }
 
 // Journal is a restart journal as read from a task directory.
 type Journal struct {
 	Nonce, BootID string
+	// Version is the journal's version: 1 for one of an executor before
+	// protocol 10 (restart entries only), JournalVersion for this one's.
+	Version int
 	// Entries are the restart-intent, launched and launch-failed events
-	// the executor recorded, in order.
+	// the executor recorded, and (version 2) the ready events of its
+	// runs, in order.
 	Entries []fsm.Event
 	// Torn is set when the last frame was cut short (ignored: it was
 	// never durable).
@@ -153,7 +176,7 @@ func ParseJournal(b []byte) (Journal, error) {
 			if err := json.Unmarshal(body, &h); err != nil || h.Nonce == "" {
 				return j, fmt.Errorf("bad header: %v", err)
 			}
-			j.Nonce, j.BootID, first = h.Nonce, h.BootID, false
+			j.Nonce, j.BootID, j.Version, first = h.Nonce, h.BootID, max(h.Version, 1), false
 			continue
 		}
 		var ev fsm.Event
@@ -162,10 +185,12 @@ func ParseJournal(b []byte) (Journal, error) {
 		if err := dec.Decode(&ev); err != nil {
 			return j, fmt.Errorf("entry %d: %w", len(j.Entries)+1, err)
 		}
-		switch ev.Type {
-		case fsm.EventRestartIntent, fsm.EventLaunched, fsm.EventLaunchFailed:
+		switch {
+		case ev.Type == fsm.EventRestartIntent, ev.Type == fsm.EventLaunched, ev.Type == fsm.EventLaunchFailed:
+		case ev.Type == fsm.EventReady && j.Version >= 2 && ev.Journalled() && ev.Attempt == len(j.Entries)+1:
+			// A run's readiness (version 2), naming its run and its place.
 		default:
-			return j, fmt.Errorf("entry %d: %s is not a restart journal event", len(j.Entries)+1, ev.Type)
+			return j, fmt.Errorf("entry %d: %s is not an entry of a version %d journal", len(j.Entries)+1, ev.Type, j.Version)
 		}
 		ev.Upgrade() // an entry of an executor of protocol 5 (its restart-intent's delay in Grace)
 		if err := ev.Validate(); err != nil {

@@ -56,8 +56,20 @@ import (
 // it (an executor of version 7 would give the task no notify socket).
 // Version 9 runs the launch's readiness check (tcp, http or exec: the
 // spec's Check, which an executor of version 8 would ignore, leaving the
-// task never ready: so a launch needs version 9).
-const ProtocolVersion = 9
+// task never ready: so a launch needs version 9). Version 10 journals each
+// run's readiness (a ready entry in the journal, version 2, fsynced before
+// a ready request is answered or a watch told), so a watch returns ready
+// entries among the restarts, and says so in the status
+// (Status.ReadyJournalled): a driver records the ready event from the
+// journal, with the time it happened, whoever waited. To an executor of
+// version 8 or 9, which journals none, a driver that waits for readiness
+// records it itself, as before (a ready event naming no run, which is
+// not a journal entry: fsm.Event.Journalled).
+const ProtocolVersion = 10
+
+// ReadyJournalVersion is the first version whose executor journals each
+// run's readiness.
+const ReadyJournalVersion = 10
 
 // ReadyVersion is the first version whose executor answers a ready
 // request.

@@ -93,8 +93,8 @@ type Status struct {
 	// still being drained), or a restart's delay runs. The task is not
 	// over; the journal (Client.Watch) says what was decided.
 	Restarting bool `json:"restarting,omitempty"`
-	// Journal is the number of entries in the executor's restart journal
-	// (see Client.Watch).
+	// Journal is the number of entries in the executor's journal (its
+	// restarts, and from version 10 its runs' readiness: see Client.Watch).
 	Journal int `json:"journal,omitempty"`
 	// Emptied: the task is over and drained, and the executor confirmed
 	// its cgroup empty and removed it: nothing of the task is left for a
@@ -106,6 +106,13 @@ type Status struct {
 	// and NotifyStatus is the last STATUS= it sent.
 	Ready        bool   `json:"ready,omitempty"`
 	NotifyStatus string `json:"notify_status,omitempty"`
+	// ReadyJournalled: the current run's readiness is in the journal
+	// (version 10): Journal counts its ready entry, which a watch
+	// returns, and the driver records the ready event from it. False
+	// for an executor of an earlier version, and for a run whose ready
+	// entry could not be written (its journal failed): then the driver
+	// that waits records the ready itself.
+	ReadyJournalled bool `json:"ready_journalled,omitempty"`
 }
 
 // Over reports whether the task is over for good: its last run exited and
