@@ -132,7 +132,7 @@ func (p *prepared) hostPath(t *testing.T, name string) string {
 	return tg.Host()
 }
 
-var noticeLine = regexp.MustCompile(`^(ignores the "[^"]+" [a-z ]+ \(.+\)|does not run tasks? ".+" \(driver "[^"]+": tether runs exec and raw_exec\))$`)
+var noticeLine = regexp.MustCompile(`^(ignores the "[^"]+" [a-z ]+ \(.+\)|does not run tasks? ".+" \(driver "[^"]+": tether runs exec and raw_exec\)|task "[^"]+": check "[^"]+" \([a-z]+\) of service "[^"]*" \(provider "[^"]+"\): (runs it as the task's readiness|ignores it: ).+)$`)
 
 // checkParse asserts what every file must show: no HCL "Variables not
 // allowed", every notice one well-formed line, every diagnostic placed.
