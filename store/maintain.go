@@ -477,7 +477,7 @@ func compactLocked(path string, opts Options, boltTimeout time.Duration) (before
 			err = fmt.Errorf("store: compact %s: %w", path, cerr)
 		}
 	}()
-	if err := prepare(src, path, true); err != nil {
+	if err := prepare(src, path, false); err != nil {
 		return 0, 0, err
 	}
 	st, err := os.Stat(path)

@@ -468,6 +468,54 @@ func TestOpen_ForeignBoltFile(t *testing.T) {
 	notStoreError(t, path, err)
 }
 
+// A bbolt file without a single bucket under the store's name (what a copy
+// renamed into place before its pages reached the disk leaves after a
+// power loss) is refused by every open and by Compact, and left as it is:
+// laying it out as a new store would leave its running tasks unknown.
+func TestOpen_EmptyBoltFileRefused(t *testing.T) {
+	testproc.Parallel(t)
+	path := filepath.Join(t.TempDir(), "tether.db")
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, open := range map[string]func() error{
+		"Open": func() error {
+			s, err := Open(path, Options{})
+			if err == nil {
+				s.Close()
+			}
+			return err
+		},
+		"read-only Open": func() error {
+			s, err := Open(path, Options{ReadOnly: true})
+			if err == nil {
+				s.Close()
+			}
+			return err
+		},
+		"Compact": func() error {
+			_, _, err := Compact(path, Options{})
+			return err
+		},
+	} {
+		err := open()
+		if !errors.Is(err, ErrNotStore) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "check --salvage") {
+			t.Errorf("%s of a bbolt file without buckets: %v, want ErrNotStore naming it and the salvage", name, err)
+		}
+	}
+	if after, err := os.ReadFile(path); err != nil || !bytes.Equal(after, before) {
+		t.Errorf("the refused file was changed (%v)", err)
+	}
+}
+
 func TestOpen_UnknownSchemaVersion(t *testing.T) {
 	testproc.Parallel(t)
 	path := testPath(t)
