@@ -197,6 +197,107 @@ func TestAppend_AbandonedRequestNotWritten(t *testing.T) {
 	}
 }
 
+// waitFor polls cond until it holds, failing the test after 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting: %s", what)
+		}
+		<-tick.C
+	}
+}
+
+// TestAppend_ContextEndsAroundTheClaim: an append whose context ends is
+// told the truth on both sides of the moment the committer claims it.
+// Before the claim (queued behind a commit that cannot finish, bbolt's
+// writer lock held by the test), it is abandoned: ctx.Err(), nothing
+// written, even once the committer reaches it; a retry at the same version
+// commits it once. After the claim (the committer blocked in its commit),
+// it waits for the commit and returns the new version, not ctx.Err(); a
+// retry conflicts, and the log holds the events once.
+func TestAppend_ContextEndsAroundTheClaim(t *testing.T) {
+	testproc.Parallel(t)
+	s := openTest(t, testPath(t), Options{NoSync: true})
+	bg := context.Background()
+	v := mustAppend(t, s, "a", 0, runningLog(0)...)
+	mustAppend(t, s, "b", 0, runningLog(0)...)
+	reattach := func(task string, v uint64, sec int) *request {
+		r, err := newRequest(task, v, []fsm.Event{{Type: fsm.EventReattached, Time: at(sec)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	type outcome struct {
+		v   uint64
+		err error
+	}
+	submit := func(ctx context.Context, r *request) chan outcome {
+		out := make(chan outcome, 1)
+		go func() {
+			v, err := s.submit(ctx, r)
+			out <- outcome{v, err}
+		}()
+		return out
+	}
+
+	// Hold bbolt's writer lock: the committer claims what it takes, then
+	// blocks in its commit.
+	tx, err := s.db.Begin(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimedCtx, endClaimed := context.WithCancel(bg)
+	claimed := reattach("a", v, 10)
+	claimedOut := submit(claimedCtx, claimed)
+	waitFor(t, "the committer claims the first request", func() bool { return claimed.state.Load() == reqClaimed })
+	queuedCtx, endQueued := context.WithCancel(bg)
+	queued := reattach("b", 6, 11)
+	queuedOut := submit(queuedCtx, queued)
+	waitFor(t, "the second request is queued", func() bool { return len(s.reqs) == 1 })
+
+	endQueued()
+	if got := <-queuedOut; !errors.Is(got.err, context.Canceled) || got.v != 0 {
+		t.Errorf("a queued append whose context ended: version %d, %v; want context.Canceled", got.v, got.err)
+	}
+	if st := queued.state.Load(); st != reqAbandoned {
+		t.Errorf("the queued request is in state %d, want abandoned (%d)", st, reqAbandoned)
+	}
+	endClaimed()
+	select {
+	case got := <-claimedOut:
+		t.Fatalf("a claimed append returned while its commit could not run: version %d, %v", got.v, got.err)
+	default:
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-claimedOut; got.err != nil || got.v != v+1 {
+		t.Errorf("a claimed append whose context ended: version %d, %v; want version %d, no error (it was committed)", got.v, got.err, v+1)
+	}
+	// The committer has passed the abandoned request once this append,
+	// queued after it, returns.
+	mustAppend(t, s, "c", 0, runningLog(0)[:1]...)
+
+	if _, err := s.Append(bg, "a", v, fsm.Event{Type: fsm.EventReattached, Time: at(10)}); !errors.Is(err, ErrConflict) {
+		t.Errorf("a retry of the committed append: %v, want ErrConflict (never a second commit)", err)
+	}
+	if evs, err := s.Load(bg, "a"); err != nil || len(evs) != int(v)+1 {
+		t.Errorf("task a holds %d events (%v), want %d: the claimed append once", len(evs), err, v+1)
+	}
+	if evs, err := s.Load(bg, "b"); err != nil || len(evs) != 6 {
+		t.Errorf("task b holds %d events (%v), want 6: the abandoned append written", len(evs), err)
+	}
+	mustAppend(t, s, "b", 6, fsm.Event{Type: fsm.EventReattached, Time: at(11)})
+	if evs, err := s.Load(bg, "b"); err != nil || len(evs) != 7 {
+		t.Errorf("task b holds %d events (%v) after the retry, want 7", len(evs), err)
+	}
+}
+
 func TestAppend_AfterClose(t *testing.T) {
 	testproc.Parallel(t)
 	s := openTest(t, testPath(t), Options{NoSync: true})
