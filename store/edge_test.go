@@ -1,0 +1,186 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/tether-fsm/tether/fsm"
+
+	"github.com/tether-fsm/tether/internal/testproc"
+)
+
+// The store's edge rules (issue 36): each damage is named by every reader
+// of the store, at its task and sequence number, never skipped silently.
+
+// readerFinding is what one reader of the store said of one task.
+type readerFinding struct {
+	reader string
+	err    error // the task's error; nil: read as sound
+}
+
+// everyReader reads task in the store at path with each reader a caller
+// has (Load, LoadTask, LoadFrom, LoadTasks of all and of the live ones,
+// Check, CheckFile and Salvage), and returns what each said of it.
+func everyReader(t *testing.T, path, task string) []readerFinding {
+	t.Helper()
+	ctx := context.Background()
+	s, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var out []readerFinding
+	add := func(reader string, err error) { out = append(out, readerFinding{reader, err}) }
+	_, err = s.Load(ctx, task)
+	add("Load", err)
+	_, err = s.LoadTask(ctx, task)
+	add("LoadTask", err)
+	_, err = s.LoadFrom(ctx, task, 1, 0)
+	add("LoadFrom", err)
+	for _, sel := range []Selection{AllTasks, LiveTasks} {
+		name := map[Selection]string{AllTasks: "LoadTasks(AllTasks)", LiveTasks: "LoadTasks(LiveTasks)"}[sel]
+		sc, err := s.LoadTasks(ctx, sel)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		err = nil
+		if i := slices.IndexFunc(sc.Unreadable, func(e TaskError) bool { return e.Task == task }); i >= 0 {
+			err = sc.Unreadable[i].Err
+		} else if !slices.ContainsFunc(sc.Tasks, func(tk fsm.Task) bool { return tk.ID == task }) {
+			err = fmt.Errorf("%s lists task %s nowhere", name, task)
+		}
+		add(name, err)
+	}
+	checks := map[string]func() (Report, error){
+		"Check":     func() (Report, error) { return s.Check(ctx) },
+		"CheckFile": func() (Report, error) { return CheckFile(ctx, path, Options{}) },
+	}
+	for _, name := range []string{"Check", "CheckFile"} {
+		rep, err := checks[name]()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		err = nil
+		if i := slices.IndexFunc(rep.Problems, func(p Problem) bool { return p.Task == task }); i >= 0 {
+			p := rep.Problems[i]
+			err = &CorruptError{Task: p.Task, Seq: p.Seq, Reason: p.String()}
+			if !errors.Is(p.Err, ErrCorrupt) {
+				err = fmt.Errorf("%s's problem %s is not ErrCorrupt", name, p)
+			}
+		}
+		add(name, err)
+	}
+	srep, err := Salvage(ctx, path, filepath.Join(t.TempDir(), "salvaged.db"), Options{})
+	if err != nil {
+		t.Fatalf("Salvage: %v", err)
+	}
+	err = nil
+	if i := slices.IndexFunc(srep.Lost, func(l LostTask) bool { return l.ID == task }); i >= 0 {
+		err = srep.Lost[i].Err
+	} else if !slices.Contains(srep.Copied, task) {
+		err = fmt.Errorf("Salvage reports task %s neither copied nor lost", task)
+	}
+	add("Salvage", err)
+	return out
+}
+
+// requireNamed requires every finding to be a *CorruptError naming task
+// and seq.
+func requireNamed(t *testing.T, findings []readerFinding, task string, seq uint64) {
+	t.Helper()
+	for _, f := range findings {
+		var ce *CorruptError
+		switch {
+		case f.err == nil:
+			t.Errorf("%s reads task %s as sound; want corruption at seq %d", f.reader, task, seq)
+		case !errors.As(f.err, &ce) || !errors.Is(f.err, ErrCorrupt):
+			t.Errorf("%s of task %s: %v; want a CorruptError at seq %d", f.reader, task, f.err, seq)
+		case ce.Task != task || ce.Seq != seq:
+			t.Errorf("%s of task %s: %v names task %q seq %d; want seq %d", f.reader, task, f.err, ce.Task, ce.Seq, seq)
+		}
+	}
+}
+
+// edgeStore makes a store of tasks, each with a running log of 10 events
+// (six, then four reattached self-loops: removing one keeps the walk
+// legal, so only the check of sequence numbers can tell), damages it with
+// damage, and returns its path.
+func edgeStore(t *testing.T, tasks []string, damage func(tx *bolt.Tx) error) string {
+	t.Helper()
+	return damagedStore(t, func(s *Store) {
+		for _, id := range tasks {
+			mustAppend(t, s, id, 0, runningLog(4)...)
+		}
+	}, func(path string) { rawUpdate(t, path, damage) })
+}
+
+// A gap in a task's sequence numbers, at its first record, in its middle
+// (a reattached: the rest is still a legal walk) and at its end (the head
+// still counting the lost record), is named by every reader at the
+// missing sequence number; the sound task beside it reads whole.
+func TestLoad_GapNamedByEveryReader(t *testing.T) {
+	testproc.Parallel(t)
+	gaps := map[string]uint64{"gap-first": 1, "gap-middle": 8, "gap-last": 10}
+	path := edgeStore(t, []string{"gap-first", "gap-middle", "gap-last", "sound"}, func(tx *bolt.Tx) error {
+		for id, seq := range gaps {
+			b, err := rawTask(tx, id)
+			if err != nil {
+				return err
+			}
+			if err := b.Delete(seqKey(seq)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for id, seq := range gaps {
+		t.Run(id, func(t *testing.T) { requireNamed(t, everyReader(t, path, id), id, seq) })
+	}
+	for _, f := range everyReader(t, path, "sound") {
+		if f.err != nil {
+			t.Errorf("%s of the sound task: %v", f.reader, f.err)
+		}
+	}
+}
+
+// A log's end against its head's version, both ways: a log shorter than
+// its head says (its last record lost) and a log longer (a record past the
+// head's version, the rest agreeing with the head: only the version
+// tells). Every reader names the first sequence number the two disagree
+// on.
+func TestLoad_LogEndAgainstTheHeadBothWays(t *testing.T) {
+	testproc.Parallel(t)
+	path := edgeStore(t, []string{"head-ahead", "head-behind", "sound"}, func(tx *bolt.Tx) error {
+		ahead, err := rawTask(tx, "head-ahead")
+		if err != nil {
+			return err
+		}
+		if err := ahead.Delete(seqKey(10)); err != nil {
+			return err
+		}
+		behind, err := rawTask(tx, "head-behind")
+		if err != nil {
+			return err
+		}
+		h, err := decodeHead("head-behind", behind.Get(headKey))
+		if err != nil {
+			return err
+		}
+		h.version = 9 // the fold of the first nine is in the same state
+		return behind.Put(headKey, encodeHead(h))
+	})
+	for id, seq := range map[string]uint64{"head-ahead": 10, "head-behind": 10} {
+		t.Run(id, func(t *testing.T) { requireNamed(t, everyReader(t, path, id), id, seq) })
+	}
+	for _, f := range everyReader(t, path, "sound") {
+		if f.err != nil {
+			t.Errorf("%s of the sound task: %v", f.reader, f.err)
+		}
+	}
+}
