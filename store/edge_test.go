@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -182,5 +184,95 @@ func TestLoad_LogEndAgainstTheHeadBothWays(t *testing.T) {
 		if f.err != nil {
 			t.Errorf("%s of the sound task: %v", f.reader, f.err)
 		}
+	}
+}
+
+// Every single-bit flip of a record, in every byte (every field: the
+// checksum, the version, the type, the sequence, the time, the field set
+// and each part), is a checksum mismatch: never a record that decodes,
+// never a record "from a newer tether" (a flipped version byte is damage,
+// not an upgrade to make), never another reason that would hide the check
+// that failed.
+func TestDecodeRecord_EveryBitFlipIsAChecksumMismatch(t *testing.T) {
+	testproc.Parallel(t)
+	evs := append(runningLog(1), finishLog(9)...)
+	evs = append(evs, fullEvents()...)
+	for _, e := range evs {
+		rec := encodeRecord(nil, 3, &e)
+		for i := range rec {
+			for bit := range 8 {
+				bad := slices.Clone(rec)
+				bad[i] ^= 1 << bit
+				var got fsm.Event
+				_, derr := decodeRecord(bad, &got)
+				if derr == nil || derr.version != 0 || derr.reason != "checksum mismatch" {
+					t.Fatalf("%s with bit %d of byte %d (of %d) flipped: %+v, want a checksum mismatch", e.Type, bit, i, len(rec), derr)
+				}
+			}
+		}
+	}
+}
+
+// One bit flipped on disk in each field of a record (task-created, with
+// its spec) and of a head: every reader names the task and the record's
+// sequence number (a head: the task, seq 0). A salvage loses the task
+// whose record is damaged, and copies the one whose head is (its log is
+// whole: the head is folded anew).
+func TestLoad_FlippedBitNamedByEveryReader(t *testing.T) {
+	testproc.Parallel(t)
+	rec := encodeRecord(nil, 1, &runningLog(0)[0])
+	// The checksum, the version, the type, the sequence, the time, the
+	// field set, the spec's first and last bytes.
+	recAt := []int{0, 3, 4, 5, 6, 7, 14, 15, 16, len(rec) - 1}
+	hd := encodeHead(head{version: 10, state: fsm.StateRunning, nonce: "n1"})
+	// The version, the state, the target, the version (first and last
+	// byte), the nonce's length and a byte of it, the restart count, the
+	// checksum.
+	headAt := []int{0, 1, 2, 3, 10, 11, 12, len(hd) - 5, len(hd) - 1}
+	var tasks []string
+	for _, i := range recAt {
+		tasks = append(tasks, fmt.Sprintf("record-%02d", i))
+	}
+	for _, i := range headAt {
+		tasks = append(tasks, fmt.Sprintf("head-%02d", i))
+	}
+	path := edgeStore(t, tasks, func(tx *bolt.Tx) error {
+		for _, id := range tasks {
+			b, err := rawTask(tx, id)
+			if err != nil {
+				return err
+			}
+			key, want, at := seqKey(1), rec, strings.TrimPrefix(id, "record-")
+			if after, ok := strings.CutPrefix(id, "head-"); ok {
+				key, want, at = headKey, hd, after
+			}
+			i, err := strconv.Atoi(at)
+			if err != nil {
+				return err
+			}
+			v := slices.Clone(b.Get(key))
+			if !slices.Equal(v, want) {
+				return fmt.Errorf("task %s: the bytes on disk are not the ones the test flips", id)
+			}
+			v[i] ^= 1 << (i % 8)
+			if err := b.Put(key, v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, id := range tasks {
+		t.Run(id, func(t *testing.T) {
+			findings := everyReader(t, path, id)
+			if strings.HasPrefix(id, "record-") {
+				requireNamed(t, findings, id, 1)
+				return
+			}
+			last := len(findings) - 1
+			if findings[last].reader != "Salvage" || findings[last].err != nil {
+				t.Errorf("%s of a task whose head is damaged and log whole: %v, want it copied", findings[last].reader, findings[last].err)
+			}
+			requireNamed(t, findings[:last], id, 0)
+		})
 	}
 }
