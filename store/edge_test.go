@@ -276,3 +276,75 @@ func TestLoad_FlippedBitNamedByEveryReader(t *testing.T) {
 		})
 	}
 }
+
+// The live index against a task's log, each way it can disagree: a task
+// the index lists although its log ended, a live task the index misses,
+// and an entry for a task the store does not hold. Every reader that folds
+// a task (LoadTask, LoadTasks, Check, CheckFile) names it (seq 0: the task
+// as a whole); Load and LoadFrom return the events, which are whole; a
+// salvage copies the task with its entry rebuilt from its state (or, for
+// an entry without a task, reports it lost and live, so that its
+// executor is looked for). LoadTasks(AllTasks) lists an entry without a
+// task too (every task is a superset of the live ones: it once listed the
+// task index alone). LoadTasks(LiveTasks) reads the live index alone, as
+// recovery does: a live task the index misses is not in it (Check is what
+// finds that one).
+func TestLiveIndex_DisagreementNamedByEveryReader(t *testing.T) {
+	testproc.Parallel(t)
+	path := damagedStore(t, func(s *Store) {
+		mustAppend(t, s, "ended-listed", 0, append(runningLog(0), finishLog(10)...)...)
+		mustAppend(t, s, "live-missing", 0, runningLog(2)...)
+		mustAppend(t, s, "sound", 0, runningLog(2)...)
+	}, func(path string) {
+		rawUpdate(t, path, func(tx *bolt.Tx) error {
+			live := tx.Bucket(bucketLive)
+			if err := live.Put([]byte("ended-listed"), liveMark); err != nil {
+				return err
+			}
+			if err := live.Put([]byte("no-task"), liveMark); err != nil {
+				return err
+			}
+			return live.Delete([]byte("live-missing"))
+		})
+	})
+	for _, id := range []string{"ended-listed", "live-missing", "no-task"} {
+		t.Run(id, func(t *testing.T) {
+			for _, f := range everyReader(t, path, id) {
+				var ce *CorruptError
+				named := errors.As(f.err, &ce) && ce.Task == id && ce.Seq == 0
+				switch {
+				case f.reader == "Load" || f.reader == "LoadFrom":
+					if id == "no-task" && !named {
+						t.Errorf("%s of an index entry without a task: %v, want a CorruptError naming it", f.reader, f.err)
+					}
+					if id != "no-task" && f.err != nil {
+						t.Errorf("%s of a whole log: %v", f.reader, f.err)
+					}
+				case f.reader == "Salvage":
+					if lost := f.err != nil; lost != (id == "no-task") || lost && !named {
+						t.Errorf("Salvage of %s: %v; want the task copied (its entry rebuilt), an entry without a task lost", id, f.err)
+					}
+				case f.reader == "LoadTasks(LiveTasks)" && id == "live-missing":
+					if f.err == nil || errors.As(f.err, &ce) {
+						t.Errorf("LoadTasks(LiveTasks) of a live task the index misses: %v, want it listed nowhere", f.err)
+					}
+				case !named:
+					t.Errorf("%s of %s: %v, want a CorruptError naming the task (seq 0)", f.reader, id, f.err)
+				}
+			}
+		})
+	}
+	for _, f := range everyReader(t, path, "sound") {
+		if f.err != nil {
+			t.Errorf("%s of the sound task: %v", f.reader, f.err)
+		}
+	}
+	dst := filepath.Join(t.TempDir(), "salvaged.db")
+	if _, err := Salvage(context.Background(), path, dst, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	n := openTest(t, dst, Options{ReadOnly: true})
+	if got := ids(t, n.Live); !slices.Equal(got, []string{"live-missing", "sound"}) {
+		t.Errorf("the salvaged store's live index: %v, want [live-missing sound]", got)
+	}
+}
