@@ -97,6 +97,38 @@ func TestAppend_NewTaskThatExistsConflicts(t *testing.T) {
 	}
 }
 
+// An append's expected version against the task's, both ways: a caller
+// behind the log (another writer got there first) and one ahead of it (it
+// folded events the log does not hold) both get a *ConflictError naming
+// the two versions and write nothing (an append ahead would leave a gap in
+// the sequence numbers); an event whose Seq is not the next one, behind or
+// ahead, is refused as ErrSequence. At the task's version it goes in.
+func TestAppend_ExpectedVersionBothWays(t *testing.T) {
+	testproc.Parallel(t)
+	s := openTest(t, testPath(t), Options{NoSync: true})
+	ctx := context.Background()
+	v := mustAppend(t, s, "a", 0, runningLog(0)...)
+	next := fsm.Event{Type: fsm.EventReattached, Time: at(20)}
+	for _, expected := range []uint64{v - 1, v + 1, v + 5} {
+		_, err := s.Append(ctx, "a", expected, next)
+		var ce *ConflictError
+		if !errors.As(err, &ce) || !errors.Is(err, ErrConflict) || ce.Task != "a" || ce.Expected != expected || ce.Actual != v {
+			t.Errorf("Append at version %d to a task at %d: %v, want a ConflictError naming both", expected, v, err)
+		}
+	}
+	for _, seq := range []uint64{v, v + 2} {
+		e := next
+		e.Seq = seq
+		if _, err := s.Append(ctx, "a", v, e); !errors.Is(err, ErrSequence) {
+			t.Errorf("an event of seq %d appended at version %d: %v, want ErrSequence", seq, v, err)
+		}
+	}
+	if got, err := s.Load(ctx, "a"); err != nil || len(got) != int(v) {
+		t.Fatalf("after refused appends: %d events (%v), want %d", len(got), err, v)
+	}
+	mustAppend(t, s, "a", v, next)
+}
+
 func TestAppend_UnknownTask(t *testing.T) {
 	testproc.Parallel(t)
 	s := openTest(t, testPath(t), Options{NoSync: true})
