@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -70,10 +71,9 @@ func everyReader(t *testing.T, path, task string) []readerFinding {
 		}
 		err = nil
 		if i := slices.IndexFunc(rep.Problems, func(p Problem) bool { return p.Task == task }); i >= 0 {
-			p := rep.Problems[i]
-			err = &CorruptError{Task: p.Task, Seq: p.Seq, Reason: p.String()}
-			if !errors.Is(p.Err, ErrCorrupt) {
-				err = fmt.Errorf("%s's problem %s is not ErrCorrupt", name, p)
+			err = rep.Problems[i].Err
+			if p := rep.Problems[i]; !errors.Is(p.Err, ErrCorrupt) && !errors.Is(p.Err, ErrVersion) {
+				err = fmt.Errorf("%s's problem %s is neither ErrCorrupt nor ErrVersion", name, p)
 			}
 		}
 		add(name, err)
@@ -346,5 +346,48 @@ func TestLiveIndex_DisagreementNamedByEveryReader(t *testing.T) {
 	n := openTest(t, dst, Options{ReadOnly: true})
 	if got := ids(t, n.Live); !slices.Equal(got, []string{"live-missing", "sound"}) {
 		t.Errorf("the salvaged store's live index: %v, want [live-missing sound]", got)
+	}
+}
+
+// A record's version, both ways past what this tether reads: a newer one
+// (the next, and the largest a byte holds) is a *VersionError naming the
+// task, the sequence and the version, from every reader, and not
+// corruption (an upgrade reads it); version 0, below the first, is
+// corruption. The checksum is right in each: only the version tells.
+func TestLoad_RecordVersionNamedByEveryReader(t *testing.T) {
+	testproc.Parallel(t)
+	versions := map[string]uint8{"next": recordVersion + 1, "max": 255, "zero": 0}
+	path := edgeStore(t, []string{"next", "max", "zero"}, func(tx *bolt.Tx) error {
+		for id, ver := range versions {
+			b, err := rawTask(tx, id)
+			if err != nil {
+				return err
+			}
+			v := slices.Clone(b.Get(seqKey(4)))
+			v[4] = ver
+			binary.LittleEndian.PutUint32(v, checksum(v))
+			if err := b.Put(seqKey(4), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for id, ver := range versions {
+		t.Run(id, func(t *testing.T) {
+			findings := everyReader(t, path, id)
+			if ver == 0 {
+				requireNamed(t, findings, id, 4)
+				return
+			}
+			for _, f := range findings {
+				var ve *VersionError
+				switch {
+				case !errors.As(f.err, &ve) || !errors.Is(f.err, ErrVersion) || errors.Is(f.err, ErrCorrupt):
+					t.Errorf("%s of a record of version %d: %v, want a VersionError (not corruption)", f.reader, ver, f.err)
+				case ve.Task != id || ve.Seq != 4 || ve.Version != ver:
+					t.Errorf("%s: %v names task %q seq %d version %d; want %s seq 4 version %d", f.reader, f.err, ve.Task, ve.Seq, ve.Version, id, ver)
+				}
+			}
+		})
 	}
 }
