@@ -107,10 +107,10 @@ func (s *Store) LoadFrom(ctx context.Context, task string, from uint64, limit in
 			switch {
 			case want <= h.version && (limit <= 0 || len(out) < limit):
 				return &CorruptError{Task: task, Seq: want, Reason: fmt.Sprintf("log ends at seq %d, head says %d", want-1, h.version)}
-			case want > h.version && k != nil && len(k) == 8:
+			case want > h.version && len(k) == 8:
 				// A record past the head's version: Load says so too.
 				last := binary.BigEndian.Uint64(k)
-				for k, _ = c.Next(); k != nil && len(k) == 8; k, _ = c.Next() {
+				for k, _ = c.Next(); len(k) == 8; k, _ = c.Next() {
 					last = binary.BigEndian.Uint64(k)
 				}
 				return &CorruptError{Task: task, Seq: h.version + 1, Reason: fmt.Sprintf("log ends at seq %d, head says %d", last, h.version)}
