@@ -68,7 +68,8 @@ import (
 //	  clean with every append acknowledged
 //	  before it (the file synced before
 //	  its rename, the directory after),
-//	  and the old store kept aside       TestPowerLoss_Compact, TestPowerLoss_SalvageInstall, TestPowerLoss_SuspendReopen
+//	  a lost task recorded lost, and the
+//	  old store kept aside               TestPowerLoss_Compact, TestPowerLoss_SalvageInstall, TestPowerLoss_SuspendReopen
 //	a crash at each maintenance point
 //	  leaves a whole store under its
 //	  name, the copy or aside the next

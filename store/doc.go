@@ -200,7 +200,8 @@
 //	         [compact:renamed] fsync the directory; let the lock go
 //	Salvage  create the new store (PATH.new, fsync, rename, fsync of the
 //	         directory: Open's creation); copy into it, each transaction
-//	         fsynced; [salvage:copied]
+//	         fsynced; [salvage:copied] RecordLost: the lost tasks' records
+//	         into it, fsynced
 //	Install  link the old store to its aside name; [install:aside] rename
 //	         the new store over the store; [install:renamed] fsync the
 //	         directory (the link and the rename with it); let the lock go

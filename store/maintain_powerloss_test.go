@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/tether-fsm/tether/internal/crashfs"
 	"github.com/tether-fsm/tether/store"
@@ -35,10 +38,11 @@ import (
 //	         5. let the lock go (the next append is in the new file)
 //	Salvage  1. create the new store (PATH.new, fsync, rename, fsync dir)
 //	         2. copy the tasks into it, each transaction fsynced
-//	Install  3. link the old store to its aside name
-//	         4. rename the new store over the store
-//	         5. fsync the directory (the link and the rename)
-//	         6. let the lock go, or Reopen (the next append is in the new file)
+//	         3. RecordLost: the lost tasks' records into it, fsynced
+//	Install  4. link the old store to its aside name
+//	         5. rename the new store over the store
+//	         6. fsync the directory (the link and the rename)
+//	         7. let the lock go, or Reopen (the next append is in the new file)
 //	Remove   1. one transaction, fsynced (the next Compact reads it)
 //	Suspend  1. the queued appends committed (each fsynced), the file closed
 //	         2. the maintenance above, the lock held throughout
@@ -188,24 +192,47 @@ func TestPowerLoss_Compact(t *testing.T) {
 	t.Logf("%d crash states over %d boundaries (%d with the copy left beside the store)", n, len(run.fs.Boundaries()), leftovers)
 }
 
-// TestPowerLoss_SalvageInstall: a salvage and its install under one
-// maintenance, between appends. A power loss anywhere leaves the old store
-// or the whole salvaged one under the store's name, every acknowledged
-// append in it; and once Install has returned, the old store is kept
-// under its aside name.
+// plDamage flips a byte of task's record seq in the closed store at path
+// (behind the store's back, through bbolt), so that a salvage loses it.
+func plDamage(t *testing.T, path, task string, seq uint64) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("tasks")).Bucket([]byte(task))
+		key := binary.BigEndian.AppendUint64(nil, seq)
+		v := slices.Clone(b.Get(key))
+		v[len(v)-1] ^= 0x40
+		return b.Put(key, v)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPowerLoss_SalvageInstall: a salvage of a store with a damaged live
+// task, the record of that task as lost (RecordLost) and the install,
+// under one maintenance, between appends. A power loss anywhere leaves the
+// old store or the whole salvaged one under the store's name, every
+// acknowledged append in it; once Install has returned, the damaged task
+// reads as ended lost and the old store is kept under its aside name.
 func TestPowerLoss_SalvageInstall(t *testing.T) {
 	testproc.Parallel(t)
 	run, s := plOpen(t, crashfs.Options{})
 	ctx := context.Background()
 	tasks := []plTask{{"ended-0", 12}, {"live-0", 8}, {"live-1", 10}}
 	run.plBefore(t, s, tasks, 3)
+	run.plBefore(t, s, []plTask{{"damaged", 8}}, 8)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
+	db := run.fs.Path(run.db)
+	plDamage(t, db, "damaged", 4)
 	before := run.acked()
 
 	from := len(run.fs.Ops())
-	db := run.fs.Path(run.db)
 	m, err := store.BeginMaintenance(ctx, db, store.Options{LockTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -215,13 +242,18 @@ func TestPowerLoss_SalvageInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Copied) != len(tasks) || len(rep.Lost) != 0 {
-		t.Fatalf("salvage of a sound store: copied %v, lost %v", rep.Copied, rep.Lost)
+	if len(rep.Copied) != len(tasks) || len(rep.Lost) != 1 || rep.Lost[0].ID != "damaged" {
+		t.Fatalf("salvage: copied %v, lost %v; want every task but the damaged one copied", rep.Copied, rep.Lost)
+	}
+	l := rep.Lost[0]
+	if err := m.RecordLost(run.fs.Path(dst), []store.Loss{{ID: l.ID, Nonce: l.Nonce, Executor: l.Prefix.Executor, Reason: "killed"}}, time.Now()); err != nil {
+		t.Fatal(err)
 	}
 	if err := m.Install(run.fs.Path(dst), run.fs.Path(aside)); err != nil {
 		t.Fatal(err)
 	}
 	installed := run.fs.Mark("Install returned")
+	run.lost = map[string]crashfs.Mark{"damaged": installed}
 	if err := m.Release(); err != nil {
 		t.Fatal(err)
 	}

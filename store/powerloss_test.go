@@ -70,6 +70,12 @@ type plRun struct {
 	// kept are the files a maintenance promised to keep beside the store
 	// (an install's aside).
 	kept []plKept
+	// lost are the tasks damaged on purpose, which a salvage loses and
+	// records as ended lost (RecordLost), each with the mark of the
+	// Install that put that record in place: until then the damaged store
+	// may be in place (their damage is no problem), from then on each must
+	// read as ended lost.
+	lost map[string]crashfs.Mark
 	// again, if set, is run on each crash state's copy of the store once
 	// it has been checked (the maintenance run again, as the next gc or
 	// salvage would), and the store is checked once more.
@@ -231,12 +237,15 @@ func (run *plRun) checkState(ctx context.Context, st *crashfs.CrashState, dir st
 // checkStore opens the store at path in crash state st and checks that it
 // passes Check (invariant 8), that each log in it is a prefix of the one
 // appended, and that it holds every acknowledgement of acks made before
-// the crash (invariant 7). With removals, a task Remove took is gone once
-// Remove returned before the crash, and may be gone once it began.
-func (run *plRun) checkStore(ctx context.Context, st *crashfs.CrashState, path string, acks []plAck, removals bool) []string {
+// the crash (invariant 7). main is the store under its own name (not a
+// copy kept aside): a task Remove took is gone once Remove returned before
+// the crash, and may be gone once it began; a lost task reads as ended
+// lost once its Install returned before the crash. A lost task's damage is
+// no problem anywhere else.
+func (run *plRun) checkStore(ctx context.Context, st *crashfs.CrashState, path string, acks []plAck, main bool) []string {
 	var problems []string
 	gone, mayBeGone := map[string]bool{}, map[string]bool{}
-	if removals {
+	if main {
 		for _, r := range run.removals {
 			for _, id := range r.ids {
 				gone[id] = gone[id] || st.Before(r.done)
@@ -256,14 +265,27 @@ func (run *plRun) checkStore(ctx context.Context, st *crashfs.CrashState, path s
 			problems = append(problems, fmt.Sprintf("Close: %v", err))
 		}
 	}()
+	recorded := func(task string) bool { m, ok := run.lost[task]; return ok && main && st.Before(m) }
 	rep, err := s.Check(ctx)
 	if err != nil {
 		problems = append(problems, fmt.Sprintf("Check: %v", err))
-	} else if !rep.OK() {
-		problems = append(problems, fmt.Sprintf("invariant 8: Check: %s", rep))
+	}
+	for _, p := range rep.Problems {
+		if _, ok := run.lost[p.Task]; !ok || recorded(p.Task) {
+			problems = append(problems, fmt.Sprintf("invariant 8: Check: %s", p))
+		}
 	}
 	held := map[string][]fsm.Event{}
 	for task, want := range run.logs {
+		if _, ok := run.lost[task]; ok {
+			if !recorded(task) {
+				continue // the damaged store may still be in place
+			}
+			if tk, err := s.LoadTask(ctx, task); err != nil || tk.State != fsm.StateLost {
+				problems = append(problems, fmt.Sprintf("task %s, recorded lost by the install that returned before the crash: %s (%v)", task, tk.State, err))
+			}
+			continue
+		}
 		got, err := s.Load(ctx, task)
 		if errors.Is(err, store.ErrUnknownTask) {
 			continue
@@ -290,6 +312,9 @@ func (run *plRun) checkStore(ctx context.Context, st *crashfs.CrashState, path s
 	for _, a := range acks {
 		if _, ok := held[a.task]; !ok && mayBeGone[a.task] {
 			continue // removed
+		}
+		if _, ok := run.lost[a.task]; ok {
+			continue // lost by its damage: the salvage's report says so
 		}
 		if st.Before(a.mark) && uint64(len(held[a.task])) < a.version {
 			problems = append(problems, fmt.Sprintf("invariant 7: task %s has %d events, but version %d was acknowledged at %s, before the crash", a.task, len(held[a.task]), a.version, a.mark))
