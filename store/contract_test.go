@@ -75,6 +75,10 @@ import (
 //	  name, the copy or aside the next
 //	  step needs, and the maintenance
 //	  runs again on what it left         TestMaintenance_EveryCrashPointLeavesAWholeStore
+//	Reopen after a failed maintenance
+//	  opens the file in place and keeps
+//	  the lock; a Reopen that fails lets
+//	  it go                              TestMaintenance_ReopenAfterAFailureBothWays
 //	a gap in a task's sequence numbers
 //	  (first, middle, last) named by
 //	  every reader at the missing seq    TestLoad_GapNamedByEveryReader

@@ -563,3 +563,58 @@ func maintenanceCrashPoints(t *testing.T, how string, agent bool) {
 		})
 	}
 }
+
+// Reopen after a maintenance that failed opens the file in place (the old
+// one: a refused Install changed nothing) and keeps the lock; Reopen that
+// fails (the file in place is no store) lets the lock go, so that the
+// commands waiting for the store are not held for ever by an agent that
+// has no store left. A Maintenance once reopened answers ErrClosed.
+func TestMaintenance_ReopenAfterAFailureBothWays(t *testing.T) {
+	testproc.Parallel(t)
+	path := testPath(t)
+	s := openTest(t, path, Options{})
+	mustAppend(t, s, "a", 0, runningLog(0)...)
+	m, err := s.Suspend()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(path)
+	if err := m.Install(filepath.Join(dir, "never-salvaged.db"), filepath.Join(dir, "aside.db")); err == nil {
+		t.Fatal("Install of a file this maintenance did not salvage succeeded")
+	}
+	s2, err := m.Reopen()
+	if err != nil {
+		t.Fatalf("Reopen after a refused Install: %v", err)
+	}
+	if tk, err := s2.LoadTask(context.Background(), "a"); err != nil || tk.Version != 6 {
+		t.Errorf("the reopened store: task a at version %d (%v), want 6", tk.Version, err)
+	}
+	if _, err := Open(path, Options{LockTimeout: 50 * time.Millisecond}); !errors.Is(err, ErrLocked) {
+		t.Errorf("Open beside the reopened store: %v, want ErrLocked", err)
+	}
+	if _, err := m.Reopen(); !errors.Is(err, ErrClosed) {
+		t.Errorf("a second Reopen: %v, want ErrClosed", err)
+	}
+
+	m2, err := s2.Suspend()
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("not a store"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m2.Reopen(); !errors.Is(err, ErrNotStore) {
+		t.Fatalf("Reopen of a file that is no store: %v, want ErrNotStore", err)
+	}
+	// The lock is let go: an Open gets past it at once and meets the file.
+	if _, err := Open(path, Options{LockTimeout: time.Second}); !errors.Is(err, ErrNotStore) {
+		t.Errorf("Open after a failed Reopen: %v, want ErrNotStore (the lock let go)", err)
+	}
+	if err := os.WriteFile(path, good, 0o600); err != nil { // for the cleanup's check
+		t.Fatal(err)
+	}
+}
