@@ -60,18 +60,30 @@ type request struct {
 // fsm.ErrIllegalTransition; an event whose record would exceed 1 MiB a
 // *SizeError (ErrTooLarge); appending to a task the store does not hold,
 // with expected > 0, gives ErrUnknownTask. On any error nothing of this
-// call is written. A context cancelled while the request is still queued
-// returns ctx.Err() and writes nothing; once the request is being committed
-// its true outcome is returned.
+// call is written. A context that ends while the request is still queued
+// returns ctx.Err() and writes nothing (a retry at the same version
+// commits the events once); once the committer has claimed the request,
+// Append waits for its commit and returns the true outcome, never ctx.Err()
+// for events that were committed (a retry of those conflicts: nothing is
+// committed twice).
 func (s *Store) Append(ctx context.Context, task string, expected uint64, events ...fsm.Event) (uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if err := checkTaskID(task); err != nil {
+	r, err := newRequest(task, expected, events)
+	if err != nil {
 		return 0, err
 	}
+	return s.submit(ctx, r)
+}
+
+// newRequest checks an append's arguments and encodes its records.
+func newRequest(task string, expected uint64, events []fsm.Event) (*request, error) {
+	if err := checkTaskID(task); err != nil {
+		return nil, err
+	}
 	if len(events) == 0 {
-		return 0, ErrNoEvents
+		return nil, ErrNoEvents
 	}
 	r := &request{task: task, expected: expected, done: make(chan struct{})}
 	r.events = make([]fsm.Event, len(events))
@@ -84,17 +96,26 @@ func (s *Store) Append(ctx context.Context, task string, expected uint64, events
 			e.Seq = seq
 		case seq:
 		default:
-			return 0, fmt.Errorf("%w: task %q: event %s has seq %d, expected %d", ErrSequence, task, e.Type, e.Seq, seq)
+			return nil, fmt.Errorf("%w: task %q: event %s has seq %d, expected %d", ErrSequence, task, e.Type, e.Seq, seq)
 		}
 		r.events[i] = e
 		start := len(buf)
 		buf = encodeRecord(buf, seq, &e)
 		if n := len(buf) - start; n > maxRecord {
-			return 0, &SizeError{Task: task, Seq: seq, Type: e.Type, Size: n, Limit: maxRecord}
+			return nil, &SizeError{Task: task, Seq: seq, Type: e.Type, Size: n, Limit: maxRecord}
 		}
 		r.recs[i] = buf[start:len(buf):len(buf)]
 	}
+	return r, nil
+}
 
+// submit queues r for the committer and waits for its outcome. The moment
+// the committer claims r divides what a context that ends means: before
+// it, r is abandoned (never written) and ctx's error returned; from it on,
+// r is being committed, and its true outcome is waited for and returned
+// (a committed append is never reported failed, so that the caller does
+// not do again what it recorded).
+func (s *Store) submit(ctx context.Context, r *request) (uint64, error) {
 	s.mu.RLock()
 	switch {
 	case s.closed:

@@ -21,8 +21,9 @@ import (
 	"github.com/tether-fsm/tether/internal/testproc"
 )
 
-// The store's lock and maintenance promises, each with the test that holds
-// it (the record, append and damage promises are in the other files):
+// The store's lock and maintenance promises, and its edge rules (issue
+// 36), each with the test that holds it (the record, append and damage
+// promises are in the other files):
 //
 //	one writer at a time, readers share,
 //	  across processes: a contender waits
@@ -56,6 +57,57 @@ import (
 //	  ended lost, the new store sound    TestSalvage_TruncatedAtEveryPageAccountsForEveryLiveClaim
 //	an empty store file is refused,
 //	  never opened as a new store        TestSalvage_EmptyFileLosesEveryLiveClaim
+//	and so is a bbolt file without a
+//	  bucket (a copy renamed before its
+//	  content reached the disk)          TestOpen_EmptyBoltFileRefused
+//	a maintenance's steps in order: a
+//	  power loss anywhere in gc (Remove,
+//	  Compact), Salvage and Install, an
+//	  agent's Suspend and Reopen around
+//	  them, leaves a store that checks
+//	  clean with every append acknowledged
+//	  before it (the file synced before
+//	  its rename, the directory after),
+//	  a lost task recorded lost, and the
+//	  old store kept aside               TestPowerLoss_Compact, TestPowerLoss_SalvageInstall, TestPowerLoss_SuspendReopen
+//	a crash at each maintenance point
+//	  leaves a whole store under its
+//	  name, the copy or aside the next
+//	  step needs, and the maintenance
+//	  runs again on what it left         TestMaintenance_EveryCrashPointLeavesAWholeStore
+//	Reopen after a failed maintenance
+//	  opens the file in place and keeps
+//	  the lock; a Reopen that fails lets
+//	  it go                              TestMaintenance_ReopenAfterAFailureBothWays
+//	a gap in a task's sequence numbers
+//	  (first, middle, last) named by
+//	  every reader at the missing seq    TestLoad_GapNamedByEveryReader
+//	a log's end against its head's
+//	  version, shorter and longer, named
+//	  by every reader (LoadFrom too)     TestLoad_LogEndAgainstTheHeadBothWays
+//	any single bit flipped in a record
+//	  is a checksum mismatch, never a
+//	  newer version; on disk, in each
+//	  field of a record or a head, named
+//	  by every reader                    TestDecodeRecord_EveryBitFlipIsAChecksumMismatch, TestLoad_FlippedBitNamedByEveryReader
+//	a record of a version past this
+//	  tether's (the next, 255): a
+//	  VersionError from every reader;
+//	  version 0: corruption              TestLoad_RecordVersionNamedByEveryReader
+//	the live index against a log, each
+//	  way (ended but listed, live but
+//	  missing, an entry without a task),
+//	  named by every reader that folds;
+//	  every task is a superset of the
+//	  live ones                          TestLiveIndex_DisagreementNamedByEveryReader
+//	an append whose context ends: before
+//	  the committer claims it, ctx.Err()
+//	  and nothing written, a retry
+//	  commits it once; after, the
+//	  commit's outcome, a retry conflicts TestAppend_ContextEndsAroundTheClaim
+//	an append's expected version and
+//	  its events' seq, behind or ahead:
+//	  refused, nothing written           TestAppend_ExpectedVersionBothWays
 
 // holdWith starts helper mode ("hold-lock", "hold-lock-ro") holding the
 // store at path open, and returns its pid and a function that makes it

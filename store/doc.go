@@ -32,7 +32,15 @@
 // sequence number (errors.Is(err, ErrCorrupt)); a record from a newer
 // tether as a *VersionError. Nothing is skipped silently and nothing
 // panics: a bbolt panic on a damaged file becomes an ErrCorrupt error naming
-// the file.
+// the file. Every reader (Load, LoadTask, LoadFrom, LoadTasks, Check,
+// CheckFile, Salvage) holds a task's log to the same rules: its sequence
+// numbers contiguous from 1 (a gap is named at the missing number), its
+// end at its head's version (a record missing before it or one past it is
+// named at the first number the two disagree on), every record's checksum
+// (any single bit flipped, a version byte included, is a checksum
+// mismatch, never a newer version), and, for the readers that fold, the
+// live index (a task it lists though ended, a live task it misses, an
+// entry without a task).
 //
 // # Damage
 //
@@ -65,7 +73,8 @@
 // nothing can be rebuilt is reported lost with its nonce, so that its
 // executor is killed by its proven identity; RecordLost then records such
 // tasks in the new store as ended lost. An empty store file is never
-// opened as a new store: it is a store cut to nothing.
+// opened as a new store: it is a store cut to nothing (and so is a bbolt
+// file without a single bucket).
 //
 // # Locking
 //
@@ -89,7 +98,11 @@
 // Appends are group-committed by one committer goroutine: a lone writer
 // commits at once, and writers that arrive while a commit is syncing share
 // the next commit and its fsync. Append returns only once its events are
-// on disk (invariant 7: an acknowledged append survives a crash).
+// on disk (invariant 7: an acknowledged append survives a crash). A
+// caller's context that ends while its append waits is told the truth:
+// before the committer claims the request, ctx.Err() and nothing written
+// (a retry commits it once); after, the commit's own outcome (a retry of a
+// committed append conflicts: nothing is committed twice).
 //
 // # Usage
 //
@@ -174,4 +187,35 @@
 //
 // Every durable step of a maintenance calls Options.Crash with its name
 // (CrashPoints): tests kill or pause the process there.
+//
+// # The steps, in order
+//
+// A maintenance replaces the store's file only in steps that a crash
+// (a process killed, or a power loss, which drops whatever was not synced)
+// can cut between anywhere and leave the old store or the whole new one
+// under the store's name, every acknowledged append in it:
+//
+//	Compact  write the copy beside the store (PATH.compact, unsynced);
+//	         fsync it; [compact:copied] rename it over the store;
+//	         [compact:renamed] fsync the directory; let the lock go
+//	Salvage  create the new store (PATH.new, fsync, rename, fsync of the
+//	         directory: Open's creation); copy into it, each transaction
+//	         fsynced; [salvage:copied] RecordLost: the lost tasks' records
+//	         into it, fsynced
+//	Install  link the old store to its aside name; [install:aside] rename
+//	         the new store over the store; [install:renamed] fsync the
+//	         directory (the link and the rename with it); let the lock go
+//	         or Reopen
+//	Remove   one transaction, fsynced; [remove:committed]
+//	Suspend  commit the queued appends (each fsynced), close the file, keep
+//	         the lock; Reopen opens the file in place with it
+//
+// A file is synced before it is given the store's name (else the name may
+// reach the disk before the content), and the directory is synced after
+// the rename before the lock is let go (else an append acknowledged in
+// the new file afterwards is lost with the rename). A bbolt file without
+// a single bucket under the store's name is what a copy renamed before its
+// content reached the disk leaves: Open and Compact refuse it
+// (ErrNotStore) rather than lay it out as a new store, which would leave
+// its running tasks unknown.
 package store

@@ -477,7 +477,7 @@ func compactLocked(path string, opts Options, boltTimeout time.Duration) (before
 			err = fmt.Errorf("store: compact %s: %w", path, cerr)
 		}
 	}()
-	if err := prepare(src, path, true); err != nil {
+	if err := prepare(src, path, false); err != nil {
 		return 0, 0, err
 	}
 	st, err := os.Stat(path)
@@ -486,11 +486,26 @@ func compactLocked(path string, opts Options, boltTimeout time.Duration) (before
 	}
 	before = st.Size()
 
+	// The steps, in this order (each must be durable before the next: a
+	// power loss between any two leaves the old store or the whole new
+	// one at path, never a file whose name came before its content):
+	//  1. write the copy beside the store;
+	//  2. fsync it (its content: bbolt writes it unsynced);
+	//  3. rename it over the store;
+	//  4. fsync the directory (the new name: the caller lets the lock go
+	//     next, and an append acknowledged in the new file after that is
+	//     lost with it if the rename is not durable).
 	tmp := path + ".compact"
 	_ = os.Remove(tmp) // a leftover of an interrupted compaction (a link is removed, not followed)
-	if err := compactInto(src, path, tmp, opts.NoSync); err != nil {
+	if err := compactInto(src, path, tmp); err != nil {
 		_ = os.Remove(tmp)
 		return before, 0, err
+	}
+	if !opts.NoSync {
+		if err := syncFile(tmp); err != nil {
+			_ = os.Remove(tmp)
+			return before, 0, fmt.Errorf("%w: compact %s: %w", ErrWrite, path, err)
+		}
 	}
 	opts.crash(PointCompactCopied)
 	if err := os.Rename(tmp, path); err != nil {
@@ -511,10 +526,12 @@ func compactLocked(path string, opts Options, boltTimeout time.Duration) (before
 }
 
 // compactInto copies src into a new file tmp, created exclusively (never
-// through a link planted at its name).
-func compactInto(src *bolt.DB, path, tmp string, noSync bool) (err error) {
+// through a link planted at its name). The copy is not synced: the caller
+// syncs it once, whole, before it gives it the store's name (bbolt would
+// sync each of its transactions, and nothing reads the copy before then).
+func compactInto(src *bolt.DB, path, tmp string) (err error) {
 	dst, err := bolt.Open(tmp, 0o600, &bolt.Options{
-		NoSync: noSync,
+		NoSync: true,
 		OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
 			return openNoFollow(name, flag|os.O_EXCL, mode)
 		},
@@ -536,6 +553,16 @@ func compactInto(src *bolt.DB, path, tmp string, noSync bool) (err error) {
 		return fmt.Errorf("%w: compact %s: %w", ErrWrite, path, err)
 	}
 	return nil
+}
+
+// syncFile fsyncs the regular file at path (never through a link).
+func syncFile(path string) error {
+	f, err := openNoFollow(path, os.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 func syncDir(dir string) error {

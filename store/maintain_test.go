@@ -4,16 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tether-fsm/tether/fsm"
+
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // salvageInPlace salvages the store at path into a new file and installs
@@ -326,5 +330,291 @@ func BenchmarkMaintenance_Compact(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// crashImage is the store's directory as a SIGKILL at a crash point leaves
+// it (every write done so far kept): a copy of its files, and the inode
+// each name had at that moment.
+type crashImage struct {
+	point string
+	dir   string
+	inos  map[string]uint64
+}
+
+// snapshotAt copies the regular files of dir into a new directory.
+func snapshotAt(t *testing.T, point, dir string) crashImage {
+	t.Helper()
+	img := crashImage{point: point, dir: t.TempDir(), inos: map[string]uint64{}}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(img.dir, e.Name()), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		img.inos[e.Name()] = inode(t, filepath.Join(dir, e.Name()))
+	}
+	return img
+}
+
+// wholeStore opens the store at path and requires it to check clean and to
+// hold exactly the tasks of want, each with its whole log.
+func wholeStore(t *testing.T, what, path string, want map[string][]fsm.Event) {
+	t.Helper()
+	s, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Errorf("%s: %v", what, err)
+		return
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if r, err := s.Check(ctx); err != nil || !r.OK() {
+		t.Errorf("%s: Check: %s %v", what, r, err)
+	}
+	got := ids(t, s.All)
+	if len(got) != len(want) {
+		t.Errorf("%s holds tasks %v, want %d of them", what, got, len(want))
+	}
+	for id, evs := range want {
+		if l, err := s.Load(ctx, id); err != nil || len(l) != len(evs) {
+			t.Errorf("%s: task %s has %d events (%v), want %d", what, id, len(l), err, len(evs))
+		}
+	}
+}
+
+// Every crash point of a maintenance, with the process killed there (a
+// SIGKILL keeps every write made so far: the image is the directory at
+// that moment): the store's name holds a whole store with every task
+// (the old file or the new one, as the steps so far say), the file that
+// the next step needs is there (a compaction's synced copy, a salvage's new
+// store, an install's aside holding the old store), and the maintenance
+// runs again on what the crash left. Both ways a maintenance comes: a
+// command's (BeginMaintenance, Compact), and an agent's (Suspend, then
+// Reopen).
+func TestMaintenance_EveryCrashPointLeavesAWholeStore(t *testing.T) {
+	testproc.Parallel(t)
+	for _, agent := range []bool{false, true} {
+		for _, how := range []string{"gc", "salvage"} {
+			name := how
+			if agent {
+				name = "suspend-" + how
+			}
+			t.Run(name, func(t *testing.T) {
+				testproc.Parallel(t)
+				maintenanceCrashPoints(t, how, agent)
+			})
+		}
+	}
+}
+
+func maintenanceCrashPoints(t *testing.T, how string, agent bool) {
+	path := testPath(t)
+	dir := filepath.Dir(path)
+	base := filepath.Base(path)
+	var images []crashImage
+	opts := Options{Crash: func(p string) { images = append(images, snapshotAt(t, p, dir)) }}
+	s := openTest(t, path, opts)
+	all := map[string][]fsm.Event{}
+	add := func(id string, evs []fsm.Event) {
+		mustAppend(t, s, id, 0, evs...)
+		all[id] = evs
+	}
+	add("live-a", runningLog(3))
+	add("live-b", runningLog(0))
+	add("ended", append(runningLog(0), finishLog(10)...))
+	oldIno := inode(t, path)
+	ctx := context.Background()
+
+	var m *Maintenance
+	var err error
+	if how == "gc" {
+		removed, err := s.Remove(ctx, baseTime.Add(time.Hour))
+		if err != nil || !slices.Equal(removed, []string{"ended"}) {
+			t.Fatalf("Remove: %v, %v", removed, err)
+		}
+	}
+	kept := maps.Clone(all)
+	if how == "gc" {
+		delete(kept, "ended")
+	}
+	if agent {
+		m, err = s.Suspend()
+	} else {
+		if err = s.Close(); err == nil {
+			m, err = BeginMaintenance(ctx, path, opts)
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, aside := filepath.Join(dir, "salvaged.db"), filepath.Join(dir, "aside.db")
+	switch how {
+	case "gc":
+		if _, _, err := m.Compact(); err != nil {
+			t.Fatal(err)
+		}
+	case "salvage":
+		if _, err := m.Salvage(ctx, dst); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Install(dst, aside); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if agent {
+		s2, err := m.Reopen()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s2.Close(); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := m.Release(); err != nil {
+		t.Fatal(err)
+	}
+
+	var want []string
+	for _, p := range CrashPoints() {
+		if how == "gc" && (p == PointRemoveCommitted || p == PointCompactCopied || p == PointCompactRenamed) ||
+			how == "salvage" && (p == PointSalvageCopied || p == PointInstallAside || p == PointInstallRenamed) {
+			want = append(want, p)
+		}
+	}
+	var got []string
+	for _, img := range images {
+		got = append(got, img.point)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("crash points reached %v, want %v in that order", got, want)
+	}
+	newIno := uint64(0) // the new file's inode, once it is made
+	for _, img := range images {
+		t.Run(strings.ReplaceAll(img.point, ":", "_"), func(t *testing.T) {
+			at := func(name string) uint64 { return img.inos[name] }
+			p := filepath.Join(img.dir, base)
+			switch img.point {
+			case PointRemoveCommitted:
+				wholeStore(t, "the store after Remove's commit", p, kept)
+			case PointCompactCopied, PointSalvageCopied:
+				copyName := base + ".compact"
+				if img.point == PointSalvageCopied {
+					copyName = filepath.Base(dst)
+				}
+				newIno = at(copyName)
+				if at(base) != oldIno || newIno == 0 {
+					t.Errorf("the store is inode %d (was %d), its copy %s inode %d: the store must be the old file, the copy made", at(base), oldIno, copyName, newIno)
+				}
+				wholeStore(t, "the old store", p, kept)
+				wholeStore(t, "the copy "+copyName, filepath.Join(img.dir, copyName), kept)
+			case PointInstallAside:
+				if at(base) != oldIno || at(filepath.Base(aside)) != oldIno || at(filepath.Base(dst)) != newIno {
+					t.Errorf("store inode %d, aside %d, new store %d; want the old file %d under both names, the new one %d beside", at(base), at(filepath.Base(aside)), at(filepath.Base(dst)), oldIno, newIno)
+				}
+				wholeStore(t, "the store", p, kept)
+			case PointInstallRenamed, PointCompactRenamed:
+				if at(base) != newIno || newIno == 0 {
+					t.Errorf("the store is inode %d, want the new file %d", at(base), newIno)
+				}
+				for _, gone := range []string{base + ".compact", filepath.Base(dst)} {
+					if at(gone) != 0 {
+						t.Errorf("%s is still there after the rename", gone)
+					}
+				}
+				if img.point == PointInstallRenamed {
+					if at(filepath.Base(aside)) != oldIno {
+						t.Errorf("aside is inode %d, want the old store %d", at(filepath.Base(aside)), oldIno)
+					}
+					wholeStore(t, "the old store aside", filepath.Join(img.dir, filepath.Base(aside)), kept)
+				}
+				wholeStore(t, "the new store", p, kept)
+			}
+			// The maintenance runs again on what the crash left, as the
+			// next gc or salvage would.
+			switch how {
+			case "gc":
+				if _, _, err := Compact(p, Options{}); err != nil {
+					t.Errorf("Compact again: %v", err)
+				}
+			case "salvage":
+				m, err := BeginMaintenance(ctx, p, Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				d2, a2 := filepath.Join(img.dir, "again.db"), filepath.Join(img.dir, "aside-again.db")
+				if _, err := m.Salvage(ctx, d2); err != nil {
+					t.Errorf("Salvage again: %v", err)
+				} else if err := m.Install(d2, a2); err != nil {
+					t.Errorf("Install again: %v", err)
+				}
+				if err := m.Release(); err != nil {
+					t.Error(err)
+				}
+			}
+			wholeStore(t, "the store after the maintenance ran again", p, kept)
+		})
+	}
+}
+
+// Reopen after a maintenance that failed opens the file in place (the old
+// one: a refused Install changed nothing) and keeps the lock; Reopen that
+// fails (the file in place is no store) lets the lock go, so that the
+// commands waiting for the store are not held for ever by an agent that
+// has no store left. A Maintenance once reopened answers ErrClosed.
+func TestMaintenance_ReopenAfterAFailureBothWays(t *testing.T) {
+	testproc.Parallel(t)
+	path := testPath(t)
+	s := openTest(t, path, Options{})
+	mustAppend(t, s, "a", 0, runningLog(0)...)
+	m, err := s.Suspend()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(path)
+	if err := m.Install(filepath.Join(dir, "never-salvaged.db"), filepath.Join(dir, "aside.db")); err == nil {
+		t.Fatal("Install of a file this maintenance did not salvage succeeded")
+	}
+	s2, err := m.Reopen()
+	if err != nil {
+		t.Fatalf("Reopen after a refused Install: %v", err)
+	}
+	if tk, err := s2.LoadTask(context.Background(), "a"); err != nil || tk.Version != 6 {
+		t.Errorf("the reopened store: task a at version %d (%v), want 6", tk.Version, err)
+	}
+	if _, err := Open(path, Options{LockTimeout: 50 * time.Millisecond}); !errors.Is(err, ErrLocked) {
+		t.Errorf("Open beside the reopened store: %v, want ErrLocked", err)
+	}
+	if _, err := m.Reopen(); !errors.Is(err, ErrClosed) {
+		t.Errorf("a second Reopen: %v, want ErrClosed", err)
+	}
+
+	m2, err := s2.Suspend()
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("not a store"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m2.Reopen(); !errors.Is(err, ErrNotStore) {
+		t.Fatalf("Reopen of a file that is no store: %v, want ErrNotStore", err)
+	}
+	// The lock is let go: an Open gets past it at once and meets the file.
+	if _, err := Open(path, Options{LockTimeout: time.Second}); !errors.Is(err, ErrNotStore) {
+		t.Errorf("Open after a failed Reopen: %v, want ErrNotStore (the lock let go)", err)
+	}
+	if err := os.WriteFile(path, good, 0o600); err != nil { // for the cleanup's check
+		t.Fatal(err)
 	}
 }

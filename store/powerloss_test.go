@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -63,6 +64,38 @@ type plRun struct {
 	mu     sync.Mutex
 	since  crashfs.Mark // the store exists durably from here
 	before int          // ops logged before the workload
+
+	// removals are the tasks Remove took (gc), each between two marks.
+	removals []plRemoval
+	// kept are the files a maintenance promised to keep beside the store
+	// (an install's aside).
+	kept []plKept
+	// lost are the tasks damaged on purpose, which a salvage loses and
+	// records as ended lost (RecordLost), each with the mark of the
+	// Install that put that record in place: until then the damaged store
+	// may be in place (their damage is no problem), from then on each must
+	// read as ended lost.
+	lost map[string]crashfs.Mark
+	// again, if set, is run on each crash state's copy of the store once
+	// it has been checked (the maintenance run again, as the next gc or
+	// salvage would), and the store is checked once more.
+	again func(path string) error
+}
+
+// plRemoval is a Remove that took ids: it began at begun and returned at
+// done.
+type plRemoval struct {
+	ids         []string
+	begun, done crashfs.Mark
+}
+
+// plKept is a file a maintenance promised to keep: in every state after
+// the mark from, file (relative to the mount) must be there and hold the
+// acknowledgements acks.
+type plKept struct {
+	file string
+	from crashfs.Mark
+	acks []plAck
 }
 
 // plOpen makes the store on a fresh mount, its directory too: once Open has
@@ -88,21 +121,43 @@ func (run *plRun) appendAll(t *testing.T, s *store.Store, task string, evs []fsm
 	run.mu.Lock()
 	run.logs[task] = evs
 	run.mu.Unlock()
+	_, err := run.appendTo(s, task, 0, len(evs), n)
+	return err
+}
+
+// appendTo appends the events of task's log (set already) from version v
+// up to version to, n events per call, marking each acknowledgement. It
+// returns the version reached; an error (the version before it) stops it.
+func (run *plRun) appendTo(s store.Log, task string, v uint64, to, n int) (uint64, error) {
+	run.mu.Lock()
+	evs := run.logs[task]
+	run.mu.Unlock()
 	ctx := context.Background()
-	v := uint64(0)
-	for i := 0; i < len(evs); i += n {
-		batch := evs[i:min(i+n, len(evs))]
+	for i := int(v); i < to; i += n {
+		batch := evs[i:min(i+n, to)]
 		nv, err := s.Append(ctx, task, v, batch...)
 		if err != nil {
-			return fmt.Errorf("Append(%s, %d): %w", task, v, err)
+			return v, fmt.Errorf("Append(%s, %d): %w", task, v, err)
 		}
-		m := run.fs.Mark(fmt.Sprintf("%s v%d", task, nv))
-		run.mu.Lock()
-		run.acks = append(run.acks, plAck{task, nv, m})
-		run.mu.Unlock()
+		run.ack(task, nv)
 		v = nv
 	}
-	return nil
+	return v, nil
+}
+
+// ack marks task's version v acknowledged, now.
+func (run *plRun) ack(task string, v uint64) {
+	m := run.fs.Mark(fmt.Sprintf("%s v%d", task, v))
+	run.mu.Lock()
+	run.acks = append(run.acks, plAck{task, v, m})
+	run.mu.Unlock()
+}
+
+// acked returns the acknowledgements so far.
+func (run *plRun) acked() []plAck {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	return slices.Clone(run.acks)
 }
 
 // commits counts the bbolt commits of the workload: each writes one meta
@@ -135,7 +190,18 @@ func (run *plRun) check(t *testing.T) int {
 		if err := st.Materialize(dir); err != nil {
 			t.Fatal(err)
 		}
-		if problems := run.checkState(ctx, st, filepath.Join(dir, filepath.FromSlash(run.db))); len(problems) > 0 {
+		problems := run.checkState(ctx, st, dir)
+		if len(problems) == 0 && run.again != nil {
+			db := filepath.Join(dir, filepath.FromSlash(run.db))
+			if err := run.again(db); err != nil {
+				problems = append(problems, fmt.Sprintf("the maintenance run again after the crash: %v", err))
+			} else {
+				for _, p := range run.checkStore(ctx, st, db, run.acks, true) {
+					problems = append(problems, "after the maintenance ran again: "+p)
+				}
+			}
+		}
+		if len(problems) > 0 {
 			failed++
 			for _, p := range problems {
 				t.Errorf("crash state %s: %s", st, p)
@@ -148,8 +214,45 @@ func (run *plRun) check(t *testing.T) int {
 	return len(sts)
 }
 
-func (run *plRun) checkState(ctx context.Context, st *crashfs.CrashState, path string) []string {
+// checkState checks the crash state materialised at dir: the store, and
+// each file a maintenance promised to keep.
+func (run *plRun) checkState(ctx context.Context, st *crashfs.CrashState, dir string) []string {
+	problems := run.checkStore(ctx, st, filepath.Join(dir, filepath.FromSlash(run.db)), run.acks, true)
+	for _, k := range run.kept {
+		if !st.Before(k.from) {
+			continue
+		}
+		p := filepath.Join(dir, filepath.FromSlash(k.file))
+		if _, err := os.Lstat(p); err != nil {
+			problems = append(problems, fmt.Sprintf("%s, kept from %s on: %v", k.file, k.from, err))
+			continue
+		}
+		for _, pr := range run.checkStore(ctx, st, p, k.acks, false) {
+			problems = append(problems, k.file+": "+pr)
+		}
+	}
+	return problems
+}
+
+// checkStore opens the store at path in crash state st and checks that it
+// passes Check (invariant 8), that each log in it is a prefix of the one
+// appended, and that it holds every acknowledgement of acks made before
+// the crash (invariant 7). main is the store under its own name (not a
+// copy kept aside): a task Remove took is gone once Remove returned before
+// the crash, and may be gone once it began; a lost task reads as ended
+// lost once its Install returned before the crash. A lost task's damage is
+// no problem anywhere else.
+func (run *plRun) checkStore(ctx context.Context, st *crashfs.CrashState, path string, acks []plAck, main bool) []string {
 	var problems []string
+	gone, mayBeGone := map[string]bool{}, map[string]bool{}
+	if main {
+		for _, r := range run.removals {
+			for _, id := range r.ids {
+				gone[id] = gone[id] || st.Before(r.done)
+				mayBeGone[id] = mayBeGone[id] || st.Before(r.begun)
+			}
+		}
+	}
 	s, err := store.Open(path, store.Options{LockTimeout: time.Second})
 	if err != nil {
 		// After its creation the store must always open: a torn commit
@@ -162,14 +265,27 @@ func (run *plRun) checkState(ctx context.Context, st *crashfs.CrashState, path s
 			problems = append(problems, fmt.Sprintf("Close: %v", err))
 		}
 	}()
+	recorded := func(task string) bool { m, ok := run.lost[task]; return ok && main && st.Before(m) }
 	rep, err := s.Check(ctx)
 	if err != nil {
 		problems = append(problems, fmt.Sprintf("Check: %v", err))
-	} else if !rep.OK() {
-		problems = append(problems, fmt.Sprintf("invariant 8: Check: %s", rep))
+	}
+	for _, p := range rep.Problems {
+		if _, ok := run.lost[p.Task]; !ok || recorded(p.Task) {
+			problems = append(problems, fmt.Sprintf("invariant 8: Check: %s", p))
+		}
 	}
 	held := map[string][]fsm.Event{}
 	for task, want := range run.logs {
+		if _, ok := run.lost[task]; ok {
+			if !recorded(task) {
+				continue // the damaged store may still be in place
+			}
+			if tk, err := s.LoadTask(ctx, task); err != nil || tk.State != fsm.StateLost {
+				problems = append(problems, fmt.Sprintf("task %s, recorded lost by the install that returned before the crash: %s (%v)", task, tk.State, err))
+			}
+			continue
+		}
 		got, err := s.Load(ctx, task)
 		if errors.Is(err, store.ErrUnknownTask) {
 			continue
@@ -177,6 +293,9 @@ func (run *plRun) checkState(ctx context.Context, st *crashfs.CrashState, path s
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("Load(%s): %v", task, err))
 			continue
+		}
+		if gone[task] {
+			problems = append(problems, fmt.Sprintf("task %s is there (%d events), but Remove took it and returned before the crash", task, len(got)))
 		}
 		if len(got) > len(want) {
 			problems = append(problems, fmt.Sprintf("task %s has %d events, only %d were appended", task, len(got), len(want)))
@@ -190,7 +309,13 @@ func (run *plRun) checkState(ctx context.Context, st *crashfs.CrashState, path s
 		}
 		held[task] = got
 	}
-	for _, a := range run.acks {
+	for _, a := range acks {
+		if _, ok := held[a.task]; !ok && mayBeGone[a.task] {
+			continue // removed
+		}
+		if _, ok := run.lost[a.task]; ok {
+			continue // lost by its damage: the salvage's report says so
+		}
 		if st.Before(a.mark) && uint64(len(held[a.task])) < a.version {
 			problems = append(problems, fmt.Sprintf("invariant 7: task %s has %d events, but version %d was acknowledged at %s, before the crash", a.task, len(held[a.task]), a.version, a.mark))
 		}

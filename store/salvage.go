@@ -1,7 +1,6 @@
 package store
 
 import (
-	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -333,8 +332,11 @@ func (res *salvageResult) take(rep *SalvageReport, tr *taskRead, live, found boo
 		}
 	})
 	if sound && tr.headErr == nil {
-		if why := tr.head.disagrees(&t); why != "" || tr.head.version != t.Version {
-			sound, first = false, &CorruptError{Task: id, Reason: cmp.Or(why, fmt.Sprintf("log ends at seq %d, head says %d", t.Version, tr.head.version))}
+		if last := t.Version; last != tr.head.version {
+			sound, first = false, &CorruptError{Task: id, Seq: min(last, tr.head.version) + 1,
+				Reason: fmt.Sprintf("log ends at seq %d, head says %d", last, tr.head.version)}
+		} else if why := tr.head.disagrees(&t); why != "" {
+			sound, first = false, &CorruptError{Task: id, Reason: why}
 		}
 	}
 	if first == nil && len(tr.damage) > 0 {

@@ -177,10 +177,13 @@ func mergeIDs(a, b []string) []string {
 	return out
 }
 
-// listTasks returns the ids of the selection, in order. Where the index
-// cannot be read to its end it returns what it read, and the live ids past
-// that point (so no live task goes unlisted while the live index is
-// readable), and an error saying where it stopped.
+// listTasks returns the ids of the selection, in order: every task is the
+// task index's ids and the live index's (an entry of the live index
+// without its task is listed, to be read as unreadable: it may name a
+// running task whose log is gone). Where the index cannot be read to its
+// end it returns what it read, and the live ids past that point (so no
+// live task goes unlisted while the live index is readable), and an error
+// saying where it stopped.
 func listTasks(tx *bolt.Tx, path string, which Selection) (ids []string, incomplete error) {
 	index, name := bucketTasks, "task index"
 	if which == LiveTasks {
@@ -188,6 +191,10 @@ func listTasks(tx *bolt.Tx, path string, which Selection) (ids []string, incompl
 	}
 	ids, err := bucketKeys(tx, path, index)
 	if err == nil {
+		if which == AllTasks {
+			live, _ := bucketKeys(tx, path, bucketLive)
+			ids = mergeIDs(ids, live)
+		}
 		return ids, nil
 	}
 	after := "its start"

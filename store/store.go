@@ -214,7 +214,7 @@ func createStore(path string, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("%w: create %s: %w", ErrWrite, path, err)
 	}
-	if err := prepare(db, path, false); err != nil {
+	if err := prepare(db, path, true); err != nil {
 		_ = db.Close()
 		_ = os.Remove(tmp)
 		return err
@@ -252,7 +252,7 @@ func openLocked(path string, opts Options, boltTimeout time.Duration) (*Store, e
 	if err != nil {
 		return nil, err
 	}
-	if err := prepare(db, path, opts.ReadOnly); err != nil {
+	if err := prepare(db, path, false); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
@@ -371,9 +371,15 @@ func notStore(path string, cause error) error {
 		ErrNotStore, path, cause)
 }
 
-// prepare checks the schema version of an existing store, or lays out a new
-// one.
-func prepare(db *bolt.DB, path string, readOnly bool) error {
+// prepare checks the schema version of an existing store, or, with
+// create, lays out a new one in the new file db (createStore's, not yet
+// named path). A file at the store's path that bbolt opens but that holds
+// no bucket at all is refused, never laid out: createStore makes a store
+// whole before it gives it its name, so such a file is a store that lost
+// its content (a copy renamed into place before it was on disk, a file
+// written over), and laying it out anew would leave its running tasks
+// unknown.
+func prepare(db *bolt.DB, path string, create bool) error {
 	empty := false
 	err := viewSafe(db, path, func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
@@ -404,8 +410,8 @@ func prepare(db *bolt.DB, path string, readOnly bool) error {
 	if err != nil || !empty {
 		return err
 	}
-	if readOnly {
-		return notStore(path, errors.New("empty file opened read-only"))
+	if !create {
+		return notStore(path, errors.New("a bbolt file without a single bucket: a store is laid out before it is given its name, so this one lost its content"))
 	}
 	return updateSafe(db, path, func(tx *bolt.Tx) error {
 		meta, err := tx.CreateBucket(bucketMeta)

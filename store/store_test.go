@@ -97,6 +97,38 @@ func TestAppend_NewTaskThatExistsConflicts(t *testing.T) {
 	}
 }
 
+// An append's expected version against the task's, both ways: a caller
+// behind the log (another writer got there first) and one ahead of it (it
+// folded events the log does not hold) both get a *ConflictError naming
+// the two versions and write nothing (an append ahead would leave a gap in
+// the sequence numbers); an event whose Seq is not the next one, behind or
+// ahead, is refused as ErrSequence. At the task's version it goes in.
+func TestAppend_ExpectedVersionBothWays(t *testing.T) {
+	testproc.Parallel(t)
+	s := openTest(t, testPath(t), Options{NoSync: true})
+	ctx := context.Background()
+	v := mustAppend(t, s, "a", 0, runningLog(0)...)
+	next := fsm.Event{Type: fsm.EventReattached, Time: at(20)}
+	for _, expected := range []uint64{v - 1, v + 1, v + 5} {
+		_, err := s.Append(ctx, "a", expected, next)
+		var ce *ConflictError
+		if !errors.As(err, &ce) || !errors.Is(err, ErrConflict) || ce.Task != "a" || ce.Expected != expected || ce.Actual != v {
+			t.Errorf("Append at version %d to a task at %d: %v, want a ConflictError naming both", expected, v, err)
+		}
+	}
+	for _, seq := range []uint64{v, v + 2} {
+		e := next
+		e.Seq = seq
+		if _, err := s.Append(ctx, "a", v, e); !errors.Is(err, ErrSequence) {
+			t.Errorf("an event of seq %d appended at version %d: %v, want ErrSequence", seq, v, err)
+		}
+	}
+	if got, err := s.Load(ctx, "a"); err != nil || len(got) != int(v) {
+		t.Fatalf("after refused appends: %d events (%v), want %d", len(got), err, v)
+	}
+	mustAppend(t, s, "a", v, next)
+}
+
 func TestAppend_UnknownTask(t *testing.T) {
 	testproc.Parallel(t)
 	s := openTest(t, testPath(t), Options{NoSync: true})
@@ -194,6 +226,107 @@ func TestAppend_AbandonedRequestNotWritten(t *testing.T) {
 	}
 	if _, err := s.Load(context.Background(), "a"); !errors.Is(err, ErrUnknownTask) {
 		t.Fatalf("an abandoned request was written: %v", err)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting: %s", what)
+		}
+		<-tick.C
+	}
+}
+
+// TestAppend_ContextEndsAroundTheClaim: an append whose context ends is
+// told the truth on both sides of the moment the committer claims it.
+// Before the claim (queued behind a commit that cannot finish, bbolt's
+// writer lock held by the test), it is abandoned: ctx.Err(), nothing
+// written, even once the committer reaches it; a retry at the same version
+// commits it once. After the claim (the committer blocked in its commit),
+// it waits for the commit and returns the new version, not ctx.Err(); a
+// retry conflicts, and the log holds the events once.
+func TestAppend_ContextEndsAroundTheClaim(t *testing.T) {
+	testproc.Parallel(t)
+	s := openTest(t, testPath(t), Options{NoSync: true})
+	bg := context.Background()
+	v := mustAppend(t, s, "a", 0, runningLog(0)...)
+	mustAppend(t, s, "b", 0, runningLog(0)...)
+	reattach := func(task string, v uint64, sec int) *request {
+		r, err := newRequest(task, v, []fsm.Event{{Type: fsm.EventReattached, Time: at(sec)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	type outcome struct {
+		v   uint64
+		err error
+	}
+	submit := func(ctx context.Context, r *request) chan outcome {
+		out := make(chan outcome, 1)
+		go func() {
+			v, err := s.submit(ctx, r)
+			out <- outcome{v, err}
+		}()
+		return out
+	}
+
+	// Hold bbolt's writer lock: the committer claims what it takes, then
+	// blocks in its commit.
+	tx, err := s.db.Begin(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimedCtx, endClaimed := context.WithCancel(bg)
+	claimed := reattach("a", v, 10)
+	claimedOut := submit(claimedCtx, claimed)
+	waitFor(t, "the committer claims the first request", func() bool { return claimed.state.Load() == reqClaimed })
+	queuedCtx, endQueued := context.WithCancel(bg)
+	queued := reattach("b", 6, 11)
+	queuedOut := submit(queuedCtx, queued)
+	waitFor(t, "the second request is queued", func() bool { return len(s.reqs) == 1 })
+
+	endQueued()
+	if got := <-queuedOut; !errors.Is(got.err, context.Canceled) || got.v != 0 {
+		t.Errorf("a queued append whose context ended: version %d, %v; want context.Canceled", got.v, got.err)
+	}
+	if st := queued.state.Load(); st != reqAbandoned {
+		t.Errorf("the queued request is in state %d, want abandoned (%d)", st, reqAbandoned)
+	}
+	endClaimed()
+	select {
+	case got := <-claimedOut:
+		t.Fatalf("a claimed append returned while its commit could not run: version %d, %v", got.v, got.err)
+	default:
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-claimedOut; got.err != nil || got.v != v+1 {
+		t.Errorf("a claimed append whose context ended: version %d, %v; want version %d, no error (it was committed)", got.v, got.err, v+1)
+	}
+	// The committer has passed the abandoned request once this append,
+	// queued after it, returns.
+	mustAppend(t, s, "c", 0, runningLog(0)[:1]...)
+
+	if _, err := s.Append(bg, "a", v, fsm.Event{Type: fsm.EventReattached, Time: at(10)}); !errors.Is(err, ErrConflict) {
+		t.Errorf("a retry of the committed append: %v, want ErrConflict (never a second commit)", err)
+	}
+	if evs, err := s.Load(bg, "a"); err != nil || len(evs) != int(v)+1 {
+		t.Errorf("task a holds %d events (%v), want %d: the claimed append once", len(evs), err, v+1)
+	}
+	if evs, err := s.Load(bg, "b"); err != nil || len(evs) != 6 {
+		t.Errorf("task b holds %d events (%v), want 6: the abandoned append written", len(evs), err)
+	}
+	mustAppend(t, s, "b", 6, fsm.Event{Type: fsm.EventReattached, Time: at(11)})
+	if evs, err := s.Load(bg, "b"); err != nil || len(evs) != 7 {
+		t.Errorf("task b holds %d events (%v) after the retry, want 7", len(evs), err)
 	}
 }
 
@@ -466,6 +599,54 @@ func TestOpen_ForeignBoltFile(t *testing.T) {
 	})
 	_, err := Open(path, Options{})
 	notStoreError(t, path, err)
+}
+
+// A bbolt file without a single bucket under the store's name (what a copy
+// renamed into place before its pages reached the disk leaves after a
+// power loss) is refused by every open and by Compact, and left as it is:
+// laying it out as a new store would leave its running tasks unknown.
+func TestOpen_EmptyBoltFileRefused(t *testing.T) {
+	testproc.Parallel(t)
+	path := filepath.Join(t.TempDir(), "tether.db")
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, open := range map[string]func() error{
+		"Open": func() error {
+			s, err := Open(path, Options{})
+			if err == nil {
+				s.Close()
+			}
+			return err
+		},
+		"read-only Open": func() error {
+			s, err := Open(path, Options{ReadOnly: true})
+			if err == nil {
+				s.Close()
+			}
+			return err
+		},
+		"Compact": func() error {
+			_, _, err := Compact(path, Options{})
+			return err
+		},
+	} {
+		err := open()
+		if !errors.Is(err, ErrNotStore) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "check --salvage") {
+			t.Errorf("%s of a bbolt file without buckets: %v, want ErrNotStore naming it and the salvage", name, err)
+		}
+	}
+	if after, err := os.ReadFile(path); err != nil || !bytes.Equal(after, before) {
+		t.Errorf("the refused file was changed (%v)", err)
+	}
 }
 
 func TestOpen_UnknownSchemaVersion(t *testing.T) {

@@ -61,7 +61,11 @@ func (s *Store) Versions(ctx context.Context) ([]TaskVersion, error) {
 // from on (limit <= 0: all of them), in order, each record checked as Load
 // checks it. It seeks to from rather than reading the log from its start,
 // so a follower that has the first n events pays for the rest only. from
-// past the end gives no events; an unknown task ErrUnknownTask.
+// past the end gives no events; an unknown task ErrUnknownTask. A read
+// that reaches the head's version checks the log's end as Load does: a
+// record missing before it, or one past it, is a *CorruptError naming the
+// first sequence number the log and its head disagree on; a read that
+// limit stops before then is whole.
 func (s *Store) LoadFrom(ctx context.Context, task string, from uint64, limit int) ([]fsm.Event, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -79,7 +83,8 @@ func (s *Store) LoadFrom(ctx context.Context, task string, from uint64, limit in
 			}
 			c := b.Cursor()
 			want := from
-			for k, v := c.Seek(seqKey(from)); k != nil && want <= h.version; k, v = c.Next() {
+			k, v := c.Seek(seqKey(from))
+			for ; k != nil && want <= h.version; k, v = c.Next() {
 				if limit > 0 && len(out) >= limit {
 					return nil
 				}
@@ -99,8 +104,16 @@ func (s *Store) LoadFrom(ctx context.Context, task string, from uint64, limit in
 				out = append(out, e)
 				want++
 			}
-			if want <= h.version && (limit <= 0 || len(out) < limit) {
+			switch {
+			case want <= h.version && (limit <= 0 || len(out) < limit):
 				return &CorruptError{Task: task, Seq: want, Reason: fmt.Sprintf("log ends at seq %d, head says %d", want-1, h.version)}
+			case want > h.version && len(k) == 8:
+				// A record past the head's version: Load says so too.
+				last := binary.BigEndian.Uint64(k)
+				for k, _ = c.Next(); len(k) == 8; k, _ = c.Next() {
+					last = binary.BigEndian.Uint64(k)
+				}
+				return &CorruptError{Task: task, Seq: h.version + 1, Reason: fmt.Sprintf("log ends at seq %d, head says %d", last, h.version)}
 			}
 			return nil
 		})

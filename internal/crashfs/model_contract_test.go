@@ -1,6 +1,8 @@
 package crashfs
 
 import (
+	"errors"
+	"io/fs"
 	"testing"
 )
 
@@ -87,5 +89,46 @@ func TestCrashStates_TruncateThenExtendReadsZeros(t *testing.T) {
 	st := boundaryState(t, rec, 3)
 	if got := readState(t, st, "f"); got != "ab\x00\x00\x00\x00XY" {
 		t.Errorf("%s: f is %q after truncate to 2 and a write at 6, want \"ab\\0\\0\\0\\0XY\"", st.Name, got)
+	}
+}
+
+// A link is a directory entry like a create: durable at its directory's
+// fsync and not before, and a later rename in that directory never
+// persists without it. (A store's Install links the old store to its
+// aside name, then renames the new one over it: the old store must never
+// lose its last name while the new one has none.)
+func TestCrashStates_LinkNeedsItsDirectoryAndPrecedesARename(t *testing.T) {
+	rec := newRecorder()
+	const store, fresh ino = 2, 3
+	rec.create(rootIno, "store", "store", store, kindFile, 0o644, "")
+	rec.write(store, "store", 0, []byte("old"))
+	rec.sync(store, "store", false, false) // b1
+	rec.create(rootIno, "new", "new", fresh, kindFile, 0o644, "")
+	rec.write(fresh, "new", 0, []byte("new"))
+	rec.sync(fresh, "new", false, false) // b2
+	rec.sync(rootIno, "", true, false)   // b3: store and new named
+	rec.link(rootIno, "aside", "aside", store)
+	rec.rename(rootIno, "new", "new", rootIno, "store", "store", fresh)
+	rec.sync(rootIno, "", true, false) // b4: the link and the rename
+	sts := states(rec, StateOptions{Subsets: 8})
+	linkedAlone := false
+	for _, st := range sts {
+		s, a := readState(t, st, "store"), readState(t, st, "aside")
+		switch {
+		case s == "new" && a != "old":
+			t.Errorf("%s: the store is the new file and aside is %s: a rename persisted without the link before it", st.Name, a)
+		case s == "old" && a == "old":
+			linkedAlone = true
+		}
+		if _, err := st.ReadFile("aside"); st.AtBoundary() && st.After == 3 && !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s: aside is %s before its directory's fsync, want it absent", st.Name, a)
+		}
+	}
+	if !linkedAlone {
+		t.Error("no state keeps the link without the rename: the states between the two fsyncs are not explored")
+	}
+	st := boundaryState(t, rec, 4)
+	if s, a, n := readState(t, st, "store"), readState(t, st, "aside"), readState(t, st, "new"); s != "new" || a != "old" || n == "new" {
+		t.Errorf("%s: store %s, aside %s, new %s after the directory's fsync; want new, old, absent", st.Name, s, a, n)
 	}
 }
