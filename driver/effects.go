@@ -264,16 +264,16 @@ type reading struct {
 // lacks, in order, before the end.
 func (d *Driver) endOf(ctx context.Context, st fsm.Task, h executor.Conn) reading {
 	var err error
+	if h == nil && st.Executor == nil {
+		return reading{r: d.collectEnd(ctx, st, ErrGone)}
+	}
+	// One question to the executor: its hello (when reattaching) and its
+	// status, within one ProbeTimeout.
+	pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
 	if h == nil {
-		if st.Executor == nil {
-			return reading{r: d.collectEnd(ctx, st, ErrGone)}
-		}
-		pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
 		h, err = d.world.Reattach(pctx, st.ID, *st.Executor)
-		cancel()
 	}
 	if err == nil {
-		pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
 		var s executor.Status
 		s, err = h.Status(pctx)
 		cancel()
@@ -289,6 +289,7 @@ func (d *Driver) endOf(ctx context.Context, st fsm.Task, h executor.Conn) readin
 			return reading{r: r, h: h}
 		}
 	}
+	cancel()
 	if st.Executor != nil && !errors.Is(err, ErrNotOurs) && !errors.Is(err, ErrGone) {
 		if live, aerr := d.world.Alive(ctx, st.ID, *st.Executor); aerr == nil && live {
 			// An executor on its way out (its task over, its socket

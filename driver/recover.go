@@ -9,12 +9,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/statedir"
+	"github.com/tether-fsm/tether/store"
 )
 
 // TaskReport says what a reconciliation did with one task.
@@ -32,14 +34,27 @@ type Report struct {
 }
 
 // Recover reconciles every live task in the store with the process table:
-// Reconcile of every live task. Call it once after opening a driver on a
-// state directory that a crashed driver used.
+// Reconcile of every live task, their logs read in one read of the store
+// (store.Log.LoadTasks). Call it once after opening a driver on a state
+// directory that a crashed driver used. A task it cannot read is reported
+// with its error, and the others are reconciled all the same.
 func (d *Driver) Recover(ctx context.Context) (Report, error) {
-	ids, err := d.Tasks(ctx, false)
+	sc, err := d.store.LoadTasks(ctx, store.LiveTasks)
 	if err != nil {
 		return Report{}, err
 	}
-	return d.Reconcile(ctx, ids...)
+	items := make([]recoverItem, 0, len(sc.Tasks)+len(sc.Unreadable))
+	for _, t := range sc.Tasks {
+		items = append(items, recoverItem{id: t.ID, st: t, read: true})
+	}
+	for _, u := range sc.Unreadable {
+		items = append(items, recoverItem{id: u.Task, err: u.Err})
+	}
+	rep, err := d.reconcile(ctx, items)
+	if sc.Incomplete != nil {
+		err = errors.Join(err, sc.Incomplete)
+	}
+	return rep, err
 }
 
 // Reconcile replays the given tasks from the store and reconciles each with
@@ -61,29 +76,64 @@ func (d *Driver) Recover(ctx context.Context) (Report, error) {
 // start in progress is never failed. It is idempotent and crash-safe:
 // every step is a durable append, so a reconciliation interrupted anywhere
 // is finished by the next one. Tasks are reconciled concurrently.
+//
+// Each task's log is read once. A task owes an owner (a goroutine with its
+// channels, owner.go) only when it needs one: one this driver has already,
+// or one whose state owes an effect or whose probe found something to
+// record. A running task whose executor answers with nothing new is
+// reconciled where it stands (its identity proven, its executor asked,
+// its lock let go) and gets none: its end is noticed by whoever next asks
+// (WaitTask, which supervises it; InspectTask and a reconcile of it).
 func (d *Driver) Reconcile(ctx context.Context, ids ...string) (Report, error) {
+	items := make([]recoverItem, len(ids))
+	for i, id := range ids {
+		items[i] = recoverItem{id: id}
+	}
+	return d.reconcile(ctx, items)
+}
+
+// recoverItem is a task for reconcile: its id, and the state read for it
+// (read), or why it could not be read.
+type recoverItem struct {
+	id   string
+	st   fsm.Task
+	read bool
+	err  error
+}
+
+// recoverWorkers bounds how many tasks a reconciliation handles at once:
+// a probe waits for an executor's answer (another process), so more than
+// the CPUs keeps them busy; each worker takes the next task when it is
+// done with one.
+const recoverWorkers = 64
+
+func (d *Driver) reconcile(ctx context.Context, items []recoverItem) (Report, error) {
+	rep := Report{Tasks: make([]TaskReport, len(items))}
+	done := make([]bool, len(items))
 	var (
-		mu  sync.Mutex
-		rep Report
-		wg  sync.WaitGroup
+		next atomic.Int64
+		wg   sync.WaitGroup
 	)
-	sem := make(chan struct{}, 64)
-	for _, id := range ids {
-		if err := ctx.Err(); err != nil {
-			break
-		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			r := d.reconcileOne(ctx, id)
-			mu.Lock()
-			rep.Tasks = append(rep.Tasks, r)
-			mu.Unlock()
-		}()
+	for range min(len(items), recoverWorkers) {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				i := int(next.Add(1)) - 1
+				if i >= len(items) {
+					return
+				}
+				rep.Tasks[i] = d.recoverOne(ctx, items[i])
+				done[i] = true
+			}
+		})
 	}
 	wg.Wait()
+	kept := rep.Tasks[:0]
+	for i, r := range rep.Tasks {
+		if done[i] {
+			kept = append(kept, r)
+		}
+	}
+	rep.Tasks = kept
 	sort.Slice(rep.Tasks, func(i, j int) bool { return rep.Tasks[i].ID < rep.Tasks[j].ID })
 	var errs []error
 	for _, r := range rep.Tasks {
@@ -95,6 +145,157 @@ func (d *Driver) Reconcile(ctx context.Context, ids ...string) (Report, error) {
 		errs = append(errs, err)
 	}
 	return rep, errors.Join(errs...)
+}
+
+// recoverOne reconciles one task. A task with a live owner here is asked
+// through it. Any other is claimed (claim), read unless Recover read it,
+// and locked (LockTask: a task a live process drives is left to it); then
+// a task in created that waits for its group is left to it, a running one
+// is probed here (its executor's identity proven, reattached and asked),
+// and an owner is started only for what needs one: a state that owes an
+// effect, or a probe that found something to record (handOver).
+func (d *Driver) recoverOne(ctx context.Context, it recoverItem) TaskReport {
+	id := it.id
+	if it.err != nil {
+		return TaskReport{ID: id, Err: &TaskError{Task: id, Err: it.err}}
+	}
+	if err := ValidateTaskID(id); err != nil {
+		return TaskReport{ID: id, Err: err}
+	}
+	owned, claimed, err := d.claim(id)
+	switch {
+	case err != nil:
+		return TaskReport{ID: id, From: it.st.State, To: it.st.State, Err: err}
+	case owned:
+		return d.reconcileOne(ctx, id)
+	case !claimed:
+		return TaskReport{ID: id, From: it.st.State, To: it.st.State, Action: "in progress in this driver; left to it"}
+	}
+	handed := false
+	defer func() {
+		if !handed {
+			d.unclaim(id)
+		}
+	}()
+	st := it.st
+	if !it.read {
+		if st, err = d.store.LoadTask(ctx, id); err != nil {
+			if errors.Is(err, store.ErrUnknownTask) {
+				err = ErrUnknownTask
+			}
+			return TaskReport{ID: id, Err: &TaskError{Task: id, Err: err}}
+		}
+	}
+	rep := TaskReport{ID: id, From: st.State, To: st.State}
+	if st.State.Terminal() {
+		rep.Action = "already " + st.State.String()
+		return rep
+	}
+	unlock, holder, err := d.world.LockTask(id)
+	if err != nil {
+		rep.Err = &TaskError{Task: id, State: st.State, Err: err}
+		return rep
+	}
+	if unlock == nil {
+		rep.Action = leftTo(holder)
+		return rep
+	}
+	req := request{kind: inRecover, reply: make(chan reply, 1), held: unlock}
+	switch {
+	case st.State == fsm.StateCreated && st.Spec != nil && st.Spec.Alloc != nil:
+		unlock()
+		rep.Action = "waits for its turn in group " + st.Spec.Alloc.ID + "; left to its group"
+		return rep
+	case st.State == fsm.StateRunning:
+		// Asked here, without an owner: the probe the owner would run,
+		// with the owner's bound (not the caller's context: a caller that
+		// gives up must not make a live task look lost).
+		pctx, cancel := context.WithTimeout(context.Background(), d.cfg.ProbeTimeout*2)
+		r := job{d: d, id: id, st: st}.probe(pctx)
+		cancel()
+		r.kind = jobProbe
+		if len(r.inputs) == 0 {
+			// Alive with nothing new (or alive and not answering: left
+			// alone, as the owner would): nothing to record, no owner.
+			if r.h != nil {
+				_ = r.h.Close()
+			}
+			unlock()
+			rep.Action = r.action
+			return rep
+		}
+		req.probed = &r
+	}
+	if !d.handOver(st, req) {
+		// Abandoned meanwhile (a simulated crash): nothing more happens,
+		// and what the process held is let go of.
+		if r := req.probed; r != nil && r.h != nil {
+			_ = r.h.Close()
+		}
+		unlock()
+		return rep
+	}
+	handed = true
+	select {
+	case r := <-req.reply:
+		if r.err != nil {
+			return TaskReport{ID: id, From: st.State, To: r.task.State, Err: r.err}
+		}
+		return r.report
+	case <-ctx.Done():
+		return TaskReport{ID: id, From: st.State, To: st.State, Err: context.Cause(ctx)}
+	}
+}
+
+// claim marks task id as being reconciled without an owner (claimed),
+// unless it has a live owner here (owned) or another reconciliation here
+// has claimed it (neither), or the driver is closed (ErrClosed). A claim
+// counts as an owner for Close, which waits for it.
+func (d *Driver) claim(id string) (owned, claimed bool, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.closed:
+		return false, false, ErrClosed
+	case d.tasks[id] != nil:
+		return true, false, nil
+	case d.claims[id] != nil:
+		return false, false, nil
+	}
+	d.claims[id] = make(chan struct{})
+	d.owners.Add(1)
+	return false, true, nil
+}
+
+// unclaim ends a claim without an owner.
+func (d *Driver) unclaim(id string) {
+	d.mu.Lock()
+	c := d.claims[id]
+	delete(d.claims, id)
+	d.mu.Unlock()
+	close(c)
+	d.owners.Done()
+}
+
+// handOver ends the claim on st's task by starting its owner on st, to
+// serve req first. It reports false, starting nothing and keeping the
+// claim, once the driver was abandoned. (A driver closing starts it: Close
+// waits for the recovery it finishes.)
+func (d *Driver) handOver(st fsm.Task, req request) bool {
+	d.mu.Lock()
+	select {
+	case <-d.abandoned: // closed under d.mu
+		d.mu.Unlock()
+		return false
+	default:
+	}
+	c := d.claims[st.ID]
+	delete(d.claims, st.ID)
+	d.startOwner(st, &req)
+	d.mu.Unlock()
+	close(c)
+	d.owners.Done()
+	return true
 }
 
 func (d *Driver) reconcileOne(ctx context.Context, id string) TaskReport {

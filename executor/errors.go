@@ -2,7 +2,11 @@
 
 package executor
 
-import "github.com/tether-fsm/tether/executor/internal/wire"
+import (
+	"errors"
+
+	"github.com/tether-fsm/tether/executor/internal/wire"
+)
 
 // Errors returned by Spawn and Reattach.
 var (
@@ -121,6 +125,14 @@ var (
 	// ErrUnknownExec is returned by ExecProcess.Wait and Signal for an exec
 	// the executor does not know on this connection.
 	ErrUnknownExec = wire.ErrUnknownExec
+)
+
+// Errors returned by World.LockTask.
+var (
+	// ErrLockHeld is returned when a task's lock stays held past the lock
+	// timeout by no live process (its holder is gone, or never named
+	// itself): a descriptor some other process inherited.
+	ErrLockHeld = errors.New("executor: task lock held by no live process")
 )
 
 // Errors returned by the control calls.

@@ -72,10 +72,14 @@ type World interface {
 	// run spec as it asks (the user exists, exec's capabilities are
 	// allowed, the cgroup controllers its limits need are there).
 	CheckSpec(s fsm.Spec) error
-	// LockTask takes, without waiting, the task's lock: held by the process
-	// that drives the task through a state that owes an effect, and let go
-	// of by the kernel when that process dies. When another holder has it,
-	// release is nil and holder is its pid (0 if unknown).
+	// LockTask takes the task's lock: held by the process that drives the
+	// task through a state that owes an effect, and let go of by the
+	// kernel when that process dies. When a live process holds it,
+	// release is nil and holder is its pid, without waiting. A hold by no
+	// live process (a copy of the descriptor a forked child carries to its
+	// exec after its holder let go or died) is waited out for a bounded
+	// time and the lock taken; one that lasts past that is an error, never
+	// reported as a live holder's.
 	LockTask(task string) (release func(), holder int, err error)
 	// WaitLockTask waits until it holds the task's lock, or ctx ends.
 	WaitLockTask(ctx context.Context, task string) (release func(), err error)
@@ -156,6 +160,10 @@ type Real struct {
 	// Env, when set, gives the environment of the executor spawned for a
 	// task (see SpawnConfig.Env); nil (or a nil answer) is this process's.
 	Env func(task string) []string
+	// LockTimeout bounds LockTask's wait for a task lock held by no live
+	// process (a descriptor a forked child carries to its exec); 0:
+	// DefaultLockTimeout.
+	LockTimeout time.Duration
 
 	// The host's cgroup layout, probed once (0.4 ms a probe here, and a
 	// start and a kill each needed one) and again when a recorded cgroup
