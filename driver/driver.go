@@ -103,8 +103,8 @@ type Driver struct {
 	abandoned chan struct{} // closed by Abandon
 	owners    sync.WaitGroup
 
-	mu     sync.Mutex
-	tasks  map[string]*task // tasks with a live owner
+	mu    sync.Mutex
+	tasks map[string]*task // tasks with a live owner
 	// claims are the tasks Recover is reconciling without an owner
 	// (recover.go), each with the channel closed when it lets go: a
 	// caller that needs the task's owner waits for that first.
