@@ -519,6 +519,7 @@ func (k recoveryKill) kill(ctx context.Context) (*fsm.ExitStatus, *fsm.Identity,
 		cancel()
 	}
 	var exit *fsm.ExitStatus
+	dismissed := false // the executor is dead, through the pidfd of h
 	if h != nil {
 		if !run.IsZero() {
 			// A task was launched: stop it through its executor (signal,
@@ -543,17 +544,28 @@ func (k recoveryKill) kill(ctx context.Context) (*fsm.ExitStatus, *fsm.Identity,
 				cancel()
 			}
 		}
-		// Before any launch the executor holds nothing worth an orderly
-		// exit: the kill by identity below is all it needs.
+		if run.IsZero() {
+			// Nothing launched, as far as the log and the launch record
+			// say: the executor holds nothing worth an orderly exit, and
+			// the pidfd of h (opened on the process whose identity was
+			// proven) ends it, confirmed dead, with nothing to walk;
+			// KillTask then finds whatever a launch nobody recorded left
+			// by the task's cgroup. Without it, the kill by identity.
+			dctx, cancel := context.WithTimeout(ctx, k.probe)
+			dismissed = h.Dismiss(dctx) == nil
+			cancel()
+		}
 		_ = h.Close()
 	}
 	if id == nil {
 		return exit, nil, nil
 	}
-	// ErrNotOurs: the pid now belongs to a stranger, so ours is dead;
-	// nothing was signalled.
-	if err := k.world.Kill(ctx, k.task, *id); err != nil && !errors.Is(err, ErrNotOurs) {
-		return exit, id, err
+	if !dismissed {
+		// ErrNotOurs: the pid now belongs to a stranger, so ours is dead;
+		// nothing was signalled.
+		if err := k.world.Kill(ctx, k.task, *id); err != nil && !errors.Is(err, ErrNotOurs) {
+			return exit, id, err
+		}
 	}
 	if err := k.world.KillTask(ctx, k.task, *id, run); err != nil && !errors.Is(err, ErrNotOurs) {
 		return exit, id, fmt.Errorf("%w: %w", ErrTaskNotKilled, err)

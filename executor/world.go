@@ -291,6 +291,9 @@ func (r *Real) KillTask(ctx context.Context, task string, id fsm.Identity, run f
 	if boot, err := proc.BootID(); err == nil && id.BootID != "" && id.BootID != boot {
 		return nil // neither processes nor cgroups outlive a boot
 	}
+	if done, err := r.killUnlaunched(task, id, run); done {
+		return err
+	}
 	var failed, notOurs error
 	note := func(err error) {
 		switch {
@@ -349,6 +352,36 @@ func (r *Real) KillTask(ctx context.Context, task string, id fsm.Identity, run f
 		return failed
 	}
 	return notOurs
+}
+
+// killUnlaunched is KillTask of a task that launched nothing, as far as
+// its log knows (run zero), once its executor is dead: then what proves
+// the kill complete is the task's cgroup, with no walk of /proc. The
+// executor makes the cgroup before anything of a task exists, and a task
+// is born in it (or its shim joins it before the task's first
+// instruction), so a cgroup that holds no process, in any hierarchy,
+// means no process of the task lives: it is removed, and that is all.
+// done is false (the caller kills as for a launched task: the walk from
+// what is there, the cgroup, the session) when it cannot say so: a run
+// is known, the executor lives (or its death cannot be read), the host
+// records no cgroup for the task, the cgroup is not proven the task's or
+// cannot be read, or it holds a process (a launch nobody recorded).
+func (r *Real) killUnlaunched(task string, id fsm.Identity, run fsm.Proc) (done bool, err error) {
+	if !run.IsZero() || id.PID <= 0 || id.Cgroup == "" {
+		return false, nil
+	}
+	if err := proc.Check(id); !errors.Is(err, ErrGone) && !errors.Is(err, ErrNotOurs) {
+		return false, nil // alive (nil), or unreadable
+	}
+	cg, err := r.openCgroup(task, id)
+	if err != nil {
+		return false, nil
+	}
+	members, err := cg.Procs()
+	if err != nil || len(members) > 0 {
+		return false, nil
+	}
+	return true, cg.Remove()
 }
 
 // openCgroup opens the task's recorded cgroup, once proven the task's.
