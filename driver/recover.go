@@ -200,7 +200,7 @@ func (d *Driver) recoverOne(ctx context.Context, it recoverItem) TaskReport {
 		rep.Action = leftTo(holder)
 		return rep
 	}
-	req := request{kind: inRecover, reply: make(chan reply, 1), held: unlock}
+	var probed *jobResult
 	switch {
 	case st.State == fsm.StateCreated && st.Spec != nil && st.Spec.Alloc != nil:
 		unlock()
@@ -224,8 +224,9 @@ func (d *Driver) recoverOne(ctx context.Context, it recoverItem) TaskReport {
 			rep.Action = r.action
 			return rep
 		}
-		req.probed = &r
+		probed = &r
 	}
+	req := request{kind: inRecover, reply: make(chan reply, 1), held: unlock, probed: probed}
 	if !d.handOver(st, req) {
 		// Abandoned meanwhile (a simulated crash): nothing more happens,
 		// and what the process held is let go of.
