@@ -381,3 +381,59 @@ func TestRecover_ReportsADamagedTaskAndRecoversTheOthers(t *testing.T) {
 		}
 	}
 }
+
+// TestRecover_SupervisesATaskItFindsRestarting: a task its executor is
+// restarting when Recover comes (its restart-intent recorded, its
+// relaunch waiting out the policy's delay) is reattached and supervised:
+// the relaunch is recorded when it happens, with nobody asking, and the
+// task runs again. (Recover left such a task restarting; a check right
+// after it found the crash-point test's task "left in restarting".)
+func TestRecover_SupervisesATaskItFindsRestarting(t *testing.T) {
+	dir := stateDir(t)
+	ctx := ctxT(t)
+	appended := func(point, task string) (Hooks, <-chan struct{}) {
+		c := make(chan struct{})
+		var once atomic.Bool
+		return Hooks{Crash: func(p, tk string) {
+			if p == point && tk == task && once.CompareAndSwap(false, true) {
+				close(c)
+			}
+		}}, c
+	}
+	wait := func(c <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-c:
+		case <-time.After(30 * time.Second): // the policy's delay is 2 s
+			t.Fatalf("%s never happened", what)
+		}
+	}
+	h1, intent := appended(crashAfterAppend+"restart-intent", "r")
+	d1 := newDriver(t, dir, h1)
+	spec := taskSpec(t, dir, "exit-once", "1", filepath.Join(filepath.Dir(dir), "ran-once"))
+	spec.Restart = &fsm.RestartPolicy{Attempts: 1, Interval: time.Hour, Delay: 2 * time.Second, Mode: fsm.RestartFail}
+	if _, err := d1.StartTask(ctx, "r", spec); err != nil && !errors.Is(err, ErrStartFailed) {
+		t.Fatal(err)
+	}
+	wait(intent, "the restart-intent's append (d1 supervises the task it started)")
+	if err := d1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h2, relaunched := appended(crashAfterAppend+"launched", "r")
+	d2 := newDriver(t, dir, h2)
+	defer d2.Close()
+	rep, err := d2.Recover(ctx)
+	if err != nil || len(rep.Tasks) != 1 || rep.Tasks[0].To != fsm.StateRestarting {
+		t.Fatalf("Recover of a task waiting for its relaunch: %v (%+v), want it left restarting", err, rep)
+	}
+	wait(relaunched, "the relaunch's record, with nobody asking")
+	info, err := d2.InspectTask(ctx, "r")
+	if err != nil || info.State != fsm.StateRunning || info.Restarts != 1 || !info.ExecutorAlive {
+		t.Fatalf("after the relaunch: %s, %d restarts, executor alive %v, %v; want running after 1 restart", info.State, info.Restarts, info.ExecutorAlive, err)
+	}
+	final, err := d2.StopTask(ctx, "r", syscall.SIGKILL, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReaped(t, d2, final)
+}
