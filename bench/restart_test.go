@@ -44,8 +44,9 @@ const reattachWorkers = 64
 // the agent before each round.
 //
 // Where the time goes: the new agent's start to READY=1, then to the end
-// of its recovery, then the statuses; the floor's identity checks and
-// connects apart.
+// of its recovery, then the statuses; the CPU of the agent and of the
+// executors (their answers) in a round, the floor's and its executors';
+// the floor's identity checks and connects apart.
 func BenchmarkAgentRestart(b *testing.B) {
 	if sizingRun(b) {
 		return
@@ -85,8 +86,16 @@ func BenchmarkAgentRestart(b *testing.B) {
 		c.Close()
 	}
 	ph := newProbes()
+	executorsCPU := func() float64 {
+		total := 0.0
+		for _, id := range idents {
+			total += procCPU(id.PID)
+		}
+		return total
+	}
 	restart := func(int) float64 {
 		ag.kill()
+		ecpu := executorsCPU()
 		t0 := time.Now()
 		ag = launchAgent(b, tether, dir)
 		ready := time.Now()
@@ -106,6 +115,11 @@ func BenchmarkAgentRestart(b *testing.B) {
 			}
 		})
 		el := since(t0)
+		// CPU (clock ticks summed over processes: a sum over 1,000
+		// executors of ticks each is a fair estimate, not a per-process
+		// figure): the agent's own, from its fork, and the executors'.
+		ph.add("agent-cpu", procCPU(ag.cmd.Process.Pid))
+		ph.add("executors-cpu", executorsCPU()-ecpu)
 		ph.add("start-to-ready", ready.Sub(t0).Seconds())
 		ph.add("ready-to-recovered", recovered.Sub(ready).Seconds())
 		ph.add("statuses", time.Since(recovered).Seconds())
@@ -113,6 +127,9 @@ func BenchmarkAgentRestart(b *testing.B) {
 	}
 	floor := func(int) float64 {
 		var checks, connects [reattachWorkers]time.Duration
+		ecpu := executorsCPU()
+		var ru0, ru1 unix.Rusage
+		_ = unix.Getrusage(unix.RUSAGE_SELF, &ru0)
 		t0 := time.Now()
 		fanOutWorkers(n, reattachWorkers, func(w, i int) {
 			c, k := bareReattach(b, idents[i])
@@ -120,6 +137,9 @@ func BenchmarkAgentRestart(b *testing.B) {
 			connects[w] += k
 		})
 		el := since(t0)
+		_ = unix.Getrusage(unix.RUSAGE_SELF, &ru1)
+		ph.add("floor-cpu", float64(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano())/1e9)
+		ph.add("floor-executors-cpu", executorsCPU()-ecpu)
 		var c, k time.Duration
 		for w := range reattachWorkers {
 			c, k = c+checks[w], k+connects[w]

@@ -106,8 +106,9 @@ type Driver struct {
 	mu    sync.Mutex
 	tasks map[string]*task // tasks with a live owner
 	// claims are the tasks Recover is reconciling without an owner
-	// (recover.go), each with the channel closed when it lets go: a
-	// caller that needs the task's owner waits for that first.
+	// (recover.go), each with the channel closed when it lets go (made by
+	// the first caller that waits; nil until then): a caller that needs
+	// the task's owner waits for that first.
 	claims map[string]chan struct{}
 	closed bool
 
@@ -296,7 +297,11 @@ func (d *Driver) lookup(ctx context.Context, id string) (*task, error) {
 			d.mu.Unlock()
 			return t, nil
 		}
-		if c := d.claims[id]; c != nil {
+		if c, ok := d.claims[id]; ok {
+			if c == nil {
+				c = make(chan struct{})
+				d.claims[id] = c
+			}
 			d.mu.Unlock()
 			select { // Recover is at it: its owner, if it needs one, comes after
 			case <-c:
@@ -318,7 +323,7 @@ func (d *Driver) lookup(ctx context.Context, id string) (*task, error) {
 			d.mu.Unlock()
 			return nil, ErrClosed
 		}
-		if d.tasks[id] == nil && d.claims[id] == nil {
+		if _, claimed := d.claims[id]; d.tasks[id] == nil && !claimed {
 			t := d.startOwner(st, nil)
 			d.mu.Unlock()
 			return t, nil
@@ -382,7 +387,7 @@ func (d *Driver) begin(ctx context.Context, id string, req request) (fsm.Task, e
 		d.mu.Unlock()
 		return fsm.Task{}, ErrClosed
 	}
-	if d.tasks[id] != nil || d.claims[id] != nil {
+	if _, claimed := d.claims[id]; d.tasks[id] != nil || claimed {
 		d.mu.Unlock()
 		return fsm.Task{}, &TaskError{Task: id, Err: ErrTaskExists}
 	}

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -34,27 +33,50 @@ type Report struct {
 }
 
 // Recover reconciles every live task in the store with the process table:
-// Reconcile of every live task, their logs read in one read of the store
-// (store.Log.LoadTasks). Call it once after opening a driver on a state
-// directory that a crashed driver used. A task it cannot read is reported
-// with its error, and the others are reconciled all the same.
+// Reconcile of every live task, their logs read in one read of the store.
+// A log that hands its tasks on as it reads them (store.LiveLoader: the
+// bbolt store, alone or shared) has the first reconciled while the others
+// are still being read; any other is read whole first (LoadTasks). Call
+// it once after opening a driver on a state directory that a crashed
+// driver used. A task it cannot read is reported with its error, and the
+// others are reconciled all the same.
 func (d *Driver) Recover(ctx context.Context) (Report, error) {
-	sc, err := d.store.LoadTasks(ctx, store.LiveTasks)
-	if err != nil {
+	f := newFeed()
+	var (
+		incomplete, err error
+		read            = make(chan struct{})
+	)
+	if l, ok := d.store.(store.LiveLoader); ok {
+		go func() {
+			defer close(read)
+			defer f.close()
+			incomplete, err = l.LoadLive(ctx, func(t fsm.Task, err error) {
+				if err != nil {
+					f.add(recoverItem{id: t.ID, err: err})
+					return
+				}
+				f.add(recoverItem{id: t.ID, st: t, read: true})
+			})
+		}()
+	} else {
+		var sc store.Scan
+		sc, err = d.store.LoadTasks(ctx, store.LiveTasks)
+		for _, t := range sc.Tasks {
+			f.add(recoverItem{id: t.ID, st: t, read: true})
+		}
+		for _, u := range sc.Unreadable {
+			f.add(recoverItem{id: u.Task, err: u.Err})
+		}
+		incomplete = sc.Incomplete
+		f.close()
+		close(read)
+	}
+	rep, rerr := d.reconcile(ctx, f, recoverWorkers)
+	<-read
+	if err != nil && len(rep.Tasks) == 0 {
 		return Report{}, err
 	}
-	items := make([]recoverItem, 0, len(sc.Tasks)+len(sc.Unreadable))
-	for _, t := range sc.Tasks {
-		items = append(items, recoverItem{id: t.ID, st: t, read: true})
-	}
-	for _, u := range sc.Unreadable {
-		items = append(items, recoverItem{id: u.Task, err: u.Err})
-	}
-	rep, err := d.reconcile(ctx, items)
-	if sc.Incomplete != nil {
-		err = errors.Join(err, sc.Incomplete)
-	}
-	return rep, err
+	return rep, errors.Join(rerr, err, incomplete)
 }
 
 // Reconcile replays the given tasks from the store and reconciles each with
@@ -85,11 +107,12 @@ func (d *Driver) Recover(ctx context.Context) (Report, error) {
 // its lock let go) and gets none: its end is noticed by whoever next asks
 // (WaitTask, which supervises it; InspectTask and a reconcile of it).
 func (d *Driver) Reconcile(ctx context.Context, ids ...string) (Report, error) {
-	items := make([]recoverItem, len(ids))
-	for i, id := range ids {
-		items[i] = recoverItem{id: id}
+	f := newFeed()
+	for _, id := range ids {
+		f.add(recoverItem{id: id})
 	}
-	return d.reconcile(ctx, items)
+	f.close()
+	return d.reconcile(ctx, f, min(len(ids), recoverWorkers))
 }
 
 // recoverItem is a task for reconcile: its id, and the state read for it
@@ -107,33 +130,87 @@ type recoverItem struct {
 // done with one.
 const recoverWorkers = 64
 
-func (d *Driver) reconcile(ctx context.Context, items []recoverItem) (Report, error) {
-	rep := Report{Tasks: make([]TaskReport, len(items))}
-	done := make([]bool, len(items))
-	var (
-		next atomic.Int64
-		wg   sync.WaitGroup
-	)
-	for range min(len(items), recoverWorkers) {
+// feed hands the tasks of a reconciliation to its workers in the order
+// they come, as a read of the store delivers them, and keeps each one's
+// report at its place.
+type feed struct {
+	mu      sync.Mutex
+	more    *sync.Cond // signalled when an item comes, broadcast at close
+	items   []recoverItem
+	reports []TaskReport
+	done    []bool // reports[i] is in
+	next    int    // the next item to hand out
+	closed  bool   // no item comes any more
+}
+
+func newFeed() *feed {
+	f := &feed{}
+	f.more = sync.NewCond(&f.mu)
+	return f
+}
+
+func (f *feed) add(it recoverItem) {
+	f.mu.Lock()
+	f.items = append(f.items, it)
+	f.reports = append(f.reports, TaskReport{})
+	f.done = append(f.done, false)
+	f.mu.Unlock()
+	f.more.Signal()
+}
+
+func (f *feed) close() {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	f.more.Broadcast()
+}
+
+// take waits for the next item; ok is false once none will come.
+func (f *feed) take() (i int, it recoverItem, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for f.next == len(f.items) && !f.closed {
+		f.more.Wait()
+	}
+	if f.next == len(f.items) {
+		return 0, recoverItem{}, false
+	}
+	i = f.next
+	f.next++
+	return i, f.items[i], true
+}
+
+func (f *feed) put(i int, r TaskReport) {
+	f.mu.Lock()
+	f.reports[i], f.done[i] = r, true
+	f.mu.Unlock()
+}
+
+// reconcile reconciles the tasks f delivers, workers at a time, and
+// reports them sorted by id (those the context's end left out are not in
+// the report; its error is).
+func (d *Driver) reconcile(ctx context.Context, f *feed, workers int) (Report, error) {
+	var wg sync.WaitGroup
+	for range workers {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				i := int(next.Add(1)) - 1
-				if i >= len(items) {
+				i, it, ok := f.take()
+				if !ok {
 					return
 				}
-				rep.Tasks[i] = d.recoverOne(ctx, items[i])
-				done[i] = true
+				f.put(i, d.recoverOne(ctx, it))
 			}
 		})
 	}
 	wg.Wait()
-	kept := rep.Tasks[:0]
-	for i, r := range rep.Tasks {
-		if done[i] {
-			kept = append(kept, r)
+	var rep Report
+	f.mu.Lock()
+	for i, r := range f.reports {
+		if f.done[i] {
+			rep.Tasks = append(rep.Tasks, r)
 		}
 	}
-	rep.Tasks = kept
+	f.mu.Unlock()
 	sort.Slice(rep.Tasks, func(i, j int) bool { return rep.Tasks[i].ID < rep.Tasks[j].ID })
 	var errs []error
 	for _, r := range rep.Tasks {
@@ -207,12 +284,12 @@ func (d *Driver) recoverOne(ctx context.Context, it recoverItem) TaskReport {
 		rep.Action = "waits for its turn in group " + st.Spec.Alloc.ID + "; left to its group"
 		return rep
 	case st.State == fsm.StateRunning:
-		// Asked here, without an owner: the probe the owner would run,
-		// with the owner's bound (not the caller's context: a caller that
-		// gives up must not make a live task look lost).
-		pctx, cancel := context.WithTimeout(context.Background(), d.cfg.ProbeTimeout*2)
-		r := job{d: d, id: id, st: st}.probe(pctx)
-		cancel()
+		// Asked here, without an owner: the probe the owner would run.
+		// Not under the caller's context (a caller that gives up must not
+		// make a live task look lost); the questions to the executor are
+		// bounded by ProbeTimeout in endOf, and the rest reads the process
+		// table and the files the executor left.
+		r := job{d: d, id: id, st: st}.probe(context.Background())
 		r.kind = jobProbe
 		if len(r.inputs) == 0 {
 			// Alive with nothing new (or alive and not answering: left
@@ -260,10 +337,11 @@ func (d *Driver) claim(id string) (owned, claimed bool, err error) {
 		return false, false, ErrClosed
 	case d.tasks[id] != nil:
 		return true, false, nil
-	case d.claims[id] != nil:
+	}
+	if _, ok := d.claims[id]; ok {
 		return false, false, nil
 	}
-	d.claims[id] = make(chan struct{})
+	d.claims[id] = nil // a channel is made for the first caller that waits (lookup)
 	d.owners.Add(1)
 	return false, true, nil
 }
@@ -274,7 +352,9 @@ func (d *Driver) unclaim(id string) {
 	c := d.claims[id]
 	delete(d.claims, id)
 	d.mu.Unlock()
-	close(c)
+	if c != nil {
+		close(c)
+	}
 	d.owners.Done()
 }
 
@@ -294,7 +374,9 @@ func (d *Driver) handOver(st fsm.Task, req request) bool {
 	delete(d.claims, st.ID)
 	d.startOwner(st, &req)
 	d.mu.Unlock()
-	close(c)
+	if c != nil {
+		close(c)
+	}
 	d.owners.Done()
 	return true
 }

@@ -55,13 +55,32 @@ func (l *countingLog) All(ctx context.Context, fn func(string) error) error {
 	return l.Log.All(ctx, fn)
 }
 
+// countingLiveLog is a countingLog that hands its live tasks on as it
+// reads them (store.LiveLoader), counted as a read of every log.
+type countingLiveLog struct {
+	*countingLog
+	live store.LiveLoader
+}
+
+func (l countingLiveLog) LoadLive(ctx context.Context, fn func(fsm.Task, error)) (error, error) {
+	l.loadTasks.Add(1)
+	return l.live.LoadLive(ctx, fn)
+}
+
 // TestRecover_ReadsEachLogOnceAndOwnsOnlyWhatNeedsIt: Recover reads every
-// live task's log in one read of the store and reads none again (not
-// after taking a task's lock, not to start an owner); a running task whose
+// live task's log in one read of the store (handed on as it is read, or
+// read whole first by a log that cannot) and reads none again (not after
+// taking a task's lock, not to start an owner); a running task whose
 // executor answers with nothing new is reconciled without an owner (no
 // goroutine or channels left for it), and one whose executor is gone gets
 // the owner that records its end and kills what is left of it.
 func TestRecover_ReadsEachLogOnceAndOwnsOnlyWhatNeedsIt(t *testing.T) {
+	for _, streamed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("streamed=%v", streamed), func(t *testing.T) { recoverReadsOnce(t, streamed) })
+	}
+}
+
+func recoverReadsOnce(t *testing.T, streamed bool) {
 	dir := stateDir(t)
 	ctx := ctxT(t)
 	d1 := newDriver(t, dir, Hooks{})
@@ -87,7 +106,11 @@ func TestRecover_ReadsEachLogOnceAndOwnsOnlyWhatNeedsIt(t *testing.T) {
 	}
 	defer s.Close()
 	log := &countingLog{Log: s}
-	d2, err := Open(Config{StateDir: dir, Store: log, ExecutorCommand: []string{self(t), modeExecutor}, KillTimeout: 2 * time.Second})
+	var l store.Log = log
+	if streamed {
+		l = countingLiveLog{log, s}
+	}
+	d2, err := Open(Config{StateDir: dir, Store: l, ExecutorCommand: []string{self(t), modeExecutor}, KillTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,6 +352,12 @@ func TestStartTask_SeedKillEndsTheExecutorThroughItsPidfd(t *testing.T) {
 // store's error naming it, Recover's error says so, and every other live
 // task is recovered all the same.
 func TestRecover_ReportsADamagedTaskAndRecoversTheOthers(t *testing.T) {
+	for _, streamed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("streamed=%v", streamed), func(t *testing.T) { recoverReportsDamage(t, streamed) })
+	}
+}
+
+func recoverReportsDamage(t *testing.T, streamed bool) {
 	dir := stateDir(t)
 	ctx := ctxT(t)
 	if err := PrepareStateDir(dir); err != nil {
@@ -361,7 +390,19 @@ func TestRecover_ReportsADamagedTaskAndRecoversTheOthers(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	d := newDriver(t, dir, Hooks{})
+	s, err = store.Open(path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var l store.Log = s
+	if !streamed {
+		l = &countingLog{Log: s} // no LoadLive: read whole
+	}
+	d, err := Open(Config{StateDir: dir, Store: l, ExecutorCommand: []string{self(t), modeExecutor}, KillTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer d.Close()
 	rep, err := d.Recover(ctx)
 	var ce *store.CorruptError
