@@ -121,9 +121,11 @@ type Conn interface {
 	// it is dead.
 	Shutdown(ctx context.Context) error
 	// Dismiss ends an executor that reported its task over for good
-	// (Status.Over): it is killed at once, through a handle on the process
-	// whose identity was proven, and Dismiss returns once it is dead; the
-	// exit record it would write is for a driver that is away.
+	// (Status.Over), or that launched nothing (the error edges out of
+	// spawning and executor-up): it is killed at once, through a handle on
+	// the process whose identity was proven, and Dismiss returns once it
+	// is dead; the exit record it would write is for a driver that is
+	// away.
 	Dismiss(ctx context.Context) error
 	// Stats reads the task cgroup's figures.
 	Stats(ctx context.Context) (cgroup.Stats, error)
