@@ -731,9 +731,9 @@ func agentRows(t *table, get getter, failed map[string]string) {
 			comparison: "floor " + ms(m["floor-p50-ms"]) + ": the same " + n + " identity checks (pidfd_open + /proc/PID/stat) and executor connects (connect + the executor's hello), 64 at a time",
 			ratio:      ratioCell(m["ratio"]), r: m["ratio"], lim: 3, le: true, target: le(3),
 			always: fmt.Sprintf("the new agent said READY=1 at %s, its recovery (every task's lock, identity, reattach, status, all in one read of the store) was over %s later, "+
-				"and the %s statuses through it took %s; the floor's exchanges with the executors are its cost (their wake-ups: %s of connects summed over its workers against %s of identity checks). %s",
+				"and the %s statuses through it took %s. CPU of a round: the agent %s and the executors %s (their answers), against the floor's own %s and its executors' %s. %s",
 				f(m, "phase-start-to-ready-ms"), f(m, "phase-ready-to-recovered-ms"), n, f(m, "phase-statuses-ms"),
-				f(m, "phase-floor-connects-cpu-ms"), f(m, "phase-floor-identity-checks-cpu-ms"), restartWhy)})
+				f(m, "phase-agent-cpu-ms"), f(m, "phase-executors-cpu-ms"), f(m, "phase-floor-cpu-ms"), f(m, "phase-floor-executors-cpu-ms"), restartWhy)})
 	} else {
 		t.add("17. Agent restart over live tasks", "not measured: "+skipReason(failed["restart"]), "", "", le(3), "**NO**", "")
 	}
@@ -987,7 +987,8 @@ var (
 		"and a running task whose executor answers gets no owner: per task the identity check (the floor's work, ~55%), the probe's deadline " +
 		"timers and the claim (~15%), and GC. Before issue 35 it read each log twice and started an owner goroutine with its channels for every task: 8.44x."
 	restartWhy = "Recovery asks each executor twice (its hello, then its status: whether the task still runs and how many restarts it journalled) " +
-		"where the floor asks once, and takes each task's lock; the executors' wake-ups on 2 shared CPUs are most of both sides."
+		"where the floor asks once, and takes each task's lock; the agent's side of each reattach (the identity file, the identity check, the " +
+		"socket's peer, the protocol's frames) and of each status is most of the rest. The executors' wake-ups on 2 shared CPUs are most of the floor."
 	killWhy = "The executor's Stop kills the task's cgroup (cgroup.kill), removes it once empty and answers (Status.Emptied) before its exit " +
 		"record's fsync; the driver then kills the executor through the pidfd on its proven identity (Conn.Dismiss), waits for its death and " +
 		"appends executor-reaped; the floor has no executor between. Before this round the Stop scanned all of /proc to signal the group and " +
