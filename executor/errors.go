@@ -127,14 +127,6 @@ var (
 	ErrUnknownExec = wire.ErrUnknownExec
 )
 
-// Errors returned by World.LockTask.
-var (
-	// ErrLockHeld is returned when a task's lock stays held past the lock
-	// timeout by no live process (its holder is gone, or never named
-	// itself): a descriptor some other process inherited.
-	ErrLockHeld = errors.New("executor: task lock held by no live process")
-)
-
 // Errors returned by the control calls.
 var (
 	// ErrUnsupported is returned by a World (or a Conn of one) for what it
@@ -158,6 +150,10 @@ var (
 	ErrClosed = wire.ErrClosed
 	// ErrProtocol is returned for a malformed or oversized protocol frame.
 	ErrProtocol = wire.ErrProtocol
+	// ErrLockHeld is returned by World.LockTask when a task's lock stays
+	// held past the lock timeout by no live process (its holder is gone,
+	// or never named itself): a descriptor some other process inherited.
+	ErrLockHeld = errors.New("executor: task lock held by no live process")
 )
 
 // CapError names the capabilities that ValidateCaps (or a launch) refused:

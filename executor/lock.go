@@ -275,9 +275,9 @@ func lockWaitOnce(ctx context.Context, dir string) (*taskLock, error) {
 // moved and starts over).
 func (r *Real) DiscardTask(task string) { discardTaskDir(r.dir(task)) }
 
-// DefaultLockTimeout is Real.LockTimeout's default: the store's lock
+// defaultLockTimeout is Real.LockTimeout's default: the store's lock
 // timeout's (store.Options.LockTimeout).
-const DefaultLockTimeout = time.Second
+const defaultLockTimeout = time.Second
 
 // LockTask implements World. A lock whose holder is a live process (the
 // process its file names, alive with the start time it names) is that
@@ -300,7 +300,7 @@ func (r *Real) LockTask(task string) (func(), int, error) {
 	}
 	timeout := r.LockTimeout
 	if timeout <= 0 {
-		timeout = DefaultLockTimeout
+		timeout = defaultLockTimeout
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

@@ -163,8 +163,8 @@ type Real struct {
 	// task (see SpawnConfig.Env); nil (or a nil answer) is this process's.
 	Env func(task string) []string
 	// LockTimeout bounds LockTask's wait for a task lock held by no live
-	// process (a descriptor a forked child carries to its exec); 0:
-	// DefaultLockTimeout.
+	// process (a descriptor a forked child carries to its exec); 0: 1 s,
+	// the store's lock timeout's default.
 	LockTimeout time.Duration
 
 	// The host's cgroup layout, probed once (0.4 ms a probe here, and a
