@@ -40,7 +40,8 @@
 // # Recovery
 //
 // After a crash, Open a new Driver on the same state directory and call
-// Recover (every live task, their logs read in one read of the store) or
+// Recover (every live task, their logs read in one read of the store,
+// again under its lock only a task that needs an owner) or
 // Reconcile (some): each task is reconciled with reality, by its owner
 // where it needs one (an effect owed, an end to record), so Recover is
 // safe beside every other call (see owner.reconcile for the crash-window

@@ -99,13 +99,15 @@ func (d *Driver) Recover(ctx context.Context) (Report, error) {
 // every step is a durable append, so a reconciliation interrupted anywhere
 // is finished by the next one. Tasks are reconciled concurrently.
 //
-// Each task's log is read once. A task owes an owner (a goroutine with its
-// channels, owner.go) only when it needs one: one this driver has already,
-// or one whose state owes an effect or whose probe found something to
-// record. A running task whose executor answers with nothing new is
-// reconciled where it stands (its identity proven, its executor asked,
-// its lock let go) and gets none: its end is noticed by whoever next asks
-// (WaitTask, which supervises it; InspectTask and a reconcile of it).
+// Each task's log is read once, and a task gets an owner (a goroutine with
+// its channels, owner.go) only when it needs one: one this driver has
+// already, or one whose state owes an effect or whose probe found
+// something to record; that one's log is read again under its lock, so
+// that the owner starts on what the log holds. A running task whose
+// executor answers with nothing new is reconciled where it stands (its
+// identity proven, its executor asked, its lock let go) and gets none:
+// its end is noticed by whoever next asks (WaitTask, which supervises it;
+// InspectTask and a reconcile of it).
 func (d *Driver) Reconcile(ctx context.Context, ids ...string) (Report, error) {
 	f := newFeed()
 	for _, id := range ids {
@@ -303,6 +305,38 @@ func (d *Driver) recoverOne(ctx context.Context, it recoverItem) TaskReport {
 		}
 		probed = &r
 	}
+	// An owner starts on what the log holds under the lock: the read
+	// above came before it, and another process may have moved the task
+	// on and let go of it in between (its owner would publish a state
+	// older than one already acknowledged). So a task that needs an owner
+	// is read again; a probe of a state the log has moved past is
+	// dropped, and the owner asks again from where the log is.
+	now, err := d.store.LoadTask(ctx, id)
+	if err == nil && now.Version != st.Version {
+		if probed != nil && probed.h != nil {
+			_ = probed.h.Close()
+		}
+		probed = nil
+		switch {
+		case now.State.Terminal():
+			unlock()
+			rep.To, rep.Action = now.State, "already "+now.State.String()
+			return rep
+		case now.State == fsm.StateCreated && now.Spec != nil && now.Spec.Alloc != nil:
+			unlock()
+			rep.To, rep.Action = now.State, "waits for its turn in group "+now.Spec.Alloc.ID+"; left to its group"
+			return rep
+		}
+	}
+	if err != nil {
+		if probed != nil && probed.h != nil {
+			_ = probed.h.Close()
+		}
+		unlock()
+		rep.Err = &TaskError{Task: id, State: st.State, Err: err}
+		return rep
+	}
+	st = now
 	req := request{kind: inRecover, reply: make(chan reply, 1), held: unlock, probed: probed}
 	if !d.handOver(st, req) {
 		// Abandoned meanwhile (a simulated crash): nothing more happens,

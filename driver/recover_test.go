@@ -69,8 +69,9 @@ func (l countingLiveLog) LoadLive(ctx context.Context, fn func(fsm.Task, error))
 
 // TestRecover_ReadsEachLogOnceAndOwnsOnlyWhatNeedsIt: Recover reads every
 // live task's log in one read of the store (handed on as it is read, or
-// read whole first by a log that cannot) and reads none again (not after
-// taking a task's lock, not to start an owner); a running task whose
+// read whole first by a log that cannot), and again only the log of a
+// task that needs an owner (under its lock, which it took after the read:
+// TestRecover_StartsNoOwnerOnAStateTheLogMovedPast); a running task whose
 // executor answers with nothing new is reconciled without an owner (no
 // goroutine or channels left for it), and one whose executor is gone gets
 // the owner that records its end and kills what is left of it.
@@ -119,8 +120,8 @@ func recoverReadsOnce(t *testing.T, streamed bool) {
 	if err != nil {
 		t.Fatalf("Recover: %v (%+v)", err, rep)
 	}
-	if n, m, l := log.loadTasks.Load(), log.loadTask.Load()+log.load.Load(), log.lists.Load(); n != 1 || m != 0 || l != 0 {
-		t.Errorf("Recover of 3 live tasks read the store %d times in one read of every log, %d times one task's log, listed ids %d times; want 1, 0, 0", n, m, l)
+	if n, m, l := log.loadTasks.Load(), log.loadTask.Load()+log.load.Load(), log.lists.Load(); n != 1 || m != 1 || l != 0 {
+		t.Errorf("Recover of 3 live tasks read the store %d times in one read of every log, %d times one task's log, listed ids %d times; want 1, 1 (the task that needs an owner, again under its lock), 0", n, m, l)
 	}
 	got := map[string]TaskReport{}
 	for _, r := range rep.Tasks {
@@ -291,7 +292,17 @@ func TestRecover_LeavesATaskOnlyToALiveDriver(t *testing.T) {
 // executors ended through their connection's pidfd.
 type countingWorld struct {
 	*executor.Real
-	kills, dismisses atomic.Int32
+	kills, dismisses, killTasks, finds atomic.Int32
+}
+
+func (w *countingWorld) KillTask(ctx context.Context, task string, id fsm.Identity, run fsm.Proc) error {
+	w.killTasks.Add(1)
+	return w.Real.KillTask(ctx, task, id, run)
+}
+
+func (w *countingWorld) FindByNonce(ctx context.Context, task, nonce string) (fsm.Identity, bool, error) {
+	w.finds.Add(1)
+	return w.Real.FindByNonce(ctx, task, nonce)
 }
 
 type countingConn struct {
@@ -477,4 +488,80 @@ func TestRecover_SupervisesATaskItFindsRestarting(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkReaped(t, d2, final)
+}
+
+// staleLog hands on the live tasks as they were before moved appended to
+// them: what a recovery read before another process, which then let go of
+// the task's lock, moved the task on.
+type staleLog struct {
+	*store.Store
+	moved func()
+}
+
+func (l staleLog) LoadLive(ctx context.Context, fn func(fsm.Task, error)) (error, error) {
+	type read struct {
+		t   fsm.Task
+		err error
+	}
+	var got []read
+	inc, err := l.Store.LoadLive(ctx, func(t fsm.Task, err error) { got = append(got, read{t, err}) })
+	l.moved()
+	for _, r := range got {
+		fn(r.t, r.err)
+	}
+	return inc, err
+}
+
+// TestRecover_StartsNoOwnerOnAStateTheLogMovedPast: a task Recover read in
+// reaping, which another process then reaped (its executor-reaped
+// appended, its lock let go of) before Recover took its lock, is read
+// again under the lock: Recover finds it ended and says so; it starts no
+// owner on the state it read (which would publish a state older than one
+// already acknowledged) and kills nothing again. (The linearizability
+// property found an inspect answering "reaping" after a stop had answered
+// "stopped".)
+func TestRecover_StartsNoOwnerOnAStateTheLogMovedPast(t *testing.T) {
+	dir := stateDir(t)
+	ctx := ctxT(t)
+	if err := PrepareStateDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	s, err := store.Open(statedir.Layout{Dir: dir}.Store(), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	spec := taskSpec(t, dir, "sleep")
+	v, err := s.Append(ctx, "a", 0, fsm.Event{Type: fsm.EventCreated, Time: 1, Spec: &spec},
+		fsm.Event{Type: fsm.EventSpawnIntent, Time: 2, Nonce: "nonce-of-a-0123456789"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err = s.Append(ctx, "a", v, fsm.Event{Type: fsm.EventStartInterrupted, Time: 3, Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	moved := func() {
+		if _, err := s.Append(ctx, "a", v, fsm.Event{Type: fsm.EventExecutorReaped, Time: 4, Target: fsm.StateFailed}); err != nil {
+			t.Error(err)
+		}
+	}
+	w := &countingWorld{Real: &executor.Real{StateDir: dir, Command: []string{self(t), modeExecutor}}}
+	d, err := Open(Config{StateDir: dir, Store: staleLog{s, moved}, World: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	rep, err := d.Recover(ctx)
+	if err != nil || len(rep.Tasks) != 1 {
+		t.Fatalf("Recover: %v (%+v)", err, rep)
+	}
+	if r := rep.Tasks[0]; r.From != fsm.StateReaping || r.To != fsm.StateFailed || r.Action != "already failed" {
+		t.Errorf("Recover of a task reaped after it was read: %+v, want from reaping, already failed", r)
+	}
+	if n := w.kills.Load() + w.killTasks.Load() + w.finds.Load(); n != 0 {
+		t.Errorf("Recover killed (or looked for) what was already reaped: %d calls", n)
+	}
+	if got := eventTypes(t, d, "a"); len(got) != 4 {
+		t.Errorf("the log after Recover: %v, want the 4 events it had", got)
+	}
 }
