@@ -2,11 +2,7 @@
 
 package executor
 
-import (
-	"errors"
-
-	"github.com/tether-fsm/tether/executor/internal/wire"
-)
+import "github.com/tether-fsm/tether/executor/internal/wire"
 
 // Errors returned by Spawn and Reattach.
 var (
@@ -150,10 +146,6 @@ var (
 	ErrClosed = wire.ErrClosed
 	// ErrProtocol is returned for a malformed or oversized protocol frame.
 	ErrProtocol = wire.ErrProtocol
-	// ErrLockHeld is returned by World.LockTask when a task's lock stays
-	// held past the lock timeout by no live process (its holder is gone,
-	// or never named itself): a descriptor some other process inherited.
-	ErrLockHeld = errors.New("executor: task lock held by no live process")
 )
 
 // CapError names the capabilities that ValidateCaps (or a launch) refused:

@@ -109,6 +109,12 @@ func discardTaskDir(dir string) {
 // errLockMoved: the lock file locked is no longer the one at its path.
 var errLockMoved = errors.New("driver: the task lock file was removed while it was being locked")
 
+// errLockHeld: a task's lock stayed held past the lock timeout by no live
+// process (its holder is gone, or never named itself): a descriptor some
+// other process inherited. (Not a named error of the package: nothing
+// decides on it; its text says what holds the task.)
+var errLockHeld = errors.New("executor: task lock held by no live process")
+
 // maxHolderLine bounds what is read of a lock file's holder line.
 const maxHolderLine = 64
 
@@ -286,7 +292,8 @@ const defaultLockTimeout = time.Second
 // meanwhile still carries the descriptor to its exec; or it has not named
 // itself yet): LockTask waits for it, up to r.LockTimeout, and takes it.
 // Still held then, it is a live holder's if the file names one by now,
-// else an error wrapping ErrLockHeld: never taken for a live driver's.
+// else an error saying it is held by no live process: never taken for a
+// live driver's.
 func (r *Real) LockTask(task string) (func(), int, error) {
 	dir := r.dir(task)
 	l, h, err := tryLockTask(dir)
@@ -319,7 +326,7 @@ func (r *Real) LockTask(task string) (func(), int, error) {
 		named = fmt.Sprintf("its holder, process %d, is gone", h.pid)
 	}
 	return nil, 0, fmt.Errorf("%w: %s held for %s by no live process (%s): a process that inherited its descriptor has not let go",
-		ErrLockHeld, filepath.Join(dir, statedir.LockFile), timeout, named)
+		errLockHeld, filepath.Join(dir, statedir.LockFile), timeout, named)
 }
 
 // WaitLockTask implements World.

@@ -237,8 +237,8 @@ func TestTaskLock_HeldByNoLiveProcessIsWaitedOutAndTaken(t *testing.T) {
 			rel()
 			t.Fatal("LockTask took a lock another descriptor holds")
 		}
-		if !errors.Is(err, ErrLockHeld) || holder != 0 {
-			t.Fatalf("LockTask of a lock no live process holds, past its timeout: holder %d, %v; want ErrLockHeld and no holder", holder, err)
+		if !errors.Is(err, errLockHeld) || holder != 0 {
+			t.Fatalf("LockTask of a lock no live process holds, past its timeout: holder %d, %v; want errLockHeld and no holder", holder, err)
 		}
 	})
 	t.Run("live holder", func(t *testing.T) {
