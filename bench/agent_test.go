@@ -101,6 +101,22 @@ func BenchmarkCLIParallelAgent(b *testing.B) {
 // SIGTERMs it and waits for its exit (it stops no task).
 func startAgent(b *testing.B, tether, dir string) (stop func()) {
 	b.Helper()
+	a := launchAgent(b, tether, dir)
+	return a.stop
+}
+
+// agentProc is a running `tether agent`.
+type agentProc struct {
+	b      *testing.B
+	cmd    *exec.Cmd
+	logs   *strings.Builder
+	exited chan error
+}
+
+// launchAgent starts `tether agent` on dir and returns once it has said
+// READY=1 on its NOTIFY_SOCKET (as systemd's Type=notify waits).
+func launchAgent(b *testing.B, tether, dir string) *agentProc {
+	b.Helper()
 	sock := filepath.Join(dir, "..", filepath.Base(dir)+".notify")
 	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
 	if err != nil {
@@ -109,13 +125,12 @@ func startAgent(b *testing.B, tether, dir string) (stop func()) {
 	defer func() { ln.Close(); os.Remove(sock) }()
 	cmd := tetherCmd(tether, dir, "agent")
 	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock)
-	var logs strings.Builder
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	a := &agentProc{b: b, cmd: cmd, logs: &strings.Builder{}, exited: make(chan error, 1)}
+	cmd.Stdout, cmd.Stderr = a.logs, a.logs
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	go func() { a.exited <- cmd.Wait() }()
 	ready := make(chan string, 1)
 	go func() {
 		_ = ln.SetReadDeadline(time.Now().Add(time.Minute))
@@ -127,16 +142,26 @@ func startAgent(b *testing.B, tether, dir string) (stop func()) {
 	case msg := <-ready:
 		if !strings.Contains(msg, "READY=1") {
 			_ = cmd.Process.Kill()
-			<-exited
-			b.Fatalf("the agent said %q, not READY=1:\n%s", msg, logs.String())
+			<-a.exited
+			b.Fatalf("the agent said %q, not READY=1:\n%s", msg, a.logs.String())
 		}
-	case err := <-exited:
-		b.Fatalf("the agent exited before it was ready: %v\n%s", err, logs.String())
+	case err := <-a.exited:
+		b.Fatalf("the agent exited before it was ready: %v\n%s", err, a.logs.String())
 	}
-	return func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		if err := <-exited; err != nil {
-			b.Errorf("the agent on SIGTERM: %v\n%s", err, logs.String())
-		}
+	return a
+}
+
+// stop SIGTERMs the agent and waits for its exit (it stops no task).
+func (a *agentProc) stop() {
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-a.exited; err != nil {
+		a.b.Errorf("the agent on SIGTERM: %v\n%s", err, a.logs.String())
 	}
+}
+
+// kill SIGKILLs the agent, as a crash would, and waits for its exit: its
+// tasks' executors live on.
+func (a *agentProc) kill() {
+	_ = a.cmd.Process.Kill()
+	<-a.exited
 }

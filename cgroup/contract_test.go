@@ -33,6 +33,10 @@ import (
 //	Kill empties the cgroup, whatever its
 //	  members do (setsid, double fork,
 //	  fork while being killed, nested)   TestKill_SetsidAndDoubleFork, TestKill_ForkingMembers, TestKill_NestedCgroup
+//	a kill that signals members one by
+//	  one signals only those proven in
+//	  the cgroup (or below it) after
+//	  their pidfd pinned them            TestOpenMember_ProvesMembership
 //	Kill is bounded by its context       TestKill_BoundedByContext
 //	a gone cgroup is empty               TestKill_EmptyAndGone
 //	Remove is idempotent, refuses a

@@ -40,9 +40,14 @@
 // # Recovery
 //
 // After a crash, Open a new Driver on the same state directory and call
-// Recover (every live task) or Reconcile (some): each task is reconciled
-// with reality by its owner, so Recover is safe beside every other call
-// (see owner.reconcile for the crash-window table). Named crash points
+// Recover (every live task, their logs read in one read of the store,
+// again under its lock only a task that needs an owner) or
+// Reconcile (some): each task is reconciled with reality, by its owner
+// where it needs one (an effect owed, an end to record), so Recover is
+// safe beside every other call (see owner.reconcile for the crash-window
+// table); a running task whose executor answers is reattached and let go
+// of, with no owner left for it. A task is left to another process only
+// while a live process holds its lock. Named crash points
 // (CrashPoints) let tests kill the process at every durable write and
 // effect boundary; set TETHER_CRASHPOINT in a real process, or
 // Config.Hooks in a simulation.

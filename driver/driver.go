@@ -103,8 +103,13 @@ type Driver struct {
 	abandoned chan struct{} // closed by Abandon
 	owners    sync.WaitGroup
 
-	mu     sync.Mutex
-	tasks  map[string]*task // tasks with a live owner
+	mu    sync.Mutex
+	tasks map[string]*task // tasks with a live owner
+	// claims are the tasks Recover is reconciling without an owner
+	// (recover.go), each with the channel closed when it lets go (made by
+	// the first caller that waits; nil until then): a caller that needs
+	// the task's owner waits for that first.
+	claims map[string]chan struct{}
 	closed bool
 
 	// skipEarlyChecks makes StartTask leave capability checks to the
@@ -160,7 +165,7 @@ func Open(cfg Config) (*Driver, error) {
 	if cfg.NewNonce == nil {
 		cfg.NewNonce = randomNonce
 	}
-	d := &Driver{cfg: cfg, log: cfg.Logger, hooks: cfg.Hooks, tasks: map[string]*task{},
+	d := &Driver{cfg: cfg, log: cfg.Logger, hooks: cfg.Hooks, tasks: map[string]*task{}, claims: map[string]chan struct{}{},
 		closing: make(chan struct{}), abandoned: make(chan struct{})}
 	d.world = cfg.World
 	if d.world == nil {
@@ -292,6 +297,19 @@ func (d *Driver) lookup(ctx context.Context, id string) (*task, error) {
 			d.mu.Unlock()
 			return t, nil
 		}
+		if c, ok := d.claims[id]; ok {
+			if c == nil {
+				c = make(chan struct{})
+				d.claims[id] = c
+			}
+			d.mu.Unlock()
+			select { // Recover is at it: its owner, if it needs one, comes after
+			case <-c:
+				continue
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+		}
 		d.mu.Unlock()
 		st, err := d.store.LoadTask(ctx, id)
 		if errors.Is(err, store.ErrUnknownTask) {
@@ -305,7 +323,7 @@ func (d *Driver) lookup(ctx context.Context, id string) (*task, error) {
 			d.mu.Unlock()
 			return nil, ErrClosed
 		}
-		if d.tasks[id] == nil {
+		if _, claimed := d.claims[id]; d.tasks[id] == nil && !claimed {
 			t := d.startOwner(st, nil)
 			d.mu.Unlock()
 			return t, nil
@@ -369,7 +387,7 @@ func (d *Driver) begin(ctx context.Context, id string, req request) (fsm.Task, e
 		d.mu.Unlock()
 		return fsm.Task{}, ErrClosed
 	}
-	if d.tasks[id] != nil {
+	if _, claimed := d.claims[id]; d.tasks[id] != nil || claimed {
 		d.mu.Unlock()
 		return fsm.Task{}, &TaskError{Task: id, Err: ErrTaskExists}
 	}

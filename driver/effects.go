@@ -264,16 +264,16 @@ type reading struct {
 // lacks, in order, before the end.
 func (d *Driver) endOf(ctx context.Context, st fsm.Task, h executor.Conn) reading {
 	var err error
+	if h == nil && st.Executor == nil {
+		return reading{r: d.collectEnd(ctx, st, ErrGone)}
+	}
+	// One question to the executor: its hello (when reattaching) and its
+	// status, within one ProbeTimeout.
+	pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
 	if h == nil {
-		if st.Executor == nil {
-			return reading{r: d.collectEnd(ctx, st, ErrGone)}
-		}
-		pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
 		h, err = d.world.Reattach(pctx, st.ID, *st.Executor)
-		cancel()
 	}
 	if err == nil {
-		pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
 		var s executor.Status
 		s, err = h.Status(pctx)
 		cancel()
@@ -289,6 +289,7 @@ func (d *Driver) endOf(ctx context.Context, st fsm.Task, h executor.Conn) readin
 			return reading{r: r, h: h}
 		}
 	}
+	cancel()
 	if st.Executor != nil && !errors.Is(err, ErrNotOurs) && !errors.Is(err, ErrGone) {
 		if live, aerr := d.world.Alive(ctx, st.ID, *st.Executor); aerr == nil && live {
 			// An executor on its way out (its task over, its socket
@@ -518,6 +519,7 @@ func (k recoveryKill) kill(ctx context.Context) (*fsm.ExitStatus, *fsm.Identity,
 		cancel()
 	}
 	var exit *fsm.ExitStatus
+	dismissed := false // the executor is dead, through the pidfd of h
 	if h != nil {
 		if !run.IsZero() {
 			// A task was launched: stop it through its executor (signal,
@@ -542,17 +544,28 @@ func (k recoveryKill) kill(ctx context.Context) (*fsm.ExitStatus, *fsm.Identity,
 				cancel()
 			}
 		}
-		// Before any launch the executor holds nothing worth an orderly
-		// exit: the kill by identity below is all it needs.
+		if run.IsZero() {
+			// Nothing launched, as far as the log and the launch record
+			// say: the executor holds nothing worth an orderly exit, and
+			// the pidfd of h (opened on the process whose identity was
+			// proven) ends it, confirmed dead, with nothing to walk;
+			// KillTask then finds whatever a launch nobody recorded left
+			// by the task's cgroup. Without it, the kill by identity.
+			dctx, cancel := context.WithTimeout(ctx, k.probe)
+			dismissed = h.Dismiss(dctx) == nil
+			cancel()
+		}
 		_ = h.Close()
 	}
 	if id == nil {
 		return exit, nil, nil
 	}
-	// ErrNotOurs: the pid now belongs to a stranger, so ours is dead;
-	// nothing was signalled.
-	if err := k.world.Kill(ctx, k.task, *id); err != nil && !errors.Is(err, ErrNotOurs) {
-		return exit, id, err
+	if !dismissed {
+		// ErrNotOurs: the pid now belongs to a stranger, so ours is dead;
+		// nothing was signalled.
+		if err := k.world.Kill(ctx, k.task, *id); err != nil && !errors.Is(err, ErrNotOurs) {
+			return exit, id, err
+		}
 	}
 	if err := k.world.KillTask(ctx, k.task, *id, run); err != nil && !errors.Is(err, ErrNotOurs) {
 		return exit, id, fmt.Errorf("%w: %w", ErrTaskNotKilled, err)

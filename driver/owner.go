@@ -58,6 +58,11 @@ type request struct {
 	link  string
 	pid   int        // ready: the task process of the run that said it is ready
 	reply chan reply // buffered: the owner never blocks on a caller
+	// held (recover, from Recover) lets go of the task's lock, which
+	// Recover took after it read the state the owner starts on; probed is
+	// what Recover's probe of its executor found (a running task).
+	held   func()
+	probed *jobResult
 	// cancel is closed when the caller has given up (its context ended):
 	// a watch then no longer keeps the owner at work.
 	cancel <-chan struct{}
@@ -579,8 +584,25 @@ func (o *owner) watch(req request) {
 
 // recover reconciles the task with reality, unless it is being driven
 // here or in another live process.
+//
+// A request that holds the task's lock (req.held) comes from Recover,
+// which read the state this owner was started on, took the lock and, for
+// a running task, asked its executor (req.probed): the owner goes on from
+// there, with no read and no lock of its own.
 func (o *owner) recover(req request) {
 	from := o.st.State
+	if req.held != nil {
+		o.recovery = &recovering{reply: req.reply, from: from}
+		o.unlock = req.held
+		if r := req.probed; r != nil {
+			o.phase = phaseDriving
+			o.job = r.kind
+			o.jobDone(*r)
+			return
+		}
+		o.decide()
+		return
+	}
 	done := func(action string) {
 		req.reply <- reply{task: o.st, report: TaskReport{ID: o.t.id, From: from, To: o.st.State, Action: action}}
 	}
@@ -633,7 +655,7 @@ func (o *owner) reconcile() {
 		return
 	}
 	if unlock == nil {
-		o.concludeRecovery(fmt.Sprintf("being driven by process %d; left to it", holder), nil)
+		o.concludeRecovery(leftTo(holder), nil)
 		if len(o.watchers) > 0 {
 			o.startJob(jobLockWait, o.d.cfg.EffectTimeout, nil) // wait for it to finish
 		}
@@ -646,6 +668,17 @@ func (o *owner) reconcile() {
 		o.failWatchers(err)
 		return
 	}
+	o.decide()
+}
+
+// leftTo is a recovery's report of a task a live process drives.
+func leftTo(holder int) string {
+	return fmt.Sprintf("being driven by process %d; left to it", holder)
+}
+
+// decide acts on the state the owner holds, with the task's lock held:
+// the switch of reconcile (whose table says what each state gets).
+func (o *owner) decide() {
 	interrupted := func(reason, action string) {
 		ev := o.d.event(fsm.EventStartInterrupted)
 		ev.Reason, ev.Cause = reason, fsm.CauseOther

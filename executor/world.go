@@ -72,10 +72,14 @@ type World interface {
 	// run spec as it asks (the user exists, exec's capabilities are
 	// allowed, the cgroup controllers its limits need are there).
 	CheckSpec(s fsm.Spec) error
-	// LockTask takes, without waiting, the task's lock: held by the process
-	// that drives the task through a state that owes an effect, and let go
-	// of by the kernel when that process dies. When another holder has it,
-	// release is nil and holder is its pid (0 if unknown).
+	// LockTask takes the task's lock: held by the process that drives the
+	// task through a state that owes an effect, and let go of by the
+	// kernel when that process dies. When a live process holds it,
+	// release is nil and holder is its pid, without waiting. A hold by no
+	// live process (a copy of the descriptor a forked child carries to its
+	// exec after its holder let go or died) is waited out for a bounded
+	// time and the lock taken; one that lasts past that is an error, never
+	// reported as a live holder's.
 	LockTask(task string) (release func(), holder int, err error)
 	// WaitLockTask waits until it holds the task's lock, or ctx ends.
 	WaitLockTask(ctx context.Context, task string) (release func(), err error)
@@ -117,9 +121,11 @@ type Conn interface {
 	// it is dead.
 	Shutdown(ctx context.Context) error
 	// Dismiss ends an executor that reported its task over for good
-	// (Status.Over): it is killed at once, through a handle on the process
-	// whose identity was proven, and Dismiss returns once it is dead; the
-	// exit record it would write is for a driver that is away.
+	// (Status.Over), or that launched nothing (the error edges out of
+	// spawning and executor-up): it is killed at once, through a handle on
+	// the process whose identity was proven, and Dismiss returns once it
+	// is dead; the exit record it would write is for a driver that is
+	// away.
 	Dismiss(ctx context.Context) error
 	// Stats reads the task cgroup's figures.
 	Stats(ctx context.Context) (cgroup.Stats, error)
@@ -156,6 +162,10 @@ type Real struct {
 	// Env, when set, gives the environment of the executor spawned for a
 	// task (see SpawnConfig.Env); nil (or a nil answer) is this process's.
 	Env func(task string) []string
+	// LockTimeout bounds LockTask's wait for a task lock held by no live
+	// process (a descriptor a forked child carries to its exec); 0: 1 s,
+	// the store's lock timeout's default.
+	LockTimeout time.Duration
 
 	// The host's cgroup layout, probed once (0.4 ms a probe here, and a
 	// start and a kill each needed one) and again when a recorded cgroup
@@ -283,6 +293,9 @@ func (r *Real) KillTask(ctx context.Context, task string, id fsm.Identity, run f
 	if boot, err := proc.BootID(); err == nil && id.BootID != "" && id.BootID != boot {
 		return nil // neither processes nor cgroups outlive a boot
 	}
+	if done, err := r.killUnlaunched(task, id, run); done {
+		return err
+	}
 	var failed, notOurs error
 	note := func(err error) {
 		switch {
@@ -341,6 +354,36 @@ func (r *Real) KillTask(ctx context.Context, task string, id fsm.Identity, run f
 		return failed
 	}
 	return notOurs
+}
+
+// killUnlaunched is KillTask of a task that launched nothing, as far as
+// its log knows (run zero), once its executor is dead: then what proves
+// the kill complete is the task's cgroup, with no walk of /proc. The
+// executor makes the cgroup before anything of a task exists, and a task
+// is born in it (or its shim joins it before the task's first
+// instruction), so a cgroup that holds no process, in any hierarchy,
+// means no process of the task lives: it is removed, and that is all.
+// done is false (the caller kills as for a launched task: the walk from
+// what is there, the cgroup, the session) when it cannot say so: a run
+// is known, the executor lives (or its death cannot be read), the host
+// records no cgroup for the task, the cgroup is not proven the task's or
+// cannot be read, or it holds a process (a launch nobody recorded).
+func (r *Real) killUnlaunched(task string, id fsm.Identity, run fsm.Proc) (done bool, err error) {
+	if !run.IsZero() || id.PID <= 0 || id.Cgroup == "" {
+		return false, nil
+	}
+	if err := proc.Check(id); !errors.Is(err, ErrGone) && !errors.Is(err, ErrNotOurs) {
+		return false, nil // alive (nil), or unreadable
+	}
+	cg, err := r.openCgroup(task, id)
+	if err != nil {
+		return false, nil
+	}
+	members, err := cg.Procs()
+	if err != nil || len(members) > 0 {
+		return false, nil
+	}
+	return true, cg.Remove()
 }
 
 // openCgroup opens the task's recorded cgroup, once proven the task's.

@@ -107,7 +107,7 @@ func (l *genLog) All(ctx context.Context, fn func(task string) error) error {
 
 func (l *genLog) LoadTasks(ctx context.Context, which store.Selection) (store.Scan, error) {
 	l.g.enter("load-tasks", "")
-	return l.s.LoadTasks(ctx, which)
+	return l.log().LoadTasks(ctx, which)
 }
 
 // Close does nothing: the harness owns the log and closes it when the

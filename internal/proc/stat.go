@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Stat is the part of /proc/PID/stat tether reads.
@@ -28,10 +30,42 @@ func (s Stat) Dead() bool { return s.State == 'Z' || s.State == 'X' || s.State =
 
 func path(pid int, file string) string { return "/proc/" + strconv.Itoa(pid) + "/" + file }
 
+// readProc reads a /proc file whole into buf (grown if it fills), with no
+// stat of it first (a /proc file says size 0): open, reads until one
+// returns nothing, close. The error wraps the errno (ENOENT, ESRCH for a
+// process that is gone).
+func readProc(p string, buf []byte) ([]byte, error) {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	for errors.Is(err, unix.EINTR) {
+		fd, err = unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	}
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: p, Err: err}
+	}
+	defer unix.Close(fd)
+	n := 0
+	for {
+		if n == len(buf) {
+			buf = append(buf, make([]byte, max(len(buf), 512))...)
+		}
+		m, err := unix.Read(fd, buf[n:])
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return nil, &fs.PathError{Op: "read", Path: p, Err: err}
+		case m == 0:
+			return buf[:n], nil
+		}
+		n += m
+	}
+}
+
 // ReadStat reads /proc/PID/stat. A missing process is an error matching
 // both ErrGone and fs.ErrNotExist.
 func ReadStat(pid int) (Stat, error) {
-	b, err := os.ReadFile(path(pid, "stat"))
+	var buf [512]byte
+	b, err := readProc(path(pid, "stat"), buf[:])
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 			return Stat{}, fmt.Errorf("%w: pid %d: %w", ErrGone, pid, fs.ErrNotExist)
@@ -48,28 +82,45 @@ func ParseStat(b []byte) (Stat, error) {
 	if i < 0 || i+2 >= len(b) {
 		return Stat{}, errors.New("malformed /proc stat")
 	}
-	f := strings.Fields(string(b[i+2:]))
-	// f[0] is field 3 (state); field N is f[N-3].
-	if len(f) < 20 || len(f[0]) != 1 {
+	// The fields from 3 (state) on, separated by spaces: field N is the
+	// (N-3)th; 22 (starttime) is the last one read.
+	var f [20][]byte
+	rest := b[i+2:]
+	for k := range f {
+		rest = bytes.TrimLeft(rest, " \n")
+		end := bytes.IndexAny(rest, " \n")
+		if end < 0 {
+			end = len(rest)
+		}
+		if end == 0 {
+			return Stat{}, errors.New("short /proc stat")
+		}
+		f[k], rest = rest[:end], rest[end:]
+	}
+	if len(f[0]) != 1 {
 		return Stat{}, errors.New("short /proc stat")
 	}
 	var s Stat
 	s.State = f[0][0]
 	var err error
-	if s.PPID, err = strconv.Atoi(f[1]); err != nil {
+	if s.PPID, err = atoi(f[1]); err != nil {
 		return Stat{}, fmt.Errorf("/proc stat ppid: %w", err)
 	}
-	if s.PGID, err = strconv.Atoi(f[2]); err != nil {
+	if s.PGID, err = atoi(f[2]); err != nil {
 		return Stat{}, fmt.Errorf("/proc stat pgrp: %w", err)
 	}
-	if s.SID, err = strconv.Atoi(f[3]); err != nil {
+	if s.SID, err = atoi(f[3]); err != nil {
 		return Stat{}, fmt.Errorf("/proc stat session: %w", err)
 	}
-	if s.StartTime, err = strconv.ParseUint(f[19], 10, 64); err != nil {
+	if s.StartTime, err = strconv.ParseUint(string(f[19]), 10, 64); err != nil {
 		return Stat{}, fmt.Errorf("/proc stat starttime: %w", err)
 	}
 	return s, nil
 }
+
+// atoi is strconv.Atoi of a field (the conversion to string does not
+// allocate).
+func atoi(b []byte) (int, error) { return strconv.Atoi(string(b)) }
 
 // StartTime returns field 22 of /proc/PID/stat: the process start time in
 // clock ticks since boot. A missing process is an error matching ErrGone.
@@ -105,7 +156,8 @@ func BootID() (string, error) { return bootID() }
 // Cmdline returns the arguments of /proc/PID/cmdline; nil for a process
 // that is gone (or exiting: its cmdline reads empty).
 func Cmdline(pid int) ([]string, error) {
-	b, err := os.ReadFile(path(pid, "cmdline"))
+	var buf [512]byte
+	b, err := readProc(path(pid, "cmdline"), buf[:])
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 			return nil, nil
@@ -121,14 +173,19 @@ func Cmdline(pid int) ([]string, error) {
 // CmdlineHas reports whether /proc/PID/cmdline has every one of args as a
 // whole argument.
 func CmdlineHas(pid int, args ...string) (bool, error) {
-	have, err := Cmdline(pid)
+	var buf [512]byte
+	b, err := readProc(path(pid, "cmdline"), buf[:])
 	if err != nil {
-		return false, err
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+			return false, nil
+		}
+		return false, fmt.Errorf("read the cmdline of pid %d: %w", pid, err)
 	}
+	b = bytes.TrimSuffix(b, []byte{0})
 	for _, want := range args {
 		found := false
-		for _, a := range have {
-			if a == want {
+		for a := range bytes.SplitSeq(b, []byte{0}) {
+			if len(b) > 0 && string(a) == want {
 				found = true
 				break
 			}

@@ -72,8 +72,9 @@ func main() {
 		"agent":    {dir: "bench", bench: "^BenchmarkCLIParallelAgent$", rounds: [2]int{3, 1}, args: [2][]string{{"-cli.tasks=200"}, {"-cli.tasks=50"}}},
 		"services": {dir: "bench", bench: "^BenchmarkServices50$", rounds: [2]int{10, 3}, args: [2][]string{{"-svc.n=50"}, {"-svc.n=50"}}},
 		"idle":     {dir: "bench", bench: "^BenchmarkAgentIdle$", rounds: [2]int{3, 1}, args: [2][]string{{"-svc.n=50"}, {"-svc.n=50"}}},
+		"restart":  {dir: "bench", bench: "^BenchmarkAgentRestart$", rounds: [2]int{5, 2}, args: [2][]string{{"-agent.tasks=1000"}, {"-agent.tasks=100"}}},
 	}
-	order := []string{"start", "memory", "single", "many", "replay", "recover", "kill", "cli", "fold", "isolate", "run", "contain", "parallel", "shm", "live", "agent", "services", "idle"}
+	order := []string{"start", "memory", "single", "many", "replay", "recover", "kill", "cli", "fold", "isolate", "run", "contain", "parallel", "shm", "live", "agent", "services", "idle", "restart"}
 
 	if *only != "" {
 		var sel []string
@@ -721,6 +722,21 @@ func agentRows(t *table, get getter, failed map[string]string) {
 	} else {
 		t.add("16. Agent idle RSS / PSS", "not measured: "+skipReason(failed["idle"]), "", "", "(info)", "**NO**", "")
 	}
+
+	if m, ok := get("restart", "BenchmarkAgentRestart"); ok {
+		n := fmt.Sprintf("%.0f", m["tasks"])
+		f := func(m metrics, k string) string { return fmt.Sprintf("%.1f ms", m[k]) }
+		t.check(check{figure: "17. Agent restart over " + n + " live tasks (sleepers under real executors, started through the agent): the agent SIGKILLed, a new one started → recovered, and a status of each answering with its live executor",
+			tether:     ms(m["tether-p50-ms"]) + fmt.Sprintf(" (%.0f µs a task)", m["tether-us/task"]),
+			comparison: "floor " + ms(m["floor-p50-ms"]) + ": the same " + n + " identity checks (pidfd_open + /proc/PID/stat) and executor connects (connect + the executor's hello), 64 at a time",
+			ratio:      ratioCell(m["ratio"]), r: m["ratio"], lim: 3, le: true, target: le(3),
+			always: fmt.Sprintf("the new agent said READY=1 at %s, its recovery (every task's lock, identity, reattach, status, all in one read of the store) was over %s later, "+
+				"and the %s statuses through it took %s. CPU of a round: the agent %s and the executors %s (their answers), against the floor's own %s and its executors' %s. %s",
+				f(m, "phase-start-to-ready-ms"), f(m, "phase-ready-to-recovered-ms"), n, f(m, "phase-statuses-ms"),
+				f(m, "phase-agent-cpu-ms"), f(m, "phase-executors-cpu-ms"), f(m, "phase-floor-cpu-ms"), f(m, "phase-floor-executors-cpu-ms"), restartWhy)})
+	} else {
+		t.add("17. Agent restart over live tasks", "not measured: "+skipReason(failed["restart"]), "", "", le(3), "**NO**", "")
+	}
 }
 
 // svcNote is why a supervisor was not measured, from the benchmark's note.
@@ -832,7 +848,7 @@ func phaseNotes(b *bytes.Buffer, res map[string]map[string]metrics) {
 		fmt.Fprintf(b, "- Kill of a running task (row 7): kill-executor effect %s.\n", f(m, "kill-effect"))
 	}
 	if m, ok := res["kill"]["BenchmarkKill/after-executor-up"]; ok {
-		fmt.Fprintf(b, "- Kill after executor-up (row 7): append launch-failed %s, kill-executor effect (executor killed by identity, confirmed dead) %s, append executor-reaped %s.\n",
+		fmt.Fprintf(b, "- Kill after executor-up (row 7): append launch-failed %s, kill-executor effect (the executor ended through the pidfd its connection holds, confirmed dead; its task cgroup absent, so nothing walked) %s, append executor-reaped %s.\n",
 			f(m, "append-launch-failed"), f(m, "kill-effect"), f(m, "append-executor-reaped"))
 	}
 	if m, ok := res["parallel"]["BenchmarkCLIParallel"]; ok {
@@ -945,6 +961,14 @@ its own nearly free.
    and on 50, read once it says all 50 are up by its own account (the agent's status stream converged with 50
    running; ` + "`s6-svwait -u -a`" + `; ` + "`supervisorctl status`" + ` all RUNNING): VmRSS and Pss (/proc/PID/smaps_rollup) of the
    supervisor, and summed over its per-service supervisors (tether's executors, s6-supervise).
+17. ` + "`go test -run '^$' -bench '^BenchmarkAgentRestart$' -benchtime 5x -agent.tasks=1000 .`" + `: 1,000 live tasks
+   (the static sleeper, each under its embedded executor) started through a real ` + "`tether agent`" + ` (untimed, 8 at a
+   time); each round the agent is SIGKILLed (untimed; its executors and tasks live on) and the clock runs from the
+   new agent's fork until it said READY=1, its recovery is over (its status stream's first generation, published
+   once Recover returned) and a status of each task through it (InspectTask, 8 at a time) answers running with
+   its executor alive. Floor, alternating round by round on the same live executors: per task pidfd_open, the
+   start time from /proc/PID/stat against the recorded one, connect(2) to the executor's socket and its hello (a
+   length-prefixed JSON frame) answered, 64 tasks at a time as the driver's recovery does.
 - fsm: ` + "`go test -run '^$' -bench . ./fsm/`" + ` (from the root).
 `)
 	if quick {
@@ -959,9 +983,12 @@ var (
 		"opens the log files, reserves room for the exit status, makes the task's cgroup in every hierarchy with its limits, and forks the task " +
 		"from a thread moved into it (cgroup.ForkExec). Before this round the launch went through the init shim, a second Go start of 15–35 ms; " +
 		"an interleaved A/B of `tether start` measured 0.77x after that change alone."
-	recoverWhy = "Profiled (go test -cpuprofile): per task a store read to create its owner and a second after taking the task's lock " +
-		"(owner.reconcile's reload: skipping it when the state was just read took Recover from 30.9 to 23.6 µs a task), the identity check (the floor), " +
-		"the reattached append, and the owner goroutine with its channels (GC ~7%)."
+	recoverWhy = "Profiled (go test -cpuprofile): every live log is read in one read of the store (LoadTasks, ~15% of tether's CPU), " +
+		"and a running task whose executor answers gets no owner: per task the identity check (the floor's work, ~55%), the probe's deadline " +
+		"timers and the claim (~15%), and GC. Before issue 35 it read each log twice and started an owner goroutine with its channels for every task: 8.44x."
+	restartWhy = "Recovery asks each executor twice (its hello, then its status: whether the task still runs and how many restarts it journalled) " +
+		"where the floor asks once, and takes each task's lock; the agent's side of each reattach (the identity file, the identity check, the " +
+		"socket's peer, the protocol's frames) and of each status is most of the rest. The executors' wake-ups on 2 shared CPUs are most of the floor."
 	killWhy = "The executor's Stop kills the task's cgroup (cgroup.kill), removes it once empty and answers (Status.Emptied) before its exit " +
 		"record's fsync; the driver then kills the executor through the pidfd on its proven identity (Conn.Dismiss), waits for its death and " +
 		"appends executor-reaped; the floor has no executor between. Before this round the Stop scanned all of /proc to signal the group and " +
