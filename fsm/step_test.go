@@ -129,6 +129,7 @@ type model struct {
 	state, target State
 	nonce         string
 	restarts      int
+	readies       int // journalled ready events folded
 }
 
 func (m *model) apply(e Event) bool {
@@ -177,6 +178,19 @@ func (m *model) apply(e Event) bool {
 			return true
 		case e.Type == EventReattached && m.state == StateRestarting:
 			return true
+		case e.Type == EventReady && m.state == StateRunning:
+			// A plain ready (an executor that journals none) is always a
+			// transition of a running task; a journalled one only at its
+			// place: the journal's entries so far are two a restart and
+			// one a ready.
+			if e.Attempt == 0 {
+				return true
+			}
+			if e.Attempt != 2*m.restarts+m.readies+1 {
+				return false
+			}
+			m.readies++
+			return true
 		case e.Type == EventRunning && m.state == StateLaunched:
 			m.state = StateRunning
 			return true
@@ -201,7 +215,7 @@ func (m *model) apply(e Event) bool {
 	return false
 }
 
-func drawEvent(t *rapid.T, target State, restarts int) Event {
+func drawEvent(t *rapid.T, target State, restarts, readies int) Event {
 	typ := EventType(rapid.IntRange(int(EventCreated), int(numEventTypes)-1).Draw(t, "type"))
 	e := Event{Type: typ, Time: rapid.Int64Range(0, 1<<40).Draw(t, "time")}
 	switch typ {
@@ -223,6 +237,14 @@ func drawEvent(t *rapid.T, target State, restarts int) Event {
 		}
 	case EventStopRequested:
 		e.Signal = rapid.IntRange(0, 31).Draw(t, "sig")
+	case EventReady:
+		if rapid.Bool().Draw(t, "journalled") {
+			e.Attempt = 2*restarts + readies + 1
+			if rapid.Bool().Draw(t, "wrong place") {
+				e.Attempt = rapid.IntRange(1, 8).Draw(t, "place")
+			}
+			e.TaskPID = rapid.IntRange(1, 1<<22).Draw(t, "readypid")
+		}
 	case EventRestartIntent:
 		e.Attempt = restarts + 1
 		if rapid.Bool().Draw(t, "wrong attempt") {
@@ -246,7 +268,7 @@ func TestFold_EqualsLiveState(t *testing.T) {
 		m := &model{}
 		var log []Event
 		for range rapid.IntRange(1, 60).Draw(t, "steps") {
-			in := drawEvent(t, m.target, m.restarts)
+			in := drawEvent(t, m.target, m.restarts, m.readies)
 			before := *m
 			legal := m.apply(in)
 			if in.Type == EventExecutorUp && in.Executor.Nonce == "" {
