@@ -460,7 +460,8 @@ type CopyNext struct {
 // failed one (or a lost one whose restarts are spent), by a reschedule
 // under a.Reschedule while it allows one. The new copy starts its
 // restart count afresh after a reschedule, as a new allocation of Nomad's
-// does.
+// does. A copy with no reschedule policy at all (tether run's) is
+// followed by nothing, however it ended.
 func NextCopy(end CopyEnd, a Alloc, restart *RestartPolicy) CopyNext {
 	next := Alloc{Index: a.Index, Reschedule: a.Reschedule, Rescheduled: a.Rescheduled, Restarts: a.Restarts,
 		Generation: a.Generation + 1, NotBefore: end.At}
@@ -468,9 +469,15 @@ func NextCopy(end CopyEnd, a Alloc, restart *RestartPolicy) CopyNext {
 		next.NotBefore = end.At + int64(delay)
 		return CopyNext{Again: true, Alloc: next, Delay: delay, Reason: reason}
 	}
-	switch end.Kind {
-	case EndRunning:
+	switch {
+	case end.Kind == EndRunning:
 		return CopyNext{Reason: "it runs"}
+	case a.Reschedule == nil && end.Kind != EndStopped && end.Kind != EndCompleted && end.Kind != EndRefused:
+		// tether run's copies (and those of a tether before reschedules):
+		// they run once, whoever drives them.
+		return CopyNext{Reason: end.Reason + "; nothing follows it (it has no reschedule policy: a run of a file runs once)"}
+	}
+	switch end.Kind {
 	case EndStopped:
 		return CopyNext{Reason: end.Reason + ": it stays stopped until it is started again"}
 	case EndCompleted:
@@ -493,9 +500,6 @@ func NextCopy(end CopyEnd, a Alloc, restart *RestartPolicy) CopyNext {
 			return again(d.Delay, fmt.Sprintf("%s: started again, %s", end.Reason, d.Reason))
 		}
 		end.Reason = fmt.Sprintf("%s, and its restart policy gave up (%s)", end.Reason, d.Reason)
-	}
-	if a.Reschedule == nil {
-		return CopyNext{Reason: end.Reason + "; it has no reschedule policy"}
 	}
 	d := a.Reschedule.Next(a.Rescheduled, end.At)
 	if !d.Reschedule {

@@ -256,7 +256,9 @@ func TestNextCopy(t *testing.T) {
 		{"lost, restarts spent: a reschedule", EndLost, func() Alloc { x := a; x.Restarts = RestartState{WindowStart: at, Count: 1}; return x }(), true, 7 * time.Second, true},
 		{"failed: a reschedule", EndFailed, a, true, 7 * time.Second, true},
 		{"failed, reschedules spent: down", EndFailed, func() Alloc { x := a; x.Rescheduled = []RescheduleEvent{{At: at - 10, Delay: pol.Delay}}; return x }(), false, 0, false},
-		{"failed, no policy: down", EndFailed, func() Alloc { x := a; x.Reschedule = nil; return x }(), false, 0, false},
+		{"failed, no policy (a run's): down", EndFailed, func() Alloc { x := a; x.Reschedule = nil; return x }(), false, 0, false},
+		{"lost, no policy (a run's): nothing", EndLost, func() Alloc { x := a; x.Reschedule = nil; return x }(), false, 0, false},
+		{"rebooted, no policy (a run's): nothing", EndRebooted, func() Alloc { x := a; x.Reschedule = nil; return x }(), false, 0, false},
 		{"failed, attempts 0 unlimited false: down", EndFailed, func() Alloc { x := a; x.Reschedule = &ReschedulePolicy{}; return x }(), false, 0, false},
 	} {
 		n := NextCopy(CopyEnd{Kind: tc.end, Task: "m", Reason: "it ended", At: at}, tc.a, restart)

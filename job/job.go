@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -142,6 +143,29 @@ type Group struct {
 // of it by a dry run of Instantiate (stand-in ids and ports: nothing is
 // allocated or written). See the package's doc.
 func Read(src Source, in Inputs, node Node) (*Job, error) {
+	j, err := Parse(src, in)
+	if err != nil {
+		return nil, err
+	}
+	host := node.host()
+	for _, g := range j.Groups {
+		for _, t := range g.Tasks {
+			if err := t.CheckConstraints(host); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if _, err := j.instantiate(nil, node, nil, Overrides{}, true); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// Parse is Read without the node: the file parsed with its inputs and its
+// groups planned, nothing checked against a host or a policy (what a
+// caller that is not the node a file runs on can check: tether cluster
+// start, before it writes the file for a node).
+func Parse(src Source, in Inputs) (*Job, error) {
 	if err := checkInputs(in); err != nil {
 		return nil, err
 	}
@@ -167,17 +191,6 @@ func Read(src Source, in Inputs, node Node) (*Job, error) {
 		j.Notes = append(j.Notes, src.File+": "+n.String())
 	}
 	if err := j.plan(); err != nil {
-		return nil, err
-	}
-	host := node.host()
-	for _, g := range j.Groups {
-		for _, t := range g.Tasks {
-			if err := t.CheckConstraints(host); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if _, err := j.instantiate(nil, node, nil, Overrides{}, true); err != nil {
 		return nil, err
 	}
 	return j, nil
@@ -378,8 +391,9 @@ type Overrides struct {
 	KillTimeout time.Duration `json:"kill_timeout,omitempty"`
 }
 
-// apply applies ov to spec; single says the run has one task.
-func (ov Overrides) apply(spec *fsm.Spec, single bool) error {
+// Apply applies ov to spec; single says the run has one task (Name and
+// Dir apply only then).
+func (ov Overrides) Apply(spec *fsm.Spec, single bool) error {
 	if !single && (ov.Name != "" || ov.Dir != "") {
 		return fmt.Errorf("%w: --name and --dir apply to one task: pick it with --task GROUP.TASK", ErrBadInput)
 	}
@@ -420,4 +434,37 @@ func (ov Overrides) validDriver() error {
 		return nil
 	}
 	return fmt.Errorf("%w: --driver %q: use exec or raw_exec", ErrBadInput, ov.Driver)
+}
+
+// FromSpec is the job of one task whose spec a tether before files were
+// kept (a version-1 registration of `tether enable`) holds: a task file of
+// that one task, named name, run as a service. Its strings are taken as
+// they are (escaped: no run-time reference is read in them).
+func FromSpec(file, name string, spec fsm.Spec) (*Job, Source) {
+	esc := func(l []string) []string {
+		out := make([]string, len(l))
+		for i, s := range l {
+			out[i] = taskfile.Escape(s)
+		}
+		return out
+	}
+	s := spec
+	s.Name, s.Command, s.Args, s.Dir = name, taskfile.Escape(spec.Command), esc(spec.Args), taskfile.Escape(spec.Dir)
+	s.CapAdd, s.CapDrop = esc(spec.CapAdd), esc(spec.CapDrop)
+	if spec.Env != nil {
+		s.Env = make(map[string]string, len(spec.Env))
+		for k, v := range spec.Env {
+			s.Env[k] = taskfile.Escape(v)
+		}
+	}
+	s.Alloc = nil
+	g := &taskfile.Group{Name: name, Implicit: true, Count: 1, Restart: spec.Restart}
+	t := &taskfile.Task{Name: name, Group: g, Driver: spec.Driver, Spec: s}
+	g.Tasks = []*taskfile.Task{t}
+	tf := &taskfile.File{Filename: file, Groups: []*taskfile.Group{g}, Tasks: []*taskfile.Task{t}}
+	gp := &taskfile.GroupPlan{Group: g, Main: []*taskfile.Task{t}}
+	b, _ := json.Marshal(spec) // its digest: the spec's (encoding/json sorts maps: canonical)
+	src := Source{File: file, Text: append([]byte(name+"\n"), b...)}
+	return &Job{Source: src, File: tf, Name: name, Groups: []Group{{Plan: gp, Name: name, Count: 1, Tasks: []*taskfile.Task{t},
+		Reschedule: fsm.DefaultServiceReschedule}}}, src
 }

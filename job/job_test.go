@@ -469,3 +469,23 @@ func TestRead_Batch(t *testing.T) {
 		t.Errorf("batch %v %v, reschedule %+v", j.Batch, run.Batch, run.Allocs[0].Tasks[0].Spec.Alloc.Reschedule)
 	}
 }
+
+// A version-1 registration's spec runs as a file of that one task would:
+// its strings taken as they are, a "${" in them kept.
+func TestFromSpec(t *testing.T) {
+	node := testNode(t)
+	spec := fsm.Spec{Name: "old", Driver: "raw_exec", Command: "/bin/echo", Args: []string{"${NOT_A_REF}", "x"}, Env: map[string]string{"A": "$${B}"}}
+	j, src := FromSpec("/etc/tether/old.hcl", "old", spec)
+	again, src2 := FromSpec("/etc/tether/old.hcl", "old", spec)
+	if Digest(src, Inputs{}) != Digest(src2, Inputs{}) || j.Name != "old" || again.Tasks() != 1 {
+		t.Fatalf("FromSpec is not stable: %q %q", src.Text, src2.Text)
+	}
+	run := instantiate(t, j, node, Overrides{})
+	s := run.Allocs[0].Tasks[0].Spec
+	if s.Command != "/bin/echo" || !slices.Equal(s.Args, []string{"${NOT_A_REF}", "x"}) || s.Env["A"] != "$${B}" || s.Alloc == nil || s.Dir == "" {
+		t.Errorf("the spec run: %+v", s)
+	}
+	if *s.Alloc.Reschedule != fsm.DefaultServiceReschedule {
+		t.Errorf("reschedule %+v", s.Alloc.Reschedule)
+	}
+}
