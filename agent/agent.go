@@ -220,7 +220,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("agent serving", "socket", SocketPath(a.cfg.StateDir), "pid", os.Getpid(), "config_dir", a.cfg.ConfigDir)
 	close(a.serving)
 
-	a.drives.begin(ctx, a.conv.driveEnded)
+	a.drives.begin(ctx, a.conv.driveChanged)
 	defer a.drives.wait()
 	a.recover(ctx)
 	var events <-chan fsnotify.Event
@@ -256,7 +256,7 @@ func (a *Agent) Once(ctx context.Context) error {
 		stop() // the groups it drives are left to the next agent
 		a.drives.wait()
 	}()
-	a.drives.begin(dctx, a.conv.driveEnded)
+	a.drives.begin(dctx, a.conv.driveChanged)
 	a.recover(ctx)
 	return a.conv.run(ctx, true, nil, nil)
 }

@@ -154,8 +154,9 @@ func (c *converger) watch(ctx context.Context, fn func(Status) bool) error {
 	}
 }
 
-// driveEnded tells the loop that the drive of the group alloc returned.
-func (c *converger) driveEnded(alloc string) {
+// driveChanged tells the loop that the drive of the group alloc took a
+// step or returned: a round reads it again.
+func (c *converger) driveChanged(alloc string) {
 	select {
 	case c.ended <- "alloc:" + alloc:
 	default: // a round is due already
@@ -502,6 +503,13 @@ func (c *converger) taskView(ctx context.Context, id string) (TaskView, error) {
 // allocations' ids first, with the crash points of the kinds of change it
 // holds.
 func (c *converger) commit(ctx context.Context, _ View, changes []Change) error {
+	_, err := c.commitWritten(ctx, changes, "")
+	return err
+}
+
+// commitWritten is commit, returning the records written; kind, if not
+// "", is the kind of change its crash points name (a request's).
+func (c *converger) commitWritten(ctx context.Context, changes []Change, kind commitKind) ([]store.Desired, error) {
 	var kinds []commitKind
 	seen := map[commitKind]bool{}
 	out := make([]store.DesiredChange, len(changes))
@@ -520,13 +528,13 @@ func (c *converger) commit(ctx context.Context, _ View, changes []Change) error 
 			}
 		}
 		out[i] = ch.DesiredChange
-		k := kindOf(ch)
+		k := cmp.Or(kind, kindOf(ch))
 		if !seen[k] {
 			seen[k] = true
 			kinds = append(kinds, k)
 		}
 	}
-	return c.commitKinds(ctx, kinds, out...)
+	return c.commitKindsWritten(ctx, kinds, out...)
 }
 
 // newAlloc is a new allocation of shape s, its ids drawn.
@@ -539,12 +547,18 @@ func (c *converger) newAlloc(s job.Shape) store.DesiredAlloc {
 }
 
 func (c *converger) commitKinds(ctx context.Context, kinds []commitKind, changes ...store.DesiredChange) error {
+	_, err := c.commitKindsWritten(ctx, kinds, changes...)
+	return err
+}
+
+func (c *converger) commitKindsWritten(ctx context.Context, kinds []commitKind, changes ...store.DesiredChange) ([]store.Desired, error) {
 	name := changes[0].Desired.Name
 	for _, k := range kinds {
 		c.hooks.crash(crashBeforeCommit+string(k), name)
 	}
-	if _, err := c.a.st.ChangeDesired(ctx, changes...); err != nil {
-		return err
+	written, err := c.a.st.ChangeDesired(ctx, changes...)
+	if err != nil {
+		return nil, err
 	}
 	for _, k := range kinds {
 		c.hooks.crash(crashAfterCommit+string(k), name)
@@ -562,7 +576,7 @@ func (c *converger) commitKinds(ctx context.Context, kinds []commitKind, changes
 			c.log.Info("desired entry recorded", "name", d.Name, "tasks", fmt.Sprint(ids), "reason", d.Reason)
 		}
 	}
-	return nil
+	return written, nil
 }
 
 func kindOf(ch Change) commitKind {
@@ -764,12 +778,13 @@ func (c *converger) handle(ctx context.Context, r convRequest) (Entry, error) {
 	if err != nil {
 		return Entry{}, err
 	}
-	if err := c.commit(ctx, View{}, []Change{ch}); err != nil {
+	written, err := c.commitWritten(ctx, []Change{ch}, r.kind)
+	if err != nil {
 		return Entry{}, err
 	}
-	out := ch.Desired
-	out.Rev++
-	return entryOfRecord(out), nil
+	e := entryOfRecord(written[0])
+	e.Pending = true
+	return e, nil
 }
 
 // readEnable reads an enable's file with the agent's own node: a file the

@@ -45,19 +45,23 @@ import (
 //	any       -                 a log cannot be read       left as it is (RowUnreadable)
 //	disabled  -                 a copy live                stop it (RowStopGone)
 //	disabled  -                 none live                  delete the record (RowForget)
-//	dir       dir refused       -                          left as it is (RowDirUnknown)
-//	dir       feed not known    -                          left as it is (RowDirUnknown)
+//	dir       dir refused       -                          left as it is, driven (RowDirUnknown)
+//	dir       feed not known    -                          left as it is, driven (RowDirUnknown)
 //	dir       another dir's     -                          left alone (RowOtherDir)
-//	dir       file refused      -                          left as it is (RowRefused)
-//	dir       file gone         a copy live                stop it (RowStopGone)
+//	dir       file refused      -                          left as it is, driven (RowRefused)
+//	dir       file gone         a copy live, not retiring  change: retiring (RowRetire)
+//	dir       file gone         a copy live, retiring      stop it (RowStopGone)
 //	dir       file gone         none live                  delete the record (RowForget)
 //	dir       in another file   -                          change: its file (RowMoved)
 //	version 1 -                 its task live              left running (RowLegacyLive)
 //	version 1 -                 its task stopped           held: stopped on request (RowLegacyHeld)
 //	version 1 -                 its task ended, or gone    intent: new allocations (RowIntent)
-//	any       refused now       -                          left as it is (RowRefused)
-//	any       changed           a copy live                stop it (RowStopChanged)
-//	any       changed           none live                  intent: new allocations (RowIntent)
+//	any       refused now       -                          left as it is, driven (RowRefused)
+//	any       changed           a copy live, not retiring  change: retiring (RowRetire)
+//	any       changed, or       a copy live, retiring      stop it (RowStopChanged)
+//	          same, retiring
+//	any       changed, or       none live                  intent: new allocations (RowIntent)
+//	          same, retiring
 //	any       same              newer copy in the store    change: follow it (RowFollow)
 //	any       same              a first copy not recorded  start it (RowStart)
 //	any       same              a first copy interrupted   new ids for its allocation (RowRenew)
@@ -67,11 +71,17 @@ import (
 //	any       same              live and driven here       nothing (RowSteady)
 //	any       same              over, nothing follows      nothing: stopped, completed, refused or down (RowSteady)
 //
-// A name with an effect in flight is decided again once it is over
-// (RowBusy). At most one copy of an allocation is ever live: a copy's
-// successor is recorded only by its driver once it is over (DriveGroup,
-// under the group's lock), new allocations only once no copy of the old
-// ones is live, and only the recorded copies are ever created.
+// "Driven" rows leave what runs as it is, and drive the copies nobody
+// drives (as RowDrive). A name with an effect in flight is decided again
+// once it is over (RowBusy). At most one copy of an allocation is ever
+// live: a copy's successor is recorded only by its driver once it is over
+// (DriveGroup, under the group's lock), new allocations only once no copy
+// of the old ones is live, and only the recorded copies are ever created.
+// A copy the agent stops is marked first (retiring, durable): a copy
+// stopped while its record is not retiring was stopped on request, and
+// stays stopped until its entry is started again or its file changes; one
+// stopped for a change is followed by new allocations even if the change
+// was undone meanwhile.
 
 // Declared is a desired entry as its source declares it now, read through
 // the job path.
@@ -188,6 +198,7 @@ const (
 	RowOtherDir
 	RowRefused
 	RowMoved
+	RowRetire
 	RowLegacyLive
 	RowLegacyHeld
 	RowStopChanged
@@ -201,7 +212,7 @@ const (
 )
 
 var rowNames = [numRows]string{"none", "intent", "refused-new", "unreadable", "stop-gone", "forget", "dir-unknown", "other-dir",
-	"refused", "moved", "legacy-live", "legacy-held", "stop-changed", "follow", "renew", "start", "drive", "steady", "busy"}
+	"refused", "moved", "retire", "legacy-live", "legacy-held", "stop-changed", "follow", "renew", "start", "drive", "steady", "busy"}
 
 func (r Row) String() string {
 	if r < numRows {
@@ -324,11 +335,11 @@ func Decide(v View) Plan {
 		case r.Source == store.SourceDir && v.DirErr != "" && underDir(r.File, v.ConfigDir):
 			d.row(RowDirUnknown)
 			p.Notes[name] = v.DirErr + "; its tasks are left as they are"
-			d.watchLegacy(r)
+			d.keep(r)
 		case r.Source == store.SourceDir && v.FeedErr != "" && underDir(r.File, v.FeedDir):
 			d.row(RowDirUnknown)
 			p.Notes[name] = v.FeedErr + "; its tasks are left as they are"
-			d.watchLegacy(r)
+			d.keep(r)
 		case r.Source == store.SourceDir && !underDir(r.File, v.ConfigDir) && !underDir(r.File, v.FeedDir):
 			d.row(RowOtherDir)
 			where := "the agent has no --config-dir"
@@ -340,7 +351,7 @@ func Decide(v View) Plan {
 			if why, bad := badFiles[r.File]; bad {
 				d.row(RowRefused)
 				p.Notes[name] = fmt.Sprintf("%s: %s; its tasks are left as they are until the file is fixed", r.File, why)
-				d.watchLegacy(r)
+				d.keep(r)
 				continue
 			}
 			d.remove(r, "its file "+r.File+" is gone")
@@ -431,7 +442,7 @@ func (d decider) effect(k EffectKind, allocs []store.DesiredAlloc, reason string
 func (d decider) intent(r store.Desired, f Declared) {
 	d.row(RowIntent)
 	spec := r.Spec
-	r.Digest, r.Allocs, r.Task, r.Spec, r.Reason = f.Digest, nil, "", nil, ""
+	r.Digest, r.Allocs, r.Task, r.Spec, r.Reason, r.Retiring = f.Digest, nil, "", nil, "", false
 	if r.Source == store.SourceEnabled || underDir(f.File, d.v.FeedDir) {
 		r.Text, r.Inputs = f.Text, storeInputs(f.Inputs)
 	}
@@ -476,23 +487,56 @@ func (d decider) watchLegacy(r store.Desired) {
 	}
 }
 
-// remove stops the record's live copies (and a version-1 task), else
-// deletes the record.
+// remove stops the record's live copies (and a version-1 task), marking
+// it retiring first (a disabled record is marked already), else deletes
+// the record.
 func (d decider) remove(r store.Desired, why string) {
 	live := d.liveAllocs(r)
+	legacy := d.legacyLive(r)
+	if legacy {
+		d.p.Watch = append(d.p.Watch, r.Task)
+		live = append(live, store.DesiredAlloc{ID: "", Tasks: []string{r.Task}})
+	}
 	switch {
+	case len(live) > 0 && !r.Retiring && !r.Disabled:
+		d.retire(r)
 	case len(live) > 0:
 		d.row(RowStopGone)
 		d.effect(EffectStop, live, why)
-	case d.legacyLive(r):
-		d.row(RowStopGone)
-		d.p.Watch = append(d.p.Watch, r.Task)
-		d.effect(EffectStop, []store.DesiredAlloc{{ID: "", Tasks: []string{r.Task}}}, why)
 	default:
 		d.row(RowForget)
 		d.p.Changes = append(d.p.Changes, Change{DesiredChange: store.DesiredChange{Desired: store.Desired{Name: r.Name, Rev: r.Rev}, Delete: true}})
 		d.p.Pending[d.name] = true
 	}
+}
+
+// retire marks the record retiring: the stop of its copies follows.
+func (d decider) retire(r store.Desired) {
+	d.row(RowRetire)
+	r.Retiring = true
+	d.change(r, nil)
+}
+
+// keep leaves what an entry runs as it is, and drives its copies nobody
+// drives (a version-1 task is watched).
+func (d decider) keep(r store.Desired) {
+	d.watchLegacy(r)
+	var drive []store.DesiredAlloc
+	for _, a := range r.Allocs {
+		if c := d.v.Copies[a.ID]; !c.Driven && len(c.Tasks) > 0 && (c.live() || d.owed(c)) {
+			drive = append(drive, a)
+		}
+	}
+	if len(drive) > 0 {
+		d.effect(EffectDrive, drive, "")
+	}
+}
+
+// owed reports whether a copy over has a copy to follow it.
+func (d decider) owed(c CopyView) bool {
+	end := fsm.GroupState{Tasks: c.Tasks, Missing: c.Missing}.End(d.v.BootID)
+	return end.Kind != fsm.EndRunning && !(end.Kind == fsm.EndInterrupted && allocOf(c.Tasks).Generation == 0) &&
+		fsm.NextCopy(end, allocOf(c.Tasks), restartOf(c.Tasks, end.Task)).Again
 }
 
 // converge decides for a record whose declaration is f.
@@ -508,23 +552,26 @@ func (d decider) converge(r store.Desired, f Declared) {
 			d.row(RowLegacyHeld)
 			return
 		case f.Err != "":
-			d.refused(f)
+			d.refused(r, f)
 			return
 		}
 		d.intent(r, f)
 		return
 	}
 	if f.Err != "" {
-		d.refused(f)
+		d.refused(r, f)
 		return
 	}
-	if r.Digest != f.Digest || len(r.Allocs) == 0 {
-		if live := d.liveAllocs(r); len(live) > 0 {
+	if r.Digest != f.Digest || len(r.Allocs) == 0 || r.Retiring {
+		switch live := d.liveAllocs(r); {
+		case len(live) > 0 && !r.Retiring:
+			d.retire(r)
+		case len(live) > 0:
 			d.row(RowStopChanged)
 			d.effect(EffectStop, live, "its declaration changed: replaced")
-			return
+		default:
+			d.intent(r, f)
 		}
-		d.intent(r, f)
 		return
 	}
 	// The same declaration: each allocation's newest copy.
@@ -546,6 +593,8 @@ func (d decider) converge(r store.Desired, f Declared) {
 			start = append(start, a) // its first copy: nothing of it recorded yet
 		case c.live():
 			drive = append(drive, a)
+		case d.owed(c):
+			drive = append(drive, a)
 		default:
 			end := fsm.GroupState{Tasks: c.Tasks, Missing: c.Missing}.End(d.v.BootID)
 			if end.Kind == fsm.EndInterrupted && a.Generation == 0 {
@@ -555,10 +604,6 @@ func (d decider) converge(r store.Desired, f Declared) {
 				if sh, ok := shapeOf(f.Shapes, a); ok {
 					renew[i] = sh
 				}
-				continue
-			}
-			if next := fsm.NextCopy(end, allocOf(c.Tasks), restartOf(c.Tasks, end.Task)); next.Again {
-				drive = append(drive, a)
 			}
 		}
 	}
@@ -591,10 +636,11 @@ func shapeOf(shapes []job.Shape, a store.DesiredAlloc) (job.Shape, bool) {
 	return job.Shape{}, false
 }
 
-// refused leaves an entry whose declaration is refused as it is.
-func (d decider) refused(f Declared) {
+// refused leaves an entry whose declaration is refused as it is, driven.
+func (d decider) refused(r store.Desired, f Declared) {
 	d.row(RowRefused)
 	d.p.Notes[d.name] = fmt.Sprintf("%s: refused: %s; what it runs is left as it is until it is fixed", f.File, f.Err)
+	d.keep(r)
 }
 
 // storeInputs is job.Inputs as the store keeps them.

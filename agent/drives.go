@@ -24,8 +24,9 @@ type drives struct {
 	ctx    context.Context // the agent's life, from begin; nil before
 	active map[string]*drive
 	wg     sync.WaitGroup
-	// ended is told the allocation of every drive that returns.
-	ended func(alloc string)
+	// changed is told the allocation of a drive at each of its steps and
+	// when it returns (a round of the convergence reads it again).
+	changed func(alloc string)
 }
 
 // drive is one group being driven.
@@ -53,10 +54,10 @@ func newDrives(l *Local, log hclog.Logger) *drives {
 
 // begin lets drives start, each under ctx (the agent's life), until ctx
 // ends.
-func (ds *drives) begin(ctx context.Context, ended func(alloc string)) {
+func (ds *drives) begin(ctx context.Context, changed func(alloc string)) {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
-	ds.ctx, ds.ended = ctx, ended
+	ds.ctx, ds.changed = ctx, changed
 }
 
 // wait returns once every drive has returned (their ctx ended).
@@ -88,10 +89,16 @@ func (ds *drives) start(alloc string, ids []string, next func(Copy) error) (*dri
 	dr := &drive{alloc: alloc, next: next, changed: make(chan struct{}), done: make(chan struct{})}
 	ds.active[alloc] = dr
 	ds.wg.Add(1)
-	ctx, ended := ds.ctx, ds.ended
+	ctx, changed := ds.ctx, ds.changed
+	progress := func(p driver.GroupProgress) {
+		dr.progress(p)
+		if changed != nil {
+			changed(alloc)
+		}
+	}
 	go func() {
 		defer ds.wg.Done()
-		dr.result, dr.err = ds.l.DriveGroup(ctx, ids, DriveOptions{Wait: true, Progress: dr.progress, Next: dr.callNext})
+		dr.result, dr.err = ds.l.DriveGroup(ctx, ids, DriveOptions{Wait: true, Progress: progress, Next: dr.callNext})
 		switch {
 		case dr.err != nil && ctx.Err() == nil:
 			ds.log.Error("driving the group stopped; it is driven again by the next decision or agent", "alloc", alloc, "err", dr.err)
@@ -102,8 +109,8 @@ func (ds *drives) start(alloc string, ids []string, next func(Copy) error) (*dri
 		delete(ds.active, alloc)
 		ds.mu.Unlock()
 		close(dr.done)
-		if ended != nil && ctx.Err() == nil {
-			ended(alloc)
+		if changed != nil && ctx.Err() == nil {
+			changed(alloc)
 		}
 	}()
 	return dr, nil

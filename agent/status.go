@@ -126,7 +126,8 @@ func entryInRound(r store.Desired, v View, plan Plan) Entry {
 	case r.Disabled || row == RowStopGone || row == RowForget:
 		e.Standing = StandingStopping
 		return e
-	case row == RowRefused && !anyLive(all):
+	case row == RowRefused:
+		// Its tasks (if any) are left running: they are listed with it.
 		e.Standing, e.Reason = StandingRefused, refusal(v, r)
 		return e
 	}

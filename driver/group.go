@@ -259,14 +259,14 @@ func (d *Driver) driveGroup(ctx context.Context, l *GroupLock, ids []string, sto
 
 	var last GroupStep
 	var lastErr error
-	for {
+	for first := true; ; first = false {
 		var missing []string
 		if tasks, missing, err = d.loadGroup(ctx, ids); err != nil {
 			return tasks, err
 		}
 		step := fsm.GroupState{Tasks: tasks, Missing: missing, Stop: stop, Now: d.cfg.Now().UnixNano()}.Next()
 		stop = false
-		if fn != nil && (!step.Idle() || step.String() != last.String()) {
+		if fn != nil && (first || !step.Idle() || step.String() != last.String()) {
 			fn(GroupProgress{Step: step, Tasks: tasks})
 		}
 		if step.Over {

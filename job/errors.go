@@ -29,8 +29,8 @@ var (
 
 // Errors of instantiating.
 var (
-	// ErrIDs: the ids given to Instantiate do not fit the job's shapes.
-	ErrIDs = errors.New("job: ids do not fit the job's allocations")
+	// ErrShape: the ids given to Instantiate do not fit the job's shapes.
+	ErrShape = errors.New("job: ids do not fit the job's allocations")
 )
 
 // ParseError is a file that does not parse: the parser's diagnostics,

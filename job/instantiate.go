@@ -79,7 +79,7 @@ func (j *Job) InstantiateAlloc(ctx context.Context, node Node, group string, ind
 			return run, nil
 		}
 	}
-	return nil, fmt.Errorf("%w: the job has no allocation %d of group %q", ErrIDs, index, group)
+	return nil, fmt.Errorf("%w: the job has no allocation %d of group %q", ErrShape, index, group)
 }
 
 func (j *Job) instantiate(ctx context.Context, node Node, ids []IDs, ov Overrides, dry bool) (run *Run, err error) {
@@ -97,7 +97,7 @@ func (j *Job) instantiate(ctx context.Context, node Node, ids []IDs, ov Override
 		}
 	}
 	if len(ids) != len(shapes) {
-		return nil, fmt.Errorf("%w: %d allocations, %d sets of ids", ErrIDs, len(shapes), len(ids))
+		return nil, fmt.Errorf("%w: %d allocations, %d sets of ids", ErrShape, len(shapes), len(ids))
 	}
 	host := node.host()
 	run = &Run{Batch: j.Batch}
@@ -130,11 +130,11 @@ func (j *Job) instantiateAlloc(ctx context.Context, node Node, host *taskfile.Ho
 		return a, err
 	}
 	if len(id.Tasks) != len(g.Tasks) || statedir.ValidateTaskID(id.Alloc) != nil {
-		return a, fmt.Errorf("%w: allocation %d of group %s: %d tasks, ids %+v", ErrIDs, i, g.Name, len(g.Tasks), id)
+		return a, fmt.Errorf("%w: allocation %d of group %s: %d tasks, ids %+v", ErrShape, i, g.Name, len(g.Tasks), id)
 	}
 	for _, t := range id.Tasks {
 		if err := statedir.ValidateTaskID(t); err != nil {
-			return a, fmt.Errorf("%w: %w", ErrIDs, err)
+			return a, fmt.Errorf("%w: %w", ErrShape, err)
 		}
 	}
 	if node.StateDir == "" {

@@ -327,17 +327,17 @@ func TestInstantiate_IDsAndPorts(t *testing.T) {
 	node := testNode(t)
 	j := mustRead(t, webJob, Inputs{}, node)
 	s := j.Shapes()
-	if _, err := j.Instantiate(context.Background(), node, []IDs{NewIDs(s[0])}, Overrides{}); !errors.Is(err, ErrIDs) {
+	if _, err := j.Instantiate(context.Background(), node, []IDs{NewIDs(s[0])}, Overrides{}); !errors.Is(err, ErrShape) {
 		t.Errorf("one set of ids for two allocations: %v", err)
 	}
 	short := NewIDs(s[1])
 	short.Tasks = short.Tasks[:2]
-	if _, err := j.Instantiate(context.Background(), node, []IDs{NewIDs(s[0]), short}, Overrides{}); !errors.Is(err, ErrIDs) {
+	if _, err := j.Instantiate(context.Background(), node, []IDs{NewIDs(s[0]), short}, Overrides{}); !errors.Is(err, ErrShape) {
 		t.Errorf("two ids for three tasks: %v", err)
 	}
 	bad := NewIDs(s[1])
 	bad.Alloc = "../x"
-	if _, err := j.Instantiate(context.Background(), node, []IDs{NewIDs(s[0]), bad}, Overrides{}); !errors.Is(err, ErrIDs) {
+	if _, err := j.Instantiate(context.Background(), node, []IDs{NewIDs(s[0]), bad}, Overrides{}); !errors.Is(err, ErrShape) {
 		t.Errorf("an allocation id that is a path: %v", err)
 	}
 	static := strings.Replace(webJob, `port "http" {}`, `port "http" { static = 23456 }`, 1)

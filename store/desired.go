@@ -68,6 +68,8 @@ import (
 //	                spec form, with dSpecExt its optional parts)
 //	       task     string (version 1's task, until it ends)
 //
+// disabled and retiring are field bits with no bytes.
+//
 // Version 1 held one task per record: the registration's spec, the task
 // started for it, a restart count and the task it settled on. It is read
 // and upcast: its spec stays the registration (run as a file of one task
@@ -76,7 +78,7 @@ import (
 // ended... unless it was stopped on request, which its task's state says).
 //
 // An optional part is present exactly when its value is not the zero
-// value; disabled is a field bit with no bytes.
+// value.
 //
 // A store gets the bucket with its first record, and its schema version
 // becomes 2 in the same commit: a tether that predates registrations
@@ -137,6 +139,11 @@ type Desired struct {
 	// Disabled: `tether disable` asked for it to go. Its tasks are
 	// stopped, then the record is removed.
 	Disabled bool
+	// Retiring: its declaration changed or went, and the agent is
+	// stopping its copies (marked before the first stop): a copy stopped
+	// while it is set was stopped for that, never on request, and new
+	// allocations follow if it is declared once they are stopped.
+	Retiring bool
 	// Spec and Task are a version-1 record's: the registration's spec of
 	// one task (run as a file of that one task would be), and the task
 	// started for it, adopted until it ends.
@@ -224,8 +231,9 @@ const (
 	dSpec
 	dSpecExt
 	dTask
+	dRetiring
 
-	dAll = dTask<<1 - 1
+	dAll = dRetiring<<1 - 1
 )
 
 // Field bits of a version-1 desired record.
@@ -262,7 +270,7 @@ func encodeDesired(d *Desired) []byte {
 		set bool
 	}{{dFile, d.File != ""}, {dText, len(d.Text) > 0}, {dInputs, !d.Inputs.IsZero()}, {dDigest, d.Digest != ""},
 		{dAllocs, len(d.Allocs) > 0}, {dReason, d.Reason != ""}, {dDisabled, d.Disabled}, {dSpec, d.Spec != nil},
-		{dSpecExt, d.Spec != nil && specExtOf(d.Spec) != 0}, {dTask, d.Task != ""}} {
+		{dSpecExt, d.Spec != nil && specExtOf(d.Spec) != 0}, {dTask, d.Task != ""}, {dRetiring, d.Retiring}} {
 		if b.set {
 			f |= b.bit
 		}
@@ -384,7 +392,7 @@ func decodeDesired(rec []byte) (Desired, string) {
 	if f&dReason != 0 {
 		d.Reason = r.nonEmpty()
 	}
-	d.Disabled = f&dDisabled != 0
+	d.Disabled, d.Retiring = f&dDisabled != 0, f&dRetiring != 0
 	if r.err == "" && f&dSpec != 0 {
 		d.Spec = r.spec(f&dSpecExt != 0)
 	}

@@ -69,7 +69,7 @@ func TestChangeDesired_RoundTripRaisesSchema(t *testing.T) {
 	dir := Desired{Name: "web", Source: SourceDir, File: "/etc/tether/web.hcl", Digest: "abc",
 		Allocs: []DesiredAlloc{{Group: "web", ID: "a1", Tasks: []string{"web-1a2b3c"}, Generation: 2, NotBefore: at(20), Kind: "reschedule",
 			Restarts: 1, Reschedules: 1}, {Group: "web", Index: 1, ID: "a2", Tasks: []string{"web-1a2b3d", "web-1a2b3e"}}},
-		Reason: "exceeded 2 restart attempts"}
+		Reason: "exceeded 2 restart attempts", Retiring: true}
 	en := enabledRecord("api")
 	en.Disabled = true
 	written, err := s.ChangeDesired(ctx, DesiredChange{Desired: dir}, DesiredChange{Desired: en}, DesiredChange{Desired: legacyRecord("old")})
@@ -277,6 +277,7 @@ func genDesired(t *rapid.T) Desired {
 		File:   rapid.String().Draw(t, "file"), Digest: rapid.String().Draw(t, "digest"),
 		Reason:   rapid.String().Draw(t, "reason"),
 		Disabled: rapid.Bool().Draw(t, "disabled"),
+		Retiring: rapid.Bool().Draw(t, "retiring"),
 		Task:     rapid.String().Draw(t, "task"),
 		Rev:      rapid.Uint64Min(1).Draw(t, "rev"),
 	}

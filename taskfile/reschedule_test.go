@@ -72,10 +72,27 @@ func TestParse_Reschedule(t *testing.T) {
 	if r := f.Groups[0].Reschedule; r == nil || r.Attempts != 1 || r.Unlimited {
 		t.Errorf("a task under the job: %+v", r)
 	}
-	// A task file has no reschedule block of its own: its tasks are services.
+	// A task file's task is its own group: no block, the service default
+	// applies (nil here); its reschedule block is its group's.
 	tf := parseJob(t, "task \"t\" {\n  driver = \"raw_exec\"\n  config { command = \"/bin/true\" }\n}", Options{})
 	if tf.Groups[0].Reschedule != nil {
 		t.Errorf("a task file's group: %+v, want nil (the service default applies)", tf.Groups[0].Reschedule)
+	}
+	tf = parseJob(t, "task \"t\" {\n  driver = \"raw_exec\"\n  config { command = \"/bin/true\" }\n  reschedule {\n attempts = 0\n unlimited = false\n }\n}", Options{})
+	if r := tf.Groups[0].Reschedule; r == nil || r.Enabled() {
+		t.Errorf("a task file's task's reschedule block: %+v", r)
+	}
+	inTask := `job "j" {
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+      reschedule { delay = "10s" }
+    }
+  }
+}`
+	if msg := parseFails(t, inTask, Options{}); !strings.Contains(msg, "belongs to the job or the group") {
+		t.Errorf("a reschedule block in a job's task: %s", msg)
 	}
 	for src, says := range map[string]string{
 		group("service", "", `reschedule { attempts = 1 }`):                        "ambiguous",

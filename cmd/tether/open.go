@@ -130,7 +130,7 @@ func (c *cli) open() (*session, error) {
 	}
 	l := &agent.Local{D: d, Store: st, StateDir: c.stateDir, ExecutorCommand: cmd, Logger: c.log,
 		Hooks: c.hooks, ReleasePorts: c.releasePorts,
-		Policy: job.Policy{AllowedCaps: c.allowedCaps, Chroot: c.chroot, AllowSeccomp: c.allowSeccomp, AllowMissing: c.allowMissing, AllowRead: c.allowRead},
+		Policy:  job.Policy{AllowedCaps: c.allowedCaps, Chroot: c.chroot, AllowSeccomp: c.allowSeccomp, AllowMissing: c.allowMissing, AllowRead: c.allowRead},
 		HandOff: func(alloc string, ids []string) error { return c.spawnGroupDriver(alloc, ids[0]) }}
 	return &session{svc: l, local: l, close: func() error { return errors.Join(d.Close(), st.Close()) }}, nil
 }

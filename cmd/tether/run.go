@@ -310,10 +310,12 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 		return c.startFailed(id, r.task, r.err)
 	}
 	if detach {
-		if opts.ofFile && r.task.Spec != nil && r.task.Spec.Alloc != nil && r.task.Spec.Alloc.Reschedule != nil {
-			// A file's task: its driver (the agent, or a detached tether
-			// drive-group) follows it from now on, and starts it again by
-			// its reschedule block once it has failed.
+		if s.agent != nil && opts.ofFile && r.task.Spec != nil && r.task.Spec.Alloc != nil && r.task.Spec.Alloc.Reschedule != nil {
+			// A file's task under an agent: the agent follows it from now
+			// on, and starts it again by its reschedule block once it has
+			// failed. Daemonless, a lone task has no driver but its
+			// executor (its restart block); a job's groups have their
+			// detached tether drive-group.
 			if _, err := s.svc.StartGroup(ctx, []string{id}, nil); err != nil {
 				c.errorf("warning: task %s has no driver to reschedule it: %v", id, err)
 			}
