@@ -182,4 +182,3 @@ func TestOpenConfigDir_RefusesASharedDir(t *testing.T) {
 		t.Fatalf("a missing config dir = %v", err)
 	}
 }
-

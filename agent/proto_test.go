@@ -66,27 +66,27 @@ func TestDecodeRequest_ValidRequests(t *testing.T) {
 
 func TestDecodeRequest_RefusesBadRequests(t *testing.T) {
 	for in, want := range map[string]error{
-		`{"op":"start","id":"web-1"}`:                          ErrBadRequest, // no spec
-		`{"op":"start","id":"../x","spec":{}}`:                 ErrBadRequest,
-		`{"op":"launch","id":"a"}`:                             ErrBadRequest,
-		`{"op":"stop","id":"a","signal":99}`:                   ErrBadRequest,
-		`{"op":"stop","id":"a","grace":-1}`:                    ErrBadRequest,
-		`{"op":"enable","enable":{"file":"web.hcl"}}`:          ErrBadRequest, // relative file
-		`{"op":"enable"}`:                                      ErrBadRequest, // no file
-		`{"op":"enable","file":"/w.hcl","spec":{}}`:            ErrProtocol,   // version 3's enable: no such field
-		`{"op":"plan-job"}`:                                    ErrBadRequest, // no file
-		`{"op":"start-group","ids":[]}`:                        ErrBadRequest,
-		`{"op":"start-group","ids":["../x"]}`:                  ErrBadRequest,
-		`{"op":"disable"}`:                                     ErrBadRequest,
-		`{"op":"list","allow_caps":["net_raw"]}`:               ErrProtocol, // no such field: a request cannot carry an allow list
-		`{"op":"list"} {"op":"list"}`:                          ErrProtocol,
-		`not json`:                                             ErrProtocol,
-		``:                                                     ErrProtocol,
-		`{"op":"none"}`:                                        ErrBadRequest,
-		`{"op":"start-named","id":"web-1"}`:                    ErrBadRequest, // no spec
-		`{"op":"restart","id":"web-1","new_id":"../x"}`:        ErrBadRequest,
-		`{"op":"restart-desired"}`:                             ErrBadRequest,
-		`{"op":"list","path":"/bin\u0000/x"}`:                  ErrBadRequest, // a PATH with a NUL
+		`{"op":"start","id":"web-1"}`:                   ErrBadRequest, // no spec
+		`{"op":"start","id":"../x","spec":{}}`:          ErrBadRequest,
+		`{"op":"launch","id":"a"}`:                      ErrBadRequest,
+		`{"op":"stop","id":"a","signal":99}`:            ErrBadRequest,
+		`{"op":"stop","id":"a","grace":-1}`:             ErrBadRequest,
+		`{"op":"enable","enable":{"file":"web.hcl"}}`:   ErrBadRequest, // relative file
+		`{"op":"enable"}`:                               ErrBadRequest, // no file
+		`{"op":"enable","file":"/w.hcl","spec":{}}`:     ErrProtocol,   // version 3's enable: no such field
+		`{"op":"plan-job"}`:                             ErrBadRequest, // no file
+		`{"op":"start-group","ids":[]}`:                 ErrBadRequest,
+		`{"op":"start-group","ids":["../x"]}`:           ErrBadRequest,
+		`{"op":"disable"}`:                              ErrBadRequest,
+		`{"op":"list","allow_caps":["net_raw"]}`:        ErrProtocol, // no such field: a request cannot carry an allow list
+		`{"op":"list"} {"op":"list"}`:                   ErrProtocol,
+		`not json`:                                      ErrProtocol,
+		``:                                              ErrProtocol,
+		`{"op":"none"}`:                                 ErrBadRequest,
+		`{"op":"start-named","id":"web-1"}`:             ErrBadRequest, // no spec
+		`{"op":"restart","id":"web-1","new_id":"../x"}`: ErrBadRequest,
+		`{"op":"restart-desired"}`:                      ErrBadRequest,
+		`{"op":"list","path":"/bin\u0000/x"}`:           ErrBadRequest, // a PATH with a NUL
 	} {
 		_, err := DecodeRequest([]byte(in))
 		if !errors.Is(err, want) {

@@ -22,8 +22,8 @@ import (
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
-	"github.com/tether-fsm/tether/job"
 	"github.com/tether-fsm/tether/internal/testproc"
+	"github.com/tether-fsm/tether/job"
 	"github.com/tether-fsm/tether/store"
 )
 
