@@ -48,7 +48,7 @@ func statusOf(v View, plan Plan) Status {
 		}
 		seen[p.Name] = true
 		st.Entries = append(st.Entries, Entry{Name: p.Name, Source: store.SourceDir, File: p.File, Origin: originOf(store.SourceDir, p.File, v.FeedDir),
-			Standing: StandingRefused, Reason: p.Err.Error(), Problem: p.String()})
+			Standing: StandingRefused, Reason: p.Err.Error()})
 	}
 	if v.DirErr != "" {
 		st.Problems = append([]string{v.DirErr}, st.Problems...)

@@ -53,6 +53,8 @@ type taskJSON struct {
 	// launch); both absent for a task without readiness.
 	Readiness string `json:"readiness,omitempty"`
 	Ready     *bool  `json:"ready,omitempty"`
+	// Desired is the desired entry the task is of, where it stands.
+	Desired *desiredJSON `json:"desired,omitempty"`
 }
 
 func toJSON(t listed) taskJSON {
@@ -133,6 +135,7 @@ func (c *cli) cmdStatus(args []string) int {
 	} else {
 		infos, unreadable, err = c.list(ctx, s, *all)
 	}
+	desired := c.readDesired(ctx, s, err)
 	now := time.Now()
 	var ts []listed
 	if err == nil {
@@ -144,14 +147,10 @@ func (c *cli) cmdStatus(args []string) int {
 		return c.fail(err)
 	}
 	if *asJSON {
-		out := make([]taskJSON, 0, len(ts))
-		for _, t := range ts {
-			out = append(out, toJSON(t))
-		}
-		return c.printJSON(out)
+		return c.printJSON(statusJSON(ts, desired, fs.NArg() == 1))
 	}
 	if fs.NArg() == 1 {
-		c.printTask(ts[0], now)
+		c.printTask(ts[0], now, taskDesired(desired, ts[0].ID, now))
 		return exitOK
 	}
 	for _, u := range unreadable {
@@ -160,16 +159,26 @@ func (c *cli) cmdStatus(args []string) int {
 	if len(unreadable) > 0 {
 		fmt.Fprintln(c.stderr, "  'tether check' says where the store is damaged; 'tether check --salvage' copies what is readable")
 	}
-	if len(infos) == 0 {
-		if *all {
-			fmt.Fprintln(c.stderr, "no tasks")
-		} else {
-			fmt.Fprintln(c.stderr, "no live tasks ('tether status --all' includes ended ones)")
+	switch {
+	case len(infos) > 0:
+		if err := c.printList(c.stdout, ts, now); err != nil {
+			return c.fail(err)
 		}
-		return exitOK
+	case *all:
+		fmt.Fprintln(c.stderr, "no tasks")
+	default:
+		fmt.Fprintln(c.stderr, "no live tasks ('tether status --all' includes ended ones)")
 	}
-	if err := c.printList(c.stdout, ts, now); err != nil {
-		return c.fail(err)
+	if len(desired.Entries) > 0 {
+		if len(infos) > 0 {
+			fmt.Fprintln(c.stdout)
+		}
+		if err := printDesired(c.stdout, desired.Entries, now); err != nil {
+			return c.fail(err)
+		}
+	}
+	for _, p := range otherProblems(desired) {
+		c.errorf("desired state: %s", clikit.Printable(p))
 	}
 	return exitOK
 }
@@ -261,7 +270,7 @@ func exitText(x *fsm.ExitStatus) string {
 }
 
 // printTask prints one task in detail.
-func (c *cli) printTask(t listed, now time.Time) {
+func (c *cli) printTask(t listed, now time.Time, desired string) {
 	info := t.TaskInfo
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
@@ -312,6 +321,9 @@ func (c *cli) printTask(t listed, now time.Time) {
 	}
 	if info.Reason != "" {
 		row("Reason", clikit.Printable(info.Reason))
+	}
+	if desired != "" {
+		row("Desired", desired)
 	}
 	_ = tw.Flush()
 }
