@@ -400,7 +400,7 @@ func (c *converger) read(file, name string, text []byte, in job.Inputs) Declared
 	if !ok {
 		var err error
 		if j, err = job.Read(src, in, c.node(context.Background())); err != nil {
-			d.Err = err.Error()
+			d.Err = job.Describe(err)
 			return d
 		}
 		c.jobs[d.Digest] = j

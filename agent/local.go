@@ -264,6 +264,9 @@ func (l *Local) PlanJob(ctx context.Context, req JobRequest) (JobPlan, error) {
 	node := l.node(ctx)
 	j, err := job.Read(req.Source, req.Inputs, node)
 	if err != nil {
+		if j != nil {
+			return JobPlan{Name: j.Name, Notes: j.Notes, Skipped: j.Skipped}, err
+		}
 		return JobPlan{}, err
 	}
 	var ids []job.IDs

@@ -157,7 +157,7 @@ func entryInRound(r store.Desired, v View, plan Plan) Entry {
 			e.NextAttempt = next
 		}
 	}
-	for _, s := range []Standing{StandingRefused, StandingDown, StandingRestarting, StandingStarting, StandingRunning, StandingReady, StandingStopped, StandingCompleted} {
+	for _, s := range []Standing{StandingRefused, StandingDown, StandingStarting, StandingRestarting, StandingRunning, StandingReady, StandingStopped, StandingCompleted} {
 		if standings[s] {
 			e.Standing = s
 			break
@@ -175,7 +175,9 @@ func entryInRound(r store.Desired, v View, plan Plan) Entry {
 // copyStanding is where an allocation's copy stands: its standing, why,
 // since when (down), and when its next copy is due (restarting).
 func copyStanding(c CopyView, v View) (s Standing, reason string, since, next time.Time) {
-	if len(c.Tasks) == 0 {
+	if len(c.Tasks) == 0 || len(c.Missing) > 0 {
+		// Not recorded yet, or only in part: its creation is under way
+		// (or, after a crash, owed).
 		return StandingStarting, "", since, next
 	}
 	started, due := false, int64(0)

@@ -45,3 +45,22 @@ func (e *ParseError) Error() string {
 }
 
 func (e *ParseError) Unwrap() error { return ErrParse }
+
+// Describe is an error of Read as a person reads it: a parse error's
+// diagnostics after the file's name, and the other errors of this package
+// without the sentinel's words that start them ("job: nothing tether can
+// run: "), which the rest of the message says better. Every source of a
+// file says a refusal in these words (tether start, enable, the agent's
+// status of its config dir and its etcd specs).
+func Describe(err error) string {
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	for _, s := range []error{ErrNothingToRun, ErrBadInput, ErrNotAllowed, ErrShape} {
+		if errors.Is(err, s) {
+			msg = strings.TrimPrefix(msg, s.Error()+": ")
+		}
+	}
+	return msg
+}

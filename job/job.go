@@ -141,22 +141,25 @@ type Group struct {
 
 // Read parses src with in and plans what it runs on node, then checks all
 // of it by a dry run of Instantiate (stand-in ids and ports: nothing is
-// allocated or written). See the package's doc.
+// allocated or written). See the package's doc. A file that parsed and is
+// refused after returns its job too, with the error: its Notes (and
+// Skipped) say what else the file holds that tether does not run, which a
+// caller prints before the refusal.
 func Read(src Source, in Inputs, node Node) (*Job, error) {
 	j, err := Parse(src, in)
 	if err != nil {
-		return nil, err
+		return j, err
 	}
 	host := node.host()
 	for _, g := range j.Groups {
 		for _, t := range g.Tasks {
 			if err := t.CheckConstraints(host); err != nil {
-				return nil, err
+				return j, err
 			}
 		}
 	}
 	if _, err := j.instantiate(nil, node, nil, Overrides{}, true); err != nil {
-		return nil, err
+		return j, err
 	}
 	return j, nil
 }
@@ -164,7 +167,8 @@ func Read(src Source, in Inputs, node Node) (*Job, error) {
 // Parse is Read without the node: the file parsed with its inputs and its
 // groups planned, nothing checked against a host or a policy (what a
 // caller that is not the node a file runs on can check: tether cluster
-// start, before it writes the file for a node).
+// start, before it writes the file for a node). Its job comes with an
+// error as Read's does.
 func Parse(src Source, in Inputs) (*Job, error) {
 	if err := checkInputs(in); err != nil {
 		return nil, err
@@ -191,7 +195,7 @@ func Parse(src Source, in Inputs) (*Job, error) {
 		j.Notes = append(j.Notes, src.File+": "+n.String())
 	}
 	if err := j.plan(); err != nil {
-		return nil, err
+		return j, err
 	}
 	return j, nil
 }

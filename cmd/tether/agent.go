@@ -121,9 +121,12 @@ func (c *cli) cmdEnable(args []string) int {
 	e, err := svc.Enable(ctx, agent.EnableRequest{File: file, Text: text, Inputs: inputs})
 	if err != nil {
 		var pe *job.ParseError
-		if errors.As(err, &pe) || errors.Is(err, job.ErrNotAllowed) || errors.Is(err, taskfile.ErrNoTask) || errors.Is(err, taskfile.ErrNotRunnable) {
-			code := c.jobFailed(file, err)
-			fmt.Fprintln(c.stderr, "  nothing was enabled")
+		if errors.As(err, &pe) || errors.Is(err, job.ErrNotAllowed) || errors.Is(err, job.ErrNothingToRun) || errors.Is(err, job.ErrBadInput) ||
+			errors.Is(err, taskfile.ErrNoTask) || errors.Is(err, taskfile.ErrNotRunnable) {
+			code := c.jobFailed(file, err, "nothing was enabled")
+			if !errors.Is(err, job.ErrNotAllowed) {
+				fmt.Fprintln(c.stderr, "  nothing was enabled")
+			}
 			return code
 		}
 		return c.fail(err)

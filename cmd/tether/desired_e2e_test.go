@@ -524,3 +524,53 @@ func TestDesired_KilledExecutorsLeaveNoZombie(t *testing.T) {
 		t.Errorf("the agent leaves %d zombies after 50 SIGKILLs of its executors: %v", len(z), z)
 	}
 }
+
+// An old store's registrations still run: testdata/v1-desired.db is a
+// store tether f79d79a wrote (desired records version 1, a lone task's
+// spec each): "ran" enabled and started by that version's agent, then a
+// power cut (agent, executor and task SIGKILLed); "legacy" enabled after,
+// never started. A new agent records ran's old task lost and runs both,
+// keeps them running, and disable stops them.
+func TestDesired_V1StoreRegistrationsRun(t *testing.T) {
+	e := newAgentEnv(t)
+	old, err := os.ReadFile(filepath.Join("testdata", "v1-desired.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.dir, "tether.db"), old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.startAgent(nil, true)
+	c := e.client()
+	ctx := context.Background()
+	tasks := map[string]string{}
+	for _, name := range []string{"legacy", "ran"} {
+		en := awaitEntry(t, c, name, "running", running)
+		info, err := c.InspectTask(ctx, en.Task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Spec.Name != name || info.Spec.Command != "/bin/sleep" || info.Spec.Env["TETHER_TEST_MARKER"] != "v1-store" || en.Origin != "enable" {
+			t.Errorf("%s: %+v from %s; want the recorded spec's task", name, info.Spec, en.Origin)
+		}
+		tasks[name] = en.Task
+	}
+	if old, err := c.InspectTask(ctx, "ran-eef0f2"); err != nil || old.State != fsm.StateLost || tasks["ran"] == "ran-eef0f2" {
+		t.Errorf("ran's task of the old agent: %s, %v; want it lost and a new one (%s)", old.State, err, tasks["ran"])
+	}
+	// Kept running: its task killed, it comes back.
+	info, err := c.InspectTask(ctx, tasks["legacy"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = syscall.Kill(info.Executor.PID, syscall.SIGKILL)
+	_ = syscall.Kill(info.TaskPID, syscall.SIGKILL)
+	awaitEntry(t, c, "legacy", "back", func(en agent.Entry) bool { return running(en) && en.Task != tasks["legacy"] })
+	for _, name := range []string{"legacy", "ran"} {
+		e.must("disable", name)
+	}
+	await(t, c, "both disabled", func(s agent.Status) bool { return len(s.Entries) == 0 })
+	for _, ts := range e.status() {
+		t.Errorf("task %s (%s) is %s after its entry was disabled", ts.ID, ts.Name, ts.State)
+	}
+}

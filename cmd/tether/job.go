@@ -165,7 +165,7 @@ func (c *cli) sayNotes(file string, notes, skipped []string) {
 // that does not parse, a selection that names nothing or nothing
 // runnable (1), a bad input (2), anything else the host or its policy
 // refused (125: nothing was started).
-func (c *cli) jobFailed(file string, err error) int {
+func (c *cli) jobFailed(file string, err error, nothing string) int {
 	var pe *job.ParseError
 	switch {
 	case errors.As(err, &pe):
@@ -181,7 +181,7 @@ func (c *cli) jobFailed(file string, err error) int {
 		c.errorf("%v", trimJob(err))
 		return exitError
 	}
-	c.errorf("%v; nothing was started", err)
+	c.errorf("%v; %s", err, nothing)
 	if errors.Is(err, job.ErrNotAllowed) {
 		fmt.Fprintln(c.stderr, "  the process that runs the task reads its templates and local artifacts: through an agent, the agent's --allow-read applies")
 	} else if h := hint(err); h != "" {
@@ -191,9 +191,7 @@ func (c *cli) jobFailed(file string, err error) int {
 }
 
 // trimJob drops the package prefix a message of package job starts with.
-func trimJob(err error) string {
-	return strings.TrimPrefix(strings.TrimPrefix(err.Error(), "job: nothing tether can run: "), "job: bad input: ")
-}
+func trimJob(err error) string { return job.Describe(err) }
 
 // planJob reads file through the job path of the process that serves the
 // state directory and makes its allocations ready to record: each task
@@ -218,7 +216,7 @@ func (c *cli) planJob(ctx context.Context, s *session, file string, in taskInput
 	plan, err := s.svc.PlanJob(ctx, agent.JobRequest{Source: job.Source{File: file, Text: text}, Inputs: inputs, Overrides: ov, Once: once})
 	c.sayNotes(file, plan.Notes, plan.Skipped)
 	if err != nil {
-		return nil, c.jobFailed(file, err), false
+		return nil, c.jobFailed(file, err, "nothing was started"), false
 	}
 	run := &jobRun{file: file, batch: plan.Run.Batch}
 	for _, a := range plan.Run.Allocs {

@@ -264,11 +264,11 @@ func toDesiredJSON(e agent.Entry) *desiredJSON {
 func entryReason(e agent.Entry) string {
 	switch {
 	case e.Problem == "":
-		return e.Reason
+		return clikit.UserText(e.Reason)
 	case e.Reason == "" || strings.Contains(e.Problem, e.Reason):
-		return e.Problem
+		return clikit.UserText(e.Problem)
 	}
-	return e.Reason + "; " + e.Problem
+	return clikit.UserText(e.Reason + "; " + e.Problem)
 }
 
 // desiredByTask maps each task id of a desired entry to its entry.
