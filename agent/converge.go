@@ -199,8 +199,8 @@ func (c *converger) run(ctx context.Context, once bool, events <-chan fsnotify.E
 				continue
 			}
 			dirty = false
-			if once && quiet && len(c.busy) == 0 {
-				return nil
+			if once && quiet && len(c.busy) == 0 && c.a.drives.up() {
+				return nil // the groups it drives are up (or due later): left to the next agent
 			}
 			if timer != nil {
 				timer.Stop()

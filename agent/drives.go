@@ -63,6 +63,32 @@ func (ds *drives) begin(ctx context.Context, changed func(alloc string)) {
 // wait returns once every drive has returned (their ctx ended).
 func (ds *drives) wait() { ds.wg.Wait() }
 
+// up reports whether every group driven has its current copy up or
+// waiting (its main tasks started, or a copy due later), or is over:
+// what Once waits for before it leaves the groups to the next agent.
+func (ds *drives) up() bool {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	for _, dr := range ds.active {
+		if !dr.up() {
+			return false
+		}
+	}
+	return true
+}
+
+func (dr *drive) up() bool {
+	select {
+	case <-dr.done:
+		return true
+	default:
+	}
+	dr.mu.Lock()
+	defer dr.mu.Unlock()
+	st := dr.last.Step
+	return dr.seen && !st.Over && st.Idle() && (st.Wake > 0 || MainsStarted(dr.last.Tasks))
+}
+
 // driving reports whether the agent drives the group alloc.
 func (ds *drives) driving(alloc string) bool {
 	ds.mu.Lock()

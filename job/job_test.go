@@ -285,6 +285,15 @@ func TestDigest(t *testing.T) {
 	if Digest(Source{Text: []byte("y")}, Inputs{}) == base {
 		t.Errorf("the text does not change the digest")
 	}
+	// A var file's text, and the files' order (a later one wins).
+	f1, f2 := VarFile{Name: "f", Text: []byte("a=1")}, VarFile{Name: "f", Text: []byte("a=2")}
+	g := VarFile{Name: "g", Text: []byte("a=3")}
+	if Digest(src, Inputs{VarFiles: []VarFile{f1}}) == Digest(src, Inputs{VarFiles: []VarFile{f2}}) {
+		t.Errorf("a var file's text does not change the digest")
+	}
+	if Digest(src, Inputs{VarFiles: []VarFile{f1, g}}) == Digest(src, Inputs{VarFiles: []VarFile{g, f1}}) {
+		t.Errorf("the var files' order does not change the digest")
+	}
 	if Digest(src, Inputs{Vars: map[string]string{"a": "1", "b": "2"}}) != Digest(src, Inputs{Vars: map[string]string{"b": "2", "a": "1"}}) {
 		t.Errorf("the digest depends on map order")
 	}

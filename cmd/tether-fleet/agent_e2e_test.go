@@ -17,6 +17,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/tether-fsm/tether/agent"
 	"github.com/tether-fsm/tether/cluster"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/etcdtest"
@@ -400,7 +401,9 @@ func TestAgent_NodeConvergesEtcdsDesiredStateAcrossSIGKILLs(t *testing.T) {
 
 // A spec from etcd passes the node's allow lists and cannot widen them:
 // an exec task asking for a capability the node's --allow-caps does not
-// list is refused, naming it, and nothing of it runs.
+// list is refused before anything of it is recorded (the one
+// instantiation path's policy check), the node's status naming it, and
+// nothing of it runs.
 func TestAgent_ASpecFromEtcdCannotWidenTheNodesAllowList(t *testing.T) {
 	ep := etcdtest.Embedded(t)
 	cli := dial(t, ep)
@@ -416,26 +419,25 @@ func TestAgent_ASpecFromEtcdCannotWidenTheNodesAllowList(t *testing.T) {
 		t.Fatal(err)
 	}
 	must(t, "cluster", "--endpoints", ep, "start", "--node", "n1", root)
-	id := mirrored(t, cli, "n1", "net_raw", fsm.StateFailed, ag.log)
-	f, err := cluster.NewFleet(cli, "")
+	c, err := agent.Dial(ctxT(t), dir, agent.DialOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs, _, err := f.Events(ctxT(t), "n1", id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reasons := ""
-	for _, e := range evs {
-		reasons += e.Reason + "\n"
-		if e.Type == fsm.EventLaunched {
-			t.Errorf("%s launched a task with a capability outside the node's allow list: %+v", id, e)
-		}
-	}
-	if !strings.Contains(reasons, "net_raw") {
-		t.Errorf("%s's events do not name net_raw:\n%s", id, reasons)
+	defer c.Close()
+	var last agent.Status
+	err = c.WatchStatus(ctxT(t), func(st agent.Status) bool {
+		last = st
+		e, ok := st.Entry("net_raw")
+		return ok && e.Standing == agent.StandingRefused
+	})
+	e, _ := last.Entry("net_raw")
+	if err != nil || e.Origin != "etcd" || !strings.Contains(e.Reason, "net_raw") || len(e.Tasks) != 0 {
+		t.Fatalf("the node's entry net_raw: %+v (%v); want refused naming net_raw, from etcd, no task; the agent's log:\n%s", e, err, ag.log)
 	}
 	ag.stop()
+	if tasks := localLog(t, dir); len(tasks) != 0 {
+		t.Errorf("a refused spec recorded tasks: %v", tasks)
+	}
 }
 
 // Mistakes in the fleet agent's flags are usage errors naming the flag; a
