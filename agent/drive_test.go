@@ -22,7 +22,7 @@ func TestCopyOf_IDsDeriveFromTheAllocationAndGeneration(t *testing.T) {
 	mk := func(id, name string, hook fsm.Hook, exit int) fsm.Task {
 		return fsm.Task{ID: id, State: fsm.StateExited, Exit: &fsm.ExitStatus{Code: exit}, UpdatedAt: now, Nonce: "n",
 			Executor: &fsm.Identity{PID: 10, BootID: boot},
-			Spec: &fsm.Spec{Name: name, Restart: &restart, Alloc: &fsm.Alloc{ID: alloc, Tasks: ids, Hook: hook, Generation: 2, Reschedule: &r}}}
+			Spec:     &fsm.Spec{Name: name, Restart: &restart, Alloc: &fsm.Alloc{ID: alloc, Tasks: ids, Hook: hook, Generation: 2, Reschedule: &r}}}
 	}
 	from := []fsm.Task{mk("init-1", "init", fsm.HookPrestart, 0), mk("web-1", "web", fsm.HookMain, 3)}
 	end := fsm.GroupState{Tasks: from}.End(boot)
