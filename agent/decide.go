@@ -140,9 +140,6 @@ func (c CopyView) live() bool {
 	return slices.ContainsFunc(c.Tasks, func(t fsm.Task) bool { return !t.State.Terminal() })
 }
 
-// recorded reports whether the store holds every task of the copy.
-func (c CopyView) recorded() bool { return len(c.Missing) == 0 && len(c.Tasks) > 0 }
-
 // TaskView is a version-1 record's task: its folded state (StateNone when
 // the store does not hold it).
 type TaskView struct {

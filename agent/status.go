@@ -233,15 +233,6 @@ func waitsReady(tasks []fsm.Task) bool {
 	return false
 }
 
-func anyLive(tasks []fsm.Task) bool {
-	for _, t := range tasks {
-		if !t.State.Terminal() {
-			return true
-		}
-	}
-	return false
-}
-
 // refusal is why an entry's declaration is refused.
 func refusal(v View, r store.Desired) string {
 	if d, ok := v.Enabled[r.Name]; ok && d.Err != "" {

@@ -1,6 +1,7 @@
 package job
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
@@ -158,7 +159,7 @@ func Read(src Source, in Inputs, node Node) (*Job, error) {
 			}
 		}
 	}
-	if _, err := j.instantiate(nil, node, nil, Overrides{}, true); err != nil {
+	if _, err := j.instantiate(context.Background(), node, nil, Overrides{}, true); err != nil {
 		return j, err
 	}
 	return j, nil

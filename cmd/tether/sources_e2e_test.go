@@ -82,7 +82,6 @@ func collectOutcome(t *testing.T, e *jobsEnv) sourceOutcome {
 		recs = append(recs, rec{spec, r.State})
 	}
 	// The allocations, numbered by group and index.
-	var allocs []string
 	seen := map[string]bool{}
 	slices.SortFunc(recs, func(a, b rec) int {
 		return strings.Compare(a.spec.Group+"\x00"+a.spec.Name, b.spec.Group+"\x00"+b.spec.Name)
@@ -91,7 +90,6 @@ func collectOutcome(t *testing.T, e *jobsEnv) sourceOutcome {
 	for _, r := range recs {
 		if a := r.spec.Alloc; a != nil && !seen[a.ID] {
 			seen[a.ID] = true
-			allocs = append(allocs, a.ID)
 			n := fmt.Sprintf("$ALLOC(%s,%d)", r.spec.Group, a.Index)
 			pairs = append(pairs, a.ID, n, a.ID[:8], n+"[:8]")
 		}
