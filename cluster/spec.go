@@ -53,7 +53,7 @@ func ParseDesired(filename, sel string, src []byte) (ParsedSpec, error) {
 	}
 	p := ParsedSpec{Name: j.Name, Inputs: in, Notes: j.Notes}
 	if err := ValidateName(p.Name); err != nil {
-		return bad("%q cannot be told to a node: its name is the key of its desired state: %v; rename it", p.Name, err)
+		return bad("%q cannot be told to a node: its name is the key of its desired state: %v; rename the task (or the job)", p.Name, err)
 	}
 	for _, g := range j.Groups {
 		for _, t := range g.Tasks {

@@ -746,7 +746,7 @@ func TestAgent_ConfigDirAndEtcdSideBySide(t *testing.T) {
 
 // The node's allow lists are the operator's flags, applied to what etcd
 // tells it: an exec task asking for seccomp = "unconfined" is refused
-// before anything is spawned by a node without --allow-seccomp unconfined,
+// before anything is recorded by a node without --allow-seccomp unconfined,
 // naming the flag, and runs on a node given it.
 func TestAgent_AppliesTheOperatorsSeccompAllowList(t *testing.T) {
 	ep := etcdtest.Embedded(t)
@@ -764,6 +764,7 @@ func TestAgent_AppliesTheOperatorsSeccompAllowList(t *testing.T) {
 		t.Fatal(err)
 	}
 	var agents []*runningAgent
+	var dirs []string
 	for _, node := range []string{"tight", "loose"} {
 		dir := filepath.Join(t.TempDir(), "state")
 		if err := os.Mkdir(dir, 0o700); err != nil {
@@ -777,26 +778,32 @@ func TestAgent_AppliesTheOperatorsSeccompAllowList(t *testing.T) {
 		ag := startAgent(t, ep, node, dir, nil, args...)
 		ag.waitRegistered(cli, node)
 		must(t, "cluster", "--endpoints", ep, "start", "--node", node, file)
-		agents = append(agents, ag)
+		agents, dirs = append(agents, ag), append(dirs, dir)
 	}
-	f, err := cluster.NewFleet(cli, "")
+	// On the node without --allow-seccomp: refused before anything is
+	// recorded, its status naming the flag.
+	c, err := agent.Dial(ctxT(t), dirs[0], agent.DialOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	refused := mirrored(t, cli, "tight", "loose", fsm.StateFailed, agents[0].log)
-	evs, _, err := f.Events(ctxT(t), "tight", refused)
-	if err != nil {
-		t.Fatal(err)
-	}
-	last := evs[len(evs)-1]
-	if last.Type != fsm.EventConfigRejected || !strings.Contains(last.Reason, "--allow-seccomp unconfined") {
-		t.Errorf("on the node without --allow-seccomp: want a refusal before spawn naming --allow-seccomp unconfined, got %+v", last)
+	defer c.Close()
+	var last agent.Status
+	err = c.WatchStatus(ctxT(t), func(st agent.Status) bool {
+		last = st
+		e, ok := st.Entry("loose")
+		return ok && e.Standing == agent.StandingRefused
+	})
+	if e, _ := last.Entry("loose"); err != nil || !strings.Contains(e.Reason, "--allow-seccomp unconfined") || len(e.Tasks) != 0 {
+		t.Errorf("on the node without --allow-seccomp: want loose refused naming --allow-seccomp unconfined, no task: %+v (%v)", e, err)
 	}
 	mirrored(t, cli, "loose", "loose", fsm.StateRunning, agents[1].log)
 	must(t, "cluster", "--endpoints", ep, "stop", "--node", "loose", "loose")
 	mirrored(t, cli, "loose", "loose", fsm.StateStopped, agents[1].log)
 	for _, ag := range agents {
 		ag.stop()
+	}
+	if tasks := localLog(t, dirs[0]); len(tasks) != 0 {
+		t.Errorf("the refused spec recorded tasks on the node without --allow-seccomp: %v", tasks)
 	}
 }
 
