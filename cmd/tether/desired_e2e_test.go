@@ -22,6 +22,7 @@ import (
 	"github.com/tether-fsm/tether/agent"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/docfields"
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
 // The desired state runs what tether start runs: whole job files (groups,
@@ -572,5 +573,98 @@ func TestDesired_V1StoreRegistrationsRun(t *testing.T) {
 	await(t, c, "both disabled", func(s agent.Status) bool { return len(s.Entries) == 0 })
 	for _, ts := range e.status() {
 		t.Errorf("task %s (%s) is %s after its entry was disabled", ts.ID, ts.Name, ts.State)
+	}
+}
+
+// flakyJob is a service whose task main exits 3 at once, never restarted,
+// beside a task that sleeps: its group is rescheduled once, 5 s after it
+// failed.
+const flakyJob = `job "flaky" {
+  group "g" {
+    reschedule {
+      attempts       = 1
+      interval       = "1h"
+      delay          = "5s"
+      delay_function = "constant"
+      unlimited      = false
+    }
+    task "main" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "exit 3"]
+      }
+      env {
+        TETHER_TEST_MARKER = %[1]q
+      }
+      restart {
+        attempts = 0
+        mode     = "fail"
+      }
+    }
+    task "other" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sleep"
+        args    = ["1000"]
+      }
+      env {
+        TETHER_TEST_MARKER = %[1]q
+      }
+    }
+  }
+}
+`
+
+// Daemonless, the detached tether drive-group of tether start reschedules
+// its group: it lives on while the reschedule is pending, starts the new
+// copy (linked to the task it replaces) no earlier than its delay, and
+// exits once nothing follows.
+func TestStart_DaemonlessDriveGroupReschedules(t *testing.T) {
+	e := newDaemonlessEnv(t, "the detached drive-group of a daemonless start")
+	file := writeFile(t, t.TempDir(), "flaky.nomad", fmt.Sprintf(flakyJob, e.dir))
+	r := e.tether("start", "--min-uptime", "0", file)
+	ids := strings.Fields(r.stdout)
+	if len(ids) != 2 {
+		t.Fatalf("start: %s", r)
+	}
+	var driver []int
+	for _, p := range testproc.Marked(e.dir) {
+		if slices.Contains(p.Args, groupDriverArg) {
+			driver = append(driver, p.PID)
+		}
+	}
+	if len(driver) != 1 {
+		t.Fatalf("%d group drivers after the start, want one", len(driver))
+	}
+	waitExit(t, driver[0]) // the reschedule, its copy's end, nothing after
+	var rows []taskJSON
+	if err := json.Unmarshal([]byte(e.must("status", "--all", "--json").stdout), &rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 4 {
+		t.Fatalf("want the first copy and its reschedule, two tasks each: %+v", rows)
+	}
+	var first, second taskJSON
+	for _, row := range rows {
+		switch {
+		case row.Name != "main":
+		case slices.Contains(ids, row.ID):
+			first = row
+		default:
+			second = row
+		}
+	}
+	evs := e.events(second.ID)
+	var spec fsm.Spec
+	if err := json.Unmarshal(evs[0].Spec, &spec); err != nil || spec.Alloc == nil {
+		t.Fatalf("%s's spec: %v", second.ID, err)
+	}
+	if evs[0].Replaces != first.ID || second.Alloc != first.Alloc || spec.Alloc.Generation != 1 || second.State != "exited" {
+		t.Errorf("the second copy's main %s (%s, replaces %q, alloc %s, generation %d): want exited, replacing %s in alloc %s",
+			second.ID, second.State, evs[0].Replaces, second.Alloc, spec.Alloc.Generation, first.ID, first.Alloc)
+	}
+	if due := time.Unix(0, spec.Alloc.NotBefore); due.Sub(first.CreatedAt) < 5*time.Second {
+		t.Errorf("the reschedule was due %v after the first copy was created, before its 5s delay", due.Sub(first.CreatedAt))
 	}
 }
