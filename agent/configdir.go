@@ -21,7 +21,12 @@ import (
 var TaskFileExts = []string{".hcl", ".nomad"}
 
 // maxTaskFile bounds a task file the agent reads.
-const maxTaskFile = 4 << 20
+const maxTaskFile = MaxFileText
+
+// MaxFileText bounds a task or job file the agent reads, from its config
+// dir or in a request (a client that holds a larger one says what is
+// wrong with it itself: see cmd/tether's planJob).
+const MaxFileText = 4 << 20
 
 // readFunc reads a file's text (with inputs) into a declaration named name
 // ("": the job's own name): the converger's, through package job.

@@ -190,6 +190,28 @@ func (c *cli) jobFailed(file string, err error, nothing string) int {
 	return exitStartFail
 }
 
+// tooLargeForAgent refuses a file larger than an agent reads, saying what
+// makes it so where the file itself says (a task's spec past its bounds:
+// a 10 MB argument) by reading it here, the node's checks aside, as
+// daemonless the job path would refuse it; else its size.
+func (c *cli) tooLargeForAgent(file string, text []byte, inputs job.Inputs) int {
+	j, err := job.Parse(job.Source{File: file, Text: text}, inputs)
+	if err != nil {
+		return c.jobFailed(file, err, "nothing was started")
+	}
+	for _, g := range j.Groups {
+		for _, t := range g.Tasks {
+			spec := t.Spec
+			if err := spec.Validate(); err != nil {
+				c.errorf("%v; nothing was started", err)
+				return exitStartFail
+			}
+		}
+	}
+	c.errorf("%s is %d bytes, more than an agent reads (at most %d); nothing was started", file, len(text), agent.MaxFileText)
+	return exitStartFail
+}
+
 // trimJob drops the package prefix a message of package job starts with.
 func trimJob(err error) string { return job.Describe(err) }
 
@@ -212,6 +234,9 @@ func (c *cli) planJob(ctx context.Context, s *session, file string, in taskInput
 	if err != nil {
 		c.errorf("%v", err)
 		return nil, exitUsage, false
+	}
+	if s.agent != nil && len(text) > agent.MaxFileText {
+		return nil, c.tooLargeForAgent(file, text, inputs), false
 	}
 	plan, err := s.svc.PlanJob(ctx, agent.JobRequest{Source: job.Source{File: file, Text: text}, Inputs: inputs, Overrides: ov, Once: once})
 	c.sayNotes(file, plan.Notes, plan.Skipped)
