@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -20,23 +18,23 @@ import (
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
+	"github.com/tether-fsm/tether/job"
 	"github.com/tether-fsm/tether/statedir"
 	"github.com/tether-fsm/tether/store"
 )
 
-// Config configures an agent. StateDir is required; Parse is required
-// with ConfigDir.
+// Config configures an agent. StateDir is required.
 type Config struct {
 	// StateDir is the state directory the agent serves (as the CLI's
 	// --state-dir): its store, its tasks, and the agent's socket and lock.
 	StateDir string
-	// ConfigDir holds the task files (*.hcl) the agent keeps running
-	// (optional). It and its files must be owned by root or the agent's
-	// user and writable by no one else; a file may be a symbolic link
-	// within it, never out of it.
+	// ConfigDir holds the task and job files (*.hcl, *.nomad) the agent
+	// keeps running (optional). It and its files must be owned by root or
+	// the agent's user and writable by no one else; a file may be a
+	// symbolic link within it, never out of it. Each file is read through
+	// package job (with the agent's NOMAD_VAR_ variables), as `tether
+	// start FILE` reads it.
 	ConfigDir string
-	// Parse parses a task file (the CLI's parser).
-	Parse ParseFunc
 	// Logger receives the agent's logs (and its driver's, named "driver");
 	// nil discards them.
 	Logger hclog.Logger
@@ -64,11 +62,13 @@ type Config struct {
 	Hooks       Hooks
 	DriverHooks driver.Hooks
 	// Now is the clock (default time.Now); NewID draws a task id for a
-	// desired task's next task (default: its name and 6 random hex
-	// digits); BootID is this boot's id (default: the kernel's).
-	Now    func() time.Time
-	NewID  func(name string) string
-	BootID string
+	// desired entry's task (default job.NewTaskID), NewAllocID an
+	// allocation's (default job.NewAllocID); BootID is this boot's id
+	// (default: the kernel's).
+	Now        func() time.Time
+	NewID      func(name string) string
+	NewAllocID func() string
+	BootID     string
 	// Feed declares desired tasks besides the config dir (tether-fleet's
 	// agent: the node's desired state from etcd; see Feed); nil for none.
 	Feed *Feed
@@ -85,13 +85,14 @@ type Config struct {
 type Agent struct {
 	*Local // the task operations and the upkeep, served to clients
 
-	cfg  Config
-	log  hclog.Logger
-	lock *os.File
-	st   *heldStore
-	d    *driver.Driver
-	conv *converger
-	env  *spawnEnv
+	cfg    Config
+	log    hclog.Logger
+	lock   *os.File
+	st     *heldStore
+	d      *driver.Driver
+	conv   *converger
+	env    *spawnEnv
+	drives *drives
 
 	serving   chan struct{} // closed once Run's socket listens
 	started   atomic.Bool   // Run or Once was called
@@ -121,7 +122,10 @@ func Open(cfg Config) (a *Agent, err error) {
 		cfg.Now = time.Now
 	}
 	if cfg.NewID == nil {
-		cfg.NewID = newTaskID
+		cfg.NewID = job.NewTaskID
+	}
+	if cfg.NewAllocID == nil {
+		cfg.NewAllocID = job.NewAllocID
 	}
 	if cfg.BootID == "" {
 		if cfg.BootID, err = proc.BootID(); err != nil {
@@ -141,9 +145,6 @@ func Open(cfg Config) (a *Agent, err error) {
 		}
 	}()
 	if cfg.ConfigDir != "" {
-		if cfg.Parse == nil {
-			return nil, ErrNoParser
-		}
 		if cfg.ConfigDir, err = OpenConfigDir(cfg.ConfigDir); err != nil {
 			return nil, err
 		}
@@ -174,7 +175,9 @@ func Open(cfg Config) (a *Agent, err error) {
 	}
 	a = &Agent{cfg: cfg, log: cfg.Logger, lock: lock, st: st, d: d, env: env, serving: make(chan struct{})}
 	a.Local = &Local{D: d, Store: st, StateDir: cfg.StateDir, ExecutorCommand: cfg.ExecutorCommand,
-		Logger: cfg.Logger, Now: cfg.Now, NewID: cfg.NewID, Hooks: cfg.DriverHooks, ReleasePorts: cfg.ReleasePorts}
+		Logger: cfg.Logger, Now: cfg.Now, NewID: cfg.NewID, Hooks: cfg.DriverHooks, ReleasePorts: cfg.ReleasePorts,
+		BootID: cfg.BootID, Points: cfg.Hooks, Policy: a.Policy().Job()}
+	a.drives = newDrives(a.Local, cfg.Logger)
 	a.conv = newConverger(a)
 	if cfg.Feed != nil {
 		cfg.Feed.onSet(a.Rescan)
@@ -217,6 +220,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("agent serving", "socket", SocketPath(a.cfg.StateDir), "pid", os.Getpid(), "config_dir", a.cfg.ConfigDir)
 	close(a.serving)
 
+	a.drives.begin(ctx, a.conv.driveChanged)
+	defer a.drives.wait()
 	a.recover(ctx)
 	var events <-chan fsnotify.Event
 	var errs <-chan error
@@ -246,10 +251,19 @@ func (a *Agent) Once(ctx context.Context) error {
 	if a.started.Swap(true) {
 		return errStarted
 	}
+	dctx, stop := context.WithCancel(ctx)
+	defer func() {
+		stop() // the groups it drives are left to the next agent
+		a.drives.wait()
+	}()
+	a.drives.begin(dctx, a.conv.driveChanged)
 	a.recover(ctx)
 	return a.conv.run(ctx, true, nil, nil)
 }
 
+// recover reconciles every live task (driver.Recover), then drives every
+// group nobody drives (a crashed agent's, a dead drive-group's), and every
+// group whose last copy ended while no driver recorded what follows it.
 func (a *Agent) recover(ctx context.Context) {
 	rep, err := a.d.Recover(ctx)
 	for _, r := range rep.Tasks {
@@ -262,10 +276,27 @@ func (a *Agent) recover(ctx context.Context) {
 	if err != nil && len(rep.Tasks) == 0 {
 		a.log.Error("recover", "err", err)
 	}
+	allocs, err := a.AdoptGroups(ctx)
+	for _, alloc := range allocs {
+		a.log.Info("group adopted: the agent drives it", "alloc", alloc)
+	}
+	if err != nil {
+		a.log.Error("adopting the groups nobody drives", "err", err)
+	}
 }
 
 // Rescan reads the config dir again (SIGHUP).
 func (a *Agent) Rescan() { a.conv.rescan() }
+
+// Recover is Local's, then the groups nobody drives are adopted (see
+// recover).
+func (a *Agent) Recover(ctx context.Context) (driver.Report, error) {
+	rep, err := a.Local.Recover(ctx)
+	if _, aerr := a.AdoptGroups(ctx); aerr != nil {
+		a.log.Error("adopting the groups nobody drives", "err", aerr)
+	}
+	return rep, err
+}
 
 // Close closes the driver (tasks keep running), the store and the lock.
 func (a *Agent) Close() error {
@@ -274,29 +305,6 @@ func (a *Agent) Close() error {
 		err = errors.Join(a.d.Close(), a.st.Close(), a.lock.Close())
 	})
 	return err
-}
-
-// newTaskID makes a task id from a name and six random hex digits.
-func newTaskID(name string) string {
-	var b strings.Builder
-	for _, r := range name {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '.', r == '-':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('-')
-		}
-	}
-	base := strings.TrimLeft(b.String(), "._-")
-	if len(base) > 50 {
-		base = base[:50]
-	}
-	if base == "" {
-		base = "task"
-	}
-	var suffix [3]byte
-	_, _ = rand.Read(suffix[:]) // crypto/rand does not fail on Linux
-	return base + "-" + hex.EncodeToString(suffix[:])
 }
 
 // The Service, served to the agent's clients: the task operations and the
@@ -310,8 +318,8 @@ func (a *Agent) Policy() Policy {
 		AllowSeccomp: slices.Clone(a.cfg.AllowSeccomp), AllowMissing: slices.Clone(a.cfg.AllowMissing), AllowRead: slices.Clone(a.cfg.AllowRead)}
 }
 
-func (a *Agent) Enable(ctx context.Context, file string, spec fsm.Spec) (Entry, error) {
-	return a.conv.request(ctx, convRequest{kind: commitEnable, file: file, spec: spec, name: spec.Name})
+func (a *Agent) Enable(ctx context.Context, req EnableRequest) (Entry, error) {
+	return a.conv.request(ctx, convRequest{kind: commitEnable, enable: req})
 }
 
 func (a *Agent) Disable(ctx context.Context, name string) (Entry, error) {
@@ -322,18 +330,38 @@ func (a *Agent) StartDesired(ctx context.Context, name string) (Entry, error) {
 	return a.conv.request(ctx, convRequest{kind: commitStart, name: name})
 }
 
-// RestartDesired stops the desired task's task, as tether stop does (the
-// convergence sees it stopped on request), then starts it again with a
-// fresh restart count.
+// RestartDesired stops the desired entry's tasks, as tether stop does (the
+// convergence sees them stopped on request), then starts it again with
+// fresh counts.
 func (a *Agent) RestartDesired(ctx context.Context, name string) (Entry, error) {
 	e, ok := a.conv.snapshot().Entry(name)
 	if !ok {
 		return Entry{}, fmt.Errorf("%w: %q", ErrUnknownDesired, name)
 	}
-	if e.Task != "" {
-		if t, err := a.d.InspectTask(ctx, e.Task); err == nil && !t.State.Terminal() && t.State != fsm.StateNone {
-			if _, err := a.d.StopTask(ctx, e.Task, 0, 0); err != nil {
+	recs, err := a.st.Desired(ctx)
+	if err != nil {
+		return e, err
+	}
+	for _, r := range recs {
+		if r.Name != name {
+			continue
+		}
+		for _, al := range r.Allocs {
+			cv, err := a.conv.copyView(ctx, al)
+			if err != nil {
 				return e, err
+			}
+			if cv.live() {
+				if _, err := a.d.StopGroup(ctx, cv.IDs, 0, 0, nil); err != nil {
+					return e, err
+				}
+			}
+		}
+		if r.Task != "" {
+			if t, err := a.d.InspectTask(ctx, r.Task); err == nil && !t.State.Terminal() {
+				if _, err := a.d.StopTask(ctx, r.Task, 0, 0); err != nil {
+					return e, err
+				}
 			}
 		}
 	}

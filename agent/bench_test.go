@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,7 +24,6 @@ func benchAgent(b *testing.B, cfg Config) (*Agent, *Client) {
 	b.Cleanup(func() { os.RemoveAll(dir) })
 	cfg.StateDir = filepath.Join(dir, "state")
 	cfg.ExecutorCommand = []string{os.Args[0], modeExecutor}
-	cfg.Parse = parseJSON
 	cfg.Logger = hclog.NewNullLogger()
 	a, err := Open(cfg)
 	if err != nil {
@@ -125,17 +123,22 @@ func BenchmarkConvergeFifty(b *testing.B) {
 	}
 	a, c := benchAgent(b, Config{ConfigDir: conf})
 	ctx := context.Background()
-	var specs []fsm.Spec
-	for i := range n {
-		specs = append(specs, sleeper(fmt.Sprintf("s%02d", i), a.cfg.StateDir))
+	stage, err := os.MkdirTemp(filepath.Dir(conf), "ts")
+	if err != nil {
+		b.Fatal(err)
 	}
-	tmp := filepath.Join(conf, ".all.tmp")
+	b.Cleanup(func() { os.RemoveAll(stage) })
 	for b.Loop() {
 		b.StopTimer()
-		writeSpecsB(b, tmp, specs) // hidden: not read until renamed
+		for i := range n {
+			writeTaskFile(b, filepath.Join(stage, fmt.Sprintf("s%02d.hcl", i)), taskHCL(fmt.Sprintf("s%02d", i), a.cfg.StateDir, 3, ""))
+		}
 		b.StartTimer()
-		if err := os.Rename(tmp, filepath.Join(conf, "all.hcl")); err != nil {
-			b.Fatal(err)
+		for i := range n {
+			name := fmt.Sprintf("s%02d.hcl", i)
+			if err := os.Rename(filepath.Join(stage, name), filepath.Join(conf, name)); err != nil {
+				b.Fatal(err)
+			}
 		}
 		err := c.WatchStatus(ctx, func(s Status) bool {
 			up := 0
@@ -150,28 +153,14 @@ func BenchmarkConvergeFifty(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := os.Remove(filepath.Join(conf, "all.hcl")); err != nil {
-			b.Fatal(err)
+		for i := range n {
+			if err := os.Remove(filepath.Join(conf, fmt.Sprintf("s%02d.hcl", i))); err != nil {
+				b.Fatal(err)
+			}
 		}
 		if err := c.WatchStatus(ctx, func(s Status) bool { return len(s.Entries) == 0 && s.Converged }); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-	}
-}
-
-func writeSpecsB(b *testing.B, path string, specs []fsm.Spec) {
-	var sb strings.Builder
-	sb.WriteString("[")
-	for i, s := range specs {
-		if i > 0 {
-			sb.WriteString(",")
-		}
-		fmt.Fprintf(&sb, `{"Name":%q,"Driver":"raw_exec","Command":%q,"Args":[%q,"sleep",%q],"Restart":{"Attempts":3,"Interval":3600000000000,"Delay":0,"Mode":"fail"}}`,
-			s.Name, s.Command, s.Args[0], s.Args[2])
-	}
-	sb.WriteString("]")
-	if err := os.WriteFile(path, []byte(sb.String()), 0o644); err != nil {
-		b.Fatal(err)
 	}
 }

@@ -473,15 +473,39 @@ func entryOf(r Response) Entry {
 	return *r.Entry
 }
 
-// Enable registers a desired task (see DesiredState). file is made
-// absolute against this process's working directory.
-func (c *Client) Enable(ctx context.Context, file string, spec fsm.Spec) (Entry, error) {
-	abs, err := absPath(file)
+// Enable registers a file as a desired entry (see DesiredState). Its
+// file name is made absolute against this process's working directory.
+func (c *Client) Enable(ctx context.Context, req EnableRequest) (Entry, error) {
+	abs, err := absPath(req.File)
 	if err != nil {
 		return Entry{}, err
 	}
-	r, err := c.call(ctx, Request{Op: OpEnable, File: abs, Spec: &spec}, nil)
+	req.File = abs
+	r, err := c.call(ctx, Request{Op: OpEnable, Enable: &req}, nil)
 	return entryOf(r), err
+}
+
+// PlanJob is the job path through the agent: its node, its allow lists.
+func (c *Client) PlanJob(ctx context.Context, req JobRequest) (JobPlan, error) {
+	r, err := c.call(ctx, Request{Op: OpPlanJob, Job: &req}, nil)
+	if r.Plan == nil {
+		return JobPlan{}, err
+	}
+	return *r.Plan, err
+}
+
+// StartGroup is Agent.StartGroup: the agent drives the group from now on;
+// fn is told each step it streams until the main tasks have started.
+func (c *Client) StartGroup(ctx context.Context, ids []string, fn func(driver.GroupProgress)) ([]fsm.Task, error) {
+	r, err := c.call(ctx, Request{Op: OpStartGroup, IDs: ids, Path: os.Getenv("PATH")}, groupProgress(fn))
+	return r.Tasks, err
+}
+
+// AdoptGroups is Agent.AdoptGroups: the agent drives every group nobody
+// drives.
+func (c *Client) AdoptGroups(ctx context.Context) ([]string, error) {
+	r, err := c.call(ctx, Request{Op: OpAdoptGroups}, nil)
+	return r.Allocs, err
 }
 
 // Disable unregisters an enabled task (see DesiredState).

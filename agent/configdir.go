@@ -13,21 +13,24 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tether-fsm/tether/fsm"
-	"github.com/tether-fsm/tether/store"
+	"github.com/tether-fsm/tether/job"
 )
 
-// ParseFunc parses a task file's contents (src, read from file) into the
-// specs of its tasks, each named. The agent takes it as a dependency: the
-// task file parser is the CLI's (cmd/tether), and the agent reads files
-// only from its --config-dir.
-type ParseFunc func(file string, src []byte) ([]fsm.Spec, error)
-
-// TaskFileExt is the extension of the config dir's task files.
-const TaskFileExt = ".hcl"
+// TaskFileExts are the extensions of the config dir's files: task and job
+// files (a Nomad job file is often web.nomad, or web.nomad.hcl).
+var TaskFileExts = []string{".hcl", ".nomad"}
 
 // maxTaskFile bounds a task file the agent reads.
-const maxTaskFile = 4 << 20
+const maxTaskFile = MaxFileText
+
+// MaxFileText bounds a task or job file the agent reads, from its config
+// dir or in a request (a client that holds a larger one says what is
+// wrong with it itself: see cmd/tether's planJob).
+const MaxFileText = 4 << 20
+
+// readFunc reads a file's text (with inputs) into a declaration named name
+// ("": the job's own name): the converger's, through package job.
+type readFunc func(file, name string, text []byte, in job.Inputs) Declared
 
 // absPath makes path absolute against the working directory.
 func absPath(path string) (string, error) {
@@ -79,14 +82,15 @@ func OpenConfigDir(dir string) (string, error) {
 	return real, nil
 }
 
-// scanConfigDir reads and parses every task file of dir (its real path):
-// each *.hcl entry (not a hidden one), opened beneath dir (openat2
-// RESOLVE_BENEATH: a symbolic link may point within dir, never out of it),
-// a regular file owned by root or the agent's user and writable by no one
-// else. A file refused or not parsable is a FileProblem; the error is for
-// a dir that cannot be read or is no longer safe (then nothing of it is
-// believed).
-func scanConfigDir(dir string, parse ParseFunc) ([]Declared, []FileProblem, error) {
+// scanConfigDir reads every task or job file of dir (its real path): each
+// entry with a task file's extension (not a hidden one), opened beneath
+// dir (openat2 RESOLVE_BENEATH: a symbolic link may point within dir,
+// never out of it), a regular file owned by root or the agent's user and
+// writable by no one else, read through read with the agent's NOMAD_VAR_
+// variables. A file refused (unsafe, not readable, refused by the job
+// path) is a FileProblem; the error is for a dir that cannot be read or is
+// no longer safe (then nothing of it is believed).
+func scanConfigDir(dir string, read readFunc) ([]Declared, []FileProblem, error) {
 	if _, err := OpenConfigDir(dir); err != nil {
 		return nil, nil, err
 	}
@@ -101,10 +105,11 @@ func scanConfigDir(dir string, parse ParseFunc) ([]Declared, []FileProblem, erro
 	}
 	dfd := int(d.Fd())
 	slices.Sort(names)
+	env := job.VarEnv(environ())
 	var decl []Declared
 	var probs []FileProblem
 	for _, name := range names {
-		if !strings.HasSuffix(name, TaskFileExt) || strings.HasPrefix(name, ".") {
+		if !slices.Contains(TaskFileExts, filepath.Ext(name)) || strings.HasPrefix(name, ".") {
 			continue
 		}
 		path := filepath.Join(dir, name)
@@ -113,24 +118,30 @@ func scanConfigDir(dir string, parse ParseFunc) ([]Declared, []FileProblem, erro
 			probs = append(probs, FileProblem{File: path, Err: err})
 			continue
 		}
-		specs, err := parse(path, src)
-		if err != nil {
+		dcl := read(path, "", src, job.Inputs{Env: env})
+		dcl.Text = nil // a config dir's file is read again from the dir
+		if dcl.Err != "" {
+			probs = append(probs, FileProblem{File: path, Err: errors.New(dcl.Err)})
+			continue
+		}
+		if err := validName(dcl.Name); err != nil {
 			probs = append(probs, FileProblem{File: path, Err: err})
 			continue
 		}
-		if len(specs) == 0 {
-			probs = append(probs, FileProblem{File: path, Err: errors.New("declares no task")})
-			continue
-		}
-		for _, s := range specs {
-			if err := validName(s.Name); err != nil {
-				probs = append(probs, FileProblem{File: path, Err: err})
-				continue
-			}
-			decl = append(decl, Declared{Name: s.Name, Source: store.SourceDir, File: path, Spec: s})
-		}
+		decl = append(decl, dcl)
 	}
 	return decl, probs, nil
+}
+
+// environ is the process's environment as a map.
+func environ() map[string]string {
+	env := map[string]string{}
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	return env
 }
 
 // readBeneath reads name, a task file of the directory dfd (at dir),

@@ -1,27 +1,34 @@
 package agent
 
 import (
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/job"
+	"github.com/tether-fsm/tether/store"
 )
 
-func writeSpecs(t *testing.T, path string, specs ...fsm.Spec) {
+// testRead is a readFunc over the job path with a node on a state
+// directory of the test's.
+func testRead(t *testing.T) readFunc {
 	t.Helper()
-	b, err := json.Marshal(specs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(path, 0o644); err != nil { // whatever the umask
-		t.Fatal(err)
+	node := job.Node{StateDir: t.TempDir()}
+	return func(file, name string, text []byte, in job.Inputs) Declared {
+		src := job.Source{File: file, Text: text}
+		d := Declared{Name: name, File: file, Text: text, Inputs: in, Digest: job.Digest(src, in), Source: store.SourceDir}
+		j, err := job.Read(src, in, node)
+		if err != nil {
+			d.Err = err.Error()
+			return d
+		}
+		if d.Name == "" {
+			d.Name = j.Name
+		}
+		d.Shapes = j.Shapes()
+		return d
 	}
 }
 
@@ -49,17 +56,18 @@ func problemOf(probs []FileProblem, file string) error {
 func TestScanConfigDir_ReadsTaskFilesRefusesUnsafeOnes(t *testing.T) {
 	dir := configDir(t)
 	outside := filepath.Join(t.TempDir(), "outside.hcl")
-	writeSpecs(t, outside, sleeper("evil", "m"))
-	writeSpecs(t, filepath.Join(dir, "web.hcl"), sleeper("web", "m"), sleeper("worker", "m"))
-	writeSpecs(t, filepath.Join(dir, "group.hcl"), sleeper("group", "m"))
+	writeTaskFile(t, outside, taskHCL("evil", "m", 0, ""))
+	writeTaskFile(t, filepath.Join(dir, "web.hcl"), taskHCL("web", "m", 0, "")+taskHCL("worker", "m", 0, ""))
+	writeTaskFile(t, filepath.Join(dir, "job.nomad"), "job \"shop\" {\n"+taskHCL("cart", "m", 0, "")+"}\n")
+	writeTaskFile(t, filepath.Join(dir, "group.hcl"), taskHCL("group", "m", 0, ""))
 	if err := os.Chmod(filepath.Join(dir, "group.hcl"), 0o664); err != nil {
 		t.Fatal(err)
 	}
-	writeSpecs(t, filepath.Join(dir, "world.hcl"), sleeper("world", "m"))
+	writeTaskFile(t, filepath.Join(dir, "world.hcl"), taskHCL("world", "m", 0, ""))
 	if err := os.Chmod(filepath.Join(dir, "world.hcl"), 0o646); err != nil {
 		t.Fatal(err)
 	}
-	writeSpecs(t, filepath.Join(dir, "nobody.hcl"), sleeper("nobody", "m"))
+	writeTaskFile(t, filepath.Join(dir, "nobody.hcl"), taskHCL("nobody", "m", 0, ""))
 	if err := os.Chown(filepath.Join(dir, "nobody.hcl"), 65534, 65534); err != nil && os.Geteuid() == 0 {
 		t.Fatal(err)
 	}
@@ -83,20 +91,21 @@ func TestScanConfigDir_ReadsTaskFilesRefusesUnsafeOnes(t *testing.T) {
 	if err := os.Chmod(shared, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	writeSpecs(t, filepath.Join(shared, "x.json"), sleeper("x", "m"))
+	writeTaskFile(t, filepath.Join(shared, "x.json"), taskHCL("x", "m", 0, ""))
 	if err := os.Symlink("shared/x.json", filepath.Join(dir, "viashared.hcl")); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "bad.hcl"), []byte("{"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	writeTaskFile(t, filepath.Join(dir, "template.hcl"), taskHCL("tpl", "m", 0, "template {\n source = \"/etc/hostname\"\n destination = \"local/h\"\n}"))
 	if err := os.WriteFile(filepath.Join(dir, ".hidden.hcl"), []byte("{"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("{"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	decl, probs, err := scanConfigDir(dir, parseJSON)
+	decl, probs, err := scanConfigDir(dir, testRead(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +113,7 @@ func TestScanConfigDir_ReadsTaskFilesRefusesUnsafeOnes(t *testing.T) {
 	for _, d := range decl {
 		got = append(got, filepath.Base(d.File)+":"+d.Name)
 	}
-	if want := "alias.hcl:web alias.hcl:worker web.hcl:web web.hcl:worker"; strings.Join(got, " ") != want {
+	if want := "alias.hcl:alias job.nomad:shop web.hcl:web"; strings.Join(got, " ") != want {
 		t.Errorf("declared: %s\nwant %s", strings.Join(got, " "), want)
 	}
 	for file, want := range map[string]string{
@@ -114,7 +123,8 @@ func TestScanConfigDir_ReadsTaskFilesRefusesUnsafeOnes(t *testing.T) {
 		"relescape.hcl": "symbolic link out of",
 		"sub.hcl":       "not a regular file",
 		"viashared.hcl": "its directory " + shared + " is writable by its group or by others (mode 0777)",
-		"bad.hcl":       "unexpected end of JSON input",
+		"bad.hcl":       "bad.hcl is not a valid task file",
+		"template.hcl":  "--allow-read",
 		"nobody.hcl":    "owned by uid 65534, neither root nor the agent's user",
 		".hidden.hcl":   "",
 		"notes.txt":     "",
@@ -128,7 +138,7 @@ func TestScanConfigDir_ReadsTaskFilesRefusesUnsafeOnes(t *testing.T) {
 			t.Errorf("%s refused: %v", file, err)
 		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
 			t.Errorf("%s: %v; want it refused: %s", file, err, want)
-		case want != "" && file != "bad.hcl" && !errors.Is(err, ErrConfigDir):
+		case want != "" && file != "bad.hcl" && file != "template.hcl" && !errors.Is(err, ErrConfigDir):
 			t.Errorf("%s: %v; want ErrConfigDir", file, err)
 		}
 	}
@@ -142,7 +152,7 @@ func TestOpenConfigDir_RefusesASharedDir(t *testing.T) {
 	if _, err := OpenConfigDir(dir); !errors.Is(err, ErrConfigDir) || !strings.Contains(err.Error(), "mode 0775") {
 		t.Fatalf("OpenConfigDir of a group-writable dir = %v", err)
 	}
-	if _, _, err := scanConfigDir(dir, parseJSON); !errors.Is(err, ErrConfigDir) {
+	if _, _, err := scanConfigDir(dir, testRead(t)); !errors.Is(err, ErrConfigDir) {
 		t.Fatalf("a scan of a dir that became group-writable = %v; want it refused whole", err)
 	}
 	if err := os.Chmod(dir, 0o755); err != nil {
@@ -170,11 +180,5 @@ func TestOpenConfigDir_RefusesASharedDir(t *testing.T) {
 	}
 	if _, err := OpenConfigDir(filepath.Join(dir, "missing")); !errors.Is(err, ErrConfigDir) {
 		t.Fatalf("a missing config dir = %v", err)
-	}
-}
-
-func TestOpen_ConfigDirNeedsAParser(t *testing.T) {
-	if _, err := Open(Config{StateDir: stateDir(t), ConfigDir: configDir(t)}); !errors.Is(err, ErrNoParser) {
-		t.Fatalf("Open with a config dir and no parser = %v", err)
 	}
 }

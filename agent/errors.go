@@ -47,9 +47,6 @@ var (
 	// ErrNameConflict: a name declared twice (two task files, or a task
 	// file and `tether enable`).
 	ErrNameConflict = errors.New("agent: desired task name declared twice")
-	// ErrNoParser: a config directory was given without a task file
-	// parser (Config.Parse).
-	ErrNoParser = errors.New("agent: no task file parser")
 	// ErrUnsupported: an operation an agent does not serve. Every
 	// operation of protocol 2 is served; an agent of protocol 1 answered
 	// gc and salvage with it, and its wire code stays.

@@ -10,22 +10,23 @@ import (
 	"sync"
 
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/job"
 	"github.com/tether-fsm/tether/store"
 )
 
-// A Feed declares desired tasks from outside the config dir: the fleet's
-// desired state, which tether-fleet's agent (tether agent --node …
-// --cluster …) receives from etcd and sets here. Its tasks are converged
-// exactly as the config dir's are, by the same loop and the same Decide: a
-// task set here starts, a task no longer set stops, a changed spec
-// replaces its task. They run under the agent's allow lists (its driver's),
-// which nothing set here can widen.
+// A Feed declares desired entries from outside the config dir: the
+// fleet's desired state, which tether-fleet's agent (tether agent --node …
+// --cluster …) receives from etcd and sets here. Its entries are read
+// through the same path as the config dir's files (package job, with the
+// agent's own node: its allow lists, which nothing set here can widen) and
+// converged by the same loop and the same Decide: an entry set here
+// starts, one no longer set stops, a changed one replaces its tasks.
 //
-// A feed's tasks are recorded as config dir tasks (store.SourceDir) whose
-// file is a path under the feed's Dir, a name that is no directory of the
-// host (such as "etcd:/tether/desired/n1"): so a record tells which feed
-// declared it, and a record of the config dir is never taken for the
-// feed's, nor the other way round.
+// A feed's entries are recorded as config dir entries (store.SourceDir)
+// whose file is a name under the feed's Dir, a name that is no directory
+// of the host (such as "etcd:/tether/desired/n1"): so a record tells which
+// feed declared it, and a record of the config dir is never taken for the
+// feed's, nor the other way round. Their text is kept in the record.
 //
 // Until the first Set the feed's state is unknown (etcd has not answered
 // and there is no local copy): its records are then left as they are,
@@ -35,12 +36,22 @@ type Feed struct {
 
 	mu    sync.Mutex
 	set   bool
-	decl  []Declared
+	decl  []FeedEntry
 	probs []FileProblem
 	wake  func()
 }
 
-// NewFeed returns a feed whose tasks are declared under dir, an absolute
+// FeedEntry is a feed's declaration: the entry's name (its key), the file
+// (Feed.File of the key), the file's text and the inputs it is read with
+// (the selection of a task or group of it).
+type FeedEntry struct {
+	Name   string
+	File   string
+	Text   []byte
+	Inputs job.Inputs
+}
+
+// NewFeed returns a feed whose entries are declared under dir, an absolute
 // name that is not a directory of the host's (see Feed).
 func NewFeed(dir string) (*Feed, error) {
 	if !strings.Contains(dir, ":") || filepath.Clean(dir) != dir || strings.HasSuffix(dir, "/") {
@@ -49,23 +60,22 @@ func NewFeed(dir string) (*Feed, error) {
 	return &Feed{dir: dir}, nil
 }
 
-// Dir is the name the feed's tasks are declared under.
+// Dir is the name the feed's entries are declared under.
 func (f *Feed) Dir() string { return f.dir }
 
-// File is the name a task of the feed is declared by (and recorded with).
+// File is the name an entry of the feed is declared by (and recorded with).
 func (f *Feed) File(name string) string { return f.dir + "/" + name }
 
-// Set replaces the feed's declarations: specs are the feed's tasks by
-// their declaring name (the file name, Feed.File(name): each spec keeps its
-// own Spec.Name, which is the desired task's name), and problems the
-// declarations refused by name with why (their tasks are left as they are,
-// as a config dir file that does not parse). The agent converges to it at
-// once.
-func (f *Feed) Set(specs map[string]fsm.Spec, problems map[string]error) {
-	var decl []Declared
-	for _, n := range slices.Sorted(maps.Keys(specs)) {
-		s := specs[n]
-		decl = append(decl, Declared{Name: s.Name, Source: store.SourceDir, File: f.File(n), Spec: s})
+// Set replaces the feed's declarations: entries by their name (each read
+// from its text with its inputs), and problems the declarations refused
+// by name with why (their tasks are left as they are, as a config dir
+// file that does not parse). The agent converges to it at once.
+func (f *Feed) Set(entries map[string]FeedEntry, problems map[string]error) {
+	var decl []FeedEntry
+	for _, n := range slices.Sorted(maps.Keys(entries)) {
+		e := entries[n]
+		e.Name, e.File = n, f.File(n)
+		decl = append(decl, e)
 	}
 	var probs []FileProblem
 	for _, n := range slices.Sorted(maps.Keys(problems)) {
@@ -81,7 +91,7 @@ func (f *Feed) Set(specs map[string]fsm.Spec, problems map[string]error) {
 }
 
 // get returns the feed's declarations, or why they are not known.
-func (f *Feed) get() ([]Declared, []FileProblem, string) {
+func (f *Feed) get() ([]FeedEntry, []FileProblem, string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.set {

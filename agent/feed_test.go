@@ -11,68 +11,6 @@ import (
 	"github.com/tether-fsm/tether/store"
 )
 
-const feedDir = "etcd:/tether/desired/n1"
-
-func feedRecord(task string) store.Desired {
-	r := webRecord(task)
-	r.File = feedDir + "/web"
-	return r
-}
-
-func feedView(files []Declared, recs []store.Desired, tasks ...TaskView) View {
-	v := view(files, recs, tasks...)
-	v.FeedDir = feedDir
-	return v
-}
-
-func TestDecide_FeedNotKnownYetLeavesItsTasksAlone(t *testing.T) {
-	v := feedView(nil, []store.Desired{feedRecord("web-1")}, taskIn("web-1", fsm.StateRunning))
-	v.FeedErr = "the desired state of " + feedDir + " is not known yet"
-	p := Decide(v)
-	if len(p.Changes)+len(p.Effects) != 0 || !strings.Contains(p.Notes["web"], "left as it is") || len(p.Watch) != 1 {
-		t.Fatalf("plan = %+v; want web left running (and watched) with a note", p)
-	}
-}
-
-func TestDecide_FeedRecordStopsWhenTheFeedNoLongerDeclaresIt(t *testing.T) {
-	e := oneEffect(t, Decide(feedView(nil, []store.Desired{feedRecord("web-1")}, taskIn("web-1", fsm.StateRunning))))
-	if e.Kind != EffectStop || e.Task != "web-1" {
-		t.Fatalf("effect = %+v; want web-1 stopped", e)
-	}
-}
-
-func TestDecide_FeedRecordIsReplacedWhenItsSpecChanges(t *testing.T) {
-	d := Declared{Name: "web", Source: store.SourceDir, File: feedDir + "/web", Spec: webSpec()}
-	d.Spec.Args = []string{"--new"}
-	e := oneEffect(t, Decide(feedView([]Declared{d}, []store.Desired{feedRecord("web-1")}, taskIn("web-1", fsm.StateRunning))))
-	if e.Kind != EffectStop || !strings.Contains(e.Reason, "replaced") {
-		t.Fatalf("effect = %+v; want web-1 stopped to be replaced", e)
-	}
-}
-
-func TestDecide_FeedAndConfigDirRecordsAreEachTheirOwn(t *testing.T) {
-	// The feed declares nothing and its state is not known: the config
-	// dir's record converges as ever; the feed's is left alone.
-	api := webRecord("api-1")
-	api.Name, api.File = "api", cfgDir+"/api.hcl"
-	apiFile := webFile()
-	apiFile.Name, apiFile.File = "api", cfgDir+"/api.hcl"
-	api1 := taskIn("api-1", fsm.StateRunning)
-	v := feedView([]Declared{apiFile}, []store.Desired{api, feedRecord("web-1")}, api1, taskIn("web-1", fsm.StateRunning))
-	v.FeedErr = "not known yet"
-	if p := Decide(v); len(p.Changes)+len(p.Effects) != 0 || p.Notes["api"] != "" || p.Notes["web"] == "" {
-		t.Fatalf("plan = %+v; want both left running, a note for web only", p)
-	}
-	// A config dir that is refused leaves its records alone, not the
-	// feed's: the feed's record whose declaration is gone is stopped.
-	v = feedView(nil, []store.Desired{api, feedRecord("web-1")}, api1, taskIn("web-1", fsm.StateRunning))
-	v.DirErr = "agent: unsafe config directory"
-	p := Decide(v)
-	if len(p.Effects) != 1 || p.Effects[0].Task != "web-1" || p.Effects[0].Kind != EffectStop {
-		t.Fatalf("plan = %+v; want web-1 stopped and api-1 left", p)
-	}
-}
-
 func TestNewFeed_RefusesANameThatCouldBeAHostDirectory(t *testing.T) {
 	for _, dir := range []string{"/etc/tether", "etcd:/a/", "etcd:/a/../b", ""} {
 		if _, err := NewFeed(dir); err == nil {
@@ -128,20 +66,29 @@ func TestAgent_FeedConvergesAsTheConfigDirDoes(t *testing.T) {
 		t.Errorf("status before the feed is set: %+v, %v", before, err)
 	}
 
-	spec := sleeper("web", dir)
-	feed.Set(map[string]fsm.Spec{"web": spec}, nil)
+	text := []byte(taskHCL("web", dir, 3, ""))
+	feed.Set(map[string]FeedEntry{"web": {Text: text}}, nil)
 	first := await("web running", func(e Entry, ok bool) bool { return ok && e.State == fsm.StateRunning && !e.Pending })
-	if first.File != feedDir+"/web" || first.Source != store.SourceDir {
+	if first.File != feedDir+"/web" || first.Source != store.SourceDir || first.Origin != "etcd" {
 		t.Errorf("entry = %+v; want it declared by %s/web", first, feedDir)
 	}
 
-	spec.Args = append(spec.Args, "changed")
-	feed.Set(map[string]fsm.Spec{"web": spec}, nil)
+	feed.Set(map[string]FeedEntry{"web": {Text: []byte(taskHCL("web", dir, 3, `env { V = "2" }`))}}, nil)
 	second := await("web replaced", func(e Entry, ok bool) bool {
 		return ok && e.Task != first.Task && e.State == fsm.StateRunning && !e.Pending
 	})
 	if old, err := a.InspectTask(ctx, first.Task); err != nil || old.Task.State != fsm.StateStopped {
 		t.Errorf("the replaced task %s: %+v, %v; want stopped", first.Task, old.Task.State, err)
+	}
+	// A file the agent refuses (it reads with its own allow lists) is
+	// shown refused, and what runs is left as it is.
+	feed.Set(map[string]FeedEntry{"web": {Text: []byte(taskHCL("web", dir, 3, "template {\n source = \"/etc/hostname\"\n destination = \"local/h\"\n}"))}}, nil)
+	refused := await("web refused", func(e Entry, ok bool) bool { return ok && e.Standing == StandingRefused })
+	if !strings.Contains(refused.Reason, "--allow-read") || refused.Task != second.Task {
+		t.Errorf("a refused file: %+v", refused)
+	}
+	if t2, err := a.InspectTask(ctx, second.Task); err != nil || t2.Task.State != fsm.StateRunning {
+		t.Errorf("the task of a refused file: %+v, %v; want it left running", t2.Task.State, err)
 	}
 
 	feed.Set(nil, nil)

@@ -13,8 +13,9 @@ import (
 )
 
 // Crash points of the convergence: just before and just after each durable
-// step (a commit of desired records, by the kind of change it holds) and
-// each effect. They are registered here, in one place, cost one nil check
+// step (a commit of desired records, by the kind of change it holds, and
+// a group driver's record of a copy, by its kind: drive.go) and each
+// effect. They are registered here, in one place, cost one nil check
 // when disabled, and are armed in a real agent by TETHER_CRASHPOINT as the
 // driver's are (the agent's driver keeps its own: a crash at
 // after-append:task-created during a convergence's start is the driver's
@@ -31,16 +32,16 @@ const (
 type commitKind string
 
 const (
-	commitIntent  commitKind = "intent"  // a new task id for a desired task (and its restart count)
-	commitSettle  commitKind = "settle"  // a desired task stops being restarted, and why
-	commitDelete  commitKind = "delete"  // a desired task's record goes (file removed, disabled)
-	commitUpdate  commitKind = "update"  // another change (its file moved)
+	commitIntent  commitKind = "intent"  // new allocations for a desired entry (their ids, ahead of their tasks)
+	commitCopy    commitKind = "copy"    // an allocation's next copy (a restart, a reschedule), ahead of its tasks
+	commitDelete  commitKind = "delete"  // a desired entry's record goes (file removed, disabled)
+	commitUpdate  commitKind = "update"  // another change (its file moved, a copy followed, a refusal noted)
 	commitEnable  commitKind = "enable"  // tether enable
 	commitDisable commitKind = "disable" // tether disable
-	commitStart   commitKind = "start"   // a settled desired task started again
+	commitStart   commitKind = "start"   // a desired entry started again
 )
 
-var commitKinds = []commitKind{commitIntent, commitSettle, commitDelete, commitUpdate, commitEnable, commitDisable, commitStart}
+var commitKinds = []commitKind{commitIntent, commitCopy, commitDelete, commitUpdate, commitEnable, commitDisable, commitStart}
 
 // CrashPoints lists the agent's crash points.
 func CrashPoints() []string {
@@ -48,8 +49,11 @@ func CrashPoints() []string {
 	for _, k := range commitKinds {
 		out = append(out, crashBeforeCommit+string(k), crashAfterCommit+string(k))
 	}
-	for _, k := range []EffectKind{EffectStart, EffectStop} {
+	for _, k := range []EffectKind{EffectStart, EffectStop, EffectDrive} {
 		out = append(out, crashBeforeEffect+k.String(), crashAfterEffect+k.String())
+	}
+	for _, k := range copyKinds {
+		out = append(out, crashBeforeCopy+string(k), crashAfterCopy+string(k))
 	}
 	return out
 }

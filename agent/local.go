@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
@@ -14,8 +15,11 @@ import (
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/proc"
+	"github.com/tether-fsm/tether/job"
 	"github.com/tether-fsm/tether/statedir"
 	"github.com/tether-fsm/tether/store"
+	"github.com/tether-fsm/tether/taskfile"
 )
 
 // LocalStore is what Local needs of the driver's store beside the event
@@ -66,6 +70,40 @@ type Local struct {
 	// the name and six random hex digits).
 	Now   func() time.Time
 	NewID func(name string) string
+	// BootID is this boot's id (default: the kernel's): a copy of a group
+	// lost with an executor of another boot is started again at once.
+	BootID string
+	// Points are the agent's crash points DriveGroup passes (its hooks).
+	Points Hooks
+	// HandOff starts a driver for the group alloc (its tasks ids) that
+	// outlives this process and takes the group over once this one lets
+	// go of its lock (the CLI's detached `tether drive-group`): StartGroup
+	// and AdoptGroups call it daemonless. nil: nobody drives the group
+	// after the call.
+	HandOff func(alloc string, ids []string) error
+	// Policy is the allow lists of this process's driver (its Config's),
+	// which the job path applies too (PlanJob, Enable).
+	Policy job.Policy
+
+	bootOnce sync.Once
+	boot     string
+}
+
+func (l *Local) bootID() string {
+	l.bootOnce.Do(func() {
+		l.boot = l.BootID
+		if l.boot == "" {
+			l.boot, _ = proc.BootID()
+		}
+	})
+	return l.boot
+}
+
+// releasePorts lets go of the ports of the group alloc (ReleasePorts).
+func (l *Local) releasePorts(alloc string) {
+	if l.ReleasePorts != nil {
+		l.ReleasePorts(alloc)
+	}
 }
 
 func (l *Local) now() int64 {
@@ -195,61 +233,141 @@ func (l *Local) ExecTask(ctx context.Context, id string, spec driver.ExecSpec) (
 	return l.D.ExecTask(ctx, id, spec)
 }
 
-func (l *Local) record(ctx context.Context, name string) (*store.Desired, bool, error) {
+// node is the job path's node of this process: its state directory, its
+// allow lists, its executors' base environment, its port allocator (a
+// group's ports held while a task of it is live).
+func (l *Local) node(ctx context.Context) job.Node {
+	host := taskfile.DetectHost(taskfile.HostConfig{})
+	real := &executor.Real{StateDir: l.StateDir}
+	var once sync.Once
+	var live map[string][]string
+	ports := &taskfile.Allocator{Dir: l.StateDir, IP: host.IP, Live: func(owner string) bool {
+		once.Do(func() {
+			var err error
+			if live, err = l.D.Groups(ctx); err != nil {
+				live = nil
+			}
+		})
+		if live == nil {
+			return true // unknown: keep it
+		}
+		_, ok := live[owner]
+		return ok
+	}}
+	return job.Node{StateDir: l.StateDir, Host: host, Policy: l.Policy, BaseEnv: real.BaseEnv, Ports: ports}
+}
+
+// PlanJob is the job path with this process's node: the file read (its
+// notes returned), its allocations instantiated with fresh ids, nothing
+// recorded. A tether run's (req.Once) carry no reschedule policy.
+func (l *Local) PlanJob(ctx context.Context, req JobRequest) (JobPlan, error) {
+	node := l.node(ctx)
+	j, err := job.Read(req.Source, req.Inputs, node)
+	if err != nil {
+		if j != nil {
+			return JobPlan{Name: j.Name, Notes: j.Notes, Skipped: j.Skipped}, err
+		}
+		return JobPlan{}, err
+	}
+	var ids []job.IDs
+	for _, s := range j.Shapes() {
+		ids = append(ids, job.NewIDs(s))
+	}
+	run, err := j.Instantiate(ctx, node, ids, req.Overrides)
+	if err != nil {
+		return JobPlan{Name: j.Name, Notes: j.Notes, Skipped: j.Skipped}, err
+	}
+	if req.Once {
+		for _, a := range run.Allocs {
+			for i := range a.Tasks {
+				a.Tasks[i].Spec.Alloc.Reschedule = nil
+			}
+		}
+	}
+	return JobPlan{Name: j.Name, Run: *run, Notes: j.Notes, Skipped: j.Skipped}, nil
+}
+
+// record is the desired record named name, if any.
+func (l *Local) record(ctx context.Context, name string) (*store.Desired, error) {
 	recs, err := l.Store.Desired(ctx)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	for i := range recs {
 		if recs[i].Name == name {
-			live := false
-			if recs[i].Task != "" {
-				if t, err := l.D.InspectTask(ctx, recs[i].Task); err == nil {
-					live = !t.State.Terminal()
-				}
-			}
-			return &recs[i], live, nil
+			return &recs[i], nil
 		}
 	}
-	return nil, false, nil
+	return nil, nil
 }
 
-// Enable records the registration; with no agent running, nothing starts
-// it until one does (the entry is Pending).
-func (l *Local) Enable(ctx context.Context, file string, spec fsm.Spec) (Entry, error) {
-	abs, err := absPath(file)
-	if err != nil {
-		return Entry{}, err
-	}
-	rec, live, err := l.record(ctx, spec.Name)
-	if err != nil {
-		return Entry{}, err
-	}
-	ch, err := enableChange(rec, "", abs, spec, l.now())
-	if err != nil {
-		return Entry{}, err
-	}
-	if ch.NewTask {
-		newID := l.NewID
-		if newID == nil {
-			newID = newTaskID
+// liveCopies are the task ids of the live copies of a record's
+// allocations (and its version-1 task, if live).
+func (l *Local) liveCopies(ctx context.Context, r store.Desired) ([][]string, error) {
+	var out [][]string
+	for _, a := range r.Allocs {
+		for _, id := range a.Tasks {
+			t, err := l.D.InspectTask(ctx, id)
+			if err == nil && !t.State.Terminal() {
+				out = append(out, a.Tasks)
+				break
+			}
 		}
-		ch.Desired.Task = newID(ch.Desired.Name)
+	}
+	if r.Task != "" {
+		if t, err := l.D.InspectTask(ctx, r.Task); err == nil && !t.State.Terminal() {
+			out = append(out, []string{r.Task})
+		}
+	}
+	return out, nil
+}
+
+// Enable records the registration, its file read here first (this
+// process's allow lists; the agent reads it again with its own); with no
+// agent running, nothing starts it until one does (the entry is Pending).
+func (l *Local) Enable(ctx context.Context, req EnableRequest) (Entry, error) {
+	src := job.Source{File: req.File, Text: req.Text}
+	j, err := job.Read(src, req.Inputs, l.node(ctx))
+	if err != nil {
+		return Entry{}, err
+	}
+	rec, err := l.record(ctx, j.Name)
+	if err != nil {
+		return Entry{}, err
+	}
+	d := Declared{Name: j.Name, Source: store.SourceEnabled, File: req.File, Text: req.Text, Inputs: req.Inputs,
+		Digest: job.Digest(src, req.Inputs), Shapes: j.Shapes()}
+	ch, err := enableChange(rec, "", d)
+	if err != nil {
+		return Entry{}, err
+	}
+	newID := l.NewID
+	if newID == nil {
+		newID = job.NewTaskID
+	}
+	if ch.NewAllocs != nil {
+		for _, s := range ch.NewAllocs {
+			a := store.DesiredAlloc{Group: s.Group, Index: s.Index, ID: job.NewAllocID()}
+			for _, n := range s.Names {
+				a.Tasks = append(a.Tasks, newID(n))
+			}
+			ch.Desired.Allocs = append(ch.Desired.Allocs, a)
+		}
 	}
 	w, err := l.Store.ChangeDesired(ctx, ch.DesiredChange)
 	if err != nil {
 		return Entry{}, err
 	}
-	e := entryOfRecord(w[0], live && !ch.NewTask)
-	e.Pending = !live || ch.NewTask
+	e := entryOfRecord(w[0])
+	e.Pending = true
 	return e, nil
 }
 
-// Disable unregisters an enabled task daemonless: the record is marked,
-// its task stopped, the record removed (a crash between leaves the mark,
+// Disable unregisters an enabled entry daemonless: the record is marked,
+// its tasks stopped, the record removed (a crash between leaves the mark,
 // which the next disable or agent finishes).
 func (l *Local) Disable(ctx context.Context, name string) (Entry, error) {
-	rec, live, err := l.record(ctx, name)
+	rec, err := l.record(ctx, name)
 	if err != nil {
 		return Entry{}, err
 	}
@@ -262,48 +380,77 @@ func (l *Local) Disable(ctx context.Context, name string) (Entry, error) {
 		return Entry{}, err
 	}
 	d := w[0]
-	if live {
-		if _, err := l.D.StopTask(ctx, d.Task, 0, 0); err != nil {
-			return entryOfRecord(d, true), err
+	live, err := l.liveCopies(ctx, d)
+	if err != nil {
+		return entryOfRecord(d), err
+	}
+	for _, ids := range live {
+		if len(ids) == 1 && d.Task == ids[0] {
+			_, err = l.D.StopTask(ctx, ids[0], 0, 0)
+		} else {
+			_, err = l.D.StopGroup(ctx, ids, 0, 0, nil)
+		}
+		if err != nil {
+			return entryOfRecord(d), err
 		}
 	}
 	if _, err := l.Store.ChangeDesired(ctx, store.DesiredChange{Desired: store.Desired{Name: name, Rev: d.Rev}, Delete: true}); err != nil {
-		return entryOfRecord(d, false), err
+		return entryOfRecord(d), err
 	}
-	return entryOfRecord(d, false), nil
+	return entryOfRecord(d), nil
 }
 
 // StartDesired needs an agent: daemonless, nothing would keep it running.
 func (l *Local) StartDesired(_ context.Context, name string) (Entry, error) {
-	return Entry{}, fmt.Errorf("%w: %q is a desired task, which the agent starts and keeps running: run tether agent", ErrNoAgent, name)
+	return Entry{}, fmt.Errorf("%w: %q is a desired entry, which the agent starts and keeps running: run tether agent", ErrNoAgent, name)
 }
 
 // RestartDesired needs an agent, as StartDesired does.
 func (l *Local) RestartDesired(_ context.Context, name string) (Entry, error) {
-	return Entry{}, fmt.Errorf("%w: %q is a desired task, which the agent restarts: run tether agent", ErrNoAgent, name)
+	return Entry{}, fmt.Errorf("%w: %q is a desired entry, which the agent restarts: run tether agent", ErrNoAgent, name)
 }
 
-// Status lists the desired records with their tasks' states (no config
-// dir is read daemonless).
+// Status is the desired entries, each where its tasks stand, as an agent
+// shows them (no config dir is read daemonless: an entry's declaration is
+// its record's).
 func (l *Local) Status(ctx context.Context) (Status, error) {
 	recs, err := l.Store.Desired(ctx)
 	if err != nil {
 		return Status{}, err
 	}
-	st := Status{Converged: true}
+	v := View{Now: l.now(), BootID: l.bootID(), Records: recs, Copies: map[string]CopyView{}, Legacy: map[string]TaskView{}, Enabled: map[string]Declared{}}
+	plan := Plan{Rows: map[string]Row{}, Notes: map[string]string{}, Pending: map[string]bool{}}
 	for _, r := range recs {
-		e := entryOfRecord(r, false)
+		for _, a := range r.Allocs {
+			cv := CopyView{IDs: a.Tasks, Generation: a.Generation, NotBefore: a.NotBefore}
+			for _, id := range a.Tasks {
+				t, err := l.Store.LoadTask(ctx, id)
+				switch {
+				case errors.Is(err, store.ErrUnknownTask):
+					cv.Missing = append(cv.Missing, id)
+				case err != nil:
+					cv.Err = err.Error()
+				default:
+					cv.Tasks = append(cv.Tasks, t)
+				}
+			}
+			if len(cv.Tasks) == 0 {
+				plan.Pending[r.Name] = true
+			}
+			v.Copies[a.ID] = cv
+		}
 		if r.Task != "" {
-			if t, err := l.D.InspectTask(ctx, r.Task); err == nil {
-				e.State = t.State
+			t, err := l.Store.LoadTask(ctx, r.Task)
+			if err == nil {
+				v.Legacy[r.Task] = TaskView{Task: t}
 			}
 		}
-		e.Pending = e.State == fsm.StateNone || r.Disabled
-		if e.Pending {
-			st.Converged = false
+		if len(r.Allocs) == 0 || r.Disabled {
+			plan.Pending[r.Name] = true
 		}
-		st.Entries = append(st.Entries, e)
 	}
+	st := statusOf(v, plan)
+	st.Converged = len(plan.Pending) == 0
 	return st, nil
 }
 

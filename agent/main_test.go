@@ -3,7 +3,6 @@ package agent
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -57,7 +56,7 @@ func runTask(args []string) int {
 // runAgent is an agent process: runAgent STATE [CONFIG]. It prints
 // "serving" once its socket answers, and runs until SIGTERM.
 func runAgent(args []string) int {
-	cfg := Config{StateDir: args[0], Parse: parseJSON, ExecutorCommand: []string{os.Args[0], modeExecutor},
+	cfg := Config{StateDir: args[0], ExecutorCommand: []string{os.Args[0], modeExecutor},
 		Logger: hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Info})}
 	if len(args) > 1 {
 		cfg.ConfigDir = args[1]
@@ -107,15 +106,28 @@ func dialAs(args []string) int {
 	return 0
 }
 
-// parseJSON is the test's task file parser: a file holds a JSON array of
-// specs. (The HCL parser is cmd/tether's; the agent takes a parser as a
-// dependency, and cmd/tether's end-to-end tests run the real one.)
-func parseJSON(_ string, src []byte) ([]fsm.Spec, error) {
-	var specs []fsm.Spec
-	if err := json.Unmarshal(src, &specs); err != nil {
-		return nil, err
+// taskHCL is a task file of a task named name that sleeps until killed
+// (the test binary's task mode), its marker in its arguments, restarted
+// at once by its policy (attempts; -1: no restart block), extra inside
+// its task block.
+func taskHCL(name, marker string, attempts int, extra string) string {
+	restart := ""
+	if attempts >= 0 {
+		restart = fmt.Sprintf("restart {\n    attempts = %d\n    interval = \"1h\"\n    delay = \"0s\"\n    mode = \"fail\"\n  }", attempts)
 	}
-	return specs, nil
+	return fmt.Sprintf("task %q {\n  driver = \"raw_exec\"\n  config {\n    command = %q\n    args = [%q, \"sleep\", %q]\n  }\n  %s\n  %s\n}\n",
+		name, os.Args[0], modeTask, marker, restart, extra)
+}
+
+// writeTaskFile writes a task file (0644 whatever the umask).
+func writeTaskFile(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // sleeper is a spec of a task that sleeps until killed.
@@ -185,9 +197,6 @@ func openAgent(t *testing.T, cfg Config) *Agent {
 	t.Helper()
 	if cfg.ExecutorCommand == nil {
 		cfg.ExecutorCommand = []string{os.Args[0], modeExecutor}
-	}
-	if cfg.Parse == nil {
-		cfg.Parse = parseJSON
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.New(&hclog.LoggerOptions{Output: testWriter{t}, Level: hclog.Debug})

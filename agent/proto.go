@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -15,6 +16,7 @@ import (
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/job"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -41,8 +43,10 @@ import (
 
 // ProtocolVersion is the version of the agent protocol this build speaks
 // (2: the CLI's whole surface, names, exec's resolution, the upkeep; 3:
-// a notify task's readiness, wait-ready).
-const ProtocolVersion = 3
+// a notify task's readiness, wait-ready; 4: files through the agent's job
+// path (plan-job, an enable of a file's text), groups the agent drives
+// (start-group, adopt-groups)).
+const ProtocolVersion = 4
 
 const protocolMagic = "tether-agent"
 
@@ -121,6 +125,12 @@ type Policy struct {
 	AllowRead    []string `json:"allow_read,omitempty"`
 }
 
+// Job is the policy as package job holds it.
+func (p Policy) Job() job.Policy {
+	return job.Policy{AllowedCaps: slices.Clone(p.AllowedCaps), Chroot: slices.Clone(p.ChrootEnv), AllowSeccomp: slices.Clone(p.AllowSeccomp),
+		AllowMissing: slices.Clone(p.AllowMissing), AllowRead: slices.Clone(p.AllowRead)}
+}
+
 func decodeHello(b []byte) (hello, error) {
 	var h hello
 	if err := json.Unmarshal(b, &h); err != nil || h.Magic != protocolMagic {
@@ -170,6 +180,10 @@ const (
 	OpGroupDriven // GroupDriven(Name: the alloc)
 	// Readiness (version 3).
 	OpWaitReady // WaitReady(ID)
+	// Jobs (version 4).
+	OpPlanJob     // PlanJob(Job)
+	OpStartGroup  // StartGroup(IDs): progress frames, then the tasks as they were once the main tasks started
+	OpAdoptGroups // AdoptGroups()
 
 	numOps
 )
@@ -182,6 +196,7 @@ var opNames = [numOps]string{
 	OpGC: "gc", OpSalvage: "salvage", OpResolve: "resolve", OpStartNamed: "start-named", OpRestart: "restart",
 	OpRestartDesired: "restart-desired", OpCreateGroup: "create-group", OpRunGroup: "run-group",
 	OpStopGroup: "stop-group", OpGroups: "groups", OpGroupDriven: "group-driven", OpWaitReady: "wait-ready",
+	OpPlanJob: "plan-job", OpStartGroup: "start-group", OpAdoptGroups: "adopt-groups",
 }
 
 func (o Op) String() string {
@@ -222,12 +237,13 @@ type Request struct {
 	// Name is the desired task (disable, start-desired, restart-desired),
 	// or what to resolve (an id or a task's name).
 	Name string `json:"name,omitempty"`
-	// Spec is the parsed spec (start, enable): the CLI parses the task
-	// file; the agent never reads a file a request names.
+	// Spec is the spec of a command (start, start-named).
 	Spec *fsm.Spec `json:"spec,omitempty"`
-	// File is the task file the spec was read from (enable), absolute:
-	// the client resolves it against its working directory.
-	File string `json:"file,omitempty"`
+	// Job is a file to plan (plan-job), Enable one to register (enable):
+	// the text the client read, which the agent reads through its own job
+	// path (the agent never opens a file a request names).
+	Job    *JobRequest    `json:"job,omitempty"`
+	Enable *EnableRequest `json:"enable,omitempty"`
 	// Signal and Grace: stop's (0: the task's or the agent's defaults),
 	// signal's (Main: the task's main process only).
 	Signal int           `json:"signal,omitempty"`
@@ -283,7 +299,7 @@ func (r *Request) Validate() error {
 				return bad("%v", err)
 			}
 		}
-	case OpRunGroup, OpStopGroup:
+	case OpRunGroup, OpStopGroup, OpStartGroup:
 		if len(r.IDs) == 0 {
 			return bad("no tasks")
 		}
@@ -307,16 +323,23 @@ func (r *Request) Validate() error {
 			return bad("%v", err)
 		}
 	case OpEnable:
-		if r.Spec == nil {
-			return bad("no spec")
+		if r.Enable == nil {
+			return bad("no file")
 		}
-		if err := validName(r.Spec.Name); err != nil {
-			return bad("%v", err)
+		if r.Enable.File == "" || !filepath.IsAbs(r.Enable.File) {
+			return bad("the file %q is not an absolute path", r.Enable.File)
 		}
-		if r.File == "" || !filepath.IsAbs(r.File) {
-			return bad("the task file %q is not an absolute path", r.File)
+		if len(r.Enable.Text) > maxFileText {
+			return bad("a file of %d bytes (at most %d)", len(r.Enable.Text), maxFileText)
 		}
-	case OpList, OpRecover, OpStatus, OpWatch, OpCheck, OpGC, OpSalvage, OpGroups:
+	case OpPlanJob:
+		if r.Job == nil {
+			return bad("no file")
+		}
+		if len(r.Job.Source.Text) > maxFileText {
+			return bad("a file of %d bytes (at most %d)", len(r.Job.Source.Text), maxFileText)
+		}
+	case OpList, OpRecover, OpStatus, OpWatch, OpCheck, OpGC, OpSalvage, OpGroups, OpAdoptGroups:
 	default:
 		return bad("unknown operation")
 	}
@@ -340,6 +363,8 @@ func (r *Request) Validate() error {
 const (
 	maxName = 1024
 	maxPath = 64 << 10
+	// maxFileText bounds a file a request carries (as the config dir's).
+	maxFileText = maxTaskFile
 )
 
 func validName(name string) error {
@@ -417,7 +442,11 @@ type Response struct {
 	Groups   map[string][]string   `json:"groups,omitempty"`
 	Driven   bool                  `json:"driven,omitempty"`
 	PID      int                   `json:"pid,omitempty"`
-	Err      *wireError            `json:"err,omitempty"`
+	// Plan is a plan-job's; Allocs the groups an adopt-groups gave to a
+	// driver.
+	Plan   *JobPlan   `json:"plan,omitempty"`
+	Allocs []string   `json:"allocs,omitempty"`
+	Err    *wireError `json:"err,omitempty"`
 }
 
 // wireScan is store.Scan on the wire.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/job"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -29,7 +30,10 @@ func TestDecodeRequest_ValidRequests(t *testing.T) {
 		{Op: OpSignal, ID: "web-1", Signal: 1, Main: true},
 		{Op: OpList, All: true},
 		{Op: OpReconcile, IDs: []string{"a", "b"}},
-		{Op: OpEnable, File: "/etc/tether/web.hcl", Spec: &spec},
+		{Op: OpEnable, Enable: &EnableRequest{File: "/etc/tether/web.hcl", Text: []byte("task"), Inputs: job.Inputs{Task: "web", Vars: map[string]string{"a": "1"}}}},
+		{Op: OpPlanJob, Job: &JobRequest{Source: job.Source{File: "web.hcl", Text: []byte("job")}, Overrides: job.Overrides{Env: []string{"A=1"}}, Once: true}},
+		{Op: OpStartGroup, IDs: []string{"web-1", "side-1"}, Path: "/bin"},
+		{Op: OpAdoptGroups},
 		{Op: OpDisable, Name: "web"},
 		{Op: OpWatch},
 		{Op: OpGC, OlderThan: time.Hour},
@@ -62,23 +66,27 @@ func TestDecodeRequest_ValidRequests(t *testing.T) {
 
 func TestDecodeRequest_RefusesBadRequests(t *testing.T) {
 	for in, want := range map[string]error{
-		`{"op":"start","id":"web-1"}`:                          ErrBadRequest, // no spec
-		`{"op":"start","id":"../x","spec":{}}`:                 ErrBadRequest,
-		`{"op":"launch","id":"a"}`:                             ErrBadRequest,
-		`{"op":"stop","id":"a","signal":99}`:                   ErrBadRequest,
-		`{"op":"stop","id":"a","grace":-1}`:                    ErrBadRequest,
-		`{"op":"enable","file":"web.hcl","spec":{"Name":"w"}}`: ErrBadRequest, // relative file
-		`{"op":"enable","file":"/w.hcl","spec":{}}`:            ErrBadRequest, // no name
-		`{"op":"disable"}`:                                     ErrBadRequest,
-		`{"op":"list","allow_caps":["net_raw"]}`:               ErrProtocol, // no such field: a request cannot carry an allow list
-		`{"op":"list"} {"op":"list"}`:                          ErrProtocol,
-		`not json`:                                             ErrProtocol,
-		``:                                                     ErrProtocol,
-		`{"op":"none"}`:                                        ErrBadRequest,
-		`{"op":"start-named","id":"web-1"}`:                    ErrBadRequest, // no spec
-		`{"op":"restart","id":"web-1","new_id":"../x"}`:        ErrBadRequest,
-		`{"op":"restart-desired"}`:                             ErrBadRequest,
-		`{"op":"list","path":"/bin\u0000/x"}`:                  ErrBadRequest, // a PATH with a NUL
+		`{"op":"start","id":"web-1"}`:                   ErrBadRequest, // no spec
+		`{"op":"start","id":"../x","spec":{}}`:          ErrBadRequest,
+		`{"op":"launch","id":"a"}`:                      ErrBadRequest,
+		`{"op":"stop","id":"a","signal":99}`:            ErrBadRequest,
+		`{"op":"stop","id":"a","grace":-1}`:             ErrBadRequest,
+		`{"op":"enable","enable":{"file":"web.hcl"}}`:   ErrBadRequest, // relative file
+		`{"op":"enable"}`:                               ErrBadRequest, // no file
+		`{"op":"enable","file":"/w.hcl","spec":{}}`:     ErrProtocol,   // version 3's enable: no such field
+		`{"op":"plan-job"}`:                             ErrBadRequest, // no file
+		`{"op":"start-group","ids":[]}`:                 ErrBadRequest,
+		`{"op":"start-group","ids":["../x"]}`:           ErrBadRequest,
+		`{"op":"disable"}`:                              ErrBadRequest,
+		`{"op":"list","allow_caps":["net_raw"]}`:        ErrProtocol, // no such field: a request cannot carry an allow list
+		`{"op":"list"} {"op":"list"}`:                   ErrProtocol,
+		`not json`:                                      ErrProtocol,
+		``:                                              ErrProtocol,
+		`{"op":"none"}`:                                 ErrBadRequest,
+		`{"op":"start-named","id":"web-1"}`:             ErrBadRequest, // no spec
+		`{"op":"restart","id":"web-1","new_id":"../x"}`: ErrBadRequest,
+		`{"op":"restart-desired"}`:                      ErrBadRequest,
+		`{"op":"list","path":"/bin\u0000/x"}`:           ErrBadRequest, // a PATH with a NUL
 	} {
 		_, err := DecodeRequest([]byte(in))
 		if !errors.Is(err, want) {
@@ -110,6 +118,8 @@ func TestWireError_KeepsTextAndIdentity(t *testing.T) {
 		fmt.Errorf("start: %w", &driver.TaskError{Task: "web-3", State: fsm.StateNone,
 			Err: &driver.NameError{Name: "web", Tasks: []fsm.Task{{ID: "web-1"}}, Err: driver.ErrNameTaken}}),
 		fmt.Errorf("wrapped: %w", os.ErrPermission),
+		fmt.Errorf("plan: %w", &job.ParseError{File: "web.hcl", Lines: []string{"web.hcl:1,1-2: Error: broken"}}),
+		fmt.Errorf("task %q: %w: template source /x", "web", job.ErrNotAllowed),
 	} {
 		w := toWireError(err)
 		b, _ := json.Marshal(w)
@@ -131,6 +141,10 @@ func TestWireError_KeepsTextAndIdentity(t *testing.T) {
 			t.Errorf("%q: errors.As(*driver.TaskError) differs across the socket", err)
 		} else if te != nil && (te.Task != gte.Task || te.State != gte.State || te.Err.Error() != gte.Err.Error()) {
 			t.Errorf("%q: the task error across the socket is %+v, here %+v", err, gte, te)
+		}
+		var pe, gpe *job.ParseError
+		if errors.As(err, &pe) != errors.As(got, &gpe) || pe != nil && !reflect.DeepEqual(pe, gpe) {
+			t.Errorf("%q: the parse error across the socket is %+v, here %+v", err, gpe, pe)
 		}
 		var ne, gne *driver.NameError
 		if errors.As(err, &ne) != errors.As(got, &gne) {
@@ -155,7 +169,7 @@ func TestWireCodes_NameEveryNamedError(t *testing.T) {
 		codes[c.code] = c.err
 	}
 	for pkg, dir := range map[string]string{"driver": "../driver", "store": "../store", "executor": "../executor",
-		"cgroup": "../cgroup", "agent": "."} {
+		"cgroup": "../cgroup", "agent": ".", "job": "../job", "taskfile": "../taskfile"} {
 		for _, name := range namedErrors(t, dir) {
 			code := pkg + "." + kebab(strings.TrimPrefix(name, "Err"))
 			if _, ok := codes[code]; !ok {
@@ -222,7 +236,10 @@ func FuzzDecodeRequest(f *testing.F) {
 	for _, r := range []Request{
 		{Op: OpStart, ID: "web-1", Spec: &spec},
 		{Op: OpStop, ID: "web-1", Signal: 15, Grace: time.Second},
-		{Op: OpEnable, File: "/etc/tether/web.hcl", Spec: &spec},
+		{Op: OpEnable, Enable: &EnableRequest{File: "/etc/tether/web.hcl", Text: []byte("task"), Inputs: job.Inputs{Task: "web", Vars: map[string]string{"a": "1"}}}},
+		{Op: OpPlanJob, Job: &JobRequest{Source: job.Source{File: "web.hcl", Text: []byte("job")}, Overrides: job.Overrides{Env: []string{"A=1"}}, Once: true}},
+		{Op: OpStartGroup, IDs: []string{"web-1", "side-1"}, Path: "/bin"},
+		{Op: OpAdoptGroups},
 		{Op: OpReconcile, IDs: []string{"a"}},
 		{Op: OpStartNamed, ID: "web-1", Spec: &spec, Replace: true, Path: "/bin"},
 		{Op: OpRestart, ID: "web-1", NewID: "web-2"},

@@ -244,8 +244,17 @@ func (s *Server) dispatch(ctx context.Context, req Request, w *respWriter) Respo
 		st, e := s.svc.TaskStats(ctx, req.ID)
 		r.Stats, err = &st, e
 	case OpEnable:
-		e, er := s.svc.Enable(ctx, req.File, *req.Spec)
+		e, er := s.svc.Enable(ctx, *req.Enable)
 		r.Entry, err = &e, er
+	case OpPlanJob:
+		plan, e := s.svc.PlanJob(ctx, *req.Job)
+		r.Plan, err = &plan, e
+	case OpStartGroup:
+		r.Tasks, err = s.svc.StartGroup(ctx, req.IDs, func(p driver.GroupProgress) {
+			_ = w.write(Response{Kind: respProgress, Progress: &p})
+		})
+	case OpAdoptGroups:
+		r.Allocs, err = s.svc.AdoptGroups(ctx)
 	case OpDisable:
 		e, er := s.svc.Disable(ctx, req.Name)
 		r.Entry, err = &e, er

@@ -23,6 +23,7 @@ import (
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/internal/testproc"
+	"github.com/tether-fsm/tether/job"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -362,18 +363,19 @@ func TestServer_RefusesAPeerOfAnotherUID(t *testing.T) {
 }
 
 // The desired state, in-process with real executors: enable starts it; a
-// task killed behind the agent's back is replaced; a stop on request holds;
-// StartDesired starts it again; disable stops it and forgets it.
+// task killed behind the agent's back is replaced (a new copy of its
+// allocation, written ahead, under its restart policy); a stop on request
+// holds; StartDesired starts it again; disable stops it and forgets it.
 func TestAgent_EnableKillStopStartDisable(t *testing.T) {
 	ctx := testCtx(t)
 	state := stateDir(t)
 	c := serveAgent(t, openAgent(t, Config{StateDir: state}))
-	spec := sleeper("web", state)
-	e, err := c.Enable(ctx, "web.hcl", spec)
+	text := []byte(taskHCL("web", state, 3, ""))
+	e, err := c.Enable(ctx, EnableRequest{File: "web.hcl", Text: text})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.Name != "web" || e.Source != store.SourceEnabled || !filepath.IsAbs(e.File) || e.Task == "" {
+	if e.Name != "web" || e.Source != store.SourceEnabled || !filepath.IsAbs(e.File) || e.Task == "" || e.Origin != "enable" {
 		t.Fatalf("Enable = %+v", e)
 	}
 	first := awaitEntry(t, c, "web", func(e Entry) bool { return e.State == fsm.StateRunning && !e.Pending })
@@ -387,17 +389,20 @@ func TestAgent_EnableKillStopStartDisable(t *testing.T) {
 	}
 	_ = syscall.Kill(info.TaskPID, syscall.SIGKILL)
 	second := awaitEntry(t, c, "web", func(e Entry) bool { return e.Task != first.Task && e.State == fsm.StateRunning })
-	if second.Restarts != 1 {
-		t.Fatalf("after a kill: %+v; want restart 1", second)
+	if second.Restarts != 1 || second.Standing != StandingRunning {
+		t.Fatalf("after a kill: %+v; want restart 1, running", second)
 	}
 	if old, err := c.InspectTask(ctx, first.Task); err != nil || old.State != fsm.StateLost {
 		t.Fatalf("the killed task: %s, %v; want lost", old.State, err)
 	}
-	// tether stop of a desired task holds it.
-	if _, err := c.StopTask(ctx, second.Task, 0, time.Second); err != nil {
+	if evs, err := c.TaskEvents(ctx, second.Task); err != nil || evs[0].Replaces != first.Task {
+		t.Fatalf("the new copy's task-created names %q as the task it replaces, want %s (%v)", evs[0].Replaces, first.Task, err)
+	}
+	// tether stop of a desired entry's task holds it.
+	if _, err := c.StopGroup(ctx, []string{second.Task}, 0, time.Second, nil); err != nil {
 		t.Fatal(err)
 	}
-	held := awaitEntry(t, c, "web", func(e Entry) bool { return e.Settled })
+	held := awaitEntry(t, c, "web", func(e Entry) bool { return e.Standing == StandingStopped && !e.Pending })
 	if held.Task != second.Task || held.State != fsm.StateStopped || !strings.Contains(held.Reason, "stopped on request") {
 		t.Fatalf("after a stop: %+v; want held on its stopped task", held)
 	}
@@ -406,7 +411,7 @@ func TestAgent_EnableKillStopStartDisable(t *testing.T) {
 		t.Fatal(err)
 	}
 	third := awaitEntry(t, c, "web", func(e Entry) bool { return e.Task == again.Task && e.State == fsm.StateRunning })
-	if third.Settled || third.Task == second.Task {
+	if third.Standing != StandingRunning || third.Task == second.Task || third.Restarts != 0 {
 		t.Fatalf("started again: %+v", third)
 	}
 	if _, err := c.Disable(ctx, "web"); err != nil {
@@ -418,6 +423,14 @@ func TestAgent_EnableKillStopStartDisable(t *testing.T) {
 	}
 	if _, err := c.Disable(ctx, "web"); !errors.Is(err, ErrUnknownDesired) {
 		t.Fatalf("disable of an unknown name = %v", err)
+	}
+	// A file the agent cannot run is refused by name, nothing recorded.
+	bad := []byte(taskHCL("bad", state, 3, "template {\n source = \"/etc/hostname\"\n destination = \"local/h\"\n}"))
+	if _, err := c.Enable(ctx, EnableRequest{File: "bad.hcl", Text: bad}); !errors.Is(err, job.ErrNotAllowed) || !strings.Contains(err.Error(), "--allow-read") {
+		t.Fatalf("enable of a file reading outside --allow-read = %v", err)
+	}
+	if st, _ := c.Status(ctx); len(st.Entries) != 0 {
+		t.Fatalf("a refused enable left %+v", st.Entries)
 	}
 	testproc.CheckGone(t, state, 10*time.Second)
 }
@@ -445,11 +458,9 @@ func TestAgent_ConfigDirFilesStartReplaceAndStop(t *testing.T) {
 	state := stateDir(t)
 	dir := configDir(t)
 	c := serveAgent(t, openAgent(t, Config{StateDir: state, ConfigDir: dir}))
-	writeSpecs(t, filepath.Join(dir, "web.hcl"), sleeper("web", state))
+	writeTaskFile(t, filepath.Join(dir, "web.hcl"), taskHCL("web", state, 3, ""))
 	first := awaitEntry(t, c, "web", func(e Entry) bool { return e.State == fsm.StateRunning && !e.Pending })
-	changed := sleeper("web", state)
-	changed.Env = map[string]string{"VERSION": "2"}
-	writeSpecs(t, filepath.Join(dir, "web.hcl"), changed)
+	writeTaskFile(t, filepath.Join(dir, "web.hcl"), taskHCL("web", state, 3, `env { VERSION = "2" }`))
 	second := awaitEntry(t, c, "web", func(e Entry) bool { return e.Task != first.Task && e.State == fsm.StateRunning })
 	if old, err := c.InspectTask(ctx, first.Task); err != nil || old.State != fsm.StateStopped {
 		t.Fatalf("the replaced task: %s, %v; want stopped", old.State, err)
@@ -467,7 +478,7 @@ func TestAgent_ConfigDirFilesStartReplaceAndStop(t *testing.T) {
 	// A refused file is reported, and starts nothing. (It is made aside,
 	// hidden, and renamed in: the agent never sees it safe.)
 	tmp := filepath.Join(dir, ".shared.tmp")
-	writeSpecs(t, tmp, sleeper("shared", state))
+	writeTaskFile(t, tmp, taskHCL("shared", state, 3, ""))
 	if err := os.Chmod(tmp, 0o666); err != nil {
 		t.Fatal(err)
 	}
@@ -475,7 +486,7 @@ func TestAgent_ConfigDirFilesStartReplaceAndStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := awaitStatus(t, c, func(s Status) bool { return len(s.Problems) == 1 && strings.Contains(s.Problems[0], "mode 0666") })
-	if !strings.Contains(s.Problems[0], "shared.hcl") || len(s.Entries) != 0 {
+	if !strings.Contains(s.Problems[0], "shared.hcl") || len(s.Entries) != 1 || s.Entries[0].Standing != StandingRefused || s.Entries[0].Task != "" {
 		t.Fatalf("status with a world-writable file: %+v", s)
 	}
 }

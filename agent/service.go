@@ -8,6 +8,7 @@ import (
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/job"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -50,24 +51,26 @@ type Tasks interface {
 }
 
 // DesiredState is the desired state's operations: what `tether enable`,
-// `disable`, a start or restart of a desired task and a status of the
-// desired tasks need.
+// `disable`, a start or restart of a desired entry and a status of the
+// desired entries need.
 type DesiredState interface {
-	// Enable registers spec (read from file by the caller) as a desired
-	// task: it is started, and kept running under its restart policy.
-	// Enabling a registered task again replaces its spec (its task is
-	// replaced if the spec changed) and starts it again if it had settled
-	// (stopped on request, or given up by its policy).
-	Enable(ctx context.Context, file string, spec fsm.Spec) (Entry, error)
-	// Disable unregisters an enabled task; its task is stopped.
+	// Enable registers a file (its text, read by the caller, and the
+	// inputs it is read with) as a desired entry, named as its job: it is
+	// read by the serving process (its own allow lists: a file it could
+	// not run is refused now, nothing written), started, and kept running
+	// under its restart and reschedule policies. Enabling a registered
+	// entry again replaces its file (its tasks are replaced if it changed).
+	Enable(ctx context.Context, req EnableRequest) (Entry, error)
+	// Disable unregisters an enabled entry; its tasks are stopped.
 	Disable(ctx context.Context, name string) (Entry, error)
-	// StartDesired starts a settled desired task again (a fresh restart
-	// count); a running one is left as it is.
+	// StartDesired starts a desired entry that does not run again (new
+	// allocations: fresh restart and reschedule counts); a running one is
+	// left as it is.
 	StartDesired(ctx context.Context, name string) (Entry, error)
-	// RestartDesired stops a desired task's task (if it runs) and starts
-	// a new one for it, with a fresh restart count.
+	// RestartDesired stops a desired entry's tasks (if they run) and
+	// starts it again, with fresh counts.
 	RestartDesired(ctx context.Context, name string) (Entry, error)
-	// Status is the desired tasks and the problems of the config dir.
+	// Status is the desired entries and the problems of the config dir.
 	Status(ctx context.Context) (Status, error)
 	// WatchStatus calls fn with the status now and after each change until
 	// fn returns true (or ctx ends).
@@ -108,12 +111,60 @@ type Groups interface {
 	GroupDriven(alloc string) (bool, int, error)
 }
 
+// Jobs are a file's way to its tasks: package job's path, run by the
+// serving process with its own node (its allow lists: a template is read
+// with the agent's --allow-read, never the caller's; its port allocator;
+// its host), and the driving of a group that outlives the caller.
+type Jobs interface {
+	// PlanJob reads a file and makes its allocations ready to record
+	// (job.Read, then Instantiate with fresh ids): nothing is recorded
+	// (ports are allocated for the allocations).
+	PlanJob(ctx context.Context, req JobRequest) (JobPlan, error)
+	// StartGroup starts a recorded group, returns once its main tasks
+	// have started (or it is over), and leaves it to a driver that
+	// outlives the call: the agent itself, or daemonless a detached
+	// process (see Local.StartGroup).
+	StartGroup(ctx context.Context, ids []string, fn func(driver.GroupProgress)) ([]fsm.Task, error)
+	// AdoptGroups gives every group nobody drives (a driver that died)
+	// to such a driver, and returns their allocation ids.
+	AdoptGroups(ctx context.Context) ([]string, error)
+}
+
 // Service is everything a CLI asks of tether.
 type Service interface {
 	Tasks
 	Groups
+	Jobs
 	DesiredState
 	Maintenance
+}
+
+// JobRequest is a file to plan (tether run and start): its name and
+// text, the inputs it is read with, the command line's overrides.
+type JobRequest struct {
+	Source    job.Source    `json:"source"`
+	Inputs    job.Inputs    `json:"inputs"`
+	Overrides job.Overrides `json:"overrides"`
+	// Once: its tasks run once (tether run): its copies carry no
+	// reschedule policy, and nothing follows them.
+	Once bool `json:"once,omitempty"`
+}
+
+// JobPlan is a file planned: its name, its allocations ready to record,
+// the parser's notes and the groups it does not run.
+type JobPlan struct {
+	Name    string   `json:"name"`
+	Run     job.Run  `json:"run"`
+	Notes   []string `json:"notes,omitempty"`
+	Skipped []string `json:"skipped,omitempty"`
+}
+
+// EnableRequest is a file to register (tether enable): its name (an
+// absolute path: the client resolves it), its text, and its inputs.
+type EnableRequest struct {
+	File   string     `json:"file"`
+	Text   []byte     `json:"text"`
+	Inputs job.Inputs `json:"inputs"`
 }
 
 // GCReport is what a GC did.
@@ -163,32 +214,55 @@ type Lost struct {
 	Settled bool `json:"settled"`
 }
 
-// Entry is the state of one desired task.
+// Entry is the state of one desired entry.
 type Entry struct {
 	Name   string              `json:"name"`
 	Source store.DesiredSource `json:"source"`
 	File   string              `json:"file,omitempty"`
-	// Task is its current task (empty before the first start) and State
-	// that task's state (none: its start is owed, at NotBefore if set).
-	Task      string    `json:"task,omitempty"`
-	State     fsm.State `json:"state"`
-	NotBefore time.Time `json:"not_before,omitzero"`
-	// Restarts is how many times the agent started it again after its task
-	// was gone.
-	Restarts int `json:"restarts,omitempty"`
-	// Settled: it is not restarted (its policy gave up, or it was stopped
-	// on request); Reason says why.
-	Settled bool   `json:"settled,omitempty"`
-	Reason  string `json:"reason,omitempty"`
+	// Origin is where it was declared, as status says it: "dir" (the
+	// config dir), "enable" or "etcd".
+	Origin string `json:"origin"`
+	// Tasks are the task ids of its allocations' current copies, in order;
+	// Task the first main task among them and State that task's state
+	// (none: not recorded yet).
+	Tasks []string  `json:"tasks,omitempty"`
+	Task  string    `json:"task,omitempty"`
+	State fsm.State `json:"state"`
+	// Standing is where it stands, Reason why (down, refused, restarting,
+	// stopped), Since since when (down), NextAttempt when its next copy is
+	// due (restarting).
+	Standing    Standing  `json:"standing"`
+	Reason      string    `json:"reason,omitempty"`
+	Since       time.Time `json:"since,omitzero"`
+	NextAttempt time.Time `json:"next_attempt_at,omitzero"`
+	// Restarts and Reschedules count the copies made so far of each kind.
+	Restarts    int `json:"restarts,omitempty"`
+	Reschedules int `json:"reschedules,omitempty"`
 	// Disabled: a disable is under way.
 	Disabled bool `json:"disabled,omitempty"`
 	// Problem is what keeps the agent from converging it (its file
-	// refused or not parsable, its name declared twice).
+	// refused or not readable, its name declared twice).
 	Problem string `json:"problem,omitempty"`
 	// Pending: the agent has work to do for it (a start owed, a stop under
 	// way, a record to write).
 	Pending bool `json:"pending,omitempty"`
 }
+
+// Standing is where a desired entry stands.
+type Standing string
+
+// The standings.
+const (
+	StandingStarting   Standing = "starting"   // recorded, its tasks starting
+	StandingRunning    Standing = "running"    // its main tasks run
+	StandingReady      Standing = "ready"      // they run and every one that says it is ready has
+	StandingRestarting Standing = "restarting" // a copy is due later (a restart's or a reschedule's delay)
+	StandingDown       Standing = "down"       // given up: its restart and reschedule policies are spent
+	StandingRefused    Standing = "refused"    // its file, or its tasks' specs, refused
+	StandingStopped    Standing = "stopped"    // stopped on request: it starts again when its file changes or when started
+	StandingCompleted  Standing = "completed"  // a batch job's tasks completed
+	StandingStopping   Standing = "stopping"   // disabled, or its file gone: its tasks are being stopped
+)
 
 // Status is the desired state as the agent sees it.
 type Status struct {

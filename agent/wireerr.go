@@ -11,7 +11,9 @@ import (
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/job"
 	"github.com/tether-fsm/tether/store"
+	"github.com/tether-fsm/tether/taskfile"
 )
 
 // Errors cross the socket with their identity: the message as the agent
@@ -124,11 +126,21 @@ var wireCodes = []struct {
 	{"agent.unknown-desired", ErrUnknownDesired},
 	{"agent.name-conflict", ErrNameConflict},
 	{"agent.config-dir", ErrConfigDir},
-	{"agent.no-parser", ErrNoParser},
 	{"agent.unsupported", ErrUnsupported},
 	{"agent.closed", ErrClosed},
 	{"agent.bad-request", ErrBadRequest},
 	{"agent.protocol", ErrProtocol},
+	{"job.parse", job.ErrParse},
+	{"job.nothing-to-run", job.ErrNothingToRun},
+	{"job.bad-input", job.ErrBadInput},
+	{"job.not-allowed", job.ErrNotAllowed},
+	{"job.shape", job.ErrShape},
+	{"taskfile.no-task", taskfile.ErrNoTask},
+	{"taskfile.not-runnable", taskfile.ErrNotRunnable},
+	{"taskfile.unknown-reference", taskfile.ErrUnknownReference},
+	{"taskfile.constraint", taskfile.ErrConstraint},
+	{"taskfile.ports", taskfile.ErrPorts},
+	{"fsm.invalid-spec", fsm.ErrInvalidSpec},
 	{"context.canceled", context.Canceled},
 	{"context.deadline", context.DeadlineExceeded},
 	{"os.not-exist", os.ErrNotExist},
@@ -144,6 +156,8 @@ type wireError struct {
 	// *driver.NameError.
 	Task *wireTaskError `json:"task,omitempty"`
 	Name *wireNameError `json:"name,omitempty"`
+	// Parse is its first *job.ParseError (a file's diagnostics).
+	Parse *job.ParseError `json:"parse,omitempty"`
 }
 
 type wireTaskError struct {
@@ -181,6 +195,10 @@ func toWireError(err error) *wireError {
 	if errors.As(err, &ne) {
 		w.Name = &wireNameError{Name: ne.Name, Tasks: ne.Tasks}
 	}
+	var pe *job.ParseError
+	if errors.As(err, &pe) {
+		w.Parse = pe
+	}
 	return w
 }
 
@@ -189,7 +207,7 @@ func (w *wireError) err() error {
 	if w == nil {
 		return nil
 	}
-	return &RemoteError{Msg: w.Msg, Codes: w.Codes, task: w.Task, name: w.Name}
+	return &RemoteError{Msg: w.Msg, Codes: w.Codes, task: w.Task, name: w.Name, parse: w.Parse}
 }
 
 // RemoteError is an error the agent returned: its text, and the named
@@ -201,6 +219,7 @@ type RemoteError struct {
 	Codes []string
 	task  *wireTaskError
 	name  *wireNameError
+	parse *job.ParseError
 }
 
 func (e *RemoteError) Error() string { return e.Msg }
@@ -216,8 +235,8 @@ func (e *RemoteError) Is(target error) bool {
 	return false
 }
 
-// As sets a **driver.TaskError or a **driver.NameError target to the one
-// the agent's error held.
+// As sets a **driver.TaskError, a **driver.NameError or a
+// **job.ParseError target to the one the agent's error held.
 func (e *RemoteError) As(target any) bool {
 	switch t := target.(type) {
 	case **driver.TaskError:
@@ -231,6 +250,12 @@ func (e *RemoteError) As(target any) bool {
 			return false
 		}
 		*t = &driver.NameError{Name: e.name.Name, Tasks: e.name.Tasks, Err: &RemoteError{Msg: e.Msg, Codes: e.Codes}}
+		return true
+	case **job.ParseError:
+		if e.parse == nil {
+			return false
+		}
+		*t = e.parse
 		return true
 	}
 	return false

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/fsm"
@@ -86,10 +87,12 @@ func (d *Driver) StopGroup(ctx context.Context, ids []string, sig syscall.Signal
 }
 
 // GroupTask is a task of a group to record: its id and spec (whose Alloc
-// lists the group's ids).
+// lists the group's ids), and the task it replaces (a later copy of the
+// allocation: its task-created's Replaces), if any.
 type GroupTask struct {
-	ID   string
-	Spec fsm.Spec
+	ID       string
+	Spec     fsm.Spec
+	Replaces string `json:",omitempty"`
 }
 
 // CreateGroup records the tasks of one or more groups (each task's spec
@@ -100,9 +103,18 @@ type GroupTask struct {
 // records each task with CreateTask. The tasks then wait for their group
 // to start them (RunGroup). A failure part way records no more; the tasks
 // recorded so far are settled by the next driver of their group (their
-// group lists tasks the log does not hold).
+// group lists tasks the log does not hold), or the create is done again
+// to complete it: a task among tasks that is recorded already, in the
+// same allocation, is not recorded twice (its name is not taken by it),
+// and is returned as it is.
 func (d *Driver) CreateGroup(ctx context.Context, tasks []GroupTask, opts StartOptions) ([]fsm.Task, error) {
 	var names []string
+	ours := map[string]string{} // id -> alloc, of the tasks to record
+	for _, t := range tasks {
+		if t.Spec.Alloc != nil {
+			ours[t.ID] = t.Spec.Alloc.ID
+		}
+	}
 	for _, t := range tasks {
 		if t.Spec.Alloc == nil {
 			return nil, fmt.Errorf("%w: task %s has no alloc", ErrNotGroup, t.ID)
@@ -126,6 +138,9 @@ func (d *Driver) CreateGroup(ctx context.Context, tasks []GroupTask, opts StartO
 		if err != nil {
 			return nil, err
 		}
+		live = slices.DeleteFunc(live, func(t fsm.Task) bool {
+			return t.Spec != nil && t.Spec.Alloc != nil && ours[t.ID] == t.Spec.Alloc.ID // this create's own, recorded before
+		})
 		if len(live) > 0 && !opts.Replace {
 			return nil, &NameError{Name: name, Tasks: live, Err: ErrNameTaken}
 		}
@@ -150,7 +165,13 @@ func (d *Driver) CreateGroup(ctx context.Context, tasks []GroupTask, opts StartO
 	}
 	var out []fsm.Task
 	for _, t := range tasks {
-		st, err := d.CreateTask(context.WithoutCancel(ctx), t.ID, t.Spec)
+		st, err := d.begin(context.WithoutCancel(ctx), t.ID, request{kind: inCreate, spec: t.Spec, link: t.Replaces})
+		if errors.Is(err, ErrTaskExists) {
+			if info, ierr := d.InspectTask(ctx, t.ID); ierr == nil && info.Spec != nil && info.Spec.Alloc != nil && info.Spec.Alloc.ID == ours[t.ID] {
+				out = append(out, info.Task) // recorded by an earlier create of the same copy
+				continue
+			}
+		}
 		if err != nil {
 			return out, err
 		}
@@ -179,14 +200,46 @@ func (d *Driver) runGroup(ctx context.Context, ids []string, wait, stop bool, si
 		return tasks, err
 	}
 	alloc := allocOf(tasks)
-	unlock, holder, err := d.lockGroup(ctx, alloc, wait)
+	l, holder, err := d.lockGroup(ctx, alloc, wait)
 	if err != nil {
 		return tasks, err
 	}
-	if unlock == nil {
+	if l == nil {
 		return tasks, &GroupDrivenError{Alloc: alloc, Holder: holder}
 	}
-	defer unlock()
+	defer l.Unlock()
+	return d.driveGroup(ctx, l, ids, stop, sig, grace, fn)
+}
+
+// LockGroup takes the lock of the group alloc, as RunGroup does: at once,
+// or (wait) once its holder lets go or ctx ends; without wait, a held
+// lock returns nil and the holder's pid. A caller that drives several
+// copies of an allocation in turn (agent.Local.DriveGroup) holds it
+// across them, and drives each with RunGroupLocked.
+func (d *Driver) LockGroup(ctx context.Context, alloc string, wait bool) (*GroupLock, int, error) {
+	return d.lockGroup(ctx, alloc, wait)
+}
+
+// RunGroupLocked is RunGroup under the group's lock, held already by l
+// (LockGroup): ids must be tasks of l's allocation.
+func (d *Driver) RunGroupLocked(ctx context.Context, l *GroupLock, ids []string, fn func(GroupProgress)) ([]fsm.Task, error) {
+	tasks, _, err := d.loadGroup(ctx, ids)
+	if err != nil {
+		return tasks, err
+	}
+	if a := allocOf(tasks); a != l.alloc {
+		return tasks, fmt.Errorf("%w: the tasks are of group %s, the lock held is %s's", ErrNotGroup, a, l.alloc)
+	}
+	return d.driveGroup(ctx, l, ids, false, 0, 0, fn)
+}
+
+// driveGroup performs the group's steps under its lock l until every
+// task is terminal. A copy due later (Alloc.NotBefore) is waited for,
+// woken early when another process opens the group's lock (a stop that
+// settled it, a driver that wants to take over): the log is read again.
+func (d *Driver) driveGroup(ctx context.Context, l *GroupLock, ids []string, stop bool, sig syscall.Signal, grace time.Duration, fn func(GroupProgress)) ([]fsm.Task, error) {
+	var tasks []fsm.Task
+	var err error
 
 	// Followers watch the group's live tasks (each a FollowTask, which
 	// supervises the task here when nobody else does) and say when one
@@ -206,14 +259,14 @@ func (d *Driver) runGroup(ctx context.Context, ids []string, wait, stop bool, si
 
 	var last GroupStep
 	var lastErr error
-	for {
+	for first := true; ; first = false {
 		var missing []string
 		if tasks, missing, err = d.loadGroup(ctx, ids); err != nil {
 			return tasks, err
 		}
-		step := fsm.GroupState{Tasks: tasks, Missing: missing, Stop: stop}.Next()
+		step := fsm.GroupState{Tasks: tasks, Missing: missing, Stop: stop, Now: d.cfg.Now().UnixNano()}.Next()
 		stop = false
-		if fn != nil && (!step.Idle() || step.String() != last.String()) {
+		if fn != nil && (first || !step.Idle() || step.String() != last.String()) {
 			fn(GroupProgress{Step: step, Tasks: tasks})
 		}
 		if step.Over {
@@ -245,10 +298,25 @@ func (d *Driver) runGroup(ctx context.Context, ids []string, wait, stop bool, si
 				poke()
 			}(t.ID)
 		}
+		var timer *time.Timer
+		var due <-chan time.Time
+		var woken <-chan struct{}
+		if step.Wake != 0 {
+			timer = time.NewTimer(time.Duration(step.Wake - d.cfg.Now().UnixNano()))
+			due, woken = timer.C, l.wakeups(d.log)
+		}
 		select {
 		case <-changed:
+		case <-due:
+		case <-woken:
 		case <-ctx.Done():
-			return tasks, ctx.Err()
+			err = ctx.Err()
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if err != nil {
+			return tasks, err
 		}
 	}
 }
@@ -332,10 +400,79 @@ func allocOf(tasks []fsm.Task) string {
 	return ""
 }
 
+// GroupLock is a group's lock, held (LockGroup).
+type GroupLock struct {
+	alloc string
+	path  string
+	f     *os.File
+
+	mu     sync.Mutex
+	wake   chan struct{}
+	notify *os.File // the inotify instance watching the lock file, once wakeups is asked for
+	done   bool
+}
+
+// Alloc is the group's allocation id.
+func (l *GroupLock) Alloc() string { return l.alloc }
+
+// Unlock lets go of the lock.
+func (l *GroupLock) Unlock() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done {
+		return
+	}
+	l.done = true
+	if l.notify != nil {
+		l.notify.Close()
+	}
+	_ = l.f.Truncate(0)
+	_ = unix.Flock(int(l.f.Fd()), unix.LOCK_UN)
+	l.f.Close()
+}
+
+// wakeups receives whenever a process opens the group's lock file (a
+// stop of the group waits for the lock after it settled the tasks, a
+// driver that wants the group opens it to take it over): the holder,
+// waiting out a copy's delay, reads the log again. Without inotify it
+// never receives (the delay's timer still ends the wait).
+func (l *GroupLock) wakeups(log hclog.Logger) <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.wake != nil || l.done {
+		return l.wake
+	}
+	l.wake = make(chan struct{}, 1)
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err == nil {
+		if _, err = unix.InotifyAddWatch(fd, l.path, unix.IN_OPEN); err != nil {
+			unix.Close(fd)
+		}
+	}
+	if err != nil {
+		log.Warn("no wake-up when another process opens the group's lock; the delay's end wakes the driver", "alloc", l.alloc, "err", err)
+		return l.wake
+	}
+	l.notify = os.NewFile(uintptr(fd), "inotify")
+	go func(f *os.File, wake chan struct{}) {
+		buf := make([]byte, 4096)
+		for {
+			if _, err := f.Read(buf); err != nil {
+				return // closed by Unlock
+			}
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+	}(l.notify, l.wake)
+	return l.wake
+}
+
 // lockGroup takes the group's lock: at once, or (wait) once its holder
-// lets go or ctx ends. Without wait, a held lock returns a nil unlock and
+// lets go or ctx ends. Without wait, a held lock returns a nil lock and
 // the holder's pid.
-func (d *Driver) lockGroup(ctx context.Context, alloc string, wait bool) (func(), int, error) {
+func (d *Driver) lockGroup(ctx context.Context, alloc string, wait bool) (*GroupLock, int, error) {
 	if err := statedir.ValidateTaskID(alloc); err != nil {
 		return nil, 0, fmt.Errorf("driver: group id: %w", err)
 	}
@@ -348,16 +485,11 @@ func (d *Driver) lockGroup(ctx context.Context, alloc string, wait bool) (func()
 		return nil, 0, fmt.Errorf("driver: group lock: %w", err)
 	}
 	fd := int(f.Fd())
-	unlock := func() {
-		_ = f.Truncate(0)
-		_ = unix.Flock(fd, unix.LOCK_UN)
-		f.Close()
-	}
-	taken := func() (func(), int, error) {
+	taken := func() (*GroupLock, int, error) {
 		if err := f.Truncate(0); err == nil {
 			_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 		}
-		return unlock, 0, nil
+		return &GroupLock{alloc: alloc, path: a.Lock(), f: f}, 0, nil
 	}
 	switch err := flock(fd, unix.LOCK_EX|unix.LOCK_NB); {
 	case err == nil:
@@ -412,12 +544,12 @@ func (d *Driver) GroupDriven(alloc string) (bool, int, error) {
 	if _, err := os.Stat(statedir.Layout{Dir: d.cfg.StateDir}.Alloc(alloc).Dir()); errors.Is(err, os.ErrNotExist) {
 		return false, 0, nil
 	}
-	unlock, holder, err := d.lockGroup(context.Background(), alloc, false)
+	l, holder, err := d.lockGroup(context.Background(), alloc, false)
 	if err != nil {
 		return false, 0, err
 	}
-	if unlock != nil {
-		unlock()
+	if l != nil {
+		l.Unlock()
 		return false, 0, nil
 	}
 	return true, holder, nil

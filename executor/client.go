@@ -142,7 +142,6 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Client, error) {
 
 	args := append(append([]string{}, command[1:]...),
 		"-dir="+dir, proc.NonceArg(cfg.Nonce), "-lease="+timeout.String(), "-ready-fd=3")
-	pidfd := -1
 	cmd := exec.Command(command[0], args...)
 	cmd.Dir = dir
 	// One P (set before the runtime starts: later is too late to shrink
@@ -157,23 +156,25 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Client, error) {
 	cmd.Env = append(slices.Clone(env), "GOMAXPROCS=1")
 	cmd.Stderr = logf
 	cmd.ExtraFiles = []*os.File{readyW}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, PidFD: &pidfd}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	startErr := cmd.Start()
 	readyW.Close()
 	if startErr != nil {
 		return nil, fmt.Errorf("%w: %w", wire.ErrSpawn, startErr)
 	}
+	// A pidfd of its own (its own open file, non-blocking for the poller),
+	// opened before the reaper starts: the child cannot be reaped before,
+	// so its pid is still its own. Not clone's CLONE_PIDFD one: os/exec
+	// duplicates that descriptor for its Wait, which then shares the
+	// open file and its O_NONBLOCK, and returns EAGAIN at once instead of
+	// reaping (every killed executor of a long-lived agent stayed a
+	// zombie).
+	exe, err := proc.Open(cmd.Process.Pid)
 	reaped := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
 		close(reaped)
 	}()
-	var exe *proc.PidFD
-	if pidfd >= 0 {
-		exe, err = proc.FromFD(pidfd)
-	} else {
-		err = fmt.Errorf("executor: no pidfd from clone (kernel older than 5.3?)")
-	}
 	log = log.With("pid", cmd.Process.Pid)
 	fail := func(err error) (*Client, error) {
 		log.Warn("spawn failed, killing the executor", "err", err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -69,6 +70,39 @@ type Alloc struct {
 	Hook    Hook
 	Sidecar bool
 	Leader  bool
+
+	// Generation counts the copies of the allocation started again after
+	// an earlier one ended (NextCopy): 0 for the first. A later copy's
+	// tasks are new tasks of the same names, each created with the task it
+	// replaces (task-created's Replaces), in the same allocation (its id,
+	// directories and ports).
+	Generation int
+	// NotBefore is when the copy's tasks may start (Unix ns; 0: at once):
+	// a restart's or a reschedule's delay, recorded with them ahead.
+	NotBefore int64
+	// Reschedule is the group's reschedule policy (nil: none: a copy that
+	// failed stays down); Rescheduled the past reschedules it weighs
+	// (ReschedulePolicy.Next), oldest first.
+	Reschedule  *ReschedulePolicy
+	Rescheduled []RescheduleEvent
+	// Restarts is the restart policy's count across copies started again
+	// because an executor was lost (within a run, the executor counts).
+	Restarts RestartState
+}
+
+// Copy returns a deep copy of a.
+func (a *Alloc) Copy() *Alloc {
+	if a == nil {
+		return nil
+	}
+	c := *a
+	c.Tasks = slices.Clone(a.Tasks)
+	c.Rescheduled = slices.Clone(a.Rescheduled)
+	if a.Reschedule != nil {
+		r := *a.Reschedule
+		c.Reschedule = &r
+	}
+	return &c
 }
 
 // Keeper reports whether the task keeps its allocation alive: a task that
@@ -274,5 +308,29 @@ func (a *Alloc) validate() error {
 		}
 		seen[id] = true
 	}
+	switch {
+	case a.Generation < 0 || a.NotBefore < 0:
+		return bad("negative generation %d or due time %d", a.Generation, a.NotBefore)
+	case a.Restarts.Count < 0 || a.Restarts.Attempts < 0:
+		return bad("negative restart count")
+	case len(a.Rescheduled) > maxRescheduled:
+		return bad("%d past reschedules (at most %d)", len(a.Rescheduled), maxRescheduled)
+	}
+	for _, e := range a.Rescheduled {
+		if e.Delay < 0 {
+			return bad("a past reschedule with a negative delay")
+		}
+	}
+	if a.Reschedule != nil {
+		if err := a.Reschedule.Validate(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
+
+// maxRescheduled bounds an allocation's reschedule history: an unlimited
+// policy keeps MaxRescheduleHistory, a limited one those within its
+// interval (at most its attempts, which the interval bounds by the 5 s
+// minimum delay).
+const maxRescheduled = 1 << 16

@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -44,6 +45,10 @@ type GroupState struct {
 	Missing []string
 	// Stop is a stop of the group asked now (a stop of any of its tasks).
 	Stop bool
+	// Now is the time (Unix ns): a copy whose tasks are due later
+	// (Alloc.NotBefore: a restart's or a reschedule's delay) starts none of
+	// them before.
+	Now int64
 }
 
 // GroupStep is what a group's driver does next: settle, stop, start, in
@@ -62,6 +67,10 @@ type GroupStep struct {
 	Ending string
 	// Over: every task is terminal.
 	Over bool
+	// Wake is when the copy's tasks are due (Unix ns), when the step waits
+	// for that and nothing else has started: the driver waits until then
+	// (or a change).
+	Wake int64
 }
 
 // Idle reports whether the step asks nothing: the driver waits for a
@@ -83,6 +92,9 @@ func (s GroupStep) String() string {
 	}
 	if s.Over {
 		parts = append(parts, "over")
+	}
+	if s.Wake != 0 {
+		parts = append(parts, "due at "+strconv.FormatInt(s.Wake, 10))
 	}
 	if len(parts) == 0 {
 		return "wait"
@@ -277,9 +289,20 @@ func stopWave(ms []member) []string {
 	return nil
 }
 
-// advance is a running group's next step: prestart, main, poststart.
+// advance is a running group's next step: prestart, main, poststart. A
+// copy due later (its tasks' Alloc.NotBefore after Now) of which nothing
+// has started yet waits until then.
 func (g GroupState) advance(ms []member) GroupStep {
 	var step GroupStep
+	due, started := int64(0), false
+	for _, m := range ms {
+		due = max(due, m.a.NotBefore)
+		started = started || !m.pending()
+	}
+	if !started && due > g.Now {
+		step.Wake = due
+		return step
+	}
 	pendingOf := func(h Hook) []string {
 		var ids []string
 		for _, m := range ms {

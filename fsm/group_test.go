@@ -206,3 +206,27 @@ func TestGroupState_NextIsAFixedPoint(t *testing.T) {
 		t.Errorf("trail:\n got %s\nwant %s", got, strings.Join(want, " | "))
 	}
 }
+
+// A copy due later (a restart's or a reschedule's delay) starts nothing
+// before its time, and then starts as any copy does; a stop while it
+// waits settles it.
+func TestGroupState_Next_WaitsForItsDueTime(t *testing.T) {
+	due := func(at int64) func(*Task) { return func(t *Task) { t.Spec.Alloc.NotBefore = at } }
+	tasks := func(st State, opts ...func(*Task)) []Task {
+		return []Task{gtask("init", HookPrestart, "", st, opts...), gtask("web", HookMain, "", StateCreated, due(100))}
+	}
+	created := tasks(StateCreated, due(100))
+	if s := (GroupState{Tasks: created, Now: 99}).Next(); !s.Idle() || s.Wake != 100 {
+		t.Errorf("1ns before its due time: %s, want a wait until 100", s)
+	}
+	if s := (GroupState{Tasks: created, Now: 100}).Next(); !reflect.DeepEqual(s.Start, []string{"init"}) || s.Wake != 0 {
+		t.Errorf("at its due time: %s, want the prestart task started", s)
+	}
+	started := tasks(StateRunning, due(100))
+	if s := (GroupState{Tasks: started, Now: 1}).Next(); s.Wake != 0 {
+		t.Errorf("once something started, the due time no longer holds it: %s", s)
+	}
+	if s := (GroupState{Tasks: created, Now: 1, Stop: true}).Next(); len(s.Settle) != 2 || s.Wake != 0 {
+		t.Errorf("a stop while it waits: %s, want both settled", s)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	bolt "go.etcd.io/bbolt"
@@ -14,68 +15,89 @@ import (
 
 // Desired state.
 //
-// The agent (package agent) keeps tasks running that an operator declared:
-// the task files of its --config-dir and the tasks registered with `tether
-// enable`. What it must remember across any crash about each of them is
-// kept here, one record per desired task, in the top-level bucket
-// "desired", keyed by the task's name:
+// The agent (package agent) keeps running what an operator declared: the
+// task and job files of its --config-dir, the files registered with
+// `tether enable`, a node's desired state from etcd. What it must remember
+// across any crash about each of them is kept here, one record per
+// desired entry, in the top-level bucket "desired", keyed by the entry's
+// name (a job's name, or the task or group a selection named):
 //
-//   - for an enabled task, the spec itself (the registration: it survives
-//     anything the store survives);
-//   - the task it started for it last (written before the start, as a
-//     spawn intent is: a new agent finds the start it must finish, or the
-//     task it must adopt, and never starts a second one);
-//   - the restart policy's count of the restarts it made, and when the next
-//     start is due (written ahead, as the executor journals its restarts);
-//   - the task after whose end it stopped restarting (the policy gave up,
-//     or the task was stopped on request), and why;
-//   - a disable in progress (the record goes once its task is stopped).
+//   - for an enabled entry (and one from etcd), the file's text and the
+//     inputs it was read with (-var, -var-file, NOMAD_VAR_, dispatch meta,
+//     the selection): the registration, which survives anything the store
+//     survives; a config dir's file is read again from the dir;
+//   - the digest of the declaration its allocations were made from (a
+//     declaration of another digest replaces them);
+//   - its allocations, each with its id and the ids of its current copy's
+//     tasks, written before the copy is created (as a spawn intent is: a new
+//     agent finds the creation it must finish, or the tasks it must adopt,
+//     and never creates a second copy), with the copy's generation, when
+//     it is due, what made it, and the restarts and reschedules so far;
+//   - why it stands as it does (refused, given up), and a disable in
+//     progress (the record goes once its tasks are stopped).
 //
-// They are records rather than events: a desired task has no lifecycle of
-// its own that a table could check (each of its runs is a task with its own
-// log, which holds the lifecycle); what the agent needs is the latest
-// decision, read whole at every convergence, and a log of decisions would
-// be folded to exactly that on every read. Each record carries a revision,
-// and ChangeDesired takes the revision a change replaces (optimistic
-// concurrency, as Append's expected version).
+// They are records rather than events: an entry has no lifecycle of its
+// own that a table could check (each of its tasks has its own log, which
+// holds the lifecycle, and each copy's decisions are in its tasks'
+// specs); what the agent needs is the latest decision, read whole at every
+// convergence. Each record carries a revision, and ChangeDesired takes the
+// revision a change replaces (optimistic concurrency, as Append's expected
+// version).
 //
 // Record layout (like the event records: checksummed, versioned,
 // canonical):
 //
 //	[0:4]  CRC32C (Castagnoli, little endian) of bytes [4:]
-//	[4]    desired record version (1)
+//	[4]    desired record version (2; version 1 is read and upcast)
 //	[5:]   body:
 //	       name     string (equal to the record's key)
 //	       source   byte (DesiredSource, not 0)
 //	       rev      uvarint (not 0)
 //	       fields   uvarint bit set of the optional parts that follow
 //	       file     string
-//	       spec     the event records' spec form (dSpecExt: with its
-//	                optional parts)
-//	       task     string
-//	       notbefore varint (Unix ns)
-//	       restart  window start varint, count uvarint, attempts uvarint
-//	       settled  string; reason string
+//	       text     string (the file's text)
+//	       inputs   vars (map), var files (a count, then name and text
+//	                each), env (map), meta (map), task, group (strings)
+//	       digest   string
+//	       allocs   a count, then each: group string, index uvarint, id
+//	                string, tasks (list), generation uvarint, not-before
+//	                varint, kind string, restarts uvarint, reschedules
+//	                uvarint
+//	       reason   string
+//	       spec     (version 1's registration, kept: the event records'
+//	                spec form, with dSpecExt its optional parts)
+//	       task     string (version 1's task, until it ends)
+//
+// disabled and retiring are field bits with no bytes.
+//
+// Version 1 held one task per record: the registration's spec, the task
+// started for it, a restart count and the task it settled on. It is read
+// and upcast: its spec stays the registration (run as a file of one task
+// would be), its task is adopted until it ends, its settling is dropped
+// (an entry settled by version 1 is started again once its task has
+// ended... unless it was stopped on request, which its task's state says).
 //
 // An optional part is present exactly when its value is not the zero
-// value; disabled is a field bit with no bytes.
+// value.
 //
 // A store gets the bucket with its first record, and its schema version
 // becomes 2 in the same commit: a tether that predates registrations
 // refuses the store with a SchemaError naming both versions rather than
 // dropping them (a store without registrations stays at version 1).
 
-// DesiredSource says where a desired task was declared.
+// DesiredSource says where a desired entry was declared.
 type DesiredSource uint8
 
 const (
 	// SourceNone is the zero value: no source (invalid in a record).
 	SourceNone DesiredSource = iota
-	// SourceDir: a task file in the agent's --config-dir. The file is the
-	// truth: the record keeps no spec.
+	// SourceDir: a file of the agent's --config-dir, or of a feed (a
+	// node's desired state from etcd, whose file is a name such as
+	// "etcd:/tether/desired/n1/web"). The config dir's file is the truth:
+	// the record keeps its text only for a feed's.
 	SourceDir
 	// SourceEnabled: registered with `tether enable`; the record keeps the
-	// spec.
+	// file's text and inputs.
 	SourceEnabled
 
 	numSources
@@ -93,37 +115,85 @@ func (s DesiredSource) String() string {
 // Valid reports whether s is a declared source (not SourceNone).
 func (s DesiredSource) Valid() bool { return s > SourceNone && s < numSources }
 
-// Desired is one desired task: what the agent remembers of it.
+// Desired is one desired entry: what the agent remembers of it.
 type Desired struct {
-	// Name is the task's name (its spec's), the record's key.
+	// Name is the entry's name, the record's key.
 	Name   string
 	Source DesiredSource
-	// File is the task file it was read from (absolute).
+	// File is the file it was read from (absolute, or a feed's name).
 	File string
-	// Spec is what runs, for SourceEnabled; nil for SourceDir (the file
-	// says).
-	Spec *fsm.Spec
-	// Task is the id of the task started for it last, or about to be: it
-	// is written before the start, and a task the store does not hold yet
-	// is a start still owed. Empty before the first.
-	Task string
-	// NotBefore is when the start of Task is due (Unix ns): a restart's
-	// delay, written ahead.
-	NotBefore int64
-	// Restart is the restart policy's state over the tasks the agent
-	// started for it (the executor counts the restarts within one task).
-	Restart fsm.RestartState
-	// Settled is the task after whose end the agent stopped restarting,
-	// with Reason saying why (the policy gave up; stopped on request). It
-	// is started again only when its declaration changes or it is started
-	// or enabled again.
-	Settled string
-	Reason  string
-	// Disabled: `tether disable` asked for it to go. Its task is stopped,
-	// then the record is removed.
+	// Text and Inputs are the file's text and what it was read with (an
+	// enable's, a feed's); nil for a config dir's file, read again from
+	// the dir.
+	Text   []byte
+	Inputs DesiredInputs
+	// Digest is the digest of the declaration its allocations were made
+	// from (job.Digest): a declaration of another digest replaces them.
+	Digest string
+	// Allocs are its allocations, each with its current copy (written
+	// before the copy's tasks are created). Empty before the first.
+	Allocs []DesiredAlloc
+	// Reason says why it stands as it does, when something keeps it from
+	// running (refused: the error; given up: the reason).
+	Reason string
+	// Disabled: `tether disable` asked for it to go. Its tasks are
+	// stopped, then the record is removed.
 	Disabled bool
+	// Retiring: its declaration changed or went, and the agent is
+	// stopping its copies (marked before the first stop): a copy stopped
+	// while it is set was stopped for that, never on request, and new
+	// allocations follow if it is declared once they are stopped.
+	Retiring bool
+	// Spec and Task are a version-1 record's: the registration's spec of
+	// one task (run as a file of that one task would be), and the task
+	// started for it, adopted until it ends.
+	Spec *fsm.Spec
+	Task string
 	// Rev is the record's revision (from 1), raised by every change.
 	Rev uint64
+}
+
+// DesiredInputs are what a file was read with (job.Inputs as the store
+// keeps them).
+type DesiredInputs struct {
+	Vars     map[string]string
+	VarFiles []NamedText
+	Env      map[string]string
+	Meta     map[string]string
+	Task     string
+	Group    string
+}
+
+// NamedText is a file's name and text (a -var-file).
+type NamedText struct {
+	Name string
+	Text []byte
+}
+
+// IsZero reports whether in holds nothing.
+func (in DesiredInputs) IsZero() bool {
+	return len(in.Vars)+len(in.VarFiles)+len(in.Env)+len(in.Meta) == 0 && in.Task == "" && in.Group == ""
+}
+
+// DesiredAlloc is an allocation of a desired entry: a copy of one group
+// of its file, and the copy of it that runs now (or is due).
+type DesiredAlloc struct {
+	// Group and Index say which copy of which group it is.
+	Group string
+	Index int
+	// ID is the allocation's id; Tasks the ids of its current copy's
+	// tasks, in start order (written before they are created).
+	ID    string
+	Tasks []string
+	// Generation is the current copy's number (fsm.Alloc.Generation),
+	// NotBefore when it is due (Unix ns; 0: at once), Kind what made it
+	// (restart, reschedule, again; "" for the first).
+	Generation int
+	NotBefore  int64
+	Kind       string
+	// Restarts and Reschedules count the copies made so far of each kind.
+	Restarts    int
+	Reschedules int
 }
 
 // DesiredChange is one change of ChangeDesired: Desired written (Delete
@@ -142,64 +212,108 @@ const (
 	schemaDesired   = 2
 )
 
-const desiredRecordVersion = 1
+// Desired record versions: version 1 (one task per record) is read and
+// upcast; version 2 is written.
+const (
+	desiredRecordV1      = 1
+	desiredRecordVersion = 2
+)
 
-// Field bits of a desired record.
+// Field bits of a version-2 desired record.
 const (
 	dFile = 1 << iota
+	dText
+	dInputs
+	dDigest
+	dAllocs
+	dReason
+	dDisabled
 	dSpec
 	dSpecExt
 	dTask
-	dNotBefore
-	dRestart
-	dSettled
-	dReason
-	dDisabled
+	dRetiring
 
-	dAll = dDisabled<<1 - 1
+	dAll = dRetiring<<1 - 1
+)
+
+// Field bits of a version-1 desired record.
+const (
+	d1File = 1 << iota
+	d1Spec
+	d1SpecExt
+	d1Task
+	d1NotBefore
+	d1Restart
+	d1Settled
+	d1Reason
+	d1Disabled
+
+	d1All = d1Disabled<<1 - 1
 )
 
 // maxDesiredName bounds the key, as maxTaskID bounds a task id.
 const maxDesiredName = maxTaskID
 
+// MaxDesiredText bounds the file text a record keeps.
+const MaxDesiredText = 4 << 20
+
 // encodeDesired is the record form of d.
 func encodeDesired(d *Desired) []byte {
-	dst := make([]byte, 0, 64+len(d.File))
+	dst := make([]byte, 0, 64+len(d.File)+len(d.Text))
 	dst = append(dst, 0, 0, 0, 0, desiredRecordVersion)
 	dst = appendString(dst, d.Name)
 	dst = append(dst, byte(d.Source))
 	dst = binary.AppendUvarint(dst, d.Rev)
 	var f uint64
-	if d.File != "" {
-		f |= dFile
-	}
-	if d.Spec != nil {
-		f |= dSpec
-		if specExtOf(d.Spec) != 0 {
-			f |= dSpecExt
+	for _, b := range []struct {
+		bit uint64
+		set bool
+	}{{dFile, d.File != ""}, {dText, len(d.Text) > 0}, {dInputs, !d.Inputs.IsZero()}, {dDigest, d.Digest != ""},
+		{dAllocs, len(d.Allocs) > 0}, {dReason, d.Reason != ""}, {dDisabled, d.Disabled}, {dSpec, d.Spec != nil},
+		{dSpecExt, d.Spec != nil && specExtOf(d.Spec) != 0}, {dTask, d.Task != ""}, {dRetiring, d.Retiring}} {
+		if b.set {
+			f |= b.bit
 		}
-	}
-	if d.Task != "" {
-		f |= dTask
-	}
-	if d.NotBefore != 0 {
-		f |= dNotBefore
-	}
-	if d.Restart != (fsm.RestartState{}) {
-		f |= dRestart
-	}
-	if d.Settled != "" {
-		f |= dSettled
-	}
-	if d.Reason != "" {
-		f |= dReason
-	}
-	if d.Disabled {
-		f |= dDisabled
 	}
 	dst = binary.AppendUvarint(dst, f)
 	if f&dFile != 0 {
 		dst = appendString(dst, d.File)
+	}
+	if f&dText != 0 {
+		dst = appendString(dst, string(d.Text))
+	}
+	if f&dInputs != 0 {
+		in := &d.Inputs
+		dst = appendMap(dst, in.Vars)
+		dst = binary.AppendUvarint(dst, uint64(len(in.VarFiles)))
+		for _, v := range in.VarFiles {
+			dst = appendString(dst, v.Name)
+			dst = appendString(dst, string(v.Text))
+		}
+		dst = appendMap(dst, in.Env)
+		dst = appendMap(dst, in.Meta)
+		dst = appendString(dst, in.Task)
+		dst = appendString(dst, in.Group)
+	}
+	if f&dDigest != 0 {
+		dst = appendString(dst, d.Digest)
+	}
+	if f&dAllocs != 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(d.Allocs)))
+		for _, a := range d.Allocs {
+			dst = appendString(dst, a.Group)
+			dst = binary.AppendUvarint(dst, uint64(a.Index))
+			dst = appendString(dst, a.ID)
+			dst = appendList(dst, a.Tasks)
+			dst = binary.AppendUvarint(dst, uint64(a.Generation))
+			dst = binary.AppendVarint(dst, a.NotBefore)
+			dst = appendString(dst, a.Kind)
+			dst = binary.AppendUvarint(dst, uint64(a.Restarts))
+			dst = binary.AppendUvarint(dst, uint64(a.Reschedules))
+		}
+	}
+	if f&dReason != 0 {
+		dst = appendString(dst, d.Reason)
 	}
 	if d.Spec != nil {
 		dst = appendSpec(dst, d.Spec, f&dSpecExt != 0)
@@ -207,27 +321,13 @@ func encodeDesired(d *Desired) []byte {
 	if f&dTask != 0 {
 		dst = appendString(dst, d.Task)
 	}
-	if f&dNotBefore != 0 {
-		dst = binary.AppendVarint(dst, d.NotBefore)
-	}
-	if f&dRestart != 0 {
-		dst = binary.AppendVarint(dst, d.Restart.WindowStart)
-		dst = binary.AppendUvarint(dst, uint64(d.Restart.Count))
-		dst = binary.AppendUvarint(dst, uint64(d.Restart.Attempts))
-	}
-	if f&dSettled != 0 {
-		dst = appendString(dst, d.Settled)
-	}
-	if f&dReason != 0 {
-		dst = appendString(dst, d.Reason)
-	}
 	binary.LittleEndian.PutUint32(dst, checksum(dst))
 	return dst
 }
 
-// decodeDesired decodes a desired record. It never panics; the reason says
-// what is wrong with a record that does not decode (a newer version is
-// refused, never guessed at).
+// decodeDesired decodes a desired record of either version (version 1
+// upcast). It never panics; the reason says what is wrong with a record
+// that does not decode (a newer version is refused, never guessed at).
 func decodeDesired(rec []byte) (Desired, string) {
 	var d Desired
 	if len(rec) < 5 {
@@ -236,23 +336,15 @@ func decodeDesired(rec []byte) (Desired, string) {
 	if binary.LittleEndian.Uint32(rec) != checksum(rec) {
 		return d, "checksum mismatch"
 	}
-	if v := rec[4]; v != desiredRecordVersion {
-		return d, fmt.Sprintf("desired record version %d: this tether understands %d", v, desiredRecordVersion)
+	switch v := rec[4]; v {
+	case desiredRecordV1:
+		return decodeDesiredV1(rec)
+	case desiredRecordVersion:
+	default:
+		return d, fmt.Sprintf("desired record version %d: this tether understands %d and %d", v, desiredRecordV1, desiredRecordVersion)
 	}
 	r := decoder{b: rec[5:]}
-	d.Name = r.nonEmpty()
-	if len(r.b) < 1 {
-		r.fail("truncated source")
-	} else {
-		d.Source = DesiredSource(r.b[0])
-		r.b = r.b[1:]
-		if !d.Source.Valid() {
-			r.fail("invalid source")
-		}
-	}
-	if d.Rev = r.uvarint(); d.Rev == 0 && r.err == "" {
-		r.fail("revision 0")
-	}
+	d.Name, d.Source, d.Rev = r.desiredHeader()
 	f := r.uvarint()
 	switch {
 	case f&^dAll != 0:
@@ -263,32 +355,119 @@ func decodeDesired(rec []byte) (Desired, string) {
 	if f&dFile != 0 {
 		d.File = r.nonEmpty()
 	}
+	if f&dText != 0 {
+		d.Text = []byte(r.nonEmpty())
+	}
+	if r.err == "" && f&dInputs != 0 {
+		in := &d.Inputs
+		in.Vars = r.strMap()
+		if n := r.count(2); n > 0 {
+			in.VarFiles = make([]NamedText, n)
+			for i := 0; r.err == "" && i < n; i++ {
+				in.VarFiles[i] = NamedText{Name: r.str(), Text: []byte(r.str())}
+			}
+		}
+		in.Env, in.Meta = r.strMap(), r.strMap()
+		in.Task, in.Group = r.str(), r.str()
+		if r.err == "" && in.IsZero() {
+			r.fail("zero value for a present field")
+		}
+	}
+	if f&dDigest != 0 {
+		d.Digest = r.nonEmpty()
+	}
+	if r.err == "" && f&dAllocs != 0 {
+		n := r.count(9)
+		if n == 0 {
+			r.fail("zero value for a present field")
+		}
+		d.Allocs = make([]DesiredAlloc, n)
+		for i := 0; r.err == "" && i < n; i++ {
+			a := &d.Allocs[i]
+			a.Group, a.Index, a.ID, a.Tasks = r.str(), r.restartCount(), r.nonEmpty(), r.list()
+			a.Generation, a.NotBefore, a.Kind = r.restartCount(), r.varint(), r.str()
+			a.Restarts, a.Reschedules = r.restartCount(), r.restartCount()
+		}
+	}
+	if f&dReason != 0 {
+		d.Reason = r.nonEmpty()
+	}
+	d.Disabled, d.Retiring = f&dDisabled != 0, f&dRetiring != 0
 	if r.err == "" && f&dSpec != 0 {
 		d.Spec = r.spec(f&dSpecExt != 0)
 	}
 	if f&dTask != 0 {
 		d.Task = r.nonEmpty()
 	}
-	if f&dNotBefore != 0 {
-		if d.NotBefore = r.varint(); d.NotBefore == 0 {
+	if r.err == "" && len(r.b) != 0 {
+		r.fail("trailing bytes")
+	}
+	if r.err != "" {
+		return Desired{}, r.err
+	}
+	return d, ""
+}
+
+// desiredHeader reads a desired record's name, source and revision.
+func (d *decoder) desiredHeader() (string, DesiredSource, uint64) {
+	name := d.nonEmpty()
+	var src DesiredSource
+	if len(d.b) < 1 {
+		d.fail("truncated source")
+	} else {
+		src = DesiredSource(d.b[0])
+		d.b = d.b[1:]
+		if !src.Valid() {
+			d.fail("invalid source")
+		}
+	}
+	rev := d.uvarint()
+	if rev == 0 && d.err == "" {
+		d.fail("revision 0")
+	}
+	return name, src, rev
+}
+
+// decodeDesiredV1 decodes a version-1 record and upcasts it: its spec is
+// the registration, its task adopted; its restart count, due time and
+// settling are dropped (they were the one task's).
+func decodeDesiredV1(rec []byte) (Desired, string) {
+	var d Desired
+	r := decoder{b: rec[5:]}
+	d.Name, d.Source, d.Rev = r.desiredHeader()
+	f := r.uvarint()
+	switch {
+	case f&^d1All != 0:
+		r.fail("unknown field bits")
+	case f&d1SpecExt != 0 && f&d1Spec == 0:
+		r.fail("field bits without their part")
+	}
+	if f&d1File != 0 {
+		d.File = r.nonEmpty()
+	}
+	if r.err == "" && f&d1Spec != 0 {
+		d.Spec = r.spec(f&d1SpecExt != 0)
+	}
+	if f&d1Task != 0 {
+		d.Task = r.nonEmpty()
+	}
+	if f&d1NotBefore != 0 {
+		if r.varint() == 0 {
 			r.fail("zero value for a present field")
 		}
 	}
-	if f&dRestart != 0 {
-		d.Restart.WindowStart = r.varint()
-		d.Restart.Count = r.restartCount()
-		d.Restart.Attempts = r.restartCount()
-		if d.Restart == (fsm.RestartState{}) {
+	if f&d1Restart != 0 {
+		if (fsm.RestartState{WindowStart: r.varint(), Count: r.restartCount(), Attempts: r.restartCount()}) == (fsm.RestartState{}) {
 			r.fail("zero value for a present field")
 		}
 	}
-	if f&dSettled != 0 {
-		d.Settled = r.nonEmpty()
+	if f&d1Settled != 0 {
+		r.nonEmpty()
 	}
-	if f&dReason != 0 {
+	if f&d1Reason != 0 {
 		d.Reason = r.nonEmpty()
 	}
-	d.Disabled = f&dDisabled != 0
+	d.Disabled = f&d1Disabled != 0
 	if r.err == "" && len(r.b) != 0 {
 		r.fail("trailing bytes")
 	}
@@ -350,13 +529,19 @@ func checkDesired(d *Desired) error {
 	}
 	switch {
 	case !d.Source.Valid():
-		return fmt.Errorf("store: desired task %q: invalid source %d", d.Name, d.Source)
-	case d.Restart.Count < 0 || d.Restart.Attempts < 0 || d.Restart.Count > maxRestarts || d.Restart.Attempts > maxRestarts:
-		return fmt.Errorf("store: desired task %q: negative restart count", d.Name)
+		return fmt.Errorf("store: desired entry %q: invalid source %d", d.Name, d.Source)
+	case len(d.Text) > MaxDesiredText:
+		return fmt.Errorf("%w: desired entry %q: a file of %d bytes (at most %d)", ErrTooLarge, d.Name, len(d.Text), MaxDesiredText)
+	}
+	for _, a := range d.Allocs {
+		if a.ID == "" || a.Index < 0 || a.Generation < 0 || a.Restarts < 0 || a.Reschedules < 0 ||
+			a.Index > maxRestarts || a.Generation > maxRestarts || a.Restarts > maxRestarts || a.Reschedules > maxRestarts {
+			return fmt.Errorf("store: desired entry %q: allocation %q: a count out of range or no id", d.Name, a.ID)
+		}
 	}
 	if d.Spec != nil {
 		if err := d.Spec.Validate(); err != nil {
-			return fmt.Errorf("store: desired task %q: %w", d.Name, err)
+			return fmt.Errorf("store: desired entry %q: %w", d.Name, err)
 		}
 	}
 	return nil
@@ -471,11 +656,8 @@ func (s *Store) ChangeDesired(ctx context.Context, changes ...DesiredChange) ([]
 					return fmt.Errorf("%w: %s: raise the schema version: %w", ErrWrite, s.path, err)
 				}
 			}
-			d := c.Desired
+			d := cloneDesired(c.Desired)
 			d.Rev = rev + 1
-			if d.Spec != nil {
-				d.Spec = cloneSpec(d.Spec)
-			}
 			if err := b.Put(key, encodeDesired(&d)); err != nil {
 				return fmt.Errorf("%w: %s: desired task %q: %w", ErrWrite, s.path, d.Name, err)
 			}
@@ -494,19 +676,29 @@ func (s *Store) ChangeDesired(ctx context.Context, changes ...DesiredChange) ([]
 	return written, nil
 }
 
-// cloneSpec is a deep copy of a spec, so that a record written is not
-// changed under the store by its caller.
+// cloneDesired is a deep copy of a record, so that a record written is
+// not changed under the store by its caller.
+func cloneDesired(d Desired) Desired {
+	d.Text = slices.Clone(d.Text)
+	d.Inputs.Vars, d.Inputs.Env, d.Inputs.Meta = maps.Clone(d.Inputs.Vars), maps.Clone(d.Inputs.Env), maps.Clone(d.Inputs.Meta)
+	d.Inputs.VarFiles = slices.Clone(d.Inputs.VarFiles)
+	d.Allocs = slices.Clone(d.Allocs)
+	for i := range d.Allocs {
+		d.Allocs[i].Tasks = slices.Clone(d.Allocs[i].Tasks)
+	}
+	if d.Spec != nil {
+		d.Spec = cloneSpec(d.Spec)
+	}
+	return d
+}
+
+// cloneSpec is a deep copy of a spec.
 func cloneSpec(s *fsm.Spec) *fsm.Spec {
 	c := *s
 	c.Args = slices.Clone(s.Args)
 	c.CapAdd = slices.Clone(s.CapAdd)
 	c.CapDrop = slices.Clone(s.CapDrop)
-	if s.Env != nil {
-		c.Env = make(map[string]string, len(s.Env))
-		for k, v := range s.Env {
-			c.Env[k] = v
-		}
-	}
+	c.Env = maps.Clone(s.Env)
 	if s.Restart != nil {
 		r := *s.Restart
 		c.Restart = &r
@@ -515,13 +707,14 @@ func cloneSpec(s *fsm.Spec) *fsm.Spec {
 		a := *s.OOMScoreAdj
 		c.OOMScoreAdj = &a
 	}
+	c.Alloc = s.Alloc.Copy()
 	return &c
 }
 
 // desiredTasks returns the set of tasks the desired records name as their
-// current task, for Remove to keep (a desired task whose task is gone is a
-// start the agent still owes: removing a stopped one would start it
-// again).
+// allocations' current copies, for Remove to keep (an entry whose copy is
+// gone is a creation the agent still owes: removing a stopped one would
+// start it again).
 func desiredTasks(tx *bolt.Tx) (map[string]bool, error) {
 	b := tx.Bucket(bucketDesired)
 	if b == nil {
@@ -536,8 +729,10 @@ func desiredTasks(tx *bolt.Tx) (map[string]bool, error) {
 		if d.Task != "" {
 			keep[d.Task] = true
 		}
-		if d.Settled != "" {
-			keep[d.Settled] = true
+		for _, a := range d.Allocs {
+			for _, id := range a.Tasks {
+				keep[id] = true
+			}
 		}
 		return nil
 	})

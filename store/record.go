@@ -43,7 +43,12 @@ import (
 //	         change_mode, change_signal, delimiters), artifacts (a count,
 //	         then each: source, destination, mode, options, headers,
 //	         chown), ports (a count, then each: label, value, to, ip, task),
-//	         readiness (a string), watchdog (varint ns)
+//	         readiness (a string), watchdog (varint ns), check, and
+//	         copy (with alloc: an allocation's copy: generation, due
+//	         time, a presence byte then the reschedule policy (attempts,
+//	         interval, delay, delay function, max delay, unlimited), a
+//	         count then each past reschedule (at, delay), the restart
+//	         count (window start, count, attempts))
 //	nonce    string
 //	executor pid, start_time, boot_id, nonce, socket; v2 (fCgroup): cgroup
 //	task_pid varint; task_start uvarint
@@ -124,7 +129,8 @@ const (
 	sxReadiness
 	sxWatchdog
 	sxCheck
-	sxAll = 1<<iota - 1
+	sxCopy // an Alloc's copy: its generation, due time, reschedule policy and history, restart count
+	sxAll  = 1<<iota - 1
 )
 
 // Bits of a template's flag byte.
@@ -405,6 +411,9 @@ func specExtOf(s *fsm.Spec) uint64 {
 	if s.Check != nil {
 		x |= sxCheck
 	}
+	if a := s.Alloc; a != nil && (a.Generation != 0 || a.NotBefore != 0 || a.Reschedule != nil || len(a.Rescheduled) > 0 || a.Restarts != (fsm.RestartState{})) {
+		x |= sxCopy
+	}
 	return x
 }
 
@@ -487,7 +496,35 @@ func appendSpecExt(dst []byte, s *fsm.Spec) []byte {
 	if x&sxCheck != 0 {
 		dst = appendCheck(dst, s.Check)
 	}
+	if x&sxCopy != 0 {
+		dst = appendCopy(dst, s.Alloc)
+	}
 	return dst
+}
+
+// appendCopy encodes what an allocation's copy carries (with sxAlloc):
+// its generation and due time, its reschedule policy behind a presence
+// byte, its reschedule history, its restart count.
+func appendCopy(dst []byte, a *fsm.Alloc) []byte {
+	dst = binary.AppendVarint(dst, int64(a.Generation))
+	dst = binary.AppendVarint(dst, a.NotBefore)
+	dst = appendBool(dst, a.Reschedule != nil)
+	if p := a.Reschedule; p != nil {
+		dst = binary.AppendVarint(dst, int64(p.Attempts))
+		dst = binary.AppendVarint(dst, int64(p.Interval))
+		dst = binary.AppendVarint(dst, int64(p.Delay))
+		dst = appendString(dst, string(p.DelayFunction))
+		dst = binary.AppendVarint(dst, int64(p.MaxDelay))
+		dst = appendBool(dst, p.Unlimited)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(a.Rescheduled)))
+	for _, e := range a.Rescheduled {
+		dst = binary.AppendVarint(dst, e.At)
+		dst = binary.AppendVarint(dst, int64(e.Delay))
+	}
+	dst = binary.AppendVarint(dst, a.Restarts.WindowStart)
+	dst = binary.AppendVarint(dst, int64(a.Restarts.Count))
+	return binary.AppendVarint(dst, int64(a.Restarts.Attempts))
 }
 
 // appendCheck encodes a readiness check: its strings, port, durations,
@@ -920,7 +957,34 @@ func (d *decoder) spec(ext bool) *fsm.Spec {
 	if x&sxCheck != 0 {
 		s.Check = d.check()
 	}
+	if d.err == "" && x&sxCopy != 0 {
+		if s.Alloc == nil {
+			d.fail("an allocation's copy without its allocation")
+			return s
+		}
+		d.copyOf(s.Alloc)
+	}
 	return s
+}
+
+// copyOf reads what appendCopy wrote into a.
+func (d *decoder) copyOf(a *fsm.Alloc) {
+	a.Generation = d.int()
+	a.NotBefore = d.varint()
+	if d.bool() {
+		a.Reschedule = &fsm.ReschedulePolicy{Attempts: d.int(), Interval: time.Duration(d.varint()), Delay: time.Duration(d.varint()),
+			DelayFunction: fsm.DelayFunction(d.str()), MaxDelay: time.Duration(d.varint()), Unlimited: d.bool()}
+	}
+	if n := d.count(2); n > 0 {
+		a.Rescheduled = make([]fsm.RescheduleEvent, n)
+		for i := 0; d.err == "" && i < n; i++ {
+			a.Rescheduled[i] = fsm.RescheduleEvent{At: d.varint(), Delay: time.Duration(d.varint())}
+		}
+	}
+	a.Restarts = fsm.RestartState{WindowStart: d.varint(), Count: d.int(), Attempts: d.int()}
+	if a.Generation == 0 && a.NotBefore == 0 && a.Reschedule == nil && len(a.Rescheduled) == 0 && a.Restarts == (fsm.RestartState{}) {
+		d.fail("zero value for a present field")
+	}
 }
 
 func (d *decoder) check() *fsm.Check {

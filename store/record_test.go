@@ -75,6 +75,23 @@ func genSpec(t *rapid.T) *fsm.Spec {
 			Dir: rapid.String().Draw(t, "alloc_dir"), TaskDir: rapid.String().Draw(t, "task_dir"), Tasks: genStrings(t, "alloc_tasks"),
 			Hook: fsm.Hook(rapid.IntRange(0, int(fsm.HookPoststop)).Draw(t, "hook")), Sidecar: rapid.Bool().Draw(t, "sidecar"),
 			Leader: rapid.Bool().Draw(t, "leader")}
+		if rapid.Bool().Draw(t, "copy") {
+			a := s.Alloc
+			a.Generation, a.NotBefore = rapid.IntRange(0, 1000).Draw(t, "generation"), rapid.Int64().Draw(t, "not_before")
+			if rapid.Bool().Draw(t, "reschedule") {
+				a.Reschedule = &fsm.ReschedulePolicy{Attempts: rapid.Int().Draw(t, "rattempts"), Interval: time.Duration(rapid.Int64().Draw(t, "rinterval")),
+					Delay: time.Duration(rapid.Int64().Draw(t, "rdelay")), DelayFunction: fsm.DelayFunction(rapid.String().Draw(t, "rfn")),
+					MaxDelay: time.Duration(rapid.Int64().Draw(t, "rmax")), Unlimited: rapid.Bool().Draw(t, "unlimited")}
+			}
+			for range small.Draw(t, "rescheduled") {
+				a.Rescheduled = append(a.Rescheduled, fsm.RescheduleEvent{At: rapid.Int64().Draw(t, "at"), Delay: time.Duration(rapid.Int64().Draw(t, "edelay"))})
+			}
+			a.Restarts = fsm.RestartState{WindowStart: rapid.Int64().Draw(t, "window"), Count: rapid.IntRange(0, 100).Draw(t, "count"),
+				Attempts: rapid.IntRange(0, 100).Draw(t, "rsattempts")}
+			if a.Generation == 0 && a.NotBefore == 0 && a.Reschedule == nil && len(a.Rescheduled) == 0 && a.Restarts == (fsm.RestartState{}) {
+				a.Generation = 1
+			}
+		}
 	}
 	for range small.Draw(t, "templates") {
 		tm := fsm.Template{Source: rapid.String().Draw(t, "source"), Data: rapid.String().Draw(t, "data"),
@@ -556,7 +573,9 @@ func fullEvents() []fsm.Event {
 		PIDMode: "host", IPCMode: "host", Job: "job", Group: "group",
 		Network: fsm.NetworkNone, Seccomp: "/etc/tether/profile.json",
 		Alloc: &fsm.Alloc{ID: "a1", Index: 2, Dir: "/s/allocs/a1/alloc", TaskDir: "/s/allocs/a1/api", Tasks: []string{"init", "api"},
-			Hook: fsm.HookPrestart, Sidecar: true, Leader: true},
+			Hook: fsm.HookPrestart, Sidecar: true, Leader: true, Generation: 3, NotBefore: at(1),
+			Reschedule:  &fsm.ReschedulePolicy{Attempts: 2, Interval: time.Hour, Delay: 5 * time.Second, DelayFunction: fsm.DelayFibonacci, MaxDelay: time.Minute},
+			Rescheduled: []fsm.RescheduleEvent{{At: at(0), Delay: 5 * time.Second}}, Restarts: fsm.RestartState{WindowStart: at(0), Count: 1, Attempts: 4}},
 		Templates: []fsm.Template{{Data: "x={{ env \"A\" }}", Destination: "local/x", Perms: 0o600, UID: &adj, GID: &adj, Env: true,
 			ChangeMode: fsm.ChangeSignal, ChangeSignal: 1, LeftDelim: "[[", RightDelim: "]]", ErrMissingKey: true}},
 		Artifacts: []fsm.Artifact{{Source: "http://127.0.0.1/a.tgz", Destination: "local/a", Mode: fsm.ArtifactDir,

@@ -400,9 +400,9 @@ func TestParse_Structure(t *testing.T) {
 func TestParse_NetworkAndNotices(t *testing.T) {
 	f := parseJob(t, `job "j" {
   datacenters = ["dc1"]
-  reschedule { attempts = 0 }
+  migrate { max_parallel = 1 }
   group "a" {
-    reschedule { attempts = 1 }
+    migrate { max_parallel = 1 }
     update { canary = 1 }
     network {
       mode = "bridge"
@@ -414,7 +414,7 @@ func TestParse_NetworkAndNotices(t *testing.T) {
     }
   }
   group "b" {
-    reschedule { attempts = 2 }
+    migrate { max_parallel = 2 }
     network {
       mode = "none"
       port "y" { static = 8080 }
@@ -445,15 +445,15 @@ func TestParse_NetworkAndNotices(t *testing.T) {
 }`, Options{})
 	n := 0
 	for _, x := range f.Notices {
-		if x.Name == "reschedule" {
+		if x.Name == "migrate" {
 			n++
-			if x.Count != 3 || x.String() != `ignores the "reschedule" block (a scheduler concern)` {
+			if x.Count != 3 || x.String() != `ignores the "migrate" block (a scheduler concern)` {
 				t.Errorf("notice %+v", x)
 			}
 		}
 	}
 	if n != 1 {
-		t.Errorf("%d reschedule notices, want one for the file:\n%s", n, noticesText(f))
+		t.Errorf("%d migrate notices, want one for the file:\n%s", n, noticesText(f))
 	}
 	if _, err := f.PlanGroup("a"); !errors.Is(err, ErrNotRunnable) || !strings.Contains(err.Error(), `network mode "bridge": tether has no bridge networking`) {
 		t.Errorf("bridge: %v", err)

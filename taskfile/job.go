@@ -8,6 +8,8 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+
+	"github.com/tether-fsm/tether/fsm"
 )
 
 // job reads a job block.
@@ -72,7 +74,10 @@ func (p *parser) job(b *hclsyntax.Block) {
 			refusals = append(refusals, Refusal{What: `the "vault" block`, Why: "it needs a Vault token from a Nomad server; tether has none", Range: c.TypeRange})
 		case "update", "spread", "affinity":
 			p.placementBlock(c, &job.Placement)
-		case "reschedule", "migrate", "multiregion", "periodic", "consul", "ui":
+		case "reschedule":
+			r := p.reschedule(c, rescheduleDefault(job))
+			job.Reschedule = &r
+		case "migrate", "multiregion", "periodic", "consul", "ui":
 			p.ignore(c.Type, "block", c.TypeRange)
 		default:
 			p.warnf(c.TypeRange, "Unsupported block", "tether ignores the %q block in a job.", c.Type)
@@ -94,6 +99,7 @@ func (p *parser) job(b *hclsyntax.Block) {
 			g = &Group{Name: tname, Job: job, Implicit: true, Count: 1, Range: c.TypeRange}
 			def := restartDefault(job)
 			g.Restart = &def
+			g.Reschedule = p.groupReschedule(job, nil, c.TypeRange)
 			if p.task(c, g, job) == nil {
 				continue
 			}
@@ -195,11 +201,16 @@ func (p *parser) group(b *hclsyntax.Block, job *Job) *Group {
 	}
 	def := restartDefault(job)
 	g.Restart = &def
+	var resched *hclsyntax.Block
 	for _, c := range b.Body.Blocks {
-		if c.Type == "restart" {
+		switch c.Type {
+		case "restart":
 			g.Restart = p.restart(c, def)
+		case "reschedule":
+			resched = c
 		}
 	}
+	g.Reschedule = p.groupReschedule(job, resched, b.LabelRanges[0])
 	seen := map[string]hcl.Range{}
 	for _, c := range b.Body.Blocks {
 		switch c.Type {
@@ -214,7 +225,7 @@ func (p *parser) group(b *hclsyntax.Block, job *Job) *Group {
 			}
 			seen[tname] = c.LabelRanges[0]
 			p.task(c, g, job)
-		case "restart":
+		case "restart", "reschedule":
 		case "meta":
 			g.Meta = p.stringMap(c, "meta")
 		case "network":
@@ -239,7 +250,7 @@ func (p *parser) group(b *hclsyntax.Block, job *Job) *Group {
 			p.placementBlock(c, &g.Placement)
 		case "ephemeral_disk":
 			g.EphemeralDiskMB = p.ephemeralDisk(c)
-		case "reschedule", "migrate", "scaling", "consul", "disconnect":
+		case "migrate", "scaling", "consul", "disconnect":
 			p.ignore(c.Type, "block", c.TypeRange)
 		default:
 			p.warnf(c.TypeRange, "Unsupported block", "tether ignores the %q block in a group.", c.Type)
@@ -482,4 +493,71 @@ func (p *parser) check(c *hclsyntax.Block) (Check, bool) {
 		return ck, false
 	}
 	return ck, true
+}
+
+// rescheduleDefault is Nomad's reschedule policy for a job's type: a
+// system job runs as a service on this one node, a sysbatch job as a batch.
+func rescheduleDefault(job *Job) fsm.ReschedulePolicy {
+	if job != nil && job.Type.Batch() {
+		return fsm.DefaultBatchReschedule
+	}
+	return fsm.DefaultServiceReschedule
+}
+
+// groupReschedule is a group's reschedule policy as Nomad merges it: its
+// job type's defaults, under the job's block, under the group's own
+// (block, if any); checked once merged, as Nomad checks it.
+func (p *parser) groupReschedule(job *Job, block *hclsyntax.Block, rng hcl.Range) *fsm.ReschedulePolicy {
+	r := rescheduleDefault(job)
+	if job != nil && job.Reschedule != nil {
+		r = *job.Reschedule
+	}
+	if block != nil {
+		r = p.reschedule(block, r)
+		rng = block.TypeRange
+	}
+	if err := r.Validate(); err != nil {
+		p.errorf(rng, "Bad reschedule block", "%v.", err)
+	}
+	return &r
+}
+
+// reschedule reads a reschedule block over base: each attribute it sets
+// replaces base's.
+func (p *parser) reschedule(c *hclsyntax.Block, base fsm.ReschedulePolicy) fsm.ReschedulePolicy {
+	r := base
+	p.noLabels(c)
+	p.noBlocks(c)
+	for _, a := range p.attrs(c.Body, "a reschedule block", "attempts", "interval", "delay", "delay_function", "max_delay", "unlimited") {
+		switch a.Name {
+		case "attempts":
+			if v, ok := p.int(a); ok {
+				r.Attempts = v
+			}
+		case "interval", "delay", "max_delay":
+			if s, ok := p.lit(a); ok {
+				d, err := time.ParseDuration(s)
+				if err != nil || d < 0 {
+					p.errorf(a.Expr.Range(), "Bad "+a.Name, "%q is not a duration: use a value like \"30s\" or \"1h\".", s)
+				}
+				switch a.Name {
+				case "interval":
+					r.Interval = d
+				case "delay":
+					r.Delay = d
+				default:
+					r.MaxDelay = d
+				}
+			}
+		case "delay_function":
+			if s, ok := p.lit(a); ok {
+				r.DelayFunction = fsm.DelayFunction(s)
+			}
+		case "unlimited":
+			if v, ok := p.bool(a); ok {
+				r.Unlimited = v
+			}
+		}
+	}
+	return r
 }

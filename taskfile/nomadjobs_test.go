@@ -273,8 +273,8 @@ var jobCases = map[string]jobCase{
 		if p.inst.Templates[0].ChangeMode != template.ChangeNoop {
 			t.Errorf("change_mode %v", p.inst.Templates[0].ChangeMode)
 		}
-		if !strings.Contains(noticesText(f), `ignores the "reschedule" block (a scheduler concern)`) {
-			t.Errorf("notices: %s", noticesText(f))
+		if r := f.Groups[0].Reschedule; r == nil || r.Enabled() {
+			t.Errorf("reschedule { attempts = 0 unlimited = false }: %+v, want a policy that reschedules nothing", r)
 		}
 	}},
 	"05-chroot_exec.nomad": {check: func(t *testing.T, f *File, e *jobsEnv) {

@@ -173,6 +173,14 @@ func (p *parser) task(b *hclsyntax.Block, g *Group, job *Job) *Task {
 			t.Refusals = append(t.Refusals, Refusal{What: `the "csi_plugin" block`, Why: "CSI plugins need a Nomad client", Range: c.TypeRange})
 		case "affinity", "spread":
 			p.placementBlock(c, &t.Placement)
+		case "reschedule":
+			// A task file's task is its own group: its reschedule block is
+			// its group's (a job file's is the job's or the group's).
+			if job != nil {
+				p.errorf(c.TypeRange, "Misplaced reschedule block", "A reschedule block belongs to the job or the group of task %q, not to the task.", name)
+				continue
+			}
+			g.Reschedule = p.groupReschedule(nil, c, c.TypeRange)
 		case "scaling", "identity", "consul":
 			p.ignore(c.Type, "block", c.TypeRange)
 		default:

@@ -68,6 +68,9 @@ type Job struct {
 	Meta        map[string]string // its meta block, not yet interpolated
 	Constraints []Constraint
 	Placement   Placement // its affinity, spread and update blocks
+	// Reschedule is the job's reschedule block over its type's defaults
+	// (nil: none; each group merges its own over it).
+	Reschedule *fsm.ReschedulePolicy
 	// Parameterized is set for a parameterized job; DispatchMeta then holds
 	// the dispatch's meta (Options.DispatchMeta).
 	Parameterized *Parameterized
@@ -100,6 +103,10 @@ type Group struct {
 	// EphemeralDiskMB is its ephemeral_disk's size (MB; 0: none given),
 	// which bounds what each of its artifacts may place.
 	EphemeralDiskMB int
+	// Reschedule is the group's reschedule policy, merged (its type's
+	// defaults, the job's block, its own); nil in a task file, whose tasks
+	// are services (fsm.DefaultServiceReschedule).
+	Reschedule *fsm.ReschedulePolicy
 	// Refusals are what the group asks that tether refuses: any one keeps
 	// every task of the group from running.
 	Refusals []Refusal

@@ -36,9 +36,10 @@ import (
 //     agent's driver (Config.Appended);
 //   - the node's desired state (etcd's, or the local copy before etcd
 //     answers) is an agent.Feed: converged by the agent's one loop and
-//     Decide exactly as --config-dir is, each spec parsed as `tether
-//     cluster start` parsed it (cluster.ParseDesired) and run under the
-//     node's allow lists, which it cannot widen;
+//     Decide exactly as --config-dir is, each file parsed as `tether
+//     cluster start` parsed it (cluster.ParseDesired) and read by the
+//     agent through its job path, under the node's allow lists, which it
+//     cannot widen;
 //   - the liveness lease is kept by the node; its loss is logged and the
 //     node registered again, and no task is touched for it.
 
@@ -190,7 +191,7 @@ func (f *fleet) runNode(o *agentOptions, set agentcmd.Settings, endpoints []stri
 	defer cli.Close()
 	changes := cluster.NewChanges()
 	a, err := agent.Open(agent.Config{
-		StateDir: set.StateDir, ConfigDir: o.af.ConfigDir, Parse: agentcmd.ParseTasks(log),
+		StateDir: set.StateDir, ConfigDir: o.af.ConfigDir,
 		Logger: log.Named("agent"), ExecutorCommand: executor, AllowedCaps: set.AllowedCaps, ChrootEnv: set.Chroot,
 		AllowSeccomp: set.AllowSeccomp, AllowMissing: set.AllowMissing, AllowRead: set.AllowRead,
 		StoreOptions: store.Options{LockTimeout: o.lockTimeout, Logger: log.Named("store"), Crash: hooks.driver.StoreCrash()},
@@ -272,12 +273,15 @@ func followDesired(ctx context.Context, sets <-chan cluster.DesiredSet, feed *ag
 }
 
 // setFeed parses a desired set as `tether cluster start` parsed it
-// (cluster.ParseDesired, the key's name its task's) and sets it as the
-// feed: a spec refused is the feed's problem (its task, if any, is left
-// as it is, as a config dir file that does not parse). logged holds the
-// revision of each name last logged, so a refusal is logged once.
+// (cluster.ParseDesired, the key's name its entry's: the job's, or the
+// task's it selects) and sets it as the feed, each file's text with the
+// selection: the agent reads it through its own job path (its host, its
+// allow lists). A file refused is the feed's problem (its tasks, if any,
+// are left as they are, as a config dir file that does not parse).
+// logged holds the revision of each name last logged, so a refusal is
+// logged once.
 func setFeed(feed *agent.Feed, ds cluster.DesiredSet, log hclog.Logger, logged map[string]int64) {
-	specs := map[string]fsm.Spec{}
+	specs := map[string]agent.FeedEntry{}
 	problems := map[string]error{}
 	for name, d := range ds.Tasks {
 		p, err := cluster.ParseDesired(feed.File(name), name, d.Spec)
@@ -295,7 +299,7 @@ func setFeed(feed *agent.Feed, ds cluster.DesiredSet, log hclog.Logger, logged m
 				log.Info(n)
 			}
 		}
-		specs[name] = p.Spec
+		specs[name] = agent.FeedEntry{Text: d.Spec, Inputs: p.Inputs}
 	}
 	for name, err := range ds.Invalid {
 		problems[name] = err

@@ -17,6 +17,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/tether-fsm/tether/agent"
 	"github.com/tether-fsm/tether/cluster"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/etcdtest"
@@ -400,7 +401,9 @@ func TestAgent_NodeConvergesEtcdsDesiredStateAcrossSIGKILLs(t *testing.T) {
 
 // A spec from etcd passes the node's allow lists and cannot widen them:
 // an exec task asking for a capability the node's --allow-caps does not
-// list is refused, naming it, and nothing of it runs.
+// list is refused before anything of it is recorded (the one
+// instantiation path's policy check), the node's status naming it, and
+// nothing of it runs.
 func TestAgent_ASpecFromEtcdCannotWidenTheNodesAllowList(t *testing.T) {
 	ep := etcdtest.Embedded(t)
 	cli := dial(t, ep)
@@ -416,26 +419,25 @@ func TestAgent_ASpecFromEtcdCannotWidenTheNodesAllowList(t *testing.T) {
 		t.Fatal(err)
 	}
 	must(t, "cluster", "--endpoints", ep, "start", "--node", "n1", root)
-	id := mirrored(t, cli, "n1", "net_raw", fsm.StateFailed, ag.log)
-	f, err := cluster.NewFleet(cli, "")
+	c, err := agent.Dial(ctxT(t), dir, agent.DialOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs, _, err := f.Events(ctxT(t), "n1", id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reasons := ""
-	for _, e := range evs {
-		reasons += e.Reason + "\n"
-		if e.Type == fsm.EventLaunched {
-			t.Errorf("%s launched a task with a capability outside the node's allow list: %+v", id, e)
-		}
-	}
-	if !strings.Contains(reasons, "net_raw") {
-		t.Errorf("%s's events do not name net_raw:\n%s", id, reasons)
+	defer c.Close()
+	var last agent.Status
+	err = c.WatchStatus(ctxT(t), func(st agent.Status) bool {
+		last = st
+		e, ok := st.Entry("net_raw")
+		return ok && e.Standing == agent.StandingRefused
+	})
+	e, _ := last.Entry("net_raw")
+	if err != nil || e.Origin != "etcd" || !strings.Contains(e.Reason, "net_raw") || len(e.Tasks) != 0 {
+		t.Fatalf("the node's entry net_raw: %+v (%v); want refused naming net_raw, from etcd, no task; the agent's log:\n%s", e, err, ag.log)
 	}
 	ag.stop()
+	if tasks := localLog(t, dir); len(tasks) != 0 {
+		t.Errorf("a refused spec recorded tasks: %v", tasks)
+	}
 }
 
 // Mistakes in the fleet agent's flags are usage errors naming the flag; a
@@ -744,7 +746,7 @@ func TestAgent_ConfigDirAndEtcdSideBySide(t *testing.T) {
 
 // The node's allow lists are the operator's flags, applied to what etcd
 // tells it: an exec task asking for seccomp = "unconfined" is refused
-// before anything is spawned by a node without --allow-seccomp unconfined,
+// before anything is recorded by a node without --allow-seccomp unconfined,
 // naming the flag, and runs on a node given it.
 func TestAgent_AppliesTheOperatorsSeccompAllowList(t *testing.T) {
 	ep := etcdtest.Embedded(t)
@@ -762,6 +764,7 @@ func TestAgent_AppliesTheOperatorsSeccompAllowList(t *testing.T) {
 		t.Fatal(err)
 	}
 	var agents []*runningAgent
+	var dirs []string
 	for _, node := range []string{"tight", "loose"} {
 		dir := filepath.Join(t.TempDir(), "state")
 		if err := os.Mkdir(dir, 0o700); err != nil {
@@ -775,26 +778,32 @@ func TestAgent_AppliesTheOperatorsSeccompAllowList(t *testing.T) {
 		ag := startAgent(t, ep, node, dir, nil, args...)
 		ag.waitRegistered(cli, node)
 		must(t, "cluster", "--endpoints", ep, "start", "--node", node, file)
-		agents = append(agents, ag)
+		agents, dirs = append(agents, ag), append(dirs, dir)
 	}
-	f, err := cluster.NewFleet(cli, "")
+	// On the node without --allow-seccomp: refused before anything is
+	// recorded, its status naming the flag.
+	c, err := agent.Dial(ctxT(t), dirs[0], agent.DialOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	refused := mirrored(t, cli, "tight", "loose", fsm.StateFailed, agents[0].log)
-	evs, _, err := f.Events(ctxT(t), "tight", refused)
-	if err != nil {
-		t.Fatal(err)
-	}
-	last := evs[len(evs)-1]
-	if last.Type != fsm.EventConfigRejected || !strings.Contains(last.Reason, "--allow-seccomp unconfined") {
-		t.Errorf("on the node without --allow-seccomp: want a refusal before spawn naming --allow-seccomp unconfined, got %+v", last)
+	defer c.Close()
+	var last agent.Status
+	err = c.WatchStatus(ctxT(t), func(st agent.Status) bool {
+		last = st
+		e, ok := st.Entry("loose")
+		return ok && e.Standing == agent.StandingRefused
+	})
+	if e, _ := last.Entry("loose"); err != nil || !strings.Contains(e.Reason, "--allow-seccomp unconfined") || len(e.Tasks) != 0 {
+		t.Errorf("on the node without --allow-seccomp: want loose refused naming --allow-seccomp unconfined, no task: %+v (%v)", e, err)
 	}
 	mirrored(t, cli, "loose", "loose", fsm.StateRunning, agents[1].log)
 	must(t, "cluster", "--endpoints", ep, "stop", "--node", "loose", "loose")
 	mirrored(t, cli, "loose", "loose", fsm.StateStopped, agents[1].log)
 	for _, ag := range agents {
 		ag.stop()
+	}
+	if tasks := localLog(t, dirs[0]); len(tasks) != 0 {
+		t.Errorf("the refused spec recorded tasks on the node without --allow-seccomp: %v", tasks)
 	}
 }
 

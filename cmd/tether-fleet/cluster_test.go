@@ -421,14 +421,18 @@ func TestCluster_StartRefusesABadFileBeforeEtcdIsAsked(t *testing.T) {
 		{"relative command", write("rel.hcl", strings.Replace(webFile, "/bin/sleep", "bin/sleep", 1)), "relative path in a desired spec"},
 		{"syntax", write("broken.hcl", `task "web" {`), "not an HCL task file"},
 		{"driver", write("docker.hcl", strings.Replace(webFile, "raw_exec", "docker", 1)), "tether runs only"},
-		{"several tasks", write("job.nomad", job), "pick one with --task"},
+		{"no such task", write("job.nomad", job), ""},
 		{"variable", write("var.hcl", "variable \"n\" {}\n"+strings.Replace(webFile, `"300"`, "var.n", 1)), "Missing variable value"},
 		{"name", write("name.hcl", strings.Replace(webFile, `"web"`, `"my web"`, 1)), "rename the task"},
 		{"size", write("big.hcl", webFile+"#"+strings.Repeat("x", cluster.MaxSpecBytes)), "larger than"},
 		{"missing", filepath.Join(dir, "nothing.hcl"), "no such file"},
 	} {
 		for _, endpoint := range []string{"http://127.0.0.1:1", ep} {
-			r := tether(t, "cluster", "--endpoints", endpoint, "--command-timeout", "30s", "start", "--node", "n1", c.file)
+			args := []string{"cluster", "--endpoints", endpoint, "--command-timeout", "30s", "start", "--node", "n1", c.file}
+			if c.what == "no such task" {
+				args, c.says = append(args[:len(args)-1], "--task", "front.db", c.file), "front.db"
+			}
+			r := tether(t, args...)
 			if r.code != exitError || !strings.Contains(r.stderr, c.says) {
 				t.Errorf("%s (etcd %s): want exit 1 saying %q:\n%s", c.what, endpoint, c.says, r)
 			}
@@ -438,9 +442,13 @@ func TestCluster_StartRefusesABadFileBeforeEtcdIsAsked(t *testing.T) {
 	if err != nil || resp.Count != 0 {
 		t.Errorf("refused files reached etcd: %v, %v", resp, err)
 	}
-	// --task picks one of several.
+	// --task picks one of several; without it, the job is one desired
+	// entry, by the job's name.
 	r := must(t, "cluster", "--endpoints", ep, "start", "--node", "n1", "--task", "front.web", filepath.Join(dir, "job.nomad"))
 	if r.stdout != "web\n" {
 		t.Errorf("start --task front.web: %s", r)
+	}
+	if r := must(t, "cluster", "--endpoints", ep, "start", "--node", "n1", filepath.Join(dir, "job.nomad")); r.stdout != "shop\n" {
+		t.Errorf("start of a job of several tasks: %s", r)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/agentcmd"
 	"github.com/tether-fsm/tether/internal/clikit"
+	"github.com/tether-fsm/tether/job"
 	"github.com/tether-fsm/tether/taskfile"
 )
 
@@ -58,7 +59,7 @@ func (c *cli) cmdAgent(args []string) int {
 		return c.fail(err)
 	}
 	a, err := agent.Open(agent.Config{
-		StateDir: c.stateDir, ConfigDir: af.ConfigDir, Parse: agentcmd.ParseTasks(c.log),
+		StateDir: c.stateDir, ConfigDir: af.ConfigDir,
 		Logger: c.log.Named("agent"), ExecutorCommand: cmd, AllowedCaps: c.allowedCaps, ChrootEnv: c.chroot,
 		AllowSeccomp: c.allowSeccomp, AllowMissing: c.allowMissing, AllowRead: c.allowRead,
 		ReleasePorts: c.releasePorts, StoreOptions: c.storeOptions(), Hooks: hooks, DriverHooks: dhooks,
@@ -83,55 +84,30 @@ func (c *cli) cmdAgent(args []string) int {
 	return exitOK
 }
 
-// readEnableFile reads the task tether enable registers: the file's task
-// named task (or its only one), with the spec and name `tether start FILE
-// --task NAME` gives it. Its diagnostics and notices go to stderr.
-func (c *cli) readEnableFile(file, task string) (fsm.Spec, bool) {
-	src, err := os.ReadFile(file)
-	if err != nil {
-		c.errorf("%v", err)
-		return fsm.Spec{}, false
-	}
-	tf, diags := taskfile.Parse(file, src, taskfile.Options{})
-	for _, d := range diags {
-		fmt.Fprintln(c.stderr, taskfile.FormatDiag(d))
-	}
-	if diags.HasErrors() {
-		c.errorf("%s is not a valid task file; fix the errors above", file)
-		return fsm.Spec{}, false
-	}
-	for _, n := range tf.Notices {
-		fmt.Fprintf(c.stderr, "%s: %s\n", file, n)
-	}
-	t, err := tf.Find(task)
-	if err == nil {
-		err = t.CheckRunnable()
-	}
-	var spec fsm.Spec
-	if err == nil {
-		spec, err = t.StaticSpec()
-	}
-	if err != nil {
-		c.errorf("%v", err)
-		return fsm.Spec{}, false
-	}
-	spec.Name = tf.Name(t)
-	return spec, true
-}
-
-// cmdEnable registers a task file's task as a desired task.
+// cmdEnable registers a task or job file (the job, or the task or group
+// --task or --group selects) as a desired entry: the file's text and the
+// inputs it is read with (-var, -var-file, NOMAD_VAR_, -meta) are kept in
+// the store, and the process that serves the state directory reads it
+// (its own allow lists: a file it could not run is refused now).
 func (c *cli) cmdEnable(args []string) int {
 	fs := c.flags("enable")
-	task := fs.String("task", "", "the task to enable from a task file holding several")
+	task := fs.String("task", "", "the `task` to enable alone from a file holding several (GROUP.TASK where names repeat)")
+	var in jobInputs
+	in.register(fs)
 	if code, ok := c.parse(fs, args); !ok {
 		return code
 	}
 	if fs.NArg() != 1 {
-		c.errorf("enable takes one task file: tether enable FILE.hcl")
+		c.errorf("enable takes one task or job file: tether enable FILE.hcl")
 		return exitUsage
 	}
 	file := fs.Arg(0)
-	spec, ok := c.readEnableFile(file, *task)
+	text, err := os.ReadFile(file)
+	if err != nil {
+		c.errorf("%v", err)
+		return exitError
+	}
+	inputs, ok := c.readJobInputs(in, *task)
 	if !ok {
 		return exitError
 	}
@@ -142,8 +118,17 @@ func (c *cli) cmdEnable(args []string) int {
 	}
 	defer c.closeSession(s)
 	svc := s.svc
-	e, err := svc.Enable(ctx, file, spec)
+	e, err := svc.Enable(ctx, agent.EnableRequest{File: file, Text: text, Inputs: inputs})
 	if err != nil {
+		var pe *job.ParseError
+		if errors.As(err, &pe) || errors.Is(err, job.ErrNotAllowed) || errors.Is(err, job.ErrNothingToRun) || errors.Is(err, job.ErrBadInput) ||
+			errors.Is(err, taskfile.ErrNoTask) || errors.Is(err, taskfile.ErrNotRunnable) {
+			code := c.jobFailed(file, err, "nothing was enabled")
+			if !errors.Is(err, job.ErrNotAllowed) {
+				fmt.Fprintln(c.stderr, "  nothing was enabled")
+			}
+			return code
+		}
 		return c.fail(err)
 	}
 	if s.local != nil {
@@ -205,13 +190,13 @@ func (c *cli) awaitEntry(ctx context.Context, svc agent.Service, name string, do
 	return last
 }
 
-// describeEntry says on stderr where a desired task is.
+// describeEntry says on stderr where a desired entry stands.
 func (c *cli) describeEntry(e agent.Entry) {
 	switch {
 	case e.Problem != "":
 		c.errorf("%s: %s", clikit.Printable(e.Name), clikit.Printable(e.Problem))
-	case e.Settled:
-		c.errorf("%s: task %s %s, not restarted: %s", clikit.Printable(e.Name), e.Task, e.State, clikit.Printable(e.Reason))
+	case e.Standing == agent.StandingDown || e.Standing == agent.StandingRefused || e.Standing == agent.StandingStopped:
+		c.errorf("%s: %s (task %s %s): %s", clikit.Printable(e.Name), e.Standing, e.Task, e.State, clikit.Printable(e.Reason))
 	case e.Task != "":
 		c.errorf("%s: task %s %s", clikit.Printable(e.Name), e.Task, e.State)
 	}

@@ -343,6 +343,9 @@ func (e *env) serviceProcs(name string) []testproc.Proc {
 func (e *env) stopEverything() {
 	e.t.Helper()
 	for _, ts := range e.status() {
+		if ts.ID == "" {
+			continue // a desired entry's row
+		}
 		if r := e.tether("stop", "--timeout", "1s", ts.ID); r.code != 0 {
 			e.t.Errorf("stop %s: %s", ts.ID, r)
 		}
@@ -579,10 +582,13 @@ func TestAgent_TermStopsNothingOnceAdopts(t *testing.T) {
 	}
 }
 
-func TestAgent_PolicyGivesUpStaysFailed(t *testing.T) {
+// With restarts and reschedules both none (reschedule { attempts = 0
+// unlimited = false }), a service whose executor is lost stays down, its
+// reason shown.
+func TestAgent_PolicyGivesUpStaysDown(t *testing.T) {
 	e := newAgentEnv(t)
 	dir := e.configDir()
-	e.serviceFile(dir, "svc", 0, "")
+	e.serviceFile(dir, "svc", 0, "reschedule {\n    attempts  = 0\n    unlimited = false\n  }")
 	e.startAgent(nil, true, "--config-dir", dir)
 	c := e.client()
 	first := awaitEntry(t, c, "svc", "running", running)
@@ -592,9 +598,10 @@ func TestAgent_PolicyGivesUpStaysFailed(t *testing.T) {
 	}
 	_ = syscall.Kill(info.Executor.PID, syscall.SIGKILL)
 	_ = syscall.Kill(info.TaskPID, syscall.SIGKILL)
-	en := awaitEntry(t, c, "svc", "settled", func(en agent.Entry) bool { return en.Settled })
-	if en.Task != first.Task || en.State != fsm.StateLost || !strings.Contains(en.Reason, "allows no restarts") {
-		t.Fatalf("svc: %+v; want settled on its lost task with the policy's reason", en)
+	en := awaitEntry(t, c, "svc", "down", func(en agent.Entry) bool { return en.Standing == agent.StandingDown })
+	if en.Task != first.Task || en.State != fsm.StateLost || !strings.Contains(en.Reason, "allows no restarts") ||
+		!strings.Contains(en.Reason, "allows no reschedule") || en.Since.IsZero() {
+		t.Fatalf("svc: %+v; want down on its lost task with the policies' reasons", en)
 	}
 }
 
@@ -656,15 +663,23 @@ func TestAgent_CrashPoints(t *testing.T) {
 			e.t.Fatal(err)
 		}
 	}
-	prepSettle := func(e *env, dir string) {
+	// b fails (its task killed with its executor alive: restart attempts
+	// 0, an exit by a signal) while no agent runs: the next agent
+	// reschedules it after 5s.
+	prepFailed := func(e *env, dir string) {
 		e.serviceFile(dir, "a", 3, "")
-		e.serviceFile(dir, "b", 0, "")
+		e.serviceFile(dir, "b", 0, "reschedule {\n    attempts       = 1\n    interval       = \"1h\"\n    delay          = \"5s\"\n    delay_function = \"constant\"\n    unlimited      = false\n  }")
 		converged(e, dir).term()
-		killTask(e, "b")
+		procs := e.serviceProcs("b")
+		if len(procs) != 1 {
+			e.t.Fatalf("b: %v", procs)
+		}
+		_ = syscall.Kill(procs[0].PID, syscall.SIGKILL)
+		testproc.CheckGone(e.t, "\x00b\x00"+e.dir, 10*time.Second)
 	}
 	enable := func(e *env, dir string, c *agent.Client) {
-		spec := fsm.Spec{Name: "c", Driver: "raw_exec", Command: os.Args[0], Args: []string{helperArg, "sleep", "c", e.dir}}
-		_, _ = c.Enable(context.Background(), filepath.Join(dir, "c.hcl"), spec)
+		file := e.serviceFile(e.t.TempDir(), "c", 3, "")
+		_, _ = c.Enable(context.Background(), agent.EnableRequest{File: file, Text: mustRead(e.t, file)})
 	}
 	prepEnabled := func(e *env, dir string) {
 		twoServices(e, dir)
@@ -682,10 +697,13 @@ func TestAgent_CrashPoints(t *testing.T) {
 		c := e.client()
 		st, _ := c.Status(context.Background())
 		en, _ := st.Entry("a")
-		if _, err := c.StopTask(context.Background(), en.Task, 0, time.Second); err != nil {
+		if _, err := c.StopGroup(context.Background(), en.Tasks, 0, time.Second, nil); err != nil {
 			e.t.Fatal(err)
 		}
-		await(e.t, c, "a held", func(s agent.Status) bool { en, _ := s.Entry("a"); return en.Settled && s.Converged })
+		await(e.t, c, "a held", func(s agent.Status) bool {
+			en, _ := s.Entry("a")
+			return en.Standing == agent.StandingStopped && s.Converged
+		})
 		c.Close()
 		a.term()
 	}
@@ -700,23 +718,30 @@ func TestAgent_CrashPoints(t *testing.T) {
 	} {
 		cases = append(cases, crashCase{point: p, prep: prepBoot, want: both})
 	}
+	// A lost executor: the next copy of its allocation (a restart under
+	// its restart policy), written ahead in the record, then recorded
+	// (derived ids: a decision made twice records one copy), then driven.
 	for _, p := range []string{
-		"after-append:executor-reaped", "agent-before-commit:intent", "agent-after-commit:intent",
-		"agent-before-effect:start", "agent-after-effect:start", "after-append:task-created", "after-append:launched",
+		"after-append:executor-reaped", "agent-before-commit:copy", "agent-after-commit:copy",
+		"agent-before-copy:restart", "agent-after-copy:restart", "after-append:task-created", "after-append:launched",
 	} {
 		cases = append(cases, crashCase{point: p, prep: prepLost, want: both})
 	}
+	// A failed task: the reschedule, the same way.
 	for _, p := range []string{
-		"agent-before-effect:stop", "after-append:stop-requested", "agent-after-effect:stop",
-		"agent-after-commit:intent", "agent-before-effect:start", "after-append:task-created",
+		"agent-before-commit:copy", "agent-after-commit:copy", "agent-before-copy:reschedule", "agent-after-copy:reschedule",
+		"after-append:task-created", "after-append:launched",
+	} {
+		cases = append(cases, crashCase{point: p, prep: prepFailed, want: both})
+	}
+	for _, p := range []string{
+		"agent-before-commit:update", "agent-after-commit:update", "agent-before-effect:stop", "after-append:stop-requested",
+		"agent-after-effect:stop", "agent-after-commit:intent", "agent-before-effect:start", "after-append:task-created",
 	} {
 		cases = append(cases, crashCase{point: p, prep: prepReplace, want: both})
 	}
-	for _, p := range []string{"agent-before-effect:stop", "agent-after-effect:stop", "agent-before-commit:delete", "agent-after-commit:delete"} {
+	for _, p := range []string{"agent-after-commit:update", "agent-before-effect:stop", "agent-after-effect:stop", "agent-before-commit:delete", "agent-after-commit:delete"} {
 		cases = append(cases, crashCase{point: p, prep: prepRemove, want: map[string]string{"a": "running", "b": "gone"}})
-	}
-	for _, p := range []string{"agent-before-commit:settle", "agent-after-commit:settle"} {
-		cases = append(cases, crashCase{point: p, prep: prepSettle, want: map[string]string{"a": "running", "b": "gone"}})
 	}
 	for _, p := range []string{"agent-before-commit:enable", "agent-after-commit:enable"} {
 		cases = append(cases, crashCase{point: p, prep: twoServices, during: enable,
@@ -744,7 +769,19 @@ func TestAgent_CrashPoints(t *testing.T) {
 
 			after := e.startAgent(nil, true, "--config-dir", dir)
 			c := e.client()
-			s := await(t, c, "convergence after the crash", func(s agent.Status) bool { return s.Converged })
+			// Converged, and every entry that should run runs (a copy due
+			// later, a reschedule's, is waited for).
+			s := await(t, c, "convergence after the crash", func(s agent.Status) bool {
+				if !s.Converged {
+					return false
+				}
+				for name, want := range cc.want {
+					if en, ok := s.Entry(name); want == "running" && (!ok || en.Standing == agent.StandingRestarting || en.Standing == agent.StandingStarting) {
+						return false
+					}
+				}
+				return true
+			})
 			scan, err := c.LoadTasks(context.Background(), store.AllTasks)
 			if err != nil || len(scan.Unreadable) > 0 {
 				t.Fatalf("tasks: %+v, %v", scan, err)
@@ -758,9 +795,11 @@ func TestAgent_CrashPoints(t *testing.T) {
 					if !desired || en.State != fsm.StateRunning || len(procs) != 1 {
 						t.Errorf("%s: entry %+v (desired %v), processes %v; want it running exactly once", name, en, desired, procs)
 					}
-					current[en.Task] = true
+					for _, id := range en.Tasks {
+						current[id] = true
+					}
 				case "gone":
-					if len(procs) != 0 || desired && !en.Settled {
+					if len(procs) != 0 || desired && en.Standing != agent.StandingStopped && en.Standing != agent.StandingDown {
 						t.Errorf("%s: entry %+v (desired %v), processes %v; want nothing of it running", name, en, desired, procs)
 					}
 				}

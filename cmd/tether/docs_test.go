@@ -76,14 +76,20 @@ func TestDocs_JSONFieldsAreDocumented(t *testing.T) {
 	if r := e.tether("start", "--ready-timeout", "100ms", notify); r.code != exitError {
 		t.Fatalf("start of a notify task that never says it is ready: want exit 1\n%s", r)
 	}
+	// A desired entry: daemonless, enabled and not started (a row with no
+	// id); through an agent, its running task.
+	e.must("enable", e.taskFile("desired", "", "sleep"))
 	status := objects(t, e.must("status", "--all", "--json"))
-	if len(status) != 8 {
-		t.Fatalf("want 8 tasks: %v", status)
+	if len(status) != 9 {
+		t.Fatalf("want 8 tasks and a desired entry: %v", status)
 	}
 	docfields.Check(t, "status --json", docFields(t, "### `tether status --json"), status)
 	var events []map[string]json.RawMessage
 	for _, s := range status {
 		var id string
+		if _, ok := s["id"]; !ok {
+			continue // the desired entry's row
+		}
 		if err := json.Unmarshal(s["id"], &id); err != nil {
 			t.Fatal(err)
 		}
@@ -110,4 +116,5 @@ func TestDocs_JSONFieldsAreDocumented(t *testing.T) {
 	docfields.Check(t, "stats --json", docFields(t, "### `tether stats --json"), objects(t, e.must("stats", "--json", "svc")))
 	e.must("stop", "svc")
 	e.must("stop", "notify")
+	e.must("disable", "desired")
 }

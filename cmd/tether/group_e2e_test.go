@@ -41,6 +41,12 @@ job "life" {
     restart {
       attempts = 0
     }
+    # Its end is its end: no reschedule (the default reschedules a
+    # service whose main task ended).
+    reschedule {
+      attempts  = 0
+      unlimited = false
+    }
     task "init" {
       driver = "raw_exec"
       lifecycle { hook = "prestart" }

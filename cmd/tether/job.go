@@ -3,40 +3,39 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/tether-fsm/tether/internal/clikit"
-	"maps"
 	"os"
 	"os/signal"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/tether-fsm/tether/agent"
 	"github.com/tether-fsm/tether/driver"
-	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/internal/clikit"
 	"github.com/tether-fsm/tether/internal/proc"
-	"github.com/tether-fsm/tether/statedir"
-	"github.com/tether-fsm/tether/taskdir"
+	"github.com/tether-fsm/tether/job"
 	"github.com/tether-fsm/tether/taskfile"
 )
 
-// A task or job file runs as Nomad runs its groups on one node. Every
-// group of the file tether can run (or the one --group or --task names)
-// runs count copies; each copy is an allocation with an id of its own, its
-// ports, its shared alloc directory and its tasks' directories
-// (statedir's allocs/ALLOC), and every task of every copy is recorded
-// (driver.CreateGroup) before any is spawned. Then each copy's tasks run in
-// their turn (driver.RunGroup: prestart, main, poststart, poststop). run
-// drives the groups itself and streams their output; start drives them
-// until their main tasks run, then hands each group over to a detached
-// tether (drive-group) that drives it to its end, and returns. A stop of
-// any task of a group stops the group.
+// A task or job file runs as Nomad runs its groups on one node, through
+// the one path from a file to tasks (package job), run by the process
+// that serves the state directory (agent.Service.PlanJob: the agent's own
+// allow lists and port allocator when an agent serves, this process's
+// daemonless). Every group of the file tether can run (or the one --group
+// or --task names) runs count copies; each copy is an allocation with an
+// id of its own, its ports, its shared alloc directory and its tasks'
+// directories (statedir's allocs/ALLOC), and every task of every copy is
+// recorded (CreateGroup) before any is spawned. Then each copy's tasks
+// run in their turn (RunGroup: prestart, main, poststart, poststop). run
+// drives the groups itself and streams their output; start has them
+// started and driven by a driver that outlives it (StartGroup: the agent,
+// or daemonless a detached tether drive-group), which also starts the
+// copies that follow one that failed, by its reschedule block; and
+// returns. A stop of any task of a group stops the group.
 
 // jobInputs are run's and start's flags for a job file.
 type jobInputs struct {
@@ -88,16 +87,6 @@ func (r *jobRun) tasks() []groupMember {
 	return out
 }
 
-// newAllocID makes an allocation id as Nomad's look: a random UUID.
-func newAllocID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand does not fail on Linux
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
-
 // environ is the process's environment as a map (for NOMAD_VAR_ inputs).
 func environ() map[string]string {
 	env := map[string]string{}
@@ -109,257 +98,160 @@ func environ() map[string]string {
 	return env
 }
 
-// parseJobFile reads a task or job file with run's inputs, printing its
-// diagnostics and notices.
-func (c *cli) parseJobFile(file string, in jobInputs) (*taskfile.File, bool) {
-	src, err := os.ReadFile(file)
-	if err != nil {
-		c.errorf("%v", err)
-		return nil, false
-	}
-	opts := taskfile.Options{Env: environ()}
+// readJobInputs reads what a file is read with from the command line
+// (-var, -var-file: read here, -meta, --task, --group) and the
+// environment (NOMAD_VAR_).
+func (c *cli) readJobInputs(in jobInputs, task string) (job.Inputs, bool) {
+	out := job.Inputs{Env: job.VarEnv(environ()), Task: task, Group: in.group}
 	for _, kv := range in.vars {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
 			c.errorf("--var %q: use NAME=VALUE", kv)
-			return nil, false
+			return out, false
 		}
-		if opts.Vars == nil {
-			opts.Vars = map[string]string{}
+		if out.Vars == nil {
+			out.Vars = map[string]string{}
 		}
-		opts.Vars[k] = v
+		out.Vars[k] = v
 	}
 	for _, p := range in.varFiles {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			c.errorf("--var-file: %v", err)
-			return nil, false
+			return out, false
 		}
-		opts.VarFiles = append(opts.VarFiles, taskfile.VarFile{Name: p, Src: b})
+		out.VarFiles = append(out.VarFiles, job.VarFile{Name: p, Text: b})
 	}
 	for _, kv := range in.meta {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
 			c.errorf("--meta %q: use KEY=VALUE", kv)
-			return nil, false
+			return out, false
 		}
-		if opts.DispatchMeta == nil {
-			opts.DispatchMeta = map[string]string{}
+		if out.Meta == nil {
+			out.Meta = map[string]string{}
 		}
-		opts.DispatchMeta[k] = v
+		out.Meta[k] = v
 	}
-	tf, diags := taskfile.Parse(file, src, opts)
-	for _, d := range diags {
-		fmt.Fprintln(c.stderr, taskfile.FormatDiag(d))
-	}
-	if diags.HasErrors() {
-		c.errorf("%s is not a valid task file; fix the errors above", file)
-		return nil, false
-	}
-	for _, n := range tf.Notices {
-		fmt.Fprintf(c.stderr, "%s: %s\n", file, n)
-	}
-	return tf, true
+	return out, true
 }
 
-// planGroups picks the groups to run: the one task --task names (a group
-// of its own), the group --group names, or every group tether can run
-// (the others named, one line each).
-func (c *cli) planGroups(tf *taskfile.File, task, group string) ([]*taskfile.GroupPlan, bool) {
-	switch {
-	case task != "" && group != "":
-		c.errorf("--task and --group both pick what to run: give one")
-		return nil, false
-	case task != "":
-		t, err := tf.Find(task)
-		if err != nil {
-			c.errorf("%v", err)
-			return nil, false
-		}
-		return []*taskfile.GroupPlan{{Group: t.Group, Main: []*taskfile.Task{t}}}, true
-	case group != "":
-		gp, err := tf.PlanGroup(group)
-		if err != nil {
-			c.errorf("%v", err)
-			return nil, false
-		}
-		return []*taskfile.GroupPlan{gp}, true
-	}
-	var plans []*taskfile.GroupPlan
-	var refused []string
-	for _, g := range tf.Groups {
-		gp, err := tf.PlanGroup(g.Name)
-		if err != nil {
-			refused = append(refused, err.Error())
-			continue
-		}
-		plans = append(plans, gp)
-	}
-	if len(plans) == 0 {
-		c.errorf("%s holds no group tether can run: %s", tf.Filename, strings.Join(refused, "; "))
-		return nil, false
-	}
-	if len(plans) > 1 || len(refused) > 0 {
-		for _, r := range refused {
-			fmt.Fprintf(c.stderr, "%s: does not run %s\n", tf.Filename, clikit.UserText(r))
-		}
-	}
-	return plans, true
-}
-
-// planJob reads file and makes its allocations ready to record: each
-// task instantiated (its run-time references resolved, Nomad's
-// variables, its directories and ports) with the command line's
-// overrides.
-func (c *cli) planJob(ctx context.Context, s *session, file string, in taskInputs) (*jobRun, int, bool) {
-	tf, ok := c.parseJobFile(file, in.jobInputs)
-	if !ok {
-		return nil, exitError, false
-	}
-	plans, ok := c.planGroups(tf, in.task, in.group)
-	if !ok {
-		return nil, exitError, false
-	}
-	host := taskfile.DetectHost(taskfile.HostConfig{})
-	for _, gp := range plans {
-		if err := gp.Check(host); err != nil {
-			c.errorf("%v; nothing was started", err)
-			return nil, exitStartFail, false
-		}
-	}
-	run := &jobRun{file: file, batch: true}
-	total := 0
-	for _, gp := range plans {
-		total += max(gp.Group.Count, 1) * len(gp.Tasks())
-	}
-	single := total == 1 // the command line's --name and --dir apply to it
-	real := &executor.Real{StateDir: c.stateDir}
-	ports := c.portAllocator(ctx, s, host.IP)
-	layout := c.layout()
-	fail := func(err error) (*jobRun, int, bool) {
-		c.errorf("%v; nothing was started", err)
-		for _, a := range run.allocs {
-			_ = ports.Release(a.id)
-		}
-		return nil, exitStartFail, false
-	}
-	for _, gp := range plans {
-		if j := gp.Group.Job; j == nil || !j.Type.Batch() {
-			run.batch = false
-		}
-		alone := in.task != ""
-		tasks := gp.Tasks()
-		for i := range max(gp.Group.Count, 1) {
-			a := &allocRun{id: newAllocID(), group: gp.Group.Name, index: i}
-			run.allocs = append(run.allocs, a)
-			held, err := ports.Allocate(ctx, a.id, gp.PortRequests())
-			if err != nil {
-				return fail(err)
-			}
-			dirs := layout.Alloc(a.id)
-			var ids []string
-			for _, t := range tasks {
-				ids = append(ids, newTaskID(tf.InstanceName(t, i)))
-			}
-			for j, t := range tasks {
-				if in.drv != "" {
-					x := *t
-					x.Driver, x.Spec.Driver = in.drv, in.drv
-					t = &x
-				}
-				name := t.Name
-				if statedir.ValidateTaskDirName(name) != nil {
-					name = fmt.Sprintf("task-%d", j)
-				}
-				l := taskdir.Layout{TaskDir: dirs.Task(name), AllocDir: dirs.Shared(), Chroot: t.Driver == executor.ModeExec}
-				probe := t.Spec
-				probe.Alloc = &fsm.Alloc{ID: a.id, Dir: l.AllocDir, TaskDir: l.TaskDir}
-				base, err := real.BaseEnv(probe, ids[j])
-				if err != nil {
-					return fail(fmt.Errorf("task %q: %w", t.Address(), err))
-				}
-				inst, err := tf.Instantiate(t, taskfile.Alloc{ID: a.id, Index: i, Host: host, Ports: held, BaseEnv: base}, l)
-				if err != nil {
-					return fail(err)
-				}
-				spec := inst.Spec
-				spec.Alloc.Tasks = ids
-				if alone {
-					// A task run alone is its group's only task: nothing
-					// to wait for, nothing to wait for it.
-					spec.Alloc.Hook, spec.Alloc.Sidecar, spec.Alloc.Leader = fsm.HookMain, false, false
-				}
-				if err := in.override(&spec, single); err != nil {
-					c.errorf("%v", err)
-					return nil, exitUsage, false
-				}
-				a.members = append(a.members, groupMember{id: ids[j], spec: spec})
-			}
-		}
-	}
-	return run, 0, true
-}
-
-// override applies the command line's task flags to a spec of a file:
-// --env, --user, --cap-add, --cap-drop, --kill-signal, --kill-timeout and
-// --driver to every task; --name and --dir to the run's one task.
-func (in *taskInputs) override(spec *fsm.Spec, single bool) error {
-	if !single && (in.name != "" || in.dir != "") {
-		return errors.New("--name and --dir apply to one task: pick it with --task GROUP.TASK")
-	}
-	if in.name != "" {
-		spec.Name = in.name
-	}
-	if in.dir != "" {
-		spec.Dir = in.dir
-	}
-	for _, kv := range in.env {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return fmt.Errorf("--env %q: use NAME=VALUE", kv)
-		}
-		if spec.Env == nil {
-			spec.Env = map[string]string{}
-		}
-		spec.Env[k] = v
-	}
-	if in.user != "" {
-		spec.User = in.user
-	}
-	spec.CapAdd = append(spec.CapAdd, in.capAdd...)
-	spec.CapDrop = append(spec.CapDrop, in.capDrop...)
+// overrides are the command line's changes to a file's tasks.
+func (in *taskInputs) overrides() (job.Overrides, error) {
+	ov := job.Overrides{Name: in.name, Dir: in.dir, User: in.user, Driver: in.drv, Env: in.env, CapAdd: in.capAdd, CapDrop: in.capDrop,
+		KillTimeout: in.killTimeout}
 	if in.killSignal != "" {
 		sig, err := parseSignal(in.killSignal)
 		if err != nil {
-			return fmt.Errorf("--kill-signal: %w", err)
+			return ov, fmt.Errorf("--kill-signal: %w", err)
 		}
-		spec.KillSignal = int(sig)
+		ov.KillSignal = int(sig)
 	}
-	if in.killTimeout > 0 {
-		spec.KillTimeout = in.killTimeout
-	}
-	return nil
+	return ov, nil
 }
 
-// portAllocator gives ports in the state directory so that two tasks never
-// hold one at once: a group's ports are held until its last task ends (an
-// owner none of whose tasks is live is let go of).
-func (c *cli) portAllocator(ctx context.Context, s *session, ip string) *taskfile.Allocator {
-	var once sync.Once
-	var live map[string][]string
-	return &taskfile.Allocator{Dir: c.stateDir, IP: ip, Live: func(owner string) bool {
-		once.Do(func() {
-			var err error
-			if live, err = s.svc.Groups(ctx); err != nil {
-				live = nil
-			}
-		})
-		if live == nil {
-			return true // unknown: keep it
+// sayNotes prints what the path says of a file beside its tasks: the
+// parser's warnings and notices, and the groups it does not run.
+func (c *cli) sayNotes(file string, notes, skipped []string) {
+	for _, n := range notes {
+		fmt.Fprintln(c.stderr, n)
+	}
+	for _, r := range skipped {
+		fmt.Fprintf(c.stderr, "%s: does not run %s\n", file, clikit.UserText(r))
+	}
+}
+
+// jobFailed says why a file was refused and picks the exit code: a file
+// that does not parse, a selection that names nothing or nothing
+// runnable (1), a bad input (2), anything else the host or its policy
+// refused (125: nothing was started).
+func (c *cli) jobFailed(file string, err error, nothing string) int {
+	var pe *job.ParseError
+	switch {
+	case errors.As(err, &pe):
+		for _, l := range pe.Lines {
+			fmt.Fprintln(c.stderr, l)
 		}
-		_, ok := live[owner]
-		return ok
-	}}
+		c.errorf("%s is not a valid task file; fix the errors above", file)
+		return exitError
+	case errors.Is(err, job.ErrBadInput):
+		c.errorf("%v", trimJob(err))
+		return exitUsage
+	case errors.Is(err, taskfile.ErrNoTask), errors.Is(err, taskfile.ErrNotRunnable), errors.Is(err, job.ErrNothingToRun):
+		c.errorf("%v", trimJob(err))
+		return exitError
+	}
+	c.errorf("%v; %s", err, nothing)
+	if errors.Is(err, job.ErrNotAllowed) {
+		fmt.Fprintln(c.stderr, "  the process that runs the task reads its templates and local artifacts: through an agent, the agent's --allow-read applies")
+	} else if h := hint(err); h != "" {
+		fmt.Fprintf(c.stderr, "  %s\n", h)
+	}
+	return exitStartFail
+}
+
+// tooLargeForAgent refuses a file larger than an agent reads, saying what
+// makes it so where the file itself says (a task's spec past its bounds:
+// a 10 MB argument) by reading it here, the node's checks aside, as
+// daemonless the job path would refuse it; else its size.
+func (c *cli) tooLargeForAgent(file string, text []byte, inputs job.Inputs) int {
+	j, err := job.Parse(job.Source{File: file, Text: text}, inputs)
+	if err != nil {
+		return c.jobFailed(file, err, "nothing was started")
+	}
+	for _, g := range j.Groups {
+		for _, t := range g.Tasks {
+			spec := t.Spec
+			if err := spec.Validate(); err != nil {
+				c.errorf("%v; nothing was started", err)
+				return exitStartFail
+			}
+		}
+	}
+	c.errorf("%s is %d bytes, more than an agent reads (at most %d); nothing was started", file, len(text), agent.MaxFileText)
+	return exitStartFail
+}
+
+// trimJob drops the package prefix a message of package job starts with.
+func trimJob(err error) string { return job.Describe(err) }
+
+// planJob reads file through the job path of the process that serves the
+// state directory and makes its allocations ready to record: each task
+// instantiated (its run-time references resolved, Nomad's variables, its
+// directories and ports) with the command line's overrides. once: a run's
+// tasks run once (no reschedule).
+func (c *cli) planJob(ctx context.Context, s *session, file string, in taskInputs, once bool) (*jobRun, int, bool) {
+	text, err := os.ReadFile(file)
+	if err != nil {
+		c.errorf("%v", err)
+		return nil, exitError, false
+	}
+	inputs, ok := c.readJobInputs(in.jobInputs, in.task)
+	if !ok {
+		return nil, exitError, false
+	}
+	ov, err := in.overrides()
+	if err != nil {
+		c.errorf("%v", err)
+		return nil, exitUsage, false
+	}
+	if s.agent != nil && len(text) > agent.MaxFileText {
+		return nil, c.tooLargeForAgent(file, text, inputs), false
+	}
+	plan, err := s.svc.PlanJob(ctx, agent.JobRequest{Source: job.Source{File: file, Text: text}, Inputs: inputs, Overrides: ov, Once: once})
+	c.sayNotes(file, plan.Notes, plan.Skipped)
+	if err != nil {
+		return nil, c.jobFailed(file, err, "nothing was started"), false
+	}
+	run := &jobRun{file: file, batch: plan.Run.Batch}
+	for _, a := range plan.Run.Allocs {
+		ar := &allocRun{id: a.ID, group: a.Group, index: a.Index}
+		for _, t := range a.Tasks {
+			ar.members = append(ar.members, groupMember{id: t.ID, spec: t.Spec})
+		}
+		run.allocs = append(run.allocs, ar)
+	}
+	return run, 0, true
 }
 
 // recordJob records every task of run before any is spawned.
@@ -525,11 +417,12 @@ func (c *cli) jobEndCode(finals [][]fsm.Task, interrupted os.Signal) int {
 	return code
 }
 
-// startJob starts a file's groups: it drives each until its main tasks
-// have started (and what comes with them: poststart), with a detached
-// tether (drive-group) waiting for the group's lock to take the group over
-// from there; then waits --min-uptime for the main tasks to stay up, and
-// prints every task's id, each group's main tasks first.
+// startJob starts a file's groups: each is started and driven by a driver
+// that outlives this process (StartGroup: the agent that serves the state
+// directory, or a detached tether drive-group), this process waiting until
+// its main tasks have started (and what comes with them: poststart); then
+// waits --min-uptime for the main tasks to stay up, and prints every
+// task's id, each group's main tasks first.
 func (c *cli) startJob(ctx context.Context, s *session, run *jobRun, opts startOptions, sigs <-chan os.Signal) int {
 	outs := make([]groupOutcome, len(run.allocs))
 	sctx, cancel := context.WithCancel(ctx)
@@ -539,35 +432,8 @@ func (c *cli) startJob(ctx context.Context, s *session, run *jobRun, opts startO
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			gctx, done := context.WithCancel(sctx)
-			defer done()
-			handed := false
 			told := ""
-			var spawnErr error
-			tasks, err := s.svc.RunGroup(gctx, a.ids(), false, func(p driver.GroupProgress) {
-				c.sayStep(a, p, opts.verbose, &told)
-				if !handed {
-					// The group's lock is ours: the driver that will take
-					// the group over waits for it from now on.
-					handed = true
-					if spawnErr = c.spawnGroupDriver(a, a.members[0].id); spawnErr != nil {
-						done()
-						return
-					}
-				}
-				if p.Step.Idle() && mainsStarted(p.Tasks) {
-					outs[i].tasks = p.Tasks
-					done() // up: the group's driver takes it from here
-				}
-			})
-			if spawnErr != nil {
-				err = spawnErr
-			} else if errors.Is(err, context.Canceled) && sctx.Err() == nil {
-				err = nil
-				if len(outs[i].tasks) > 0 {
-					tasks = outs[i].tasks
-				}
-			}
+			tasks, err := s.svc.StartGroup(sctx, a.ids(), func(p driver.GroupProgress) { c.sayStep(a, p, opts.verbose, &told) })
 			outs[i] = groupOutcome{tasks, err}
 		}()
 	}
@@ -646,17 +512,6 @@ func isMain(t fsm.Task) bool {
 	return t.Spec != nil && t.Spec.Alloc != nil && t.Spec.Alloc.Hook == fsm.HookMain
 }
 
-// mainsStarted reports whether every main task of a group has started (or
-// ended).
-func mainsStarted(tasks []fsm.Task) bool {
-	for _, t := range tasks {
-		if isMain(t) && t.TaskPID == 0 && !t.State.Terminal() {
-			return false
-		}
-	}
-	return true
-}
-
 // mainsStayUp waits min for the main tasks to stay up: one that ends
 // sooner fails the start as start of one task does (its end and last
 // output), its group ending as its rules say.
@@ -707,11 +562,13 @@ func (c *cli) releasePorts(alloc string) {
 // a started group to its end (see startJob and cmdRecover).
 const groupDriverArg = "drive-group"
 
-// spawnGroupDriver starts a detached tether that drives the group of task
-// id to its end: in a session of its own, its output in the allocation's
-// group.log. It waits for the group's lock, so it takes over once whoever
-// holds it lets go (or dies).
-func (c *cli) spawnGroupDriver(a *allocRun, id string) error {
+// spawnGroupDriver starts a detached tether that drives the group alloc
+// (of task id) to its end and past it (what its reschedule block starts
+// after a failure): in a session of its own, its output in the
+// allocation's group.log. It waits for the group's lock, so it takes over
+// once whoever holds it lets go (or dies). It is agent.Local's HandOff
+// daemonless.
+func (c *cli) spawnGroupDriver(alloc, id string) error {
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("cannot find tether's own binary to drive the group: %w", err)
@@ -723,11 +580,17 @@ func (c *cli) spawnGroupDriver(a *allocRun, id string) error {
 	if len(c.chroot) > 0 {
 		args = append(args, "--chroot-env", strings.Join(c.chroot, ","))
 	}
+	if len(c.allowSeccomp) > 0 {
+		args = append(args, "--allow-seccomp", strings.Join(c.allowSeccomp, ","))
+	}
+	if len(c.allowMissing) > 0 {
+		args = append(args, "--allow-missing", strings.Join(c.allowMissing, ","))
+	}
 	if len(c.allowRead) > 0 {
 		args = append(args, "--allow-read", strings.Join(c.allowRead, ","))
 	}
 	args = append(args, id)
-	dir := c.layout().Alloc(a.id)
+	dir := c.layout().Alloc(alloc)
 	if err := os.MkdirAll(dir.Dir(), 0o711); err != nil {
 		return err
 	}
@@ -745,14 +608,16 @@ func (c *cli) spawnGroupDriver(a *allocRun, id string) error {
 	if err != nil {
 		return fmt.Errorf("start the group's driver: %w", err)
 	}
-	c.log.Info("group handed to a driver of its own", "alloc", a.id, "pid", p.Pid)
+	c.log.Info("group handed to a driver of its own", "alloc", alloc, "pid", p.Pid)
 	return p.Release()
 }
 
 // cmdDriveGroup is the detached driver of a started group: it drives the
-// group of its task argument to its end (RunGroup, waiting for the
-// group's lock), lets go of its ports and exits. SIGTERM ends it without
-// stopping anything (tether recover resumes the group).
+// group of its task argument to its end and past it (agent.Local's
+// DriveGroup: the copies its restart and reschedule policies start after
+// one that ended), lets go of its ports and exits. SIGTERM ends it without
+// stopping anything (tether recover resumes the group). Should an agent
+// serve the state directory by then, it hands the group to the agent.
 func (c *cli) cmdDriveGroup(args []string) int {
 	fs := c.flags(groupDriverArg)
 	if code, ok := c.parse(fs, args); !ok {
@@ -783,40 +648,40 @@ func (c *cli) cmdDriveGroup(args []string) int {
 		c.errorf("task %s is of no group", info.ID)
 		return exitUsage
 	}
+	if s.local == nil {
+		// An agent serves the state directory: it drives every group
+		// nobody drives, this one among them once this process is gone.
+		if _, err := s.svc.AdoptGroups(ctx); err != nil {
+			c.log.Error("handing the group to the agent", "alloc", a.ID, "err", err)
+			return exitError
+		}
+		return exitOK
+	}
 	last := ""
-	_, err := s.svc.RunGroup(ctx, a.Tasks, true, func(p driver.GroupProgress) {
+	res, err := s.local.DriveGroup(ctx, a.Tasks, agent.DriveOptions{Wait: true, Progress: func(p driver.GroupProgress) {
 		if s := p.Step.String(); s != last {
 			c.log.Info("group step", "alloc", a.ID, "step", s)
 			last = s
 		}
-	})
+	}})
 	if err != nil {
 		c.log.Error("the group's driver stops; tether recover resumes it", "alloc", a.ID, "err", err)
 		return exitError
 	}
-	c.releasePorts(a.ID)
-	c.log.Info("the group is over", "alloc", a.ID)
+	c.log.Info("the group is over", "alloc", a.ID, "end", res.End.Kind.String(), "reason", res.Reason)
 	return exitOK
 }
 
-// resumeGroups hands every live group nobody drives (its driver died) to
-// a new detached driver (tether recover), and says so.
+// resumeGroups hands every group nobody drives (its driver died, or its
+// last copy ended with a copy owed and nobody to start it) to a driver
+// that outlives this process: the agent, or a detached tether drive-group
+// each (tether recover), and says so.
 func (c *cli) resumeGroups(ctx context.Context, s *session) {
-	groups, err := s.svc.Groups(ctx)
+	allocs, err := s.svc.AdoptGroups(ctx)
 	if err != nil {
-		c.errorf("warning: listing the groups: %v", err)
-		return
+		c.errorf("warning: handing the groups nobody drives to a driver: %v", err)
 	}
-	for _, alloc := range slices.Sorted(maps.Keys(groups)) {
-		ids := groups[alloc]
-		driven, _, err := s.svc.GroupDriven(alloc)
-		if err != nil || driven || len(ids) == 0 {
-			continue
-		}
-		if err := c.spawnGroupDriver(&allocRun{id: alloc}, ids[0]); err != nil {
-			c.errorf("warning: group %s: %v", alloc, err)
-			continue
-		}
+	for _, alloc := range allocs {
 		fmt.Fprintf(c.stdout, "group %s: nobody drove it; handed to a new driver\n", alloc)
 	}
 }

@@ -464,7 +464,7 @@ func (c *cli) successor(ctx context.Context, s *session, ended driver.TaskInfo, 
 		return driver.TaskInfo{}, false
 	}
 	e, ok := st.Entry(name)
-	if !ok || e.Settled || e.Disabled {
+	if !ok || entryOver(e) {
 		return driver.TaskInfo{}, false
 	}
 	newTask := func(e agent.Entry) (driver.TaskInfo, bool) {
@@ -485,7 +485,7 @@ func (c *cli) successor(ctx context.Context, s *session, ended driver.TaskInfo, 
 	found := false
 	err = s.svc.WatchStatus(ctx, func(st agent.Status) bool {
 		e, ok := st.Entry(name)
-		if !ok || e.Settled || e.Disabled {
+		if !ok || entryOver(e) {
 			return true
 		}
 		next, found = newTask(e)
@@ -597,4 +597,15 @@ func (h *lineHeap) Pop() any {
 	l := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return l
+}
+
+// entryOver reports whether a desired entry will start no task again
+// unless someone asks: given up, stopped on request, completed, refused,
+// or being disabled.
+func entryOver(e agent.Entry) bool {
+	switch e.Standing {
+	case agent.StandingDown, agent.StandingStopped, agent.StandingCompleted, agent.StandingRefused, agent.StandingStopping:
+		return true
+	}
+	return e.Disabled
 }

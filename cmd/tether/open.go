@@ -15,6 +15,7 @@ import (
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
+	"github.com/tether-fsm/tether/job"
 	"github.com/tether-fsm/tether/statedir"
 	"github.com/tether-fsm/tether/store"
 )
@@ -128,7 +129,9 @@ func (c *cli) open() (*session, error) {
 		return nil, err
 	}
 	l := &agent.Local{D: d, Store: st, StateDir: c.stateDir, ExecutorCommand: cmd, Logger: c.log,
-		Hooks: c.hooks, ReleasePorts: c.releasePorts}
+		Hooks: c.hooks, ReleasePorts: c.releasePorts,
+		Policy:  job.Policy{AllowedCaps: c.allowedCaps, Chroot: c.chroot, AllowSeccomp: c.allowSeccomp, AllowMissing: c.allowMissing, AllowRead: c.allowRead},
+		HandOff: func(alloc string, ids []string) error { return c.spawnGroupDriver(alloc, ids[0]) }}
 	return &session{svc: l, local: l, close: func() error { return errors.Join(d.Close(), st.Close()) }}, nil
 }
 

@@ -13,7 +13,6 @@ import (
 
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
-	"github.com/tether-fsm/tether/internal/testproc"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -139,7 +138,7 @@ func TestRun_RestartingTaskStreamsEveryAttempt(t *testing.T) {
 	if !strings.Contains(evs.stdout, "restart 2 after 0s") {
 		t.Errorf("events do not give the attempt:\n%s", evs)
 	}
-	testproc.CheckNoLeak(t, e.dir)
+	checkNoLeak(t, e.dir)
 }
 
 // TestStart_RestartsWithNoCommandRunningAreFoldedLater: a detached task's
@@ -152,6 +151,10 @@ func TestStart_RestartsWithNoCommandRunningAreFoldedLater(t *testing.T) {
     interval = "1h"
     delay    = "0s"
     mode     = "fail"
+  }
+  reschedule {
+    attempts  = 0
+    unlimited = false
   }`, "5")
 	// --min-uptime 0: start returns at once, and the restarts happen
 	// with no command running.
@@ -182,7 +185,7 @@ func TestStart_RestartsWithNoCommandRunningAreFoldedLater(t *testing.T) {
 	if len(again) != len(evs) {
 		t.Errorf("a second command changed the log: %d -> %d events", len(evs), len(again))
 	}
-	testproc.CheckNoLeak(t, e.dir)
+	checkNoLeak(t, e.dir)
 }
 
 // TestStop_DuringTheRestartDelayStopsForGood: a task waiting out a long
@@ -218,7 +221,7 @@ func TestStop_DuringTheRestartDelayStopsForGood(t *testing.T) {
 	if len(j.Entries) != 1 {
 		t.Errorf("journal after the stop: %v, want only the one intent", j.Entries)
 	}
-	testproc.CheckNoLeak(t, e.dir)
+	checkNoLeak(t, e.dir)
 }
 
 // statusOfRaw reads a task's state from the store itself, as no command

@@ -57,8 +57,10 @@ type startOptions struct {
 	// file's type: its min-uptime is 0 unless given.
 	batch bool
 	// bare is start's one argument when it is a bare word (no "--", no
-	// path, no arguments): the name of a desired task, if one has it.
+	// path, no arguments): the name of a desired entry, if one has it.
 	bare string
+	// ofFile is set for a file's task started alone (a group of one).
+	ofFile bool
 }
 
 func (o *startOptions) register(fs *flagSet, name string) {
@@ -164,8 +166,12 @@ func (c *cli) taskSpec(name string, args []string) (taskRequest, int, bool) {
 	if spec.Driver != "exec" && spec.Driver != "raw_exec" {
 		return usage("--driver %q: use exec or raw_exec", spec.Driver)
 	}
-	if err := in.override(&spec, true); err != nil {
-		return usage("%v", err)
+	ov, err := in.overrides()
+	if err == nil {
+		err = ov.Apply(&spec, true)
+	}
+	if err != nil {
+		return usage("%v", strings.TrimPrefix(err.Error(), "job: bad input: "))
 	}
 	return taskRequest{spec: spec, in: in}, 0, true
 }
@@ -206,7 +212,7 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 		}
 	}
 	if req.file != "" {
-		run, code, ok := c.planJob(ctx, s, req.file, req.in)
+		run, code, ok := c.planJob(ctx, s, req.file, req.in, !detach)
 		if !ok {
 			return code
 		}
@@ -215,10 +221,19 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 		}
 		// One task (a task file's, a job's only one, or --task): a group
 		// of one, which starts, runs and ends as a lone task does; its
-		// ports are let go of with it (run), or by the next allocation
-		// once it has ended (start).
+		// ports are let go of with it (run), or by its driver once nothing
+		// follows it (start: its reschedule block).
 		m := run.tasks()[0]
-		spec, id, opts.named, opts.batch = m.spec, m.id, true, run.batch
+		spec, id, opts.named, opts.batch, opts.ofFile = m.spec, m.id, true, run.batch, true
+		if detach && s.agent == nil && spec.Alloc != nil {
+			// Daemonless, a lone task has no group driver to follow it
+			// (its executor's restart block is all it has): nothing
+			// follows its copy, whoever drives it later (recover, an
+			// agent that adopts it).
+			a := spec.Alloc.Copy()
+			a.Reschedule = nil
+			spec.Alloc = a
+		}
 		if !detach {
 			defer c.releasePorts(run.allocs[0].id)
 		}
@@ -304,6 +319,16 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 		return c.startFailed(id, r.task, r.err)
 	}
 	if detach {
+		if opts.ofFile && r.task.Spec != nil && r.task.Spec.Alloc != nil && r.task.Spec.Alloc.Reschedule != nil {
+			// A file's task under an agent: the agent follows it from now
+			// on, and starts it again by its reschedule block once it has
+			// failed. Daemonless, a lone task has no driver but its
+			// executor (its restart block); a job's groups have their
+			// detached tether drive-group.
+			if _, err := s.svc.StartGroup(ctx, []string{id}, nil); err != nil {
+				c.errorf("warning: task %s has no driver to reschedule it: %v", id, err)
+			}
+		}
 		return c.started(ctx, s, r.task, c.minUptime(opts), opts.readyTimeout, sigs)
 	}
 	final, werr := c.waitTask(ctx, s, id, seen, sigs, &interrupted)

@@ -49,6 +49,8 @@ type taskJSON struct {
 	// launch); both absent for a task without readiness.
 	Readiness string `json:"readiness,omitempty"`
 	Ready     *bool  `json:"ready,omitempty"`
+	// Desired is the desired entry the task is of, where it stands.
+	Desired *desiredJSON `json:"desired,omitempty"`
 }
 
 func toJSON(t listed) taskJSON {
@@ -129,6 +131,7 @@ func (c *cli) cmdStatus(args []string) int {
 	} else {
 		infos, unreadable, err = c.list(ctx, s, *all)
 	}
+	desired := c.readDesired(ctx, s, err)
 	now := time.Now()
 	var ts []listed
 	if err == nil {
@@ -140,14 +143,10 @@ func (c *cli) cmdStatus(args []string) int {
 		return c.fail(err)
 	}
 	if *asJSON {
-		out := make([]taskJSON, 0, len(ts))
-		for _, t := range ts {
-			out = append(out, toJSON(t))
-		}
-		return c.printJSON(out)
+		return c.printJSON(statusJSON(ts, desired, fs.NArg() == 1))
 	}
 	if fs.NArg() == 1 {
-		c.printTask(ts[0], now)
+		c.printTask(ts[0], now, taskDesired(desired, ts[0].ID, now))
 		return exitOK
 	}
 	for _, u := range unreadable {
@@ -156,16 +155,26 @@ func (c *cli) cmdStatus(args []string) int {
 	if len(unreadable) > 0 {
 		fmt.Fprintln(c.stderr, "  'tether check' says where the store is damaged; 'tether check --salvage' copies what is readable")
 	}
-	if len(infos) == 0 {
-		if *all {
-			fmt.Fprintln(c.stderr, "no tasks")
-		} else {
-			fmt.Fprintln(c.stderr, "no live tasks ('tether status --all' includes ended ones)")
+	switch {
+	case len(infos) > 0:
+		if err := c.printList(c.stdout, ts, now); err != nil {
+			return c.fail(err)
 		}
-		return exitOK
+	case *all:
+		fmt.Fprintln(c.stderr, "no tasks")
+	default:
+		fmt.Fprintln(c.stderr, "no live tasks ('tether status --all' includes ended ones)")
 	}
-	if err := c.printList(c.stdout, ts, now); err != nil {
-		return c.fail(err)
+	if len(desired.Entries) > 0 {
+		if len(infos) > 0 {
+			fmt.Fprintln(c.stdout)
+		}
+		if err := printDesired(c.stdout, desired.Entries, now); err != nil {
+			return c.fail(err)
+		}
+	}
+	for _, p := range otherProblems(desired) {
+		c.errorf("desired state: %s", clikit.Printable(p))
 	}
 	return exitOK
 }
@@ -257,7 +266,7 @@ func exitText(x *fsm.ExitStatus) string {
 }
 
 // printTask prints one task in detail.
-func (c *cli) printTask(t listed, now time.Time) {
+func (c *cli) printTask(t listed, now time.Time, desired string) {
 	info := t.TaskInfo
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
@@ -308,6 +317,9 @@ func (c *cli) printTask(t listed, now time.Time) {
 	}
 	if info.Reason != "" {
 		row("Reason", clikit.Printable(info.Reason))
+	}
+	if desired != "" {
+		row("Desired", desired)
 	}
 	_ = tw.Flush()
 }

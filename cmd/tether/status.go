@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tether-fsm/tether/agent"
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
@@ -213,4 +215,202 @@ func endReason(t fsm.Task) string {
 		return string(r[:most-3]) + "..."
 	}
 	return clikit.UserText(r)
+}
+
+// desiredJSON is where a desired entry stands, in status --json: on each
+// of its tasks' rows, and on its own row (with no id) when none of its
+// tasks is listed.
+type desiredJSON struct {
+	// Name is the entry's name (what tether disable takes); Source where
+	// it was declared: "dir" (the agent's --config-dir), "enable" or
+	// "etcd"; File the file (or etcd key) it was read from.
+	Name   string `json:"name"`
+	Source string `json:"source"`
+	File   string `json:"file,omitempty"`
+	// Standing is where it stands (agent.Standing's values), Reason why
+	// (down, refused, restarting, stopped), Since when it was given up
+	// (down), NextAttemptAt when its next copy is due (restarting).
+	Standing      string     `json:"standing"`
+	Reason        string     `json:"reason,omitempty"`
+	Since         *time.Time `json:"since,omitempty"`
+	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
+	// Reschedules counts the copies its reschedule policy started.
+	Reschedules int `json:"reschedules,omitempty"`
+}
+
+// entryRowJSON is a desired entry none of whose tasks is listed: not
+// recorded yet, refused, or (without --all) ended.
+type entryRowJSON struct {
+	Name    string       `json:"name"`
+	State   string       `json:"state"`
+	Desired *desiredJSON `json:"desired"`
+}
+
+func toDesiredJSON(e agent.Entry) *desiredJSON {
+	d := &desiredJSON{Name: e.Name, Source: e.Origin, File: e.File, Standing: string(e.Standing), Reason: entryReason(e), Reschedules: e.Reschedules}
+	if !e.Since.IsZero() {
+		at := e.Since.UTC()
+		d.Since = &at
+	}
+	if !e.NextAttempt.IsZero() {
+		at := e.NextAttempt.UTC()
+		d.NextAttemptAt = &at
+	}
+	return d
+}
+
+// entryReason is why an entry stands where it does: its reason, and what
+// keeps the agent from converging it.
+func entryReason(e agent.Entry) string {
+	switch {
+	case e.Problem == "":
+		return clikit.UserText(e.Reason)
+	case e.Reason == "" || strings.Contains(e.Problem, e.Reason):
+		return clikit.UserText(e.Problem)
+	}
+	return clikit.UserText(e.Reason + "; " + e.Problem)
+}
+
+// desiredByTask maps each task id of a desired entry to its entry.
+func desiredByTask(st agent.Status) map[string]agent.Entry {
+	out := map[string]agent.Entry{}
+	for _, e := range st.Entries {
+		for _, id := range e.Tasks {
+			out[id] = e
+		}
+		if e.Task != "" {
+			out[e.Task] = e
+		}
+	}
+	return out
+}
+
+// statusJSON is status --json's array: the tasks listed, each of a desired
+// entry with its standing, then a row for each entry none of whose tasks
+// is listed.
+func statusJSON(ts []listed, st agent.Status, single bool) []any {
+	of := desiredByTask(st)
+	shown := map[string]bool{}
+	out := make([]any, 0, len(ts)+len(st.Entries))
+	for _, t := range ts {
+		j := toJSON(t)
+		if e, ok := of[t.ID]; ok {
+			j.Desired = toDesiredJSON(e)
+			shown[e.Name] = true
+		}
+		out = append(out, j)
+	}
+	if single {
+		return out
+	}
+	for _, e := range sortedEntries(st.Entries) {
+		if !shown[e.Name] {
+			out = append(out, entryRowJSON{Name: e.Name, State: e.State.String(), Desired: toDesiredJSON(e)})
+		}
+	}
+	return out
+}
+
+func sortedEntries(es []agent.Entry) []agent.Entry {
+	es = slices.Clone(es)
+	slices.SortStableFunc(es, func(a, b agent.Entry) int { return clikit.NaturalCompare(a.Name, b.Name) })
+	return es
+}
+
+// printDesired prints the desired entries' table: each entry with where it
+// was declared and where it stands.
+func printDesired(w io.Writer, es []agent.Entry, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "DESIRED\tSOURCE\tSTANDING\tTASK\tDETAIL")
+	for _, e := range sortedEntries(es) {
+		task := e.Task
+		if task == "" {
+			task = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", clikit.Printable(e.Name), e.Origin, e.Standing, task, clikit.Printable(entryDetail(e, now)))
+	}
+	return tw.Flush()
+}
+
+// entryDetail says in words why an entry stands where it does.
+func entryDetail(e agent.Entry, now time.Time) string {
+	var parts []string
+	switch e.Standing {
+	case agent.StandingRestarting:
+		if !e.NextAttempt.IsZero() {
+			parts = append(parts, "next attempt "+inSpan(now, e.NextAttempt)+" (at "+e.NextAttempt.Local().Format(time.TimeOnly)+")")
+		}
+	case agent.StandingDown:
+		if !e.Since.IsZero() {
+			parts = append(parts, "given up "+clikit.Ago(now, e.Since.UnixNano()))
+		}
+	case agent.StandingRefused:
+		if e.File != "" && !strings.Contains(entryReason(e), e.File) {
+			parts = append(parts, e.File)
+		}
+	case agent.StandingStopped:
+		parts = append(parts, "stopped on request")
+	}
+	if r := entryReason(e); r != "" {
+		parts = append(parts, r)
+	}
+	switch {
+	case e.Reschedules == 1:
+		parts = append(parts, "rescheduled once")
+	case e.Reschedules > 1:
+		parts = append(parts, fmt.Sprintf("rescheduled %d times", e.Reschedules))
+	}
+	return strings.Join(parts, ": ")
+}
+
+// inSpan says when a time to come is: "in 4s", or "now" once it is due.
+func inSpan(now, at time.Time) string {
+	if !at.After(now) {
+		return "now"
+	}
+	return "in " + clikit.Span(at.Sub(now))
+}
+
+// readDesired is the desired entries, each where it stands (daemonless: as
+// the store records them), once the tasks were listed (listErr nil). A
+// store that cannot say leaves the tasks listed, with a warning.
+func (c *cli) readDesired(ctx context.Context, s *session, listErr error) agent.Status {
+	if listErr != nil {
+		return agent.Status{}
+	}
+	st, err := s.svc.Status(ctx)
+	if err != nil {
+		c.errorf("warning: the desired state cannot be read: %v", err)
+	}
+	return st
+}
+
+// taskDesired says, for status ID's listing, the desired entry the task is
+// of ("" for none).
+func taskDesired(st agent.Status, id string, now time.Time) string {
+	e, ok := desiredByTask(st)[id]
+	if !ok {
+		return ""
+	}
+	line := fmt.Sprintf("%s (%s, %s)", clikit.Printable(e.Name), e.Origin, e.Standing)
+	if d := entryDetail(e, now); d != "" {
+		line += ": " + clikit.Printable(d)
+	}
+	return line
+}
+
+// otherProblems are the desired state's problems that no entry listed
+// says already (a refused file is an entry's reason).
+func otherProblems(st agent.Status) []string {
+	var out []string
+	for _, p := range st.Problems {
+		said := false
+		for _, e := range st.Entries {
+			said = said || (e.Standing == agent.StandingRefused && e.File != "" && strings.HasPrefix(p, e.File))
+		}
+		if !said {
+			out = append(out, p)
+		}
+	}
+	return out
 }

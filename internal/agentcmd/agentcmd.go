@@ -2,8 +2,8 @@
 // binaries that run an agent: `tether agent` (cmd/tether) and its fleet
 // mode, `tether agent --node NAME --cluster URLS`, which tether hands to
 // tether-fleet (cmd/tether-fleet). Both take the same flags, read the same
-// state directory, apply the same allow lists, parse task files with the
-// same parser and serve until the same signals: this package is that one
+// state directory, apply the same allow lists, read files through the
+// same path (package job) and serve until the same signals: this package is that one
 // copy. It links no etcd client (tether's start path stays free of it).
 //
 // Usage, in a command:
@@ -15,7 +15,7 @@
 //	// parse fs …
 //	set, err := g.Resolve()
 //	a, err := agent.Open(agent.Config{StateDir: set.StateDir, ConfigDir: af.ConfigDir,
-//		Parse: agentcmd.ParseTasks(log), AllowedCaps: set.AllowedCaps, ChrootEnv: set.Chroot, …})
+//		AllowedCaps: set.AllowedCaps, ChrootEnv: set.Chroot, …})
 //	err = agentcmd.Serve(ctx, a, af.Once, log)
 package agentcmd
 
@@ -30,14 +30,11 @@ import (
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/hcl/v2"
 
 	"github.com/tether-fsm/tether/agent"
 	"github.com/tether-fsm/tether/executor"
-	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/clikit"
 	"github.com/tether-fsm/tether/statedir"
-	"github.com/tether-fsm/tether/taskfile"
 )
 
 // Globals are the global flags that say where the state is and what tasks
@@ -178,45 +175,8 @@ type Flags struct {
 
 // Register registers them on fs.
 func (f *Flags) Register(fs *clikit.FlagSet) {
-	fs.StringVar(&f.ConfigDir, "config-dir", f.ConfigDir, "`directory` of task files (*.hcl) to keep running; owned by root or you, writable by no one else")
+	fs.StringVar(&f.ConfigDir, "config-dir", f.ConfigDir, "`directory` of task and job files (*.hcl, *.nomad) to keep running, each read as tether start reads it; owned by root or you, writable by no one else")
 	fs.BoolVar(&f.Once, "once", f.Once, "recover and converge once, then exit (for cron's @reboot)")
-}
-
-// ParseTasks is the agent's task file parser: every task of the file
-// tether can run, each with the spec and the name `tether start FILE
-// --task NAME` gives it; its warnings and notices logged to log.
-func ParseTasks(log hclog.Logger) agent.ParseFunc {
-	return func(file string, src []byte) ([]fsm.Spec, error) {
-		tf, diags := taskfile.Parse(file, src, taskfile.Options{})
-		var errs []string
-		for _, d := range diags {
-			if d.Severity == hcl.DiagError {
-				errs = append(errs, taskfile.FormatDiag(d))
-			} else {
-				log.Warn(taskfile.FormatDiag(d))
-			}
-		}
-		if diags.HasErrors() {
-			return nil, errors.New(strings.Join(errs, "; "))
-		}
-		for _, n := range tf.Notices {
-			log.Info(file + ": " + n.String())
-		}
-		var specs []fsm.Spec
-		for _, t := range tf.Tasks {
-			if err := t.CheckRunnable(); err != nil {
-				log.Warn("task not run by the agent", "file", file, "err", err)
-				continue
-			}
-			spec, err := t.StaticSpec()
-			if err != nil {
-				return nil, err
-			}
-			spec.Name = tf.Name(t)
-			specs = append(specs, spec)
-		}
-		return specs, nil
-	}
 }
 
 // Serve runs a in the foreground until SIGTERM or SIGINT (SIGHUP reads
