@@ -75,7 +75,7 @@ install: man
 # The race detector randomizes goroutine scheduling, so the property
 # harness's determinism test runs once more without it.
 test: build
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 	$(GO) test -count=1 -run 'TestHarness_StepIsAFunctionOfItsPlan' ./proptest/
 	$(MAKE) test-e2e-agent
 
@@ -83,7 +83,7 @@ test: build
 # a real tether agent (TETHER_E2E_AGENT): the commands must print and exit
 # as they do daemonless (about two minutes here).
 test-e2e-agent:
-	TETHER_E2E_AGENT=1 $(GO) test -count=1 -timeout 20m ./cmd/tether/
+	TETHER_E2E_AGENT=1 $(GO) test -count=1 -timeout 30m ./cmd/tether/
 
 # The repetitions the default suite leaves out (many runs of the
 # real-process property, hundreds of processes on one store, more data

@@ -178,22 +178,6 @@ func (c *Client) connect(ctx context.Context) (*net.UnixConn, error) {
 // no return (StartNamed's, RestartTask's) finishes and says which task it
 // started. A cancellation the agent answers with is ctx's cause.
 func (c *Client) call(ctx context.Context, req Request, progress func(Response) bool) (Response, error) {
-	c.mu.Lock()
-	conn := c.idle
-	c.idle = nil
-	c.mu.Unlock()
-	if conn == nil {
-		var err error
-		if conn, err = c.connect(ctx); err != nil {
-			return Response{}, err
-		}
-	}
-	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { _ = conn.CloseWrite() })
-	defer stop()
-	wedged := func(during string) error {
-		return &WedgedError{PID: c.PID(), Socket: c.socket, Deadline: c.deadline.String(), During: during}
-	}
 	b, err := json.Marshal(req)
 	if err != nil {
 		return Response{}, fmt.Errorf("%w: encode %s: %w", ErrProtocol, req.Op, err)
@@ -202,8 +186,40 @@ func (c *Client) call(ctx context.Context, req Request, progress func(Response) 
 		return Response{}, fmt.Errorf("%w: the %s request is %d bytes, more than an agent takes (%d): its spec is far larger than any tether can record",
 			ErrProtocol, req.Op, len(b), maxRequestFrame)
 	}
+	c.mu.Lock()
+	conn := c.idle
+	c.idle = nil
+	c.mu.Unlock()
+	if conn != nil {
+		// The connection Dial left idle may have been closed by the agent
+		// since (it waits a while for a first request, not for ever): a
+		// request it could not take is sent on a new connection. Nothing
+		// was read of it, so nothing is done twice.
+		_ = conn.SetWriteDeadline(time.Now().Add(c.deadline + time.Duration(len(b)>>20)*time.Second))
+		if werr := writeFrame(conn, json.RawMessage(b)); werr != nil && (errors.Is(werr, syscall.EPIPE) || errors.Is(werr, syscall.ECONNRESET)) {
+			_ = conn.Close()
+			conn = nil
+		} else {
+			return c.exchange(ctx, conn, req, progress, werr)
+		}
+	}
+	if conn, err = c.connect(ctx); err != nil {
+		return Response{}, err
+	}
 	_ = conn.SetWriteDeadline(time.Now().Add(c.deadline + time.Duration(len(b)>>20)*time.Second))
-	if err := writeFrame(conn, json.RawMessage(b)); err != nil {
+	return c.exchange(ctx, conn, req, progress, writeFrame(conn, json.RawMessage(b)))
+}
+
+// exchange reads the answer to req, sent on conn (werr: how its sending
+// failed), with its progress frames.
+func (c *Client) exchange(ctx context.Context, conn *net.UnixConn, req Request, progress func(Response) bool, werr error) (Response, error) {
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { _ = conn.CloseWrite() })
+	defer stop()
+	wedged := func(during string) error {
+		return &WedgedError{PID: c.PID(), Socket: c.socket, Deadline: c.deadline.String(), During: during}
+	}
+	if err := werr; err != nil {
 		if cerr := context.Cause(ctx); cerr != nil {
 			return Response{}, cerr
 		}

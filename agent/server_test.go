@@ -506,3 +506,37 @@ func TestAgent_LongStateDirPath(t *testing.T) {
 		t.Fatalf("socket: %v, %v", fi, err)
 	}
 }
+
+// A client whose idle connection the agent has closed meanwhile (the agent
+// waits a while for a first request, not for ever: a command that dials,
+// then works on its own for longer) sends its request on a new connection:
+// the request was never read, so nothing is done twice.
+func TestClient_IdleConnectionClosedByTheAgentIsReplaced(t *testing.T) {
+	ctx := testCtx(t)
+	state := stateDir(t)
+	a := openAgent(t, Config{StateDir: state})
+	c := serveAgent(t, a)
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = syscall.Close(fds[1]) // the agent's end, closed
+	f := os.NewFile(uintptr(fds[0]), "closed-by-agent")
+	fc, err := net.FileConn(f)
+	_ = f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	if c.idle != nil {
+		_ = c.idle.Close()
+	}
+	c.idle = fc.(*net.UnixConn)
+	c.mu.Unlock()
+	if _, err := c.StartTask(ctx, "web-1", sleeper("web", state)); err != nil {
+		t.Fatalf("StartTask on a client whose idle connection was closed: %v", err)
+	}
+	if _, err := c.StopTask(ctx, "web-1", syscall.SIGKILL, 0); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -140,6 +140,7 @@ var wireCodes = []struct {
 	{"taskfile.unknown-reference", taskfile.ErrUnknownReference},
 	{"taskfile.constraint", taskfile.ErrConstraint},
 	{"taskfile.ports", taskfile.ErrPorts},
+	{"taskfile.limit", taskfile.ErrLimit},
 	{"fsm.invalid-spec", fsm.ErrInvalidSpec},
 	{"context.canceled", context.Canceled},
 	{"context.deadline", context.DeadlineExceeded},

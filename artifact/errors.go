@@ -37,3 +37,18 @@ func (e *Error) Error() string { return "artifact " + quote(e.Source) + ": " + e
 
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
+
+// definite is a failure that no second try can mend: the artifact block
+// itself is wrong (a getter tether does not have, a source or a checksum
+// option that does not parse), whatever the network does.
+type definite struct{ error }
+
+func (d definite) Unwrap() error { return d.error }
+
+// Retryable reports whether a failed fetch may succeed if tried again (a
+// host that could not be reached, an answer cut short), rather than fail
+// the same way for ever (the artifact block is wrong: Retryable is false).
+func Retryable(err error) bool {
+	var d definite
+	return !errors.As(err, &d)
+}

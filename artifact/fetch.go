@@ -219,7 +219,7 @@ func (f *Fetcher) Fetch(ctx context.Context, a Artifact) error {
 func (f *Fetcher) fetch(ctx context.Context, a Artifact) error {
 	src, err := parseSource(a.Source)
 	if err != nil {
-		return err
+		return definite{err}
 	}
 	sum := a.Options["checksum"]
 	if sum == "" {
@@ -227,7 +227,7 @@ func (f *Fetcher) fetch(ctx context.Context, a Artifact) error {
 	}
 	check, err := parseChecksum(sum)
 	if err != nil {
-		return err
+		return definite{err}
 	}
 	arch := a.Options["archive"]
 	if arch == "" {

@@ -355,7 +355,7 @@ func TestParseJob_RefusesWhatTheSchedulerDoesNotPlace(t *testing.T) {
 		"system job":    {strings.Replace(jobText("j", 1, 1, 10, ""), `job "j" {`, "job \"j\" {\n  type = \"system\"", 1), `job type "system" runs a copy on every node`},
 		"bad job name":  {jobText("a b", 1, 1, 10, ""), `job "a b"`},
 		"canary":        {jobText("j", 1, 1, 10, "update {\ncanary = 1\n}"), "update canary"},
-		"too many":      {jobText("j", MaxJobCopies+1, 1, 10, ""), fmt.Sprintf("%d copies", MaxJobCopies+1)},
+		"too many":      {jobText("j", MaxJobCopies+1, 1, 10, ""), fmt.Sprintf("count = %d", MaxJobCopies+1)},
 		"nothing to do": {strings.Replace(jobText("j", 1, 1, 10, ""), `driver = "exec"`, `driver = "docker"`, 1), "no group tether can run"},
 		"parse error":   {`job "j" { group "g" { count = "x" } }`, "job.nomad:"},
 	} {

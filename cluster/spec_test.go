@@ -58,7 +58,7 @@ func TestParseDesired_AcceptsWhatANodeCanRunAndNamesWhatItCannot(t *testing.T) {
 		{what: "a relative command", src: task("web", `command = "./server"`), err: ErrRelativePath, says: `command "./server"`},
 		{what: "a relative command in a directory", src: task("web", `command = "bin/server"`), err: ErrRelativePath},
 		{what: "a relative work_dir", src: task("web", "command = \"/bin/sleep\"\n    work_dir = \"data\""), err: ErrRelativePath, says: "work_dir"},
-		{what: "a name that cannot be a key", src: task("my web", `command = "/bin/sleep"`), err: ErrInvalidSpec, says: "rename it"},
+		{what: "a name that cannot be a key", src: task("my web", `command = "/bin/sleep"`), err: ErrInvalidSpec, says: "rename the task"},
 		{what: "a command under the task's directory", src: task("web", `command = "${NOMAD_TASK_DIR}/run.sh"`), name: "web"},
 		{what: "a variable without a value (no -var on a node)", src: "variable \"v\" {}\n" + task("web", `command = var.v`), err: ErrInvalidSpec, says: "Missing variable value"},
 		{what: "broken syntax", src: `task "web" {`, err: ErrInvalidSpec, says: "not an HCL task file"},

@@ -259,6 +259,7 @@ func (d *Driver) driveGroup(ctx context.Context, l *GroupLock, ids []string, sto
 
 	var last GroupStep
 	var lastErr error
+	var seen string
 	for first := true; ; first = false {
 		var missing []string
 		if tasks, missing, err = d.loadGroup(ctx, ids); err != nil {
@@ -266,9 +267,14 @@ func (d *Driver) driveGroup(ctx context.Context, l *GroupLock, ids []string, sto
 		}
 		step := fsm.GroupState{Tasks: tasks, Missing: missing, Stop: stop, Now: d.cfg.Now().UnixNano()}.Next()
 		stop = false
-		if fn != nil && (first || !step.Idle() || step.String() != last.String()) {
+		// A task that changed where the step did not (a run that became
+		// ready, a restart its executor made) is progress too: whoever
+		// shows the group (an agent's status) must see it.
+		now := progressKey(tasks)
+		if fn != nil && (first || !step.Idle() || step.String() != last.String() || now != seen) {
 			fn(GroupProgress{Step: step, Tasks: tasks})
 		}
+		seen = now
 		if step.Over {
 			return tasks, nil
 		}
@@ -319,6 +325,16 @@ func (d *Driver) driveGroup(ctx context.Context, l *GroupLock, ids []string, sto
 			return tasks, err
 		}
 	}
+}
+
+// progressKey sums up what a group's progress shows of its tasks: each
+// one's state, readiness and restarts.
+func progressKey(tasks []fsm.Task) string {
+	var b strings.Builder
+	for _, t := range tasks {
+		fmt.Fprintf(&b, "%s:%s:%t:%d;", t.ID, t.State, t.Ready, t.RestartEvents())
+	}
+	return b.String()
 }
 
 // performGroupStep settles, stops and starts what step says, each set

@@ -84,6 +84,16 @@ func TestLaunch_ArtifactFetchRetriedUnderTheRestartPolicy(t *testing.T) {
 			t.Fatalf("Launch: %v after %d fetches; want ErrArtifact after 2 tries, naming the policy", err, hits.Load())
 		}
 	})
+	t.Run("a getter tether does not have is not tried again", func(t *testing.T) {
+		// The policy would wait 20 minutes between tries: the launch fails
+		// at once, naming the getter, for no try can go otherwise.
+		m := newMarker(t)
+		rp := &fsm.RestartPolicy{Attempts: 2, Interval: time.Hour, Delay: 20 * time.Minute, Mode: fsm.RestartFail}
+		_, _, err := launch(t, m, "git::https://example.invalid/repo", rp, "exit 0")
+		if !errors.Is(err, wire.ErrArtifact) || !strings.Contains(err.Error(), `the "git" getter is not supported`) || strings.Contains(err.Error(), "try ") {
+			t.Fatalf("Launch: %v; want ErrArtifact naming the git getter, at the first try", err)
+		}
+	})
 	t.Run("no restart policy", func(t *testing.T) {
 		m := newMarker(t)
 		url, hits := flakyServer(t, 2)

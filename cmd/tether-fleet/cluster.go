@@ -433,7 +433,7 @@ func (f *fleet) cmdEvents(args []string) int {
 	if err != nil {
 		return f.fail(err)
 	}
-	out := newEventPrinter(f.stdout, *asJSON, *follow)
+	out := newEventPrinter(f.stdout, t.ID, *asJSON, *follow)
 	if err := out.head(); err != nil {
 		return f.fail(err)
 	}
@@ -488,13 +488,14 @@ func foldState(evs []fsm.Event) fsm.State {
 type eventPrinter struct {
 	w      io.Writer
 	table  *clikit.EventTable
-	array  []clikit.EventJSON
+	task   string // the id of the task whose events they are
+	array  []clikit.TaskEventJSON
 	asJSON bool
 	lines  bool
 }
 
-func newEventPrinter(w io.Writer, asJSON, follow bool) *eventPrinter {
-	return &eventPrinter{w: w, table: clikit.NewEventTable(w), asJSON: asJSON, lines: asJSON && follow, array: []clikit.EventJSON{}}
+func newEventPrinter(w io.Writer, task string, asJSON, follow bool) *eventPrinter {
+	return &eventPrinter{w: w, task: task, table: clikit.NewEventTable(w), asJSON: asJSON, lines: asJSON && follow, array: []clikit.TaskEventJSON{}}
 }
 
 func (p *eventPrinter) head() error {
@@ -507,14 +508,14 @@ func (p *eventPrinter) head() error {
 func (p *eventPrinter) event(e fsm.Event) error {
 	switch {
 	case p.lines:
-		b, err := json.Marshal(clikit.NewEventJSON(e))
+		b, err := json.Marshal(clikit.TaskEventJSON{Task: p.task, EventJSON: clikit.NewEventJSON(e)})
 		if err != nil {
 			return err
 		}
 		_, err = fmt.Fprintf(p.w, "%s\n", b)
 		return err
 	case p.asJSON:
-		p.array = append(p.array, clikit.NewEventJSON(e))
+		p.array = append(p.array, clikit.TaskEventJSON{Task: p.task, EventJSON: clikit.NewEventJSON(e)})
 		return nil
 	}
 	return p.table.Line(e)

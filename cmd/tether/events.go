@@ -9,13 +9,6 @@ import (
 	"github.com/tether-fsm/tether/internal/clikit"
 )
 
-// eventJSON is an event as `events --json` prints it: the task's id, then
-// the event (clikit.EventJSON, which `tether cluster events` prints too).
-type eventJSON struct {
-	Task string `json:"task"`
-	clikit.EventJSON
-}
-
 // cmdEvents prints the event history of tasks: one task's as a table; with
 // several (several names, or a group's or a job's), each task's table
 // under a line naming it, in the order of the arguments, a blank line
@@ -66,10 +59,10 @@ func (c *cli) cmdEvents(args []string) int {
 	}
 	c.closeSession(s)
 	if *asJSON {
-		out := []eventJSON{}
+		out := []clikit.TaskEventJSON{}
 		for _, h := range hs {
 			for _, e := range h.evs {
-				out = append(out, eventJSON{Task: h.info.ID, EventJSON: clikit.NewEventJSON(e)})
+				out = append(out, clikit.TaskEventJSON{Task: h.info.ID, EventJSON: clikit.NewEventJSON(e)})
 			}
 		}
 		return worst(code, c.printJSON(out))

@@ -56,7 +56,11 @@ func (Preparer) Prepare(ctx context.Context, log hclog.Logger, ls wire.Launch, d
 	for _, a := range ls.Artifacts {
 		log.Info("fetching an artifact", "source", a.Source, "destination", a.Destination)
 		if err := f.Fetch(ctx, a); err != nil {
-			return nil, fmt.Errorf("%w: %w", wire.ErrArtifact, err)
+			err = fmt.Errorf("%w: %w", wire.ErrArtifact, err)
+			if !artifact.Retryable(err) {
+				err = wire.Definite(err)
+			}
+			return nil, err
 		}
 	}
 	r := &template.Renderer{Layout: layout, Env: spec.TaskEnv(ls.Spec, dirs, tu.Home), AllowRead: ls.AllowRead, Owner: owner}

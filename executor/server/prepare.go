@@ -112,7 +112,9 @@ func (s *server) startPreparing(sc *sconn, id uint64, ls wire.Launch) {
 		}
 		out.state = fsm.RestartState{WindowStart: time.Now().UnixNano()}
 		for err == nil {
-			if out.p, err = preparer.Prepare(ctx, log, ls, dirs); err == nil || !errors.Is(err, wire.ErrArtifact) || ls.Restart == nil || ctx.Err() != nil {
+			if out.p, err = preparer.Prepare(ctx, log, ls, dirs); err == nil || !errors.Is(err, wire.ErrArtifact) || wire.IsDefinite(err) || ls.Restart == nil || ctx.Err() != nil {
+				// Only a fetch that may go otherwise is tried again: a
+				// getter tether does not have fails the same way every time.
 				break
 			}
 			// A failed fetch: the policy decides, as for a failed run.

@@ -83,7 +83,14 @@ type EventJSON struct {
 	ReplacedBy  string     `json:"replaced_by,omitempty"`
 }
 
-// NewEventJSON is e as `events --json` prints it.
+// TaskEventJSON is an event as `events --json` prints it (and `tether
+// cluster events`): the task's id, then the event.
+type TaskEventJSON struct {
+	Task string `json:"task"`
+	EventJSON
+}
+
+// NewEventJSON is e as `events --json` prints it, but for its task's id.
 func NewEventJSON(e fsm.Event) EventJSON {
 	j := EventJSON{Seq: e.Seq, Time: time.Unix(0, e.Time).UTC(), Event: e.Type.String(), Details: EventDetails(e),
 		Nonce: e.Nonce, TaskPID: e.TaskPID, Signal: e.Signal, Reason: e.Reason, Spec: e.Spec, Replaces: e.Replaces, ReplacedBy: e.ReplacedBy}

@@ -207,3 +207,20 @@ func (e *RemoteError) Error() string { return e.Msg }
 
 // Unwrap returns the named error the executor reported.
 func (e *RemoteError) Unwrap() error { return e.Err }
+
+// definite marks a preparation's failure that no second try can mend (an
+// artifact block tether cannot fetch whatever the network does): the
+// executor does not try it again under the restart policy. It stays in
+// the executor: its text is its cause's.
+type definite struct{ error }
+
+func (d definite) Unwrap() error { return d.error }
+
+// Definite marks err as a failure no second try can mend.
+func Definite(err error) error { return definite{err} }
+
+// IsDefinite reports whether err was marked by Definite.
+func IsDefinite(err error) bool {
+	var d definite
+	return errors.As(err, &d)
+}
