@@ -450,11 +450,16 @@ func (n *Node) register(ctx context.Context) (clientv3.LeaseID, error) {
 	info := n.info
 	info.Lease, info.Registered = int64(grant.ID), now.UnixNano()
 	infoVal, _ := json.Marshal(info)
+	// Its first status goes with the liveness key: a node whose agent
+	// stops before its first status interval is still listed (down, seen
+	// at its registration) once its lease expires.
+	statusVal, _ := json.Marshal(nodeStatus{Node: n.cfg.Name, Host: host, PID: os.Getpid(), UpSince: now.UnixNano(), Seen: now.UnixNano()})
 	key := n.keys.alive(n.cfg.Name)
 	for attempt := 0; ; attempt++ {
 		resp, err := n.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(grant.ID)), clientv3.OpPut(n.keys.info(n.cfg.Name), string(infoVal))).
+			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(grant.ID)), clientv3.OpPut(n.keys.info(n.cfg.Name), string(infoVal)),
+				clientv3.OpPut(n.keys.status(n.cfg.Name), string(statusVal))).
 			Else(clientv3.OpGet(key)).
 			Commit()
 		if err != nil {
