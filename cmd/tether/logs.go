@@ -156,6 +156,14 @@ func (c *cli) cmdLogs(args []string) int {
 	if len(slots) == 0 {
 		return code
 	}
+	// A Ctrl-C ends a follow from its first line on, the lines printed of
+	// the history included (a signal before Notify would kill the command
+	// instead: an exit by SIGINT, not 0).
+	sigs := make(chan os.Signal, 1)
+	if o.follow {
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+		defer signal.Stop(sigs)
+	}
 	p := &linePrinter{w: c.stdout, stamps: o.timestamps}
 	readers, err := c.printHistory(slots, o, p)
 	if err != nil {
@@ -168,9 +176,6 @@ func (c *cli) cmdLogs(args []string) int {
 	}
 	// Follow until every name has ended, or Ctrl-C (or SIGTERM), or
 	// --until; without holding the store.
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if !o.until.IsZero() {

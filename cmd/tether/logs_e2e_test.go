@@ -157,3 +157,32 @@ func TestLogs_FollowsADesiredServiceAcrossTheAgentsRestart(t *testing.T) {
 		t.Fatalf("logs -f did not say %q:\n%s", want, stderr.String())
 	}
 }
+
+// A Ctrl-C ends `logs -f` with 0 from its first line on: while it still
+// prints the history (here blocked on a full pipe, 30,000 lines behind),
+// not only once it follows.
+func TestLogs_FollowEndsOnCtrlCDuringTheHistory(t *testing.T) {
+	e := newEnv(t)
+	e.must("run", "--name", "x", "--", "/bin/sh", "-c", "seq 1 30000", "sh", e.dir)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := e.command(ctx, nil, "logs", "-f", "x")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	first, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || first != "1\n" {
+		t.Fatalf("first line %q, %v", first, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, out)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("logs -f after a Ctrl-C during its history: %v, want exit 0", err)
+	}
+}
