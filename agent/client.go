@@ -194,7 +194,7 @@ func (c *Client) call(ctx context.Context, req Request, progress func(Response) 
 	wedged := func(during string) error {
 		return &WedgedError{PID: c.PID(), Socket: c.socket, Deadline: c.deadline.String(), During: during}
 	}
-	b, err := json.Marshal(req)
+	b, err := encodeRequest(req)
 	if err != nil {
 		return Response{}, fmt.Errorf("%w: encode %s: %w", ErrProtocol, req.Op, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -76,6 +77,50 @@ func writeFrame(w io.Writer, v any) error {
 	binary.BigEndian.PutUint32(buf, uint32(len(b)))
 	_, err = w.Write(append(buf, b...))
 	return err
+}
+
+// encodeRequest is a request frame's payload: the JSON of r. A start of a
+// plain command (plainStart: what `tether start -- CMD` sends) is written
+// from maps of the fields it sets: the same JSON but for the order of its
+// keys, which decodes to the same request, without building
+// encoding/json's encoders for the whole of Request and fsm.Spec (their
+// every nested type), which costs a short-lived CLI about half a
+// millisecond, a tenth of its whole start through an agent.
+func encodeRequest(r Request) ([]byte, error) {
+	if m, ok := plainStart(r); ok {
+		return json.Marshal(m)
+	}
+	return json.Marshal(r)
+}
+
+// plainStart returns r as maps when r is a start (start, start-named)
+// that sets no field but the op, the id, the spec, replace and the path,
+// of a spec that sets no field but the name, the driver, the command, its
+// arguments and environment, the directory and the user. Anything else
+// set (a field added later included) is encoded the usual way.
+func plainStart(r Request) (map[string]any, bool) {
+	if r.Op != OpStart && r.Op != OpStartNamed || r.Spec == nil {
+		return nil, false
+	}
+	s := r.Spec
+	plain := fsm.Spec{Name: s.Name, Driver: s.Driver, Command: s.Command, Args: s.Args, Env: s.Env, Dir: s.Dir, User: s.User}
+	if !reflect.DeepEqual(*s, plain) || !reflect.DeepEqual(r, Request{Op: r.Op, ID: r.ID, Spec: s, Replace: r.Replace, Path: r.Path}) {
+		return nil, false
+	}
+	// The keys are Spec's field names (it has no tags) and Request's tags.
+	m := map[string]any{"op": opNames[r.Op], "spec": map[string]any{
+		"Name": s.Name, "Driver": s.Driver, "Command": s.Command, "Args": s.Args, "Env": s.Env, "Dir": s.Dir, "User": s.User,
+	}}
+	if r.ID != "" {
+		m["id"] = r.ID
+	}
+	if r.Replace {
+		m["replace"] = true
+	}
+	if r.Path != "" {
+		m["path"] = r.Path
+	}
+	return m, true
 }
 
 // readFrame reads one frame's payload, refusing one longer than limit.

@@ -275,3 +275,126 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestEncodeRequest_PlainStartIsTheSameRequest: a plain start, written
+// from maps, decodes to the very request encoding/json's form of it
+// decodes to, in every shape (nil and empty arguments and environment,
+// characters JSON escapes, start-named with replace).
+func TestEncodeRequest_PlainStartIsTheSameRequest(t *testing.T) {
+	for i, r := range []Request{
+		{Op: OpStart, ID: "sleeper-1", Spec: &fsm.Spec{Driver: "raw_exec", Command: "/bin/sleep", Name: "sleep"}},
+		{Op: OpStart, ID: "sleeper-1", Spec: &fsm.Spec{Driver: "raw_exec", Command: "/bin/sleep", Args: []string{}, Env: map[string]string{}}, Path: "/usr/bin:/bin"},
+		{Op: OpStart, ID: "s-2", Spec: &fsm.Spec{Driver: "exec", Command: "sh", Args: []string{"-c", "echo \"<&>\" \u2028 \x01 é"},
+			Env: map[string]string{"A": "1", "B<": "\"x\""}, Dir: "/tmp", User: "nobody", Name: "sh"}, Path: "/bin"},
+		{Op: OpStartNamed, ID: "web-3", Spec: &fsm.Spec{Driver: "raw_exec", Command: "/bin/true", Name: "web"}, Replace: true, Path: "/bin"},
+		{Op: OpStartNamed, ID: "web-4", Spec: &fsm.Spec{Driver: "raw_exec", Command: "/bin/true", Name: "web"}},
+	} {
+		if _, ok := plainStart(r); !ok {
+			t.Errorf("request %d: not taken as a plain start: %+v", i, r)
+		}
+		fast, err := encodeRequest(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slow, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeRequest(fast)
+		if err != nil {
+			t.Fatalf("request %d: the plain form %s does not decode: %v", i, fast, err)
+		}
+		want, err := DecodeRequest(slow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("request %d: the plain form decodes to\n%+v\nencoding/json's to\n%+v", i, got, want)
+		}
+		if !reflect.DeepEqual(*got.Spec, *r.Spec) {
+			t.Errorf("request %d: spec %+v came back as %+v", i, *r.Spec, *got.Spec)
+		}
+	}
+}
+
+// TestEncodeRequest_AnyOtherFieldIsEncodedInFull: a start that sets any
+// field of the spec or the request beyond the plain ones (every field,
+// one at a time, found by reflection: a field added later included), or
+// an operation other than a start, is not written as a plain start.
+func TestEncodeRequest_AnyOtherFieldIsEncodedInFull(t *testing.T) {
+	plainSpec := map[string]bool{"Name": true, "Driver": true, "Command": true, "Args": true, "Env": true, "Dir": true, "User": true}
+	plainReq := map[string]bool{"Op": true, "ID": true, "Spec": true, "Replace": true, "Path": true}
+	base := func() Request {
+		return Request{Op: OpStart, ID: "x-1", Spec: &fsm.Spec{Driver: "raw_exec", Command: "/bin/true"}}
+	}
+	if _, ok := plainStart(base()); !ok {
+		t.Fatal("the base request is not plain")
+	}
+	st := reflect.TypeOf(fsm.Spec{})
+	for i := range st.NumField() {
+		f := st.Field(i)
+		if plainSpec[f.Name] {
+			continue
+		}
+		r := base()
+		setNonZero(t, reflect.ValueOf(r.Spec).Elem().Field(i), f.Name)
+		if _, ok := plainStart(r); ok {
+			t.Errorf("a spec with %s set is written as a plain start", f.Name)
+		}
+	}
+	rt := reflect.TypeOf(Request{})
+	for i := range rt.NumField() {
+		f := rt.Field(i)
+		if plainReq[f.Name] {
+			continue
+		}
+		r := base()
+		setNonZero(t, reflect.ValueOf(&r).Elem().Field(i), f.Name)
+		if _, ok := plainStart(r); ok {
+			t.Errorf("a start with %s set is written as a plain start", f.Name)
+		}
+	}
+	for op := OpNone; op < numOps; op++ {
+		r := base()
+		r.Op = op
+		if _, ok := plainStart(r); ok != (op == OpStart || op == OpStartNamed) {
+			t.Errorf("op %s: plain %v", op, ok)
+		}
+	}
+	r := base()
+	r.Spec = nil
+	if _, ok := plainStart(r); ok {
+		t.Error("a start without a spec is written as a plain start")
+	}
+}
+
+// setNonZero sets v to a value other than its zero value.
+func setNonZero(t *testing.T, v reflect.Value, name string) {
+	t.Helper()
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString("x")
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(1)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		v.SetUint(1)
+	case reflect.Slice:
+		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+	case reflect.Map:
+		v.Set(reflect.MakeMap(v.Type()))
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Field(i).CanSet() {
+				setNonZero(t, v.Field(i), name+"."+v.Type().Field(i).Name)
+				return
+			}
+		}
+		t.Fatalf("%s: a struct with no settable field", name)
+	default:
+		t.Fatalf("%s: kind %s: teach setNonZero", name, v.Kind())
+	}
+}
