@@ -228,8 +228,8 @@ func (c *Client) call(ctx context.Context, req Request, progress func(Response) 
 			}
 			return Response{}, fmt.Errorf("agent: the answer to %s: %w (the agent may have exited)", req.Op, err)
 		}
-		var r Response
-		if err := json.Unmarshal(b, &r); err != nil {
+		r, err := decodeResponse(req.Op, b)
+		if err != nil {
 			return Response{}, fmt.Errorf("%w: the answer to %s: %w", ErrProtocol, req.Op, err)
 		}
 		switch r.Kind {

@@ -494,6 +494,36 @@ type Response struct {
 	Err    *wireError `json:"err,omitempty"`
 }
 
+// taskAnswer is the part of a Response that the answer to a start (start,
+// start-named) sets: its kind, the task, the tasks it replaced, its error.
+type taskAnswer struct {
+	Kind     respKind   `json:"kind"`
+	Task     *fsm.Task  `json:"task,omitempty"`
+	Replaced []fsm.Task `json:"replaced,omitempty"`
+	Err      *wireError `json:"err,omitempty"`
+}
+
+// decodeResponse decodes a response frame's payload, the answer to op. An
+// answer to a start is decoded into taskAnswer when it holds nothing else
+// (a field it does not know, at any depth, and the frame is decoded as a
+// whole Response, as any other answer): decoding into Response makes
+// encoding/json build its encoders for every type a Response can hold
+// (statuses, plans, reports), which costs a short-lived CLI more than
+// half a millisecond; a start's answer needs fsm.Task's alone.
+func decodeResponse(op Op, b []byte) (Response, error) {
+	if op == OpStart || op == OpStartNamed {
+		var a taskAnswer
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if dec.Decode(&a) == nil && !dec.More() {
+			return Response{Kind: a.Kind, Task: a.Task, Replaced: a.Replaced, Err: a.Err}, nil
+		}
+	}
+	var r Response
+	err := json.Unmarshal(b, &r)
+	return r, err
+}
+
 // wireScan is store.Scan on the wire.
 type wireScan struct {
 	Tasks      []fsm.Task `json:"tasks,omitempty"`

@@ -398,3 +398,56 @@ func setNonZero(t *testing.T, v reflect.Value, name string) {
 		t.Fatalf("%s: kind %s: teach setNonZero", name, v.Kind())
 	}
 }
+
+// TestDecodeResponse_AStartsAnswerIsTheWholeAnswer: the answer to a start,
+// decoded through taskAnswer, is what decoding it as a Response gives (a
+// task with its spec and executor, replaced tasks, a task error, a
+// heartbeat), and an answer holding anything taskAnswer lacks (another
+// field of Response, a field of a task this build does not know) is
+// decoded whole, losing nothing.
+func TestDecodeResponse_AStartsAnswerIsTheWholeAnswer(t *testing.T) {
+	spec := sleeper("web", "m")
+	spec.Env = map[string]string{"A": "1"}
+	task := fsm.Task{ID: "web-1", State: fsm.StateRunning, Version: 6, Spec: &spec, Nonce: "n", TaskPID: 42,
+		Warnings: []fsm.Warning{{Kind: 1, Text: "w"}}, Reason: "r"}
+	info := driver.TaskInfo{Task: task}
+	for i, r := range []Response{
+		{Kind: respResult, Task: &task},
+		{Kind: respResult, Task: &task, Replaced: []fsm.Task{task, {ID: "web-0"}}},
+		{Kind: respResult, Task: &fsm.Task{ID: "web-1"}, Err: toWireError(&driver.TaskError{Task: "web-1", State: fsm.StateFailed, Err: errors.New("boom")})},
+		{Kind: respHeartbeat},
+		{Kind: respProgress, Task: &task},
+		{Kind: respResult, Task: &task, Info: &info},
+	} {
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, op := range []Op{OpStart, OpStartNamed} {
+			got, err := decodeResponse(op, b)
+			if err != nil {
+				t.Fatalf("answer %d to %s: %v", i, op, err)
+			}
+			var want Response
+			if err := json.Unmarshal(b, &want); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("answer %d to %s: decoded\n%+v\nwhole it is\n%+v", i, op, got, want)
+			}
+		}
+	}
+	// A task field this build does not know: decoded whole (the unknown
+	// field dropped as encoding/json drops it, every known one kept).
+	b := []byte(`{"kind":1,"task":{"ID":"web-1","State":6,"Later":true},"pid":7}`)
+	got, err := decodeResponse(OpStart, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Task == nil || got.Task.ID != "web-1" || got.Task.State != fsm.State(6) || got.PID != 7 {
+		t.Errorf("an answer with fields beyond a start's: %+v", got)
+	}
+	if _, err := decodeResponse(OpStart, []byte(`{"kind":1,"task":`)); err == nil {
+		t.Error("a truncated answer decoded without error")
+	}
+}
