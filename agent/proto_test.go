@@ -451,3 +451,74 @@ func TestDecodeResponse_AStartsAnswerIsTheWholeAnswer(t *testing.T) {
 		t.Error("a truncated answer decoded without error")
 	}
 }
+
+// TestDecodeResponse_SpecsDecodeAsEncodingJSONDoes: a start's answer
+// whose task's spec is plain is decoded field by field (plainSpec), any
+// other spec in full, and either way the task is what encoding/json makes
+// of the answer: for a plain spec in every shape, and for a spec with each
+// other field set in turn (found by reflection: a field added later
+// included), and for keys encoding/json matches by case only.
+func TestDecodeResponse_SpecsDecodeAsEncodingJSONDoes(t *testing.T) {
+	check := func(name string, b []byte, wantPlain bool) {
+		t.Helper()
+		got, err := decodeResponse(OpStart, b)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var want Response
+		if err := json.Unmarshal(b, &want); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: decoded\n%+v\nencoding/json gives\n%+v", name, got.Task.Spec, want.Task.Spec)
+		}
+		var a taskAnswer
+		if err := json.Unmarshal(b, &a); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := plainSpec(a.Task.Spec); ok != wantPlain {
+			t.Errorf("%s: taken as plain %v, want %v", name, ok, wantPlain)
+		}
+	}
+	answer := func(spec fsm.Spec) []byte {
+		b, err := json.Marshal(Response{Kind: respResult, Task: &fsm.Task{ID: "x-1", State: fsm.StateRunning, Spec: &spec}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for i, spec := range []fsm.Spec{
+		{Driver: "raw_exec", Command: "/bin/true"},
+		{Driver: "raw_exec", Command: "/bin/sleep", Args: []string{}, Env: map[string]string{}, Name: "sleep"},
+		{Driver: "exec", Command: "sh", Args: []string{"-c", "echo \"<&>\" é"}, Env: map[string]string{"A": "1"}, Dir: "/tmp", User: "nobody", Name: "sh"},
+	} {
+		check(fmt.Sprintf("plain spec %d", i), answer(spec), true)
+	}
+	st := reflect.TypeOf(fsm.Spec{})
+	for i := range st.NumField() {
+		f := st.Field(i)
+		if plainSpecFields[f.Name] {
+			continue
+		}
+		spec := fsm.Spec{Driver: "raw_exec", Command: "/bin/true"}
+		setNonZero(t, reflect.ValueOf(&spec).Elem().Field(i), f.Name)
+		check("a spec with "+f.Name+" set", answer(spec), false)
+	}
+	// Keys encoding/json matches by case only, and a key no field has.
+	for _, spec := range []string{`{"command":"/bin/true","Driver":"raw_exec"}`, `{"Command":"/bin/true","Later":0}`, `{"Command":"/bin/true","Resources":{"memorymb":0}}`} {
+		check("spec "+spec, []byte(`{"kind":1,"task":{"ID":"x-1","Spec":`+spec+`}}`), false)
+	}
+	// A replaced list, empty or not.
+	b, err := json.Marshal(Response{Kind: respResult, Task: &fsm.Task{ID: "x-1"}, Replaced: []fsm.Task{{ID: "x-0", Spec: &fsm.Spec{Command: "/bin/true"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeResponse(OpStartNamed, b)
+	if err != nil || len(got.Replaced) != 1 || got.Replaced[0].Spec == nil || got.Replaced[0].Spec.Command != "/bin/true" {
+		t.Errorf("replaced: %+v, %v", got.Replaced, err)
+	}
+	got, err = decodeResponse(OpStartNamed, []byte(`{"kind":1,"replaced":[]}`))
+	if err != nil || got.Replaced == nil || len(got.Replaced) != 0 {
+		t.Errorf("an empty replaced list: %#v, %v", got.Replaced, err)
+	}
+}
