@@ -1002,8 +1002,8 @@ var (
 		"keyring and cgroup namespace."
 	servicesWhy = "The floor is below the target on 2 CPUs: 50 Go executors (`tether executor`, about 7.6 ms of CPU each: Go's start, identity, socket, " +
 		"log files, a cgroup in every hierarchy) and their tasks are about 430 ms of CPU, 215 ms on 2 CPUs, before the agent does anything, and all 50 " +
-		"start at once, so each finishes near the end. The agent's own CPU for the 50 (perf record -g, branch agentperf): 300 ms, of it converge rounds " +
-		"70 ms (a round per effect outcome, each reading all 50 allocations' tasks: O(n²)), GC 37 ms, the group and name locks' files 25 ms."
+		"start at once, so each finishes near the end. The agent's own CPU for the 50: 150-170 ms (its converge rounds coalesced, host detection cached), " +
+		"of it GC about 37 ms and the group and name locks' files about 25 ms."
 	agentStartWhy = "Where a start's CPU goes (perf record -a -g of one batch of 100, summed by process; ms a start): through the agent, " +
 		"the executor (`tether executor`: Go's start, its identity, socket, log files and cgroups, the task's fork) 7.6, the CLI 4.6 " +
 		"(of it Go's runtime start and package inits about half, page faults a quarter), the agent 1.5 (the executor's spawn and task " +
