@@ -178,7 +178,7 @@ func (c *Client) connect(ctx context.Context) (*net.UnixConn, error) {
 // no return (StartNamed's, RestartTask's) finishes and says which task it
 // started. A cancellation the agent answers with is ctx's cause.
 func (c *Client) call(ctx context.Context, req Request, progress func(Response) bool) (Response, error) {
-	b, err := json.Marshal(req)
+	b, err := encodeRequest(req)
 	if err != nil {
 		return Response{}, fmt.Errorf("%w: encode %s: %w", ErrProtocol, req.Op, err)
 	}
@@ -244,8 +244,8 @@ func (c *Client) exchange(ctx context.Context, conn *net.UnixConn, req Request, 
 			}
 			return Response{}, fmt.Errorf("agent: the answer to %s: %w (the agent may have exited)", req.Op, err)
 		}
-		var r Response
-		if err := json.Unmarshal(b, &r); err != nil {
+		r, err := decodeResponse(req.Op, b)
+		if err != nil {
 			return Response{}, fmt.Errorf("%w: the answer to %s: %w", ErrProtocol, req.Op, err)
 		}
 		switch r.Kind {

@@ -190,6 +190,13 @@ func (c *converger) run(ctx context.Context, once bool, events <-chan fsnotify.E
 						events = nil
 					}
 					c.scanned = false
+				case o := <-c.outcomes:
+					// Effects that ended meanwhile are one round, not one
+					// each (50 services starting at once: 50 rounds, each
+					// reading every allocation's tasks, otherwise).
+					c.outcome(o)
+				case id := <-c.ended:
+					delete(c.watching, id)
 				default:
 					drained = true
 				}
@@ -238,11 +245,7 @@ func (c *converger) run(ctx context.Context, once bool, events <-chan fsnotify.E
 			r.reply <- convReply{entry: e, err: err}
 			dirty = true
 		case o := <-c.outcomes:
-			delete(c.busy, o.e.Name)
-			if o.err != nil && !errors.Is(o.err, context.Canceled) {
-				c.log.Error("effect failed; trying again later", "name", o.e.Name, "effect", o.e.Kind.String(), "err", o.err)
-				c.retry[o.e.Name] = c.a.cfg.Now().Add(retryDelay).UnixNano()
-			}
+			c.outcome(o)
 			dirty = true
 		case id := <-c.ended:
 			delete(c.watching, id)
@@ -251,6 +254,16 @@ func (c *converger) run(ctx context.Context, once bool, events <-chan fsnotify.E
 			timer, timerC = nil, nil
 			dirty = true
 		}
+	}
+}
+
+// outcome takes an effect's end: its entry is no longer busy, and a
+// failure is tried again after retryDelay.
+func (c *converger) outcome(o outcome) {
+	delete(c.busy, o.e.Name)
+	if o.err != nil && !errors.Is(o.err, context.Canceled) {
+		c.log.Error("effect failed; trying again later", "name", o.e.Name, "effect", o.e.Kind.String(), "err", o.err)
+		c.retry[o.e.Name] = c.a.cfg.Now().Add(retryDelay).UnixNano()
 	}
 }
 

@@ -275,3 +275,250 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestEncodeRequest_PlainStartIsTheSameRequest: a plain start, written
+// from maps, decodes to the very request encoding/json's form of it
+// decodes to, in every shape (nil and empty arguments and environment,
+// characters JSON escapes, start-named with replace).
+func TestEncodeRequest_PlainStartIsTheSameRequest(t *testing.T) {
+	for i, r := range []Request{
+		{Op: OpStart, ID: "sleeper-1", Spec: &fsm.Spec{Driver: "raw_exec", Command: "/bin/sleep", Name: "sleep"}},
+		{Op: OpStart, ID: "sleeper-1", Spec: &fsm.Spec{Driver: "raw_exec", Command: "/bin/sleep", Args: []string{}, Env: map[string]string{}}, Path: "/usr/bin:/bin"},
+		{Op: OpStart, ID: "s-2", Spec: &fsm.Spec{Driver: "exec", Command: "sh", Args: []string{"-c", "echo \"<&>\" \u2028 \x01 é"},
+			Env: map[string]string{"A": "1", "B<": "\"x\""}, Dir: "/tmp", User: "nobody", Name: "sh"}, Path: "/bin"},
+		{Op: OpStartNamed, ID: "web-3", Spec: &fsm.Spec{Driver: "raw_exec", Command: "/bin/true", Name: "web"}, Replace: true, Path: "/bin"},
+		{Op: OpStartNamed, ID: "web-4", Spec: &fsm.Spec{Driver: "raw_exec", Command: "/bin/true", Name: "web"}},
+	} {
+		if _, ok := plainStart(r); !ok {
+			t.Errorf("request %d: not taken as a plain start: %+v", i, r)
+		}
+		fast, err := encodeRequest(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slow, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeRequest(fast)
+		if err != nil {
+			t.Fatalf("request %d: the plain form %s does not decode: %v", i, fast, err)
+		}
+		want, err := DecodeRequest(slow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("request %d: the plain form decodes to\n%+v\nencoding/json's to\n%+v", i, got, want)
+		}
+		if !reflect.DeepEqual(*got.Spec, *r.Spec) {
+			t.Errorf("request %d: spec %+v came back as %+v", i, *r.Spec, *got.Spec)
+		}
+	}
+}
+
+// TestEncodeRequest_AnyOtherFieldIsEncodedInFull: a start that sets any
+// field of the spec or the request beyond the plain ones (every field,
+// one at a time, found by reflection: a field added later included), or
+// an operation other than a start, is not written as a plain start.
+func TestEncodeRequest_AnyOtherFieldIsEncodedInFull(t *testing.T) {
+	plainSpec := map[string]bool{"Name": true, "Driver": true, "Command": true, "Args": true, "Env": true, "Dir": true, "User": true}
+	plainReq := map[string]bool{"Op": true, "ID": true, "Spec": true, "Replace": true, "Path": true}
+	base := func() Request {
+		return Request{Op: OpStart, ID: "x-1", Spec: &fsm.Spec{Driver: "raw_exec", Command: "/bin/true"}}
+	}
+	if _, ok := plainStart(base()); !ok {
+		t.Fatal("the base request is not plain")
+	}
+	st := reflect.TypeOf(fsm.Spec{})
+	for i := range st.NumField() {
+		f := st.Field(i)
+		if plainSpec[f.Name] {
+			continue
+		}
+		r := base()
+		setNonZero(t, reflect.ValueOf(r.Spec).Elem().Field(i), f.Name)
+		if _, ok := plainStart(r); ok {
+			t.Errorf("a spec with %s set is written as a plain start", f.Name)
+		}
+	}
+	rt := reflect.TypeOf(Request{})
+	for i := range rt.NumField() {
+		f := rt.Field(i)
+		if plainReq[f.Name] {
+			continue
+		}
+		r := base()
+		setNonZero(t, reflect.ValueOf(&r).Elem().Field(i), f.Name)
+		if _, ok := plainStart(r); ok {
+			t.Errorf("a start with %s set is written as a plain start", f.Name)
+		}
+	}
+	for op := OpNone; op < numOps; op++ {
+		r := base()
+		r.Op = op
+		if _, ok := plainStart(r); ok != (op == OpStart || op == OpStartNamed) {
+			t.Errorf("op %s: plain %v", op, ok)
+		}
+	}
+	r := base()
+	r.Spec = nil
+	if _, ok := plainStart(r); ok {
+		t.Error("a start without a spec is written as a plain start")
+	}
+}
+
+// setNonZero sets v to a value other than its zero value.
+func setNonZero(t *testing.T, v reflect.Value, name string) {
+	t.Helper()
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString("x")
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(1)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		v.SetUint(1)
+	case reflect.Slice:
+		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+	case reflect.Map:
+		v.Set(reflect.MakeMap(v.Type()))
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Field(i).CanSet() {
+				setNonZero(t, v.Field(i), name+"."+v.Type().Field(i).Name)
+				return
+			}
+		}
+		t.Fatalf("%s: a struct with no settable field", name)
+	default:
+		t.Fatalf("%s: kind %s: teach setNonZero", name, v.Kind())
+	}
+}
+
+// TestDecodeResponse_AStartsAnswerIsTheWholeAnswer: the answer to a start,
+// decoded through taskAnswer, is what decoding it as a Response gives (a
+// task with its spec and executor, replaced tasks, a task error, a
+// heartbeat), and an answer holding anything taskAnswer lacks (another
+// field of Response, a field of a task this build does not know) is
+// decoded whole, losing nothing.
+func TestDecodeResponse_AStartsAnswerIsTheWholeAnswer(t *testing.T) {
+	spec := sleeper("web", "m")
+	spec.Env = map[string]string{"A": "1"}
+	task := fsm.Task{ID: "web-1", State: fsm.StateRunning, Version: 6, Spec: &spec, Nonce: "n", TaskPID: 42,
+		Warnings: []fsm.Warning{{Kind: 1, Text: "w"}}, Reason: "r"}
+	info := driver.TaskInfo{Task: task}
+	for i, r := range []Response{
+		{Kind: respResult, Task: &task},
+		{Kind: respResult, Task: &task, Replaced: []fsm.Task{task, {ID: "web-0"}}},
+		{Kind: respResult, Task: &fsm.Task{ID: "web-1"}, Err: toWireError(&driver.TaskError{Task: "web-1", State: fsm.StateFailed, Err: errors.New("boom")})},
+		{Kind: respHeartbeat},
+		{Kind: respProgress, Task: &task},
+		{Kind: respResult, Task: &task, Info: &info},
+	} {
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, op := range []Op{OpStart, OpStartNamed} {
+			got, err := decodeResponse(op, b)
+			if err != nil {
+				t.Fatalf("answer %d to %s: %v", i, op, err)
+			}
+			var want Response
+			if err := json.Unmarshal(b, &want); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("answer %d to %s: decoded\n%+v\nwhole it is\n%+v", i, op, got, want)
+			}
+		}
+	}
+	// A task field this build does not know: decoded whole (the unknown
+	// field dropped as encoding/json drops it, every known one kept).
+	b := []byte(`{"kind":1,"task":{"ID":"web-1","State":6,"Later":true},"pid":7}`)
+	got, err := decodeResponse(OpStart, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Task == nil || got.Task.ID != "web-1" || got.Task.State != fsm.State(6) || got.PID != 7 {
+		t.Errorf("an answer with fields beyond a start's: %+v", got)
+	}
+	if _, err := decodeResponse(OpStart, []byte(`{"kind":1,"task":`)); err == nil {
+		t.Error("a truncated answer decoded without error")
+	}
+}
+
+// TestDecodeResponse_SpecsDecodeAsEncodingJSONDoes: a start's answer
+// whose task's spec is plain is decoded field by field (plainSpec), any
+// other spec in full, and either way the task is what encoding/json makes
+// of the answer: for a plain spec in every shape, and for a spec with each
+// other field set in turn (found by reflection: a field added later
+// included), and for keys encoding/json matches by case only.
+func TestDecodeResponse_SpecsDecodeAsEncodingJSONDoes(t *testing.T) {
+	check := func(name string, b []byte, wantPlain bool) {
+		t.Helper()
+		got, err := decodeResponse(OpStart, b)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var want Response
+		if err := json.Unmarshal(b, &want); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: decoded\n%+v\nencoding/json gives\n%+v", name, got.Task.Spec, want.Task.Spec)
+		}
+		var a taskAnswer
+		if err := json.Unmarshal(b, &a); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := plainSpec(a.Task.Spec); ok != wantPlain {
+			t.Errorf("%s: taken as plain %v, want %v", name, ok, wantPlain)
+		}
+	}
+	answer := func(spec fsm.Spec) []byte {
+		b, err := json.Marshal(Response{Kind: respResult, Task: &fsm.Task{ID: "x-1", State: fsm.StateRunning, Spec: &spec}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for i, spec := range []fsm.Spec{
+		{Driver: "raw_exec", Command: "/bin/true"},
+		{Driver: "raw_exec", Command: "/bin/sleep", Args: []string{}, Env: map[string]string{}, Name: "sleep"},
+		{Driver: "exec", Command: "sh", Args: []string{"-c", "echo \"<&>\" é"}, Env: map[string]string{"A": "1"}, Dir: "/tmp", User: "nobody", Name: "sh"},
+	} {
+		check(fmt.Sprintf("plain spec %d", i), answer(spec), true)
+	}
+	st := reflect.TypeOf(fsm.Spec{})
+	for i := range st.NumField() {
+		f := st.Field(i)
+		if plainSpecFields[f.Name] {
+			continue
+		}
+		spec := fsm.Spec{Driver: "raw_exec", Command: "/bin/true"}
+		setNonZero(t, reflect.ValueOf(&spec).Elem().Field(i), f.Name)
+		check("a spec with "+f.Name+" set", answer(spec), false)
+	}
+	// Keys encoding/json matches by case only, and a key no field has.
+	for _, spec := range []string{`{"command":"/bin/true","Driver":"raw_exec"}`, `{"Command":"/bin/true","Later":0}`, `{"Command":"/bin/true","Resources":{"memorymb":0}}`} {
+		check("spec "+spec, []byte(`{"kind":1,"task":{"ID":"x-1","Spec":`+spec+`}}`), false)
+	}
+	// A replaced list, empty or not.
+	b, err := json.Marshal(Response{Kind: respResult, Task: &fsm.Task{ID: "x-1"}, Replaced: []fsm.Task{{ID: "x-0", Spec: &fsm.Spec{Command: "/bin/true"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeResponse(OpStartNamed, b)
+	if err != nil || len(got.Replaced) != 1 || got.Replaced[0].Spec == nil || got.Replaced[0].Spec.Command != "/bin/true" {
+		t.Errorf("replaced: %+v, %v", got.Replaced, err)
+	}
+	got, err = decodeResponse(OpStartNamed, []byte(`{"kind":1,"replaced":[]}`))
+	if err != nil || got.Replaced == nil || len(got.Replaced) != 0 {
+		t.Errorf("an empty replaced list: %#v, %v", got.Replaced, err)
+	}
+}

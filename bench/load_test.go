@@ -246,9 +246,13 @@ func liveIDs(b *testing.B, tether, stateDir string) []string {
 	if err := json.Unmarshal([]byte(r.out), &rows); err != nil {
 		b.Fatalf("tether status --json: %v: %s", err, r.out)
 	}
-	ids := make([]string, len(rows))
-	for i, row := range rows {
-		ids[i] = row.ID
+	var ids []string
+	for _, row := range rows {
+		// A desired entry with no task (a config dir's file whose task
+		// was stopped) is a row with no id: nothing is live of it.
+		if row.ID != "" {
+			ids = append(ids, row.ID)
+		}
 	}
 	return ids
 }

@@ -26,5 +26,5 @@ func checksum(rec []byte) uint32 {
 	if b := rec[4:]; haveSSE42 && len(b) < shortCRC {
 		return crc32cSSE42(b)
 	}
-	return crc32.Update(0, castagnoli, rec[4:])
+	return crc32.Update(0, castagnoliTable(), rec[4:])
 }
