@@ -82,9 +82,13 @@ func (p Policy) Executor() executor.Policy {
 		AllowDrivers: slices.Clone(p.AllowDrivers), AllowHostNamespaces: slices.Clone(p.AllowHostNamespaces)}
 }
 
-// Validate checks the lists' forms (executor.ValidatePolicy; AllowRead:
-// absolute directories other than /).
+// Validate checks the lists' forms (the drivers, host namespaces and
+// count bound first, naming their flags; executor.ValidatePolicy;
+// AllowRead: absolute directories other than /).
 func (p Policy) Validate() error {
+	if err := p.validateTrust(); err != nil {
+		return err
+	}
 	if err := executor.ValidatePolicy(p.Executor()); err != nil {
 		return err
 	}
@@ -93,7 +97,7 @@ func (p Policy) Validate() error {
 			return fmt.Errorf("%w: --allow-read %q: give absolute directories other than /", ErrBadInput, d)
 		}
 	}
-	return p.validateTrust()
+	return nil
 }
 
 // Check refuses what a task of layout, spec, asks beyond the lists Check

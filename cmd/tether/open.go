@@ -125,7 +125,7 @@ func (c *cli) open() (*session, error) {
 		AllowMissing:    c.allowMissing,
 		AllowRead:       c.allowRead,
 		AllowDrivers:    c.allowDrivers, AllowHostNamespaces: c.allowHostNS,
-		Hooks:           c.hooks,
+		Hooks: c.hooks,
 	})
 	if err != nil {
 		_ = st.Close()
