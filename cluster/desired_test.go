@@ -130,15 +130,15 @@ func TestDesired_UntrustedKeysAreRefusedNotRun(t *testing.T) {
 	n := newTestNode(t, cli, "n1", dir, openStore(t, dir))
 	runNode(t, n)
 	bad := map[string]string{
-		"../escape":  webHCL,
-		".hidden":    webHCL,
-		"nul":        "task \"x\" {\x00}",
-		"binary":     "\xff\xfe",
-		"not-hcl":    "task web { driver = ",
-		"empty":      "",
-		"too-big":    strings.Repeat("#", MaxSpecBytes+1),
-		"sub/dir":    webHCL,
-		"web":        webHCL,
+		"../escape": webHCL,
+		".hidden":   webHCL,
+		"nul":       "task \"x\" {\x00}",
+		"binary":    "\xff\xfe",
+		"not-hcl":   "task web { driver = ",
+		"empty":     "",
+		"too-big":   strings.Repeat("#", MaxSpecBytes+1),
+		"sub/dir":   webHCL,
+		"web":       webHCL,
 	}
 	var rev int64
 	for name, v := range bad {

@@ -15,8 +15,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/tether-fsm/tether/fsm"
-	"github.com/tether-fsm/tether/job"
 	"github.com/tether-fsm/tether/internal/testproc"
+	"github.com/tether-fsm/tether/job"
 	"github.com/tether-fsm/tether/store"
 )
 
