@@ -231,7 +231,7 @@ func (w *watcher) add(set *DesiredSet, name string, kv *mvccpb.KeyValue) {
 	}
 	if err := judge(name, kv.Value, w.policy); err != nil {
 		set.Invalid[name] = err
-		w.log.Error("desired task refused: not kept, not run", "name", fmt.Sprintf("%q", name), "err", err)
+		w.log.Error("desired task refused: not kept, not run", "name", name, "err", err)
 		return
 	}
 	set.Tasks[name] = Desired{Name: name, Spec: kv.Value, ModRevision: kv.ModRevision}
