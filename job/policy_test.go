@@ -1,6 +1,7 @@
 package job
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -155,5 +156,22 @@ func TestVet_ComputeBombIsAParseErrorNamingTheLimit(t *testing.T) {
 	var pe *ParseError
 	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "limit") || !strings.Contains(err.Error(), "setproduct") {
 		t.Fatalf("Vet: %v, want a *ParseError naming setproduct and the limit", err)
+	}
+}
+
+// A --driver override is judged as the file's own driver would be: on
+// the spec as made (Check, in Instantiate), so that `tether run --driver
+// raw_exec` of an exec file is refused where --allow-drivers is exec.
+func TestPolicy_DriverOverrideIsJudged(t *testing.T) {
+	node := testNode(t)
+	node.Policy.AllowDrivers = []string{"exec"}
+	j := mustRead(t, policyTask("exec", ""), Inputs{}, node)
+	var ids []IDs
+	for _, s := range j.Shapes() {
+		ids = append(ids, NewIDs(s))
+	}
+	_, err := j.Instantiate(context.Background(), node, ids, Overrides{Driver: "raw_exec"})
+	if !errors.Is(err, ErrNotAllowed) || !strings.Contains(err.Error(), "--allow-drivers") {
+		t.Fatalf("--driver raw_exec under --allow-drivers exec: %v, want a refusal naming --allow-drivers", err)
 	}
 }
