@@ -91,6 +91,7 @@ func TestAgent_RemoteDriversByTheOperatorsWord(t *testing.T) {
 	// The default: exec alone from etcd (the env's empty value is no list).
 	ag := startAgent(t, ep, "n1", dir, []string{"TETHER_ALLOW_REMOTE_DRIVERS="})
 	ag.waitRegistered(cli, "n1")
+	ag.waitServing()
 	prefix := cluster.DefaultPrefix + "desired/n1/"
 	for name, spec := range trustAttacks(t, marker) {
 		if _, err := cli.Put(ctxT(t), prefix+name, spec); err != nil {
@@ -147,6 +148,7 @@ func TestAgent_RemoteDriversByTheOperatorsWord(t *testing.T) {
 	// The operator's word: raw_exec from etcd, and nothing else changes.
 	ag = startAgent(t, ep, "n1", dir, nil, "--allow-remote-drivers", "exec,raw_exec")
 	ag.waitRegistered(cli, "n1")
+	ag.waitServing()
 	mirrored(t, cli, "n1", "pwn", fsm.StateRunning, ag.log)
 	awaitRefused(t, dir, ag, map[string][]string{"bomb": refusals["bomb"]})
 	if _, err := cli.Delete(ctxT(t), prefix+"pwn"); err != nil {
