@@ -405,18 +405,20 @@ func (c *converger) read(file, name string, text []byte, in job.Inputs) Declared
 func (c *converger) readAs(remote bool, file, name string, text []byte, in job.Inputs) Declared {
 	src := job.Source{File: file, Text: text}
 	d := Declared{Name: name, File: file, Text: text, Inputs: in, Digest: job.Digest(src, in), Source: store.SourceDir}
-	node := c.node(context.Background())
+	policy := c.a.Local.Policy // the node's (c.node's), without reading the host for a cached job
 	if remote {
-		node.Policy = node.Policy.ForRemote()
+		policy = policy.ForRemote()
 	}
 	j, ok := c.jobs[d.Digest]
 	if ok && remote {
-		if err := node.Policy.CheckJob(j); err != nil {
+		if err := policy.CheckJob(j); err != nil {
 			d.Err = job.Describe(err)
 			return d
 		}
 	}
 	if !ok {
+		node := c.node(context.Background())
+		node.Policy = policy
 		var err error
 		if j, err = job.Read(src, in, node); err != nil {
 			d.Err = job.Describe(err)
