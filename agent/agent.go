@@ -52,6 +52,12 @@ type Config struct {
 	AllowSeccomp []string
 	AllowMissing []string
 	AllowRead    []string
+	// AllowDrivers, AllowRemoteDrivers, AllowHostNamespaces and MaxCount
+	// are the operator's word on drivers (a spec from the Feed may use
+	// only the remote ones), host namespaces and a group's count (see
+	// job.Policy; nil and 0: its defaults).
+	AllowDrivers, AllowRemoteDrivers, AllowHostNamespaces []string
+	MaxCount                                              int
 	// ReleasePorts lets go of the ports of a group whose directory gc
 	// removed (the CLI's port allocator; nil: none).
 	ReleasePorts func(alloc string)
@@ -154,8 +160,13 @@ func Open(cfg Config) (a *Agent, err error) {
 		opts.Logger = cfg.Logger.Named("store")
 	}
 	policy := executor.Policy{AllowedCaps: slices.Clone(cfg.AllowedCaps), Chroot: slices.Clone(cfg.ChrootEnv),
-		AllowSeccomp: slices.Clone(cfg.AllowSeccomp), AllowMissing: slices.Clone(cfg.AllowMissing), AllowRead: slices.Clone(cfg.AllowRead)}
+		AllowSeccomp: slices.Clone(cfg.AllowSeccomp), AllowMissing: slices.Clone(cfg.AllowMissing), AllowRead: slices.Clone(cfg.AllowRead),
+		AllowDrivers: slices.Clone(cfg.AllowDrivers), AllowHostNamespaces: slices.Clone(cfg.AllowHostNamespaces)}
 	if err := executor.ValidatePolicy(policy); err != nil {
+		return nil, fmt.Errorf("agent: Config's policy: %w", err)
+	}
+	if err := (Policy{AllowDrivers: cfg.AllowDrivers, AllowRemoteDrivers: cfg.AllowRemoteDrivers, AllowHostNamespaces: cfg.AllowHostNamespaces,
+		MaxCount: cfg.MaxCount}).Job().Validate(); err != nil {
 		return nil, fmt.Errorf("agent: Config's policy: %w", err)
 	}
 	st, err := openHeld(statedir.Layout{Dir: cfg.StateDir}.Store(), opts)
@@ -315,7 +326,9 @@ func (a *Agent) Close() error {
 // them: the CLI refuses a list of its own that differs, naming these).
 func (a *Agent) Policy() Policy {
 	return Policy{AllowedCaps: slices.Clone(a.cfg.AllowedCaps), ChrootEnv: slices.Clone(a.cfg.ChrootEnv),
-		AllowSeccomp: slices.Clone(a.cfg.AllowSeccomp), AllowMissing: slices.Clone(a.cfg.AllowMissing), AllowRead: slices.Clone(a.cfg.AllowRead)}
+		AllowSeccomp: slices.Clone(a.cfg.AllowSeccomp), AllowMissing: slices.Clone(a.cfg.AllowMissing), AllowRead: slices.Clone(a.cfg.AllowRead),
+		AllowDrivers: slices.Clone(a.cfg.AllowDrivers), AllowRemoteDrivers: slices.Clone(a.cfg.AllowRemoteDrivers),
+		AllowHostNamespaces: slices.Clone(a.cfg.AllowHostNamespaces), MaxCount: a.cfg.MaxCount}
 }
 
 func (a *Agent) Enable(ctx context.Context, req EnableRequest) (Entry, error) {

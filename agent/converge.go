@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -339,7 +340,7 @@ func (c *converger) view(ctx context.Context, now int64) (View, error) {
 		decl, probs, unknown := f.get()
 		v.FeedDir, v.FeedErr = f.Dir(), unknown
 		for _, d := range decl {
-			v.Files = append(slices.Clip(v.Files), c.read(d.File, d.Name, d.Text, d.Inputs))
+			v.Files = append(slices.Clip(v.Files), c.readAs(true, d.File, d.Name, d.Text, d.Inputs))
 		}
 		v.Problems = append(slices.Clip(v.Problems), probs...)
 	}
@@ -407,12 +408,32 @@ func (c *converger) node(ctx context.Context) job.Node {
 // read reads a file's text (with inputs) through the job path into a
 // declaration named name ("": the job's own name), its job kept by digest.
 func (c *converger) read(file, name string, text []byte, in job.Inputs) Declared {
+	return c.readAs(false, file, name, text, in)
+}
+
+// readAs is read; remote reads a feed's entry (a spec from etcd) with the
+// node's policy for remote specs (job.Policy.ForRemote), which a job read
+// from the same text by another source does not stand in for: its tasks
+// are checked against it (job.Policy.CheckJob) whoever read it first.
+func (c *converger) readAs(remote bool, file, name string, text []byte, in job.Inputs) Declared {
 	src := job.Source{File: file, Text: text}
 	d := Declared{Name: name, File: file, Text: text, Inputs: in, Digest: job.Digest(src, in), Source: store.SourceDir}
+	policy := c.a.Local.Policy // the node's (c.node's), without reading the host for a cached job
+	if remote {
+		policy = policy.ForRemote()
+	}
 	j, ok := c.jobs[d.Digest]
+	if ok && remote {
+		if err := policy.CheckJob(j); err != nil {
+			d.Err = job.Describe(err)
+			return d
+		}
+	}
 	if !ok {
+		node := c.node(context.Background())
+		node.Policy = policy
 		var err error
-		if j, err = job.Read(src, in, c.node(context.Background())); err != nil {
+		if j, err = job.Read(src, in, node); err != nil {
 			d.Err = job.Describe(err)
 			return d
 		}
@@ -656,6 +677,9 @@ func (c *converger) start(ctx context.Context, e Effect, r store.Desired, v View
 		return err
 	}
 	node := c.a.Local.node(ctx)
+	if f := c.a.cfg.Feed; f != nil && strings.HasPrefix(r.File, f.Dir()+"/") {
+		node.Policy = node.Policy.ForRemote() // a spec from etcd, whoever read its text first
+	}
 	var errs []error
 	for _, a := range e.Allocs {
 		c.log.Info("starting a copy of a desired entry", "name", e.Name, "alloc", a.ID, "group", a.Group, "index", a.Index)
@@ -959,7 +983,7 @@ func (c *converger) startChange(ctx context.Context, rec *store.Desired, name, r
 			decl, _, _ := f.get()
 			for _, x := range decl {
 				if x.Name == name {
-					d = c.read(x.File, x.Name, x.Text, x.Inputs)
+					d = c.readAs(true, x.File, x.Name, x.Text, x.Inputs)
 				}
 			}
 		}

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -34,7 +36,9 @@ func TestAgent_FeedConvergesAsTheConfigDirDoes(t *testing.T) {
 	}
 	var mu sync.Mutex
 	appended := map[string]int{}
-	a := openAgent(t, Config{StateDir: dir, Feed: feed, Appended: func(task string) {
+	// (raw_exec from the feed by the operator's word: these are raw_exec
+	// tasks; TestAgent_FeedHoldsTheNodesRemoteDrivers is the default's.)
+	a := openAgent(t, Config{StateDir: dir, Feed: feed, AllowRemoteDrivers: []string{"exec", "raw_exec"}, Appended: func(task string) {
 		mu.Lock()
 		appended[task]++
 		mu.Unlock()
@@ -113,5 +117,56 @@ func TestAgent_FeedConvergesAsTheConfigDirDoes(t *testing.T) {
 	}
 	if len(vs) != 2 {
 		t.Errorf("the store holds %d tasks, want 2 (the first and its replacement)", len(vs))
+	}
+}
+
+// A feed's entry (a spec from etcd) is read under the node's policy for
+// remote specs by the agent itself, whatever its feed checked before: a
+// raw_exec spec is refused naming its driver and --allow-remote-drivers
+// by default, and runs nothing; an exec task's pid_mode = "host" is
+// refused naming --allow-host-namespaces. The same raw_exec text from the
+// config dir (the operator's own file) runs.
+func TestAgent_FeedHoldsTheNodesRemoteDrivers(t *testing.T) {
+	dir := stateDir(t)
+	conf := filepath.Join(t.TempDir(), "conf")
+	if err := os.Mkdir(conf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeTaskFile(t, filepath.Join(conf, "local.hcl"), taskHCL("local", dir, 3, ""))
+	feed, err := NewFeed(feedDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := openAgent(t, Config{StateDir: dir, ConfigDir: conf, Feed: feed})
+	c := serveAgent(t, a)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	peek := "task \"peek\" {\n  driver = \"exec\"\n  config {\n    command = \"/bin/true\"\n    pid_mode = \"host\"\n  }\n}\n"
+	feed.Set(map[string]FeedEntry{"web": {Text: []byte(taskHCL("web", dir, 3, ""))}, "peek": {Text: []byte(peek)}}, nil)
+	var last Status
+	err = c.WatchStatus(ctx, func(s Status) bool {
+		last = s
+		w, _ := s.Entry("web")
+		p, _ := s.Entry("peek")
+		l, _ := s.Entry("local")
+		if w.Task != "" || p.Task != "" {
+			return true // one of them was started: the checks below say so at once
+		}
+		return w.Standing == StandingRefused && p.Standing == StandingRefused && l.State == fsm.StateRunning && !l.Pending
+	})
+	if err != nil {
+		t.Fatalf("waiting for web and peek refused, local running: %v (last %+v)", err, last)
+	}
+	w, _ := last.Entry("web")
+	if !strings.Contains(w.Reason, `driver "raw_exec"`) || !strings.Contains(w.Reason, "--allow-remote-drivers") || w.Task != "" {
+		t.Errorf("web: %+v; want it refused naming raw_exec and --allow-remote-drivers, no task", w)
+	}
+	p, _ := last.Entry("peek")
+	if !strings.Contains(p.Reason, "pid_mode") || !strings.Contains(p.Reason, "--allow-host-namespaces pid") || p.Task != "" {
+		t.Errorf("peek: %+v; want it refused naming pid_mode and --allow-host-namespaces pid, no task", p)
+	}
+	l, _ := last.Entry("local")
+	if _, err := a.StopTask(ctx, l.Task, 0, time.Second); err != nil {
+		t.Fatal(err)
 	}
 }

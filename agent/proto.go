@@ -168,12 +168,22 @@ type Policy struct {
 	AllowSeccomp []string `json:"allow_seccomp,omitempty"`
 	AllowMissing []string `json:"allow_missing,omitempty"`
 	AllowRead    []string `json:"allow_read,omitempty"`
+	// AllowDrivers, AllowRemoteDrivers, AllowHostNamespaces and MaxCount:
+	// the drivers a task may use, those a spec from etcd may use, the
+	// namespaces an exec task may share with the host, the bound on a
+	// group's count (nil and 0: job.Policy's defaults).
+	AllowDrivers        []string `json:"allow_drivers,omitempty"`
+	AllowRemoteDrivers  []string `json:"allow_remote_drivers,omitempty"`
+	AllowHostNamespaces []string `json:"allow_host_namespaces,omitempty"`
+	MaxCount            int      `json:"max_count,omitempty"`
 }
 
 // Job is the policy as package job holds it.
 func (p Policy) Job() job.Policy {
 	return job.Policy{AllowedCaps: slices.Clone(p.AllowedCaps), Chroot: slices.Clone(p.ChrootEnv), AllowSeccomp: slices.Clone(p.AllowSeccomp),
-		AllowMissing: slices.Clone(p.AllowMissing), AllowRead: slices.Clone(p.AllowRead)}
+		AllowMissing: slices.Clone(p.AllowMissing), AllowRead: slices.Clone(p.AllowRead),
+		AllowDrivers: slices.Clone(p.AllowDrivers), AllowRemoteDrivers: slices.Clone(p.AllowRemoteDrivers),
+		AllowHostNamespaces: slices.Clone(p.AllowHostNamespaces), MaxCount: p.MaxCount}
 }
 
 func decodeHello(b []byte) (hello, error) {

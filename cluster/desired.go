@@ -14,10 +14,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/hcl/v2"
-	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tether-fsm/tether/job"
+	"github.com/tether-fsm/tether/taskfile"
 )
 
 // Limits on the desired state: it is untrusted input (whoever can write
@@ -47,10 +48,12 @@ type DesiredSet struct {
 	Node string
 	// Revision is the etcd revision the set is as of.
 	Revision int64
-	// Tasks are the valid desired tasks, by name.
+	// Tasks are the valid desired tasks, by name: each parsed and passed
+	// the node's allow lists for a spec from etcd (ReadDesired), the only
+	// ones the local copy keeps.
 	Tasks map[string]Desired
 	// Invalid are the keys refused, by name, with why: the agent reports
-	// them and runs none of them.
+	// them and runs none of them, and the local copy keeps none of them.
 	Invalid map[string]error
 	// FromCopy is set for the set read from the local copy at start,
 	// before etcd answered.
@@ -86,7 +89,8 @@ func ValidateSpec(name string, spec []byte) error {
 }
 
 // checkText checks a task file's text: its size, UTF-8 without NUL
-// bytes, HCL syntax.
+// bytes, HCL syntax within the parser's bounds on size, tokens and
+// nesting (taskfile.CheckSyntax: nothing is evaluated).
 func checkText(spec []byte) error {
 	switch {
 	case len(spec) == 0:
@@ -98,7 +102,7 @@ func checkText(spec []byte) error {
 	case bytes.IndexByte(spec, 0) >= 0:
 		return errors.New("contains a NUL byte")
 	}
-	if _, diags := hclsyntax.ParseConfig(spec, "spec.hcl", hcl.InitialPos); diags.HasErrors() {
+	if diags := taskfile.CheckSyntax("spec.hcl", spec); diags.HasErrors() {
 		return fmt.Errorf("not an HCL task file: %s", diags.Error())
 	}
 	return nil
@@ -107,29 +111,44 @@ func checkText(spec []byte) error {
 // watcher follows a node's desired prefix: a list, then a watch from the
 // list's revision, listed again after any error (a compaction, a lost
 // leader, a reconnection that cannot resume), each set kept in a local
-// copy before it is delivered.
+// copy before it is delivered. Each spec is judged (ReadDesired, under
+// policy: parsed within the parser's bounds, the node's drivers and host
+// namespaces for a spec from etcd) before it is kept: the copy holds
+// nothing that did not pass, so nothing in it can take a restarted agent
+// down.
 type watcher struct {
-	cli   *clientv3.Client
-	keys  Keys
-	node  string
-	dir   string
-	log   hclog.Logger
-	hooks Hooks
-	out   chan DesiredSet
+	cli    *clientv3.Client
+	keys   Keys
+	node   string
+	dir    string
+	policy job.Policy
+	log    hclog.Logger
+	hooks  Hooks
+	out    chan DesiredSet
 }
 
-func newWatcher(cli *clientv3.Client, keys Keys, node, dir string, log hclog.Logger, hooks Hooks) *watcher {
-	return &watcher{cli: cli, keys: keys, node: node, dir: dir, log: log.Named("desired"), hooks: hooks, out: make(chan DesiredSet, 1)}
+func newWatcher(cli *clientv3.Client, keys Keys, node, dir string, policy job.Policy, log hclog.Logger, hooks Hooks) *watcher {
+	return &watcher{cli: cli, keys: keys, node: node, dir: dir, policy: policy, log: log.Named("desired"), hooks: hooks, out: make(chan DesiredSet, 1)}
 }
 
 // desiredCopy is the local copy's file name in the node's directory.
 const desiredCopy = "desired.json"
 
 func (w *watcher) run(ctx context.Context) {
-	set, err := loadDesiredCopy(w.dir, w.node)
+	set, err := loadDesiredCopy(w.dir, w.node, w.policy)
 	switch {
 	case err == nil:
 		w.log.Info("desired state from the local copy", "revision", set.Revision, "tasks", len(set.Tasks))
+		if len(set.Invalid) > 0 {
+			// Dropped from the copy at once: judged once, never again at
+			// the next start (an agent's flags may have narrowed since).
+			for _, name := range sortedKeys(set.Invalid) {
+				w.log.Error("desired task dropped from the local copy", "name", fmt.Sprintf("%q", name), "err", set.Invalid[name])
+			}
+			if err := saveDesiredCopy(w.dir, set); err != nil {
+				w.log.Error("could not rewrite the local copy of the desired state", "err", err)
+			}
+		}
 		w.deliver(set)
 	case !errors.Is(err, os.ErrNotExist):
 		w.log.Error("local copy of the desired state not used", "err", err)
@@ -210,12 +229,24 @@ func (w *watcher) add(set *DesiredSet, name string, kv *mvccpb.KeyValue) {
 		set.Invalid[name] = fmt.Errorf("%w %q: node %s has %d desired tasks already (at most %d)", ErrInvalidSpec, name, w.node, len(set.Tasks), MaxDesired)
 		return
 	}
-	if err := ValidateSpec(name, kv.Value); err != nil {
+	if err := judge(name, kv.Value, w.policy); err != nil {
 		set.Invalid[name] = err
-		w.log.Error("desired task refused", "name", fmt.Sprintf("%q", name), "err", err)
+		w.log.Error("desired task refused: not kept, not run", "name", name, "err", err)
 		return
 	}
 	set.Tasks[name] = Desired{Name: name, Spec: kv.Value, ModRevision: kv.ModRevision}
+}
+
+// judge is the node's verdict on the desired spec of key name before it
+// keeps it: ValidateSpec (name, size, text, syntax), then ReadDesired under
+// policy (parsed within the parser's limits; the drivers, host namespaces
+// and count the node allows a spec from etcd; the key's name the entry's).
+func judge(name string, spec []byte, policy job.Policy) error {
+	if err := ValidateSpec(name, spec); err != nil {
+		return err
+	}
+	_, err := ReadDesired(name+".hcl", name, spec, policy)
+	return err
 }
 
 // commit keeps set in the local copy, durably, then delivers it.
@@ -266,14 +297,18 @@ func saveDesiredCopy(dir string, set DesiredSet) error {
 }
 
 // LoadDesiredCopy reads the local copy of node's desired state that a
-// Node keeps in dir (NodeConfig.Dir), validated as etcd's sets are
-// (FromCopy set): what `tether agent --node … --once` converges, without
-// etcd. A missing copy is os.ErrNotExist.
-func LoadDesiredCopy(dir, node string) (DesiredSet, error) { return loadDesiredCopy(dir, node) }
+// Node keeps in dir (NodeConfig.Dir), judged as etcd's sets are under
+// policy (FromCopy set; a spec that fails is in Invalid, with why):
+// what `tether agent --node … --once` converges, without etcd. A missing
+// copy is os.ErrNotExist.
+func LoadDesiredCopy(dir, node string, policy job.Policy) (DesiredSet, error) {
+	return loadDesiredCopy(dir, node, policy)
+}
 
-// loadDesiredCopy reads the local copy, validating it as etcd's sets are
-// validated: a copy someone edited gets no more trust than etcd.
-func loadDesiredCopy(dir, node string) (DesiredSet, error) {
+// loadDesiredCopy reads the local copy, judging it as etcd's sets are
+// judged: a copy someone edited, or one kept under wider flags than the
+// agent's now, gets no more trust than etcd.
+func loadDesiredCopy(dir, node string, policy job.Policy) (DesiredSet, error) {
 	b, err := readPrivateFile(dir, desiredCopy)
 	if err != nil {
 		return DesiredSet{}, err
@@ -287,12 +322,12 @@ func loadDesiredCopy(dir, node string) (DesiredSet, error) {
 	}
 	set := DesiredSet{Node: node, Revision: f.Revision, Tasks: map[string]Desired{}, Invalid: map[string]error{}, FromCopy: true}
 	for _, t := range f.Tasks {
-		if err := ValidateSpec(t.Name, []byte(t.Spec)); err != nil {
-			set.Invalid[t.Name] = err
-			continue
-		}
 		if len(set.Tasks) >= MaxDesired {
 			break
+		}
+		if err := judge(t.Name, []byte(t.Spec), policy); err != nil {
+			set.Invalid[t.Name] = err
+			continue
 		}
 		set.Tasks[t.Name] = Desired{Name: t.Name, Spec: []byte(t.Spec), ModRevision: t.ModRevision}
 	}

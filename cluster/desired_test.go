@@ -12,12 +12,17 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tether-fsm/tether/internal/etcdtest"
+	"github.com/tether-fsm/tether/job"
 )
 
+// webHCL is a task file a node runs (its key's name its task's): the
+// node judges every spec before it keeps it.
 const webHCL = `task "web" {
-  driver  = "raw_exec"
-  command = "/bin/sleep"
-  args    = ["300"]
+  driver = "raw_exec"
+  config {
+    command = "/bin/sleep"
+    args    = ["300"]
+  }
 }
 `
 
@@ -125,15 +130,15 @@ func TestDesired_UntrustedKeysAreRefusedNotRun(t *testing.T) {
 	n := newTestNode(t, cli, "n1", dir, openStore(t, dir))
 	runNode(t, n)
 	bad := map[string]string{
-		"../escape":  webHCL,
-		".hidden":    webHCL,
-		"nul":        "task \"x\" {\x00}",
-		"binary":     "\xff\xfe",
-		"not-hcl":    "task web { driver = ",
-		"empty":      "",
-		"too-big":    strings.Repeat("#", MaxSpecBytes+1),
-		"sub/dir":    webHCL,
-		"ok-sibling": webHCL,
+		"../escape": webHCL,
+		".hidden":   webHCL,
+		"nul":       "task \"x\" {\x00}",
+		"binary":    "\xff\xfe",
+		"not-hcl":   "task web { driver = ",
+		"empty":     "",
+		"too-big":   strings.Repeat("#", MaxSpecBytes+1),
+		"sub/dir":   webHCL,
+		"web":       webHCL,
 	}
 	var rev int64
 	for name, v := range bad {
@@ -144,8 +149,8 @@ func TestDesired_UntrustedKeysAreRefusedNotRun(t *testing.T) {
 		rev = max(rev, resp.Header.Revision)
 	}
 	s := setWith(t, n, func(s DesiredSet) bool { return s.Revision >= rev })
-	if len(s.Tasks) != 1 || s.Tasks["ok-sibling"].Spec == nil {
-		t.Errorf("tasks %v, want only ok-sibling", sortedKeys(s.Tasks))
+	if len(s.Tasks) != 1 || s.Tasks["web"].Spec == nil {
+		t.Errorf("tasks %v, want only web", sortedKeys(s.Tasks))
 	}
 	if len(s.Invalid) != len(bad)-1 {
 		t.Errorf("refused %v, want every other key", sortedKeys(s.Invalid))
@@ -160,7 +165,7 @@ func TestDesired_UntrustedKeysAreRefusedNotRun(t *testing.T) {
 func TestDesired_CompactedWatchIsListedAgain(t *testing.T) {
 	cli := dial(t, etcdtest.Embedded(t))
 	dir := t.TempDir()
-	w := newWatcher(cli, mustKeys(t), "n1", filepath.Join(dir, "cluster"), nopLog(), Hooks{})
+	w := newWatcher(cli, mustKeys(t), "n1", filepath.Join(dir, "cluster"), rawExecAllowed, nopLog(), Hooks{})
 	if err := privateDir(w.dir); err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +176,7 @@ func TestDesired_CompactedWatchIsListedAgain(t *testing.T) {
 	w.hooks.Crash = func(p string) {
 		if p == CrashDesiredAfterCopy && !held {
 			held = true
-			set, err := loadDesiredCopy(w.dir, "n1")
+			set, err := loadDesiredCopy(w.dir, "n1", rawExecAllowed)
 			if err != nil {
 				t.Error(err)
 			}
@@ -234,18 +239,22 @@ func TestLoadDesiredCopy_RefusesAnotherNodesOrAnUnsafeCopy(t *testing.T) {
 	if err := saveDesiredCopy(dir, set); err != nil {
 		t.Fatal(err)
 	}
-	got, err := loadDesiredCopy(dir, "n1")
+	got, err := loadDesiredCopy(dir, "n1", rawExecAllowed)
 	if err != nil || got.Revision != 7 || string(got.Tasks["web"].Spec) != webHCL || !got.FromCopy {
 		t.Fatalf("round trip: %+v, %v", got, err)
 	}
-	if _, err := loadDesiredCopy(dir, "n2"); !errors.Is(err, ErrLocalCopy) {
+	if _, err := loadDesiredCopy(dir, "n2", rawExecAllowed); !errors.Is(err, ErrLocalCopy) {
 		t.Errorf("another node's copy: %v, want ErrLocalCopy", err)
 	}
 	if err := os.Chmod(filepath.Join(dir, desiredCopy), 0o666); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := loadDesiredCopy(dir, "n1"); !errors.Is(err, ErrLocalCopy) {
+	if _, err := loadDesiredCopy(dir, "n1", rawExecAllowed); !errors.Is(err, ErrLocalCopy) {
 		t.Errorf("a world-writable copy: %v, want ErrLocalCopy", err)
 	}
 	_ = time.Second
 }
+
+// rawExecAllowed is a node's policy that lets etcd's specs use raw_exec,
+// as these tests' specs do.
+var rawExecAllowed = job.Policy{AllowRemoteDrivers: []string{"exec", "raw_exec"}}

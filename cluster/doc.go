@@ -104,7 +104,11 @@
 //     sets each set as an agent.Feed, which the agent's one convergence
 //     loop converges with its config dir. The first set may come from the
 //     local copy (FromCopy), before etcd answers; LoadDesiredCopy reads
-//     it without a node (--once).
+//     it without a node (--once). Every spec is judged before the node
+//     keeps or delivers it (ReadDesired under NodeConfig.Policy's
+//     ForRemote: the parser's limits, --max-count, the remote drivers, the
+//     host namespaces): one that fails is in Invalid, never in the copy;
+//     a copy's spec that fails at start is dropped from it, logged.
 //  7. Report n.Stats(ctx) (lease, mirror lag in events and seconds) with
 //     the agent's metrics; the node publishes them under node/NODE.
 //

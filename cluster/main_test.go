@@ -16,6 +16,7 @@ import (
 
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/testproc"
+	"github.com/tether-fsm/tether/job"
 	"github.com/tether-fsm/tether/store"
 )
 
@@ -67,7 +68,10 @@ func openStore(t testing.TB, dir string) *StoreSource {
 // node builds a node over src with its directory in dir.
 func newTestNode(t testing.TB, cli *clientv3.Client, name, dir string, src *StoreSource, tune ...func(*NodeConfig)) *Node {
 	t.Helper()
-	cfg := NodeConfig{Name: name, LeaseTTL: 2 * time.Second, Dir: filepath.Join(dir, "cluster"), Source: src, Changes: src.Changes()}
+	// raw_exec from etcd allowed: these tests' specs are raw_exec (the
+	// default, exec alone, is TestDesired_RawExecRefusedByNameNotKept's).
+	cfg := NodeConfig{Name: name, LeaseTTL: 2 * time.Second, Dir: filepath.Join(dir, "cluster"), Source: src, Changes: src.Changes(),
+		Policy: job.Policy{AllowRemoteDrivers: []string{"exec", "raw_exec"}}}
 	for _, f := range tune {
 		f(&cfg)
 	}

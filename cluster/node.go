@@ -13,6 +13,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tether-fsm/tether/job"
 )
 
 // Defaults of NodeConfig.
@@ -55,6 +57,9 @@ type NodeConfig struct {
 	Logger hclog.Logger
 	// Hooks crash the node at named points (tests).
 	Hooks Hooks
+	// Policy is the node's allow lists (its agent's): a desired spec is
+	// judged under Policy.ForRemote before it is kept or run.
+	Policy job.Policy
 	// Now is the clock for the times the node publishes (default
 	// time.Now).
 	Now func() time.Time
@@ -178,7 +183,7 @@ func NewNode(cli *clientv3.Client, cfg NodeConfig) (*Node, error) {
 		n.recorded = ids
 	}
 	n.mir = newMirror(n)
-	n.want = newWatcher(cli, keys, cfg.Name, cfg.Dir, cfg.Logger.With("node", cfg.Name), cfg.Hooks)
+	n.want = newWatcher(cli, keys, cfg.Name, cfg.Dir, cfg.Policy, cfg.Logger.With("node", cfg.Name), cfg.Hooks)
 	return n, nil
 }
 

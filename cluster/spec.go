@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -35,6 +36,25 @@ type ParsedSpec struct {
 // the node's agent runs it on what it reads from etcd (with sel the
 // desired key's name): a file is accepted by both or refused by both.
 func ParseDesired(filename, sel string, src []byte) (ParsedSpec, error) {
+	return parseDesired(filename, sel, src, job.Parse)
+}
+
+// ReadDesired is ParseDesired as the node judges a spec from etcd before
+// it keeps it (the local copy) or hands it to its agent: the file parsed
+// under the node's policy for remote specs (p.ForRemote(): its bound on
+// count, the drivers --allow-remote-drivers allows, the host namespaces
+// --allow-host-namespaces allows; job.Vet), so that a spec past a parse
+// limit, or asking a driver or a namespace the node does not allow, is
+// refused by name, the same on every host, before anything of it is
+// written. The agent reads what passes through its job path again, with
+// its host and its check of every spec.
+func ReadDesired(filename, sel string, src []byte, p job.Policy) (ParsedSpec, error) {
+	p = p.ForRemote()
+	return parseDesired(filename, sel, src, func(s job.Source, in job.Inputs) (*job.Job, error) { return job.Vet(s, in, p) })
+}
+
+// parseDesired is ParseDesired with read as the job path's parse.
+func parseDesired(filename, sel string, src []byte, read func(job.Source, job.Inputs) (*job.Job, error)) (ParsedSpec, error) {
 	bad := func(format string, args ...any) (ParsedSpec, error) {
 		return ParsedSpec{}, fmt.Errorf("%w %s: "+format, append([]any{ErrInvalidSpec, filename}, args...)...)
 	}
@@ -42,11 +62,11 @@ func ParseDesired(filename, sel string, src []byte) (ParsedSpec, error) {
 		return bad("%v", err)
 	}
 	text := job.Source{File: filename, Text: src}
-	j, err := job.Parse(text, job.Inputs{})
+	j, err := read(text, job.Inputs{})
 	var in job.Inputs
-	if sel != "" && (err != nil || j.Name != sel) {
+	if sel != "" && (err != nil || j == nil || j.Name != sel) && !errors.Is(err, job.ErrNotAllowed) {
 		in.Task = sel
-		j, err = job.Parse(text, in)
+		j, err = read(text, in)
 	}
 	if err != nil {
 		return ParsedSpec{}, fmt.Errorf("%w: %w", ErrInvalidSpec, err)

@@ -405,9 +405,15 @@ func TestReal_CheckSpec(t *testing.T) {
 	}{
 		{fsm.Spec{Driver: "raw_exec", Command: "/bin/true", User: "tether-no-such-user"}, executor.ErrUnknownUser},
 		{fsm.Spec{Driver: "exec", Command: "/bin/true", CapAdd: []string{"net_raw"}}, executor.ErrCapNotAllowed},
-		{fsm.Spec{Driver: "exec", Command: "/bin/true", PIDMode: "host", IPCMode: "host"}, nil},
+		{fsm.Spec{Driver: "exec", Command: "/bin/true", PIDMode: "host", IPCMode: "host"}, executor.ErrBadSpec},
+		{fsm.Spec{Driver: "exec", Command: "/bin/true", IPCMode: "host"}, executor.ErrBadSpec},
+		{fsm.Spec{Driver: "exec", Command: "/bin/true", PIDMode: "host", IPCMode: "host", Name: "allowed"}, nil},
 		{fsm.Spec{Driver: "raw_exec", Command: "/bin/true", Resources: fsm.Resources{MemoryMB: 64, PIDs: 10}}, nil},
 	} {
+		r := r
+		if tc.spec.Name == "allowed" { // the operator's word: --allow-host-namespaces pid,ipc
+			r = &executor.Real{StateDir: r.StateDir, Policy: executor.Policy{AllowHostNamespaces: []string{"pid", "ipc"}}}
+		}
 		err := r.CheckSpec(tc.spec)
 		if tc.want == nil && err != nil {
 			if h, perr := cgroup.Probe(); perr != nil || h.Usable() != nil || os.Geteuid() != 0 {

@@ -60,6 +60,10 @@ type Config struct {
 	// local artifact, may be read from besides the task's own and its
 	// group's alloc directory (nil: none). Used only when World is nil.
 	AllowRead []string
+	// AllowDrivers and AllowHostNamespaces: the drivers tasks may use
+	// (nil: both) and the namespaces exec tasks may share with the host
+	// (nil: none). See executor.Policy. Used only when World is nil.
+	AllowDrivers, AllowHostNamespaces []string
 	// PrepareTimeout bounds the preparation of a task before its first
 	// launch (fetching its artifacts, rendering its templates), on top of
 	// EffectTimeout (default 30m, Nomad's artifact read timeout).
@@ -170,7 +174,8 @@ func Open(cfg Config) (*Driver, error) {
 	d.world = cfg.World
 	if d.world == nil {
 		policy := executor.Policy{AllowedCaps: cfg.AllowedCaps, Chroot: slices.Clone(cfg.ChrootEnv),
-			AllowSeccomp: slices.Clone(cfg.AllowSeccomp), AllowMissing: slices.Clone(cfg.AllowMissing), AllowRead: slices.Clone(cfg.AllowRead)}
+			AllowSeccomp: slices.Clone(cfg.AllowSeccomp), AllowMissing: slices.Clone(cfg.AllowMissing), AllowRead: slices.Clone(cfg.AllowRead),
+			AllowDrivers: slices.Clone(cfg.AllowDrivers), AllowHostNamespaces: slices.Clone(cfg.AllowHostNamespaces)}
 		if err := executor.ValidatePolicy(policy); err != nil {
 			return nil, fmt.Errorf("driver: Config's policy: %w", err)
 		}

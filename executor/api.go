@@ -113,5 +113,8 @@ func ValidatePolicy(p Policy) error {
 	if err := spec.ValidatePolicy(p.AllowSeccomp, p.AllowMissing); err != nil {
 		return fmt.Errorf("executor: policy AllowSeccomp/AllowMissing: %w", err)
 	}
+	if err := spec.ValidateTrust(p.AllowDrivers, p.AllowHostNamespaces); err != nil {
+		return fmt.Errorf("executor: policy AllowDrivers/AllowHostNamespaces: %w", err)
+	}
 	return nil
 }

@@ -288,6 +288,7 @@ func TestExec_PIDModeHost(t *testing.T) {
 	c := spawn(t, m, "")
 	spec := m.execSpec(t, "inspect")
 	spec.PIDMode = wire.ModeHost
+	spec.AllowHostNamespaces = []string{"pid"} // the operator's word (--allow-host-namespaces)
 	r := inspectExec(t, c, spec)
 	if r.Self == 1 || !slices.Contains(r.PIDs, os.Getpid()) {
 		t.Errorf("pid_mode host: the task is pid %d and does not see the test (pid %d)", r.Self, os.Getpid())

@@ -247,6 +247,7 @@ func TestExec_IPCNamespace(t *testing.T) {
 			c := spawn(t, m, "")
 			spec := m.viewSpec(t, "-shm", fmt.Sprint(key))
 			spec.IPCMode = tc.mode
+			spec.AllowHostNamespaces = []string{"ipc"} // the operator's word (--allow-host-namespaces)
 			r := viewExec(t, c, spec)
 			if r.NS["ipc"] == "" {
 				t.Fatalf("the task could not read its /proc/self/ns/ipc: %+v", r)

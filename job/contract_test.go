@@ -30,3 +30,13 @@ package job
 //	  and with nothing else                           TestDigest
 //	a later copy's task ids are derived from the
 //	  allocation and the generation                   TestIDs
+//	the drivers a file may use are the operator's
+//	  (--allow-drivers; a spec from etcd, ForRemote:
+//	  --allow-remote-drivers, default exec), refused
+//	  by name on Read's and Vet's path                TestPolicy_DriversByTheOperatorsWord
+//	pid_mode/ipc_mode = "host" need
+//	  --allow-host-namespaces naming that namespace   TestPolicy_HostNamespacesByTheOperatorsWord
+//	a group's count is bounded (--max-count)          TestPolicy_MaxCount
+//	a bad list names its flag                         TestPolicy_ValidateNamesTheFlag
+//	a file past a parse limit is a *ParseError
+//	  naming it (the compute bomb)                    TestVet_ComputeBombIsAParseErrorNamingTheLimit

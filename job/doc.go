@@ -49,6 +49,17 @@
 // the process that instantiates it: through an agent, the agent's, never
 // the caller's.
 //
+// Policy holds the operator's word on what a file may ask too (policy.go),
+// judged while the file is planned (Vet, Read's first step), before any
+// check of the host, so that a refusal is the same on every host: the
+// drivers its tasks may use (AllowDrivers, default both; a spec from
+// etcd, read under ForRemote, only AllowRemoteDrivers, default exec), the
+// namespaces an exec task may share with the host (AllowHostNamespaces:
+// pid_mode, ipc_mode = "host"; default none) and the copies of a group
+// (MaxCount, default 1,000). Check applies the drivers and namespaces
+// again to each spec as made (after a --driver override), and the
+// executor once more at launch (executor.Policy).
+//
 // # Usage
 //
 //	j, err := job.Read(job.Source{File: path, Text: text}, job.Inputs{Vars: vars}, node)

@@ -147,7 +147,7 @@ type Group struct {
 // Skipped) say what else the file holds that tether does not run, which a
 // caller prints before the refusal.
 func Read(src Source, in Inputs, node Node) (*Job, error) {
-	j, err := Parse(src, in)
+	j, err := Vet(src, in, node.Policy)
 	if err != nil {
 		return j, err
 	}
@@ -168,13 +168,17 @@ func Read(src Source, in Inputs, node Node) (*Job, error) {
 // Parse is Read without the node: the file parsed with its inputs and its
 // groups planned, nothing checked against a host or a policy (what a
 // caller that is not the node a file runs on can check: tether cluster
-// start, before it writes the file for a node). Its job comes with an
-// error as Read's does.
-func Parse(src Source, in Inputs) (*Job, error) {
+// start, before it writes the file for a node), under the default bound
+// on count (taskfile.DefaultMaxCount; Vet parses under a node's). Its job
+// comes with an error as Read's does.
+func Parse(src Source, in Inputs) (*Job, error) { return parse(src, in, 0) }
+
+// parse is Parse with a bound on a group's count (0: the default).
+func parse(src Source, in Inputs, maxCount int) (*Job, error) {
 	if err := checkInputs(in); err != nil {
 		return nil, err
 	}
-	opts := taskfile.Options{Vars: in.Vars, Env: in.Env, DispatchMeta: in.Meta}
+	opts := taskfile.Options{Vars: in.Vars, Env: in.Env, DispatchMeta: in.Meta, MaxCount: maxCount}
 	for _, f := range in.VarFiles {
 		opts.VarFiles = append(opts.VarFiles, taskfile.VarFile{Name: f.Name, Src: f.Text})
 	}

@@ -59,17 +59,36 @@ type Policy struct {
 	// its group's: Check applies it before anything runs, the executor
 	// again as it renders and fetches.
 	AllowRead []string `json:"allow_read,omitempty"`
+	// AllowDrivers are the drivers a file's tasks may use (nil:
+	// DefaultDrivers), AllowRemoteDrivers those a spec from etcd may use
+	// (nil: DefaultRemoteDrivers; each must be in AllowDrivers), which
+	// ForRemote makes the list a read applies. AllowHostNamespaces are
+	// the namespaces an exec task may share with the host (pid_mode,
+	// ipc_mode = "host"; nil: none). MaxCount bounds a group's count (0:
+	// taskfile.DefaultMaxCount). See policy.go.
+	AllowDrivers        []string `json:"allow_drivers,omitempty"`
+	AllowRemoteDrivers  []string `json:"allow_remote_drivers,omitempty"`
+	AllowHostNamespaces []string `json:"allow_host_namespaces,omitempty"`
+	MaxCount            int      `json:"max_count,omitempty"`
+	// Remote says the policy judges a spec from etcd (ForRemote): its
+	// tasks may use only the remote drivers.
+	Remote bool `json:"remote,omitempty"`
 }
 
 // Executor is the part of the policy the driver gives its executors.
 func (p Policy) Executor() executor.Policy {
 	return executor.Policy{AllowedCaps: slices.Clone(p.AllowedCaps), Chroot: slices.Clone(p.Chroot),
-		AllowSeccomp: slices.Clone(p.AllowSeccomp), AllowMissing: slices.Clone(p.AllowMissing), AllowRead: slices.Clone(p.AllowRead)}
+		AllowSeccomp: slices.Clone(p.AllowSeccomp), AllowMissing: slices.Clone(p.AllowMissing), AllowRead: slices.Clone(p.AllowRead),
+		AllowDrivers: slices.Clone(p.AllowDrivers), AllowHostNamespaces: slices.Clone(p.AllowHostNamespaces)}
 }
 
-// Validate checks the lists' forms (executor.ValidatePolicy; AllowRead:
-// absolute directories other than /).
+// Validate checks the lists' forms (the drivers, host namespaces and
+// count bound first, naming their flags; executor.ValidatePolicy;
+// AllowRead: absolute directories other than /).
 func (p Policy) Validate() error {
+	if err := p.validateTrust(); err != nil {
+		return err
+	}
 	if err := executor.ValidatePolicy(p.Executor()); err != nil {
 		return err
 	}
@@ -82,10 +101,15 @@ func (p Policy) Validate() error {
 }
 
 // Check refuses what a task of layout, spec, asks beyond the lists Check
-// applies: a template's source or a local artifact outside the task's
-// directories, its group's, and AllowRead. The error names the task, what
-// it reads, and the flag that would allow it.
+// applies: a driver outside the drivers it allows (Drivers), a namespace
+// shared with the host outside AllowHostNamespaces, a template's source
+// or a local artifact outside the task's directories, its group's, and
+// AllowRead. The error names the task, what it asks, and the flag that
+// would allow it.
 func (p Policy) Check(spec fsm.Spec, layout taskdir.Layout) error {
+	if err := p.checkSpec(spec); err != nil {
+		return err
+	}
 	allowed := func() string {
 		if len(p.AllowRead) == 0 {
 			return "none"

@@ -110,6 +110,9 @@ func (f *fleet) cmdAgent(args []string) int {
 		return exitUsage
 	}
 	set, err := o.g.Resolve()
+	if err == nil {
+		err = o.af.Resolve(&set) // --allow-remote-drivers, within --allow-drivers
+	}
 	if err != nil {
 		f.errorf("%v", err)
 		return exitUsage
@@ -194,6 +197,7 @@ func (f *fleet) runNode(o *agentOptions, set agentcmd.Settings, endpoints []stri
 		StateDir: set.StateDir, ConfigDir: o.af.ConfigDir,
 		Logger: log.Named("agent"), ExecutorCommand: executor, AllowedCaps: set.AllowedCaps, ChrootEnv: set.Chroot,
 		AllowSeccomp: set.AllowSeccomp, AllowMissing: set.AllowMissing, AllowRead: set.AllowRead,
+		AllowDrivers: set.AllowDrivers, AllowRemoteDrivers: set.AllowRemoteDrivers, AllowHostNamespaces: set.AllowHostNamespaces, MaxCount: set.MaxCount,
 		StoreOptions: store.Options{LockTimeout: o.lockTimeout, Logger: log.Named("store"), Crash: hooks.driver.StoreCrash()},
 		Hooks:        hooks.agent, DriverHooks: hooks.driver,
 		Feed: feed, Appended: changes.Note,
@@ -215,7 +219,7 @@ func (f *fleet) runNode(o *agentOptions, set agentcmd.Settings, endpoints []stri
 	nodeDir := filepath.Join(set.StateDir, "cluster")
 	if o.af.Once {
 		// No etcd: what the node was last told, from its local copy.
-		ds, err := cluster.LoadDesiredCopy(nodeDir, o.node)
+		ds, err := cluster.LoadDesiredCopy(nodeDir, o.node, set.Policy())
 		switch {
 		case err == nil:
 			setFeed(feed, ds, log, map[string]int64{})
@@ -230,7 +234,7 @@ func (f *fleet) runNode(o *agentOptions, set agentcmd.Settings, endpoints []stri
 		return exitOK
 	}
 	n, err := cluster.NewNode(cli, cluster.NodeConfig{Name: o.node, LeaseTTL: o.leaseTTL, Dir: nodeDir,
-		Source: agentLog{a}, Changes: changes, Logger: log.Named("cluster"), Hooks: hooks.cluster})
+		Source: agentLog{a}, Changes: changes, Logger: log.Named("cluster"), Hooks: hooks.cluster, Policy: set.Policy(), RemoteDrivers: set.AllowRemoteDrivers})
 	if err != nil {
 		return f.fail(err)
 	}

@@ -66,6 +66,10 @@ func startAgent(t testing.TB, ep, node, dir string, env []string, args ...string
 	t.Helper()
 	cmd := tetherCmd(context.Background(), append([]string{"agent", "--node", node, "--cluster", ep, "--state-dir", dir,
 		"--lease-ttl", "2s", "--log-level", "debug"}, args...)...)
+	// These tests' specs are raw_exec: etcd's may use it here (a test's
+	// env or flag overrides; TestAgent_RemoteDriversByTheOperatorsWord
+	// holds the default, exec alone).
+	cmd.Env = append(cmd.Env, "TETHER_ALLOW_REMOTE_DRIVERS=exec,raw_exec")
 	cmd.Env = append(cmd.Env, env...)
 	errs, err := cmd.StderrPipe()
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/tether-fsm/tether/driver"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/testproc"
+	"github.com/tether-fsm/tether/job"
 	"github.com/tether-fsm/tether/statedir"
 	"github.com/tether-fsm/tether/store"
 )
@@ -183,7 +184,8 @@ func startNode(t testing.TB, cli *clientv3.Client, name string) *testNode {
 		t.Fatal(err)
 	}
 	n, err := cluster.NewNode(cli, cluster.NodeConfig{Name: name, LeaseTTL: 2 * time.Second, StatusInterval: 200 * time.Millisecond,
-		Dir: filepath.Join(dir, "cluster"), Source: src, Changes: src.Changes()})
+		Dir: filepath.Join(dir, "cluster"), Source: src, Changes: src.Changes(),
+		Policy: job.Policy{AllowRemoteDrivers: []string{"exec", "raw_exec"}}}) // these tests' specs are raw_exec
 	if err != nil {
 		t.Fatal(err)
 	}

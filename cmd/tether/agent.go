@@ -49,6 +49,11 @@ func (c *cli) cmdAgent(args []string) int {
 		c.errorf("agent takes no arguments (got %s)", strings.Join(fs.Args(), " "))
 		return exitUsage
 	}
+	remote := agentcmd.Settings{AllowDrivers: c.allowDrivers}
+	if err := af.Resolve(&remote); err != nil {
+		c.errorf("%v", err)
+		return exitUsage
+	}
 	hooks, dhooks, err := agent.HooksFromEnv()
 	if err != nil {
 		c.errorf("%v; unset the variable or pick a listed point", err)
@@ -62,6 +67,7 @@ func (c *cli) cmdAgent(args []string) int {
 		StateDir: c.stateDir, ConfigDir: af.ConfigDir,
 		Logger: c.log.Named("agent"), ExecutorCommand: cmd, AllowedCaps: c.allowedCaps, ChrootEnv: c.chroot,
 		AllowSeccomp: c.allowSeccomp, AllowMissing: c.allowMissing, AllowRead: c.allowRead,
+		AllowDrivers: c.allowDrivers, AllowRemoteDrivers: remote.AllowRemoteDrivers, AllowHostNamespaces: c.allowHostNS, MaxCount: c.maxCount,
 		ReleasePorts: c.releasePorts, StoreOptions: c.storeOptions(), Hooks: hooks, DriverHooks: dhooks,
 	})
 	if err != nil {

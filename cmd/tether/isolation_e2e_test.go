@@ -352,8 +352,12 @@ func TestRecover_KilledExecutorLeavesNothingOfAnExecTask(t *testing.T) {
 			}
 			file := execTaskFile(t, e, "tree", config, "setsid-kid", "/ctl/ready")
 			chroot := execChroot(t, filepath.Dir(ready)+":/ctl")
-			e.policy("--chroot-env", chroot) // through an agent, its list is the one that applies
-			id := strings.TrimSpace(e.must("--chroot-env", chroot, "start", file).stdout)
+			flags := []string{"--chroot-env", chroot}
+			if pidMode != "" {
+				flags = append(flags, "--allow-host-namespaces", "pid") // the operator's word
+			}
+			e.policy(flags...) // through an agent, its list is the one that applies
+			id := strings.TrimSpace(e.must(append(flags, "start", file)...).stdout)
 			if line := fifoLine(t, f, rd); line != "ready" {
 				t.Fatalf("the task said %q, want ready", line)
 			}

@@ -183,7 +183,7 @@ func (c *cli) jobFailed(file string, err error, nothing string) int {
 	}
 	c.errorf("%v; %s", err, nothing)
 	if errors.Is(err, job.ErrNotAllowed) {
-		fmt.Fprintln(c.stderr, "  the process that runs the task reads its templates and local artifacts: through an agent, the agent's --allow-read applies")
+		fmt.Fprintln(c.stderr, "  the process that runs the task applies its own allow lists: through an agent, the agent's apply")
 	} else if h := hint(err); h != "" {
 		fmt.Fprintf(c.stderr, "  %s\n", h)
 	}
@@ -588,6 +588,12 @@ func (c *cli) spawnGroupDriver(alloc, id string) error {
 	}
 	if len(c.allowRead) > 0 {
 		args = append(args, "--allow-read", strings.Join(c.allowRead, ","))
+	}
+	if len(c.allowDrivers) > 0 {
+		args = append(args, "--allow-drivers", strings.Join(c.allowDrivers, ","))
+	}
+	if len(c.allowHostNS) > 0 {
+		args = append(args, "--allow-host-namespaces", strings.Join(c.allowHostNS, ","))
 	}
 	args = append(args, id)
 	dir := c.layout().Alloc(alloc)

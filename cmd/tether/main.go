@@ -96,6 +96,11 @@ type cli struct {
 	// (--allow-seccomp, --allow-missing, --allow-read).
 	allowSeccomp, allowMissing []string
 	allowRead                  []string
+	// The drivers tasks may use, the namespaces exec tasks may share with
+	// the host, the bound on a group's count (--allow-drivers,
+	// --allow-host-namespaces, --max-count).
+	allowDrivers, allowHostNS []string
+	maxCount                  int
 
 	log   hclog.Logger
 	hooks driver.Hooks
@@ -377,6 +382,7 @@ func (c *cli) setup() error {
 		c.notePassedOver()
 	}
 	c.allowSeccomp, c.allowMissing, c.allowRead = set.AllowSeccomp, set.AllowMissing, set.AllowRead
+	c.allowDrivers, c.allowHostNS, c.maxCount = set.AllowDrivers, set.AllowHostNamespaces, set.MaxCount
 	hooks, err := driver.HooksFromEnv()
 	if err != nil {
 		return fmt.Errorf("%w; unset the variable or pick a listed point", err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -18,6 +19,7 @@ import (
 	"github.com/tether-fsm/tether/job"
 	"github.com/tether-fsm/tether/statedir"
 	"github.com/tether-fsm/tether/store"
+	"github.com/tether-fsm/tether/taskfile"
 )
 
 // A command runs against an agent.Service: the agent that serves the
@@ -122,7 +124,8 @@ func (c *cli) open() (*session, error) {
 		AllowSeccomp:    c.allowSeccomp,
 		AllowMissing:    c.allowMissing,
 		AllowRead:       c.allowRead,
-		Hooks:           c.hooks,
+		AllowDrivers:    c.allowDrivers, AllowHostNamespaces: c.allowHostNS,
+		Hooks: c.hooks,
 	})
 	if err != nil {
 		_ = st.Close()
@@ -130,7 +133,8 @@ func (c *cli) open() (*session, error) {
 	}
 	l := &agent.Local{D: d, Store: st, StateDir: c.stateDir, ExecutorCommand: cmd, Logger: c.log,
 		Hooks: c.hooks, ReleasePorts: c.releasePorts,
-		Policy:  job.Policy{AllowedCaps: c.allowedCaps, Chroot: c.chroot, AllowSeccomp: c.allowSeccomp, AllowMissing: c.allowMissing, AllowRead: c.allowRead},
+		Policy: job.Policy{AllowedCaps: c.allowedCaps, Chroot: c.chroot, AllowSeccomp: c.allowSeccomp, AllowMissing: c.allowMissing, AllowRead: c.allowRead,
+			AllowDrivers: c.allowDrivers, AllowHostNamespaces: c.allowHostNS, MaxCount: c.maxCount},
 		HandOff: func(alloc string, ids []string) error { return c.spawnGroupDriver(alloc, ids[0]) }}
 	return &session{svc: l, local: l, close: func() error { return errors.Join(d.Close(), st.Close()) }}, nil
 }
@@ -182,6 +186,14 @@ func (c *cli) checkPolicy(cl *agent.Client) error {
 				errAgentServes, cl.PID(), c.stateDir, strings.Join(theirs, ","), strings.Join(c.chroot, ",")))
 		}
 	}
+	agentDrivers := p.AllowDrivers
+	if agentDrivers == nil {
+		agentDrivers = job.DefaultDrivers
+	}
+	if c.maxCount != 0 && c.maxCount != cmp.Or(p.MaxCount, taskfile.DefaultMaxCount) {
+		errs = append(errs, fmt.Errorf("%w: the agent (pid %d) serving %s reads every file with its own bound on count, %d; --max-count %d (or TETHER_MAX_COUNT) cannot change it: leave it out, or restart the agent with it",
+			errAgentServes, cl.PID(), c.stateDir, cmp.Or(p.MaxCount, taskfile.DefaultMaxCount), c.maxCount))
+	}
 	for _, l := range []struct {
 		flag, env    string
 		ours, theirs []string
@@ -189,6 +201,8 @@ func (c *cli) checkPolicy(cl *agent.Client) error {
 		{"--allow-seccomp", "TETHER_ALLOW_SECCOMP", c.allowSeccomp, p.AllowSeccomp},
 		{"--allow-missing", "TETHER_ALLOW_MISSING", c.allowMissing, p.AllowMissing},
 		{"--allow-read", "TETHER_ALLOW_READ", c.allowRead, p.AllowRead},
+		{"--allow-drivers", "TETHER_ALLOW_DRIVERS", c.allowDrivers, agentDrivers},
+		{"--allow-host-namespaces", "TETHER_ALLOW_HOST_NAMESPACES", c.allowHostNS, p.AllowHostNamespaces},
 	} {
 		if l.ours != nil && !sameList(l.ours, l.theirs, strings.TrimSpace) {
 			theirs := strings.Join(l.theirs, ",")

@@ -20,12 +20,15 @@
 package agentcmd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -34,6 +37,7 @@ import (
 	"github.com/tether-fsm/tether/agent"
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/internal/clikit"
+	"github.com/tether-fsm/tether/job"
 	"github.com/tether-fsm/tether/statedir"
 )
 
@@ -47,10 +51,14 @@ type Globals struct {
 	// AllowSeccomp, AllowMissing and AllowRead are --allow-seccomp,
 	// --allow-missing and --allow-read as given.
 	AllowSeccomp, AllowMissing, AllowRead string
+	// AllowDrivers, AllowHostNamespaces and MaxCount are
+	// --allow-drivers, --allow-host-namespaces and --max-count as given.
+	AllowDrivers, AllowHostNamespaces, MaxCount string
 }
 
 // GlobalNames are the flags Register registers, in order.
-var GlobalNames = []string{"state-dir", "allow-caps", "chroot-env", "allow-seccomp", "allow-missing", "allow-read"}
+var GlobalNames = []string{"state-dir", "allow-caps", "chroot-env", "allow-seccomp", "allow-missing", "allow-read",
+	"allow-drivers", "allow-host-namespaces", "max-count"}
 
 // policyNames are the allow lists among GlobalNames.
 var policyNames = GlobalNames[1:]
@@ -68,6 +76,9 @@ func (g *Globals) Register(fs *clikit.FlagSet, startsTasks bool) {
 	fs.StringVar(&g.AllowSeccomp, "allow-seccomp", g.AllowSeccomp, "what an exec task's seccomp may name besides \"default\": `list` of unconfined and profile paths, comma-separated (env TETHER_ALLOW_SECCOMP; default none); unconfined also runs exec tasks unfiltered on a host without seccomp")
 	fs.StringVar(&g.AllowMissing, "allow-missing", g.AllowMissing, "sandbox `parts` exec tasks may run without where the host lacks them: cgroupns, keyring, comma-separated (env TETHER_ALLOW_MISSING; default none: such a host refuses exec tasks)")
 	fs.StringVar(&g.AllowRead, "allow-read", g.AllowRead, "host `directories`, comma-separated, a job file's template (source, file) or local artifact may read besides the task's own and its group's (env TETHER_ALLOW_READ; default none)")
+	fs.StringVar(&g.AllowDrivers, "allow-drivers", g.AllowDrivers, "the `drivers` tasks may use, comma-separated: exec, raw_exec (env TETHER_ALLOW_DRIVERS; default exec,raw_exec)")
+	fs.StringVar(&g.AllowHostNamespaces, "allow-host-namespaces", g.AllowHostNamespaces, "the `namespaces` an exec task may share with the host, comma-separated: pid (pid_mode = \"host\"), ipc (ipc_mode = \"host\") (env TETHER_ALLOW_HOST_NAMESPACES; default none)")
+	fs.StringVar(&g.MaxCount, "max-count", g.MaxCount, "the most copies of a group (its count) a file may ask for: a `number` (env TETHER_MAX_COUNT; default 1000)")
 	fs.MarkGlobal(GlobalNames...)
 	if !startsTasks {
 		for _, name := range policyNames {
@@ -89,6 +100,23 @@ type Settings struct {
 	AllowSeccomp []string
 	AllowMissing []string
 	AllowRead    []string
+	// AllowDrivers are the drivers tasks may use (nil: job.DefaultDrivers),
+	// AllowHostNamespaces the namespaces an exec task may share with the
+	// host (nil: none), MaxCount the bound on a group's count (0: the
+	// default). AllowRemoteDrivers, an agent's (Flags.Resolve), are the
+	// drivers a spec from etcd may use (nil: job.DefaultRemoteDrivers).
+	AllowDrivers        []string
+	AllowRemoteDrivers  []string
+	AllowHostNamespaces []string
+	MaxCount            int
+}
+
+// Policy is the settings' allow lists as the job path holds them.
+func (s Settings) Policy() job.Policy {
+	return job.Policy{AllowedCaps: slices.Clone(s.AllowedCaps), Chroot: slices.Clone(s.Chroot),
+		AllowSeccomp: slices.Clone(s.AllowSeccomp), AllowMissing: slices.Clone(s.AllowMissing), AllowRead: slices.Clone(s.AllowRead),
+		AllowDrivers: slices.Clone(s.AllowDrivers), AllowRemoteDrivers: slices.Clone(s.AllowRemoteDrivers),
+		AllowHostNamespaces: slices.Clone(s.AllowHostNamespaces), MaxCount: s.MaxCount}
 }
 
 // Resolve reads each flag, or where it is empty its environment variable,
@@ -125,12 +153,33 @@ func (g *Globals) Resolve() (Settings, error) {
 		}
 		s.AllowRead = append(s.AllowRead, filepath.Clean(d))
 	}
+	s.AllowDrivers = lowerList(splitList(g.AllowDrivers, "TETHER_ALLOW_DRIVERS"))
+	s.AllowHostNamespaces = lowerList(splitList(g.AllowHostNamespaces, "TETHER_ALLOW_HOST_NAMESPACES"))
+	if v := cmp.Or(strings.TrimSpace(g.MaxCount), strings.TrimSpace(os.Getenv("TETHER_MAX_COUNT"))); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return s, fmt.Errorf("--max-count %q (or TETHER_MAX_COUNT): give a positive number of copies", v)
+		}
+		s.MaxCount = n
+	}
+	if err := s.Policy().Validate(); err != nil {
+		return s, errors.New(job.Describe(err))
+	}
 	dir, err := StateDir(g.StateDir)
 	if err != nil {
 		return s, err
 	}
 	s.StateDir = dir
 	return s, nil
+}
+
+// lowerList lower-cases a list's entries (drivers and namespaces are
+// lower case names).
+func lowerList(l []string) []string {
+	for i := range l {
+		l[i] = strings.ToLower(l[i])
+	}
+	return l
 }
 
 // splitList splits a comma-separated flag value, or when it is empty the
@@ -171,12 +220,27 @@ func StateDir(flagValue string) (string, error) {
 type Flags struct {
 	ConfigDir string
 	Once      bool
+	// AllowRemoteDrivers is --allow-remote-drivers as given.
+	AllowRemoteDrivers string
 }
 
 // Register registers them on fs.
 func (f *Flags) Register(fs *clikit.FlagSet) {
 	fs.StringVar(&f.ConfigDir, "config-dir", f.ConfigDir, "`directory` of task and job files (*.hcl, *.nomad) to keep running, each read as tether start reads it; owned by root or you, writable by no one else")
 	fs.BoolVar(&f.Once, "once", f.Once, "recover and converge once, then exit (for cron's @reboot)")
+	fs.StringVar(&f.AllowRemoteDrivers, "allow-remote-drivers", f.AllowRemoteDrivers, "the `drivers` a spec from etcd (a node's desired state, a placement) may use, comma-separated, each also in --allow-drivers (env TETHER_ALLOW_REMOTE_DRIVERS; default exec)")
+}
+
+// Resolve reads --allow-remote-drivers, or where it is empty its
+// environment variable, into set, and checks it against set's
+// --allow-drivers: every remote driver must be one a local file may use,
+// else the error names both flags.
+func (f *Flags) Resolve(set *Settings) error {
+	set.AllowRemoteDrivers = lowerList(splitList(f.AllowRemoteDrivers, "TETHER_ALLOW_REMOTE_DRIVERS"))
+	if err := set.Policy().Validate(); err != nil {
+		return errors.New(job.Describe(err))
+	}
+	return nil
 }
 
 // Serve runs a in the foreground until SIGTERM or SIGINT (SIGHUP reads

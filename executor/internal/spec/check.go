@@ -5,6 +5,7 @@ package spec
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -12,6 +13,46 @@ import (
 	"github.com/tether-fsm/tether/executor/internal/wire"
 	"github.com/tether-fsm/tether/fsm"
 )
+
+// CheckTrust refuses what the operator's policy does not allow a launch,
+// whatever asked for it (a file, a command line, a restart of a recorded
+// spec), before anything of the host is looked at: a launch mode outside
+// AllowDrivers (nil: both), an exec task sharing the host's PID or IPC
+// namespace outside AllowHostNamespaces (nil: none). Errors wrap
+// ErrBadSpec and name the flag that would allow it.
+func CheckTrust(l wire.Launch) error {
+	if l.AllowDrivers != nil && !slices.Contains(l.AllowDrivers, l.Driver) {
+		return fmt.Errorf("%w: driver %q is not allowed by the operator (--allow-drivers %s)", wire.ErrBadSpec, l.Driver, strings.Join(l.AllowDrivers, ","))
+	}
+	if l.Driver != wire.ModeExec {
+		return nil
+	}
+	for _, m := range []struct{ attr, v, ns string }{{"pid_mode", l.PIDMode, "pid"}, {"ipc_mode", l.IPCMode, "ipc"}} {
+		if m.v != "" && !slices.Contains(l.AllowHostNamespaces, m.ns) {
+			return fmt.Errorf("%w: %s = %q shares the host's namespace, which the operator does not allow (--allow-host-namespaces %s)", wire.ErrBadSpec, m.attr, m.v, m.ns)
+		}
+	}
+	return nil
+}
+
+// HostNamespaces are the names AllowHostNamespaces may list.
+var HostNamespaces = []string{"pid", "ipc"}
+
+// ValidateTrust checks AllowDrivers (launch modes) and
+// AllowHostNamespaces (HostNamespaces).
+func ValidateTrust(drivers, hostNamespaces []string) error {
+	for _, d := range drivers {
+		if d != wire.ModeExec && d != wire.ModeRawExec {
+			return fmt.Errorf("%w: driver %q: use %s or %s", wire.ErrBadSpec, d, wire.ModeExec, wire.ModeRawExec)
+		}
+	}
+	for _, n := range hostNamespaces {
+		if !slices.Contains(HostNamespaces, n) {
+			return fmt.Errorf("%w: host namespace %q: use %s", wire.ErrBadSpec, n, strings.Join(HostNamespaces, " or "))
+		}
+	}
+	return nil
+}
 
 // Check is the one host check of a launch, made by the driver before it
 // spawns anything (executor.World.CheckSpec) and by the executor again at
@@ -29,6 +70,9 @@ import (
 // *cgroup.LimitError that names the controller.
 func Check(l wire.Launch, h cgroup.Host, noCgroup error, f Features) (Sandbox, error) {
 	var sb Sandbox
+	if err := CheckTrust(l); err != nil {
+		return sb, err
+	}
 	tu, err := UserOf(l.Spec)
 	if err != nil {
 		return sb, err

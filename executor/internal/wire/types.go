@@ -64,6 +64,11 @@ type Policy struct {
 	// local artifact, may be read from besides the task's own and its
 	// group's alloc directory; nil allows none.
 	AllowRead []string `json:"allow_read,omitempty"`
+	// AllowDrivers lists the launch modes allowed (nil: both), and
+	// AllowHostNamespaces the namespaces an exec task may share with the
+	// host ("pid", "ipc": PIDMode, IPCMode "host"; nil: none).
+	AllowDrivers        []string `json:"allow_drivers,omitempty"`
+	AllowHostNamespaces []string `json:"allow_host_namespaces,omitempty"`
 }
 
 // Launch is what the executor is asked to launch: the task's spec as the
