@@ -32,6 +32,11 @@ var DefaultDrivers = []string{executor.ModeExec, executor.ModeRawExec}
 // file: raw_exec would run their command as the agent's user (root).
 var DefaultRemoteDrivers = []string{executor.ModeExec}
 
+// NoDriver, alone in AllowRemoteDrivers (--allow-remote-drivers none),
+// allows a spec from etcd no driver: the node runs nothing it is told
+// through etcd (an empty list is no list: the default).
+const NoDriver = "none"
+
 // HostNamespaces are the namespaces an exec task may share with the host,
 // by the operator's word (AllowHostNamespaces): "pid" (pid_mode = "host")
 // and "ipc" (ipc_mode = "host"). Nomad's exec driver has these two modes
@@ -63,7 +68,7 @@ func (p Policy) drivers() []string {
 	if remote == nil {
 		remote = DefaultRemoteDrivers
 	}
-	var out []string
+	out := []string{}
 	for _, d := range remote {
 		if slices.Contains(local, d) {
 			out = append(out, d)
@@ -71,6 +76,12 @@ func (p Policy) drivers() []string {
 	}
 	return out
 }
+
+// RemoteDrivers are the drivers a spec from etcd may use under the policy
+// (what a node offers the fleet's scheduler): AllowRemoteDrivers (or
+// DefaultRemoteDrivers) that AllowDrivers allows too; empty, never nil,
+// for none.
+func (p Policy) RemoteDrivers() []string { return p.ForRemote().drivers() }
 
 // maxCount is the bound on a group's count.
 func (p Policy) maxCount() int {
@@ -103,6 +114,9 @@ func (p Policy) validateTrust() error {
 		local = DefaultDrivers
 	}
 	for _, d := range p.AllowRemoteDrivers {
+		if d == NoDriver && len(p.AllowRemoteDrivers) == 1 {
+			continue
+		}
 		if !slices.Contains(Drivers, d) {
 			return fmt.Errorf("%w: --allow-remote-drivers %q: tether runs %s", ErrBadInput, d, strings.Join(Drivers, " and "))
 		}

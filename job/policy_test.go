@@ -3,6 +3,7 @@ package job
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -33,6 +34,8 @@ func TestPolicy_DriversByTheOperatorsWord(t *testing.T) {
 		{"exec locally off", "exec", []string{"raw_exec"}, []string{}, false, "--allow-drivers"},
 		{"exec from etcd, remote list empty", "exec", nil, []string{}, true, "--allow-remote-drivers"},
 		{"a remote list does not narrow a local file", "raw_exec", nil, []string{"exec"}, false, ""},
+		{"exec from etcd, --allow-remote-drivers none", "exec", nil, []string{NoDriver}, true, "--allow-remote-drivers"},
+		{"raw_exec locally, --allow-remote-drivers none", "raw_exec", nil, []string{NoDriver}, false, ""},
 	} {
 		node := testNode(t)
 		node.Policy.AllowDrivers, node.Policy.AllowRemoteDrivers = tc.local, tc.remote
@@ -173,5 +176,27 @@ func TestPolicy_DriverOverrideIsJudged(t *testing.T) {
 	_, err := j.Instantiate(context.Background(), node, ids, Overrides{Driver: "raw_exec"})
 	if !errors.Is(err, ErrNotAllowed) || !strings.Contains(err.Error(), "--allow-drivers") {
 		t.Fatalf("--driver raw_exec under --allow-drivers exec: %v, want a refusal naming --allow-drivers", err)
+	}
+}
+
+// What a node offers the fleet's scheduler is what a spec from etcd may
+// use: the remote list within the local one, none for "none".
+func TestPolicy_RemoteDriversOffered(t *testing.T) {
+	for _, tc := range []struct {
+		local, remote, want []string
+	}{
+		{nil, nil, []string{"exec"}},
+		{nil, []string{"exec", "raw_exec"}, []string{"exec", "raw_exec"}},
+		{[]string{"exec"}, nil, []string{"exec"}},
+		{nil, []string{NoDriver}, []string{}},
+		{[]string{"raw_exec"}, nil, []string{}},
+	} {
+		p := Policy{AllowDrivers: tc.local, AllowRemoteDrivers: tc.remote}
+		if got := p.RemoteDrivers(); got == nil || !slices.Equal(got, tc.want) {
+			t.Errorf("local %v, remote %v: RemoteDrivers() = %#v, want %v", tc.local, tc.remote, got, tc.want)
+		}
+	}
+	if err := (Policy{AllowRemoteDrivers: []string{NoDriver, "exec"}}).Validate(); err == nil {
+		t.Error(`--allow-remote-drivers none,exec validated: "none" stands alone`)
 	}
 }

@@ -234,7 +234,7 @@ func (f *fleet) runNode(o *agentOptions, set agentcmd.Settings, endpoints []stri
 		return exitOK
 	}
 	n, err := cluster.NewNode(cli, cluster.NodeConfig{Name: o.node, LeaseTTL: o.leaseTTL, Dir: nodeDir,
-		Source: agentLog{a}, Changes: changes, Logger: log.Named("cluster"), Hooks: hooks.cluster, Policy: set.Policy(), RemoteDrivers: set.AllowRemoteDrivers})
+		Source: agentLog{a}, Changes: changes, Logger: log.Named("cluster"), Hooks: hooks.cluster, Policy: set.Policy(), RemoteDrivers: set.Policy().RemoteDrivers()})
 	if err != nil {
 		return f.fail(err)
 	}

@@ -228,7 +228,7 @@ type Flags struct {
 func (f *Flags) Register(fs *clikit.FlagSet) {
 	fs.StringVar(&f.ConfigDir, "config-dir", f.ConfigDir, "`directory` of task and job files (*.hcl, *.nomad) to keep running, each read as tether start reads it; owned by root or you, writable by no one else")
 	fs.BoolVar(&f.Once, "once", f.Once, "recover and converge once, then exit (for cron's @reboot)")
-	fs.StringVar(&f.AllowRemoteDrivers, "allow-remote-drivers", f.AllowRemoteDrivers, "the `drivers` a spec from etcd (a node's desired state, a placement) may use, comma-separated, each also in --allow-drivers (env TETHER_ALLOW_REMOTE_DRIVERS; default exec)")
+	fs.StringVar(&f.AllowRemoteDrivers, "allow-remote-drivers", f.AllowRemoteDrivers, "the `drivers` a spec from etcd (a node's desired state, a placement) may use, comma-separated, each also in --allow-drivers, or none (env TETHER_ALLOW_REMOTE_DRIVERS; default exec)")
 }
 
 // Resolve reads --allow-remote-drivers, or where it is empty its
