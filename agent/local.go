@@ -84,6 +84,8 @@ type Local struct {
 	// Policy is the allow lists of this process's driver (its Config's),
 	// which the job path applies too (PlanJob, Enable).
 	Policy job.Policy
+	// Host is the node's configuration besides what is detected (Config's).
+	Host taskfile.HostConfig
 
 	bootOnce sync.Once
 	boot     string
@@ -237,7 +239,7 @@ func (l *Local) ExecTask(ctx context.Context, id string, spec driver.ExecSpec) (
 // allow lists, its executors' base environment, its port allocator (a
 // group's ports held while a task of it is live).
 func (l *Local) node(ctx context.Context) job.Node {
-	host := taskfile.DetectHost(taskfile.HostConfig{})
+	host := taskfile.DetectHost(l.Host)
 	real := &executor.Real{StateDir: l.StateDir}
 	var once sync.Once
 	var live map[string][]string

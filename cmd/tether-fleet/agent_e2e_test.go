@@ -65,7 +65,7 @@ func (s *syncBuffer) String() string {
 func startAgent(t testing.TB, ep, node, dir string, env []string, args ...string) *runningAgent {
 	t.Helper()
 	cmd := tetherCmd(context.Background(), append([]string{"agent", "--node", node, "--cluster", ep, "--state-dir", dir,
-		"--lease-ttl", "2s", "--log-level", "debug"}, args...)...)
+		"--lease-ttl", "2s", "--log-level", cmpOrEnv("TETHER_E2E_LOG", "debug")}, args...)...)
 	cmd.Env = append(cmd.Env, env...)
 	errs, err := cmd.StderrPipe()
 	if err != nil {
