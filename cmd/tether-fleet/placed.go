@@ -101,7 +101,9 @@ func newNodeFeed(feed *agent.Feed, drivers []string, log hclog.Logger) *nodeFeed
 
 // isCopyEntry tells a placed copy's entry from a desired task's: a
 // desired name follows the task id rule, which has no '['.
-func isCopyEntry(name string) bool { return strings.HasSuffix(name, "]") && strings.Contains(name, "[") }
+func isCopyEntry(name string) bool {
+	return strings.HasSuffix(name, "]") && strings.Contains(name, "[")
+}
 
 // setDesired takes the node's desired set (see setFeed).
 func (nf *nodeFeed) setDesired(ds cluster.DesiredSet) {
