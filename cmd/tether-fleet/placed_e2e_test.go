@@ -38,7 +38,7 @@ func placedJob(t *testing.T, count, memory int, marker string) string {
       driver = "exec"
       config {
         command = "/bin/sh"
-        args    = ["-c", "sleep 3600; true # %s"]
+        args    = ["-c", "trap 'exit 0' TERM; sleep 3600 & wait; true # %s"]
       }
       resources {
         cpu    = 10
@@ -169,6 +169,7 @@ func TestFleet_PlacedJobRunsOnMatchingNodesMovesWhenANodeDiesAndNeverRunsTwice(t
 		start(n)
 	}
 
+	dirs := []string{nodes[0].dir, nodes[1].dir, nodes[2].dir}
 	// run without --detach returns once every copy runs, as its node says.
 	r := tether(t, "cluster", "--endpoints", eps, "run", "--timeout", "40s", placedJob(t, 6, 10, marker))
 	if r.code != 0 || !strings.Contains(r.stdout, "6 of 6 copies placed, 6 running") {
@@ -178,9 +179,7 @@ func TestFleet_PlacedJobRunsOnMatchingNodesMovesWhenANodeDiesAndNeverRunsTwice(t
 	if len(other) != 0 || on["n3"] != 0 || on["n1"] == 0 || on["n2"] == 0 || on["n1"]+on["n2"] != 6 {
 		t.Errorf("copies by node %v (others %+v): want all 6 running on the gold nodes n1 and n2, on both", on, other)
 	}
-	if procs := testproc.Marked(marker); len(procs) != 6 {
-		t.Errorf("the copies run as %d processes, want 6: %v", len(procs), procs)
-	}
+	waitProcs(t, marker, 6, dirs, logs()...)
 
 	// n2's agent alone SIGKILLed: its copies run on (as a partitioned
 	// node's would) and are placed on n1 once its lease lapses; n2 comes
@@ -194,14 +193,10 @@ func TestFleet_PlacedJobRunsOnMatchingNodesMovesWhenANodeDiesAndNeverRunsTwice(t
 		on, other := perNode(rows)
 		return on["n1"] == 6 && !slices.ContainsFunc(other, func(r copyRow) bool { return r.Node != "n2" })
 	}, logs()...)
-	if procs := testproc.Marked(marker); len(procs) != 6+on["n2"] {
-		t.Errorf("with n2's agent dead its copies run on: want %d processes, got %v", 6+on["n2"], procs)
-	}
+	waitProcs(t, marker, 6+on["n2"], dirs, logs()...) // n2's run on, unknown to the fleet
 	start(n2)
 	waitNoCopies(t, n2.dir, n2.ag.log)
-	if procs := testproc.Marked(marker); len(procs) != 6 {
-		t.Errorf("n2 back: the copies run as %d processes, want 6: %v\nn2's log:\n%s", len(procs), whose(procs, nodes[0].dir, nodes[1].dir, nodes[2].dir), n2.ag.log)
-	}
+	waitProcs(t, marker, 6, dirs, logs()...)
 	if l := n2.ag.log.String(); strings.Contains(l, "starting copy") {
 		t.Errorf("n2 started a copy after it came back:\n%s", l)
 	}
@@ -241,9 +236,7 @@ func TestFleet_PlacedJobRunsOnMatchingNodesMovesWhenANodeDiesAndNeverRunsTwice(t
 	}
 	start(n1)
 	waitNoCopies(t, n1.dir, n1.ag.log)
-	if procs := testproc.Marked(marker); len(procs) != 6 {
-		t.Errorf("after n1 came back the copies run as %d processes, want 6: %v\nn1's log:\n%s", len(procs), procs, n1.ag.log)
-	}
+	waitProcs(t, marker, 6, dirs, logs()...)
 
 	// A job no node can hold fails at once, naming the constraint, the
 	// resource, and the node just back (n1, held off).
@@ -340,4 +333,33 @@ func whose(procs []testproc.Proc, dirs ...string) []string {
 		out = append(out, fmt.Sprintf("%d under %s", p.PID, at))
 	}
 	return out
+}
+
+// waitProcs waits until exactly n processes carry marker and stay so
+// (checked every 50ms, for a minute at most): the fleet is quiet. A count
+// seen other than n on the way is logged, naming where each runs.
+func waitProcs(t *testing.T, marker string, n int, dirs []string, logs ...fmt.Stringer) {
+	t.Helper()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(time.Minute)
+	stable := 0
+	var procs []testproc.Proc
+	for stable < 10 { // half a second of n
+		procs = testproc.Marked(marker)
+		if len(procs) == n {
+			stable++
+		} else {
+			stable = 0
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			var b strings.Builder
+			for _, l := range logs {
+				b.WriteString(l.String())
+			}
+			t.Fatalf("the copies run as %d processes, want %d: %v\nagents' logs:\n%s", len(procs), n, whose(procs, dirs...), b.String())
+		}
+	}
 }
