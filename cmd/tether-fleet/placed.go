@@ -56,6 +56,7 @@ type placedNode interface {
 // nodeFeed merges the node's two sources into the agent's feed.
 type nodeFeed struct {
 	feed    *agent.Feed
+	set     func(map[string]agent.FeedEntry, map[string]error) // feed.Set
 	log     hclog.Logger
 	drivers []string
 	now     func() time.Time
@@ -95,7 +96,7 @@ type heldCopy struct {
 }
 
 func newNodeFeed(feed *agent.Feed, drivers []string, log hclog.Logger) *nodeFeed {
-	return &nodeFeed{feed: feed, log: log, drivers: drivers, now: time.Now, logged: map[string]int64{},
+	return &nodeFeed{feed: feed, set: feed.Set, log: log, drivers: drivers, now: time.Now, logged: map[string]int64{},
 		held: map[heldKey]heldCopy{}, status: map[string]agent.Entry{}}
 }
 
@@ -175,7 +176,7 @@ func (nf *nodeFeed) update() (map[cluster.CopyID]cluster.Verdict, time.Time) {
 	nf.stopsFirst(entries)
 	if fp := fingerprint(entries, probs); fp != nf.lastSet || !nf.setOnce {
 		nf.lastSet, nf.setOnce = fp, true
-		nf.feed.Set(entries, probs)
+		nf.set(entries, probs)
 	}
 	if !fresh {
 		return nil, wake
