@@ -46,7 +46,9 @@ func newTestFeed(t *testing.T) *testFeed {
 	tf := &testFeed{now: time.Unix(1000, 0)}
 	tf.nodeFeed = newNodeFeed(feed, cluster.DefaultRemoteDrivers, hclog.NewNullLogger())
 	tf.nodeFeed.now = func() time.Time { return tf.now }
-	tf.nodeFeed.set = func(e map[string]agent.FeedEntry, p map[string]error) { tf.entries, tf.problems, tf.sets = e, p, tf.sets+1 }
+	tf.nodeFeed.set = func(e map[string]agent.FeedEntry, p map[string]error) {
+		tf.entries, tf.problems, tf.sets = e, p, tf.sets+1
+	}
 	tf.setDesired(cluster.DesiredSet{Node: "n1"})
 	tf.setContact(tf.now, time.Second)
 	return tf
