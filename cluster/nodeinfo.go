@@ -229,7 +229,7 @@ func (n *Node) fencedPut(ctx context.Context, guard string, rev int64, key strin
 	resp, err := n.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.LeaseValue(alive), "=", lease), clientv3.Compare(clientv3.ModRevision(guard), "=", rev)).
 		Then(clientv3.OpPut(key, string(val))).
-		Else(clientv3.OpGet(alive, clientv3.WithKeysOnly())).
+		Else(clientv3.OpGet(alive)). // keys-only answers carry no lease
 		Commit()
 	if err != nil {
 		return unavailable(what, err)
