@@ -41,6 +41,10 @@ import (
 //     cluster start` parsed it (cluster.ParseDesired) and read by the
 //     agent through its job path, under the node's allow lists, which it
 //     cannot widen;
+//   - the copies the fleet's scheduler placed on the node (place/NODE/)
+//     are entries of that same feed, one a copy, read through the job path
+//     with the copy's selection; the node writes its verdict on each
+//     (placed.go says how, and in which order it stops and starts);
 //   - the liveness lease is kept by the node; its loss is logged and the
 //     node registered again, and no task is touched for it.
 

@@ -54,7 +54,9 @@ import (
 //	stop_after_client_disconnect: the
 //	  node stops its copies once etcd is
 //	  away that long, and runs them again
-//	  only on placements read after        TestNodeFeed_StopAfterClientDisconnectStopsAndWaitsForFreshPlacements
+//	  only on placements read after        TestNodeFeed_StopAfterClientDisconnectStopsAndWaitsForFreshPlacements, TestFleet_StopAfterClientDisconnectStopsTheCopyOnItsNodeWithoutEtcd
+//	run fails at once on a node's refusal
+//	  of a copy, naming node and reason     TestCluster_RunFailsNamingANodesRefusalAndItsReason
 //	the README's fleet tour runs as
 //	  written                               TestREADME_FleetTourRunsAsWritten, TestREADME_FleetTourExpectationsMatchItsLines
 

@@ -363,3 +363,51 @@ func waitProcs(t *testing.T, marker string, n int, dirs []string, logs ...fmt.St
 		}
 	}
 }
+
+// stop_after_client_disconnect: a node cut off from etcd (every member
+// SIGKILLed) stops its copy itself once that long has passed since its
+// last proof of its lease; with etcd back, the placement still names it,
+// and it runs the copy again.
+func TestFleet_StopAfterClientDisconnectStopsTheCopyOnItsNodeWithoutEtcd(t *testing.T) {
+	c := etcdtest.Start(t, 3)
+	eps := strings.Join(c.Endpoints(), ",")
+	cli := dial(t, c.Endpoints()...)
+	marker := fmt.Sprintf("fleetdisconnect-%d", time.Now().UnixNano())
+	t.Cleanup(func() { testproc.CheckNoLeak(t, marker) })
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testproc.CheckNoLeak(t, dir) })
+	ag := startAgent(t, eps, "n1", dir, nil, "--meta", "tier=gold")
+	ag.waitRegistered(cli, "n1")
+	job := strings.Replace(string(mustRead(t, placedJob(t, 1, 10, marker))), `group "front" {`, `group "front" {
+    stop_after_client_disconnect = "1s"`, 1)
+	r := tether(t, "cluster", "--endpoints", eps, "run", "--timeout", "1m", writeFile(t, "web.nomad", job))
+	if r.code != 0 {
+		t.Fatalf("run:\n%s\nthe agent's log:\n%s", r, ag.log)
+	}
+	waitProcs(t, marker, 1, []string{dir}, ag.log)
+	cut := time.Now()
+	for i := range c.Len() {
+		c.Kill(i)
+	}
+	testproc.CheckGone(t, marker, time.Minute)
+	t.Logf("etcd gone: the copy stopped on its node %v later (stop_after_client_disconnect 1s, keep-alive gap %v)",
+		time.Since(cut).Round(10*time.Millisecond), 2*time.Second/3+time.Second)
+	if !strings.Contains(ag.log.String(), "no contact with etcd for the copy's stop_after_client_disconnect") {
+		t.Errorf("the agent did not say why it stopped the copy:\n%s", ag.log)
+	}
+	for i := range c.Len() {
+		c.Restart(i)
+	}
+	c.WaitReady(c.Endpoints()...)
+	waitRows(t, cli, eps, "web", "running again", func(rows []copyRow) bool {
+		on, other := perNode(rows)
+		return len(other) == 0 && on["n1"] == 1
+	}, ag.log)
+	waitProcs(t, marker, 1, []string{dir}, ag.log)
+	must(t, "cluster", "--endpoints", eps, "stop", "web")
+	testproc.CheckGone(t, marker, time.Minute)
+	ag.stop()
+}
