@@ -152,6 +152,7 @@ func TestFleet_PlacedJobRunsOnMatchingNodesMovesWhenANodeDiesAndNeverRunsTwice(t
 	start := func(n *node) {
 		n.ag = startAgent(t, eps, n.name, n.dir, nil, "--meta", "tier="+n.tier, "--meta", "rack=r-"+n.name, "--capacity", n.capacity)
 		n.ag.waitRegistered(cli, n.name)
+		n.ag.waitServing()
 	}
 	logs := func() []fmt.Stringer {
 		var out []fmt.Stringer

@@ -350,7 +350,7 @@ func TestCluster_RunFailsNamingANodesRefusalAndItsReason(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := cmd.Wait()
-	if err == nil || !strings.Contains(stderr.String(), "front[0]: refused by node "+row.Node+`: driver "exec" is not allowed`) {
+	if err == nil || !strings.Contains(stderr.String(), "front[0]: refused by node "+row.Node+": ") || !strings.Contains(stderr.String(), `driver "exec" is not allowed`) {
 		t.Errorf("run with a copy refused by its node: %v\n%s%s", err, stdout.String(), stderr.String())
 	}
 }
