@@ -198,8 +198,8 @@ func TestFleet_PlacedJobRunsOnMatchingNodesMovesWhenANodeDiesAndNeverRunsTwice(t
 	start(n2)
 	waitNoCopies(t, n2.dir, n2.ag.log)
 	waitProcs(t, marker, 6, dirs, logs()...)
-	if l := n2.ag.log.String(); strings.Contains(l, "starting copy") {
-		t.Errorf("n2 started a copy after it came back:\n%s", l)
+	if l := n2.ag.log.String(); !strings.Contains(l, "placements from the local copy: node=n2 revision=") {
+		t.Errorf("n2 came back without reading its local copy of the placements (the copies it left as they were):\n%s", l)
 	}
 	waitGone(t, cli, lost) // the holdoff: 3 lease TTLs of n2's new lease
 
