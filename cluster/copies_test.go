@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tether-fsm/tether/internal/etcdtest"
 )
 
 const copiesJob = `job "web" {
@@ -145,5 +147,43 @@ func TestVerdictOf_EveryStanding(t *testing.T) {
 		if got != want || ok != (want != "") {
 			t.Errorf("VerdictOf(%q) = %q, %v; want %q", standing, got, ok, want)
 		}
+	}
+}
+
+// A node that regains etcd after a gap longer than a connected node sees
+// lists its placements again, so that a set read after it came back is
+// delivered (what a copy stopped for stop_after_client_disconnect waits
+// for), change or none; each proof moves the contact forward, never back.
+func TestNode_ContactRegainedAfterAGapListsThePlacementsAgain(t *testing.T) {
+	cli := dial(t, etcdtest.Embedded(t))
+	dir := t.TempDir()
+	n := newTestNode(t, cli, "n1", dir, openStore(t, dir), func(c *NodeConfig) { c.NoScheduler = true })
+	runNode(t, n)
+	ctx := ctxT(t)
+	var first PlacedSet
+	select {
+	case first = <-n.Placements():
+	case <-ctx.Done():
+		t.Fatal("no placements delivered")
+	}
+	at, changed := n.Contact()
+	n.touchContact(at.Add(-time.Second))
+	if again, _ := n.Contact(); !again.Equal(at) {
+		t.Errorf("a proof older than the contact moved it back: %v, was %v", again, at)
+	}
+	back := at.Add(n.KeepAliveGap() + time.Second)
+	n.touchContact(back)
+	select {
+	case <-changed:
+	default:
+		t.Error("the contact moved without a word on its channel")
+	}
+	select {
+	case s := <-n.Placements():
+		if s.FromCopy || s.Revision < first.Revision {
+			t.Errorf("after the gap: %+v, want etcd's set as of now", s)
+		}
+	case <-ctx.Done():
+		t.Fatal("contact regained after a gap: the placements were not listed again")
 	}
 }
