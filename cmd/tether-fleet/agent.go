@@ -266,9 +266,16 @@ func (f *fleet) runNode(o *agentOptions, set agentcmd.Settings, endpoints []stri
 		default:
 			log.Error("local copy of the placements not used: their copies are left as they are", "err", err)
 		}
-		if st, err := a.Status(ctx); err == nil {
-			nf.setStatus(st)
+		// What to leave as it is: the agent's entries, and every copy of the
+		// local copy (the agent may not have shown its records yet).
+		st, err := a.Status(ctx)
+		if err != nil {
+			st = agent.Status{}
 		}
+		for id := range ps.Copies {
+			st.Entries = append(st.Entries, agent.Entry{Name: cluster.EntryName(id), Origin: "etcd"})
+		}
+		nf.setStatus(st)
 		nf.setContact(time.Now(), 0)
 		nf.update()
 		if err := agentcmd.Serve(ctx, a, true, log); err != nil {
