@@ -21,6 +21,7 @@ import (
 	"github.com/tether-fsm/tether/job"
 	"github.com/tether-fsm/tether/statedir"
 	"github.com/tether-fsm/tether/store"
+	"github.com/tether-fsm/tether/taskfile"
 )
 
 // Config configures an agent. StateDir is required.
@@ -78,6 +79,12 @@ type Config struct {
 	// Feed declares desired tasks besides the config dir (tether-fleet's
 	// agent: the node's desired state from etcd; see Feed); nil for none.
 	Feed *Feed
+	// Host is what the job path reads of the node beside what it detects
+	// (taskfile.DetectHost): tether-fleet's agent gives the node's name,
+	// datacenter, class and --meta, so that ${node.unique.name} and
+	// ${meta.*} (constraints, interpolation) are the node's as registered
+	// in the fleet. Zero: the host's defaults.
+	Host taskfile.HostConfig
 	// Appended, when set, is told the task of every append the agent's
 	// driver makes to the store, whatever its outcome (a mirror's
 	// wake-up: it must not block).
@@ -187,7 +194,7 @@ func Open(cfg Config) (a *Agent, err error) {
 	a = &Agent{cfg: cfg, log: cfg.Logger, lock: lock, st: st, d: d, env: env, serving: make(chan struct{})}
 	a.Local = &Local{D: d, Store: st, StateDir: cfg.StateDir, ExecutorCommand: cfg.ExecutorCommand,
 		Logger: cfg.Logger, Now: cfg.Now, NewID: cfg.NewID, Hooks: cfg.DriverHooks, ReleasePorts: cfg.ReleasePorts,
-		BootID: cfg.BootID, Points: cfg.Hooks, Policy: a.Policy().Job()}
+		BootID: cfg.BootID, Points: cfg.Hooks, Policy: a.Policy().Job(), Host: cfg.Host}
 	a.drives = newDrives(a.Local, cfg.Logger)
 	a.conv = newConverger(a)
 	if cfg.Feed != nil {

@@ -85,6 +85,8 @@ type Local struct {
 	// Policy is the allow lists of this process's driver (its Config's),
 	// which the job path applies too (PlanJob, Enable).
 	Policy job.Policy
+	// Host is the node's configuration besides what is detected (Config's).
+	Host taskfile.HostConfig
 
 	bootOnce sync.Once
 	boot     string
@@ -107,7 +109,7 @@ func (l *Local) hostFacts() *taskfile.Host {
 	defer l.hostMu.Unlock()
 	now := time.Now()
 	if l.host == nil || now.Sub(l.hostAt) >= hostTTL || now.Before(l.hostAt) {
-		l.host, l.hostAt = taskfile.DetectHost(taskfile.HostConfig{}), now
+		l.host, l.hostAt = taskfile.DetectHost(l.Host), now
 	}
 	h := *l.host
 	h.Attrs, h.Node, h.Meta = maps.Clone(h.Attrs), maps.Clone(h.Node), maps.Clone(h.Meta)

@@ -246,6 +246,11 @@ type Entry struct {
 	// Pending: the agent has work to do for it (a start owed, a stop under
 	// way, a record to write).
 	Pending bool `json:"pending,omitempty"`
+	// Digest is the declaration its standing is of (job.Digest of its file
+	// and inputs: its record's, or its file's before it is recorded), so
+	// that a feed tells a standing of its current declaration from one of
+	// the declaration it replaces. In-process only (Agent.WatchStatus).
+	Digest string `json:"-"`
 }
 
 // Standing is where a desired entry stands.

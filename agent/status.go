@@ -29,7 +29,7 @@ func statusOf(v View, plan Plan) Status {
 		}
 		seen[f.Name] = true
 		e := Entry{Name: f.Name, Source: f.Source, File: f.File, Origin: originOf(f.Source, f.File, v.FeedDir),
-			Standing: StandingStarting, Pending: plan.Pending[f.Name], Problem: plan.Notes[f.Name]}
+			Standing: StandingStarting, Pending: plan.Pending[f.Name], Problem: plan.Notes[f.Name], Digest: f.Digest}
 		if f.Err != "" {
 			e.Standing, e.Reason = StandingRefused, f.Err
 		}
@@ -75,7 +75,7 @@ func originOf(src store.DesiredSource, file, feedDir string) string {
 // request, before the next round shows more).
 func entryOfRecord(r store.Desired) Entry {
 	e := Entry{Name: r.Name, Source: r.Source, File: r.File, Origin: originOf(r.Source, r.File, ""), Reason: r.Reason,
-		Disabled: r.Disabled, Standing: StandingStarting}
+		Disabled: r.Disabled, Standing: StandingStarting, Digest: r.Digest}
 	for _, a := range r.Allocs {
 		e.Tasks = append(e.Tasks, a.Tasks...)
 		e.Restarts += a.Restarts

@@ -59,6 +59,14 @@ import (
 //	  reschedule policy, elsewhere; a
 //	  verdict counts only for its
 //	  placement revision                    TestScheduler_FailedCopyIsPlacedAgainAfterItsDelayElsewhere, TestNomadDefaultReschedule, TestPlace_FailedCopyAvoidsItsPreviousNode, TestScheduler_StaleVerdictSaysNothingOfANewPlacement
+//	a placed copy is read on its node as
+//	  one copy of its group, its
+//	  placement in its digest; a driver
+//	  not allowed remotely refused;
+//	  stop_after_client_disconnect at its
+//	  edges; a verdict written only about
+//	  the copy's current placement, under
+//	  the node's lease                      TestReadCopy_IsOneCopyOfItsGroupAtItsPlacement, TestReadCopy_RefusesADriverNotAllowedAndACopyPastTheCount, TestCopyPlan_StopAfterClientDisconnectAtItsEdges, TestCopyPlan_RefusedPlacementsAreNamedWithTheirRevision, TestVerdictOf_EveryStanding, TestNode_WriteVerdictIsFencedByItsLease
 //	a changed job replaced max_parallel
 //	  at a time; count down and stop
 //	  remove copies                         TestScheduler_RollingUpdateMaxParallel, TestScheduler_StopAndCountDownRemoveCopies

@@ -38,6 +38,12 @@ const (
 	// CrashDesiredAfterCopy: the local copy is durable, the set not yet
 	// delivered.
 	CrashDesiredAfterCopy = "desired:after-copy"
+	// CrashPlacedBeforeCopy: the node's placements are about to be
+	// written to their local copy.
+	CrashPlacedBeforeCopy = "placed:before-copy"
+	// CrashPlacedAfterCopy: that copy is durable, the placements not yet
+	// delivered.
+	CrashPlacedAfterCopy = "placed:after-copy"
 )
 
 // CrashPoints lists every crash point, in the order a node meets them.
@@ -45,7 +51,7 @@ func CrashPoints() []string {
 	return []string{
 		CrashLivenessAfterGrant, CrashLivenessAfterCreate,
 		CrashMirrorBeforeTxn, CrashMirrorAfterTxn, CrashMirrorBeforePrune, CrashMirrorAfterPrune,
-		CrashDesiredBeforeCopy, CrashDesiredAfterCopy,
+		CrashDesiredBeforeCopy, CrashDesiredAfterCopy, CrashPlacedBeforeCopy, CrashPlacedAfterCopy,
 	}
 }
 
@@ -68,8 +74,9 @@ func (h Hooks) crash(point string) {
 // (SIGKILL self at its N-th hit, default the first).
 const EnvCrashPoint = "TETHER_CLUSTER_CRASHPOINT"
 
-// HooksFromEnv builds hooks from TETHER_CLUSTER_CRASHPOINT. An unknown
-// point is an error, so a typo cannot silently disable a test.
+// HooksFromEnv builds hooks from TETHER_CLUSTER_CRASHPOINT: a node's
+// point (CrashPoints) or its scheduler's (SchedulerCrashPoints). An
+// unknown point is an error, so a typo cannot silently disable a test.
 func HooksFromEnv() (Hooks, error) {
 	v := os.Getenv(EnvCrashPoint)
 	if v == "" {
@@ -81,8 +88,9 @@ func HooksFromEnv() (Hooks, error) {
 			name, n = v[:i], k
 		}
 	}
-	if !slices.Contains(CrashPoints(), name) || n < 1 {
-		return Hooks{}, fmt.Errorf("%s=%q: unknown crash point or count; known points: %s", EnvCrashPoint, v, strings.Join(CrashPoints(), ", "))
+	known := append(CrashPoints(), SchedulerCrashPoints()...)
+	if !slices.Contains(known, name) || n < 1 {
+		return Hooks{}, fmt.Errorf("%s=%q: unknown crash point or count; known points: %s", EnvCrashPoint, v, strings.Join(known, ", "))
 	}
 	var mu sync.Mutex
 	hits := 0

@@ -42,6 +42,9 @@ var (
 	// state directory was replaced under the node's name). The mirror is
 	// rewritten from the local log, which is the truth.
 	ErrDiverged = errors.New("cluster: mirror diverged from the local log")
+	// ErrPlacementGone: a verdict about a placement (or a desired key's
+	// revision) that is no longer the node's; nothing was written.
+	ErrPlacementGone = errors.New("cluster: the placement the verdict is about is gone")
 	// ErrTooLarge: one event is larger than a transaction may carry.
 	ErrTooLarge = errors.New("cluster: event too large for one etcd transaction")
 )

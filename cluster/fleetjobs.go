@@ -170,6 +170,20 @@ func (s *JobStatus) Done() bool {
 	return len(s.Rows) > 0
 }
 
+// Refused returns the copies of the current version whose node refused
+// its placement, each with "refused by NODE: its reason", or nil.
+func (s *JobStatus) Refused() []Unplaced {
+	var out []Unplaced
+	seen := map[CopyID]bool{}
+	for _, r := range s.Rows {
+		if VerdictState(r.State) == VerdictRefused && r.Version == s.Head.Version && !seen[r.copy] {
+			seen[r.copy] = true
+			out = append(out, Unplaced{Copy: r.copy, Reason: "refused by node " + r.Node + ": " + r.Reason})
+		}
+	}
+	return out
+}
+
 // Unplaced returns the copies the scheduler could not place at the
 // current version, or nil.
 func (s *JobStatus) Unplaced() []Unplaced {
@@ -382,7 +396,9 @@ func terminalVerdict(s VerdictState) bool {
 // running at the current version, or none placed for a stopped job),
 // calling each with every new status, and returns the last. It fails
 // with a *NotPlacedError as soon as the scheduler says a copy of the
-// current version cannot be placed, and with ctx's error when ctx ends.
+// current version cannot be placed, or a node refuses a copy of it
+// placed there (Refused: its node and reason), and with ctx's error when
+// ctx ends.
 //
 // Copies run once their nodes say so (verdict keys): until the nodes
 // write verdicts (the node side of the placed jobs), only a stopped job
@@ -400,6 +416,9 @@ func (f *Fleet) WaitJob(ctx context.Context, name string, each func(*JobStatus))
 			return st, nil
 		}
 		if u := st.Unplaced(); len(u) > 0 && !st.Head.Stopped {
+			return st, &NotPlacedError{Job: name, Copies: u}
+		}
+		if u := st.Refused(); len(u) > 0 && !st.Head.Stopped {
 			return st, &NotPlacedError{Job: name, Copies: u}
 		}
 		if err := f.waitChange(ctx, st.Revision, name); err != nil {

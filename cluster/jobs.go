@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 
+	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/taskfile"
 )
 
@@ -192,6 +193,13 @@ type GroupAsk struct {
 	StopAfterClientDisconnect time.Duration
 	// Batch: its copies run to completion (batch, sysbatch).
 	Batch bool
+	// Reschedule is its reschedule policy as Nomad merges it (its job
+	// type's defaults, the job's block, the group's): how soon, and how
+	// many times, a copy that failed on a live node is placed again.
+	Reschedule fsm.ReschedulePolicy
+	// Ready: a task of its tasks says when it is ready (readiness): a copy
+	// runs once its node says it is ready, not only running.
+	Ready bool
 	// Tasks are the names of its planned tasks, in start order.
 	Tasks []string
 }
@@ -265,6 +273,13 @@ func ParseJob(spec JobSpec) (*Job, error) {
 			MaxParallel: rules.Update.MaxParallel, MaxClientDisconnect: rules.MaxClientDisconnect,
 			StopAfterClientDisconnect: rules.StopAfterClientDisconnect, Batch: j.Type.Batch(),
 		}
+		if g.Reschedule != nil {
+			ga.Reschedule = *g.Reschedule
+		} else if ga.Batch {
+			ga.Reschedule = fsm.DefaultBatchReschedule
+		} else {
+			ga.Reschedule = fsm.DefaultServiceReschedule
+		}
 		if g.Job != nil {
 			ga.JobConstraints = slices.Clone(g.Job.Constraints)
 		}
@@ -274,6 +289,7 @@ func ParseJob(spec JobSpec) (*Job, error) {
 			ga.Constraints = append(ga.Constraints, t.Constraints...)
 			ga.Tasks = append(ga.Tasks, t.Name)
 			drivers[t.Driver] = true
+			ga.Ready = ga.Ready || t.Spec.Readiness != fsm.ReadinessNone
 			r := t.Spec.Resources
 			cpu, mem := r.CPU, r.MemoryMB
 			if cpu == 0 && r.Cores == 0 {

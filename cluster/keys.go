@@ -24,6 +24,7 @@ const DefaultPrefix = "/tether/"
 //	PREFIX alloc/JOB/GROUP/INDEX   a copy's placement: the node it is on, the version it runs
 //	PREFIX place/NODE/JOB/GROUP/INDEX  the same placement, under the node it names
 //	PREFIX verdict/NODE/JOB/GROUP/INDEX  the node's word on a copy placed on it
+//	PREFIX standing/NODE/NAME      the node's word on a desired task
 //	PREFIX eval/JOB                the scheduler's last word on the job: copies not placed, and why
 //	PREFIX lost/NODE               a node the scheduler took copies from, and since when it is back
 //	PREFIX leader/                 the scheduler's election (clientv3/concurrency)
@@ -129,6 +130,10 @@ func (k Keys) verdictPrefix(node string) string {
 	}
 	return k.prefix + "verdict/" + node + "/"
 }
+
+// standing is the node's word on a desired task (DesiredVerdict).
+func (k Keys) standing(node, name string) string { return k.standingPrefix(node) + name }
+func (k Keys) standingPrefix(node string) string { return k.prefix + "standing/" + node + "/" }
 
 func (k Keys) eval(job string) string  { return k.prefix + "eval/" + job }
 func (k Keys) evalPrefix() string      { return k.prefix + "eval/" }

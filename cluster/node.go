@@ -110,6 +110,8 @@ type Node struct {
 	stats stats
 	mir   *mirror
 	want  *watcher
+	place *placeWatcher
+	seen  contact // the node's last proof that etcd holds its lease
 
 	info  NodeInfo // the registration, but for its lease and time
 	sched *Scheduler
@@ -184,6 +186,8 @@ func NewNode(cli *clientv3.Client, cfg NodeConfig) (*Node, error) {
 	}
 	n.mir = newMirror(n)
 	n.want = newWatcher(cli, keys, cfg.Name, cfg.Dir, cfg.Policy, cfg.Logger.With("node", cfg.Name), cfg.Hooks)
+	n.place = newPlaceWatcher(cli, keys, cfg.Name, cfg.Dir, cfg.Logger.With("node", cfg.Name), cfg.Hooks)
+	n.seen.init(cfg.Now())
 	return n, nil
 }
 
@@ -222,6 +226,7 @@ func (n *Node) Run(ctx context.Context) error {
 	wg.Go(func() { n.mir.run(ctx) })
 	wg.Go(func() { n.publish(ctx) })
 	wg.Go(func() { n.want.run(ctx) })
+	wg.Go(func() { n.place.run(ctx) })
 	if n.sched != nil {
 		wg.Go(func() { n.schedule(ctx) })
 	}
@@ -247,6 +252,70 @@ func (n *Node) Run(ctx context.Context) error {
 // every change. Only the newest undelivered set is kept: a slow converger
 // skips to the latest.
 func (n *Node) Desired() <-chan DesiredSet { return n.want.out }
+
+// Placements returns the channel on which the node delivers what is
+// placed on it (place/NODE/, each copy with its job's file and inputs):
+// the local copy at once (when there is one, FromCopy), then etcd's at
+// every change. Only the newest undelivered set is kept.
+func (n *Node) Placements() <-chan PlacedSet { return n.place.out }
+
+// Contact returns the node's last proof that etcd holds its lease (when
+// it sent the request that registered it, or received a keep-alive's
+// answer; when the node started, before any) and a channel closed at its
+// next change. A node cut off from etcd sees it age: its copies with a
+// stop_after_client_disconnect stop once it is that old (Disconnected).
+func (n *Node) Contact() (time.Time, <-chan struct{}) { return n.seen.get() }
+
+// KeepAliveGap is the longest a node connected to etcd goes between two
+// proofs of its lease (Contact): the client renews the lease every third
+// of its TTL, checked every half second, and an answer takes a round trip
+// (given a second). A shorter loss of etcd cannot be told from no loss.
+func (n *Node) KeepAliveGap() time.Duration {
+	return time.Duration(n.ttlSeconds())*time.Second/3 + time.Second
+}
+
+// contact is a time and a channel closed at each change of it.
+type contact struct {
+	mu      sync.Mutex
+	at      time.Time
+	changed chan struct{}
+}
+
+func (c *contact) init(at time.Time) {
+	c.at, c.changed = at, make(chan struct{})
+}
+
+func (c *contact) get() (time.Time, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.at, c.changed
+}
+
+// touch moves the contact forward to at (never back) and returns the
+// contact it replaced.
+func (c *contact) touch(at time.Time) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	prev := c.at
+	if !at.After(c.at) {
+		return prev
+	}
+	c.at = at
+	close(c.changed)
+	c.changed = make(chan struct{})
+	return prev
+}
+
+// touchContact records a proof of the lease at at. After a gap longer
+// than a connected node sees (KeepAliveGap), the node's placements are
+// listed again: a set delivered from then on is etcd's as of after the
+// node came back, which is what a copy stopped for
+// stop_after_client_disconnect waits for before it runs again.
+func (n *Node) touchContact(at time.Time) {
+	if prev := n.seen.touch(at); at.Sub(prev) > n.KeepAliveGap() {
+		n.place.relist()
+	}
+}
 
 // Stats is what a node reports of itself.
 type Stats struct {
@@ -439,6 +508,7 @@ func (n *Node) ttlSeconds() int64 { return max(1, int64((n.cfg.LeaseTTL+time.Sec
 // register grants a lease and creates the liveness key under it if absent
 // (taking over one of our own earlier leases' keys), in one attempt.
 func (n *Node) register(ctx context.Context) (clientv3.LeaseID, error) {
+	sent := n.cfg.Now() // the lease runs from after this
 	grant, err := n.cli.Grant(ctx, n.ttlSeconds())
 	if err != nil {
 		return 0, unavailable("grant a lease", err)
@@ -504,6 +574,7 @@ func (n *Node) register(ctx context.Context) (clientv3.LeaseID, error) {
 		n.log.Info("took over the node from this state directory's earlier agent", "lease", fmt.Sprintf("%x", int64(prev)))
 	}
 	n.cfg.Hooks.crash(CrashLivenessAfterCreate)
+	n.touchContact(sent)
 	n.mu.Lock()
 	n.upSince = now.UnixNano()
 	n.mu.Unlock()
@@ -546,7 +617,11 @@ func (n *Node) liveness(ctx context.Context) {
 		b.reset()
 		ka, err := n.cli.KeepAlive(ctx, id)
 		if err == nil {
-			for range ka { // drained until the lease is lost or ctx ends
+			// Drained until the lease is lost or ctx ends. Each answer says
+			// etcd renewed the lease, for a whole TTL, less than a round
+			// trip before it arrived: the node's contact.
+			for range ka {
+				n.touchContact(n.cfg.Now())
 			}
 		}
 		if ctx.Err() != nil {

@@ -195,8 +195,12 @@ func (n *Node) leadOn(ctx context.Context, lease clientv3.LeaseID) error {
 }
 
 // WriteVerdict writes the node's word on a copy placed on it
-// (verdict/NODE/JOB/GROUP/INDEX), fenced by the node's lease: an agent
-// that lost the node writes nothing.
+// (verdict/NODE/JOB/GROUP/INDEX) about its placement at v.Revision, in a
+// transaction fenced by the node's lease and guarded by that placement:
+// an agent that lost the node writes nothing (ErrFenced), and a verdict
+// about a placement that is no longer the copy's on this node (moved,
+// replaced, or its job stopped) is not written (ErrPlacementGone): the
+// node the copy is now on speaks for it.
 func (n *Node) WriteVerdict(ctx context.Context, v Verdict) error {
 	if err := ValidateJobName("job", v.Job); err != nil {
 		return err
@@ -207,22 +211,64 @@ func (n *Node) WriteVerdict(ctx context.Context, v Verdict) error {
 	if v.Index < 0 {
 		return fmt.Errorf("cluster: verdict for copy index %d", v.Index)
 	}
+	if v.Revision <= 0 {
+		return fmt.Errorf("cluster: verdict on copy %s without its placement revision", v.ID())
+	}
+	b, _ := json.Marshal(v)
+	return n.fencedPut(ctx, n.keys.place(n.cfg.Name, v.ID()), v.Revision, n.keys.verdict(n.cfg.Name, v.ID()), b, "write a verdict")
+}
+
+// fencedPut puts val at key if the node's liveness key is under its
+// lease and guard is at revision rev.
+func (n *Node) fencedPut(ctx context.Context, guard string, rev int64, key string, val []byte, what string) error {
 	lease, _ := n.fence.get()
 	if lease == 0 {
 		return fmt.Errorf("%w: the node holds no lease", ErrFenced)
 	}
-	b, _ := json.Marshal(v)
+	alive := n.keys.alive(n.cfg.Name)
 	resp, err := n.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.LeaseValue(n.keys.alive(n.cfg.Name)), "=", lease)).
-		Then(clientv3.OpPut(n.keys.verdict(n.cfg.Name, v.ID()), string(b))).
+		If(clientv3.Compare(clientv3.LeaseValue(alive), "=", lease), clientv3.Compare(clientv3.ModRevision(guard), "=", rev)).
+		Then(clientv3.OpPut(key, string(val))).
+		Else(clientv3.OpGet(alive)). // keys-only answers carry no lease
 		Commit()
 	if err != nil {
-		return unavailable("write a verdict", err)
+		return unavailable(what, err)
 	}
-	if !resp.Succeeded {
+	if resp.Succeeded {
+		return nil
+	}
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 0 || clientv3.LeaseID(kvs[0].Lease) != lease {
 		return ErrFenced
 	}
-	return nil
+	return fmt.Errorf("%w: %s is no longer at revision %d", ErrPlacementGone, guard, rev)
+}
+
+// DesiredVerdict is the value of standing/NODE/NAME: the node's word on a
+// task it was told to run (desired/NODE/NAME) as of the desired key's
+// revision, which `tether cluster start` waits for.
+type DesiredVerdict struct {
+	Name string `json:"name"`
+	// Revision is the desired key's ModRevision the verdict is about.
+	Revision int64        `json:"revision"`
+	State    VerdictState `json:"state"`
+	Reason   string       `json:"reason,omitempty"`
+	// At is when the node said it (its clock).
+	At    int64         `json:"at"`
+	Tasks []VerdictTask `json:"tasks,omitempty"`
+}
+
+// WriteDesiredVerdict writes the node's word on a desired task
+// (standing/NODE/NAME), fenced by its lease and guarded by the desired
+// key at v.Revision (ErrPlacementGone when it changed or is gone).
+func (n *Node) WriteDesiredVerdict(ctx context.Context, v DesiredVerdict) error {
+	if err := ValidateName(v.Name); err != nil {
+		return err
+	}
+	if v.Revision <= 0 {
+		return fmt.Errorf("cluster: verdict on desired task %q without its revision", v.Name)
+	}
+	b, _ := json.Marshal(v)
+	return n.fencedPut(ctx, n.keys.desired(n.cfg.Name, v.Name), v.Revision, n.keys.standing(n.cfg.Name, v.Name), b, "write a desired task's verdict")
 }
 
 // Info returns what the node registers (its lease and time aside).

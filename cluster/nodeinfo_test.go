@@ -136,12 +136,27 @@ func TestNode_WriteVerdictIsFencedByItsLease(t *testing.T) {
 	cli := dial(t, etcdtest.Embedded(t))
 	dir := t.TempDir()
 	n := newTestNode(t, cli, "n1", dir, openStore(t, dir), func(c *NodeConfig) { c.NoScheduler = true })
-	v := Verdict{Job: "web", Group: "g", Index: 2, Revision: 9, State: VerdictRunning, At: 1}
+	v := Verdict{Job: "web", Group: "g", Index: 2, State: VerdictRunning, At: 1}
+	place := mustKeys(t).place("n1", v.ID())
+	put, err := cli.Put(ctxT(t), place, "{}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Revision = put.Header.Revision
 	if err := n.WriteVerdict(ctxT(t), v); !errors.Is(err, ErrFenced) {
 		t.Fatalf("verdict of an unregistered node: %v, want ErrFenced", err)
 	}
 	if err := n.Register(ctxT(t)); err != nil {
 		t.Fatal(err)
+	}
+	// A verdict about another placement than the copy's on this node
+	// (an older one, a newer one, none) is not written.
+	for _, rev := range []int64{v.Revision - 1, v.Revision + 1} {
+		old := v
+		old.Revision = rev
+		if err := n.WriteVerdict(ctxT(t), old); !errors.Is(err, ErrPlacementGone) {
+			t.Errorf("verdict about revision %d of a copy placed at %d: %v, want ErrPlacementGone", rev, v.Revision, err)
+		}
 	}
 	if err := n.WriteVerdict(ctxT(t), v); err != nil {
 		t.Fatal(err)
@@ -151,6 +166,16 @@ func TestNode_WriteVerdictIsFencedByItsLease(t *testing.T) {
 	if len(resp.Kvs) != 1 || json.Unmarshal(resp.Kvs[0].Value, &got) != nil || !reflect.DeepEqual(got, v) {
 		t.Fatalf("verdict key %v", resp.Kvs)
 	}
+	if _, err := cli.Delete(ctxT(t), place); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.WriteVerdict(ctxT(t), v); !errors.Is(err, ErrPlacementGone) {
+		t.Errorf("verdict about a placement removed: %v, want ErrPlacementGone", err)
+	}
+	if put, err = cli.Put(ctxT(t), place, "{}"); err != nil { // placed here again
+		t.Fatal(err)
+	}
+	v.Revision = put.Header.Revision
 	// Another agent took the node: this one's verdicts are refused.
 	lease := n.Stats(ctxT(t)).Lease
 	if _, err := cli.Revoke(ctxT(t), clientv3.LeaseID(lease)); err != nil {
@@ -159,7 +184,7 @@ func TestNode_WriteVerdictIsFencedByItsLease(t *testing.T) {
 	if err := n.WriteVerdict(ctxT(t), v); !errors.Is(err, ErrFenced) {
 		t.Errorf("verdict after the lease was lost: %v, want ErrFenced", err)
 	}
-	for _, bad := range []Verdict{{Job: "a/b", Group: "g"}, {Job: "j", Group: ""}, {Job: "j", Group: "g", Index: -1}} {
+	for _, bad := range []Verdict{{Job: "a/b", Group: "g", Revision: 1}, {Job: "j", Group: "", Revision: 1}, {Job: "j", Group: "g", Index: -1, Revision: 1}, {Job: "j", Group: "g"}} {
 		if err := n.WriteVerdict(ctxT(t), bad); err == nil || errors.Is(err, ErrFenced) {
 			t.Errorf("verdict %+v: %v, want refused for its names", bad, err)
 		}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/tether-fsm/tether/fsm"
 )
 
 // The scheduler's decisions are a pure function too: Reconcile reads a
@@ -58,9 +60,8 @@ type NodeState struct {
 }
 
 // ReschedulePolicy is a group's reschedule policy as the scheduler uses
-// it. The agent's fsm/reschedule.go will hold the policy's pure
-// next-delay function (and the job file's reschedule block with it);
-// until it lands, NomadDefaultReschedule is Nomad's default policies.
+// it: GroupReschedule (the job file's reschedule block, with Nomad's
+// rules: fsm.ReschedulePolicy) unless a test gives another.
 type ReschedulePolicy interface {
 	// Next says how long after the last of failures (their times, oldest
 	// first, the one just seen last) a copy of g is placed again, or
@@ -68,9 +69,35 @@ type ReschedulePolicy interface {
 	Next(g *GroupAsk, failures []time.Time) (time.Duration, bool)
 }
 
-// NomadDefaultReschedule is Nomad's default reschedule policy: for a
-// service job unlimited attempts, each after 30s doubling to at most 1h;
-// for a batch job one attempt in 24h, after 5s.
+// GroupReschedule is each group's own reschedule policy (GroupAsk's, the
+// job file's block over its type's defaults), decided by
+// fsm.ReschedulePolicy.Next: the copy's past failures, each placed again
+// after its delay, make the history the next delay and the attempts in
+// the policy's interval are counted from.
+type GroupReschedule struct{}
+
+var _ ReschedulePolicy = GroupReschedule{}
+
+// Next implements ReschedulePolicy.
+func (GroupReschedule) Next(g *GroupAsk, failures []time.Time) (time.Duration, bool) {
+	if len(failures) == 0 {
+		return 0, true
+	}
+	var hist []fsm.RescheduleEvent
+	var d fsm.RescheduleDecision
+	for _, f := range failures {
+		d = g.Reschedule.Next(hist, f.UnixNano())
+		if !d.Reschedule {
+			return d.Delay, false
+		}
+		hist = d.History
+	}
+	return d.Delay, true
+}
+
+// NomadDefaultReschedule is Nomad's default reschedule policy whatever the
+// group says: for a service job unlimited attempts, each after 30s
+// doubling to at most 1h; for a batch job one attempt in 24h, after 5s.
 type NomadDefaultReschedule struct{}
 
 var _ ReschedulePolicy = NomadDefaultReschedule{}

@@ -65,7 +65,7 @@ type SchedulerConfig struct {
 	// Prefix is the fleet's key prefix ("" is DefaultPrefix).
 	Prefix string
 	// Policy is what decisions are made by (return holdoff, reschedule
-	// policy; Reschedule nil is NomadDefaultReschedule).
+	// policy; Reschedule nil is GroupReschedule: each group's own).
 	Policy Policy
 	// CopiesPerTxn bounds one transaction (default DefaultCopiesPerTxn).
 	CopiesPerTxn int
@@ -144,7 +144,7 @@ func NewScheduler(cli *clientv3.Client, cfg SchedulerConfig) (*Scheduler, error)
 		cfg.After = time.After
 	}
 	if cfg.Policy.Reschedule == nil {
-		cfg.Policy.Reschedule = NomadDefaultReschedule{}
+		cfg.Policy.Reschedule = GroupReschedule{}
 	}
 	return &Scheduler{cli: cli, cfg: cfg, keys: keys, log: cfg.Logger.Named("scheduler"), parsed: map[string]*parsedSpec{}}, nil
 }

@@ -69,7 +69,7 @@ const probeAlloc = "00000000-0000-4000-8000-000000000000"
 // allocation of a job whose others it keeps.
 func (j *Job) InstantiateAlloc(ctx context.Context, node Node, group string, index int, ids IDs, ov Overrides) (*Run, error) {
 	for _, g := range j.Groups {
-		if g.Name == group && index >= 0 && index < g.Count {
+		if g.Name == group && index >= g.First && index < g.First+g.Count {
 			run := &Run{Batch: j.Batch}
 			a, err := j.instantiateAlloc(ctx, node, node.host(), g, index, ids, ov, j.Tasks() == 1, false)
 			if err != nil {
@@ -111,7 +111,7 @@ func (j *Job) instantiate(ctx context.Context, node Node, ids []IDs, ov Override
 	single := j.Tasks() == 1
 	k := 0
 	for _, g := range j.Groups {
-		for i := range g.Count {
+		for i := g.First; i < g.First+g.Count; i++ {
 			a, err := j.instantiateAlloc(ctx, node, host, g, i, ids[k], ov, single, dry)
 			k++
 			if err != nil {

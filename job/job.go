@@ -50,6 +50,22 @@ type Inputs struct {
 	// group tether can run.
 	Task  string `json:"task,omitempty"`
 	Group string `json:"group,omitempty"`
+	// Copy, with Group, makes the job that group's one copy of index
+	// Copy.Index (its NOMAD_ALLOC_INDEX and its tasks' names): a copy the
+	// fleet's scheduler placed on this node. See Copy.
+	Copy *Copy `json:"copy,omitempty"`
+}
+
+// Copy is one placed copy of a group: its index, and the placement it is
+// (the etcd revision that placed it on this node), which is part of the
+// declaration's digest: a new placement of the copy is a changed
+// declaration, whose tasks replace the old ones. Its group carries no
+// reschedule policy: its tasks restart on the node under their restart
+// block, and a copy that fails past it is placed again by the scheduler,
+// elsewhere.
+type Copy struct {
+	Index     int   `json:"index"`
+	Placement int64 `json:"placement"`
 }
 
 // VarEnv keeps the NOMAD_VAR_ variables of an environment: what Nomad
@@ -69,7 +85,7 @@ func VarEnv(env map[string]string) map[string]string {
 
 // IsZero reports whether in holds nothing.
 func (in Inputs) IsZero() bool {
-	return len(in.Vars)+len(in.VarFiles)+len(in.Env)+len(in.Meta) == 0 && in.Task == "" && in.Group == ""
+	return len(in.Vars)+len(in.VarFiles)+len(in.Env)+len(in.Meta) == 0 && in.Task == "" && in.Group == "" && in.Copy == nil
 }
 
 // Digest is a short fingerprint of a file's text with its inputs: two
@@ -99,6 +115,10 @@ func Digest(src Source, in Inputs) string {
 	kv(in.Meta)
 	field([]byte(in.Task))
 	field([]byte(in.Group))
+	if in.Copy != nil { // absent from the digests of every other read
+		field(binary.AppendVarint(nil, int64(in.Copy.Index)))
+		field(binary.AppendVarint(nil, in.Copy.Placement))
+	}
 	return hex.EncodeToString(h.Sum(nil)[:12])
 }
 
@@ -127,9 +147,11 @@ type Job struct {
 // Group is a group the job runs.
 type Group struct {
 	Plan *taskfile.GroupPlan
-	// Name is the group's name; Count its copies.
+	// Name is the group's name; Count its copies, from index First (0
+	// but for a placed copy: Inputs.Copy).
 	Name  string
 	Count int
+	First int
 	// Tasks are its tasks in start order (the plan's), Alone set when one
 	// task was selected to run alone (a group of its own: nothing waits
 	// for it, it waits for nothing).
@@ -209,6 +231,9 @@ func checkInputs(in Inputs) error {
 	if in.Task != "" && in.Group != "" {
 		return fmt.Errorf("%w: --task and --group both pick what to run: give one", ErrBadInput)
 	}
+	if c := in.Copy; c != nil && (in.Group == "" || c.Index < 0 || c.Placement <= 0) {
+		return fmt.Errorf("%w: a placed copy names its group, an index (0 or more) and its placement (got group %q, %+v)", ErrBadInput, in.Group, *c)
+	}
 	for k := range in.Vars {
 		if k == "" {
 			return fmt.Errorf("%w: a variable with no name: use NAME=VALUE", ErrBadInput)
@@ -255,6 +280,13 @@ func (j *Job) plan() error {
 		}
 		add(gp, false)
 		j.Name = gp.Group.Name
+		if c := in.Copy; c != nil {
+			g := &j.Groups[0]
+			if c.Index >= g.Count {
+				return fmt.Errorf("%w: group %q has %d copies: it has no copy %d", ErrBadInput, g.Name, g.Count, c.Index)
+			}
+			g.First, g.Count, g.Reschedule = c.Index, 1, fsm.ReschedulePolicy{}
+		}
 	default:
 		var refused []string
 		for _, g := range tf.Groups {
@@ -299,7 +331,7 @@ type Shape struct {
 func (j *Job) Shapes() []Shape {
 	var out []Shape
 	for _, g := range j.Groups {
-		for i := range g.Count {
+		for i := g.First; i < g.First+g.Count; i++ {
 			s := Shape{Group: g.Name, Index: i}
 			for _, t := range g.Tasks {
 				s.Names = append(s.Names, j.File.InstanceName(t, i))

@@ -22,6 +22,7 @@ import (
 	"github.com/tether-fsm/tether/internal/agentcmd"
 	"github.com/tether-fsm/tether/internal/clikit"
 	"github.com/tether-fsm/tether/store"
+	"github.com/tether-fsm/tether/taskfile"
 )
 
 // The agent's fleet mode: `tether agent --node NAME --cluster URLS …`,
@@ -40,6 +41,10 @@ import (
 //     cluster start` parsed it (cluster.ParseDesired) and read by the
 //     agent through its job path, under the node's allow lists, which it
 //     cannot widen;
+//   - the copies the fleet's scheduler placed on the node (place/NODE/)
+//     are entries of that same feed, one a copy, read through the job path
+//     with the copy's selection; the node writes its verdict on each
+//     (placed.go says how, and in which order it stops and starts);
 //   - the liveness lease is kept by the node; its loss is logged and the
 //     node registered again, and no task is touched for it.
 
@@ -61,6 +66,11 @@ type agentOptions struct {
 	node        string
 	cluster     string
 	leaseTTL    time.Duration
+	metaKVs     []string
+	capacityS   string
+	// meta and capacity are --meta and --capacity as read.
+	meta     map[string]string
+	capacity cluster.Resources
 }
 
 // agentFlags returns the agent's flag set: tether agent's own
@@ -76,6 +86,8 @@ func (f *fleet) agentFlags(o *agentOptions) *clikit.FlagSet {
 	fs.StringVar(&o.node, "node", "", "this node's `name` in the fleet (as a task id: 1 to 63 letters, digits, '.', '_', '-')")
 	fs.StringVar(&o.cluster, "cluster", "", "etcd's client `URLs`, comma-separated (env "+envEndpoints+"); plaintext only on this machine's loopback, else https:// with the TLS flags")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", cluster.DefaultLeaseTTL, "the node's liveness lease: a node whose agent died shows down within it (at least "+clikit.DurationText(cluster.MinLeaseTTL)+")")
+	fs.StringArrayVar(&o.metaKVs, "meta", nil, "`KEY=VALUE` of this node's meta, its ${meta.KEY} in a placed job's constraints (repeatable; as a Nomad client's meta; on 'tether start' and 'cluster run', --meta is a parameterized job's dispatch meta)")
+	fs.StringVar(&o.capacityS, "capacity", "", "what this node offers placed jobs: `cpu=MHZ,memory=MB[,cores=N]` (a field left out is the host's; more than the host has is refused), so that several nodes can share one host")
 	fs.StringVar(&f.tlsCA, "cluster-tls-ca", f.tlsCA, "`file` of the CA that signed etcd's certificates")
 	fs.StringVar(&f.tlsCert, "cluster-tls-cert", f.tlsCert, "`file` of this node's client certificate")
 	fs.StringVar(&f.tlsKey, "cluster-tls-key", f.tlsKey, "`file` of this node's client private key (mode 0600)")
@@ -140,6 +152,14 @@ func (f *fleet) cmdAgent(args []string) int {
 		f.errorf("--node: %v", err)
 		return exitUsage
 	}
+	if o.meta, err = cluster.ParseMeta(o.metaKVs); err != nil {
+		f.errorf("%v", err)
+		return exitUsage
+	}
+	if o.capacity, err = cluster.ParseCapacity(o.capacityS); err != nil {
+		f.errorf("%v", err)
+		return exitUsage
+	}
 	if o.leaseTTL < cluster.MinLeaseTTL {
 		f.errorf("--lease-ttl %s is shorter than %s, which etcd cannot keep", clikit.DurationText(o.leaseTTL), clikit.DurationText(cluster.MinLeaseTTL))
 		return exitUsage
@@ -185,6 +205,8 @@ func (f *fleet) runNode(o *agentOptions, set agentcmd.Settings, endpoints []stri
 	if err != nil {
 		return f.fail(err)
 	}
+	meta, capacity := o.meta, o.capacity
+	drivers := set.Policy().RemoteDrivers() // --allow-remote-drivers within --allow-drivers
 	// The endpoints and TLS files are checked before the state directory
 	// is touched (Dial does not wait for etcd).
 	cli, err := cluster.Dial(cluster.Config{Endpoints: endpoints, TLS: cluster.TLS{CA: f.tlsCA, Cert: f.tlsCert, Key: f.tlsKey}})
@@ -201,6 +223,7 @@ func (f *fleet) runNode(o *agentOptions, set agentcmd.Settings, endpoints []stri
 		StoreOptions: store.Options{LockTimeout: o.lockTimeout, Logger: log.Named("store"), Crash: hooks.driver.StoreCrash()},
 		Hooks:        hooks.agent, DriverHooks: hooks.driver,
 		Feed: feed, Appended: changes.Note,
+		Host: taskfile.HostConfig{Name: o.node, Meta: meta},
 	})
 	if err != nil {
 		var re *agent.RunningError
@@ -219,22 +242,48 @@ func (f *fleet) runNode(o *agentOptions, set agentcmd.Settings, endpoints []stri
 	nodeDir := filepath.Join(set.StateDir, "cluster")
 	if o.af.Once {
 		// No etcd: what the node was last told, from its local copy.
+		// Both sources from their local copies: one never told anything is
+		// empty; one whose copy is not usable leaves its entries as they
+		// are.
+		nf := newNodeFeed(feed, drivers, log)
 		ds, err := cluster.LoadDesiredCopy(nodeDir, o.node, set.Policy())
 		switch {
 		case err == nil:
-			setFeed(feed, ds, log, map[string]int64{})
+			nf.setDesired(ds)
 		case errors.Is(err, os.ErrNotExist):
-			feed.Set(nil, nil) // never told anything
+			nf.setDesired(cluster.DesiredSet{Node: o.node})
 		default:
 			log.Error("local copy of the desired state not used: its tasks are left as they are", "err", err)
 		}
+		ps, err := cluster.LoadPlacedCopy(nodeDir, o.node)
+		switch {
+		case err == nil:
+			nf.setPlaced(ps)
+		case errors.Is(err, os.ErrNotExist):
+			nf.setPlaced(cluster.PlacedSet{Node: o.node})
+		default:
+			log.Error("local copy of the placements not used: their copies are left as they are", "err", err)
+		}
+		// What to leave as it is: the agent's entries, and every copy of the
+		// local copy (the agent may not have shown its records yet).
+		st, err := a.Status(ctx)
+		if err != nil {
+			st = agent.Status{}
+		}
+		for id := range ps.Copies {
+			st.Entries = append(st.Entries, agent.Entry{Name: cluster.EntryName(id), Origin: "etcd"})
+		}
+		nf.setStatus(st)
+		nf.setContact(time.Now(), 0)
+		nf.update()
 		if err := agentcmd.Serve(ctx, a, true, log); err != nil {
 			return f.fail(err)
 		}
 		return exitOK
 	}
 	n, err := cluster.NewNode(cli, cluster.NodeConfig{Name: o.node, LeaseTTL: o.leaseTTL, Dir: nodeDir,
-		Source: agentLog{a}, Changes: changes, Logger: log.Named("cluster"), Hooks: hooks.cluster, Policy: set.Policy(), RemoteDrivers: set.Policy().RemoteDrivers()})
+		Source: agentLog{a}, Changes: changes, Logger: log.Named("cluster"), Hooks: hooks.cluster, Policy: set.Policy(),
+		Meta: meta, Capacity: capacity, RemoteDrivers: drivers})
 	if err != nil {
 		return f.fail(err)
 	}
@@ -252,7 +301,7 @@ func (f *fleet) runNode(o *agentOptions, set agentcmd.Settings, endpoints []stri
 	defer cancelNode()
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = n.Run(ctx) })
-	wg.Go(func() { followDesired(ctx, n.Desired(), feed, log) })
+	wg.Go(func() { newNodeFeed(feed, drivers, log.Named("placed")).followNode(ctx, n, a) })
 	err = agentcmd.Serve(ctx, a, false, log)
 	cancelNode()
 	wg.Wait() // the mirror reads the agent's store: done before it closes
@@ -262,29 +311,14 @@ func (f *fleet) runNode(o *agentOptions, set agentcmd.Settings, endpoints []stri
 	return exitOK
 }
 
-// followDesired sets each desired set the node delivers as the agent's
-// feed, until ctx ends.
-func followDesired(ctx context.Context, sets <-chan cluster.DesiredSet, feed *agent.Feed, log hclog.Logger) {
-	logged := map[string]int64{}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ds := <-sets:
-			setFeed(feed, ds, log, logged)
-		}
-	}
-}
-
-// setFeed parses a desired set as `tether cluster start` parsed it
-// (cluster.ParseDesired, the key's name its entry's: the job's, or the
-// task's it selects) and sets it as the feed, each file's text with the
+// parseDesiredSet parses a desired set as `tether cluster start` parsed
+// it (cluster.ParseDesired, the key's name its entry's: the job's, or the
+// task's it selects) into the feed's entries, each file's text with the
 // selection: the agent reads it through its own job path (its host, its
-// allow lists). A file refused is the feed's problem (its tasks, if any,
-// are left as they are, as a config dir file that does not parse).
-// logged holds the revision of each name last logged, so a refusal is
-// logged once.
-func setFeed(feed *agent.Feed, ds cluster.DesiredSet, log hclog.Logger, logged map[string]int64) {
+// allow lists). A file refused is a problem (its tasks, if any, are left
+// as they are, as a config dir file that does not parse). logged holds
+// the revision of each name last logged, so a refusal is logged once.
+func parseDesiredSet(feed *agent.Feed, ds cluster.DesiredSet, log hclog.Logger, logged map[string]int64) (map[string]agent.FeedEntry, map[string]error) {
 	specs := map[string]agent.FeedEntry{}
 	problems := map[string]error{}
 	for name, d := range ds.Tasks {
@@ -314,7 +348,7 @@ func setFeed(feed *agent.Feed, ds cluster.DesiredSet, log hclog.Logger, logged m
 		}
 	}
 	log.Debug("desired state", "revision", ds.Revision, "tasks", len(specs), "refused", len(problems), "from_copy", ds.FromCopy)
-	feed.Set(specs, problems)
+	return specs, problems
 }
 
 // agentLog is the agent's open store as the mirror's source.

@@ -65,7 +65,7 @@ func (s *syncBuffer) String() string {
 func startAgent(t testing.TB, ep, node, dir string, env []string, args ...string) *runningAgent {
 	t.Helper()
 	cmd := tetherCmd(context.Background(), append([]string{"agent", "--node", node, "--cluster", ep, "--state-dir", dir,
-		"--lease-ttl", "2s", "--log-level", "debug"}, args...)...)
+		"--lease-ttl", "2s", "--log-level", cmpOrEnv("TETHER_E2E_LOG", "debug")}, args...)...)
 	// These tests' specs are raw_exec: etcd's may use it here (a test's
 	// env or flag overrides; TestAgent_RemoteDriversByTheOperatorsWord
 	// holds the default, exec alone).
@@ -461,6 +461,9 @@ func TestAgent_RefusesBadFlagsASecondAgentForTheNodeAndForTheStateDir(t *testing
 		{[]string{"agent", "--node", "n1", "--cluster", ep, "--lease-ttl", "1s", "--state-dir", dir}, "--lease-ttl 1s is shorter than 2s"},
 		{[]string{"agent", "--node", "n1", "--cluster", ep, "--allow-caps", "no_such_cap", "--state-dir", dir}, "--allow-caps"},
 		{[]string{"agent", "--node", "n1", "--cluster", ep, "--state-dir", dir, "extra"}, "agent takes no arguments"},
+		{[]string{"agent", "--node", "n1", "--cluster", ep, "--state-dir", dir, "--meta", "tier"}, `--meta "tier": use KEY=VALUE`},
+		{[]string{"agent", "--node", "n1", "--cluster", ep, "--state-dir", dir, "--capacity", "cpu=fast"}, "want cpu=MHZ,memory=MB"},
+		{[]string{"agent", "--node", "n1", "--cluster", ep, "--state-dir", dir, "--capacity", "cpu=1,disk=2"}, `"disk" is not cpu, memory or cores`},
 		{[]string{"agent", "--node", "n1", "--cluster", ep, "--state-dir", dir, "--onse"}, "did you mean --once?"},
 	} {
 		r := tether(t, c.args...)
@@ -473,7 +476,7 @@ func TestAgent_RefusesBadFlagsASecondAgentForTheNodeAndForTheStateDir(t *testing
 		t.Errorf("plaintext to another host: want exit 1 refusing it:\n%s", r)
 	}
 	help := must(t, "agent", "--node", "n1", "-h")
-	for _, want := range []string{"Usage: tether agent --node NAME --cluster URLS", "--config-dir", "--once", "--lease-ttl", "--cluster-tls-key", "--allow-caps", "--state-dir"} {
+	for _, want := range []string{"Usage: tether agent --node NAME --cluster URLS", "--config-dir", "--once", "--lease-ttl", "--cluster-tls-key", "--allow-caps", "--state-dir", "--meta", "--capacity", "dispatch meta"} {
 		if !strings.Contains(help.stdout, want) {
 			t.Errorf("tether agent --node n1 -h lacks %q:\n%s", want, help.stdout)
 		}

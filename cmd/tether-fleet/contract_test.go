@@ -39,6 +39,24 @@ import (
 //	  mutual TLS                            TestCluster_PlaintextOnlyOnLoopbackAndMutualTLS
 //	flags anywhere, help per command,
 //	  usage errors exit 2                   TestCluster_FlagsAnywhereHelpAndUsageErrors
+//	placed jobs on the nodes: a copy runs
+//	  on its node through the one job
+//	  path, only on nodes its constraint
+//	  matches; the node's verdict is its
+//	  agent's standing of the current
+//	  placement; a node that comes back
+//	  stops what it no longer owns before
+//	  it starts anything, and trusts no
+//	  local copy of its placements; a
+//	  dead node's copies run elsewhere
+//	  within the lease plus 2s; nothing
+//	  runs twice once quiet                 TestFleet_PlacedJobRunsOnMatchingNodesMovesWhenANodeDiesAndNeverRunsTwice, TestNodeFeed_StopsWhatItNoLongerOwnsBeforeItStartsAnything, TestNodeFeed_LocalCopysPlacementsLeaveCopiesAsTheyAre, TestNodeFeed_VerdictIsTheStandingOfTheCurrentPlacement, TestNodeFeed_DeclaresNothingBeforeTheAgentsStatus
+//	stop_after_client_disconnect: the
+//	  node stops its copies once etcd is
+//	  away that long, and runs them again
+//	  only on placements read after        TestNodeFeed_StopAfterClientDisconnectStopsAndWaitsForFreshPlacements, TestFleet_StopAfterClientDisconnectStopsTheCopyOnItsNodeWithoutEtcd
+//	run fails at once on a node's refusal
+//	  of a copy, naming node and reason     TestCluster_RunFailsNamingANodesRefusalAndItsReason
 //	the README's fleet tour runs as
 //	  written                               TestREADME_FleetTourRunsAsWritten, TestREADME_FleetTourExpectationsMatchItsLines
 

@@ -316,3 +316,41 @@ func openTestStore(t *testing.T, dir string) *cluster.StoreSource {
 	t.Cleanup(func() { src.Close() })
 	return src
 }
+
+// A node's refusal of a copy ends the wait at once, naming the node and
+// its reason.
+func TestCluster_RunFailsNamingANodesRefusalAndItsReason(t *testing.T) {
+	ep := etcdtest.Embedded(t)
+	cli := dial(t, ep)
+	nodes := metaNodes(t, cli)
+	cmd := tetherCmd(ctxT(t), "cluster", "--endpoints", ep, "run", writeFile(t, "web.nomad", fleetJob))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := cluster.NewFleet(cli, "")
+	for ctx := ctxT(t); ; { // until run has written the job
+		resp, err := cli.Get(ctx, cluster.DefaultPrefix+"job/web")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) > 0 {
+			break
+		}
+		<-cli.Watch(ctx, cluster.DefaultPrefix+"job/web", clientv3.WithRev(resp.Header.Revision+1))
+		if ctx.Err() != nil {
+			t.Fatal("run never wrote the job")
+		}
+	}
+	st := placedOn(t, f, cli, "web", 3)
+	row := st.Rows[0]
+	if err := nodes[row.Node].WriteVerdict(ctxT(t), cluster.Verdict{Job: "web", Group: "front", Index: 0, Revision: row.Revision,
+		State: cluster.VerdictRefused, Reason: `driver "exec" is not allowed for a spec from etcd on this node`, At: time.Now().UnixNano()}); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	if err == nil || !strings.Contains(stderr.String(), "front[0]: refused by node "+row.Node+": ") || !strings.Contains(stderr.String(), `driver "exec" is not allowed`) {
+		t.Errorf("run with a copy refused by its node: %v\n%s%s", err, stdout.String(), stderr.String())
+	}
+}
