@@ -2,8 +2,10 @@ package metrics
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -265,5 +267,46 @@ func TestListenAddr_LoopbackUnlessAHostIsGiven(t *testing.T) {
 		if got, err := ListenAddr(bad); err == nil {
 			t.Errorf("ListenAddr(%q) = %q, want an error", bad, got)
 		}
+	}
+}
+
+// TestServe_MetricsPathUntilTheContextEnds: Serve answers at /metrics
+// with the text format, 404 (naming /metrics) elsewhere, and returns nil
+// with its listener closed once its context ends.
+func TestServe_MetricsPathUntilTheContextEnds(t *testing.T) {
+	r := NewRegistry()
+	r.Counter("served_total", "s").With().Add(3)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Serve(ctx, ln) }()
+	base := "http://" + ln.Addr().String()
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := get(Path)
+	if code != 200 || parse(t, body)["served_total"].GetMetric()[0].GetCounter().GetValue() != 3 {
+		t.Fatalf("%s: %d\n%s", Path, code, body)
+	}
+	if code, body := get("/"); code != http.StatusNotFound || !strings.Contains(body, Path) {
+		t.Fatalf("/: %d %q, want 404 naming %s", code, body, Path)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve after its context ended: %v", err)
+	}
+	if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+		c.Close()
+		t.Fatal("the listener still accepts after Serve returned")
 	}
 }
