@@ -101,8 +101,8 @@ func newAgentMetrics(r *metrics.Registry) *agentMetrics {
 		stopLat:    r.Histogram(MetricStopSeconds, "Seconds from a stop's request to the task's terminal state.", metrics.DefBuckets).With(),
 		recoverLat: r.Histogram(MetricRecover, "Seconds each recovery of the live tasks took (the agent's start, a salvage).", metrics.DefBuckets).With(),
 		commitLat:  r.Histogram(MetricStoreCommit, "Seconds each group commit of the store took (its transaction and fsync).", CommitBuckets).With(),
-		tasks:       map[string]*tracked{},
-		copies:      map[string]CopyKind{},
+		tasks:      map[string]*tracked{},
+		copies:     map[string]CopyKind{},
 	}
 }
 
