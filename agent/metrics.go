@@ -121,6 +121,7 @@ func (m *agentMetrics) seed(tasks []fsm.Task) {
 		tr := &tracked{state: t.State, created: t.CreatedAt}
 		if t.Spec != nil {
 			tr.name, tr.readiness = t.Spec.Name, t.Spec.Readiness.Waits()
+			m.touch(tr.name)
 		}
 		switch t.State {
 		case fsm.StateCreated, fsm.StateSpawning, fsm.StateExecutorUp, fsm.StateLaunching, fsm.StateLaunched:
@@ -179,6 +180,7 @@ func (m *agentMetrics) observe(id string, e *fsm.Event) {
 	if e.Type == fsm.EventCreated && e.Spec != nil {
 		t = &tracked{name: e.Spec.Name, created: e.Time, readiness: e.Spec.Readiness.Waits()}
 		m.tasks[id] = t
+		m.touch(t.name)
 		if kind, ok := m.copies[id]; ok {
 			delete(m.copies, id)
 			switch kind {
@@ -229,6 +231,14 @@ func (m *agentMetrics) observe(id string, e *fsm.Event) {
 			m.stopLat.Observe(seconds(e.Time - t.stopAt))
 		}
 		delete(m.tasks, id)
+	}
+}
+
+// touch makes the counters of a task's name exist at 0 (a rate() or an
+// increase() sees their first move, not a series appearing).
+func (m *agentMetrics) touch(name string) {
+	for _, c := range []*metrics.CounterVec{m.starts, m.stops, m.restarts, m.reschedules, m.ooms} {
+		c.With(name).Add(0)
 	}
 }
 

@@ -136,6 +136,11 @@ func TestMetrics_EventsMoveTheCounters(t *testing.T) {
 	if n, sum := hist(fams, MetricStartSeconds); n != 2 || math.Abs(sum-6.5) > 1e-9 {
 		t.Errorf("start seconds: count %d sum %v, want 2 and 6.5 (2.5 to running, 4 to ready)", n, sum)
 	}
+	for _, name := range []string{MetricStops, MetricRestarts, MetricReschedules, MetricOOMKills} {
+		if m := series(fams, name, "name", "web"); m == nil || m.GetCounter().GetValue() != 0 {
+			t.Errorf("%s{web} = %v once web was created, want a series at 0", name, m)
+		}
+	}
 	for _, f := range fams[MetricStarts].GetMetric() {
 		for _, l := range f.GetLabel() {
 			if strings.Contains(l.GetValue(), "-") {
