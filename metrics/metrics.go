@@ -82,7 +82,7 @@ type family struct {
 	labels     []string
 	buckets    []float64 // histograms: upper bounds, ascending, no +Inf
 	maxSeries  int
-	collect    func() []Sample // gauges computed when written (nil: stored series)
+	collect    func() []Sample // gauges and counters computed when written (nil: stored series)
 
 	mu     sync.Mutex
 	series map[string]*series // key: label values joined by \xff
@@ -142,6 +142,13 @@ func (r *Registry) Gauge(name, help string, labels ...string) *GaugeVec {
 // Samples beyond the family's bound are summed into the overflow series.
 func (r *Registry) GaugeFunc(name, help string, collect func() []Sample, labels ...string) {
 	r.add(&family{name: name, help: help, kind: KindGauge, labels: labels, collect: collect})
+}
+
+// CounterFunc registers a counter family whose series collect computes
+// each time the registry is written, from counts kept elsewhere (a
+// cluster node's): each must only go up, as a counter's.
+func (r *Registry) CounterFunc(name, help string, collect func() []Sample, labels ...string) {
+	r.add(&family{name: name, help: help, kind: KindCounter, labels: labels, collect: collect})
 }
 
 // Histogram registers a histogram family; buckets are its upper bounds,

@@ -310,3 +310,30 @@ func TestServe_MetricsPathUntilTheContextEnds(t *testing.T) {
 		t.Fatal("the listener still accepts after Serve returned")
 	}
 }
+
+// TestCounterFunc_WrittenAsACounter: a counter computed at scrape time is
+// typed counter, reads each scrape's value, and a collector's sample with
+// the wrong number of label values is left out, never a malformed line.
+func TestCounterFunc_WrittenAsACounter(t *testing.T) {
+	r := NewRegistry()
+	n := 1.0
+	r.CounterFunc("tether_fleet_mirror_txns_total", "Txns.", func() []Sample {
+		return []Sample{{Value: n}}
+	})
+	r.CounterFunc("tether_fleet_by_kind_total", "By kind.", func() []Sample {
+		return []Sample{{Values: []string{"a"}, Value: 2}, {Values: []string{"a", "b"}, Value: 5}}
+	}, "kind")
+	fams := parse(t, text(t, r))
+	c := fams["tether_fleet_mirror_txns_total"]
+	if c.GetType() != dto.MetricType_COUNTER || c.GetMetric()[0].GetCounter().GetValue() != 1 {
+		t.Fatalf("txns: %v", c)
+	}
+	n = 7
+	if v := parse(t, text(t, r))["tether_fleet_mirror_txns_total"].GetMetric()[0].GetCounter().GetValue(); v != 7 {
+		t.Fatalf("txns at the second scrape = %v, want 7", v)
+	}
+	k := fams["tether_fleet_by_kind_total"]
+	if len(k.GetMetric()) != 1 || labelsOf(k.GetMetric()[0])["kind"] != "a" || k.GetMetric()[0].GetCounter().GetValue() != 2 {
+		t.Fatalf("by kind: %v", k)
+	}
+}

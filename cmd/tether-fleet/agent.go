@@ -190,13 +190,19 @@ func (f *fleet) runNode(o *agentOptions, set agentcmd.Settings, endpoints []stri
 	}
 	defer cli.Close()
 	changes := cluster.NewChanges()
+	met, err := o.af.OpenMetrics(log.Named("agent"))
+	if err != nil {
+		f.errorf("%v", err)
+		return exitUsage
+	}
+	defer met.Close()
 	a, err := agent.Open(agent.Config{
 		StateDir: set.StateDir, ConfigDir: o.af.ConfigDir,
 		Logger: log.Named("agent"), ExecutorCommand: executor, AllowedCaps: set.AllowedCaps, ChrootEnv: set.Chroot,
 		AllowSeccomp: set.AllowSeccomp, AllowMissing: set.AllowMissing, AllowRead: set.AllowRead,
 		StoreOptions: store.Options{LockTimeout: o.lockTimeout, Logger: log.Named("store"), Crash: hooks.driver.StoreCrash()},
 		Hooks:        hooks.agent, DriverHooks: hooks.driver,
-		Feed: feed, Appended: changes.Note,
+		Feed: feed, Appended: changes.Note, Metrics: met.Registry(),
 	})
 	if err != nil {
 		var re *agent.RunningError
@@ -234,6 +240,7 @@ func (f *fleet) runNode(o *agentOptions, set agentcmd.Settings, endpoints []stri
 	if err != nil {
 		return f.fail(err)
 	}
+	registerNodeMetrics(met.Registry(), n.Stats)
 	rctx, cancel := context.WithTimeout(ctx, o.leaseTTL)
 	err = n.Register(rctx)
 	cancel()
