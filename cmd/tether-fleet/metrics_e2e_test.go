@@ -115,6 +115,19 @@ func TestAgent_NodeServesItsMetricsBesideTheAgents(t *testing.T) {
 	if v := value(fams, MetricEtcdError); v != 0 {
 		t.Errorf("%s = %v with etcd answering, want 0", MetricEtcdError, v)
 	}
+	// Every family of the node's is documented, by its name and type.
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "metrics.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range fams {
+		if !strings.HasPrefix(name, "tether_fleet_") {
+			continue
+		}
+		if row := "| `" + name + "` | " + strings.ToLower(f.GetType().String()) + " |"; !strings.Contains(string(doc), row) {
+			t.Errorf("docs/metrics.md lacks the row %q", row)
+		}
+	}
 	ag.stop()
 	if t.Failed() {
 		t.Logf("agent's log:\n%s", ag.log)

@@ -146,6 +146,16 @@ func TestAgent_MetricsScrapedFromARealAgent(t *testing.T) {
 	want(fams, 1, agent.MetricTasks, "state", fsm.StateLost.String())
 	want(fams, 0, agent.MetricExecutors)
 	want(fams, 0, agent.MetricDesired, "standing", string(agent.StandingRunning))
+	// Every family served is documented, by its name and type.
+	doc := string(mustRead(t, filepath.Join("..", "..", "docs", "metrics.md")))
+	for name, f := range fams {
+		if row := "| `" + name + "` | " + strings.ToLower(f.GetType().String()) + " |"; !strings.Contains(doc, row) {
+			t.Errorf("docs/metrics.md lacks the row %q", row)
+		}
+	}
+	if len(fams) != 12 {
+		t.Errorf("the agent serves %d families, want the 12 docs/metrics.md lists", len(fams))
+	}
 	if t.Failed() {
 		t.Logf("agent's logs:\n%s", a.logs)
 	}
