@@ -79,9 +79,10 @@ type Config struct {
 	Appended func(task string)
 	// Metrics, when set, is where the agent's metrics are registered
 	// (metrics.go: tasks started, stopped, restarted, rescheduled and OOM
-	// killed by name, tasks by state, executors, desired entries by
-	// standing, start, stop, recovery and store commit latencies); the
-	// caller serves it. nil: none, at no cost.
+	// killed by name, runs ended by reason, tasks by state, executors,
+	// desired entries by standing, start, stop, recovery and store commit
+	// latencies; docs/metrics.md); the caller serves it. nil: none, at no
+	// cost.
 	Metrics *metrics.Registry
 }
 

@@ -25,7 +25,9 @@ import (
 // drive records say what made them (a restart, a reschedule) before their
 // tasks are created; the counter moves when the task-created commits. The
 // gauges are read when a scraper asks: the store's tasks by state, the
-// executors proven alive, the desired entries by standing.
+// running ones not ready, the executors proven alive, the desired entries
+// by standing, the desired state's problems, whether it converged and its
+// generation. docs/metrics.md lists every family.
 //
 // Counters and histograms start at zero with each agent process, as
 // Prometheus expects of a counter (its rate() sees the reset).
@@ -37,9 +39,14 @@ const (
 	MetricRestarts     = "tether_task_restarts_total"
 	MetricReschedules  = "tether_task_reschedules_total"
 	MetricOOMKills     = "tether_task_oom_kills_total"
+	MetricExits        = "tether_task_exits_total"
 	MetricTasks        = "tether_tasks"
+	MetricUnready      = "tether_tasks_unready"
 	MetricExecutors    = "tether_executors"
 	MetricDesired      = "tether_desired_entries"
+	MetricProblems     = "tether_desired_problems"
+	MetricConverged    = "tether_desired_converged"
+	MetricGeneration   = "tether_desired_generation"
 	MetricStartSeconds = "tether_task_start_seconds"
 	MetricStopSeconds  = "tether_task_stop_seconds"
 	MetricRecover      = "tether_recover_seconds"
@@ -55,6 +62,24 @@ var CommitBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0
 var Standings = []Standing{StandingStarting, StandingRunning, StandingReady, StandingRestarting, StandingDown,
 	StandingRefused, StandingStopped, StandingCompleted, StandingStopping}
 
+// ExitReasons are the values of tether_task_exits_total's reason label: a
+// run killed by the OOM killer, else by a signal, else its exit code 0 or
+// another.
+var ExitReasons = []string{"success", "failure", "signal", "oom"}
+
+// exitReason is a run's end as one of ExitReasons.
+func exitReason(x *fsm.ExitStatus) string {
+	switch {
+	case x.OOM:
+		return "oom"
+	case x.Signal > 0:
+		return "signal"
+	case x.Code == 0:
+		return "success"
+	}
+	return "failure"
+}
+
 // scrapeTimeout bounds the store reads of one scrape.
 const scrapeTimeout = 10 * time.Second
 
@@ -66,6 +91,7 @@ const maxPendingCopies = 4096
 // *agentMetrics (no Config.Metrics) does nothing.
 type agentMetrics struct {
 	starts, stops, restarts, reschedules, ooms *metrics.CounterVec
+	exits                                      *metrics.CounterVec // name, reason
 	startLat, stopLat, recoverLat, commitLat   *metrics.Histogram
 
 	mu     sync.Mutex
@@ -96,6 +122,7 @@ func newAgentMetrics(r *metrics.Registry) *agentMetrics {
 		restarts:    r.Counter(MetricRestarts, "Restarts: a run restarted by its task's restart policy, or a group's copy started again after its executor was lost.", "name"),
 		reschedules: r.Counter(MetricReschedules, "Tasks of a group's copy started again by its reschedule policy after a failure.", "name"),
 		ooms:        r.Counter(MetricOOMKills, "Runs during which the kernel's OOM killer killed a process of the task's cgroup.", "name"),
+		exits:       r.Counter(MetricExits, "Runs that ended, by how: oom (the OOM killer), signal, success (exit code 0), failure (another code).", "name", "reason"),
 		startLat: r.Histogram(MetricStartSeconds, "Seconds from a task's creation to its first run running (ready, for a task with readiness).",
 			metrics.DefBuckets).With(),
 		stopLat:    r.Histogram(MetricStopSeconds, "Seconds from a stop's request to the task's terminal state.", metrics.DefBuckets).With(),
@@ -240,6 +267,9 @@ func (m *agentMetrics) touch(name string) {
 	for _, c := range []*metrics.CounterVec{m.starts, m.stops, m.restarts, m.reschedules, m.ooms} {
 		c.With(name).Add(0)
 	}
+	for _, r := range ExitReasons {
+		m.exits.With(name, r).Add(0)
+	}
 }
 
 // start counts a task's start, at, and observes its latency.
@@ -249,12 +279,14 @@ func (m *agentMetrics) start(t *tracked, at int64) {
 	m.startLat.Observe(seconds(at - t.created))
 }
 
-// runEnded counts the OOM kill of a run that ended as x, once per run.
+// runEnded counts the end of a run that ended as x, and its OOM kill,
+// once per run.
 func (m *agentMetrics) runEnded(t *tracked, x *fsm.ExitStatus) {
 	if x == nil || t.exitSeen {
 		return
 	}
 	t.exitSeen = true
+	m.exits.With(t.name, exitReason(x)).Inc()
 	if x.OOM {
 		m.ooms.With(t.name).Inc()
 	}
@@ -293,6 +325,19 @@ func (a *Agent) registerGauges(r *metrics.Registry, log hclog.Logger) {
 		}
 		return tasksByState(tasks)
 	}, "state")
+	r.GaugeFunc(MetricUnready, "Running tasks with readiness (notify, a check) that are not ready now.", func() []metrics.Sample {
+		tasks, ok := scan(store.LiveTasks)
+		if !ok {
+			return nil
+		}
+		n := 0
+		for _, t := range tasks {
+			if t.State == fsm.StateRunning && t.Spec != nil && t.Spec.Readiness.Waits() && !t.Ready {
+				n++
+			}
+		}
+		return []metrics.Sample{{Value: float64(n)}}
+	})
 	r.GaugeFunc(MetricExecutors, "Executors of this state directory's tasks proven alive (by pid, start time and boot).", func() []metrics.Sample {
 		tasks, ok := scan(store.LiveTasks)
 		if !ok {
@@ -311,6 +356,19 @@ func (a *Agent) registerGauges(r *metrics.Registry, log hclog.Logger) {
 	r.GaugeFunc(MetricDesired, "Desired entries (config dir, enabled, a node's etcd spec), by standing.", func() []metrics.Sample {
 		return entriesByStanding(a.conv.snapshot().Entries)
 	}, "standing")
+	r.GaugeFunc(MetricProblems, "Files of the config dir the agent refused that name no desired entry it knows (tether status says them).", func() []metrics.Sample {
+		return []metrics.Sample{{Value: float64(len(a.conv.snapshot().Problems))}}
+	})
+	r.GaugeFunc(MetricConverged, "1 when nothing of the desired state is pending, 0 while a start, a stop or a delayed restart is.", func() []metrics.Sample {
+		v := 0.0
+		if a.conv.snapshot().Converged {
+			v = 1
+		}
+		return []metrics.Sample{{Value: v}}
+	})
+	r.GaugeFunc(MetricGeneration, "Changes of the desired state's status the agent has published (it grows at each).", func() []metrics.Sample {
+		return []metrics.Sample{{Value: float64(a.conv.snapshot().Generation)}}
+	})
 }
 
 // tasksByState counts tasks by state, every state of the fsm listed.

@@ -168,6 +168,14 @@ func TestMetrics_EventsMoveTheCounters(t *testing.T) {
 	if got := counter(fams, MetricStarts, "name", "web"); got != 1 {
 		t.Errorf("starts{web} = %v after a restart, want 1 (a restart is no start)", got)
 	}
+	if got := counter(fams, MetricExits, "name", "web", "reason", "oom"); got != 2 {
+		t.Errorf("exits{web,oom} = %v, want 2 (one a run)", got)
+	}
+	for _, r := range []string{"success", "failure", "signal"} {
+		if m := series(fams, MetricExits, "name", "web", "reason", r); m == nil || m.GetCounter().GetValue() != 0 {
+			t.Errorf("exits{web,%s} = %v, want a series at 0", r, m)
+		}
+	}
 	if n, _ := hist(fams, MetricStartSeconds); n != 2 {
 		t.Errorf("start seconds count %d after a restart, want 2", n)
 	}
@@ -314,4 +322,25 @@ func standingConstants(t *testing.T) []Standing {
 		t.Fatal("no Standing constant found in service.go")
 	}
 	return out
+}
+
+// TestExitReason_EveryRow: a run's end is oom when the OOM killer killed
+// in it (whatever signal ended it), else signal, else success for code 0
+// and failure for any other; every reason is one ExitReasons lists.
+func TestExitReason_EveryRow(t *testing.T) {
+	for _, tc := range []struct {
+		x    fsm.ExitStatus
+		want string
+	}{
+		{fsm.ExitStatus{Code: -1, Signal: 9, OOM: true}, "oom"},
+		{fsm.ExitStatus{Code: 0, OOM: true}, "oom"},
+		{fsm.ExitStatus{Code: -1, Signal: 15}, "signal"},
+		{fsm.ExitStatus{Code: 0}, "success"},
+		{fsm.ExitStatus{Code: 1}, "failure"},
+		{fsm.ExitStatus{Code: 255}, "failure"},
+	} {
+		if got := exitReason(&tc.x); got != tc.want || !slices.Contains(ExitReasons, got) {
+			t.Errorf("exitReason(%+v) = %q, want %q", tc.x, got, tc.want)
+		}
+	}
 }

@@ -107,6 +107,12 @@ func TestAgent_MetricsScrapedFromARealAgent(t *testing.T) {
 	want(fams, 0, agent.MetricDesired, "standing", string(agent.StandingDown))
 	want(fams, 1, agent.MetricStartSeconds)
 	want(fams, 1, agent.MetricRecover)
+	want(fams, 0, agent.MetricUnready)
+	want(fams, 0, agent.MetricProblems)
+	want(fams, 0, agent.MetricExits, "name", "svc", "reason", "signal")
+	if g := metricValue(fams, agent.MetricGeneration); g < 1 {
+		t.Errorf("%s = %v once an entry runs, want at least 1", agent.MetricGeneration, g)
+	}
 	if n := metricValue(fams, agent.MetricStoreCommit); n < 1 {
 		t.Errorf("%s count %v after a task started, want at least 1", agent.MetricStoreCommit, n)
 	}
@@ -146,6 +152,7 @@ func TestAgent_MetricsScrapedFromARealAgent(t *testing.T) {
 	want(fams, 1, agent.MetricTasks, "state", fsm.StateLost.String())
 	want(fams, 0, agent.MetricExecutors)
 	want(fams, 0, agent.MetricDesired, "standing", string(agent.StandingRunning))
+	want(fams, 1, agent.MetricConverged)
 	// Every family served is documented, by its name and type.
 	doc := string(mustRead(t, filepath.Join("..", "..", "docs", "metrics.md")))
 	for name, f := range fams {
@@ -153,8 +160,8 @@ func TestAgent_MetricsScrapedFromARealAgent(t *testing.T) {
 			t.Errorf("docs/metrics.md lacks the row %q", row)
 		}
 	}
-	if len(fams) != 12 {
-		t.Errorf("the agent serves %d families, want the 12 docs/metrics.md lists", len(fams))
+	if len(fams) != 17 {
+		t.Errorf("the agent serves %d families, want the 17 docs/metrics.md lists", len(fams))
 	}
 	if t.Failed() {
 		t.Logf("agent's logs:\n%s", a.logs)
