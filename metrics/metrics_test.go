@@ -337,3 +337,34 @@ func TestCounterFunc_WrittenAsACounter(t *testing.T) {
 		t.Fatalf("by kind: %v", k)
 	}
 }
+
+// TestValidName_EveryRow: the loop that replaced the regexps holds
+// Prometheus' rules at each edge: a metric name is [a-zA-Z_:][a-zA-Z0-9_:]*,
+// a label name the same without the colon; a digit anywhere but first.
+func TestValidName_EveryRow(t *testing.T) {
+	for _, tc := range []struct {
+		s             string
+		metric, label bool
+	}{
+		{"tether_tasks", true, true},
+		{"_x", true, true},
+		{"Az09_", true, true},
+		{"x9", true, true},
+		{"ns:x_total", true, false},
+		{":x", true, false},
+		{"9x", false, false},
+		{"", false, false},
+		{"a-b", false, false},
+		{"a b", false, false},
+		{"é", false, false},
+		{"a/b", false, false},
+		{"a@", false, false},
+	} {
+		if got := validName(tc.s, true); got != tc.metric {
+			t.Errorf("validName(%q, metric) = %v, want %v", tc.s, got, tc.metric)
+		}
+		if got := validName(tc.s, false); got != tc.label {
+			t.Errorf("validName(%q, label) = %v, want %v", tc.s, got, tc.label)
+		}
+	}
+}
