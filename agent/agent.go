@@ -19,6 +19,7 @@ import (
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/internal/proc"
 	"github.com/tether-fsm/tether/job"
+	"github.com/tether-fsm/tether/metrics"
 	"github.com/tether-fsm/tether/statedir"
 	"github.com/tether-fsm/tether/store"
 	"github.com/tether-fsm/tether/taskfile"
@@ -89,6 +90,13 @@ type Config struct {
 	// driver makes to the store, whatever its outcome (a mirror's
 	// wake-up: it must not block).
 	Appended func(task string)
+	// Metrics, when set, is where the agent's metrics are registered
+	// (metrics.go: tasks started, stopped, restarted, rescheduled and OOM
+	// killed by name, runs ended by reason, tasks by state, executors,
+	// desired entries by standing, start, stop, recovery and store commit
+	// latencies; docs/metrics.md); the caller serves it. nil: none, at no
+	// cost.
+	Metrics *metrics.Registry
 }
 
 // Agent serves one state directory: it holds its store and its driver,
@@ -106,6 +114,7 @@ type Agent struct {
 	conv   *converger
 	env    *spawnEnv
 	drives *drives
+	met    *agentMetrics
 
 	serving   chan struct{} // closed once Run's socket listens
 	started   atomic.Bool   // Run or Once was called
@@ -166,6 +175,10 @@ func Open(cfg Config) (a *Agent, err error) {
 	if opts.Logger == nil {
 		opts.Logger = cfg.Logger.Named("store")
 	}
+	met := newAgentMetrics(cfg.Metrics)
+	if met != nil && opts.Committed == nil {
+		opts.Committed = met.storeCommit
+	}
 	policy := executor.Policy{AllowedCaps: slices.Clone(cfg.AllowedCaps), Chroot: slices.Clone(cfg.ChrootEnv),
 		AllowSeccomp: slices.Clone(cfg.AllowSeccomp), AllowMissing: slices.Clone(cfg.AllowMissing), AllowRead: slices.Clone(cfg.AllowRead),
 		AllowDrivers: slices.Clone(cfg.AllowDrivers), AllowHostNamespaces: slices.Clone(cfg.AllowHostNamespaces)}
@@ -180,23 +193,36 @@ func Open(cfg Config) (a *Agent, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if met != nil {
+		// Before anything is appended: the tasks live now, by name.
+		scan, err := st.LoadTasks(context.Background(), store.LiveTasks)
+		if err != nil {
+			_ = st.Close()
+			return nil, err
+		}
+		met.seed(scan.Tasks)
+	}
 	env := &spawnEnv{paths: map[string]string{}}
 	world := &executor.Real{StateDir: cfg.StateDir, Command: cfg.ExecutorCommand, Logger: cfg.Logger.Named("driver"),
 		Policy: policy, Env: env.of}
 	d, err := driver.Open(driver.Config{
-		StateDir: cfg.StateDir, Store: driverLog(st, cfg), Logger: cfg.Logger.Named("driver"), World: world,
+		StateDir: cfg.StateDir, Store: driverLog(st, cfg, met), Logger: cfg.Logger.Named("driver"), World: world,
 		Hooks: cfg.DriverHooks,
 	})
 	if err != nil {
 		_ = st.Close()
 		return nil, err
 	}
-	a = &Agent{cfg: cfg, log: cfg.Logger, lock: lock, st: st, d: d, env: env, serving: make(chan struct{})}
+	a = &Agent{cfg: cfg, log: cfg.Logger, lock: lock, st: st, d: d, env: env, met: met, serving: make(chan struct{})}
 	a.Local = &Local{D: d, Store: st, StateDir: cfg.StateDir, ExecutorCommand: cfg.ExecutorCommand,
 		Logger: cfg.Logger, Now: cfg.Now, NewID: cfg.NewID, Hooks: cfg.DriverHooks, ReleasePorts: cfg.ReleasePorts,
 		BootID: cfg.BootID, Points: cfg.Hooks, Policy: a.Policy().Job(), Host: cfg.Host}
 	a.drives = newDrives(a.Local, cfg.Logger)
 	a.conv = newConverger(a)
+	if met != nil {
+		a.drives.copied = met.copied
+		a.registerGauges(cfg.Metrics, cfg.Logger.Named("metrics"))
+	}
 	if cfg.Feed != nil {
 		cfg.Feed.onSet(a.Rescan)
 	}
@@ -283,7 +309,9 @@ func (a *Agent) Once(ctx context.Context) error {
 // group nobody drives (a crashed agent's, a dead drive-group's), and every
 // group whose last copy ended while no driver recorded what follows it.
 func (a *Agent) recover(ctx context.Context) {
+	began := time.Now()
 	rep, err := a.d.Recover(ctx)
+	a.met.recovered(time.Since(began))
 	for _, r := range rep.Tasks {
 		if r.Err != nil {
 			a.log.Error("recovering a task", "task_id", r.ID, "state", r.From.String(), "err", r.Err)
@@ -309,7 +337,9 @@ func (a *Agent) Rescan() { a.conv.rescan() }
 // Recover is Local's, then the groups nobody drives are adopted (see
 // recover).
 func (a *Agent) Recover(ctx context.Context) (driver.Report, error) {
+	began := time.Now()
 	rep, err := a.Local.Recover(ctx)
+	a.met.recovered(time.Since(began))
 	if _, aerr := a.AdoptGroups(ctx); aerr != nil {
 		a.log.Error("adopting the groups nobody drives", "err", aerr)
 	}
@@ -444,6 +474,12 @@ func (a *Agent) WatchStatus(ctx context.Context, fn func(Status) bool) error {
 func (a *Agent) Salvage(ctx context.Context) (SalvageReport, error) {
 	rep, err := a.Local.Salvage(ctx)
 	if err == nil && rep.Installed {
+		if a.met != nil { // another store: its live tasks
+			a.met.reset()
+			if scan, err := a.st.LoadTasks(ctx, store.LiveTasks); err == nil {
+				a.met.seed(scan.Tasks)
+			}
+		}
 		a.recover(ctx)
 		a.conv.rescan()
 	}

@@ -27,6 +27,9 @@ type drives struct {
 	// changed is told the allocation of a drive at each of its steps and
 	// when it returns (a round of the convergence reads it again).
 	changed func(alloc string)
+	// copied is told each copy a drive records, once its hook let it
+	// (the metrics; nil: none).
+	copied func(Copy)
 }
 
 // drive is one group being driven.
@@ -124,7 +127,17 @@ func (ds *drives) start(alloc string, ids []string, next func(Copy) error) (*dri
 	}
 	go func() {
 		defer ds.wg.Done()
-		dr.result, dr.err = ds.l.DriveGroup(ctx, ids, DriveOptions{Wait: true, Progress: progress, Next: dr.callNext})
+		next := dr.callNext
+		if ds.copied != nil {
+			next = func(c Copy) error {
+				err := dr.callNext(c)
+				if err == nil {
+					ds.copied(c)
+				}
+				return err
+			}
+		}
+		dr.result, dr.err = ds.l.DriveGroup(ctx, ids, DriveOptions{Wait: true, Progress: progress, Next: next})
 		switch {
 		case dr.err != nil && ctx.Err() == nil:
 			ds.log.Error("driving the group stopped; it is driven again by the next decision or agent", "alloc", alloc, "err", dr.err)

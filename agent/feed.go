@@ -107,28 +107,36 @@ func (f *Feed) onSet(wake func()) {
 }
 
 // notingLog is the agent's store as its driver's log when Config.Appended
-// is set: every append is told, whatever its outcome (an append whose
-// answer was lost may have committed; the reader reads the truth).
+// or the metrics are set: every append is told to Appended, whatever its
+// outcome (an append whose answer was lost may have committed; the reader
+// reads the truth), and the events of each one that committed to the
+// metrics.
 type notingLog struct {
 	store.Log
 	note func(task string)
+	met  *agentMetrics
 }
 
 var _ store.Log = notingLog{}
 
 func (l notingLog) Append(ctx context.Context, task string, expected uint64, events ...fsm.Event) (uint64, error) {
 	v, err := l.Log.Append(ctx, task, expected, events...)
-	l.note(task)
+	if err == nil {
+		l.met.committed(task, events)
+	}
+	if l.note != nil {
+		l.note(task)
+	}
 	return v, err
 }
 
 // driverLog is the log the agent's driver appends to: st, or st noting
-// every append to Config.Appended.
-func driverLog(st store.Log, cfg Config) store.Log {
-	if cfg.Appended == nil {
+// every append to Config.Appended and the metrics.
+func driverLog(st store.Log, cfg Config, met *agentMetrics) store.Log {
+	if cfg.Appended == nil && met == nil {
 		return st
 	}
-	return notingLog{Log: st, note: cfg.Appended}
+	return notingLog{Log: st, note: cfg.Appended, met: met}
 }
 
 // Versions lists every task of the agent's store with its version (the

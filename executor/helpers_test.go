@@ -49,6 +49,7 @@ func TestMain(m *testing.M) {
 	testproc.Dispatch(map[string]func([]string) int{
 		"executor":         func(a []string) int { return server.ServeWith(a[1:], prepare.Preparer{}) },
 		"executor-lean":    func(a []string) int { return server.Serve(a[1:]) },
+		"executor-journal": func(a []string) int { server.JournalSocket = a[1]; return server.ServeWith(a[2:], prepare.Preparer{}) },
 		"executor-crash":   func([]string) int { return 3 },
 		"executor-hang":    func([]string) int { block(); return 0 },
 		"task":             func(a []string) int { return runTask(a[1:]) },

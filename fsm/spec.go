@@ -290,6 +290,9 @@ type LogConfig struct {
 	MaxFileSizeMB int
 	// Disabled discards the task's output: nothing is written.
 	Disabled bool
+	// Journald forwards the task's output to the systemd journal as well
+	// (package logs, journal.go), one entry a line, beside its files.
+	Journald bool `json:",omitempty"`
 }
 
 // Nomad's log rotation defaults.
@@ -317,6 +320,10 @@ const maxLogFileMB = 1 << 20
 // are not filled in: a zero count is refused here), naming the attribute
 // and what it must be. A disabled block is valid whatever its sizes.
 func (c LogConfig) Validate() error {
+	if c.Disabled && c.Journald {
+		return fmt.Errorf("%w: logs: disabled = true and journald = true: disabled discards the output, journald forwards it; leave one out",
+			ErrInvalidSpec)
+	}
 	if c.Disabled {
 		return nil
 	}

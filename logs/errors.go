@@ -35,6 +35,13 @@ var (
 	ErrClosed = errors.New("logs: writer closed")
 )
 
+// The journal.
+var (
+	// ErrNoJournal reports a host where no journal listens at
+	// JournalSocket: a task's output is kept in its files only.
+	ErrNoJournal = errors.New("logs: no systemd journal on this host")
+)
+
 // Reading.
 var (
 	// ErrGap reports output that rotation deleted before a reader got to it.

@@ -2,17 +2,19 @@ package metrics
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net"
 	"net/http"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Kind is a metric family's type, as the text format's TYPE line says it.
@@ -45,10 +47,23 @@ const DefaultMaxSeries = 1000
 // under one series, never dropped and never a new series.
 const Overflow = "_overflow_"
 
-var (
-	nameRE  = regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]*$`)
-	labelRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
-)
+// validName reports whether s is a metric name ([a-zA-Z_:][a-zA-Z0-9_:]*),
+// or with colon false a label name ([a-zA-Z_][a-zA-Z0-9_]*). A loop, not
+// a regexp: the package costs nothing at init in the binary every task
+// start runs.
+func validName(s string, colon bool) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || colon && c == ':' || i > 0 && c >= '0' && c <= '9'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
 
 // Registry holds metric families and writes them in Prometheus' text
 // format. It is safe for concurrent use.
@@ -67,7 +82,7 @@ type family struct {
 	labels     []string
 	buckets    []float64 // histograms: upper bounds, ascending, no +Inf
 	maxSeries  int
-	collect    func() []Sample // gauges computed when written (nil: stored series)
+	collect    func() []Sample // gauges and counters computed when written (nil: stored series)
 
 	mu     sync.Mutex
 	series map[string]*series // key: label values joined by \xff
@@ -91,11 +106,11 @@ type Sample struct {
 }
 
 func (r *Registry) add(f *family) *family {
-	if !nameRE.MatchString(f.name) {
+	if !validName(f.name, true) {
 		panic(fmt.Sprintf("metrics: invalid metric name %q", f.name))
 	}
 	for _, l := range f.labels {
-		if !labelRE.MatchString(l) || strings.HasPrefix(l, "__") || (f.kind == KindHistogram && l == "le") {
+		if !validName(l, false) || strings.HasPrefix(l, "__") || (f.kind == KindHistogram && l == "le") {
 			panic(fmt.Sprintf("metrics: %s: invalid label name %q", f.name, l))
 		}
 	}
@@ -127,6 +142,13 @@ func (r *Registry) Gauge(name, help string, labels ...string) *GaugeVec {
 // Samples beyond the family's bound are summed into the overflow series.
 func (r *Registry) GaugeFunc(name, help string, collect func() []Sample, labels ...string) {
 	r.add(&family{name: name, help: help, kind: KindGauge, labels: labels, collect: collect})
+}
+
+// CounterFunc registers a counter family whose series collect computes
+// each time the registry is written, from counts kept elsewhere (a
+// cluster node's): each must only go up, as a counter's.
+func (r *Registry) CounterFunc(name, help string, collect func() []Sample, labels ...string) {
+	r.add(&family{name: name, help: help, kind: KindCounter, labels: labels, collect: collect})
 }
 
 // Histogram registers a histogram family; buckets are its upper bounds,
@@ -414,6 +436,39 @@ func (r *Registry) Handler() http.Handler {
 		}
 		_ = r.WriteText(w)
 	})
+}
+
+// Path is where Serve serves the registry.
+const Path = "/metrics"
+
+// Serve serves r at Path on ln until ctx ends, then closes ln and
+// returns nil (an error only when serving failed). Any other path is 404,
+// naming Path. A scraper that is slow to send its request or to read the
+// answer is cut off (5 s for the request's headers, 30 s for the whole
+// answer), so that it cannot hold a connection of the agent's for ever.
+func (r *Registry) Serve(ctx context.Context, ln net.Listener) error {
+	mux := http.NewServeMux()
+	mux.Handle(Path, r.Handler())
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "tether serves its metrics at "+Path, http.StatusNotFound)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute}
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if srv.Shutdown(sctx) != nil {
+			_ = srv.Close()
+		}
+	}()
+	err := srv.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		<-stopped
+		return nil
+	}
+	return err
 }
 
 // DefBuckets are latency buckets in seconds, from 1 ms to 60 s.

@@ -2,8 +2,10 @@ package metrics
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -264,6 +266,105 @@ func TestListenAddr_LoopbackUnlessAHostIsGiven(t *testing.T) {
 	for _, bad := range []string{"", "host", ":99999", "a:b", "70000"} {
 		if got, err := ListenAddr(bad); err == nil {
 			t.Errorf("ListenAddr(%q) = %q, want an error", bad, got)
+		}
+	}
+}
+
+// TestServe_MetricsPathUntilTheContextEnds: Serve answers at /metrics
+// with the text format, 404 (naming /metrics) elsewhere, and returns nil
+// with its listener closed once its context ends.
+func TestServe_MetricsPathUntilTheContextEnds(t *testing.T) {
+	r := NewRegistry()
+	r.Counter("served_total", "s").With().Add(3)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Serve(ctx, ln) }()
+	base := "http://" + ln.Addr().String()
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := get(Path)
+	if code != 200 || parse(t, body)["served_total"].GetMetric()[0].GetCounter().GetValue() != 3 {
+		t.Fatalf("%s: %d\n%s", Path, code, body)
+	}
+	if code, body := get("/"); code != http.StatusNotFound || !strings.Contains(body, Path) {
+		t.Fatalf("/: %d %q, want 404 naming %s", code, body, Path)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve after its context ended: %v", err)
+	}
+	if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+		c.Close()
+		t.Fatal("the listener still accepts after Serve returned")
+	}
+}
+
+// TestCounterFunc_WrittenAsACounter: a counter computed at scrape time is
+// typed counter, reads each scrape's value, and a collector's sample with
+// the wrong number of label values is left out, never a malformed line.
+func TestCounterFunc_WrittenAsACounter(t *testing.T) {
+	r := NewRegistry()
+	n := 1.0
+	r.CounterFunc("tether_fleet_mirror_txns_total", "Txns.", func() []Sample {
+		return []Sample{{Value: n}}
+	})
+	r.CounterFunc("tether_fleet_by_kind_total", "By kind.", func() []Sample {
+		return []Sample{{Values: []string{"a"}, Value: 2}, {Values: []string{"a", "b"}, Value: 5}}
+	}, "kind")
+	fams := parse(t, text(t, r))
+	c := fams["tether_fleet_mirror_txns_total"]
+	if c.GetType() != dto.MetricType_COUNTER || c.GetMetric()[0].GetCounter().GetValue() != 1 {
+		t.Fatalf("txns: %v", c)
+	}
+	n = 7
+	if v := parse(t, text(t, r))["tether_fleet_mirror_txns_total"].GetMetric()[0].GetCounter().GetValue(); v != 7 {
+		t.Fatalf("txns at the second scrape = %v, want 7", v)
+	}
+	k := fams["tether_fleet_by_kind_total"]
+	if len(k.GetMetric()) != 1 || labelsOf(k.GetMetric()[0])["kind"] != "a" || k.GetMetric()[0].GetCounter().GetValue() != 2 {
+		t.Fatalf("by kind: %v", k)
+	}
+}
+
+// TestValidName_EveryRow: the loop that replaced the regexps holds
+// Prometheus' rules at each edge: a metric name is [a-zA-Z_:][a-zA-Z0-9_:]*,
+// a label name the same without the colon; a digit anywhere but first.
+func TestValidName_EveryRow(t *testing.T) {
+	for _, tc := range []struct {
+		s             string
+		metric, label bool
+	}{
+		{"tether_tasks", true, true},
+		{"_x", true, true},
+		{"Az09_", true, true},
+		{"x9", true, true},
+		{"ns:x_total", true, false},
+		{":x", true, false},
+		{"9x", false, false},
+		{"", false, false},
+		{"a-b", false, false},
+		{"a b", false, false},
+		{"é", false, false},
+		{"a/b", false, false},
+		{"a@", false, false},
+	} {
+		if got := validName(tc.s, true); got != tc.metric {
+			t.Errorf("validName(%q, metric) = %v, want %v", tc.s, got, tc.metric)
+		}
+		if got := validName(tc.s, false); got != tc.label {
+			t.Errorf("validName(%q, label) = %v, want %v", tc.s, got, tc.label)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -200,6 +201,10 @@ func (s *Store) commit(batch []*request) {
 	pending := append([]*request(nil), claimed...)
 	for len(pending) > 0 {
 		var failed *request
+		var began time.Time
+		if s.opts.Committed != nil {
+			began = time.Now()
+		}
 		err := updateSafe(s.db, s.path, func(tx *bolt.Tx) error {
 			tasks, live := tx.Bucket(bucketTasks), tx.Bucket(bucketLive)
 			if tasks == nil || live == nil {
@@ -242,10 +247,15 @@ func (s *Store) commit(batch []*request) {
 			}
 			return
 		}
+		wrote := false
 		for _, r := range pending {
 			if r.err == nil {
 				r.version = r.expected + uint64(len(r.events))
+				wrote = true
 			}
+		}
+		if wrote && s.opts.Committed != nil {
+			s.opts.Committed(time.Since(began))
 		}
 		return
 	}

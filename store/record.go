@@ -49,7 +49,8 @@ import (
 //	         time, a presence byte then the reschedule policy (attempts,
 //	         interval, delay, delay function, max delay, unlimited), a
 //	         count then each past reschedule (at, delay), the restart
-//	         count (window start, count, attempts))
+//	         count (window start, count, attempts)), and journald (no
+//	         bytes: the logs block's journald = true)
 //	nonce    string
 //	executor pid, start_time, boot_id, nonce, socket; v2 (fCgroup): cgroup
 //	task_pid varint; task_start uvarint
@@ -130,8 +131,9 @@ const (
 	sxReadiness
 	sxWatchdog
 	sxCheck
-	sxCopy // an Alloc's copy: its generation, due time, reschedule policy and history, restart count
-	sxAll  = 1<<iota - 1
+	sxCopy     // an Alloc's copy: its generation, due time, reschedule policy and history, restart count
+	sxJournald // Logs.Journald (no bytes)
+	sxAll      = 1<<iota - 1
 )
 
 // Bits of a template's flag byte.
@@ -371,8 +373,11 @@ func specExtOf(s *fsm.Spec) uint64 {
 	if s.OOMScoreAdj != nil {
 		x |= sxOOMScoreAdj
 	}
-	if s.Logs != (fsm.LogConfig{}) {
+	if l := s.Logs; l.MaxFiles != 0 || l.MaxFileSizeMB != 0 || l.Disabled {
 		x |= sxLogs
+	}
+	if s.Logs.Journald {
+		x |= sxJournald
 	}
 	if s.Restart != nil {
 		x |= sxRestart
@@ -882,6 +887,7 @@ func (d *decoder) spec(ext bool) *fsm.Spec {
 			d.fail("zero value for a present field")
 		}
 	}
+	s.Logs.Journald = x&sxJournald != 0
 	if x&sxRestart != 0 {
 		s.Restart = &fsm.RestartPolicy{
 			Attempts: d.int(), Interval: time.Duration(d.varint()), Delay: time.Duration(d.varint()),

@@ -63,6 +63,7 @@ func genSpec(t *rapid.T) *fsm.Spec {
 		s.Logs = fsm.LogConfig{MaxFiles: small.Draw(t, "max_files"), MaxFileSizeMB: rapid.Int().Draw(t, "max_file_size"),
 			Disabled: rapid.Bool().Draw(t, "disabled")}
 	}
+	s.Logs.Journald = rapid.Bool().Draw(t, "journald") // with a logs part or alone
 	if rapid.Bool().Draw(t, "restart") {
 		s.Restart = &fsm.RestartPolicy{
 			Attempts: rapid.Int().Draw(t, "attempts"), Interval: time.Duration(rapid.Int64().Draw(t, "interval")),

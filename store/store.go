@@ -77,6 +77,11 @@ type Options struct {
 	// Install, Compact, Remove), with its name (CrashPoints), so that a
 	// test can kill or pause the process between the steps. nil: none.
 	Crash func(point string)
+	// Committed, when set, is told how long each group commit of appends
+	// took that wrote (its transaction, with its fsync), on the
+	// committer's goroutine: it must not block. nil: the clock is not
+	// read.
+	Committed func(time.Duration)
 }
 
 func (o Options) crash(point string) {

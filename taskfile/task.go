@@ -378,10 +378,16 @@ func (p *parser) logs(c *hclsyntax.Block, name string) fsm.LogConfig {
 	l := fsm.LogConfig{}.WithDefaults()
 	p.noLabels(c)
 	p.noBlocks(c)
-	for _, a := range p.attrs(c.Body, fmt.Sprintf("the logs of task %q", name), "max_files", "max_file_size", "disabled") {
-		if a.Name == "disabled" {
+	for _, a := range p.attrs(c.Body, fmt.Sprintf("the logs of task %q", name), "max_files", "max_file_size", "disabled", "journald") {
+		switch a.Name {
+		case "disabled":
 			if v, ok := p.bool(a); ok {
 				l.Disabled = v
+			}
+			continue
+		case "journald":
+			if v, ok := p.bool(a); ok {
+				l.Journald = v
 			}
 			continue
 		}
@@ -397,6 +403,9 @@ func (p *parser) logs(c *hclsyntax.Block, name string) fsm.LogConfig {
 		} else {
 			l.MaxFileSizeMB = v
 		}
+	}
+	if l.Disabled && l.Journald {
+		p.errorf(c.TypeRange, "Bad logs", "disabled = true discards the task's output and journald = true forwards it; leave one out.")
 	}
 	return l
 }

@@ -215,6 +215,12 @@ func (f *fleet) runNode(o *agentOptions, set agentcmd.Settings, endpoints []stri
 	}
 	defer cli.Close()
 	changes := cluster.NewChanges()
+	met, err := o.af.OpenMetrics(log.Named("agent"))
+	if err != nil {
+		f.errorf("%v", err)
+		return exitUsage
+	}
+	defer met.Close()
 	a, err := agent.Open(agent.Config{
 		StateDir: set.StateDir, ConfigDir: o.af.ConfigDir,
 		Logger: log.Named("agent"), ExecutorCommand: executor, AllowedCaps: set.AllowedCaps, ChrootEnv: set.Chroot,
@@ -222,7 +228,7 @@ func (f *fleet) runNode(o *agentOptions, set agentcmd.Settings, endpoints []stri
 		AllowDrivers: set.AllowDrivers, AllowRemoteDrivers: set.AllowRemoteDrivers, AllowHostNamespaces: set.AllowHostNamespaces, MaxCount: set.MaxCount,
 		StoreOptions: store.Options{LockTimeout: o.lockTimeout, Logger: log.Named("store"), Crash: hooks.driver.StoreCrash()},
 		Hooks:        hooks.agent, DriverHooks: hooks.driver,
-		Feed: feed, Appended: changes.Note,
+		Feed: feed, Appended: changes.Note, Metrics: met.Registry(),
 		Host: taskfile.HostConfig{Name: o.node, Meta: meta},
 	})
 	if err != nil {
@@ -287,6 +293,7 @@ func (f *fleet) runNode(o *agentOptions, set agentcmd.Settings, endpoints []stri
 	if err != nil {
 		return f.fail(err)
 	}
+	registerNodeMetrics(met.Registry(), n.Stats)
 	rctx, cancel := context.WithTimeout(ctx, o.leaseTTL)
 	err = n.Register(rctx)
 	cancel()

@@ -63,12 +63,19 @@ func (c *cli) cmdAgent(args []string) int {
 	if err != nil {
 		return c.fail(err)
 	}
+	met, err := af.OpenMetrics(c.log.Named("agent"))
+	if err != nil {
+		c.errorf("%v", err)
+		return exitUsage
+	}
+	defer met.Close()
 	a, err := agent.Open(agent.Config{
 		StateDir: c.stateDir, ConfigDir: af.ConfigDir,
 		Logger: c.log.Named("agent"), ExecutorCommand: cmd, AllowedCaps: c.allowedCaps, ChrootEnv: c.chroot,
 		AllowSeccomp: c.allowSeccomp, AllowMissing: c.allowMissing, AllowRead: c.allowRead,
 		AllowDrivers: c.allowDrivers, AllowRemoteDrivers: remote.AllowRemoteDrivers, AllowHostNamespaces: c.allowHostNS, MaxCount: c.maxCount,
 		ReleasePorts: c.releasePorts, StoreOptions: c.storeOptions(), Hooks: hooks, DriverHooks: dhooks,
+		Metrics: met.Registry(),
 	})
 	if err != nil {
 		var re *agent.RunningError

@@ -134,7 +134,7 @@ func commands() []command {
 		{name: "run", args: "[flags] FILE.hcl\n[flags] -- CMD [ARGS...]", summary: "start a task, stream its output, wait, exit with its code", run: (*cli).cmdRun, line: taskLine, startsTasks: true, more: runMore},
 		{name: "start", args: "[flags] FILE.hcl\n[flags] -- CMD [ARGS...]", summary: "start a task in the background and print its id once it is up", run: (*cli).cmdStart, line: taskLine, startsTasks: true, more: startMore},
 		{name: "restart", args: "[flags] NAME...", summary: "stop tasks with their kill signal and grace, then start their specs again as new tasks", run: (*cli).cmdRestart, startsTasks: true, more: namesMore},
-		{name: "status", alias: "ps", args: "[flags] [ID|NAME]", summary: "list tasks (live ones unless --all), or show one", run: (*cli).cmdStatus, more: statusMore},
+		{name: "status", alias: "ps", args: "[flags] [NAME...]", summary: "list tasks (live ones unless --all), or show the named ones", run: (*cli).cmdStatus, more: statusMore},
 		{name: "events", args: "[flags] NAME...", summary: "show tasks' event histories", run: (*cli).cmdEvents, more: namesMore},
 		{name: "logs", args: "[flags] NAME...", summary: "print tasks' output, both streams merged in time order; -f follows it across restarts", run: (*cli).cmdLogs, more: logsMore + "\n\n" + namesMore},
 		{name: "stats", args: "[flags] ID|NAME", summary: "show a running task's memory, CPU and process counts from its cgroup", run: (*cli).cmdStats},
@@ -200,9 +200,10 @@ task (with its kill signal and grace), then starts this one.`
 const statusMore = `UPTIME is how long a live task's current process has run; ENDED when an
 ended one ended, and REASON how. MEM is its cgroup's memory now. The last
 line counts the tasks listed. --json prints every field (README.md lists
-them).
+them). One task's id or name shows that task alone; several words list
+their tasks in the order given.
 
-` + nameRules
+` + namesMore
 
 func (c *cli) usage(w io.Writer) {
 	fmt.Fprint(w, `tether runs tasks through executor processes that are never leaked.

@@ -112,21 +112,35 @@ func (c *cli) cmdStatus(args []string) int {
 	if code, ok := c.parse(fs, args); !ok {
 		return code
 	}
-	if fs.NArg() > 1 {
-		c.errorf("status takes at most one task id or name")
-		return exitUsage
-	}
 	ctx := context.Background()
 	s, err := c.open()
 	if err != nil {
 		return c.fail(err)
 	}
+	named := fs.NArg() > 0
 	var infos []driver.TaskInfo
 	var unreadable []store.TaskError
-	if fs.NArg() == 1 {
-		var info driver.TaskInfo
-		if info, err = c.resolve(ctx, s, fs.Arg(0)); err == nil {
-			infos = append(infos, c.reconcileIfGone(ctx, s, info))
+	var failed []error // a word that stands for nothing, in the order given
+	one := false       // one word, a task's: its detail view
+	if named {
+		targets := c.resolveTargets(ctx, s, fs.Args())
+		one = len(targets) == 1 && targets[0].err == nil && targets[0].kind == driver.TargetTask
+		seen := map[string]bool{}
+		for _, t := range targets {
+			if t.err != nil {
+				failed = append(failed, t.err)
+				continue
+			}
+			for _, info := range t.tasks {
+				if !seen[info.ID] {
+					seen[info.ID] = true
+					infos = append(infos, c.reconcileIfGone(ctx, s, info))
+				}
+			}
+		}
+		if len(failed) == len(targets) {
+			err = failed[0] // nothing to show: said as one word's error always was
+			failed = failed[1:]
 		}
 	} else {
 		infos, unreadable, err = c.list(ctx, s, *all)
@@ -136,18 +150,32 @@ func (c *cli) cmdStatus(args []string) int {
 	var ts []listed
 	if err == nil {
 		ts = c.describeListed(infos, now)
-		sortListed(ts)
+		if !named {
+			sortListed(ts) // named: in the order of the words
+		}
 	}
 	c.closeSession(s)
+	code := exitOK
+	for _, ferr := range failed {
+		code = worst(code, c.fail(ferr))
+	}
 	if err != nil {
-		return c.fail(err)
+		return worst(code, c.fail(err))
 	}
 	if *asJSON {
-		return c.printJSON(statusJSON(ts, desired, fs.NArg() == 1))
+		return worst(code, c.printJSON(statusJSON(ts, desired, named)))
 	}
-	if fs.NArg() == 1 {
+	if one {
 		c.printTask(ts[0], now, taskDesired(desired, ts[0].ID, now))
-		return exitOK
+		return code
+	}
+	if named {
+		if len(ts) > 0 {
+			if err := c.printList(c.stdout, ts, now); err != nil {
+				return c.fail(err)
+			}
+		}
+		return code
 	}
 	for _, u := range unreadable {
 		c.errorf("task %s cannot be read: %v", clikit.Printable(u.Task), u.Err)

@@ -175,10 +175,11 @@ func (s *server) startTask(ls wire.Launch) (launched, error) {
 		return l, fmt.Errorf("%w: %w", wire.ErrLaunch, err)
 	}
 	defer devnull.Close()
-	outs, childEnds, err := s.openOutputs(ls.Logs.WithDefaults(), tu, devnull)
+	outs, childEnds, warns, err := s.openOutputs(ls.Logs.WithDefaults(), tu, devnull, ls.Name)
 	if err != nil {
 		return l, err
 	}
+	l.warnings = append(l.warnings, warns...)
 	defer func() {
 		for _, f := range childEnds {
 			if f != devnull {

@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -38,6 +39,7 @@ import (
 	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/internal/clikit"
 	"github.com/tether-fsm/tether/job"
+	"github.com/tether-fsm/tether/metrics"
 	"github.com/tether-fsm/tether/statedir"
 )
 
@@ -222,12 +224,16 @@ type Flags struct {
 	Once      bool
 	// AllowRemoteDrivers is --allow-remote-drivers as given.
 	AllowRemoteDrivers string
+	// MetricsAddr is --metrics-addr: where to serve Prometheus metrics
+	// ("": nowhere).
+	MetricsAddr string
 }
 
 // Register registers them on fs.
 func (f *Flags) Register(fs *clikit.FlagSet) {
 	fs.StringVar(&f.ConfigDir, "config-dir", f.ConfigDir, "`directory` of task and job files (*.hcl, *.nomad) to keep running, each read as tether start reads it; owned by root or you, writable by no one else")
 	fs.BoolVar(&f.Once, "once", f.Once, "recover and converge once, then exit (for cron's @reboot)")
+	fs.StringVar(&f.MetricsAddr, "metrics-addr", f.MetricsAddr, "serve Prometheus metrics at http://`ADDR`/metrics: HOST:PORT, or a port alone for loopback's (default: none)")
 	fs.StringVar(&f.AllowRemoteDrivers, "allow-remote-drivers", f.AllowRemoteDrivers, "the `drivers` a spec from etcd (a node's desired state, a placement) may use, comma-separated, each also in --allow-drivers, or none (env TETHER_ALLOW_REMOTE_DRIVERS; default exec)")
 }
 
@@ -241,6 +247,72 @@ func (f *Flags) Resolve(set *Settings) error {
 		return errors.New(job.Describe(err))
 	}
 	return nil
+}
+
+// Metrics is the agent's metrics endpoint (--metrics-addr): its registry,
+// for agent.Config.Metrics, served over HTTP from OpenMetrics until
+// Close. A nil *Metrics (no --metrics-addr) serves nothing.
+type Metrics struct {
+	reg    *metrics.Registry
+	ln     net.Listener
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// OpenMetrics listens where --metrics-addr says (a port alone is
+// loopback's: metrics.ListenAddr) and serves the registry it returns
+// there; nil without --metrics-addr. A taken or bad address is an error
+// naming the flag; so is --metrics-addr with --once, which serves nothing.
+func (f *Flags) OpenMetrics(log hclog.Logger) (*Metrics, error) {
+	if f.MetricsAddr == "" {
+		return nil, nil
+	}
+	if f.Once {
+		return nil, errors.New("--metrics-addr with --once: an agent run --once exits after one pass and serves nothing; leave one of them out")
+	}
+	addr, err := metrics.ListenAddr(f.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w; give a free HOST:PORT", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &Metrics{reg: metrics.NewRegistry(), ln: ln, cancel: cancel, done: make(chan struct{})}
+	log.Info("serving metrics", "url", "http://"+ln.Addr().String()+metrics.Path)
+	go func() {
+		defer close(m.done)
+		if err := m.reg.Serve(ctx, ln); err != nil {
+			log.Error("serving metrics stopped", "err", err)
+		}
+	}()
+	return m, nil
+}
+
+// Registry is the registry served (nil for a nil *Metrics).
+func (m *Metrics) Registry() *metrics.Registry {
+	if m == nil {
+		return nil
+	}
+	return m.reg
+}
+
+// Addr is the address served (nil for a nil *Metrics).
+func (m *Metrics) Addr() net.Addr {
+	if m == nil {
+		return nil
+	}
+	return m.ln.Addr()
+}
+
+// Close stops serving and waits until it has.
+func (m *Metrics) Close() {
+	if m == nil {
+		return
+	}
+	m.cancel()
+	<-m.done
 }
 
 // Serve runs a in the foreground until SIGTERM or SIGINT (SIGHUP reads
