@@ -668,3 +668,83 @@ func TestStart_DaemonlessDriveGroupReschedules(t *testing.T) {
 		t.Errorf("the reschedule was due %v after the first copy was created, before its 5s delay", due.Sub(first.CreatedAt))
 	}
 }
+
+// flakyLoneJob is a job of one task that exits 3 at once, never
+// restarted: rescheduled once, 5 s after it failed.
+const flakyLoneJob = `job "lone" {
+  group "g" {
+    reschedule {
+      attempts       = 1
+      interval       = "1h"
+      delay          = "5s"
+      delay_function = "constant"
+      unlimited      = false
+    }
+    task "main" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "exit 3"]
+      }
+      env {
+        TETHER_TEST_MARKER = %[1]q
+      }
+      restart {
+        attempts = 0
+        mode     = "fail"
+      }
+    }
+  }
+}
+`
+
+// Daemonless, a file of one task is a group of one, rescheduled as a
+// group is: its detached tether drive-group starts the new copy (linked
+// to the task it replaces) no earlier than its delay, and exits once
+// nothing follows.
+func TestStart_DaemonlessLoneTaskIsRescheduled(t *testing.T) {
+	e := newDaemonlessEnv(t, "the detached drive-group of a daemonless start")
+	file := writeFile(t, t.TempDir(), "lone.nomad", fmt.Sprintf(flakyLoneJob, e.dir))
+	r := e.tether("start", "--min-uptime", "0", file)
+	ids := strings.Fields(r.stdout)
+	if len(ids) != 1 {
+		t.Fatalf("start: %s", r)
+	}
+	var driver []int
+	for _, p := range testproc.Marked(e.dir) {
+		if slices.Contains(p.Args, groupDriverArg) {
+			driver = append(driver, p.PID)
+		}
+	}
+	if len(driver) != 1 {
+		t.Fatalf("%d group drivers after the start of a task of one file, want one", len(driver))
+	}
+	waitExit(t, driver[0]) // the reschedule, its copy's end, nothing after
+	var rows []taskJSON
+	if err := json.Unmarshal([]byte(e.must("status", "--all", "--json").stdout), &rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 {
+		t.Fatalf("want the first copy and its reschedule: %+v", rows)
+	}
+	second := rows[0]
+	if second.ID == ids[0] {
+		second = rows[1]
+	}
+	evs := e.events(second.ID)
+	var spec fsm.Spec
+	if err := json.Unmarshal(evs[0].Spec, &spec); err != nil || spec.Alloc == nil {
+		t.Fatalf("%s's spec: %v", second.ID, err)
+	}
+	if evs[0].Replaces != ids[0] || spec.Alloc.Generation != 1 || second.State != "exited" {
+		t.Errorf("the second copy %s (%s, replaces %q, generation %d): want exited, replacing %s",
+			second.ID, second.State, evs[0].Replaces, spec.Alloc.Generation, ids[0])
+	}
+	first := rows[0]
+	if first.ID != ids[0] {
+		first = rows[1]
+	}
+	if due := time.Unix(0, spec.Alloc.NotBefore); due.Sub(first.CreatedAt) < 5*time.Second {
+		t.Errorf("the reschedule was due %v after the first copy was created, before its 5s delay", due.Sub(first.CreatedAt))
+	}
+}
