@@ -122,6 +122,16 @@ func runChild(args []string) int {
 			final, err = d.WaitTask(ctx, "a")
 		}
 		fmt.Println("final", final.State, final.Restarts)
+	case "restart-fail":
+		// Fails at once, every run (each counted), restarted once by its
+		// executor, which then exits.
+		spec := task("fail-then-fifo", "1000", runsFile(dir), filepath.Join(filepath.Dir(dir), "no-fifo"))
+		spec.Restart = &fsm.RestartPolicy{Attempts: 1, Interval: time.Hour, Mode: fsm.RestartFail, OnSuccess: true}
+		var final fsm.Task
+		if _, err = d.StartTask(ctx, "a", spec); err == nil || errors.Is(err, ErrStartFailed) {
+			final, err = d.WaitTask(ctx, "a")
+		}
+		fmt.Println("final", final.State, final.Restarts)
 	case "ready":
 		// A notify task that says it is ready at once: WaitReady
 		// records the ready event.
@@ -377,6 +387,37 @@ func TestCrashPoints_EveryPointRecovers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A driver killed between a launch and its record (the log ends at
+// launching) while its executor goes on: the task fails, is restarted by
+// its executor, fails again, and the executor exits. Recover finds the
+// executor gone; what its journal holds (the restart, written ahead of the
+// relaunch) is recorded before the task's end, so that the log has every
+// run the task had: recovery of a launch reads the journal as recovery of
+// a running task does.
+func TestCrashPoints_ProbedLaunchFoldsTheJournal(t *testing.T) {
+	dir := stateDir(t)
+	r := runCrashChild(t, dir, "restart-fail", crashBeforeAppend+"launched", "")
+	if !r.killed {
+		t.Fatalf("the child did not crash before recording the launch:\n%s", r.out)
+	}
+	d := newDriver(t, dir, Hooks{})
+	taskDir := d.TaskDir("a")
+	st, err := d.Store().LoadTask(ctxT(t), "a")
+	if err != nil || st.State != fsm.StateLaunching || st.Executor == nil {
+		t.Fatalf("after the crash: %s %v, want launching with its executor", st.State, err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitDead(t, *st.Executor) // two runs, one restart, then the executor exits
+	j, _, err := executor.SideFiles(taskDir).Journal()
+	if err != nil || len(j.Entries) != 2 {
+		t.Fatalf("the executor's journal: %v %v, want its restart and relaunch", j.Entries, err)
+	}
+	checkRecovery(t, dir, r.acks)
+	checkNoDoubleStart(t, dir)
 }
 
 // runsFile is where the restart scenario's task counts its runs.
