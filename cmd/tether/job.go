@@ -333,16 +333,40 @@ func (c *cli) runJob(ctx context.Context, s *session, run *jobRun, opts startOpt
 		case <-stopped:
 			return
 		}
+		// A second request escalates only once the first one's stop has
+		// begun (see stopOnSignals): the same signal delivered to this
+		// process and to its group (timeout, a terminal's Ctrl-C) is one.
+		var ids []string
+		for _, a := range run.allocs {
+			ids = append(ids, a.ids()...)
+		}
+		gate := newGroupSignalGate(ctx, s, ids)
+		defer gate.close()
 		for _, a := range run.allocs {
 			go func() { _, _ = s.svc.StopGroup(ctx, a.ids(), 0, 0, nil) }()
 		}
-		select {
-		case sig := <-sigs:
-			fmt.Fprintf(c.stderr, "tether: got %v again, killing the job's tasks now\n", sig)
-			for _, a := range run.allocs {
-				go func() { _, _ = s.svc.StopGroup(ctx, a.ids(), syscall.SIGKILL, time.Nanosecond, nil) }()
+		for {
+			select {
+			case sig := <-sigs:
+				if !gate.began() {
+					c.log.Debug("the same request delivered again before the stop began: counted once", "signal", sig)
+					continue
+				}
+				fmt.Fprintf(c.stderr, "tether: got %v again, killing the job's tasks now\n", sig)
+				// Each task that has started is stopped again, with
+				// SIGKILL at once: a stop of a task already stopping
+				// escalates it (a second stop of its group would wait
+				// for the group's lock, which the first one holds).
+				for _, id := range ids {
+					go func() {
+						if t, err := s.svc.InspectTask(ctx, id); err == nil && t.State != fsm.StateCreated && !t.State.Terminal() {
+							_, _ = s.svc.StopTask(ctx, id, syscall.SIGKILL, time.Nanosecond)
+						}
+					}()
+				}
+			case <-stopped:
 			}
-		case <-stopped:
+			return
 		}
 	}()
 	finals := make([][]fsm.Task, len(run.allocs))
