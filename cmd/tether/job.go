@@ -496,7 +496,7 @@ func (c *cli) startJob(ctx context.Context, s *session, run *jobRun, opts startO
 	}
 	opts.batch = run.batch
 	if min := c.minUptime(opts); min > 0 {
-		if code, ok := c.mainsStayUp(ctx, s, started, min, sigs); !ok {
+		if code, ok := c.mainsStayUp(ctx, s, started, min, opts.readyTimeout, sigs); !ok {
 			return code
 		}
 	}
@@ -536,40 +536,42 @@ func isMain(t fsm.Task) bool {
 	return t.Spec != nil && t.Spec.Alloc != nil && t.Spec.Alloc.Hook == fsm.HookMain
 }
 
-// mainsStayUp waits min for the main tasks to stay up: one that ends
-// sooner fails the start as start of one task does (its end and last
-// output), its group ending as its rules say.
-func (c *cli) mainsStayUp(ctx context.Context, s *session, tasks []fsm.Task, min time.Duration, sigs <-chan os.Signal) (int, bool) {
-	wctx, cancel := context.WithTimeout(ctx, min)
+// mainsStayUp waits for each main task to have a run that stayed up min,
+// as start of one task does (stayUp): a main task that ends sooner, or
+// whose runs its restart policy keeps restarting within min until it
+// gives up (or until --ready-timeout), fails the start with its runs'
+// ends and last output, its group ending as its rules say.
+func (c *cli) mainsStayUp(ctx context.Context, s *session, tasks []fsm.Task, min, readyTimeout time.Duration, sigs <-chan os.Signal) (int, bool) {
+	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ended := make(chan fsm.Task, len(tasks))
-	var wg sync.WaitGroup
+	deadline := time.Now().Add(readyTimeout + min)
+	outs := make(chan upOutcome, len(tasks))
+	n := 0
 	for _, t := range tasks {
 		if !isMain(t) {
 			continue
 		}
-		if t.State.Terminal() {
-			ended <- t
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if final, err := s.svc.WaitTask(wctx, t.ID); err == nil && final.State.Terminal() {
-				ended <- final
-			}
-		}()
+		n++
+		go func() { outs <- c.stayUp(wctx, s, t, min, deadline, nil) }()
 	}
-	go func() { wg.Wait(); close(ended) }()
-	select {
-	case t, ok := <-ended:
-		if ok {
+	for ; n > 0; n-- {
+		select {
+		case up := <-outs:
+			switch {
+			case up.up:
+				continue
+			case up.err != nil:
+				cancel()
+				c.errorf("task %s started, but watching it failed: %v", up.task.ID, up.err)
+				fmt.Fprintf(c.stderr, "  'tether status %s' shows how it is\n", up.task.ID)
+				return exitError, false
+			}
 			cancel()
-			return c.endedEarly(t, min), false
+			return c.neverUp(ctx, s, up.task, min, readyTimeout, up), false
+		case sig := <-sigs:
+			cancel()
+			return 128 + int(sig.(syscall.Signal)), false
 		}
-	case sig := <-sigs:
-		cancel()
-		return 128 + int(sig.(syscall.Signal)), false
 	}
 	return 0, true
 }
