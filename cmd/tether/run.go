@@ -225,6 +225,15 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 		// follows it (start: its reschedule block).
 		m := run.tasks()[0]
 		spec, id, opts.named, opts.batch, opts.ofFile = m.spec, m.id, true, run.batch, true
+		if detach && s.agent == nil && spec.Alloc != nil {
+			// Daemonless, a lone task has no group driver to follow it
+			// (its executor's restart block is all it has): nothing
+			// follows its copy, whoever drives it later (recover, an
+			// agent that adopts it).
+			a := spec.Alloc.Copy()
+			a.Reschedule = nil
+			spec.Alloc = a
+		}
 		if !detach {
 			defer c.releasePorts(run.allocs[0].id)
 		}
@@ -311,10 +320,11 @@ func (c *cli) runTask(name string, args []string, detach bool) int {
 	}
 	if detach {
 		if opts.ofFile && r.task.Spec != nil && r.task.Spec.Alloc != nil && r.task.Spec.Alloc.Reschedule != nil {
-			// A file's task, a group of one: its group's driver (the
-			// agent, or daemonless a detached tether drive-group, as a
-			// job's groups have) follows it from now on, and starts it
-			// again by its reschedule block once it has failed.
+			// A file's task under an agent: the agent follows it from now
+			// on, and starts it again by its reschedule block once it has
+			// failed. Daemonless, a lone task has no driver but its
+			// executor (its restart block); a job's groups have their
+			// detached tether drive-group.
 			if _, err := s.svc.StartGroup(ctx, []string{id}, nil); err != nil {
 				c.errorf("warning: task %s has no driver to reschedule it: %v", id, err)
 			}
