@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/agent"
 )
@@ -156,4 +159,76 @@ func TestLogs_FollowsADesiredServiceAcrossTheAgentsRestart(t *testing.T) {
 	if want := "following " + second.Task; !strings.Contains(stderr.String(), want) {
 		t.Fatalf("logs -f did not say %q:\n%s", want, stderr.String())
 	}
+}
+
+// logs -f of a task that waits for its turn in its group (recorded, not
+// started: its prestart task runs) follows it until it starts, then
+// streams its output until it ends.
+func TestLogs_FollowOfAWaitingTaskStreamsOnceItStarts(t *testing.T) {
+	e := newEnv(t)
+	notes := newTermNotes(t)
+	gate := filepath.Join(t.TempDir(), "gate")
+	if err := unix.Mkfifo(gate, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file := writeFile(t, t.TempDir(), "waits.nomad", fmt.Sprintf(`job "waits" {
+  group "g" {
+    task "setup" {
+      driver = "raw_exec"
+      lifecycle {
+        hook = "prestart"
+      }
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo up > \"$1\"; cat \"$2\" > /dev/null", "sh", %q, %q, %q]
+      }
+    }
+    task "main" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo hello-main; echo oops-main >&2", "sh", %q]
+      }
+      restart {
+        attempts = 0
+        mode     = "fail"
+      }
+    }
+  }
+}
+`, notes.path, gate, e.dir, e.dir))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := e.command(ctx, nil, "start", "--min-uptime", "0", file)
+	if err := start.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if s := notes.next(); s != "up\n" {
+		t.Fatalf("the prestart task did not start: %q", s)
+	}
+	var main string
+	for _, st := range e.status("--all") {
+		if st.Name == "main" {
+			if st.State != "created" {
+				t.Fatalf("main is %s while its prestart task runs, want created", st.State)
+			}
+			main = st.ID
+		}
+	}
+	logs := e.command(ctx, nil, "logs", "-f", main)
+	var out strings.Builder
+	logs.Stdout, logs.Stderr = &out, &out
+	if err := logs.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(gate, nil, 0); err != nil { // the prestart task ends: main starts
+		t.Fatal(err)
+	}
+	if code := exitOf(t, logs, "tether logs -f of a waiting task"); code != 0 {
+		t.Fatalf("logs -f: exit %d\n%s", code, out.String())
+	}
+	if !strings.Contains(out.String(), "hello-main") || !strings.Contains(out.String(), "oops-main") {
+		t.Fatalf("logs -f of a task that waited did not stream its output once it started:\n%s", out.String())
+	}
+	_ = exitOf(t, start, "tether start")
 }
