@@ -452,6 +452,7 @@ func waitsForTurn(t fsm.Task) bool {
 // longer does (started, or settled without running); false when ctx ended
 // or the task can no longer be read.
 func (c *cli) waitTurn(ctx context.Context, s *session, task driver.TaskInfo) (driver.TaskInfo, bool) {
+	c.log.Debug("the task waits for its turn in its group; following it once it starts", "task_id", task.ID)
 	tick := time.NewTicker(waitTurnPoll)
 	defer tick.Stop()
 	for waitsForTurn(task.Task) {

@@ -173,6 +173,10 @@ func TestLogs_FollowOfAWaitingTaskStreamsOnceItStarts(t *testing.T) {
 	}
 	file := writeFile(t, t.TempDir(), "waits.nomad", fmt.Sprintf(`job "waits" {
   group "g" {
+    reschedule {
+      attempts  = 0
+      unlimited = false
+    }
     task "setup" {
       driver = "raw_exec"
       lifecycle {
@@ -215,15 +219,44 @@ func TestLogs_FollowOfAWaitingTaskStreamsOnceItStarts(t *testing.T) {
 			main = st.ID
 		}
 	}
-	logs := e.command(ctx, nil, "logs", "-f", main)
+	// Its debug line says when it waits (the gate opens only then: a task
+	// that started first would not test the wait).
+	logs := e.command(ctx, nil, "--log-level", "debug", "logs", "-f", main)
 	var out strings.Builder
-	logs.Stdout, logs.Stderr = &out, &out
+	logs.Stdout = &out
+	errPipe, err := logs.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := logs.Start(); err != nil {
 		t.Fatal(err)
+	}
+	waiting := make(chan struct{})
+	stderrDone := make(chan struct{})
+	var stderr strings.Builder
+	go func() {
+		defer close(stderrDone)
+		sc := bufio.NewScanner(errPipe)
+		said := false
+		for sc.Scan() {
+			stderr.WriteString(sc.Text() + "\n")
+			if !said && strings.Contains(sc.Text(), "waits for its turn") {
+				said = true
+				close(waiting)
+			}
+		}
+	}()
+	select {
+	case <-waiting:
+	case <-stderrDone:
+		t.Fatalf("logs -f of a waiting task ended before the task started:\n%s\n%s", out.String(), stderr.String())
+	case <-ctx.Done():
+		t.Fatal("logs -f never said it waits for the task's turn")
 	}
 	if err := os.WriteFile(gate, nil, 0); err != nil { // the prestart task ends: main starts
 		t.Fatal(err)
 	}
+	<-stderrDone // the pipe ends with the process
 	if code := exitOf(t, logs, "tether logs -f of a waiting task"); code != 0 {
 		t.Fatalf("logs -f: exit %d\n%s", code, out.String())
 	}
