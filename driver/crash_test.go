@@ -132,6 +132,20 @@ func runChild(args []string) int {
 			final, err = d.WaitTask(ctx, "a")
 		}
 		fmt.Println("final", final.State, final.Restarts)
+	case "ready-lost":
+		// A notify task that says it is ready at once, whose executor
+		// dies around its ready entry (TETHER_CRASHPOINT reaches it): the
+		// task ends lost, with its ready recorded exactly when journalled.
+		spec := task("ready-sleep")
+		spec.Readiness = fsm.ReadinessNotify
+		var final fsm.Task
+		if _, err = d.StartTask(ctx, "a", spec); err == nil || errors.Is(err, ErrStartFailed) {
+			if _, rerr := d.WaitReady(ctx, "a"); rerr == nil {
+				fmt.Println("ready although its executor died")
+			}
+			final, err = d.WaitTask(ctx, "a")
+		}
+		fmt.Println("final", final.State, final.Restarts)
 	case "ready":
 		// A notify task that says it is ready at once: WaitReady
 		// records the ready event.
@@ -286,6 +300,11 @@ func crashCases() map[string]crashCase {
 	for _, p := range executor.CrashPoints() {
 		cases[p] = crashCase{scenario: "restart", executorCrash: true}
 	}
+	// And its readiness path: it SIGKILLs itself around a run's ready
+	// entry; the ready is in the log exactly when it is in the journal.
+	for _, p := range []string{executor.CrashBeforeReadyEntry, executor.CrashAfterReadyEntry} {
+		cases[p] = crashCase{scenario: "ready-lost", executorCrash: true}
+	}
 	return cases
 }
 
@@ -380,6 +399,16 @@ func TestCrashPoints_EveryPointRecovers(t *testing.T) {
 			checkRecovery(t, dir, r.acks)
 			if c.scenario == "restart" {
 				checkNoDoubleStart(t, dir)
+			}
+			if c.scenario == "ready-lost" {
+				// A run's ready is a fact once journalled: in the log
+				// exactly when in the journal, whichever side of the
+				// entry the executor died.
+				d := newDriver(t, dir, Hooks{})
+				sameReadies(t, readyEvents(t, d, "a"), journalReadies(t, d, "a"))
+				if err := d.Close(); err != nil {
+					t.Fatal(err)
+				}
 			}
 			var ws syscall.WaitStatus
 			if pid, _ := syscall.Wait4(stranger.Process.Pid, &ws, syscall.WNOHANG, nil); pid != 0 {
