@@ -594,3 +594,52 @@ func checkRecovery(t *testing.T, dir string, acks map[string]int) {
 		}
 	}
 }
+
+// A run's ready journalled by the executor of a task whose log ends at
+// launched (a relaunch it journalled, or an older driver's log) folds
+// after the running it implies, and the entries after it fold too: a
+// crash between the ready and its record loses nothing.
+func TestInputs_ReadyOfALaunchedTaskFoldsAfterItsRunning(t *testing.T) {
+	spec := fsm.Spec{Driver: "raw_exec", Command: "/bin/true", Readiness: fsm.ReadinessNotify,
+		Restart: &fsm.RestartPolicy{Attempts: 1, Interval: time.Hour, Mode: fsm.RestartFail}}
+	x := fsm.Identity{PID: 10, StartTime: 1, BootID: "b", Nonce: "n"}
+	var st fsm.Task
+	st.ID = "a"
+	for _, in := range []fsm.Event{
+		{Type: fsm.EventCreated, Time: 1, Spec: &spec}, {Type: fsm.EventSpawnIntent, Time: 2, Nonce: "n"},
+		{Type: fsm.EventExecutorUp, Time: 3, Executor: &x},
+		{Type: fsm.EventLaunched, Time: 4, TaskPID: 11, TaskStartTime: 5},
+	} {
+		evs, _, err := fsm.Step(st, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, err = fsm.FoldAll(st, evs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st.State != fsm.StateLaunched {
+		t.Fatalf("fixture: %s, want launched", st.State)
+	}
+	exit := fsm.ExitStatus{Code: 1}
+	r := report{entries: []fsm.Event{
+		{Type: fsm.EventReady, Time: 6, Attempt: 1, TaskPID: 11, TaskStartTime: 5},
+		{Type: fsm.EventRestartIntent, Time: 7, Attempt: 1, Exit: &exit},
+	}}
+	var got []string
+	cur := st
+	for _, e := range (&Driver{}).inputs(st, r) {
+		got = append(got, e.Type.String())
+		next, err := fsm.Fold(cur, e)
+		if err != nil {
+			t.Fatalf("%v does not fold on %s: %v", e.Type, cur.State, err)
+		}
+		cur = next
+	}
+	if want := []string{"running", "ready", "restart-intent"}; !slices.Equal(got, want) {
+		t.Fatalf("inputs %v, want %v", got, want)
+	}
+	if cur.Readies != 1 || cur.State != fsm.StateRestarting {
+		t.Fatalf("after the fold: %s, readies %d", cur.State, cur.Readies)
+	}
+}
