@@ -353,17 +353,7 @@ func (c *cli) runJob(ctx context.Context, s *session, run *jobRun, opts startOpt
 					continue
 				}
 				fmt.Fprintf(c.stderr, "tether: got %v again, killing the job's tasks now\n", sig)
-				// Each task that has started is stopped again, with
-				// SIGKILL at once: a stop of a task already stopping
-				// escalates it (a second stop of its group would wait
-				// for the group's lock, which the first one holds).
-				for _, id := range ids {
-					go func() {
-						if t, err := s.svc.InspectTask(ctx, id); err == nil && t.State != fsm.StateCreated && !t.State.Terminal() {
-							_, _ = s.svc.StopTask(ctx, id, syscall.SIGKILL, time.Nanosecond)
-						}
-					}()
-				}
+				go c.killStarted(ctx, s, ids)
 			case <-stopped:
 			}
 			return
@@ -726,7 +716,7 @@ func (c *cli) stopGroup(ctx context.Context, s *session, info driver.TaskInfo, s
 		select {
 		case <-sigs:
 			fmt.Fprintf(c.stderr, "tether: interrupted, killing the group's tasks now\n")
-			_, _ = s.svc.StopGroup(ctx, ids, syscall.SIGKILL, time.Nanosecond, nil)
+			c.killStarted(ctx, s, ids)
 		case <-done:
 		}
 	}()
@@ -740,6 +730,23 @@ func (c *cli) stopGroup(ctx context.Context, s *session, info driver.TaskInfo, s
 		fmt.Fprintf(c.stdout, "%s %s\n", t.ID, describeEnd(t))
 	}
 	return exitOK
+}
+
+// killStarted stops each task of ids that has started and not ended
+// again, with SIGKILL at once: a stop of a task already stopping escalates
+// it (a second stop of its group would wait for the group's lock, which
+// the first one holds). A task that waits for its turn is left to its
+// group's stop.
+func (c *cli) killStarted(ctx context.Context, s *session, ids []string) {
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Go(func() {
+			if t, err := s.svc.InspectTask(ctx, id); err == nil && t.State != fsm.StateCreated && !t.State.Terminal() {
+				_, _ = s.svc.StopTask(ctx, id, syscall.SIGKILL, time.Nanosecond)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // groupOver reports whether every task of info's group has ended.
