@@ -136,3 +136,58 @@ func TestStatus_OriginsAndRefusals(t *testing.T) {
 		}
 	}
 }
+
+// An entry of several copies says the soonest of their next attempts
+// (restarting: when something of it starts again) and the latest of their
+// ends (down: since when nothing of it runs), whichever copy comes first.
+func TestStatus_EntryTimesAreItsCopiesSoonestAndLatest(t *testing.T) {
+	spent := func(t *fsm.Task) { t.Restarts = 2 }
+	noReschedule := func(t *fsm.Task) { t.Spec.Alloc.Reschedule = &fsm.ReschedulePolicy{} }
+	endedAgo := func(d time.Duration) func(*fsm.Task) {
+		return func(t *fsm.Task) { t.UpdatedAt, t.Exit.At = now-int64(d), now-int64(d) }
+	}
+	in := func(alloc string, cv CopyView) CopyView {
+		for i := range cv.Tasks {
+			cv.Tasks[i].Spec.Alloc.ID = alloc
+		}
+		return cv
+	}
+	for _, c := range []struct {
+		name   string
+		a, b   CopyView
+		want   Standing
+		latest bool // the entry's time is the later of the two copies' (else the sooner)
+	}{
+		{"restarting: the soonest next attempt", copyIn("web-1", fsm.StateExited, spent, endedAgo(time.Second)), copyIn("web-2", fsm.StateExited, spent, endedAgo(20*time.Second)), StandingRestarting, false},
+		{"restarting, the other order", copyIn("web-1", fsm.StateExited, spent, endedAgo(20*time.Second)), copyIn("web-2", fsm.StateExited, spent, endedAgo(time.Second)), StandingRestarting, false},
+		{"down: the latest end", copyIn("web-1", fsm.StateExited, spent, noReschedule, endedAgo(time.Second)), copyIn("web-2", fsm.StateExited, spent, noReschedule, endedAgo(20*time.Second)), StandingDown, true},
+		{"down, the other order", copyIn("web-1", fsm.StateExited, spent, noReschedule, endedAgo(20*time.Second)), copyIn("web-2", fsm.StateExited, spent, noReschedule, endedAgo(time.Second)), StandingDown, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, b := in("a1", c.a), in("a2", c.b)
+			rec := webRecord("d1", a.IDs...)
+			rec.Allocs = append(rec.Allocs, store.DesiredAlloc{Group: "web", Index: 1, ID: "a2", Tasks: b.IDs})
+			v := view([]Declared{webDecl("d1")}, []store.Desired{rec}, map[string]CopyView{"a1": a, "a2": b})
+			e, _ := statusOf(v, Decide(v)).Entry("web")
+			if e.Standing != c.want {
+				t.Fatalf("%+v, want %s", e, c.want)
+			}
+			_, _, sinceA, nextA := copyStanding(a, v)
+			_, _, sinceB, nextB := copyStanding(b, v)
+			got, ta, tb := e.NextAttempt, nextA, nextB
+			if c.want == StandingDown {
+				got, ta, tb = e.Since, sinceA, sinceB
+			}
+			if ta.Equal(tb) || ta.IsZero() || tb.IsZero() {
+				t.Fatalf("the copies' times do not tell the rule: %v and %v", ta, tb)
+			}
+			want := ta
+			if ta.After(tb) != c.latest {
+				want = tb
+			}
+			if !got.Equal(want) {
+				t.Errorf("the entry's time %v, want %v (of the copies' %v and %v)", got, want, ta, tb)
+			}
+		})
+	}
+}

@@ -50,6 +50,9 @@ func CrashPoints() []string {
 	// The executor's, on its restart path: TETHER_CRASHPOINT reaches it
 	// through the environment it inherits, and it SIGKILLs itself there.
 	out = append(out, executor.CrashPoints()...)
+	// The executor's on its readiness path: before and after it journals
+	// a run's ready entry (a notify task that says READY=1 reaches them).
+	out = append(out, executor.CrashBeforeReadyEntry, executor.CrashAfterReadyEntry)
 	// A maintenance's durable steps: the store's (Options.Crash) and the
 	// salvage's settling of lost tasks (SalvageStore).
 	out = append(out, store.PointSalvageCopied, PointSalvageSettled)

@@ -122,6 +122,30 @@ func runChild(args []string) int {
 			final, err = d.WaitTask(ctx, "a")
 		}
 		fmt.Println("final", final.State, final.Restarts)
+	case "restart-fail":
+		// Fails at once, every run (each counted), restarted once by its
+		// executor, which then exits.
+		spec := task("fail-then-fifo", "1000", runsFile(dir), filepath.Join(filepath.Dir(dir), "no-fifo"))
+		spec.Restart = &fsm.RestartPolicy{Attempts: 1, Interval: time.Hour, Mode: fsm.RestartFail, OnSuccess: true}
+		var final fsm.Task
+		if _, err = d.StartTask(ctx, "a", spec); err == nil || errors.Is(err, ErrStartFailed) {
+			final, err = d.WaitTask(ctx, "a")
+		}
+		fmt.Println("final", final.State, final.Restarts)
+	case "ready-lost":
+		// A notify task that says it is ready at once, whose executor
+		// dies around its ready entry (TETHER_CRASHPOINT reaches it): the
+		// task ends lost, with its ready recorded exactly when journalled.
+		spec := task("ready-sleep")
+		spec.Readiness = fsm.ReadinessNotify
+		var final fsm.Task
+		if _, err = d.StartTask(ctx, "a", spec); err == nil || errors.Is(err, ErrStartFailed) {
+			if _, rerr := d.WaitReady(ctx, "a"); rerr == nil {
+				fmt.Println("ready although its executor died")
+			}
+			final, err = d.WaitTask(ctx, "a")
+		}
+		fmt.Println("final", final.State, final.Restarts)
 	case "ready":
 		// A notify task that says it is ready at once: WaitReady
 		// records the ready event.
@@ -276,6 +300,11 @@ func crashCases() map[string]crashCase {
 	for _, p := range executor.CrashPoints() {
 		cases[p] = crashCase{scenario: "restart", executorCrash: true}
 	}
+	// And its readiness path: it SIGKILLs itself around a run's ready
+	// entry; the ready is in the log exactly when it is in the journal.
+	for _, p := range []string{executor.CrashBeforeReadyEntry, executor.CrashAfterReadyEntry} {
+		cases[p] = crashCase{scenario: "ready-lost", executorCrash: true}
+	}
 	return cases
 }
 
@@ -371,12 +400,53 @@ func TestCrashPoints_EveryPointRecovers(t *testing.T) {
 			if c.scenario == "restart" {
 				checkNoDoubleStart(t, dir)
 			}
+			if c.scenario == "ready-lost" {
+				// A run's ready is a fact once journalled: in the log
+				// exactly when in the journal, whichever side of the
+				// entry the executor died.
+				d := newDriver(t, dir, Hooks{})
+				sameReadies(t, readyEvents(t, d, "a"), journalReadies(t, d, "a"))
+				if err := d.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
 			var ws syscall.WaitStatus
 			if pid, _ := syscall.Wait4(stranger.Process.Pid, &ws, syscall.WNOHANG, nil); pid != 0 {
 				t.Fatalf("the stranger was signalled: %v", ws)
 			}
 		})
 	}
+}
+
+// A driver killed between a launch and its record (the log ends at
+// launching) while its executor goes on: the task fails, is restarted by
+// its executor, fails again, and the executor exits. Recover finds the
+// executor gone; what its journal holds (the restart, written ahead of the
+// relaunch) is recorded before the task's end, so that the log has every
+// run the task had: recovery of a launch reads the journal as recovery of
+// a running task does.
+func TestCrashPoints_ProbedLaunchFoldsTheJournal(t *testing.T) {
+	dir := stateDir(t)
+	r := runCrashChild(t, dir, "restart-fail", crashBeforeAppend+"launched", "")
+	if !r.killed {
+		t.Fatalf("the child did not crash before recording the launch:\n%s", r.out)
+	}
+	d := newDriver(t, dir, Hooks{})
+	taskDir := d.TaskDir("a")
+	st, err := d.Store().LoadTask(ctxT(t), "a")
+	if err != nil || st.State != fsm.StateLaunching || st.Executor == nil {
+		t.Fatalf("after the crash: %s %v, want launching with its executor", st.State, err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitDead(t, *st.Executor) // two runs, one restart, then the executor exits
+	j, _, err := executor.SideFiles(taskDir).Journal()
+	if err != nil || len(j.Entries) != 2 {
+		t.Fatalf("the executor's journal: %v %v, want its restart and relaunch", j.Entries, err)
+	}
+	checkRecovery(t, dir, r.acks)
+	checkNoDoubleStart(t, dir)
 }
 
 // runsFile is where the restart scenario's task counts its runs.
@@ -522,5 +592,54 @@ func checkRecovery(t *testing.T, dir string, acks map[string]int) {
 			}
 			checkReaped(t, d2, final)
 		}
+	}
+}
+
+// A run's ready journalled by the executor of a task whose log ends at
+// launched (a relaunch it journalled, or an older driver's log) folds
+// after the running it implies, and the entries after it fold too: a
+// crash between the ready and its record loses nothing.
+func TestInputs_ReadyOfALaunchedTaskFoldsAfterItsRunning(t *testing.T) {
+	spec := fsm.Spec{Driver: "raw_exec", Command: "/bin/true", Readiness: fsm.ReadinessNotify,
+		Restart: &fsm.RestartPolicy{Attempts: 1, Interval: time.Hour, Mode: fsm.RestartFail}}
+	x := fsm.Identity{PID: 10, StartTime: 1, BootID: "b", Nonce: "n"}
+	var st fsm.Task
+	st.ID = "a"
+	for _, in := range []fsm.Event{
+		{Type: fsm.EventCreated, Time: 1, Spec: &spec}, {Type: fsm.EventSpawnIntent, Time: 2, Nonce: "n"},
+		{Type: fsm.EventExecutorUp, Time: 3, Executor: &x},
+		{Type: fsm.EventLaunched, Time: 4, TaskPID: 11, TaskStartTime: 5},
+	} {
+		evs, _, err := fsm.Step(st, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, err = fsm.FoldAll(st, evs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st.State != fsm.StateLaunched {
+		t.Fatalf("fixture: %s, want launched", st.State)
+	}
+	exit := fsm.ExitStatus{Code: 1}
+	r := report{entries: []fsm.Event{
+		{Type: fsm.EventReady, Time: 6, Attempt: 1, TaskPID: 11, TaskStartTime: 5},
+		{Type: fsm.EventRestartIntent, Time: 7, Attempt: 1, Exit: &exit},
+	}}
+	var got []string
+	cur := st
+	for _, e := range (&Driver{}).inputs(st, r) {
+		got = append(got, e.Type.String())
+		next, err := fsm.Fold(cur, e)
+		if err != nil {
+			t.Fatalf("%v does not fold on %s: %v", e.Type, cur.State, err)
+		}
+		cur = next
+	}
+	if want := []string{"running", "ready", "restart-intent"}; !slices.Equal(got, want) {
+		t.Fatalf("inputs %v, want %v", got, want)
+	}
+	if cur.Readies != 1 || cur.State != fsm.StateRestarting {
+		t.Fatalf("after the fold: %s, readies %d", cur.State, cur.Readies)
 	}
 }

@@ -371,10 +371,19 @@ func (j job) probeLaunch(ctx context.Context) jobResult {
 			// The executor is gone: its launch record says whether it
 			// launched, once it matches the log; one that does not is
 			// believed in nothing (and nothing is signalled because of it).
-			if _, ok, lerr := j.d.world.LaunchRecord(ctx, j.id, *j.st.Executor); errors.Is(lerr, ErrNotOurs) {
+			if rec, ok, lerr := j.d.world.LaunchRecord(ctx, j.id, *j.st.Executor); errors.Is(lerr, ErrNotOurs) {
 				cause = fmt.Errorf("%w; the launch record did not match the log, so it was not believed: %w", cause, lerr)
 			} else if ok {
 				cause = fmt.Errorf("%w; its launch record says it launched the task, which is killed with everything of it", cause)
+				// The executor may have restarted the task since (each
+				// restart journalled ahead of its relaunch): the launch
+				// is recorded, then what the journal holds, then the end
+				// (collectEnd), so that no run goes unrecorded.
+				launched, cur, ok := j.launchedAt(rec)
+				if r := j.d.collectEnd(ctx, cur, cause); ok && len(r.entries) > 0 {
+					inputs := append(launched, j.d.inputs(cur, r)...)
+					return jobResult{h: h, inputs: inputs, action: fmt.Sprintf("launch interrupted; executor gone; %d restart journal entries folded; task killed", len(r.entries))}
+				}
 			}
 		}
 		return jobResult{h: h, inputs: []fsm.Event{j.d.lost(cause)}, action: "launch interrupted; executor unreachable; task killed"}
@@ -384,13 +393,37 @@ func (j job) probeLaunch(ctx context.Context) jobResult {
 		ev.Reason, ev.Cause = "the driver stopped before the executor launched the task", fsm.CauseOther
 		return jobResult{h: h, inputs: []fsm.Event{ev}, action: "launch never happened; executor killed"}
 	}
-	launched := j.d.event(fsm.EventLaunched)
-	launched.TaskPID, launched.TaskStartTime = s.PID, s.StartTime
-	if s.Over() {
-		ex := j.d.exited(s.Exit)
-		return jobResult{h: h, inputs: []fsm.Event{launched, ex}, action: "launch had happened and the task has exited (" + s.Exit.String() + "); reaped"}
+	// The launch, then the restarts (and readies) its executor journalled
+	// since, in order, as attach folds them for a launched task.
+	inputs, cur, ok := j.launchedAt(fsm.Proc{PID: s.PID, StartTime: s.StartTime})
+	var r report
+	if ok {
+		r = j.d.catchUp(ctx, cur, h, s)
+		inputs = append(inputs, j.d.inputs(cur, r)...)
 	}
-	return jobResult{h: h, inputs: []fsm.Event{launched, j.d.event(fsm.EventRunning)}, supervise: true, action: "launch had happened; reattached"}
+	if s.Over() {
+		action := "launch had happened and the task has exited (" + s.Exit.String() + "); reaped"
+		if len(r.entries) == 0 {
+			inputs = inputs[:1] // launched, then the exit: it was never seen running
+		}
+		if end := foldReport(cur, r, j.d); end.State != fsm.StateReaping && !end.State.Terminal() {
+			inputs = append(inputs, j.d.exited(s.Exit))
+		} else {
+			action = "launch had happened; its last relaunch failed"
+		}
+		return jobResult{h: h, inputs: inputs, action: action}
+	}
+	return jobResult{h: h, inputs: inputs, supervise: true, action: "launch had happened; reattached"}
+}
+
+// launchedAt is a launch found by probing, of the task process p: launched
+// and running, and the task with them folded (false: they do not fold).
+func (j job) launchedAt(p fsm.Proc) ([]fsm.Event, fsm.Task, bool) {
+	launched := j.d.event(fsm.EventLaunched)
+	launched.TaskPID, launched.TaskStartTime = p.PID, p.StartTime
+	inputs := []fsm.Event{launched, j.d.event(fsm.EventRunning)}
+	cur, err := fsm.FoldAll(j.st, inputs...)
+	return inputs, cur, err == nil
 }
 
 // probe reconciles a running or restarting task: reattach by proven

@@ -858,9 +858,23 @@ func (o *owner) vanished(cause error) error {
 // already reaping). A conflict with another process's append reloads the
 // log and steps the inputs again.
 func (o *owner) record(inputs ...fsm.Event) (bool, error) {
+	reread := false
 	for attempt := 0; ; attempt++ {
 		events, effects, err := fsm.StepAll(o.st, inputs...)
 		if errors.Is(err, fsm.ErrIllegalTransition) && o.st.Version > 0 {
+			if !reread {
+				// Another process may have moved the log (a stop of a
+				// task in its restart delay recorded there, whose end
+				// this owner's supervisor reports): step again on what
+				// the log holds, once. Without this, the owner kept a
+				// stale state and its supervisor the same end, in a loop.
+				reread = true
+				if moved, rerr := o.logMoved(); rerr != nil {
+					return false, rerr
+				} else if moved {
+					continue
+				}
+			}
 			o.log.Debug("dropping input that no longer applies", "event", inputs[0].Type.String(), "state", o.st.State.String())
 			return false, nil
 		}
@@ -906,6 +920,21 @@ func (o *owner) record(inputs ...fsm.Event) (bool, error) {
 		o.owed = effects
 		return true, nil
 	}
+}
+
+// logMoved reloads the state when the log holds more than the owner does
+// (another process appended), and reports whether it did.
+func (o *owner) logMoved() (bool, error) {
+	st, err := o.d.store.LoadTask(context.Background(), o.t.id)
+	if err != nil {
+		return false, o.taskErr(err)
+	}
+	if st.Version == o.st.Version {
+		return false, nil
+	}
+	o.setState(st)
+	o.owed = fsm.Pending(st)
+	return true, nil
 }
 
 // reload replaces the state with the log's.

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -189,4 +190,43 @@ func TestFollowTask_SeesEveryRestart(t *testing.T) {
 	if _, err := d.FollowTask(ctx, "nosuch", func(fsm.Task) {}); !errors.Is(err, ErrUnknownTask) {
 		t.Fatalf("FollowTask of an unknown task: %v", err)
 	}
+}
+
+// A stop from another driver during a restart's delay, while this driver
+// follows the task (as a group's driver does): the stop returns, the
+// follower sees the task stopped and returns, and nothing is relaunched.
+func TestRestart_StopFromAnotherDriverDuringTheDelay(t *testing.T) {
+	dir, d1, d2 := sharedDrivers(t)
+	ctx := ctxT(t)
+	p := fsm.RestartPolicy{Attempts: 5, Interval: 5 * time.Hour, Delay: time.Hour, Mode: fsm.RestartFail, OnSuccess: true}
+	if _, err := d1.StartTask(ctx, "slow", restartSpec(t, dir, p, "exit", "6")); err != nil {
+		t.Fatal(err)
+	}
+	restarting := make(chan struct{})
+	var once sync.Once
+	type followed struct {
+		st  fsm.Task
+		err error
+	}
+	done := make(chan followed, 1)
+	fctx, cancel := context.WithTimeout(ctx, 20*time.Second) // a follower that never sees the stop fails here
+	defer cancel()
+	go func() {
+		st, err := d1.FollowTask(fctx, "slow", func(st fsm.Task) {
+			if st.State == fsm.StateRestarting {
+				once.Do(func() { close(restarting) })
+			}
+		})
+		done <- followed{st, err}
+	}()
+	<-restarting
+	final, err := d2.StopTask(ctx, "slow", syscall.SIGTERM, time.Second)
+	if err != nil || final.State != fsm.StateStopped {
+		t.Fatalf("stop during the delay from another driver: %s %v", final.State, err)
+	}
+	f := <-done
+	if f.err != nil || f.st.State != fsm.StateStopped {
+		t.Fatalf("the follower: %s %v, want stopped", f.st.State, f.err)
+	}
+	checkReaped(t, d2, final)
 }

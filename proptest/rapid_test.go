@@ -11,15 +11,14 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 )
 
 var (
-	// crashPoints are the points a plan names: every crash point, and the
-	// executor's on its readiness path (a step that starts a notify task
-	// reaches them).
-	crashPoints = append(CrashPoints(), executor.CrashBeforeReadyEntry, executor.CrashAfterReadyEntry)
+	// crashPoints are the points a plan names: every crash point (the
+	// executor's on its readiness path among them: a step that starts a
+	// notify task reaches them).
+	crashPoints = CrashPoints()
 	faultDraws  = drawnFaultPoints()
 )
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -393,6 +394,158 @@ func TestSignalGate_OpensOnceTheStopIsRecorded(t *testing.T) {
 	} {
 		if got := stopBegan(c.t); got != c.want {
 			t.Errorf("stopBegan(%v, signal %d) = %v, want %v", c.t.State, c.t.StopSignal, got, c.want)
+		}
+	}
+}
+
+// One signal counted once for a job too: `tether run` of a job's group (a
+// task that ignores SIGTERM with a 999999h grace, beside one that
+// sleeps). Two signals delivered at the same moment (tether held stopped
+// while they are sent, as timeout's to the process and then its group
+// reach it), before the stop began, are one request: the task lives on in
+// its grace. One more once its stop is recorded escalates: it is killed
+// at once.
+func TestRunJob_SignalsBeforeTheStopBeganCountOnce(t *testing.T) {
+	e := newEnv(t)
+	notes := newTermNotes(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	file := stubbornJob(t, e, notes)
+	run := e.command(ctx, nil, "--log-level", "debug", "run", file) // debug: says a signal counted once
+	var stderr strings.Builder
+	run.Stderr = &stderr
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("tether run's stderr:\n%s", stderr.String())
+		}
+	})
+	if s := notes.next(); s != "up\n" {
+		t.Fatalf("the task did not report its SIGTERM handler: %q", s)
+	}
+	var pid int
+	var id string
+	for _, st := range e.status() {
+		if st.Name == "stubborn" {
+			pid, id = st.PID, st.ID
+		}
+	}
+	if pid == 0 {
+		t.Fatalf("the stubborn task is not running: %+v", e.status("--all"))
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGSTOP, syscall.SIGINT, syscall.SIGTERM, syscall.SIGCONT} {
+		if err := run.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := notes.next(); !strings.Contains(s, "SIGTERM") {
+		t.Fatalf("the task's note after the stop: %q", s)
+	}
+	if evs := eventNames(e.events(id)); !strings.Contains(evs, "stop-requested") {
+		t.Fatalf("no stop-requested once the task got its SIGTERM: %s", evs)
+	}
+	if !testproc.Alive(pid) {
+		t.Fatalf("two signals delivered at once escalated to SIGKILL:\n%s", stderr.String())
+	}
+	if err := run.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	code := exitOf(t, run, "tether run JOB after a second request")
+	if code != 128+int(syscall.SIGINT) && code != 128+int(syscall.SIGTERM) {
+		t.Fatalf("run: exit %d\n%s", code, stderr.String())
+	}
+	if testproc.Alive(pid) || strings.Count(stderr.String(), "killing the job's tasks now") != 1 {
+		t.Fatalf("the request after the stop began did not escalate, once (pid %d alive: %v)\n%s", pid, testproc.Alive(pid), stderr.String())
+	}
+}
+
+// stubbornJob is a job file of one group: a task that ignores SIGTERM
+// (its notes on notes) with a 999999h grace, beside one that sleeps.
+func stubbornJob(t *testing.T, e *env, notes *termNotes) string {
+	t.Helper()
+	h := e.helper("ignore-term", notes.path)
+	quoted := func(ss []string) string {
+		var q []string
+		for _, s := range ss {
+			q = append(q, fmt.Sprintf("%q", s))
+		}
+		return strings.Join(q, ", ")
+	}
+	job := fmt.Sprintf(`job "stubborn" {
+  group "g" {
+    task "stubborn" {
+      driver       = "raw_exec"
+      kill_timeout = "999999h"
+      config {
+        command = %q
+        args    = [%s]
+      }
+    }
+    task "other" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sleep"
+        args    = ["1000"]
+      }
+      env {
+        TETHER_TEST_MARKER = %q
+      }
+    }
+  }
+}
+`, h[0], quoted(h[1:]), e.dir)
+	file := writeFile(t, t.TempDir(), "stubborn.nomad", job)
+	return file
+}
+
+// Ctrl-C to `tether stop` of a group whose task ignores SIGTERM with a
+// 999999h grace escalates: its started tasks are killed at once (each
+// stopped again: a second stop of the group would wait for the group's
+// lock the first holds), and the stop returns with them stopped.
+func TestStopGroup_InterruptEscalatesALongRecordedGrace(t *testing.T) {
+	e := newEnv(t)
+	notes := newTermNotes(t)
+	file := stubbornJob(t, e, notes)
+	e.must("start", "--min-uptime", "0", file)
+	if s := notes.next(); s != "up\n" {
+		t.Fatalf("the task did not report its SIGTERM handler: %q", s)
+	}
+	var pid int
+	var id string
+	for _, st := range e.status() {
+		if st.Name == "stubborn" {
+			pid, id = st.PID, st.ID
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	stop := e.command(ctx, nil, "stop", id)
+	var stdout, stderr strings.Builder
+	stop.Stdout, stop.Stderr = &stdout, &stderr
+	if err := stop.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if s := notes.next(); !strings.Contains(s, "SIGTERM") {
+		t.Fatalf("the task's note after the stop: %q", s)
+	}
+	if evs := eventNames(e.events(id)); !strings.Contains(evs, "stop-requested") {
+		t.Fatalf("no stop-requested in the log while the stop is in its grace: %s", evs)
+	}
+	if err := stop.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	code := exitOf(t, stop, "tether stop of a group after Ctrl-C")
+	if code != 0 || !strings.Contains(stdout.String(), "stopped") {
+		t.Fatalf("stop after Ctrl-C: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	if testproc.Alive(pid) {
+		t.Fatalf("the task (pid %d) outlived the escalated stop", pid)
+	}
+	for _, st := range e.status("--all") {
+		if st.State != "stopped" {
+			t.Errorf("after the escalated stop: %+v, want every task stopped", st)
 		}
 	}
 }

@@ -333,16 +333,30 @@ func (c *cli) runJob(ctx context.Context, s *session, run *jobRun, opts startOpt
 		case <-stopped:
 			return
 		}
+		// A second request escalates only once the first one's stop has
+		// begun (see stopOnSignals): the same signal delivered to this
+		// process and to its group (timeout, a terminal's Ctrl-C) is one.
+		var ids []string
+		for _, a := range run.allocs {
+			ids = append(ids, a.ids()...)
+		}
+		gate := newGroupSignalGate(ctx, s, ids)
+		defer gate.close()
 		for _, a := range run.allocs {
 			go func() { _, _ = s.svc.StopGroup(ctx, a.ids(), 0, 0, nil) }()
 		}
-		select {
-		case sig := <-sigs:
-			fmt.Fprintf(c.stderr, "tether: got %v again, killing the job's tasks now\n", sig)
-			for _, a := range run.allocs {
-				go func() { _, _ = s.svc.StopGroup(ctx, a.ids(), syscall.SIGKILL, time.Nanosecond, nil) }()
+		for {
+			select {
+			case sig := <-sigs:
+				if !gate.began() {
+					c.log.Debug("the same request delivered again before the stop began: counted once", "signal", sig)
+					continue
+				}
+				fmt.Fprintf(c.stderr, "tether: got %v again, killing the job's tasks now\n", sig)
+				go c.killStarted(ctx, s, ids)
+			case <-stopped:
 			}
-		case <-stopped:
+			return
 		}
 	}()
 	finals := make([][]fsm.Task, len(run.allocs))
@@ -472,7 +486,7 @@ func (c *cli) startJob(ctx context.Context, s *session, run *jobRun, opts startO
 	}
 	opts.batch = run.batch
 	if min := c.minUptime(opts); min > 0 {
-		if code, ok := c.mainsStayUp(ctx, s, started, min, sigs); !ok {
+		if code, ok := c.mainsStayUp(ctx, s, started, min, opts.readyTimeout, sigs); !ok {
 			return code
 		}
 	}
@@ -512,40 +526,42 @@ func isMain(t fsm.Task) bool {
 	return t.Spec != nil && t.Spec.Alloc != nil && t.Spec.Alloc.Hook == fsm.HookMain
 }
 
-// mainsStayUp waits min for the main tasks to stay up: one that ends
-// sooner fails the start as start of one task does (its end and last
-// output), its group ending as its rules say.
-func (c *cli) mainsStayUp(ctx context.Context, s *session, tasks []fsm.Task, min time.Duration, sigs <-chan os.Signal) (int, bool) {
-	wctx, cancel := context.WithTimeout(ctx, min)
+// mainsStayUp waits for each main task to have a run that stayed up min,
+// as start of one task does (stayUp): a main task that ends sooner, or
+// whose runs its restart policy keeps restarting within min until it
+// gives up (or until --ready-timeout), fails the start with its runs'
+// ends and last output, its group ending as its rules say.
+func (c *cli) mainsStayUp(ctx context.Context, s *session, tasks []fsm.Task, min, readyTimeout time.Duration, sigs <-chan os.Signal) (int, bool) {
+	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ended := make(chan fsm.Task, len(tasks))
-	var wg sync.WaitGroup
+	deadline := time.Now().Add(readyTimeout + min)
+	outs := make(chan upOutcome, len(tasks))
+	n := 0
 	for _, t := range tasks {
 		if !isMain(t) {
 			continue
 		}
-		if t.State.Terminal() {
-			ended <- t
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if final, err := s.svc.WaitTask(wctx, t.ID); err == nil && final.State.Terminal() {
-				ended <- final
-			}
-		}()
+		n++
+		go func() { outs <- c.stayUp(wctx, s, t, min, deadline, nil) }()
 	}
-	go func() { wg.Wait(); close(ended) }()
-	select {
-	case t, ok := <-ended:
-		if ok {
+	for ; n > 0; n-- {
+		select {
+		case up := <-outs:
+			switch {
+			case up.up:
+				continue
+			case up.err != nil:
+				cancel()
+				c.errorf("task %s started, but watching it failed: %v", up.task.ID, up.err)
+				fmt.Fprintf(c.stderr, "  'tether status %s' shows how it is\n", up.task.ID)
+				return exitError, false
+			}
 			cancel()
-			return c.endedEarly(t, min), false
+			return c.neverUp(ctx, s, up.task, min, readyTimeout, up), false
+		case sig := <-sigs:
+			cancel()
+			return 128 + int(sig.(syscall.Signal)), false
 		}
-	case sig := <-sigs:
-		cancel()
-		return 128 + int(sig.(syscall.Signal)), false
 	}
 	return 0, true
 }
@@ -706,7 +722,7 @@ func (c *cli) stopGroup(ctx context.Context, s *session, info driver.TaskInfo, s
 		select {
 		case <-sigs:
 			fmt.Fprintf(c.stderr, "tether: interrupted, killing the group's tasks now\n")
-			_, _ = s.svc.StopGroup(ctx, ids, syscall.SIGKILL, time.Nanosecond, nil)
+			c.killStarted(ctx, s, ids)
 		case <-done:
 		}
 	}()
@@ -720,6 +736,23 @@ func (c *cli) stopGroup(ctx context.Context, s *session, info driver.TaskInfo, s
 		fmt.Fprintf(c.stdout, "%s %s\n", t.ID, describeEnd(t))
 	}
 	return exitOK
+}
+
+// killStarted stops each task of ids that has started and not ended
+// again, with SIGKILL at once: a stop of a task already stopping escalates
+// it (a second stop of its group would wait for the group's lock, which
+// the first one holds). A task that waits for its turn is left to its
+// group's stop.
+func (c *cli) killStarted(ctx context.Context, s *session, ids []string) {
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Go(func() {
+			if t, err := s.svc.InspectTask(ctx, id); err == nil && t.State != fsm.StateCreated && !t.State.Terminal() {
+				_, _ = s.svc.StopTask(ctx, id, syscall.SIGKILL, time.Nanosecond)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // groupOver reports whether every task of info's group has ended.

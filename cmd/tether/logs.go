@@ -402,6 +402,12 @@ func (c *cli) followSlot(ctx context.Context, s *session, slot *logSlot, readers
 // task has ended (its end recorded, by this process's driver if by no
 // other's) or ctx ends, then what is left, and a last line never ended.
 func (c *cli) followTask(ctx context.Context, s *session, task driver.TaskInfo, label string, readers []*streamReader, o logsOptions, out chan<- logLine) {
+	if waitsForTurn(task.Task) {
+		var ok bool
+		if task, ok = c.waitTurn(ctx, s, task); !ok {
+			return
+		}
+	}
 	fctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, r := range readers {
@@ -434,6 +440,40 @@ func (c *cli) followTask(ctx context.Context, s *session, task driver.TaskInfo, 
 	}
 	cancel()
 	wg.Wait()
+}
+
+// waitTurnPoll is how often logs -f reads again the state of a task that
+// waits for its turn in its group: its group's driver, in another process
+// (an agent, a tether drive-group), starts it, and nothing tells this one.
+const waitTurnPoll = 200 * time.Millisecond
+
+// waitsForTurn reports whether t is a task of a group that waits for its
+// turn: recorded, not started.
+func waitsForTurn(t fsm.Task) bool {
+	return t.State == fsm.StateCreated && t.Spec != nil && t.Spec.Alloc != nil
+}
+
+// waitTurn waits while task waits for its turn, and returns it once it no
+// longer does (started, or settled without running); false when ctx ended
+// or the task can no longer be read.
+func (c *cli) waitTurn(ctx context.Context, s *session, task driver.TaskInfo) (driver.TaskInfo, bool) {
+	c.log.Debug("the task waits for its turn in its group; following it once it starts", "task_id", task.ID)
+	tick := time.NewTicker(waitTurnPoll)
+	defer tick.Stop()
+	for waitsForTurn(task.Task) {
+		select {
+		case <-ctx.Done():
+			return task, false
+		case <-tick.C:
+		}
+		info, err := s.svc.InspectTask(ctx, task.ID)
+		if err != nil {
+			c.log.Debug("stopped waiting for the task's turn", "task_id", task.ID, "err", err)
+			return task, false
+		}
+		task = info
+	}
+	return task, true
 }
 
 // successor returns the task that goes on from an ended task under its

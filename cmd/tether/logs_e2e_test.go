@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/agent"
 )
@@ -185,4 +188,109 @@ func TestLogs_FollowEndsOnCtrlCDuringTheHistory(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("logs -f after a Ctrl-C during its history: %v, want exit 0", err)
 	}
+}
+
+// logs -f of a task that waits for its turn in its group (recorded, not
+// started: its prestart task runs) follows it until it starts, then
+// streams its output until it ends.
+func TestLogs_FollowOfAWaitingTaskStreamsOnceItStarts(t *testing.T) {
+	e := newEnv(t)
+	notes := newTermNotes(t)
+	gate := filepath.Join(t.TempDir(), "gate")
+	if err := unix.Mkfifo(gate, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file := writeFile(t, t.TempDir(), "waits.nomad", fmt.Sprintf(`job "waits" {
+  group "g" {
+    reschedule {
+      attempts  = 0
+      unlimited = false
+    }
+    task "setup" {
+      driver = "raw_exec"
+      lifecycle {
+        hook = "prestart"
+      }
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo up > \"$1\"; cat \"$2\" > /dev/null", "sh", %q, %q, %q]
+      }
+    }
+    task "main" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo hello-main; echo oops-main >&2", "sh", %q]
+      }
+      restart {
+        attempts = 0
+        mode     = "fail"
+      }
+    }
+  }
+}
+`, notes.path, gate, e.dir, e.dir))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := e.command(ctx, nil, "start", "--min-uptime", "0", file)
+	if err := start.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if s := notes.next(); s != "up\n" {
+		t.Fatalf("the prestart task did not start: %q", s)
+	}
+	var main string
+	for _, st := range e.status("--all") {
+		if st.Name == "main" {
+			if st.State != "created" {
+				t.Fatalf("main is %s while its prestart task runs, want created", st.State)
+			}
+			main = st.ID
+		}
+	}
+	// Its debug line says when it waits (the gate opens only then: a task
+	// that started first would not test the wait).
+	logs := e.command(ctx, nil, "--log-level", "debug", "logs", "-f", main)
+	var out strings.Builder
+	logs.Stdout = &out
+	errPipe, err := logs.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := logs.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan struct{})
+	stderrDone := make(chan struct{})
+	var stderr strings.Builder
+	go func() {
+		defer close(stderrDone)
+		sc := bufio.NewScanner(errPipe)
+		said := false
+		for sc.Scan() {
+			stderr.WriteString(sc.Text() + "\n")
+			if !said && strings.Contains(sc.Text(), "waits for its turn") {
+				said = true
+				close(waiting)
+			}
+		}
+	}()
+	select {
+	case <-waiting:
+	case <-stderrDone:
+		t.Fatalf("logs -f of a waiting task ended before the task started:\n%s\n%s", out.String(), stderr.String())
+	case <-ctx.Done():
+		t.Fatal("logs -f never said it waits for the task's turn")
+	}
+	if err := os.WriteFile(gate, nil, 0); err != nil { // the prestart task ends: main starts
+		t.Fatal(err)
+	}
+	<-stderrDone // the pipe ends with the process
+	if code := exitOf(t, logs, "tether logs -f of a waiting task"); code != 0 {
+		t.Fatalf("logs -f: exit %d\n%s", code, out.String())
+	}
+	if !strings.Contains(out.String(), "hello-main") || !strings.Contains(out.String(), "oops-main") {
+		t.Fatalf("logs -f of a task that waited did not stream its output once it started:\n%s", out.String())
+	}
+	_ = exitOf(t, start, "tether start")
 }

@@ -28,21 +28,42 @@ type signalGate struct {
 }
 
 func newSignalGate(ctx context.Context, s *session, id string) *signalGate {
+	return newGroupSignalGate(ctx, s, []string{id})
+}
+
+// newGroupSignalGate is the gate of a stop of the tasks ids (a job's
+// groups): it opens once any of them has its stop-requested recorded, or
+// once every one has ended or cannot be followed (a task that waits for
+// its turn cannot). A task of a group that ended on its own (a prestart
+// task that completed) does not open it: only a stop does. One task's
+// gate opens when it ends, too.
+func newGroupSignalGate(ctx context.Context, s *session, ids []string) *signalGate {
 	fctx, cancel := context.WithCancel(ctx)
 	g := &signalGate{done: make(chan struct{}), following: make(chan struct{}), cancel: cancel}
 	var began, seen sync.Once
 	open := func() { began.Do(func() { close(g.done) }) }
-	go func() {
-		_, err := s.svc.FollowTask(fctx, id, func(t fsm.Task) {
-			seen.Do(func() { close(g.following) })
-			if stopBegan(t) {
-				open()
+	var mu sync.Mutex
+	left := len(ids)
+	for _, id := range ids {
+		go func() {
+			_, err := s.svc.FollowTask(fctx, id, func(t fsm.Task) {
+				seen.Do(func() { close(g.following) })
+				if t.StopSignal != 0 || len(ids) == 1 && stopBegan(t) {
+					open()
+				}
+			})
+			if fctx.Err() != nil && err != nil {
+				return // the gate was closed
 			}
-		})
-		if err == nil || fctx.Err() == nil {
-			open() // ended, or cannot be followed: any signal is a request
-		}
-	}()
+			mu.Lock()
+			left--
+			last := left == 0
+			mu.Unlock()
+			if last {
+				open() // ended, or cannot be followed: any signal is a request
+			}
+		}()
+	}
 	return g
 }
 

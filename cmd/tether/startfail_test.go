@@ -185,3 +185,52 @@ func TestStart_NotifyReadyOnALaterRun(t *testing.T) {
 	}
 	e.must("stop", id)
 }
+
+// The same for a job's main task (start of a file of several tasks): one
+// that crash-loops while restarts remain, each restart delayed so that the
+// task is restarting when --min-uptime has passed, did not stay up: the
+// start fails once its policy gives up, with its runs and last output.
+func TestStartJob_MainCrashLoopWithinMinUptimeFails(t *testing.T) {
+	e := newEnv(t)
+	file := writeFile(t, t.TempDir(), "crashjob.nomad", `job "crashjob" {
+  group "g" {
+    reschedule {
+      attempts  = 0
+      unlimited = false
+    }
+    task "main" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo 'bad config' >&2; exit 3", "sh", "`+e.dir+`"]
+      }
+      restart {
+        attempts = 2
+        interval = "1h"
+        delay    = "400ms"
+        mode     = "fail"
+      }
+    }
+    task "side" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sleep"
+        args    = ["1000"]
+      }
+      env {
+        TETHER_TEST_MARKER = "`+e.dir+`"
+      }
+    }
+  }
+}
+`)
+	r := e.tether("start", "--min-uptime", "500ms", file)
+	if r.code != 3 || r.stdout != "" {
+		t.Fatalf("start of a job whose main task crash-loops: want exit 3 and no ids\n%s", r)
+	}
+	for _, want := range []string{"did not stay up --min-uptime 500ms in any of its 3 runs", "its restart policy gave up", "its last stderr:\n    bad config"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r)
+		}
+	}
+}
