@@ -535,7 +535,7 @@ func TestAgent_OnceWithoutEtcdRunsWhatTheNodeWasLastTold(t *testing.T) {
 	testproc.CheckGone(t, marker, time.Minute)
 	testproc.CheckGone(t, dir, time.Minute)
 
-	port := etcdtest.FreePort(t) // nothing listens: etcd is out of reach
+	port := etcdtest.FreePort(t)                                                                                                                                            // nothing listens: etcd is out of reach
 	r := tether(t, "agent", "--node", "n1", "--cluster", fmt.Sprintf("http://127.0.0.1:%d", port), "--state-dir", dir, "--once", "--allow-remote-drivers", "exec,raw_exec") // as startAgent allows
 	if r.code != 0 {
 		t.Fatalf("tether agent --node n1 --once without etcd: %s", r)
