@@ -263,12 +263,16 @@ func (w *watcher) commit(set DesiredSet) error {
 }
 
 // deliver replaces any set not yet taken by the newest.
-func (w *watcher) deliver(set DesiredSet) {
+func (w *watcher) deliver(set DesiredSet) { deliverLatest(w.out, set.clone()) }
+
+// deliverLatest puts v in out (a channel of one slot, with one sender),
+// replacing a value not yet taken: the reader gets the newest only.
+func deliverLatest[T any](out chan T, v T) {
 	select {
-	case <-w.out:
+	case <-out:
 	default:
 	}
-	w.out <- set.clone()
+	out <- v
 }
 
 type copyFile struct {

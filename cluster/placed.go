@@ -330,13 +330,7 @@ func (w *placeWatcher) commit(set PlacedSet) {
 }
 
 // deliver replaces any set not yet taken by the newest.
-func (w *placeWatcher) deliver(set PlacedSet) {
-	select {
-	case <-w.out:
-	default:
-	}
-	w.out <- set.clone()
-}
+func (w *placeWatcher) deliver(set PlacedSet) { deliverLatest(w.out, set.clone()) }
 
 type placedFile struct {
 	Node     string            `json:"node"`
