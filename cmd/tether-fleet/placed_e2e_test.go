@@ -412,3 +412,98 @@ func TestFleet_StopAfterClientDisconnectStopsTheCopyOnItsNodeWithoutEtcd(t *test
 	testproc.CheckGone(t, marker, time.Minute)
 	ag.stop()
 }
+
+// The scheduler's agent SIGKILLed in the middle of placing a job (after
+// the first of its transactions, 30 of 40 copies written): another
+// agent's scheduler takes over within the lease and places the rest, and
+// the dead node's copies elsewhere; once the dead node is back (it stops
+// what it no longer owns), each of the 40 copies runs exactly once.
+func TestFleet_SchedulerKilledMidPlacementAnotherPlacesEveryCopyOnce(t *testing.T) {
+	c := etcdtest.Start(t, 3)
+	eps := strings.Join(c.Endpoints(), ",")
+	cli := dial(t, c.Endpoints()...)
+	marker := fmt.Sprintf("fleetmidplace-%d", time.Now().UnixNano())
+	t.Cleanup(func() { testproc.CheckNoLeak(t, marker) })
+	type node struct {
+		name, dir string
+		ag        *runningAgent
+	}
+	nodes := []*node{{name: "n1"}, {name: "n2"}, {name: "n3"}}
+	start := func(n *node, env ...string) {
+		n.ag = startAgent(t, eps, n.name, n.dir, env, "--meta", "tier=gold", "--capacity", "cpu=800,memory=800")
+		n.ag.waitRegistered(cli, n.name)
+		n.ag.waitServing()
+	}
+	var dirs []string
+	logs := func() []fmt.Stringer {
+		var out []fmt.Stringer
+		for _, n := range nodes {
+			out = append(out, n.ag.log)
+		}
+		return out
+	}
+	for _, n := range nodes {
+		n.dir = filepath.Join(t.TempDir(), "state")
+		if err := os.Mkdir(n.dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { testproc.CheckNoLeak(t, n.dir) })
+		dirs = append(dirs, n.dir)
+	}
+	// n1 first, so that its scheduler is elected; it SIGKILLs itself just
+	// after its first placement transaction.
+	n1 := nodes[0]
+	start(n1, cluster.EnvCrashPoint+"="+cluster.CrashSchedulerAfterTxn)
+	ctx := ctxT(t)
+	for {
+		resp, err := cli.Get(ctx, cluster.DefaultPrefix+"leader/", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) > 0 && string(resp.Kvs[0].Value) == "n1" {
+			break
+		}
+		select {
+		case <-cli.Watch(ctx, cluster.DefaultPrefix+"leader/", clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)):
+		case <-ctx.Done():
+			t.Fatalf("n1's scheduler was never elected: %v; its log:\n%s", resp.Kvs, n1.ag.log)
+		}
+	}
+	start(nodes[1])
+	start(nodes[2])
+	must(t, "cluster", "--endpoints", eps, "run", "--detach", placedJob(t, 40, 10, marker))
+	if err := n1.ag.wait(); err == nil {
+		t.Fatalf("n1's agent exited 0; want it SIGKILLed at its crash point; its log:\n%s", n1.ag.log)
+	}
+	if l := n1.ag.log.String(); strings.Contains(l, "job placed") {
+		t.Fatalf("n1's scheduler wrote every copy before it died: the crash was not mid-placement; its log:\n%s", l)
+	}
+	killed := time.Now()
+	rows := waitRows(t, cli, eps, "web", "all 40 running on n2 and n3", func(rows []copyRow) bool {
+		on, other := perNode(rows)
+		return len(other) == 0 && on["n2"]+on["n3"] == 40
+	}, logs()...)
+	t.Logf("n1's scheduler SIGKILLed mid-placement: all 40 copies run on n2 and n3 %v later (lease 2s)", time.Since(killed).Round(10*time.Millisecond))
+	seen := map[string]bool{}
+	for _, r := range rows {
+		if seen[r.Copy] {
+			t.Errorf("copy %s placed twice: %+v", r.Copy, rows)
+		}
+		seen[r.Copy] = true
+	}
+	if len(seen) != 40 {
+		t.Errorf("%d distinct copies, want 40: %+v", len(seen), rows)
+	}
+	// n1 back: anything it started of the first transaction's copies is
+	// no longer its own; it stops it. Then each copy runs once.
+	start(n1)
+	waitProcs(t, marker, 40, dirs, logs()...)
+	if on, other := perNode(jobRows(t, eps, "web")); len(other) != 0 || on["n2"]+on["n3"] != 40 {
+		t.Errorf("with n1 back: copies by node %v (others %+v), want the 40 where they were", on, other)
+	}
+	must(t, "cluster", "--endpoints", eps, "stop", "web")
+	testproc.CheckGone(t, marker, time.Minute)
+	for _, n := range nodes {
+		n.ag.stop()
+	}
+}
