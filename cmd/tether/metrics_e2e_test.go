@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/tether-fsm/tether/agent"
+	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/fsm"
 )
 
@@ -180,5 +181,43 @@ func TestAgent_MetricsAddrRefusedClearly(t *testing.T) {
 		if r.code != exitUsage || !strings.Contains(r.stderr, "--metrics-addr") {
 			t.Errorf("tether %s: %s; want exit %d naming --metrics-addr", strings.Join(tc.args, " "), r, exitUsage)
 		}
+	}
+}
+
+// The scripted day's OOM kill: a task run through the agent that touches
+// 400 MB under memory = 64 is killed by the kernel; the agent counts the
+// OOM kill and the run's end by its reason, oom (not signal).
+func TestAgent_MetricsCountAnOOMKill(t *testing.T) {
+	h := needTaskCgroups(t)
+	if _, why, ok := h.For(cgroup.Memory); !ok {
+		t.Skipf("needs the memory controller: %s", why)
+	}
+	e := newAgentEnv(t)
+	a := e.startAgent(nil, true, "--metrics-addr", "0")
+	url := metricsURL.FindString(a.logs.String())
+	if url == "" {
+		t.Fatalf("the agent did not say where it serves its metrics:\n%s", a.logs)
+	}
+	file := containTask(t, e, "hog", "  resources {\n    memory = 64\n  }", "alloc", "400")
+	if r := e.tether("run", file); r.code != 137 {
+		t.Fatalf("run through the agent of a task over its memory limit: want exit 137\n%s", r)
+	}
+	fams := scrape(t, url)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{agent.MetricOOMKills, []string{"name", "hog"}, 1},
+		{agent.MetricExits, []string{"name", "hog", "reason", "oom"}, 1},
+		{agent.MetricExits, []string{"name", "hog", "reason", "signal"}, 0},
+		{agent.MetricStarts, []string{"name", "hog"}, 1},
+	} {
+		if got := metricValue(fams, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("agent's logs:\n%s", a.logs)
 	}
 }
