@@ -97,6 +97,9 @@ func startAgent(t testing.TB, ep, node, dir string, env []string, args ...string
 			_ = cmd.Process.Kill()
 			<-ra.done
 		}
+		if t.Failed() {
+			t.Logf("agent %d (node %s) log:\n%s", cmd.Process.Pid, node, ra.log)
+		}
 	})
 	return ra
 }
