@@ -279,6 +279,7 @@ func (f *fleet) runNode(o *agentOptions, set agentcmd.Settings, endpoints []stri
 		for id := range ps.Copies {
 			st.Entries = append(st.Entries, agent.Entry{Name: cluster.EntryName(id), Origin: "etcd"})
 		}
+		st.Generation = max(st.Generation, 1) // what to leave is known: the records are read below, from these
 		nf.setStatus(st)
 		nf.setContact(time.Now(), 0)
 		nf.update()

@@ -123,8 +123,15 @@ func (nf *nodeFeed) setContact(at time.Time, gap time.Duration) {
 	nf.contact, nf.gap = at, gap
 }
 
-// setStatus takes the agent's status.
+// setStatus takes the agent's status. One of generation 0 is the agent's
+// before its first round: its records not yet read, it lists none of
+// them, and an entry it does not list would not be left as it is (a name
+// the local copy has not declared yet would read as gone, its record
+// forgotten, and a new task started once etcd declares it again).
 func (nf *nodeFeed) setStatus(st agent.Status) {
+	if st.Generation == 0 {
+		return
+	}
 	nf.sKnown = true
 	nf.status = map[string]agent.Entry{}
 	for _, e := range st.Entries {

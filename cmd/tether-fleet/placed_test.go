@@ -66,7 +66,7 @@ func placedAt(rev int64, stopAfter time.Duration, indexes ...int) cluster.Placed
 // status is the agent's status with an entry from etcd for each name,
 // running, each of the copy's declaration at rev.
 func status(rev int64, names ...string) agent.Status {
-	var st agent.Status
+	st := agent.Status{Generation: 1}
 	for _, n := range names {
 		e := agent.Entry{Name: n, Origin: "etcd", Standing: agent.StandingRunning, State: fsm.StateRunning, Tasks: []string{"t-" + n}, Task: "t-" + n}
 		if isCopyEntry(n) {
@@ -104,7 +104,12 @@ func TestNodeFeed_DeclaresNothingBeforeTheAgentsStatus(t *testing.T) {
 	if tf.sets != 0 {
 		t.Errorf("declared %v before the agent's status was known", tf.entries)
 	}
-	tf.setStatus(agent.Status{})
+	tf.setStatus(agent.Status{}) // generation 0: the agent before its first round
+	tf.update()
+	if tf.sets != 0 {
+		t.Errorf("declared %v on the agent's status before its first round (its records not read yet)", tf.entries)
+	}
+	tf.setStatus(agent.Status{Generation: 1})
 	tf.update()
 	if tf.sets != 1 || len(tf.entries) != 1 {
 		t.Errorf("after the status: %d sets, entries %v", tf.sets, keys(tf.entries))
