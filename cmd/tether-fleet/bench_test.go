@@ -1,112 +1,115 @@
 package main
 
 import (
-	"bytes"
+	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tether-fsm/tether/cluster"
+	"github.com/tether-fsm/tether/internal/etcdtest"
+	"github.com/tether-fsm/tether/internal/testproc"
 )
 
-// BenchmarkExec_TetherWithoutAndWithTheEtcdClient measures what the split
-// of tether and tether-fleet keeps off every task start: the exec of
-// `tether version`, of `tether executor` (to its usage error: the runtime,
-// the package initialisers and the flag parse) and of a whole `tether run
-// -- /bin/true` (the CLI, the executor and the task), for the plain
-// tether as built, and for the same tether with package cluster linked in
-// (a build overlay adds one blank import of it to cmd/tether: the design
-// the split replaced). Each round runs every command once, in a rotating
-// order; the medians are reported, with the binaries' sizes and their
-// package initialisers (GODEBUG=inittrace=1), and tether-fleet's own
-// `version`.
-//
-//	go test -run '^$' -bench Exec_ -benchtime 200x ./cmd/tether-fleet/
-func BenchmarkExec_TetherWithoutAndWithTheEtcdClient(b *testing.B) {
-	linked := buildLinked(b)
-	fleetBin := filepath.Join(binDir, "tether-fleet")
-	state := filepath.Join(b.TempDir(), "state")
-	if err := os.Mkdir(state, 0o700); err != nil {
-		b.Fatal(err)
-	}
-	type figure struct {
-		name string
-		argv []string
-		ms   []float64
-	}
-	var figs []*figure
-	for _, bin := range []struct{ name, path string }{{"tether", tetherBin}, {"linked", linked}} {
-		figs = append(figs,
-			&figure{name: bin.name + "-version", argv: []string{bin.path, "version"}},
-			&figure{name: bin.name + "-executor", argv: []string{bin.path, "executor", "-h"}},
-			&figure{name: bin.name + "-run", argv: []string{bin.path, "--state-dir", state, "run", "--", "/bin/true"}})
-	}
-	figs = append(figs, &figure{name: "fleet-version", argv: []string{fleetBin, "version"}})
-	for i := 0; i < b.N; i++ {
-		for j := range figs {
-			f := figs[(i+j)%len(figs)]
-			cmd := exec.Command(f.argv[0], f.argv[1:]...)
-			start := time.Now()
-			err := cmd.Run()
-			elapsed := time.Since(start)
-			if _, exited := err.(*exec.ExitError); err != nil && !(exited && strings.HasSuffix(f.name, "-executor")) {
-				b.Fatalf("%s: %v", strings.Join(f.argv, " "), err)
-			}
-			f.ms = append(f.ms, float64(elapsed)/float64(time.Millisecond))
-		}
-	}
-	b.StopTimer()
-	for _, f := range figs {
-		slices.Sort(f.ms)
-		b.ReportMetric(f.ms[len(f.ms)/2], f.name+"-p50-ms")
-	}
-	for _, bin := range []struct{ name, path string }{{"tether", tetherBin}, {"linked", linked}, {"fleet", fleetBin}} {
-		fi, err := os.Stat(bin.path)
-		if err != nil {
+// BenchmarkFleet_ThousandCopiesRunning: a job of 1,000 copies (the count
+// bound) run on 10 real agents on this host, each a node with its own
+// state directory and --capacity, on a real etcd: the time from `tether
+// cluster run --detach` to every copy placed (the scheduler's write, as
+// F5), and to every copy running as its node says (each node's start of
+// its ~100 copies through its agent: an executor and a task each). The
+// copies are raw_exec sleepers. BENCHMARKS.md row F9.
+func BenchmarkFleet_ThousandCopiesRunning(b *testing.B) {
+	const nodes, copies = 10, 1000
+	b.Setenv("TETHER_E2E_LOG", "info") // a debug log of 1,000 tasks a node is itself a load
+	c := etcdtest.Start(b, 1)
+	eps := strings.Join(c.Endpoints(), ",")
+	cli := dial(b, c.Endpoints()...)
+	marker := fmt.Sprintf("fleetbench-%d", time.Now().UnixNano())
+	b.Cleanup(func() { testproc.CheckNoLeak(b, marker) })
+	var ags []*runningAgent
+	for i := range nodes {
+		name := fmt.Sprintf("n%d", i+1)
+		dir := filepath.Join(b.TempDir(), "state")
+		if err := os.Mkdir(dir, 0o700); err != nil {
 			b.Fatal(err)
 		}
-		b.ReportMetric(float64(fi.Size())/1e6, bin.name+"-MB")
-		b.ReportMetric(float64(inits(b, bin.path)), bin.name+"-inits")
+		b.Cleanup(func() { testproc.CheckNoLeak(b, dir) })
+		ag := startAgent(b, eps, name, dir, nil, "--capacity", "cpu=2000,memory=2000")
+		ag.waitRegistered(cli, name)
+		ag.waitServing()
+		ags = append(ags, ag)
 	}
+	file := filepath.Join(b.TempDir(), "web.nomad")
+	if err := os.WriteFile(file, []byte(fmt.Sprintf(`job "web" {
+  group "front" {
+    count = %d
+    task "server" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "sleep 3600; : %s"]
+      }
+      resources {
+        cpu    = 10
+        memory = 10
+      }
+    }
+  }
 }
-
-// buildLinked builds cmd/tether with package cluster linked in.
-func buildLinked(b *testing.B) string {
-	b.Helper()
-	dir := b.TempDir()
-	pkg, err := filepath.Abs("../tether")
+`, copies, marker)), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	f, err := cluster.NewFleet(cli, "")
 	if err != nil {
 		b.Fatal(err)
 	}
-	link := filepath.Join(dir, "link.go")
-	if err := os.WriteFile(link, []byte("package main\n\nimport _ \"github.com/tether-fsm/tether/cluster\"\n"), 0o644); err != nil {
-		b.Fatal(err)
+	for range b.N {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		start := time.Now()
+		must(b, "cluster", "--endpoints", eps, "run", "--detach", file)
+		var placed, running time.Duration
+		_, err := f.WaitJob(ctx, "web", func(st *cluster.JobStatus) {
+			n := 0
+			for _, r := range st.Rows {
+				if r.Node != "" && r.State != "unplaced" {
+					n++
+				}
+			}
+			if placed == 0 && n == copies {
+				placed = time.Since(start)
+			}
+		})
+		running = time.Since(start)
+		cancel()
+		for _, ag := range ags {
+			select {
+			case err := <-ag.done:
+				ag.done = nil
+				b.Fatalf("agent %d exited during the run (%v); its log:\n%s", ag.cmd.Process.Pid, err, ag.log)
+			default:
+			}
+		}
+		if err != nil {
+			b.Fatalf("the job's copies did not all run: %v", err)
+		}
+		b.ReportMetric(placed.Seconds(), "s-all-placed")
+		b.ReportMetric(running.Seconds(), "s-all-running")
+		b.Logf("%d copies on %d nodes: all placed %v, all running %v after cluster run", copies, nodes, placed.Round(time.Millisecond), running.Round(time.Millisecond))
+		b.StopTimer()
+		must(b, "cluster", "--endpoints", eps, "stop", "web")
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		if _, err := f.WaitJob(sctx, "web", nil); err != nil {
+			b.Fatalf("the job's copies did not all stop: %v", err)
+		}
+		scancel()
+		testproc.CheckGone(b, marker, 5*time.Minute) // each copy's shell (its sleep goes with its cgroup)
+		b.StartTimer()
 	}
-	overlay := filepath.Join(dir, "overlay.json")
-	if err := os.WriteFile(overlay, []byte(fmt.Sprintf(`{"Replace":{%q:%q}}`, filepath.Join(pkg, "zz_link_cluster.go"), link)), 0o644); err != nil {
-		b.Fatal(err)
+	b.StopTimer()
+	for _, ag := range ags {
+		ag.stop()
 	}
-	out := filepath.Join(dir, "tether")
-	build := exec.Command("go", "build", "-overlay", overlay, "-o", out, pkg)
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if msg, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("build tether with cluster linked: %v\n%s", err, msg)
-	}
-	return out
-}
-
-// inits counts the package initialisers a binary runs at its start.
-func inits(b *testing.B, bin string) int {
-	b.Helper()
-	cmd := exec.Command(bin, "version")
-	cmd.Env = append(os.Environ(), "GODEBUG=inittrace=1")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		b.Fatalf("%s version: %v", bin, err)
-	}
-	return strings.Count(stderr.String(), "init ")
 }
