@@ -3,8 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -302,27 +300,7 @@ func (c *cli) reconcileIfGone(ctx context.Context, s *session, info driver.TaskI
 }
 
 // newTaskID makes a task id from a name and a short random suffix.
-func newTaskID(name string) string {
-	var b strings.Builder
-	for _, r := range name {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '.', r == '-':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('-')
-		}
-	}
-	base := strings.Trim(b.String(), "._-")
-	if len(base) > 50 {
-		base = base[:50]
-	}
-	if base == "" {
-		base = "task"
-	}
-	var suffix [3]byte
-	_, _ = rand.Read(suffix[:]) // crypto/rand does not fail on Linux
-	return base + "-" + hex.EncodeToString(suffix[:])
-}
+func newTaskID(name string) string { return job.NewTaskID(name) }
 
 // lifecycle returns the states a task went through, from its events.
 func lifecycle(events []fsm.Event) []fsm.State {
