@@ -309,20 +309,29 @@ func LoadDesiredCopy(dir, node string, policy job.Policy) (DesiredSet, error) {
 	return loadDesiredCopy(dir, node, policy)
 }
 
+// readCopy reads the local copy name of dir into f, whose node (the field
+// at nodeOf) must be node.
+func readCopy(dir, name, node string, f any, nodeOf *string) error {
+	b, err := readPrivateFile(dir, name)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, f); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrLocalCopy, name, err)
+	}
+	if *nodeOf != node {
+		return fmt.Errorf("%w: %s is node %q's, not %q's", ErrLocalCopy, name, *nodeOf, node)
+	}
+	return nil
+}
+
 // loadDesiredCopy reads the local copy, judging it as etcd's sets are
 // judged: a copy someone edited, or one kept under wider flags than the
 // agent's now, gets no more trust than etcd.
 func loadDesiredCopy(dir, node string, policy job.Policy) (DesiredSet, error) {
-	b, err := readPrivateFile(dir, desiredCopy)
-	if err != nil {
-		return DesiredSet{}, err
-	}
 	var f copyFile
-	if err := json.Unmarshal(b, &f); err != nil {
-		return DesiredSet{}, fmt.Errorf("%w: %s: %w", ErrLocalCopy, desiredCopy, err)
-	}
-	if f.Node != node {
-		return DesiredSet{}, fmt.Errorf("%w: %s is node %q's, not %q's", ErrLocalCopy, desiredCopy, f.Node, node)
+	if err := readCopy(dir, desiredCopy, node, &f, &f.Node); err != nil {
+		return DesiredSet{}, err
 	}
 	set := DesiredSet{Node: node, Revision: f.Revision, Tasks: map[string]Desired{}, Invalid: map[string]error{}, FromCopy: true}
 	for _, t := range f.Tasks {

@@ -370,16 +370,9 @@ func LoadPlacedCopy(dir, node string) (PlacedSet, error) { return loadPlacedCopy
 // loadPlacedCopy reads the local copy, checking it as etcd's placements
 // are checked: a copy someone edited gets no more trust than etcd.
 func loadPlacedCopy(dir, node string) (PlacedSet, error) {
-	b, err := readPrivateFile(dir, placedCopy)
-	if err != nil {
-		return PlacedSet{}, err
-	}
 	var f placedFile
-	if err := json.Unmarshal(b, &f); err != nil {
-		return PlacedSet{}, fmt.Errorf("%w: %s: %w", ErrLocalCopy, placedCopy, err)
-	}
-	if f.Node != node {
-		return PlacedSet{}, fmt.Errorf("%w: %s is node %q's, not %q's", ErrLocalCopy, placedCopy, f.Node, node)
+	if err := readCopy(dir, placedCopy, node, &f, &f.Node); err != nil {
+		return PlacedSet{}, err
 	}
 	specs := map[string]JobSpec{}
 	for _, s := range f.Specs {
