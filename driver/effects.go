@@ -649,11 +649,13 @@ func (j job) endWithExecutor(ctx context.Context) (jobResult, bool) {
 	}
 	// Its death. One that drained the task and removed its cgroup
 	// (Emptied) has told all it knows and is killed at once (its exit
-	// record is for a driver that is away); any other is asked to kill
-	// what is left and exit.
+	// record is for a driver that is away), unless a command exec'd
+	// into the task is owed its exit status (ExecsOwed: the executor
+	// answers it before it exits); any other is asked to kill what is
+	// left and exit.
 	dctx, cancel := context.WithTimeout(ctx, j.d.cfg.ProbeTimeout)
 	end := h.Shutdown
-	if st.Emptied {
+	if st.Emptied && !st.ExecsOwed {
 		end = h.Dismiss
 	}
 	err := end(dctx)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tether-fsm/tether/cgroup"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/statedir"
@@ -81,6 +83,49 @@ func TestExecTask_CloseKillsTheCommand(t *testing.T) {
 	}
 	if _, err := d.StopTask(ctx, "t1", syscall.SIGKILL, time.Millisecond); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestExecTask_StatusOfACommandKilledWithItsTask: a command running when
+// its task is stopped dies with it, and its exit status still reaches
+// the caller who asks for it only after the task's stop was answered:
+// the driver lets the executor answer it before it exits (ExecsOwed)
+// rather than killing it at once.
+func TestExecTask_StatusOfACommandKilledWithItsTask(t *testing.T) {
+	needTaskCgroups(t)
+	dir := stateDir(t)
+	d := newDriver(t, dir, Hooks{})
+	defer d.Close()
+	ctx := ctxT(t)
+	if _, err := d.StartTask(ctx, "t1", taskSpec(t, dir, "sleep")); err != nil {
+		t.Fatal(err)
+	}
+	p, err := d.ExecTask(ctx, "t1", ExecSpec{Argv: []string{"sleep", "100000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	fd, err := unix.PidfdOpen(p.PID(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	stopped := make(chan error, 1)
+	go func() {
+		_, err := d.StopTask(ctx, "t1", syscall.SIGKILL, time.Millisecond)
+		stopped <- err
+	}()
+	// The command is dead: the executor has killed the task's cgroup and
+	// is answering (or has answered) the stop.
+	if _, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 30_000); err != nil {
+		t.Fatal(err)
+	}
+	x, err := p.Wait(ctx)
+	if err != nil || x.Signal != int(syscall.SIGKILL) {
+		t.Errorf("Wait of the command after its task's stop = %+v %v, want killed by SIGKILL", x, err)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatalf("StopTask: %v", err)
 	}
 }
 

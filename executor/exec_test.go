@@ -215,29 +215,62 @@ func TestExec_KilledWithTheTask(t *testing.T) {
 	if err := proc.Check(fsm.Identity{PID: p.PID(), StartTime: p.StartTime()}); err != nil {
 		t.Fatalf("the exec's pid: %v", err)
 	}
-	type waitResult struct {
-		x   fsm.ExitStatus
-		err error
-	}
-	waited := make(chan waitResult, 1)
-	go func() {
-		x, err := p.Wait(ctx)
-		waited <- waitResult{x, err}
-	}()
-	if _, err := c.Stop(ctx, syscall.SIGTERM, time.Second); err != nil {
+	// The stop is answered before the exec's connection asks for its
+	// command's exit: the executor says it owes one (ExecsOwed), and
+	// answers the wait that comes after the task's end.
+	st, err := c.stop(ctx, syscall.SIGTERM, time.Second)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if !pfd.Exited() {
 		t.Fatal("the exec outlived the stop of its task")
 	}
-	// The wait may reach the executor only after it has exited with its
-	// task (nothing orders it before the stop): then the connection is
-	// closed, which is the answer a lost exec gets.
-	switch r := <-waited; {
-	case r.err != nil && !errors.Is(r.err, wire.ErrClosed):
-		t.Fatalf("the exec's wait: %v", r.err)
-	case r.err == nil && r.x.Signal != int(syscall.SIGKILL):
-		t.Fatalf("the exec's exit %+v, want killed by SIGKILL", r.x)
+	if !st.Over() || !st.ExecsOwed {
+		t.Fatalf("the stop's status %+v: want over, with an exec's exit owed", st)
+	}
+	x, err := p.Wait(ctx)
+	if err != nil || x.Signal != int(syscall.SIGKILL) {
+		t.Fatalf("the exec's wait after its task ended: %+v %v, want killed by SIGKILL", x, err)
+	}
+	if err := c.Shutdown(ctx); err != nil {
+		t.Fatalf("the executor's exit once its exec was answered: %v", err)
+	}
+}
+
+// TestExec_UnaskedExitDoesNotHoldTheExecutor: an exec's connection that
+// never asks for its command's exit status holds the executor only for
+// a bounded time after its task ended, and one that closes releases it
+// at once.
+func TestExec_UnaskedExitDoesNotHoldTheExecutor(t *testing.T) {
+	needCgroups(t)
+	for _, closes := range []bool{false, true} {
+		t.Run(fmt.Sprintf("closes=%v", closes), func(t *testing.T) {
+			m := newMarker(t)
+			c := spawn(t, m, "")
+			launchSleeper(t, c, m.taskSpec(t, "sleep"))
+			ctx := testCtx(t)
+			c2, err := Reattach(ctx, filepath.Dir(c.Identity().Socket), c.Identity())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c2.Close()
+			if _, err := c2.Exec(ctx, wire.ExecSpec{Argv: []string{"sleep", "1000"}}); err != nil {
+				t.Fatal(err)
+			}
+			st, err := c.stop(ctx, syscall.SIGKILL, 0)
+			if err != nil || !st.ExecsOwed {
+				t.Fatalf("stop: %+v %v, want an exec's exit owed", st, err)
+			}
+			if closes {
+				c2.Close()
+			}
+			if err := c.Shutdown(ctx); err != nil {
+				t.Fatalf("the executor did not exit with an exec's status unasked for: %v", err)
+			}
+			if _, err := c2.Status(ctx); err == nil {
+				t.Fatal("the exec's connection still answered after the executor exited")
+			}
+		})
 	}
 }
 

@@ -176,6 +176,50 @@ func (s *server) execReaped(e *execProc, x fsm.ExitStatus) {
 	}
 }
 
+// execLinger bounds how long an executor whose task is over waits for
+// the connections of its exited execs to ask for their exit statuses.
+const execLinger = time.Second
+
+// execsOwed says whether a connection that exec'd a command is owed its
+// exit status: the command exited and its connection, still open, has
+// not asked for it yet.
+func (s *server) execsOwed() bool {
+	for _, e := range s.execs {
+		if e.c != nil && !e.check {
+			return true
+		}
+	}
+	return false
+}
+
+// lingerForExecs runs once the executor's loop has ended: a command
+// exec'd into the task dies with it, and the connection that started it
+// may ask for its exit status (exec-wait) only after the task's end was
+// answered. Before the executor closes its connections it answers those
+// requests, until every such connection has asked or closed, or
+// execLinger passes. Nothing else is served meanwhile (it is exiting).
+func (s *server) lingerForExecs() {
+	if !s.execsOwed() {
+		return
+	}
+	t := time.NewTimer(execLinger)
+	defer t.Stop()
+	for s.execsOwed() {
+		select {
+		case m := <-s.inbox:
+			wire.CloseFiles(m.req.Files)
+			if m.req.Op == wire.OpExecWait {
+				s.execWait(m.c, m.req.ID, m.req.PID)
+			}
+		case sc := <-s.gone:
+			s.dropConn(sc)
+		case <-t.C:
+			s.log.Warn("exiting with an exec's exit status unasked for", "within", execLinger)
+			return
+		}
+	}
+}
+
 // dropExecs kills the execs that lived for a connection that closed.
 func (s *server) dropExecs(sc *sconn) {
 	for pid, e := range s.execs {

@@ -441,6 +441,7 @@ func (s *server) run(lease time.Duration) int {
 			s.templateChanged(c)
 		}
 	}
+	s.lingerForExecs()
 	return s.close()
 }
 
@@ -738,7 +739,7 @@ func (s *server) status() wire.Status {
 	}
 	return wire.Status{Launched: true, PID: s.task.pid, StartTime: s.task.start, Exited: s.task.exited, Exit: s.task.exit,
 		Restarting: s.restarting(), Journal: s.journalLen(), Emptied: s.task.done && s.cgKill == cgGone,
-		Ready: s.rd.ready, NotifyStatus: s.rd.status, ReadyJournalled: s.rd.ready && s.rd.journalled}
+		ExecsOwed: s.task.done && s.execsOwed(), Ready: s.rd.ready, NotifyStatus: s.rd.status, ReadyJournalled: s.rd.ready && s.rd.journalled}
 }
 
 // stats reads the task cgroup's figures.

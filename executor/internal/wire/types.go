@@ -107,6 +107,12 @@ type Status struct {
 	// an executor of version 5 never says so, and its task's cgroup is
 	// killed again by the driver).
 	Emptied bool `json:"emptied,omitempty"`
+	// ExecsOwed: the task is over, and a command exec'd into it has
+	// exited whose connection has not had its exit status yet (it may
+	// ask with exec-wait after the task's end). The executor lingers
+	// for it before it exits (up to a bound): a driver asks it to exit
+	// (Shutdown) rather than killing it at once, even when Emptied.
+	ExecsOwed bool `json:"execs_owed,omitempty"`
 	// Ready: the current run of a notify task sent READY=1 (version 8),
 	// and NotifyStatus is the last STATUS= it sent.
 	Ready        bool   `json:"ready,omitempty"`
