@@ -154,7 +154,7 @@ demo: build
 MUTANTS ?= proptest/testdata/mutants
 MUTANTS_REPORT ?= mutants-report.md
 mutants:
-	$(GO) run ./proptest/cmd/mutants -budget 10m -report $(MUTANTS_REPORT) $(MUTANTS)
+	$(GO) run ./proptest/cmd/mutants -j 2 -budget 10m -report $(MUTANTS_REPORT) $(MUTANTS)
 
 clean:
 	rm -rf bin $(MUTANTS_REPORT)

@@ -10,7 +10,10 @@
 // every package of the module whose test binary links a mutated package,
 // one package at a time with -failfast, the packages the mutant's
 // "packages:" line names first, then the mutated packages, then the rest;
-// and it stops at the first test that catches the mutant.
+// and it stops at the first test that catches the mutant. A mutant's
+// "tests:" line is tried first, alone, in the packages that declare a test
+// it selects. With -j N, N mutants run at once, never two go tests of one
+// package at once.
 //
 // A catch counts only once it is proven: the catching test, run alone,
 // passes without the mutant (a test that fails there is reported as red
@@ -24,7 +27,7 @@
 //
 // Usage (from anywhere in the module):
 //
-//	go run ./proptest/cmd/mutants [-budget 10m] [-only a-,b-] [-pkgs ./...] [-all] [-report FILE] [-race] [-v] [DIR]
+//	go run ./proptest/cmd/mutants [-budget 10m] [-j N] [-only a-,b-] [-pkgs ./...] [-all] [-report FILE] [-race] [-v] [DIR]
 //
 // DIR defaults to proptest/testdata/mutants. -all runs every selected
 // package to its end and reports every test that catches each mutant (slow:
@@ -37,12 +40,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -58,6 +63,7 @@ type config struct {
 	race    bool
 	verbose bool
 	report  string
+	jobs    int // mutants run at once
 }
 
 func main() {
@@ -73,6 +79,7 @@ func main() {
 	flag.BoolVar(&c.race, "race", false, "run the suite with -race (slower)")
 	flag.BoolVar(&c.verbose, "v", false, "print the catching tests' output")
 	flag.StringVar(&c.report, "report", "", "also write the results as a Markdown table to this file")
+	flag.IntVar(&c.jobs, "j", 1, "mutants run at once (never two go tests of one package at once)")
 	flag.Parse()
 	if flag.NArg() > 1 {
 		fmt.Fprintln(os.Stderr, "mutants: at most one argument, the directory of mutants")
@@ -134,27 +141,9 @@ func runAll(c config) error {
 	if err != nil {
 		return err
 	}
-	r := &runner{root: root, g: g, c: c, passes: map[string]bool{}, red: map[string][]string{}}
+	r := newRunner(root, g, c)
 	began := time.Now()
-	var outs []outcome
-	for _, m := range selected {
-		o := r.mutant(m)
-		outs = append(outs, o)
-		switch {
-		case o.err != nil:
-			fmt.Printf("   BROKEN: %v\n", o.err)
-		case len(o.caught) == 0:
-			fmt.Printf("   SURVIVED: every test of %d package(s) passed (or fails without the mutant too) in %s\n", o.ran, o.took.Round(time.Millisecond))
-		default:
-			fmt.Printf("   caught in %s (%d of %d package(s) run) by:\n", o.took.Round(100*time.Millisecond), o.ran, len(o.plan))
-			for _, ct := range o.caught {
-				fmt.Printf("     %s\n", ct)
-				if c.verbose {
-					fmt.Print(indent(ct.output, "       | "))
-				}
-			}
-		}
-	}
+	outs := r.all(selected)
 	took := time.Since(began).Round(time.Second)
 	printSummary(outs, took)
 	if c.report != "" {
@@ -188,6 +177,51 @@ func runAll(c config) error {
 	}
 	fmt.Printf("all %d mutants caught in %s\n", len(outs), took)
 	return nil
+}
+
+// all runs the mutants, c.jobs at once, and returns their outcomes in
+// their order. Each mutant's log is printed whole once it is done.
+func (r *runner) all(ms []mutant) []outcome {
+	outs := make([]outcome, len(ms))
+	next := make(chan int)
+	var print sync.Mutex
+	var wg sync.WaitGroup
+	for range max(r.c.jobs, 1) {
+		wg.Go(func() {
+			for i := range next {
+				var log strings.Builder
+				outs[i] = r.mutant(ms[i], &log)
+				r.verdict(&log, outs[i])
+				print.Lock()
+				fmt.Print(log.String())
+				print.Unlock()
+			}
+		})
+	}
+	for i := range ms {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return outs
+}
+
+// verdict writes what became of a mutant to its log.
+func (r *runner) verdict(log io.Writer, o outcome) {
+	switch {
+	case o.err != nil:
+		fmt.Fprintf(log, "   BROKEN: %v\n", o.err)
+	case len(o.caught) == 0:
+		fmt.Fprintf(log, "   SURVIVED: every test of %d package(s) passed (or fails without the mutant too) in %s\n", o.ran, o.took.Round(time.Millisecond))
+	default:
+		fmt.Fprintf(log, "   caught in %s (%d of %d package(s) run) by:\n", o.took.Round(100*time.Millisecond), o.ran, len(o.plan))
+		for _, ct := range o.caught {
+			fmt.Fprintf(log, "     %s\n", ct)
+			if r.c.verbose {
+				fmt.Fprint(log, indent(ct.output, "       | "))
+			}
+		}
+	}
 }
 
 func moduleRoot() (string, error) {

@@ -164,3 +164,34 @@ func TestOverlayEnv_GOFLAGS(t *testing.T) {
 		t.Error("a path with a space was put in GOFLAGS")
 	}
 }
+
+// A mutant's tests: line runs only in the packages of its plan that
+// declare a top-level test it selects, in the plan's order; a pattern that
+// does not compile selects every package.
+func TestGraph_DefiningOnlyThePackagesThatDeclareTheTests(t *testing.T) {
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := loadGraph(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mod = "github.com/tether-fsm/tether/"
+	plan := []string{mod + "cmd/tether", mod + "driver", mod + "executor", mod + "store"}
+	for _, c := range []struct {
+		run  string
+		want []string
+	}{
+		{`^TestExec_KilledWithTheTask$`, []string{mod + "executor"}},
+		{`^TestExecTask_StatusOfACommandKilledWithItsTask$|^TestExec_KilledWithTheTask$`, []string{mod + "driver", mod + "executor"}},
+		{`^TestExec_KilledWhenTheTaskStops$/sub`, []string{mod + "cmd/tether"}},
+		{`^TestNoSuchTestAnywhere$`, nil},
+		{`^TestA$/x|^TestExec_KilledWithTheTask$`, nil}, // go test splits at the slash first
+		{`(unclosed`, plan},
+	} {
+		if got := g.defining(plan, c.run); !slices.Equal(got, c.want) {
+			t.Errorf("defining(%q) = %v, want %v", c.run, got, c.want)
+		}
+	}
+}

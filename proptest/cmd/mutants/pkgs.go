@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -16,6 +18,7 @@ import (
 type graph struct {
 	root   string
 	byDir  map[string]string          // package directory -> import path
+	dirOf  map[string]string          // import path -> package directory
 	deps   map[string]map[string]bool // package with tests -> packages its test binary links
 	rapid  map[string]bool            // its test binary links rapid (and takes rapid's flags)
 	tested []string                   // packages with tests, in import path order
@@ -24,7 +27,7 @@ type graph struct {
 // loadGraph lists the module's packages (go list ./... and go list -test
 // ./...), once per run: a one-line mutant changes no import.
 func loadGraph(root string) (*graph, error) {
-	g := &graph{root: root, byDir: map[string]string{}, deps: map[string]map[string]bool{}, rapid: map[string]bool{}}
+	g := &graph{root: root, byDir: map[string]string{}, dirOf: map[string]string{}, deps: map[string]map[string]bool{}, rapid: map[string]bool{}}
 	out, err := goList(root, "-f", "{{.ImportPath}}\t{{.Dir}}", "./...")
 	if err != nil {
 		return nil, err
@@ -33,6 +36,7 @@ func loadGraph(root string) (*graph, error) {
 		path, dir, ok := strings.Cut(line, "\t")
 		if ok {
 			g.byDir[dir] = path
+			g.dirOf[path] = dir
 		}
 	}
 	out, err = goList(root, "-test", "-f", "{{.ImportPath}}\t{{join .Deps \" \"}}", "./...")
@@ -145,4 +149,41 @@ func (g *graph) plan(m mutant) ([]string, error) {
 	}
 	sort.SliceStable(rest, func(i, j int) bool { return len(g.deps[rest[i]]) < len(g.deps[rest[j]]) })
 	return append(order, rest...), nil
+}
+
+// testFunc is a top-level test's declaration in a _test.go file.
+var testFunc = regexp.MustCompile(`(?m)^func (Test\w*)\(`)
+
+// defining returns the packages of pkgs (in their order) whose _test.go
+// files declare a top-level test that run (a go test -run pattern)
+// selects: building and running the test binary of any other package for
+// run would be time spent for nothing. As go test does, a pattern is
+// split at its first slash, and its first part selects the top-level
+// tests; one that does not compile selects every package (go test will
+// say what is wrong with it).
+func (g *graph) defining(pkgs []string, run string) []string {
+	top, _, _ := strings.Cut(run, "/")
+	re, err := regexp.Compile(top)
+	if err != nil {
+		return pkgs
+	}
+	var out []string
+	for _, p := range pkgs {
+		files, _ := filepath.Glob(filepath.Join(g.dirOf[p], "*_test.go"))
+		if slices.ContainsFunc(files, func(f string) bool {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return true // unreadable: let go test decide
+			}
+			for _, m := range testFunc.FindAllSubmatch(b, -1) {
+				if re.Match(m[1]) {
+					return true
+				}
+			}
+			return false
+		}) {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -3,31 +3,88 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
-// runner runs mutants one after the other, remembering across them which
-// tests pass without any mutant.
+// runner runs mutants (c.jobs of them at once), remembering across them
+// which tests pass without any mutant.
 type runner struct {
 	root string
 	g    *graph
 	c    config
+
+	mu sync.Mutex
 	// passes records, by "pkg Test", whether a test passed alone without
 	// any mutant (each is run at most once).
 	passes map[string]bool
 	// red lists, by package, the top-level tests that fail without any
 	// mutant: they are skipped from then on.
 	red map[string][]string
+	// busy holds, by package, a lock taken for each go test of it: two
+	// mutants never run one package's tests at once (its tests may share
+	// what a package's tests share in a normal run: a path, a name), so
+	// a catch is never one mutant's run disturbing another's.
+	busy map[string]*sync.Mutex
 }
 
-// mutant applies m and runs the packages that may catch it until one does.
-func (r *runner) mutant(m mutant) (o outcome) {
+func newRunner(root string, g *graph, c config) *runner {
+	return &runner{root: root, g: g, c: c, passes: map[string]bool{}, red: map[string][]string{}, busy: map[string]*sync.Mutex{}}
+}
+
+// redOf is a copy of the tests of pkg known to fail without any mutant.
+func (r *runner) redOf(pkg string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.red[pkg])
+}
+
+// goTest runs go test of pkg (args end with it) under the package's lock,
+// and logs how long it took.
+func (r *runner) goTest(ctx context.Context, log io.Writer, pkg, overlay string, args []string) ([]catch, error) {
+	r.mu.Lock()
+	l := r.busy[pkg]
+	if l == nil {
+		l = &sync.Mutex{}
+		r.busy[pkg] = l
+	}
+	r.mu.Unlock()
+	l.Lock()
+	defer l.Unlock()
+	began := time.Now()
+	got, err := goTest(ctx, r.root, overlay, args)
+	with := "with the mutant"
+	if overlay == "" {
+		with = "without it"
+	}
+	verdict := fmt.Sprintf("%d failure(s)", len(got))
+	if err != nil {
+		verdict = "no verdict"
+	}
+	fmt.Fprintf(log, "   go test %s %s (%s): %s, %s\n", shortPkg(pkg), runOf(args), with, verdict, time.Since(began).Round(100*time.Millisecond))
+	return got, err
+}
+
+// runOf is the -run argument of go test's args, or "(every test)".
+func runOf(args []string) string {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "-run="); ok {
+			return "-run '" + v + "'"
+		}
+	}
+	return "(every test)"
+}
+
+// mutant applies m and runs the packages that may catch it until one
+// does, writing what it does to log.
+func (r *runner) mutant(m mutant, log io.Writer) (o outcome) {
 	o.m = m
-	fmt.Printf("== mutant %s: %s [%s]\n", m.name, m.summary(), strings.Join(m.files(), " "))
+	fmt.Fprintf(log, "== mutant %s: %s [%s]\n", m.name, m.summary(), strings.Join(m.files(), " "))
 	began := time.Now()
 	defer func() { o.took = time.Since(began) }()
 	if len(r.c.pkgs) > 0 {
@@ -46,7 +103,7 @@ func (r *runner) mutant(m mutant) (o outcome) {
 	for i, p := range o.plan {
 		short[i] = shortPkg(p)
 	}
-	fmt.Printf("   packages, in order: %s\n", strings.Join(short, " "))
+	fmt.Fprintf(log, "   packages, in order: %s\n", strings.Join(short, " "))
 	tmp, err := os.MkdirTemp("", "tether-mutant-")
 	if err != nil {
 		o.err = err
@@ -60,10 +117,11 @@ func (r *runner) mutant(m mutant) (o outcome) {
 	}
 	ctx, cancel := context.WithTimeoutCause(context.Background(), r.c.budget, fmt.Errorf("the mutant's budget of %s ran out", r.c.budget))
 	defer cancel()
-	// The mutant's own tests first, if it names some.
+	// The mutant's own tests first, if it names some: in the packages
+	// that define them.
 	if m.tests != "" && !r.c.all && r.c.run == "" {
-		for _, pkg := range o.plan {
-			caught, err := r.pkg(ctx, pkg, overlay, m.tests)
+		for _, pkg := range r.g.defining(o.plan, m.tests) {
+			caught, err := r.pkg(ctx, log, pkg, overlay, m.tests)
 			if err != nil {
 				o.err = fmt.Errorf("%s: %w", shortPkg(pkg), err)
 				return o
@@ -73,11 +131,11 @@ func (r *runner) mutant(m mutant) (o outcome) {
 				return o
 			}
 		}
-		fmt.Printf("   not caught by its tests (%s): running every package\n", m.tests)
+		fmt.Fprintf(log, "   not caught by its tests (%s): running every package\n", m.tests)
 	}
 	for _, pkg := range o.plan {
 		o.ran++
-		caught, err := r.pkg(ctx, pkg, overlay, r.c.run)
+		caught, err := r.pkg(ctx, log, pkg, overlay, r.c.run)
 		if err != nil {
 			o.err = fmt.Errorf("%s: %w", shortPkg(pkg), err)
 			return o
@@ -93,11 +151,11 @@ func (r *runner) mutant(m mutant) (o outcome) {
 // pkg runs one package's tests matching run (all if "") under the mutant
 // and returns the proven catches: the first one (with -failfast), or with
 // -all every one.
-func (r *runner) pkg(ctx context.Context, pkg, overlay, run string) ([]catch, error) {
-	skip := slices.Clone(r.red[pkg])
+func (r *runner) pkg(ctx context.Context, log io.Writer, pkg, overlay, run string) ([]catch, error) {
+	skip := r.redOf(pkg)
 	for {
 		args := r.args(pkg, run, skip, !r.c.all)
-		got, err := goTest(ctx, r.root, overlay, args)
+		got, err := r.goTest(ctx, log, pkg, overlay, args)
 		if err != nil {
 			return nil, err
 		}
@@ -111,7 +169,7 @@ func (r *runner) pkg(ctx context.Context, pkg, overlay, run string) ([]catch, er
 			if top != "" && slices.Contains(skip, top) {
 				continue
 			}
-			ok, proof, why, err := r.prove(ctx, pkg, overlay, ct)
+			ok, proof, why, err := r.prove(ctx, log, pkg, overlay, ct)
 			if err != nil {
 				return nil, err
 			}
@@ -122,7 +180,7 @@ func (r *runner) pkg(ctx context.Context, pkg, overlay, run string) ([]catch, er
 				}
 				continue
 			}
-			fmt.Printf("   not counted: %s: %s\n", ct.test, why)
+			fmt.Fprintf(log, "   not counted: %s: %s\n", ct.test, why)
 			if top == "" {
 				continue // the package as a whole: nothing to skip
 			}
@@ -143,21 +201,25 @@ func (r *runner) pkg(ctx context.Context, pkg, overlay, run string) ([]catch, er
 // same test failed there (parallel subtests report in any order). A
 // failure outside any test is proven by the package passing without the
 // mutant.
-func (r *runner) prove(ctx context.Context, pkg, overlay string, ct catch) (bool, catch, string, error) {
+func (r *runner) prove(ctx context.Context, log io.Writer, pkg, overlay string, ct catch) (bool, catch, string, error) {
 	top := ct.top()
 	key := pkg + " " + top
+	r.mu.Lock()
 	passes, known := r.passes[key]
+	r.mu.Unlock()
 	if !known {
-		got, err := goTest(ctx, r.root, "", r.args(pkg, exactly(top), r.red[pkg], false))
+		got, err := r.goTest(ctx, log, pkg, "", r.args(pkg, exactly(top), r.redOf(pkg), false))
 		if err != nil {
 			return false, ct, "", fmt.Errorf("without the mutant: %w", err)
 		}
 		passes = !slices.ContainsFunc(got, func(c catch) bool { return top == "" || c.top() == top })
+		r.mu.Lock()
 		r.passes[key] = passes
-		if !passes && top != "" {
+		if !passes && top != "" && !slices.Contains(r.red[pkg], top) {
 			r.red[pkg] = append(r.red[pkg], top)
-			fmt.Printf("   FAILS WITHOUT A MUTANT: %s.%s\n", shortPkg(pkg), top)
+			fmt.Fprintf(log, "   FAILS WITHOUT A MUTANT: %s.%s\n", shortPkg(pkg), top)
 		}
+		r.mu.Unlock()
 	}
 	if !passes {
 		return false, ct, "it fails without the mutant too", nil
@@ -165,7 +227,7 @@ func (r *runner) prove(ctx context.Context, pkg, overlay string, ct catch) (bool
 	if !r.c.confirm || top == "" {
 		return true, ct, "", nil
 	}
-	got, err := goTest(ctx, r.root, overlay, r.args(pkg, exactly(top), nil, false))
+	got, err := r.goTest(ctx, log, pkg, overlay, r.args(pkg, exactly(top), nil, false))
 	if err != nil {
 		return false, ct, "", fmt.Errorf("confirming %s: %w", ct.test, err)
 	}
@@ -173,7 +235,7 @@ func (r *runner) prove(ctx context.Context, pkg, overlay string, ct catch) (bool
 		return true, got[i], "", nil
 	}
 	if i := slices.IndexFunc(got, func(c catch) bool { return c.top() == top }); i >= 0 {
-		fmt.Printf("   not counted: %s: it passed when run again with the mutant (flaky?); %s failed instead\n", ct.test, got[i].test)
+		fmt.Fprintf(log, "   not counted: %s: it passed when run again with the mutant (flaky?); %s failed instead\n", ct.test, got[i].test)
 		return true, got[i], "", nil
 	}
 	return false, ct, "it passed when run again alone with the mutant (flaky?)", nil
