@@ -2,6 +2,7 @@ package driver
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"path/filepath"
 	"syscall"
@@ -56,13 +57,14 @@ func TestExecTask_RunsInTheTask(t *testing.T) {
 	}
 }
 
-// TestExecTask_CloseKillsTheCommand: the command lives no longer than its
-// ExecProcess; the task runs on.
-func TestExecTask_CloseKillsTheCommand(t *testing.T) {
+// execSleeper starts task t1 (a sleeper) on a new driver, which the test
+// ends, and a command that sleeps in it.
+func execSleeper(t *testing.T) (*Driver, context.Context, *ExecProcess) {
+	t.Helper()
 	needTaskCgroups(t)
 	dir := stateDir(t)
 	d := newDriver(t, dir, Hooks{})
-	defer d.Close()
+	t.Cleanup(func() { d.Close() })
 	ctx := ctxT(t)
 	if _, err := d.StartTask(ctx, "t1", taskSpec(t, dir, "sleep")); err != nil {
 		t.Fatal(err)
@@ -71,6 +73,13 @@ func TestExecTask_CloseKillsTheCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return d, ctx, p
+}
+
+// TestExecTask_CloseKillsTheCommand: the command lives no longer than its
+// ExecProcess; the task runs on.
+func TestExecTask_CloseKillsTheCommand(t *testing.T) {
+	d, ctx, p := execSleeper(t)
 	pid := p.PID()
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
@@ -92,18 +101,7 @@ func TestExecTask_CloseKillsTheCommand(t *testing.T) {
 // the driver lets the executor answer it before it exits (ExecsOwed)
 // rather than killing it at once.
 func TestExecTask_StatusOfACommandKilledWithItsTask(t *testing.T) {
-	needTaskCgroups(t)
-	dir := stateDir(t)
-	d := newDriver(t, dir, Hooks{})
-	defer d.Close()
-	ctx := ctxT(t)
-	if _, err := d.StartTask(ctx, "t1", taskSpec(t, dir, "sleep")); err != nil {
-		t.Fatal(err)
-	}
-	p, err := d.ExecTask(ctx, "t1", ExecSpec{Argv: []string{"sleep", "100000"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, ctx, p := execSleeper(t)
 	defer p.Close()
 	fd, err := unix.PidfdOpen(p.PID(), 0)
 	if err != nil {

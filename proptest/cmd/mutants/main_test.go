@@ -102,14 +102,7 @@ func TestMutants_Parse(t *testing.T) {
 // first, then the mutated package itself. A named package that cannot see
 // the mutant is refused.
 func TestGraph_PlanIsTheReverseDependencies(t *testing.T) {
-	root, err := moduleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := loadGraph(root)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := moduleGraph(t)
 	const mod = "github.com/tether-fsm/tether/"
 	plan, err := g.plan(mutant{name: "m", edits: []edit{{file: "logs/writer.go"}}})
 	if err != nil {
@@ -169,14 +162,7 @@ func TestOverlayEnv_GOFLAGS(t *testing.T) {
 // declare a top-level test it selects, in the plan's order; a pattern that
 // does not compile selects every package.
 func TestGraph_DefiningOnlyThePackagesThatDeclareTheTests(t *testing.T) {
-	root, err := moduleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := loadGraph(root)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := moduleGraph(t)
 	const mod = "github.com/tether-fsm/tether/"
 	plan := []string{mod + "cmd/tether", mod + "driver", mod + "executor", mod + "store"}
 	for _, c := range []struct {
@@ -194,4 +180,18 @@ func TestGraph_DefiningOnlyThePackagesThatDeclareTheTests(t *testing.T) {
 			t.Errorf("defining(%q) = %v, want %v", c.run, got, c.want)
 		}
 	}
+}
+
+// moduleGraph is the graph of this module's packages.
+func moduleGraph(t *testing.T) *graph {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := loadGraph(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }
