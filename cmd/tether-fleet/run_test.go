@@ -323,7 +323,10 @@ func TestCluster_RunFailsNamingANodesRefusalAndItsReason(t *testing.T) {
 	ep := etcdtest.Embedded(t)
 	cli := dial(t, ep)
 	nodes := metaNodes(t, cli)
-	cmd := tetherCmd(ctxT(t), "cluster", "--endpoints", ep, "run", writeFile(t, "web.nomad", fleetJob))
+	// A refusal ends the wait at once: --timeout (20 s, where the
+	// refusal is seen within a second) is what a run that misses it
+	// waits out, and then says so.
+	cmd := tetherCmd(ctxT(t), "cluster", "--endpoints", ep, "run", "--timeout", "20s", writeFile(t, "web.nomad", fleetJob))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
@@ -350,7 +353,8 @@ func TestCluster_RunFailsNamingANodesRefusalAndItsReason(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := cmd.Wait()
-	if err == nil || !strings.Contains(stderr.String(), "front[0]: refused by node "+row.Node+": ") || !strings.Contains(stderr.String(), `driver "exec" is not allowed`) {
+	if err == nil || !strings.Contains(stderr.String(), "front[0]: refused by node "+row.Node+": ") || !strings.Contains(stderr.String(), `driver "exec" is not allowed`) ||
+		strings.Contains(stderr.String(), "after --timeout") {
 		t.Errorf("run with a copy refused by its node: %v\n%s%s", err, stdout.String(), stderr.String())
 	}
 }

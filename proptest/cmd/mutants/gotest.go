@@ -53,20 +53,20 @@ type testEvent struct {
 const rapidFlag = "-rapid.nofailfile"
 
 // goTest runs one go test -json and returns the failures it reports, in
-// the order they were reported. A package that did not build, or a run
-// that died without reporting any failure, is an error: the mutant is
-// broken, not caught.
+// the order they were reported, and the top-level tests that passed. A
+// package that did not build, or a run that died without reporting any
+// failure, is an error: the mutant is broken, not caught.
 //
 // A non-empty overlay is passed in GOFLAGS, not on the command line, so
 // that every go command the tests run themselves sees it too: the CLI's
 // end-to-end tests build their tether binary with a plain go build in
 // TestMain, which would otherwise build the unmutated code.
-func goTest(ctx context.Context, root, overlay string, args []string) ([]catch, error) {
+func goTest(ctx context.Context, root, overlay string, args []string) (caught []catch, passed []string, err error) {
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
 	env, err := overlayEnv(overlay)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cmd.Env = env
 	// The test binaries are go's children: end them all with it.
@@ -77,7 +77,7 @@ func goTest(ctx context.Context, root, overlay string, args []string) ([]catch, 
 	cmd.Stderr = &stderr
 	out, runErr := cmd.Output()
 	if ctx.Err() != nil {
-		return nil, fmt.Errorf("out of time: %w", context.Cause(ctx))
+		return nil, nil, fmt.Errorf("out of time: %w", context.Cause(ctx))
 	}
 
 	outputs := map[string]*strings.Builder{} // by "pkg test"; "pkg " for package output
@@ -108,6 +108,10 @@ func goTest(ctx context.Context, root, overlay string, args []string) ([]catch, 
 		switch ev.Action {
 		case "output":
 			outputs[id].WriteString(ev.Output)
+		case "pass":
+			if ev.Test != "" && !strings.Contains(ev.Test, "/") {
+				passed = append(passed, ev.Test)
+			}
 		case "fail":
 			switch {
 			case ev.FailedBuild != "":
@@ -121,9 +125,8 @@ func goTest(ctx context.Context, root, overlay string, args []string) ([]catch, 
 	}
 	if len(buildFailed) > 0 {
 		slices.Sort(buildFailed)
-		return nil, fmt.Errorf("the mutant does not build (%s):\n%s", strings.Join(slices.Compact(buildFailed), ", "), indent(buildOutput.String(), "    "))
+		return nil, nil, fmt.Errorf("the mutant does not build (%s):\n%s", strings.Join(slices.Compact(buildFailed), ", "), indent(buildOutput.String(), "    "))
 	}
-	var caught []catch
 	// Report the innermost failures (a subtest rather than its parent).
 	for _, id := range failed {
 		if slices.ContainsFunc(failed, func(other string) bool { return strings.HasPrefix(other, id+"/") }) {
@@ -146,9 +149,9 @@ func goTest(ctx context.Context, root, overlay string, args []string) ([]catch, 
 	}
 	if runErr != nil && len(caught) == 0 {
 		// Not a test failure: the run died.
-		return nil, fmt.Errorf("go %s: %v\n%s%s", strings.Join(args, " "), runErr, indent(buildOutput.String(), "    "), indent(stderr.String(), "    "))
+		return nil, nil, fmt.Errorf("go %s: %v\n%s%s", strings.Join(args, " "), runErr, indent(buildOutput.String(), "    "), indent(stderr.String(), "    "))
 	}
-	return caught, nil
+	return caught, passed, nil
 }
 
 // overlayEnv is this process's environment with overlay added to

@@ -143,6 +143,9 @@ func runAll(c config) error {
 	}
 	r := newRunner(root, g, c)
 	began := time.Now()
+	if !c.all && c.run == "" && len(c.pkgs) == 0 {
+		r.baseline(selected)
+	}
 	outs := r.all(selected)
 	took := time.Since(began).Round(time.Second)
 	printSummary(outs, took)
@@ -183,27 +186,68 @@ func runAll(c config) error {
 // their order. Each mutant's log is printed whole once it is done.
 func (r *runner) all(ms []mutant) []outcome {
 	outs := make([]outcome, len(ms))
-	next := make(chan int)
+	q := newQueue(ms)
 	var print sync.Mutex
 	var wg sync.WaitGroup
 	for range max(r.c.jobs, 1) {
 		wg.Go(func() {
-			for i := range next {
+			for {
+				i, ok := q.take()
+				if !ok {
+					return
+				}
 				var log strings.Builder
 				outs[i] = r.mutant(ms[i], &log)
 				r.verdict(&log, outs[i])
+				q.done(i)
 				print.Lock()
 				fmt.Print(log.String())
 				print.Unlock()
 			}
 		})
 	}
-	for i := range ms {
-		next <- i
-	}
-	close(next)
 	wg.Wait()
 	return outs
+}
+
+// queue hands the mutants to the workers. A free worker takes the first
+// waiting mutant whose home package no running mutant shares (mutants
+// named alike sit in one package, and one package's go tests run one at
+// a time), else the first waiting one.
+type queue struct {
+	mu      sync.Mutex
+	ms      []mutant
+	waiting []int
+	running map[string]int // home package -> mutants of it running
+}
+
+func newQueue(ms []mutant) *queue {
+	q := &queue{ms: ms, running: map[string]int{}}
+	for i := range ms {
+		q.waiting = append(q.waiting, i)
+	}
+	return q
+}
+
+// take returns the index of the next mutant to run (false: none left).
+func (q *queue) take() (int, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.waiting) == 0 {
+		return 0, false
+	}
+	k := max(slices.IndexFunc(q.waiting, func(i int) bool { return q.running[q.ms[i].home()] == 0 }), 0)
+	i := q.waiting[k]
+	q.waiting = slices.Delete(q.waiting, k, k+1)
+	q.running[q.ms[i].home()]++
+	return i, true
+}
+
+// done says mutant i has been run.
+func (q *queue) done(i int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.running[q.ms[i].home()]--
 }
 
 // verdict writes what became of a mutant to its log.

@@ -195,3 +195,42 @@ func moduleGraph(t *testing.T) *graph {
 	}
 	return g
 }
+
+// The queue hands a free worker the first waiting mutant of a package no
+// running mutant is in, and the first waiting one when every package is
+// taken; a mutant's home is its packages: line's first, else its file's
+// directory.
+func TestQueue_InterleavesPackages(t *testing.T) {
+	cli := func(name string) mutant {
+		return mutant{name: name, edits: []edit{{file: "cmd/tether/run.go"}}}
+	}
+	ms := []mutant{cli("cli-a"), cli("cli-b"), cli("cli-c"),
+		{name: "store-a", packages: []string{"./store/"}, edits: []edit{{file: "store/x.go"}}},
+		{name: "a-named", packages: []string{"./proptest/", "./driver/"}, edits: []edit{{file: "driver/effects.go"}}}}
+	if got := ms[4].home(); got != "proptest" {
+		t.Errorf("home of a mutant whose packages line starts with ./proptest/ = %q", got)
+	}
+	q := newQueue(ms)
+	var order []string
+	next := func() int {
+		i, ok := q.take()
+		if !ok {
+			t.Fatalf("queue empty after %v", order)
+		}
+		order = append(order, ms[i].name)
+		return i
+	}
+	a := next() // cli-a
+	next()      // store-a: cmd/tether is taken
+	c := next() // a-named (proptest)
+	q.done(a)   // cmd/tether is free again
+	next()      // cli-b
+	next()      // cli-c: only cmd/tether's are left, all of it taken
+	q.done(c)
+	if _, ok := q.take(); ok {
+		t.Fatal("the queue handed out a sixth mutant of five")
+	}
+	if want := []string{"cli-a", "store-a", "a-named", "cli-b", "cli-c"}; !slices.Equal(order, want) {
+		t.Errorf("order %v, want %v", order, want)
+	}
+}

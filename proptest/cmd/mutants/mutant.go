@@ -110,6 +110,18 @@ func (m mutant) files() []string {
 	return fs
 }
 
+// home is the package whose tests a mutant most likely runs first: the
+// first of its packages: line, else its first file's directory.
+func (m mutant) home() string {
+	if len(m.packages) > 0 {
+		return filepath.Clean(m.packages[0])
+	}
+	if len(m.edits) == 0 {
+		return ""
+	}
+	return filepath.Dir(m.edits[0].file)
+}
+
 // writeOverlay applies the mutant into tmp and writes the overlay file
 // go build reads (-overlay), returning its path.
 func (m mutant) writeOverlay(root, tmp string) (string, error) {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // graph is the module's packages that have tests, and what each one's
@@ -22,6 +23,9 @@ type graph struct {
 	deps   map[string]map[string]bool // package with tests -> packages its test binary links
 	rapid  map[string]bool            // its test binary links rapid (and takes rapid's flags)
 	tested []string                   // packages with tests, in import path order
+
+	mu    sync.Mutex
+	tests map[string][]string // package -> its top-level tests (testsOf)
 }
 
 // loadGraph lists the module's packages (go list ./... and go list -test
@@ -169,21 +173,37 @@ func (g *graph) defining(pkgs []string, run string) []string {
 	}
 	var out []string
 	for _, p := range pkgs {
-		files, _ := filepath.Glob(filepath.Join(g.dirOf[p], "*_test.go"))
-		if slices.ContainsFunc(files, func(f string) bool {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				return true // unreadable: let go test decide
-			}
-			for _, m := range testFunc.FindAllSubmatch(b, -1) {
-				if re.Match(m[1]) {
-					return true
-				}
-			}
-			return false
-		}) {
+		if slices.ContainsFunc(g.testsOf(p), re.MatchString) {
 			out = append(out, p)
 		}
 	}
 	return out
+}
+
+// testsOf lists the top-level tests pkg's _test.go files declare (read
+// once; a file that cannot be read is a test named "", which every
+// pattern but one that needs a name selects: let go test decide).
+func (g *graph) testsOf(pkg string) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if names, ok := g.tests[pkg]; ok {
+		return names
+	}
+	var names []string
+	files, _ := filepath.Glob(filepath.Join(g.dirOf[pkg], "*_test.go"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			names = append(names, "")
+			continue
+		}
+		for _, m := range testFunc.FindAllSubmatch(b, -1) {
+			names = append(names, string(m[1]))
+		}
+	}
+	if g.tests == nil {
+		g.tests = map[string][]string{}
+	}
+	g.tests[pkg] = names
+	return names
 }

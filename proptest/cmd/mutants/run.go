@@ -46,7 +46,7 @@ func (r *runner) redOf(pkg string) []string {
 
 // goTest runs go test of pkg (args end with it) under the package's lock,
 // and logs how long it took.
-func (r *runner) goTest(ctx context.Context, log io.Writer, pkg, overlay string, args []string) ([]catch, error) {
+func (r *runner) goTest(ctx context.Context, log io.Writer, pkg, overlay string, args []string) ([]catch, []string, error) {
 	r.mu.Lock()
 	l := r.busy[pkg]
 	if l == nil {
@@ -57,7 +57,7 @@ func (r *runner) goTest(ctx context.Context, log io.Writer, pkg, overlay string,
 	l.Lock()
 	defer l.Unlock()
 	began := time.Now()
-	got, err := goTest(ctx, r.root, overlay, args)
+	got, passed, err := goTest(ctx, r.root, overlay, args)
 	with := "with the mutant"
 	if overlay == "" {
 		with = "without it"
@@ -67,7 +67,7 @@ func (r *runner) goTest(ctx context.Context, log io.Writer, pkg, overlay string,
 		verdict = "no verdict"
 	}
 	fmt.Fprintf(log, "   go test %s %s (%s): %s, %s\n", shortPkg(pkg), runOf(args), with, verdict, time.Since(began).Round(100*time.Millisecond))
-	return got, err
+	return got, passed, err
 }
 
 // runOf is the -run argument of go test's args, or "(every test)".
@@ -155,7 +155,7 @@ func (r *runner) pkg(ctx context.Context, log io.Writer, pkg, overlay, run strin
 	skip := r.redOf(pkg)
 	for {
 		args := r.args(pkg, run, skip, !r.c.all)
-		got, err := r.goTest(ctx, log, pkg, overlay, args)
+		got, _, err := r.goTest(ctx, log, pkg, overlay, args)
 		if err != nil {
 			return nil, err
 		}
@@ -208,7 +208,7 @@ func (r *runner) prove(ctx context.Context, log io.Writer, pkg, overlay string, 
 	passes, known := r.passes[key]
 	r.mu.Unlock()
 	if !known {
-		got, err := r.goTest(ctx, log, pkg, "", r.args(pkg, exactly(top), r.redOf(pkg), false))
+		got, _, err := r.goTest(ctx, log, pkg, "", r.args(pkg, exactly(top), r.redOf(pkg), false))
 		if err != nil {
 			return false, ct, "", fmt.Errorf("without the mutant: %w", err)
 		}
@@ -227,7 +227,7 @@ func (r *runner) prove(ctx context.Context, log io.Writer, pkg, overlay string, 
 	if !r.c.confirm || top == "" {
 		return true, ct, "", nil
 	}
-	got, err := r.goTest(ctx, log, pkg, overlay, r.args(pkg, exactly(top), nil, false))
+	got, _, err := r.goTest(ctx, log, pkg, overlay, r.args(pkg, exactly(top), nil, false))
 	if err != nil {
 		return false, ct, "", fmt.Errorf("confirming %s: %w", ct.test, err)
 	}
@@ -283,4 +283,82 @@ func (c catch) top() string {
 	_, test, _ := strings.Cut(c.id, " ")
 	top, _, _ := strings.Cut(test, "/")
 	return top
+}
+
+// baseline runs without any mutant, in one go test of each package, the
+// tests the mutants' tests: lines select there, and records which pass
+// and which fail (red): the proof that a catching test passes without its
+// mutant then costs one build of each package's test binary for every
+// mutant, not one for each. A tests: line with a subtest part is left to
+// the proof of its own catch. Packages run c.jobs at once.
+func (r *runner) baseline(ms []mutant) {
+	byPkg := map[string][]string{}
+	var pkgs []string
+	for _, m := range ms {
+		if m.tests == "" || strings.Contains(m.tests, "/") {
+			continue
+		}
+		for _, p := range r.g.defining(r.g.tested, m.tests) {
+			if byPkg[p] == nil {
+				pkgs = append(pkgs, p)
+			}
+			if !slices.Contains(byPkg[p], m.tests) {
+				byPkg[p] = append(byPkg[p], m.tests)
+			}
+		}
+	}
+	if len(pkgs) == 0 {
+		return
+	}
+	began := time.Now()
+	fmt.Printf("== the mutants' tests without any mutant, in %d packages\n", len(pkgs))
+	next := make(chan string)
+	var print sync.Mutex
+	var wg sync.WaitGroup
+	for range max(r.c.jobs, 1) {
+		wg.Go(func() {
+			for pkg := range next {
+				var log strings.Builder
+				r.baselineOf(pkg, strings.Join(byPkg[pkg], "|"), &log)
+				print.Lock()
+				fmt.Print(log.String())
+				print.Unlock()
+			}
+		})
+	}
+	for _, p := range pkgs {
+		next <- p
+	}
+	close(next)
+	wg.Wait()
+	fmt.Printf("   done in %s\n", time.Since(began).Round(time.Second))
+}
+
+// baselineOf runs pkg's tests that run selects without any mutant and
+// records each top-level test's verdict. A run that gives no verdict
+// records nothing: each catch is then proven on its own.
+func (r *runner) baselineOf(pkg, run string, log io.Writer) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.c.budget)
+	defer cancel()
+	failed, passed, err := r.goTest(ctx, log, pkg, "", r.args(pkg, run, nil, false))
+	if err != nil {
+		fmt.Fprintf(log, "   %s: no verdict without a mutant (each catch is proven alone): %v\n", shortPkg(pkg), err)
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, t := range passed {
+		r.passes[pkg+" "+t] = true
+	}
+	for _, ct := range failed {
+		top := ct.top()
+		if top == "" {
+			continue // outside any test: proven per catch
+		}
+		r.passes[pkg+" "+top] = false
+		if !slices.Contains(r.red[pkg], top) {
+			r.red[pkg] = append(r.red[pkg], top)
+			fmt.Fprintf(log, "   FAILS WITHOUT A MUTANT: %s.%s\n", shortPkg(pkg), top)
+		}
+	}
 }
