@@ -249,7 +249,10 @@ func TestTerminal_LogsOfTwoFollowAcrossARestart(t *testing.T) {
 	tm.waitFor(fmt.Sprintf(" err %d 3\r\n", first.PID))
 	tm.waitFor(" tick ")
 	second := strings.TrimSpace(e.must("restart", "web").stdout)
-	tm.waitFor("following " + second)
+	tm.waitFor("; following ")
+	if !strings.Contains(tm.text(), "; following "+second+",") {
+		t.Fatalf("logs -f followed something else than the restart's new task %s:\n%s", second, tm.text())
+	}
 	pid := e.status("web")[0].PID
 	tm.waitFor(fmt.Sprintf(" out %d 3\r\n", pid))
 	e.must("stop", "web", "clock")
