@@ -143,7 +143,7 @@ func runAll(c config) error {
 	}
 	r := newRunner(root, g, c)
 	began := time.Now()
-	if !c.all && c.run == "" && len(c.pkgs) == 0 {
+	if !c.all && c.run == "" {
 		r.baseline(selected)
 	}
 	outs := r.all(selected)

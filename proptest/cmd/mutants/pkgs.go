@@ -107,6 +107,26 @@ func (g *graph) expand(patterns []string) ([]string, error) {
 	return pkgs, nil
 }
 
+// seeing returns the packages with tests whose test binary links a
+// package m mutates, in import path order.
+func (g *graph) seeing(m mutant) ([]string, error) {
+	var mutated []string
+	for _, e := range m.edits {
+		p, err := g.pkgOf(e.file)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", m.name, err)
+		}
+		mutated = append(mutated, p)
+	}
+	var out []string
+	for _, p := range g.tested {
+		if slices.ContainsFunc(mutated, func(mp string) bool { return g.deps[p][mp] }) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
 // plan returns the packages whose tests may catch mutant m, in the order
 // to run them: those its "packages:" line names first (in that order), then
 // the mutated packages themselves, then every other package whose test

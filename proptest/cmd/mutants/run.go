@@ -31,10 +31,15 @@ type runner struct {
 	// what a package's tests share in a normal run: a path, a name), so
 	// a catch is never one mutant's run disturbing another's.
 	busy map[string]*sync.Mutex
+	// unions are, by package, the -run pattern of its baseline (the tests
+	// the mutants name there), and onces its one run (see baseline).
+	unions map[string]string
+	onces  map[string]*sync.Once
 }
 
 func newRunner(root string, g *graph, c config) *runner {
-	return &runner{root: root, g: g, c: c, passes: map[string]bool{}, red: map[string][]string{}, busy: map[string]*sync.Mutex{}}
+	return &runner{root: root, g: g, c: c, passes: map[string]bool{}, red: map[string][]string{}, busy: map[string]*sync.Mutex{},
+		unions: map[string]string{}, onces: map[string]*sync.Once{}}
 }
 
 // redOf is a copy of the tests of pkg known to fail without any mutant.
@@ -205,6 +210,12 @@ func (r *runner) prove(ctx context.Context, log io.Writer, pkg, overlay string, 
 	top := ct.top()
 	key := pkg + " " + top
 	r.mu.Lock()
+	_, known := r.passes[key]
+	r.mu.Unlock()
+	if !known {
+		r.proven(pkg, log)
+	}
+	r.mu.Lock()
 	passes, known := r.passes[key]
 	r.mu.Unlock()
 	if !known {
@@ -285,53 +296,50 @@ func (c catch) top() string {
 	return top
 }
 
-// baseline runs without any mutant, in one go test of each package, the
-// tests the mutants' tests: lines select there, and records which pass
-// and which fail (red): the proof that a catching test passes without its
-// mutant then costs one build of each package's test binary for every
-// mutant, not one for each. A tests: line with a subtest part is left to
-// the proof of its own catch. Packages run c.jobs at once.
+// baseline plans, for each package, the run without any mutant of the
+// tests the mutants' tests: lines select there (in the packages whose
+// tests can see the mutant): the proof that a catching test passes
+// without its mutant then costs one build of the package's test binary for
+// every mutant, not one for each. The run happens once, when a mutant's
+// catch there is first to be proven (proven). A tests: line with a
+// subtest part is left to the proof of its own catch.
 func (r *runner) baseline(ms []mutant) {
 	byPkg := map[string][]string{}
-	var pkgs []string
 	for _, m := range ms {
 		if m.tests == "" || strings.Contains(m.tests, "/") {
 			continue
 		}
-		for _, p := range r.g.defining(r.g.tested, m.tests) {
-			if byPkg[p] == nil {
-				pkgs = append(pkgs, p)
-			}
+		sees, err := r.g.seeing(m)
+		if err != nil {
+			continue // the mutant's own run says what is wrong
+		}
+		for _, p := range r.g.defining(sees, m.tests) {
 			if !slices.Contains(byPkg[p], m.tests) {
 				byPkg[p] = append(byPkg[p], m.tests)
 			}
 		}
 	}
-	if len(pkgs) == 0 {
-		return
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for p, runs := range byPkg {
+		r.unions[p] = strings.Join(runs, "|")
 	}
-	began := time.Now()
-	fmt.Printf("== the mutants' tests without any mutant, in %d packages\n", len(pkgs))
-	next := make(chan string)
-	var print sync.Mutex
-	var wg sync.WaitGroup
-	for range max(r.c.jobs, 1) {
-		wg.Go(func() {
-			for pkg := range next {
-				var log strings.Builder
-				r.baselineOf(pkg, strings.Join(byPkg[pkg], "|"), &log)
-				print.Lock()
-				fmt.Print(log.String())
-				print.Unlock()
-			}
-		})
+}
+
+// proven runs pkg's baseline if it has one and it has not run yet (the
+// callers of one package wait for its one run).
+func (r *runner) proven(pkg string, log io.Writer) {
+	r.mu.Lock()
+	run, ok := r.unions[pkg]
+	once := r.onces[pkg]
+	if ok && once == nil {
+		once = &sync.Once{}
+		r.onces[pkg] = once
 	}
-	for _, p := range pkgs {
-		next <- p
+	r.mu.Unlock()
+	if ok {
+		once.Do(func() { r.baselineOf(pkg, run, log) })
 	}
-	close(next)
-	wg.Wait()
-	fmt.Printf("   done in %s\n", time.Since(began).Round(time.Second))
 }
 
 // baselineOf runs pkg's tests that run selects without any mutant and
@@ -340,6 +348,7 @@ func (r *runner) baseline(ms []mutant) {
 func (r *runner) baselineOf(pkg, run string, log io.Writer) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.c.budget)
 	defer cancel()
+	fmt.Fprintf(log, "   %s: the tests the mutants name there, without any mutant, once:\n", shortPkg(pkg))
 	failed, passed, err := r.goTest(ctx, log, pkg, "", r.args(pkg, run, nil, false))
 	if err != nil {
 		fmt.Fprintf(log, "   %s: no verdict without a mutant (each catch is proven alone): %v\n", shortPkg(pkg), err)
