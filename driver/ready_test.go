@@ -279,6 +279,46 @@ func sameReadies(t *testing.T, log, journal []fsm.Event) {
 	}
 }
 
+// TestReady_JournalledWithoutARestartPolicy: a notify task with no
+// restart policy keeps its readiness in its executor's journal too (its
+// executor journals for readiness alone): a ready sent while no driver
+// watched is counted unfolded, and the next Recover records it.
+func TestReady_JournalledWithoutARestartPolicy(t *testing.T) {
+	dir := stateDir(t)
+	ctx := ctxT(t)
+	d1 := newDriver(t, dir, Hooks{})
+	ctlPath, outPath, ctl, out := notifyFifos(t)
+	spec := taskSpec(t, dir, "notify", ctlPath, outPath, "announce")
+	spec.Readiness = fsm.ReadinessNotify
+	st, err := d1.StartTask(ctx, "svc", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if up := readAnswer(t, out); up != fmt.Sprint("up ", st.TaskPID) {
+		t.Fatalf("the run said %q", up)
+	}
+	if err := d1.Close(); err != nil { // nobody supervises it now
+		t.Fatal(err)
+	}
+	if got := sayTo(t, ctl, out, "send READY=1"); got != "ok" {
+		t.Fatal(got)
+	}
+	d2 := newDriver(t, dir, Hooks{})
+	defer d2.Close()
+	if info, err := d2.InspectTask(ctx, "svc"); err != nil || info.Ready || info.Unfolded != 1 {
+		t.Fatalf("before a fold: ready %v, unfolded %d, %v; want not ready, 1 unfolded", info.Ready, info.Unfolded, err)
+	}
+	if _, err := d2.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := d2.InspectTask(ctx, "svc"); err != nil || !info.Ready || info.Unfolded != 0 {
+		t.Fatalf("after Recover: ready %v, unfolded %d, %v; want ready, nothing unfolded", info.Ready, info.Unfolded, err)
+	}
+	if _, err := d2.StopTask(ctx, "svc", unix.SIGKILL, time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Readiness is a fact of a run, journalled by its executor: with no
 // driver watching and nobody waiting, the next Recover records each run's
 // ready, restarts included, with the time the run was ready, once
