@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tether-fsm/tether/cgroup"
+	"github.com/tether-fsm/tether/executor"
 	"github.com/tether-fsm/tether/fsm"
 	"github.com/tether-fsm/tether/statedir"
 )
@@ -170,5 +172,48 @@ func TestSignalMain_EndsTheTask(t *testing.T) {
 	final, err := d.WaitTask(ctx, "t1")
 	if err != nil || final.State != fsm.StateExited || final.Exit == nil || final.Exit.Signal != int(syscall.SIGTERM) {
 		t.Fatalf("WaitTask = %+v %v, want exited by SIGTERM", final, err)
+	}
+}
+
+// endConn is an executor connection that records how it was ended.
+type endConn struct {
+	executor.Conn // any other method is not expected: nil, it panics
+	ended         []string
+}
+
+func (c *endConn) Identity() fsm.Identity { return fsm.Identity{PID: 1 << 22, StartTime: 1} }
+func (c *endConn) Close() error           { return nil }
+func (c *endConn) Shutdown(context.Context) error {
+	c.ended = append(c.ended, "shutdown")
+	return nil
+}
+func (c *endConn) Dismiss(context.Context) error {
+	c.ended = append(c.ended, "dismiss")
+	return nil
+}
+
+// TestEndWithExecutor_DismissesOnlyWhenNoExecIsOwed: an executor that
+// emptied its task's cgroup is killed at once (Dismiss), unless it owes
+// an exec's connection its command's exit (ExecsOwed): then it is asked
+// to exit (Shutdown), so that it answers first. Either way the task is
+// recorded reaped with the executor's exit status.
+func TestEndWithExecutor_DismissesOnlyWhenNoExecIsOwed(t *testing.T) {
+	d := newDriver(t, stateDir(t), Hooks{})
+	defer d.Close()
+	for _, c := range []struct {
+		owed bool
+		want string
+	}{{false, "dismiss"}, {true, "shutdown"}} {
+		h := &endConn{}
+		st := executor.Status{Launched: true, Exited: true, Exit: fsm.ExitStatus{Code: -1, Signal: 9}, Emptied: true, ExecsOwed: c.owed}
+		j := job{d: d, id: "t1", h: h, final: &st, eff: fsm.Effect{Type: fsm.EffectKillExecutor, Target: fsm.StateStopped}}
+		r, ok := j.endWithExecutor(ctxT(t))
+		if !ok || !r.closed || !slices.Equal(h.ended, []string{c.want}) {
+			t.Errorf("ExecsOwed %v: ended by %v (ok %v, closed %v), want %s", c.owed, h.ended, ok, r.closed, c.want)
+			continue
+		}
+		if len(r.inputs) != 1 || r.inputs[0].Type != fsm.EventExecutorReaped || r.inputs[0].Exit == nil || r.inputs[0].Exit.Signal != 9 {
+			t.Errorf("ExecsOwed %v: inputs %+v, want executor-reaped with the exit", c.owed, r.inputs)
+		}
 	}
 }
