@@ -107,20 +107,37 @@ func (g *graph) expand(patterns []string) ([]string, error) {
 	return pkgs, nil
 }
 
-// seeing returns the packages with tests whose test binary links a
-// package m mutates, in import path order.
-func (g *graph) seeing(m mutant) ([]string, error) {
+// mutated returns the packages m's edits are in, each once, in the order
+// of its edits.
+func (g *graph) mutated(m mutant) ([]string, error) {
 	var mutated []string
 	for _, e := range m.edits {
 		p, err := g.pkgOf(e.file)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", m.name, err)
 		}
-		mutated = append(mutated, p)
+		if !slices.Contains(mutated, p) {
+			mutated = append(mutated, p)
+		}
+	}
+	return mutated, nil
+}
+
+// sees reports whether the test binary of p links one of the packages.
+func (g *graph) sees(p string, mutated []string) bool {
+	return slices.ContainsFunc(mutated, func(mp string) bool { return g.deps[p][mp] })
+}
+
+// seeing returns the packages with tests whose test binary links a
+// package m mutates, in import path order.
+func (g *graph) seeing(m mutant) ([]string, error) {
+	mutated, err := g.mutated(m)
+	if err != nil {
+		return nil, err
 	}
 	var out []string
 	for _, p := range g.tested {
-		if slices.ContainsFunc(mutated, func(mp string) bool { return g.deps[p][mp] }) {
+		if g.sees(p, mutated) {
 			out = append(out, p)
 		}
 	}
@@ -134,19 +151,11 @@ func (g *graph) seeing(m mutant) ([]string, error) {
 // packages have quicker suites). A named package that links no mutated
 // package is an error: its tests cannot see the mutant.
 func (g *graph) plan(m mutant) ([]string, error) {
-	var mutated []string
-	for _, e := range m.edits {
-		p, err := g.pkgOf(e.file)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", m.name, err)
-		}
-		if !slices.Contains(mutated, p) {
-			mutated = append(mutated, p)
-		}
+	mutated, err := g.mutated(m)
+	if err != nil {
+		return nil, err
 	}
-	sees := func(p string) bool {
-		return slices.ContainsFunc(mutated, func(mp string) bool { return g.deps[p][mp] })
-	}
+	sees := func(p string) bool { return g.sees(p, mutated) }
 	var order []string
 	if len(m.packages) > 0 {
 		first, err := g.expand(m.packages)
