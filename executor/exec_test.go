@@ -237,6 +237,21 @@ func TestExec_KilledWithTheTask(t *testing.T) {
 	}
 }
 
+// sleeperAndSecondClient spawns an executor, launches a sleeper through
+// it, and opens a second connection to it (as a tether exec does).
+func sleeperAndSecondClient(t *testing.T) (c, c2 *Client, ctx context.Context) {
+	t.Helper()
+	m := newMarker(t)
+	c = spawn(t, m, "")
+	launchSleeper(t, c, m.taskSpec(t, "sleep"))
+	ctx = testCtx(t)
+	c2, err := Reattach(ctx, filepath.Dir(c.Identity().Socket), c.Identity())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, c2, ctx
+}
+
 // TestExec_UnaskedExitDoesNotHoldTheExecutor: an exec's connection that
 // never asks for its command's exit status holds the executor only for
 // a bounded time after its task ended, and one that closes releases it
@@ -245,14 +260,7 @@ func TestExec_UnaskedExitDoesNotHoldTheExecutor(t *testing.T) {
 	needCgroups(t)
 	for _, closes := range []bool{false, true} {
 		t.Run(fmt.Sprintf("closes=%v", closes), func(t *testing.T) {
-			m := newMarker(t)
-			c := spawn(t, m, "")
-			launchSleeper(t, c, m.taskSpec(t, "sleep"))
-			ctx := testCtx(t)
-			c2, err := Reattach(ctx, filepath.Dir(c.Identity().Socket), c.Identity())
-			if err != nil {
-				t.Fatal(err)
-			}
+			c, c2, ctx := sleeperAndSecondClient(t)
 			defer c2.Close()
 			if _, err := c2.Exec(ctx, wire.ExecSpec{Argv: []string{"sleep", "1000"}}); err != nil {
 				t.Fatal(err)
@@ -278,14 +286,7 @@ func TestExec_UnaskedExitDoesNotHoldTheExecutor(t *testing.T) {
 // the connection that asked for it.
 func TestExec_KilledWhenItsConnectionCloses(t *testing.T) {
 	needCgroups(t)
-	m := newMarker(t)
-	c := spawn(t, m, "")
-	launchSleeper(t, c, m.taskSpec(t, "sleep"))
-	ctx := testCtx(t)
-	c2, err := Reattach(ctx, filepath.Dir(c.Identity().Socket), c.Identity())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, c2, ctx := sleeperAndSecondClient(t)
 	p, err := c2.Exec(ctx, wire.ExecSpec{Argv: []string{"sleep", "1000"}})
 	if err != nil {
 		t.Fatal(err)
